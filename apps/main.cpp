@@ -1,0 +1,94 @@
+// fusectl: command-line entry point. Parses flags, runs one subcommand, maps errors to exit codes.
+//
+// Exit codes (docs/cli.md): 0 ok, 1 check failed, 2 usage, 3 invalid input, 4 I/O error,
+// 5 unsupported, 70 internal error. Every error is one line on stderr: "fusectl: error: ...".
+#include <fmt/format.h>
+#include <google/protobuf/stubs/common.h>  // GOOGLE_PROTOBUF_VERSION
+
+// The app does not link libonnx; it only reads the release string of the headers libgraph uses.
+#ifndef ONNX_NAMESPACE
+#define ONNX_NAMESPACE onnx
+#endif
+#include <onnx/common/version.h>
+
+#include <cstdio>
+#include <exception>
+#include <new>
+#include <vector>
+
+#include "commands.h"
+#include "fusectl/graph/error.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitInternal = 70;
+
+int exitCodeFor(fusectl::ErrorKind kind) {
+  switch (kind) {
+    case fusectl::ErrorKind::Usage: return 2;
+    case fusectl::ErrorKind::InvalidInput: return 3;
+    case fusectl::ErrorKind::Io: return 4;
+    case fusectl::ErrorKind::Unsupported: return 5;
+    case fusectl::ErrorKind::Internal: return kExitInternal;
+  }
+  return kExitInternal;
+}
+
+void printError(const std::string& message) {
+  std::fflush(stdout);
+  std::fputs(fmt::format("fusectl: error: {}\n", message).c_str(), stderr);
+}
+
+std::string versionText() {
+  constexpr int pb = GOOGLE_PROTOBUF_VERSION;  // 3021012 is 3.21.12
+  return fmt::format("fusectl {}\nonnx {}\nprotobuf {}.{}.{}", FUSECTL_VERSION,
+                     ONNX_NAMESPACE::LAST_RELEASE_VERSION, pb / 1000000, pb / 1000 % 1000,
+                     pb % 1000);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    CLI::App app{"fusectl: analyse and optimize ONNX graphs", "fusectl"};
+    app.set_version_flag("--version", versionText());
+    app.require_subcommand(1);
+    app.fallthrough(false);
+    app.footer("Exit codes: 0 ok, 1 check failed, 2 usage, 3 invalid input, 4 I/O error, "
+               "5 unsupported, 70 internal error. See docs/cli.md.");
+
+    std::vector<fusectl::cli::Command> commands = {
+        fusectl::cli::addDumpCommand(app),
+        fusectl::cli::addConvertCommand(app),
+    };
+
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+      return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+      printError(fmt::format("{} (run 'fusectl --help')", e.what()));
+      return kExitUsage;
+    }
+
+    for (const auto& cmd : commands) {
+      if (cmd.app->parsed()) return cmd.run();
+    }
+    printError("no subcommand given (run 'fusectl --help')");
+    return kExitUsage;
+  } catch (const fusectl::Error& e) {
+    printError(e.what());
+    return exitCodeFor(e.kind());
+  } catch (const std::bad_alloc&) {
+    printError("out of memory");
+    return kExitInternal;
+  } catch (const std::exception& e) {
+    printError(fmt::format("internal error: {}", e.what()));
+    return kExitInternal;
+  }
+}

@@ -1,0 +1,52 @@
+// Element types, numbered exactly as ONNX's TensorProto.DataType so that conversion is a cast.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace fusectl {
+
+enum class DType : int32_t {
+  Undefined = 0,
+  Float = 1,
+  UInt8 = 2,
+  Int8 = 3,
+  UInt16 = 4,
+  Int16 = 5,
+  Int32 = 6,
+  Int64 = 7,
+  String = 8,
+  Bool = 9,
+  Float16 = 10,
+  Double = 11,
+  UInt32 = 12,
+  UInt64 = 13,
+  Complex64 = 14,
+  Complex128 = 15,
+  BFloat16 = 16,
+  Float8E4M3FN = 17,
+  Float8E4M3FNUZ = 18,
+  Float8E5M2 = 19,
+  Float8E5M2FNUZ = 20,
+  UInt4 = 21,
+  Int4 = 22,
+};
+
+// Bytes per element; 0 for String and Undefined. Sub-byte types (Int4/UInt4) report 1 and are
+// packed two per byte: use dtypeStorageBytes for buffer sizes.
+size_t dtypeSize(DType t);
+// Bytes needed to store `count` elements of `t` (handles 4-bit packing); 0 for String.
+size_t dtypeStorageBytes(DType t, int64_t count);
+// Lower-case ONNX textual-syntax name: "float", "int64", "float16", "bool"...
+std::string_view dtypeName(DType t);
+// Inverse of dtypeName; nullopt for an unknown name.
+std::optional<DType> dtypeFromName(std::string_view name);
+// True for values 1..22 that ONNX defines.
+bool dtypeIsKnown(int32_t value);
+bool dtypeIsFloat(DType t);    // Float, Double, Float16, BFloat16, Float8*
+bool dtypeIsInteger(DType t);  // signed or unsigned integers, not Bool
+
+}  // namespace fusectl

@@ -1,0 +1,353 @@
+// The fusectl IR: a Model owns a Graph of Nodes connected by SSA Values.
+//
+// Built for graphs of a million nodes that passes rewrite in place:
+//  - every Value has one producer (a Node output, a graph input, an initializer, or a value
+//    captured from an enclosing graph) and a use list, so consumers are found in O(1);
+//  - nodes sit in an intrusive list kept in topological order, and in an op-type index
+//    (op type -> nodes, in creation order) so a pass anchored on Conv never scans the graph;
+//  - all edits go through Graph's mutation API, which keeps use lists, names and the index
+//    consistent; Graph::verify() checks that they are.
+// Subgraphs (If/Loop/Scan bodies) are Graphs owned by attributes. A subgraph refers to a value
+// of an enclosing graph through a local "outer reference" Value; the node owning the subgraph
+// lists the captured outer values as implicit inputs, so they count as uses.
+#pragma once
+
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "fusectl/graph/attribute.h"
+#include "fusectl/graph/dtype.h"
+#include "fusectl/graph/shape.h"
+#include "fusectl/graph/tensor.h"
+
+namespace fusectl {
+
+class Graph;
+class Node;
+
+struct ValueType {
+  DType dtype = DType::Undefined;
+  Shape shape;  // unknown rank by default
+  // Non-tensor types (sequence, map, optional, sparse tensor) are kept as a serialized
+  // onnx.TypeProto; empty for tensors.
+  std::string opaque_type_proto;
+  bool isTensor() const { return opaque_type_proto.empty(); }
+  bool operator==(const ValueType& o) const {
+    return dtype == o.dtype && shape == o.shape && opaque_type_proto == o.opaque_type_proto;
+  }
+  std::string str() const;  // "float[batch,3,224,224]"
+};
+
+// One consumer slot: node->input(input) == this value. input == kImplicitUse marks a value
+// captured by one of the node's subgraphs.
+struct Use {
+  static constexpr int kImplicitUse = -1;
+  Node* node;
+  int input;
+  bool operator==(const Use& o) const { return node == o.node && input == o.input; }
+};
+
+class Value {
+ public:
+  enum class Kind : uint8_t { NodeOutput, GraphInput, Initializer, OuterRef };
+
+  const std::string& name() const { return name_; }
+  Kind kind() const { return kind_; }
+  Graph* graph() const { return graph_; }
+  Node* producer() const { return producer_; }  // nullptr unless kind() == NodeOutput
+  int producerOutputIndex() const { return producer_output_; }
+
+  const std::vector<Use>& uses() const { return uses_; }
+  bool hasUses() const { return !uses_.empty(); }
+  // Distinct consumer nodes (a node reading the value twice counts once).
+  std::vector<Node*> consumers() const;
+  // The single consumer node, if exactly one node reads this value and it is not a graph output.
+  Node* uniqueConsumer() const;
+
+  bool isGraphInput() const { return is_graph_input_; }
+  bool isGraphOutput() const { return graph_output_count_ > 0; }
+  bool isInitializer() const { return initializer_ != nullptr; }
+  // A value with a fixed tensor: an initializer that is not also an overridable graph input.
+  bool isConstant() const { return initializer_ && !is_graph_input_; }
+  const Tensor* initializer() const { return initializer_.get(); }
+  void setInitializer(Tensor t);  // for initializer values only; replaces the data
+  Value* outerValue() const { return outer_; }  // the captured value, for OuterRef
+
+  DType dtype() const { return type.dtype; }
+  const Shape& shape() const { return type.shape; }
+
+  ValueType type;
+  std::string doc_string;
+
+ private:
+  friend class Graph;
+  friend class Node;
+  Value() = default;
+
+  std::string name_;
+  Kind kind_ = Kind::NodeOutput;
+  Graph* graph_ = nullptr;
+  Node* producer_ = nullptr;
+  int producer_output_ = -1;
+  std::vector<Use> uses_;
+  std::shared_ptr<Tensor> initializer_;
+  Value* outer_ = nullptr;
+  bool is_graph_input_ = false;
+  uint32_t graph_output_count_ = 0;
+  size_t slot_ = 0;  // index in Graph::values_, for O(1) removal
+};
+
+class Node {
+ public:
+  const std::string& opType() const { return op_type_; }
+  const std::string& domain() const { return domain_; }  // "" for ai.onnx
+  bool is(std::string_view op_type, std::string_view domain = "") const {
+    return op_type_ == op_type && domain_ == domain;
+  }
+  const std::string& name() const { return name_; }
+  // The name, or "<op_type>(<first output>)" for an unnamed node: for messages and reports.
+  std::string label() const;
+  Graph* graph() const { return graph_; }
+
+  // Inputs may contain nullptr for an omitted optional input ("" in ONNX).
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  size_t numInputs() const { return inputs_.size(); }
+  Value* input(size_t i) const { return i < inputs_.size() ? inputs_[i] : nullptr; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  size_t numOutputs() const { return outputs_.size(); }
+  Value* output(size_t i) const { return i < outputs_.size() ? outputs_[i] : nullptr; }
+  // Outer values read by this node's subgraphs.
+  const std::vector<Value*>& implicitInputs() const { return implicit_inputs_; }
+
+  const std::vector<Attribute>& attributes() const { return attrs_; }
+  std::vector<Attribute>& mutableAttributes() { return attrs_; }  // not for subgraph edits
+  const Attribute* attr(std::string_view name) const;
+  bool hasAttr(std::string_view name) const { return attr(name) != nullptr; }
+  // Typed getters: the default when absent; fusectl::Error when present with the wrong kind.
+  int64_t attrInt(std::string_view name, int64_t def) const;
+  float attrFloat(std::string_view name, float def) const;
+  std::string attrString(std::string_view name, std::string def) const;
+  std::vector<int64_t> attrInts(std::string_view name, std::vector<int64_t> def = {}) const;
+  std::vector<float> attrFloats(std::string_view name, std::vector<float> def = {}) const;
+  void setAttr(Attribute a);  // replaces an attribute of the same name
+  bool removeAttr(std::string_view name);
+
+  // Neighbours in the graph's topological list.
+  Node* next() const { return next_; }
+  Node* prev() const { return prev_; }
+
+  std::string doc_string;
+
+ private:
+  friend class Graph;
+  Node() = default;
+
+  std::string op_type_;
+  std::string domain_;
+  std::string name_;
+  std::vector<Value*> inputs_;
+  std::vector<Value*> outputs_;
+  std::vector<Value*> implicit_inputs_;
+  std::vector<Attribute> attrs_;
+  Graph* graph_ = nullptr;
+  Node* prev_ = nullptr;
+  Node* next_ = nullptr;
+  Node* op_prev_ = nullptr;  // op-type index chain
+  Node* op_next_ = nullptr;
+};
+
+// Iteration over an intrusive node chain. Iterators stay valid when other nodes are erased,
+// but not the node they point at: erase through a snapshot (Graph::nodesSnapshot) or advance
+// first.
+template <Node* Node::*Next>
+class NodeChain {
+ public:
+  class iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = Node*;
+    using difference_type = std::ptrdiff_t;
+    using pointer = Node**;
+    using reference = Node*;
+    explicit iterator(Node* n) : n_(n) {}
+    Node* operator*() const { return n_; }
+    iterator& operator++() { n_ = n_->*Next; return *this; }
+    bool operator==(const iterator& o) const { return n_ == o.n_; }
+    bool operator!=(const iterator& o) const { return n_ != o.n_; }
+   private:
+    Node* n_;
+  };
+  NodeChain(Node* head, size_t size) : head_(head), size_(size) {}
+  iterator begin() const { return iterator(head_); }
+  iterator end() const { return iterator(nullptr); }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  Node* head_;
+  size_t size_;
+};
+
+class Graph {
+ public:
+  explicit Graph(std::string name = "");
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  // Deep copy; outer references are re-bound by name to `parent` (or left dangling to their
+  // original outer values when parent is nullptr).
+  std::unique_ptr<Graph> clone(Graph* parent = nullptr) const;
+
+  std::string name;
+  std::string doc_string;
+  Graph* parent() const { return parent_; }
+  void setParent(Graph* p) { parent_ = p; }
+
+  // ---- values ----
+  Value* addInput(const std::string& name, ValueType type);
+  Value* addInitializer(const std::string& name, Tensor t);  // type from the tensor
+  // Marks an existing initializer as also being a graph input (IR < 4 style, overridable).
+  void markInitializerAsInput(Value* v);
+  Value* addOuterRef(const std::string& name, Value* outer);
+  void addOutput(Value* v);
+  void setOutput(size_t index, Value* v);
+  void removeOutput(size_t index);
+  void removeInput(Value* v);  // the value must be unused; it is destroyed
+  void removeInitializer(Value* v);  // the value must be unused and not a graph input
+
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  const std::vector<Value*>& initializers() const { return initializers_; }  // in file order
+  const std::vector<Value*>& outerRefs() const { return outer_refs_; }
+  Value* findValue(std::string_view name) const;
+  // Every value of the graph, in an unspecified order.
+  const std::vector<Value*>& allValues() const { return values_; }
+
+  // ---- nodes ----
+  struct NodeSpec {
+    std::string op_type;
+    std::string domain;
+    std::vector<Value*> inputs;            // nullptr for an omitted optional input
+    std::vector<std::string> output_names; // "" picks a fresh unique name
+    std::string name;
+    std::vector<Attribute> attributes;
+  };
+  // Inserted before `position`, or at the end of the topological list when nullptr.
+  Node* createNode(NodeSpec spec, Node* position = nullptr);
+  Node* createNodeAfter(NodeSpec spec, Node* anchor);
+  // Erases a node whose outputs are no longer used (and not graph outputs).
+  void eraseNode(Node* n);
+  // Erases `n`, then every producer left without uses, recursively. Returns nodes erased.
+  size_t eraseNodeAndDeadProducers(Node* n);
+  // Erases every node none of whose outputs reaches a graph output. Returns nodes erased.
+  size_t eraseDeadNodes();
+  // Erases initializers with no use that are not graph inputs. Returns how many.
+  size_t eraseUnusedInitializers();
+
+  void setNodeInput(Node* n, size_t index, Value* v);  // grows the input list when needed
+  void appendNodeInput(Node* n, Value* v);
+  void setNodeImplicitInputs(Node* n, std::vector<Value*> values);
+  void setOpType(Node* n, std::string op_type, std::string domain = "");
+
+  // Every use of `from` (node inputs, implicit uses, graph outputs) now reads `to`. When `from`
+  // is a graph output, `to` takes over its name so the graph's interface is unchanged, and
+  // `from` is renamed to a fresh name.
+  void replaceAllUsesWith(Value* from, Value* to);
+
+  void renameValue(Value* v, const std::string& new_name);  // throws if taken
+  void renameNode(Node* n, const std::string& new_name);
+  std::string uniqueValueName(std::string_view hint) const;
+  std::string uniqueNodeName(std::string_view hint) const;
+
+  void moveBefore(Node* n, Node* position);
+  void moveAfter(Node* n, Node* anchor);
+  // Re-sorts the node list topologically, keeping the existing order where it is already
+  // valid. Throws fusectl::Error (InvalidInput) naming a node on a cycle.
+  void topologicalSort();
+
+  NodeChain<&Node::next_> nodes() const { return {first_, num_nodes_}; }
+  size_t numNodes() const { return num_nodes_; }
+  Node* firstNode() const { return first_; }
+  Node* lastNode() const { return last_; }
+  std::vector<Node*> nodesSnapshot() const;
+  // Nodes of one op type, in creation order, in O(result) time.
+  NodeChain<&Node::op_next_> nodesOfType(std::string_view op_type,
+                                         std::string_view domain = "") const;
+  // Op types present, as (domain, op_type) -> count, sorted.
+  std::vector<std::pair<std::pair<std::string, std::string>, size_t>> opHistogram() const;
+  Node* findNode(std::string_view name) const;  // first node of that name, or nullptr
+
+  // Checks every invariant; returns "" when they hold, else one precise message.
+  std::string verify() const;
+  void verifyOrThrow() const;  // fusectl::Error(Internal) with verify()'s message
+
+  // Kept as serialized protobuf for round trips; no pass reads them.
+  std::vector<std::string> sparse_initializers;
+  std::vector<std::string> quantization_annotations;
+
+ private:
+  struct OpBucket {
+    Node* head = nullptr;
+    Node* tail = nullptr;
+    size_t count = 0;
+  };
+  static std::string opKey(std::string_view op_type, std::string_view domain);
+  Value* newValue(const std::string& name, Value::Kind kind);
+  void destroyValue(Value* v);
+  void addUse(Value* v, Node* n, int input);
+  void removeUse(Value* v, Node* n, int input);
+  // Calls fn(subgraph, ref) for each outer reference in n's subgraphs that captures `outer`.
+  template <typename Fn>
+  static void forEachCapturingRef(Node* n, Value* outer, Fn&& fn);
+  void linkNode(Node* n, Node* position);
+  void unlinkNode(Node* n);
+  void indexNode(Node* n);
+  void unindexNode(Node* n);
+
+  Graph* parent_ = nullptr;
+  std::vector<Value*> values_;  // owning
+  std::unordered_map<std::string_view, Value*> value_by_name_;
+  std::unordered_map<std::string_view, Node*> node_by_name_;  // first node per name
+  std::vector<Value*> inputs_;
+  std::vector<Value*> outputs_;
+  std::vector<Value*> initializers_;
+  std::vector<Value*> outer_refs_;
+  Node* first_ = nullptr;
+  Node* last_ = nullptr;
+  size_t num_nodes_ = 0;
+  std::unordered_map<std::string, OpBucket> op_index_;
+  mutable uint64_t name_counter_ = 0;
+};
+
+struct OpsetImport {
+  std::string domain;  // "" for ai.onnx
+  int64_t version = 0;
+};
+
+class Model {
+ public:
+  int64_t ir_version = 8;
+  std::vector<OpsetImport> opset_imports;
+  std::string producer_name;
+  std::string producer_version;
+  std::string domain;
+  int64_t model_version = 0;
+  std::string doc_string;
+  std::vector<std::pair<std::string, std::string>> metadata_props;
+  std::vector<std::string> functions;      // serialized onnx.FunctionProto
+  std::vector<std::string> training_info;  // serialized onnx.TrainingInfoProto
+  std::unique_ptr<Graph> graph = std::make_unique<Graph>();
+
+  // Version of `domain` imported by the model ("" and "ai.onnx" are the same); 0 when absent.
+  int64_t opsetVersion(std::string_view domain = "") const;
+  void setOpsetVersion(std::string_view domain, int64_t version);
+};
+
+}  // namespace fusectl

@@ -1,0 +1,58 @@
+// Loading and saving models: binary .onnx (with external data) and ONNX textual syntax.
+//
+// Loading validates everything a later stage would trip over (dangling inputs, cycles, values
+// written twice, attribute kinds, tensor sizes, external-data paths) and reports it as one
+// fusectl::Error naming the file and the reason. It never requires the ONNX checker to accept
+// the model: newer opsets than libonnx knows load fine.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fusectl/graph/graph.h"
+
+namespace fusectl {
+
+enum class ModelFormat { Auto, Binary, Text };
+
+struct LoadOptions {
+  ModelFormat format = ModelFormat::Auto;  // Auto: by extension (.onnxtxt/.txt = Text), else sniffed
+  bool infer_shapes = true;
+  // Fixes dynamic input shapes before inference (`--shape NAME=1x3x224x224`).
+  std::vector<std::pair<std::string, Shape>> input_shapes;
+};
+
+struct SaveOptions {
+  ModelFormat format = ModelFormat::Auto;  // Auto: by the output file's extension
+  // When set, tensors of at least size_threshold bytes go to this file, named relative to the
+  // output model's folder. Binary format only.
+  std::string external_data_file;
+  uint64_t size_threshold = 1024;
+  // Write inferred types of intermediate values as value_info (helps Netron and other tools).
+  bool write_value_info = true;
+};
+
+std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& options = {});
+// Parses ONNX textual syntax; `display_name` names the source in error messages.
+std::unique_ptr<Model> parseModelText(const std::string& text, const std::string& display_name,
+                                      const LoadOptions& options = {});
+// Serialized ModelProto bytes; `base_dir` resolves external data.
+std::unique_ptr<Model> parseModelBinary(std::string bytes, const std::string& display_name,
+                                        const std::string& base_dir,
+                                        const LoadOptions& options = {});
+
+// Writes atomically (temporary file + rename); never leaves a partial file behind.
+void saveModel(const Model& model, const std::string& path, const SaveOptions& options = {});
+std::string modelToText(const Model& model);    // ONNX textual syntax
+std::string modelToBinary(const Model& model);  // serialized ModelProto, data inline
+
+// Single onnx.TensorProto files (the conformance suite's input_*.pb / output_*.pb).
+Tensor loadTensorFile(const std::string& path, std::string* name = nullptr);
+void saveTensorFile(const Tensor& t, const std::string& name, const std::string& path);
+
+// Writes `bytes` to `path` atomically: a temporary file in the same folder, then rename.
+void writeFileAtomically(const std::string& path, const std::string& bytes);
+
+}  // namespace fusectl

@@ -1,0 +1,900 @@
+// Graph, Node and Value: construction, mutation and the invariants that tie them together.
+//
+// Every mutation keeps four structures in step: the use lists of values, the name maps, the
+// topological node list and the op-type index. verify() recomputes them from scratch and
+// compares, so a pass that bypasses this API is caught by `--verify-each`.
+#include "fusectl/graph/graph.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "fusectl/graph/error.h"
+
+namespace fusectl {
+
+// ---------------------------------------------------------------------------------------------
+// ValueType, Value
+
+std::string ValueType::str() const {
+  if (!isTensor()) return "non-tensor";
+  return std::string(dtypeName(dtype)) + shape.str();
+}
+
+std::vector<Node*> Value::consumers() const {
+  std::vector<Node*> out;
+  out.reserve(uses_.size());
+  for (const Use& u : uses_)
+    if (std::find(out.begin(), out.end(), u.node) == out.end()) out.push_back(u.node);
+  return out;
+}
+
+Node* Value::uniqueConsumer() const {
+  if (uses_.empty() || isGraphOutput()) return nullptr;
+  Node* first = uses_.front().node;
+  for (const Use& u : uses_)
+    if (u.node != first) return nullptr;
+  return first;
+}
+
+void Value::setInitializer(Tensor t) {
+  if (!initializer_) throwInternal(fmt::format("value '{}' is not an initializer", name_));
+  type.dtype = t.dtype();
+  std::vector<Dim> dims;
+  for (int64_t d : t.dims()) dims.push_back(Dim::known(d));
+  type.shape = Shape(std::move(dims));
+  initializer_ = std::make_shared<Tensor>(std::move(t));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Node
+
+std::string Node::label() const {
+  if (!name_.empty()) return name_;
+  for (Value* v : outputs_)
+    if (v) return fmt::format("{}({})", op_type_, v->name());
+  return op_type_;
+}
+
+const Attribute* Node::attr(std::string_view name) const {
+  for (const Attribute& a : attrs_)
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+namespace {
+const Attribute* typedAttr(const Node& n, std::string_view name, AttrKind kind) {
+  const Attribute* a = n.attr(name);
+  if (a && a->kind != kind)
+    throwInvalid(fmt::format("node '{}' ({}): attribute '{}' is {}, expected {}", n.label(),
+                             n.opType(), name, attrKindName(a->kind), attrKindName(kind)));
+  return a;
+}
+}  // namespace
+
+int64_t Node::attrInt(std::string_view name, int64_t def) const {
+  const Attribute* a = typedAttr(*this, name, AttrKind::Int);
+  return a ? a->i : def;
+}
+float Node::attrFloat(std::string_view name, float def) const {
+  const Attribute* a = typedAttr(*this, name, AttrKind::Float);
+  return a ? a->f : def;
+}
+std::string Node::attrString(std::string_view name, std::string def) const {
+  const Attribute* a = typedAttr(*this, name, AttrKind::String);
+  return a ? a->s : def;
+}
+std::vector<int64_t> Node::attrInts(std::string_view name, std::vector<int64_t> def) const {
+  const Attribute* a = typedAttr(*this, name, AttrKind::Ints);
+  return a ? a->ints : def;
+}
+std::vector<float> Node::attrFloats(std::string_view name, std::vector<float> def) const {
+  const Attribute* a = typedAttr(*this, name, AttrKind::Floats);
+  return a ? a->floats : def;
+}
+
+void Node::setAttr(Attribute a) {
+  for (Attribute& existing : attrs_) {
+    if (existing.name == a.name) {
+      existing = std::move(a);
+      return;
+    }
+  }
+  attrs_.push_back(std::move(a));
+}
+
+bool Node::removeAttr(std::string_view name) {
+  auto it = std::find_if(attrs_.begin(), attrs_.end(),
+                         [&](const Attribute& a) { return a.name == name; });
+  if (it == attrs_.end()) return false;
+  attrs_.erase(it);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graph: construction and values
+
+Graph::Graph(std::string graph_name) : name(std::move(graph_name)) {}
+
+Graph::~Graph() {
+  for (Node* n = first_; n;) {
+    Node* next = n->next_;
+    delete n;
+    n = next;
+  }
+  for (Value* v : values_) delete v;
+}
+
+std::string Graph::opKey(std::string_view op_type, std::string_view domain) {
+  std::string key;
+  key.reserve(domain.size() + op_type.size() + 1);
+  key.append(domain).push_back('\0');
+  key.append(op_type);
+  return key;
+}
+
+Value* Graph::newValue(const std::string& value_name, Value::Kind kind) {
+  if (value_name.empty()) throwInvalid("a value must have a non-empty name");
+  if (value_by_name_.count(value_name))
+    throwInvalid(fmt::format("value '{}' is defined more than once", value_name));
+  auto* v = new Value();
+  v->name_ = value_name;
+  v->kind_ = kind;
+  v->graph_ = this;
+  v->slot_ = values_.size();
+  values_.push_back(v);
+  value_by_name_.emplace(std::string_view(v->name_), v);
+  return v;
+}
+
+void Graph::destroyValue(Value* v) {
+  value_by_name_.erase(std::string_view(v->name_));
+  Value* last = values_.back();
+  values_[v->slot_] = last;
+  last->slot_ = v->slot_;
+  values_.pop_back();
+  delete v;
+}
+
+Value* Graph::addInput(const std::string& value_name, ValueType type) {
+  Value* v = newValue(value_name, Value::Kind::GraphInput);
+  v->type = std::move(type);
+  v->is_graph_input_ = true;
+  inputs_.push_back(v);
+  return v;
+}
+
+Value* Graph::addInitializer(const std::string& value_name, Tensor t) {
+  Value* v = newValue(value_name, Value::Kind::Initializer);
+  v->initializer_ = std::make_shared<Tensor>();
+  v->setInitializer(std::move(t));
+  initializers_.push_back(v);
+  return v;
+}
+
+void Graph::markInitializerAsInput(Value* v) {
+  if (!v->isInitializer() || v->is_graph_input_)
+    throwInternal(fmt::format("'{}' is not an initializer that can become an input", v->name_));
+  v->is_graph_input_ = true;
+  inputs_.push_back(v);
+}
+
+Value* Graph::addOuterRef(const std::string& value_name, Value* outer) {
+  Value* v = newValue(value_name, Value::Kind::OuterRef);
+  v->outer_ = outer;
+  if (outer) v->type = outer->type;
+  outer_refs_.push_back(v);
+  return v;
+}
+
+void Graph::addOutput(Value* v) {
+  outputs_.push_back(v);
+  ++v->graph_output_count_;
+}
+
+void Graph::setOutput(size_t index, Value* v) {
+  if (index >= outputs_.size()) throwInternal("graph output index out of range");
+  --outputs_[index]->graph_output_count_;
+  outputs_[index] = v;
+  ++v->graph_output_count_;
+}
+
+void Graph::removeOutput(size_t index) {
+  if (index >= outputs_.size()) throwInternal("graph output index out of range");
+  --outputs_[index]->graph_output_count_;
+  outputs_.erase(outputs_.begin() + static_cast<std::ptrdiff_t>(index));
+}
+
+void Graph::removeInput(Value* v) {
+  if (!v->is_graph_input_) throwInternal(fmt::format("'{}' is not a graph input", v->name_));
+  if (!v->uses_.empty() || v->isGraphOutput())
+    throwInternal(fmt::format("graph input '{}' is still used", v->name_));
+  inputs_.erase(std::find(inputs_.begin(), inputs_.end(), v));
+  if (v->isInitializer()) {
+    v->is_graph_input_ = false;  // stays an initializer, just no longer overridable
+    return;
+  }
+  destroyValue(v);
+}
+
+void Graph::removeInitializer(Value* v) {
+  if (!v->isInitializer()) throwInternal(fmt::format("'{}' is not an initializer", v->name_));
+  if (!v->uses_.empty() || v->isGraphOutput() || v->is_graph_input_)
+    throwInternal(fmt::format("initializer '{}' is still used", v->name_));
+  initializers_.erase(std::find(initializers_.begin(), initializers_.end(), v));
+  destroyValue(v);
+}
+
+Value* Graph::findValue(std::string_view value_name) const {
+  auto it = value_by_name_.find(value_name);
+  return it == value_by_name_.end() ? nullptr : it->second;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graph: uses and the node list
+
+void Graph::addUse(Value* v, Node* n, int input) {
+  if (v) v->uses_.push_back(Use{n, input});
+}
+
+void Graph::removeUse(Value* v, Node* n, int input) {
+  if (!v) return;
+  auto& uses = v->uses_;
+  // Search from the back: the most recent use is the likeliest to be removed (rewrites undo
+  // what they just built), which keeps long use lists cheap.
+  for (size_t i = uses.size(); i-- > 0;) {
+    if (uses[i].node == n && uses[i].input == input) {
+      uses.erase(uses.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+  throwInternal(fmt::format("use list of '{}' lacks node '{}' input {}", v->name_, n->label(),
+                            input));
+}
+
+void Graph::linkNode(Node* n, Node* position) {
+  if (!position) {
+    n->prev_ = last_;
+    n->next_ = nullptr;
+    if (last_) last_->next_ = n; else first_ = n;
+    last_ = n;
+  } else {
+    n->next_ = position;
+    n->prev_ = position->prev_;
+    if (position->prev_) position->prev_->next_ = n; else first_ = n;
+    position->prev_ = n;
+  }
+}
+
+void Graph::unlinkNode(Node* n) {
+  if (n->prev_) n->prev_->next_ = n->next_; else first_ = n->next_;
+  if (n->next_) n->next_->prev_ = n->prev_; else last_ = n->prev_;
+  n->prev_ = n->next_ = nullptr;
+}
+
+void Graph::indexNode(Node* n) {
+  OpBucket& b = op_index_[opKey(n->op_type_, n->domain_)];
+  n->op_prev_ = b.tail;
+  n->op_next_ = nullptr;
+  if (b.tail) b.tail->op_next_ = n; else b.head = n;
+  b.tail = n;
+  ++b.count;
+}
+
+void Graph::unindexNode(Node* n) {
+  auto it = op_index_.find(opKey(n->op_type_, n->domain_));
+  if (it == op_index_.end()) throwInternal("op-type index lacks node " + n->label());
+  OpBucket& b = it->second;
+  if (n->op_prev_) n->op_prev_->op_next_ = n->op_next_; else b.head = n->op_next_;
+  if (n->op_next_) n->op_next_->op_prev_ = n->op_prev_; else b.tail = n->op_prev_;
+  n->op_prev_ = n->op_next_ = nullptr;
+  if (--b.count == 0) op_index_.erase(it);
+}
+
+Node* Graph::createNode(NodeSpec spec, Node* position) {
+  if (position && position->graph_ != this) throwInternal("insert position is in another graph");
+  auto* n = new Node();
+  n->graph_ = this;
+  n->op_type_ = std::move(spec.op_type);
+  n->domain_ = std::move(spec.domain);
+  if (n->domain_ == "ai.onnx") n->domain_.clear();
+  n->name_ = std::move(spec.name);
+  n->attrs_ = std::move(spec.attributes);
+  n->outputs_.reserve(spec.output_names.size());
+  try {
+    for (std::string& out_name : spec.output_names) {
+      if (out_name.empty()) {
+        // ONNX allows an omitted optional output; keep its slot so output indices stay right.
+        n->outputs_.push_back(nullptr);
+        continue;
+      }
+      Value* v = newValue(out_name, Value::Kind::NodeOutput);
+      v->producer_ = n;
+      v->producer_output_ = static_cast<int>(n->outputs_.size());
+      n->outputs_.push_back(v);
+    }
+  } catch (...) {
+    for (Value* v : n->outputs_)
+      if (v) destroyValue(v);
+    delete n;
+    throw;
+  }
+  n->inputs_ = std::move(spec.inputs);
+  for (size_t i = 0; i < n->inputs_.size(); ++i) addUse(n->inputs_[i], n, static_cast<int>(i));
+  linkNode(n, position);
+  indexNode(n);
+  ++num_nodes_;
+  if (!n->name_.empty()) node_by_name_.emplace(std::string_view(n->name_), n);
+  return n;
+}
+
+Node* Graph::createNodeAfter(NodeSpec spec, Node* anchor) {
+  return createNode(std::move(spec), anchor ? anchor->next_ : first_);
+}
+
+void Graph::eraseNode(Node* n) {
+  for (Value* v : n->outputs_) {
+    if (v && (v->hasUses() || v->isGraphOutput()))
+      throwInternal(fmt::format("cannot erase node '{}': output '{}' is still used", n->label(),
+                                v->name_));
+  }
+  for (size_t i = 0; i < n->inputs_.size(); ++i) removeUse(n->inputs_[i], n, static_cast<int>(i));
+  for (Value* v : n->implicit_inputs_) removeUse(v, n, Use::kImplicitUse);
+  for (Value* v : n->outputs_)
+    if (v) destroyValue(v);
+  if (!n->name_.empty()) {
+    auto it = node_by_name_.find(std::string_view(n->name_));
+    if (it != node_by_name_.end() && it->second == n) {
+      node_by_name_.erase(it);
+      // Another node may share the name (ONNX allows it): keep the lookup pointing at one.
+      for (Node* m = first_; m; m = m->next_)
+        if (m != n && m->name_ == n->name_) {
+          node_by_name_.emplace(std::string_view(m->name_), m);
+          break;
+        }
+    }
+  }
+  unindexNode(n);
+  unlinkNode(n);
+  --num_nodes_;
+  delete n;
+}
+
+size_t Graph::eraseNodeAndDeadProducers(Node* n) {
+  std::vector<Node*> work{n};
+  size_t erased = 0;
+  while (!work.empty()) {
+    Node* cur = work.back();
+    work.pop_back();
+    bool dead = true;
+    for (Value* v : cur->outputs_)
+      if (v && (v->hasUses() || v->isGraphOutput())) dead = false;
+    if (!dead) continue;
+    std::vector<Node*> producers;
+    for (Value* v : cur->inputs_)
+      if (v && v->producer_) producers.push_back(v->producer_);
+    for (Value* v : cur->implicit_inputs_)
+      if (v && v->producer_) producers.push_back(v->producer_);
+    eraseNode(cur);
+    ++erased;
+    for (Node* p : producers)
+      if (std::find(work.begin(), work.end(), p) == work.end()) work.push_back(p);
+  }
+  return erased;
+}
+
+size_t Graph::eraseDeadNodes() {
+  // Reverse topological sweep: a node is live if any output is a graph output or feeds a live
+  // node; consumers come after producers, so one backward pass decides everything.
+  size_t erased = 0;
+  for (Node* n = last_; n;) {
+    Node* prev = n->prev_;
+    bool live = false;
+    for (Value* v : n->outputs_)
+      if (v && (v->hasUses() || v->isGraphOutput())) live = true;
+    if (!live) {
+      eraseNode(n);
+      ++erased;
+    }
+    n = prev;
+  }
+  return erased;
+}
+
+size_t Graph::eraseUnusedInitializers() {
+  std::vector<Value*> dead;
+  for (Value* v : initializers_)
+    if (!v->hasUses() && !v->isGraphOutput() && !v->is_graph_input_) dead.push_back(v);
+  if (dead.empty()) return 0;
+  std::unordered_set<Value*> dead_set(dead.begin(), dead.end());
+  initializers_.erase(std::remove_if(initializers_.begin(), initializers_.end(),
+                                     [&](Value* v) { return dead_set.count(v) != 0; }),
+                      initializers_.end());
+  for (Value* v : dead) destroyValue(v);
+  return dead.size();
+}
+
+void Graph::setNodeInput(Node* n, size_t index, Value* v) {
+  if (index >= n->inputs_.size()) n->inputs_.resize(index + 1, nullptr);
+  removeUse(n->inputs_[index], n, static_cast<int>(index));
+  n->inputs_[index] = v;
+  addUse(v, n, static_cast<int>(index));
+}
+
+void Graph::appendNodeInput(Node* n, Value* v) { setNodeInput(n, n->inputs_.size(), v); }
+
+void Graph::setNodeImplicitInputs(Node* n, std::vector<Value*> values) {
+  for (Value* v : n->implicit_inputs_) removeUse(v, n, Use::kImplicitUse);
+  n->implicit_inputs_ = std::move(values);
+  for (Value* v : n->implicit_inputs_) addUse(v, n, Use::kImplicitUse);
+}
+
+void Graph::setOpType(Node* n, std::string op_type, std::string domain) {
+  if (domain == "ai.onnx") domain.clear();
+  unindexNode(n);
+  n->op_type_ = std::move(op_type);
+  n->domain_ = std::move(domain);
+  indexNode(n);
+}
+
+void Graph::replaceAllUsesWith(Value* from, Value* to) {
+  if (from == to) return;
+  std::vector<Use> uses = std::move(from->uses_);
+  from->uses_.clear();
+  for (const Use& u : uses) {
+    if (u.input == Use::kImplicitUse) {
+      // Subgraphs capture by name through outer refs; retarget both the node's implicit list
+      // and the outer refs inside its subgraphs.
+      for (Value*& iv : u.node->implicit_inputs_)
+        if (iv == from) iv = to;
+      forEachCapturingRef(u.node, from, [&](Graph& sub, Value* ref) {
+        ref->outer_ = to;
+        sub.renameValue(ref, to->name_);
+      });
+      to->uses_.push_back(u);
+      continue;
+    }
+    u.node->inputs_[static_cast<size_t>(u.input)] = to;
+    to->uses_.push_back(u);
+  }
+  if (from->isGraphOutput()) {
+    for (size_t i = 0; i < outputs_.size(); ++i)
+      if (outputs_[i] == from) setOutput(i, to);
+    // The graph's interface is its output names: `to` takes the name over.
+    std::string public_name = from->name_;
+    renameValue(from, uniqueValueName(public_name));
+    renameValue(to, public_name);
+  }
+}
+
+void Graph::renameValue(Value* v, const std::string& new_name) {
+  if (v->name_ == new_name) return;
+  if (new_name.empty()) throwInvalid("a value must have a non-empty name");
+  if (value_by_name_.count(new_name))
+    throwInvalid(fmt::format("cannot rename '{}' to '{}': name taken", v->name_, new_name));
+  value_by_name_.erase(std::string_view(v->name_));
+  v->name_ = new_name;
+  value_by_name_.emplace(std::string_view(v->name_), v);
+  // Subgraphs capture outer values by name: their outer references follow the rename.
+  for (const Use& u : v->uses_) {
+    if (u.input != Use::kImplicitUse) continue;
+    forEachCapturingRef(u.node, v, [&](Graph& sub, Value* ref) { sub.renameValue(ref, new_name); });
+  }
+}
+
+template <typename Fn>
+void Graph::forEachCapturingRef(Node* n, Value* outer, Fn&& fn) {
+  auto visit = [&](Graph* sub) {
+    if (!sub) return;
+    for (Value* ref : std::vector<Value*>(sub->outer_refs_))
+      if (ref->outer_ == outer) fn(*sub, ref);
+  };
+  for (Attribute& a : n->attrs_) {
+    if (a.kind == AttrKind::Graph) visit(a.g.get());
+    if (a.kind == AttrKind::Graphs)
+      for (auto& g : a.graphs) visit(g.get());
+  }
+}
+
+void Graph::renameNode(Node* n, const std::string& new_name) {
+  if (!n->name_.empty()) {
+    auto it = node_by_name_.find(std::string_view(n->name_));
+    if (it != node_by_name_.end() && it->second == n) node_by_name_.erase(it);
+  }
+  n->name_ = new_name;
+  if (!n->name_.empty()) node_by_name_.emplace(std::string_view(n->name_), n);
+}
+
+namespace {
+// Names are looked up in this graph and every enclosing one: a subgraph may not shadow an
+// outer name without confusing readers of the ONNX file.
+bool nameTakenInScope(const Graph* g, std::string_view candidate) {
+  for (; g; g = g->parent())
+    if (g->findValue(candidate)) return true;
+  return false;
+}
+}  // namespace
+
+std::string Graph::uniqueValueName(std::string_view hint) const {
+  std::string base(hint.empty() ? std::string_view("v") : hint);
+  if (!nameTakenInScope(this, base)) return base;
+  for (;;) {
+    std::string candidate = fmt::format("{}_{}", base, ++name_counter_);
+    if (!nameTakenInScope(this, candidate)) return candidate;
+  }
+}
+
+std::string Graph::uniqueNodeName(std::string_view hint) const {
+  std::string base(hint.empty() ? std::string_view("node") : hint);
+  if (!node_by_name_.count(base)) return base;
+  for (;;) {
+    std::string candidate = fmt::format("{}_{}", base, ++name_counter_);
+    if (!node_by_name_.count(candidate)) return candidate;
+  }
+}
+
+void Graph::moveBefore(Node* n, Node* position) {
+  if (n == position) return;
+  unlinkNode(n);
+  linkNode(n, position);
+}
+
+void Graph::moveAfter(Node* n, Node* anchor) {
+  if (n == anchor) return;
+  unlinkNode(n);
+  linkNode(n, anchor ? anchor->next_ : first_);
+}
+
+void Graph::topologicalSort() {
+  // Kahn's algorithm seeded in the current list order and processing ready nodes
+  // first-in-first-out by their current position: an already sorted graph keeps its order
+  // exactly, which keeps output deterministic and diffs small.
+  std::vector<Node*> order;
+  order.reserve(num_nodes_);
+  std::unordered_map<Node*, size_t> position;
+  position.reserve(num_nodes_);
+  for (Node* n = first_; n; n = n->next_) {
+    position.emplace(n, order.size());
+    order.push_back(n);
+  }
+  std::vector<uint32_t> pending(order.size(), 0);
+  auto producerIn = [&](Value* v) -> Node* {
+    return (v && v->producer_ && v->graph_ == this) ? v->producer_ : nullptr;
+  };
+  for (size_t i = 0; i < order.size(); ++i) {
+    Node* n = order[i];
+    for (Value* v : n->inputs_)
+      if (producerIn(v)) ++pending[i];
+    for (Value* v : n->implicit_inputs_)
+      if (producerIn(v)) ++pending[i];
+  }
+  // A min-heap on original position would be O(n log n); instead ready nodes are emitted by
+  // scanning forward and revisiting only nodes released behind the cursor.
+  std::vector<Node*> sorted;
+  sorted.reserve(order.size());
+  std::vector<bool> emitted(order.size(), false);
+  std::vector<size_t> released_behind;
+  auto emit = [&](size_t i) {
+    emitted[i] = true;
+    sorted.push_back(order[i]);
+    for (Value* v : order[i]->outputs_) {
+      if (!v) continue;
+      for (const Use& u : v->uses_) {
+        if (u.node->graph_ != this) continue;
+        size_t j = position.at(u.node);
+        if (--pending[j] == 0 && j < i) released_behind.push_back(j);
+      }
+    }
+  };
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (!emitted[i] && pending[i] == 0) emit(i);
+    while (!released_behind.empty()) {
+      std::sort(released_behind.begin(), released_behind.end(), std::greater<size_t>());
+      size_t j = released_behind.back();
+      released_behind.pop_back();
+      if (!emitted[j] && pending[j] == 0) emit(j);
+    }
+  }
+  if (sorted.size() != order.size()) {
+    for (size_t i = 0; i < order.size(); ++i)
+      if (!emitted[i])
+        throwInvalid(fmt::format("graph has a cycle through node '{}' ({})", order[i]->label(),
+                                 order[i]->op_type_));
+  }
+  first_ = last_ = nullptr;
+  for (Node* n : sorted) linkNode(n, nullptr);
+}
+
+std::vector<Node*> Graph::nodesSnapshot() const {
+  std::vector<Node*> out;
+  out.reserve(num_nodes_);
+  for (Node* n = first_; n; n = n->next_) out.push_back(n);
+  return out;
+}
+
+NodeChain<&Node::op_next_> Graph::nodesOfType(std::string_view op_type,
+                                              std::string_view domain) const {
+  if (domain == "ai.onnx") domain = "";
+  auto it = op_index_.find(opKey(op_type, domain));
+  if (it == op_index_.end()) return {nullptr, 0};
+  return {it->second.head, it->second.count};
+}
+
+std::vector<std::pair<std::pair<std::string, std::string>, size_t>> Graph::opHistogram() const {
+  std::vector<std::pair<std::pair<std::string, std::string>, size_t>> out;
+  out.reserve(op_index_.size());
+  for (const auto& [key, bucket] : op_index_) {
+    size_t sep = key.find('\0');
+    out.push_back({{key.substr(0, sep), key.substr(sep + 1)}, bucket.count});
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Node* Graph::findNode(std::string_view node_name) const {
+  auto it = node_by_name_.find(node_name);
+  return it == node_by_name_.end() ? nullptr : it->second;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verification
+
+std::string Graph::verify() const {
+  const std::string where = name.empty() ? std::string("graph") : fmt::format("graph '{}'", name);
+  // Values: ownership, names, kinds.
+  for (size_t i = 0; i < values_.size(); ++i) {
+    Value* v = values_[i];
+    if (v->graph_ != this) return fmt::format("{}: value '{}' belongs to another graph", where, v->name_);
+    if (v->slot_ != i) return fmt::format("{}: value '{}' has a stale slot", where, v->name_);
+    auto it = value_by_name_.find(v->name_);
+    if (it == value_by_name_.end() || it->second != v)
+      return fmt::format("{}: name map does not point at value '{}'", where, v->name_);
+    if (v->kind_ == Value::Kind::NodeOutput) {
+      if (!v->producer_ || v->producer_->graph_ != this)
+        return fmt::format("{}: value '{}' has no producer in this graph", where, v->name_);
+      if (v->producer_->output(static_cast<size_t>(v->producer_output_)) != v)
+        return fmt::format("{}: value '{}' is not output {} of its producer '{}'", where,
+                           v->name_, v->producer_output_, v->producer_->label());
+    } else if (v->producer_) {
+      return fmt::format("{}: value '{}' is a {} but has a producer", where, v->name_,
+                         v->kind_ == Value::Kind::GraphInput ? "graph input" : "non-node value");
+    }
+    if (v->kind_ == Value::Kind::OuterRef) {
+      if (!parent_) return fmt::format("{}: outer reference '{}' in a graph without parent", where, v->name_);
+      const Graph* g = parent_;
+      bool found = false;
+      for (; g && !found; g = g->parent_) found = g->findValue(v->name_) == v->outer_;
+      if (!found)
+        return fmt::format("{}: outer reference '{}' does not resolve to an enclosing value", where,
+                           v->name_);
+    }
+    if ((v->kind_ == Value::Kind::Initializer) != (v->initializer_ != nullptr))
+      return fmt::format("{}: value '{}' initializer flag and data disagree", where, v->name_);
+  }
+  if (value_by_name_.size() != values_.size())
+    return fmt::format("{}: name map has {} entries for {} values", where, value_by_name_.size(),
+                       values_.size());
+
+  // Nodes: list order is topological, inputs defined before use, use lists exact.
+  std::unordered_set<const Node*> seen;
+  seen.reserve(num_nodes_);
+  std::unordered_map<const Value*, size_t> expected_uses;
+  size_t count = 0;
+  const Node* prev = nullptr;
+  for (const Node* n = first_; n; n = n->next_) {
+    if (n->prev_ != prev) return fmt::format("{}: node list broken at '{}'", where, n->label());
+    prev = n;
+    if (n->graph_ != this) return fmt::format("{}: node '{}' belongs to another graph", where, n->label());
+    ++count;
+    for (size_t i = 0; i < n->inputs_.size(); ++i) {
+      const Value* v = n->inputs_[i];
+      if (!v) continue;
+      if (v->graph_ != this)
+        return fmt::format("{}: node '{}' input {} '{}' is not a value of this graph", where,
+                           n->label(), i, v->name_);
+      if (v->producer_ && !seen.count(v->producer_))
+        return fmt::format("{}: node '{}' reads '{}' before its producer '{}' (not topological, "
+                           "or a cycle)", where, n->label(), v->name_, v->producer_->label());
+      ++expected_uses[v];
+      bool listed = std::find(v->uses_.begin(), v->uses_.end(),
+                              Use{const_cast<Node*>(n), static_cast<int>(i)}) != v->uses_.end();
+      if (!listed)
+        return fmt::format("{}: use list of '{}' lacks node '{}' input {}", where, v->name_,
+                           n->label(), i);
+    }
+    for (const Value* v : n->implicit_inputs_) {
+      if (v->graph_ != this)
+        return fmt::format("{}: node '{}' captures '{}' from another graph", where, n->label(), v->name_);
+      if (v->producer_ && !seen.count(v->producer_))
+        return fmt::format("{}: node '{}' captures '{}' before its producer '{}'", where,
+                           n->label(), v->name_, v->producer_->label());
+      ++expected_uses[v];
+    }
+    for (size_t i = 0; i < n->outputs_.size(); ++i) {
+      const Value* v = n->outputs_[i];
+      if (v && (v->producer_ != n || v->producer_output_ != static_cast<int>(i)))
+        return fmt::format("{}: output {} '{}' of node '{}' names another producer", where, i,
+                           v->name_, n->label());
+    }
+    for (const Attribute& a : n->attrs_) {
+      auto check = [&](const Graph* sub) -> std::string {
+        if (!sub) return fmt::format("{}: node '{}' attribute '{}' has no graph", where, n->label(), a.name);
+        if (sub->parent_ != this)
+          return fmt::format("{}: subgraph of node '{}' attribute '{}' has the wrong parent",
+                             where, n->label(), a.name);
+        for (const Value* ref : sub->outer_refs_) {
+          const Value* outer = ref->outer_;
+          if (outer && outer->graph_ == this &&
+              std::find(n->implicit_inputs_.begin(), n->implicit_inputs_.end(), outer) ==
+                  n->implicit_inputs_.end())
+            return fmt::format("{}: node '{}' does not list captured '{}' as implicit input",
+                               where, n->label(), outer->name_);
+        }
+        return sub->verify();
+      };
+      if (a.kind == AttrKind::Graph) {
+        if (std::string m = check(a.g.get()); !m.empty()) return m;
+      } else if (a.kind == AttrKind::Graphs) {
+        for (const auto& g : a.graphs)
+          if (std::string m = check(g.get()); !m.empty()) return m;
+      }
+    }
+    seen.insert(n);
+  }
+  if (prev != last_) return fmt::format("{}: node list tail is stale", where);
+  if (count != num_nodes_)
+    return fmt::format("{}: node count {} but {} nodes are linked", where, num_nodes_, count);
+  for (const Value* v : values_) {
+    size_t expected = 0;
+    if (auto it = expected_uses.find(v); it != expected_uses.end()) expected = it->second;
+    if (v->uses_.size() != expected)
+      return fmt::format("{}: value '{}' lists {} uses but {} node inputs read it", where,
+                         v->name_, v->uses_.size(), expected);
+  }
+  for (const Value* v : outputs_) {
+    if (!v || v->graph_ != this) return fmt::format("{}: a graph output is not a value of this graph", where);
+  }
+  for (const Value* v : values_) {
+    size_t n_out = static_cast<size_t>(std::count(outputs_.begin(), outputs_.end(), v));
+    if (n_out != v->graph_output_count_)
+      return fmt::format("{}: value '{}' output count is stale", where, v->name_);
+    bool listed_input = std::find(inputs_.begin(), inputs_.end(), v) != inputs_.end();
+    if (listed_input != v->is_graph_input_)
+      return fmt::format("{}: value '{}' graph-input flag is stale", where, v->name_);
+  }
+
+  // Op-type index: every node in exactly its own bucket, in order, counts right.
+  size_t indexed = 0;
+  for (const auto& [key, bucket] : op_index_) {
+    size_t c = 0;
+    const Node* p = nullptr;
+    for (const Node* n = bucket.head; n; n = n->op_next_) {
+      if (n->op_prev_ != p) return fmt::format("{}: op-type index chain broken at '{}'", where, n->label());
+      if (opKey(n->op_type_, n->domain_) != key)
+        return fmt::format("{}: node '{}' ({}) is indexed under another op type", where,
+                           n->label(), n->op_type_);
+      if (!seen.count(n)) return fmt::format("{}: op-type index holds an erased node", where);
+      p = n;
+      ++c;
+    }
+    if (p != bucket.tail || c != bucket.count)
+      return fmt::format("{}: op-type index bucket count/tail is stale", where);
+    indexed += c;
+  }
+  if (indexed != num_nodes_)
+    return fmt::format("{}: op-type index holds {} nodes, graph has {}", where, indexed, num_nodes_);
+  return "";
+}
+
+void Graph::verifyOrThrow() const {
+  std::string message = verify();
+  if (!message.empty()) throwInternal("graph verification failed: " + message);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deep copy
+
+std::unique_ptr<Graph> Graph::clone(Graph* parent) const {
+  auto out = std::make_unique<Graph>(name);
+  out->doc_string = doc_string;
+  out->parent_ = parent;
+  out->sparse_initializers = sparse_initializers;
+  out->quantization_annotations = quantization_annotations;
+  std::unordered_map<const Value*, Value*> map;
+  map.reserve(values_.size());
+  auto copyMeta = [](const Value* from, Value* to) {
+    to->type = from->type;
+    to->doc_string = from->doc_string;
+  };
+  for (const Value* v : outer_refs_) {
+    Value* outer = v->outer_;
+    if (parent) {
+      for (Graph* g = parent; g; g = g->parent_)
+        if (Value* found = g->findValue(v->name_)) { outer = found; break; }
+    }
+    Value* c = out->addOuterRef(v->name_, outer);
+    copyMeta(v, c);
+    map[v] = c;
+  }
+  for (const Value* v : initializers_) {
+    Value* c = out->newValue(v->name_, Value::Kind::Initializer);
+    c->initializer_ = v->initializer_;  // tensors are immutable once shared: no data copy
+    copyMeta(v, c);
+    out->initializers_.push_back(c);
+    map[v] = c;
+  }
+  for (const Value* v : inputs_) {
+    if (v->isInitializer()) {
+      Value* c = map.at(v);
+      c->is_graph_input_ = true;
+      out->inputs_.push_back(c);
+      continue;
+    }
+    Value* c = out->addInput(v->name_, v->type);
+    copyMeta(v, c);
+    map[v] = c;
+  }
+  for (const Node* n = first_; n; n = n->next_) {
+    NodeSpec spec;
+    spec.op_type = n->op_type_;
+    spec.domain = n->domain_;
+    spec.name = n->name_;
+    for (const Value* v : n->inputs_) spec.inputs.push_back(v ? map.at(v) : nullptr);
+    for (const Value* v : n->outputs_) spec.output_names.push_back(v ? v->name_ : std::string());
+    Node* c = out->createNode(std::move(spec));
+    c->doc_string = n->doc_string;
+    for (size_t i = 0; i < n->outputs_.size(); ++i) {
+      if (!n->outputs_[i]) continue;
+      copyMeta(n->outputs_[i], c->outputs_[i]);
+      map[n->outputs_[i]] = c->outputs_[i];
+    }
+    c->attrs_.reserve(n->attrs_.size());
+    for (const Attribute& a : n->attrs_) {
+      if (a.kind != AttrKind::Graph && a.kind != AttrKind::Graphs) {
+        c->attrs_.push_back(a);
+        continue;
+      }
+      // Subgraphs are cloned here rather than by Attribute's copy so they bind to the copy.
+      Attribute ca;
+      ca.name = a.name;
+      ca.kind = a.kind;
+      ca.doc_string = a.doc_string;
+      ca.ref_attr_name = a.ref_attr_name;
+      if (a.g) ca.g = a.g->clone(out.get());
+      for (const auto& g : a.graphs) ca.graphs.push_back(g ? g->clone(out.get()) : nullptr);
+      c->attrs_.push_back(std::move(ca));
+    }
+    std::vector<Value*> implicit;
+    for (const Value* v : n->implicit_inputs_) implicit.push_back(map.at(v));
+    out->setNodeImplicitInputs(c, std::move(implicit));
+  }
+  for (const Value* v : outputs_) out->addOutput(map.at(v));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model
+
+int64_t Model::opsetVersion(std::string_view op_domain) const {
+  if (op_domain == "ai.onnx") op_domain = "";
+  for (const OpsetImport& o : opset_imports) {
+    std::string_view d = o.domain == "ai.onnx" ? std::string_view() : std::string_view(o.domain);
+    if (d == op_domain) return o.version;
+  }
+  return 0;
+}
+
+void Model::setOpsetVersion(std::string_view op_domain, int64_t version) {
+  if (op_domain == "ai.onnx") op_domain = "";
+  for (OpsetImport& o : opset_imports) {
+    std::string_view d = o.domain == "ai.onnx" ? std::string_view() : std::string_view(o.domain);
+    if (d == op_domain) {
+      o.version = version;
+      return;
+    }
+  }
+  opset_imports.push_back({std::string(op_domain), version});
+}
+
+}  // namespace fusectl

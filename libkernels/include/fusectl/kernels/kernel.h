@@ -1,0 +1,145 @@
+// The contract between the executor and CPU kernels.
+//
+// A kernel is a function of a KernelContext: it reads the node's attributes and its input
+// tensors, decides each output's dtype and shape, asks the context for the output buffer (the
+// executor serves it from its memory plan, so kernels never allocate activations themselves),
+// and fills it. Kernels are registered per (domain, op type, opset range); one dispatcher picks
+// them, so fusion in the executor can be switched off by registering fused ops or not.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fusectl/graph/dtype.h"
+#include "fusectl/graph/graph.h"
+
+namespace fusectl::kernels {
+
+// A tensor at run time: concrete dims, contiguous row-major bytes. Either owns its storage or
+// borrows it (an initializer's bytes, a slice of the executor's arena).
+class HostTensor {
+ public:
+  HostTensor() = default;
+  HostTensor(DType dtype, std::vector<int64_t> dims);  // owns zero-filled storage
+  // Borrows `data`; `keep_alive` (may be null) keeps the owner alive.
+  static HostTensor borrow(DType dtype, std::vector<int64_t> dims, const void* data,
+                           std::shared_ptr<const void> keep_alive);
+  static HostTensor fromTensor(const Tensor& t);  // borrows the tensor's buffer
+  Tensor toTensor() const;                        // copies into a graph Tensor
+
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  size_t rank() const { return dims_.size(); }
+  int64_t dim(size_t i) const { return dims_[i]; }
+  int64_t numel() const;
+  size_t byteSize() const;
+
+  template <typename T> const T* data() const { return static_cast<const T*>(data_); }
+  template <typename T> T* mutableData() { return static_cast<T*>(data_); }
+  const void* raw() const { return data_; }
+  void* mutableRaw() { return data_; }
+  // Strings live beside the (empty) byte storage; only DType::String tensors use them.
+  std::vector<std::string>& strings() { return strings_; }
+  const std::vector<std::string>& strings() const { return strings_; }
+
+  // Reinterprets the same bytes with new dims (same element count), sharing storage.
+  HostTensor reshaped(std::vector<int64_t> dims) const;
+
+ private:
+  friend class OutputAllocator;
+  DType dtype_ = DType::Undefined;
+  std::vector<int64_t> dims_;
+  void* data_ = nullptr;
+  std::shared_ptr<const void> storage_;
+  std::vector<std::string> strings_;
+};
+
+// Serves output buffers; implemented by the executor's memory planner.
+class OutputAllocator {
+ public:
+  virtual ~OutputAllocator() = default;
+  // A buffer of byteSize(dtype, dims) bytes, uninitialised, valid until the value dies.
+  virtual HostTensor allocate(DType dtype, const std::vector<int64_t>& dims) = 0;
+
+ protected:
+  static HostTensor wrap(DType dtype, std::vector<int64_t> dims, void* data,
+                         std::shared_ptr<const void> storage);
+};
+
+class KernelContext {
+ public:
+  KernelContext(const Node& node, int64_t opset, std::vector<const HostTensor*> inputs,
+                OutputAllocator& allocator, int num_threads);
+
+  const Node& node() const { return node_; }
+  int64_t opset() const { return opset_; }
+  int numThreads() const { return num_threads_; }
+
+  size_t numInputs() const { return inputs_.size(); }
+  // nullptr for an omitted optional input or an index past the end.
+  const HostTensor* input(size_t i) const { return i < inputs_.size() ? inputs_[i] : nullptr; }
+  const HostTensor& requireInput(size_t i) const;  // throws naming the node when absent
+
+  size_t numOutputs() const { return outputs_.size(); }
+  bool outputWanted(size_t i) const;  // false for an omitted optional output
+  HostTensor& allocateOutput(size_t i, DType dtype, const std::vector<int64_t>& dims);
+  // An output that aliases an input's bytes (Reshape, Identity, Squeeze...): no copy.
+  void setOutput(size_t i, HostTensor t);
+  std::vector<HostTensor>& outputs() { return outputs_; }
+
+  // Attribute helpers that read the node (defaults as in the ONNX spec are the caller's).
+  int64_t attrInt(std::string_view name, int64_t def) const { return node_.attrInt(name, def); }
+  float attrFloat(std::string_view name, float def) const { return node_.attrFloat(name, def); }
+  std::string attrString(std::string_view name, std::string def) const {
+    return node_.attrString(name, std::move(def));
+  }
+  std::vector<int64_t> attrInts(std::string_view name, std::vector<int64_t> def = {}) const {
+    return node_.attrInts(name, std::move(def));
+  }
+  std::vector<float> attrFloats(std::string_view name, std::vector<float> def = {}) const {
+    return node_.attrFloats(name, std::move(def));
+  }
+
+  // Throws fusectl::Error(InvalidInput) "node 'X' (Op): <message>".
+  [[noreturn]] void fail(const std::string& message) const;
+
+ private:
+  const Node& node_;
+  int64_t opset_;
+  std::vector<const HostTensor*> inputs_;
+  std::vector<HostTensor> outputs_;
+  OutputAllocator& allocator_;
+  int num_threads_;
+};
+
+using KernelFn = std::function<void(KernelContext&)>;
+
+struct KernelInfo {
+  std::string domain;  // "" for ai.onnx
+  std::string op_type;
+  int64_t since_opset = 1;   // first opset this kernel implements
+  int64_t until_opset = 1000;  // last opset (inclusive)
+  KernelFn fn;
+};
+
+class KernelRegistry {
+ public:
+  static KernelRegistry& global();  // every built-in kernel registered
+  void add(KernelInfo info);
+  // The kernel for this op at this opset, or nullptr.
+  const KernelInfo* find(std::string_view domain, std::string_view op_type, int64_t opset) const;
+  std::vector<std::string> opTypes() const;  // sorted "domain::op" or "op"
+
+ private:
+  std::vector<KernelInfo> kernels_;
+};
+
+// Each kernel file group registers through a function called from registerAllKernels() rather
+// than through static initialisers, which a static-library link would silently drop.
+void registerAllKernels(KernelRegistry& registry);
+
+}  // namespace fusectl::kernels

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what fusectl needs to build and test, from Debian's packages. Idempotent: when every
+# package is already installed it changes nothing and needs no network.
+set -euo pipefail
+
+packages=(
+  g++ make cmake pkg-config
+  libonnx-dev libprotobuf-dev protobuf-compiler
+  libcli11-dev libfmt-dev nlohmann-json3-dev catch2
+  graphviz   # `dot`, to check that `fusectl dump --format dot` renders
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
