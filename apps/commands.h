@@ -6,6 +6,11 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fusectl/graph/shape.h"
 
 namespace fusectl::cli {
 
@@ -16,5 +21,23 @@ struct Command {
 
 Command addDumpCommand(CLI::App& parent);
 Command addConvertCommand(CLI::App& parent);
+
+// True when both paths exist and name the same file (same device and inode: catches
+// "./m.onnx" vs "m.onnx", symlinks and hard links).
+bool isSameFile(const std::string& a, const std::string& b);
+
+// ---- Executor commands (cmd_run.cpp, cmd_verify.cpp, cmd_conformance.cpp) ----
+Command addRunCommand(CLI::App& parent);
+Command addVerifyCommand(CLI::App& parent);
+Command addConformanceCommand(CLI::App& parent);
+// Shared by run and verify (defined in cmd_run.cpp): "--shape NAME=DIMS" flags (Usage error
+// when malformed or not numeric), byte counts as "1.5 MiB", dims as "[1,3,224,224]".
+std::vector<std::pair<std::string, Shape>> parseShapeSpecs(const std::vector<std::string>& specs);
+std::string formatBytes(uint64_t bytes);
+std::string formatDims(const std::vector<int64_t>& dims);
+
+// ---- Pass commands (cmd_passes.cpp, cmd_match.cpp) ----
+Command addPassesCommand(CLI::App& parent);
+Command addMatchCommand(CLI::App& parent);
 
 }  // namespace fusectl::cli

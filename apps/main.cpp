@@ -42,9 +42,31 @@ void printError(const std::string& message) {
 
 std::string versionText() {
   constexpr int pb = GOOGLE_PROTOBUF_VERSION;  // 3021012 is 3.21.12
-  return fmt::format("fusectl {}\nonnx {}\nprotobuf {}.{}.{}", FUSECTL_VERSION,
+  return fmt::format("fusectl {} (onnx {}, protobuf {}.{}.{})", FUSECTL_VERSION,
                      ONNX_NAMESPACE::LAST_RELEASE_VERSION, pb / 1000000, pb / 1000 % 1000,
                      pb % 1000);
+}
+
+// CLI11's message, pointed at the right --help; "unknown subcommand" when the first word is one.
+std::string usageMessage(const CLI::App& app, const std::vector<fusectl::cli::Command>& commands,
+                         int argc, char** argv, const CLI::ParseError& e) {
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string word = argv[1];
+    std::vector<std::string> names;
+    bool known = false;
+    for (const auto& cmd : commands) {
+      names.push_back(cmd.app->get_name());
+      known = known || cmd.app->get_name() == word;
+    }
+    if (!known) {
+      return fmt::format("unknown subcommand '{}' (subcommands: {})", word,
+                         fmt::join(names, ", "));
+    }
+  }
+  std::vector<CLI::App*> parsed = app.get_subcommands();
+  std::string help = parsed.empty() ? "fusectl --help"
+                                    : fmt::format("fusectl {} --help", parsed.back()->get_name());
+  return fmt::format("{} (run '{}')", e.what(), help);
 }
 
 }  // namespace
@@ -61,6 +83,12 @@ int main(int argc, char** argv) {
     std::vector<fusectl::cli::Command> commands = {
         fusectl::cli::addDumpCommand(app),
         fusectl::cli::addConvertCommand(app),
+        fusectl::cli::addRunCommand(app),
+        fusectl::cli::addVerifyCommand(app),
+        fusectl::cli::addConformanceCommand(app),
+        // libpasses (cmd_passes.cpp, cmd_match.cpp)
+        fusectl::cli::addPassesCommand(app),
+        fusectl::cli::addMatchCommand(app),
     };
 
     try {
@@ -72,7 +100,7 @@ int main(int argc, char** argv) {
     } catch (const CLI::CallForVersion& e) {
       return app.exit(e);
     } catch (const CLI::ParseError& e) {
-      printError(fmt::format("{} (run 'fusectl --help')", e.what()));
+      printError(usageMessage(app, commands, argc, argv, e));
       return kExitUsage;
     }
 

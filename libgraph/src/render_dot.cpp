@@ -59,8 +59,10 @@ std::string nodeLabel(const Node& n) {
   }
   for (const Attribute& a : n.attributes()) {
     if (a.kind == AttrKind::Graph && a.g) {
-      add_detail("<i>" + htmlEscape(fmt::format("{}: {} ({} nodes)", a.name,
-                                                formatAttributeValue(a), a.g->numNodes())) +
+      size_t count = a.g->numNodes();
+      add_detail("<i>" + htmlEscape(fmt::format("{}: {} ({} node{})", a.name,
+                                                formatAttributeValue(a), count,
+                                                count == 1 ? "" : "s")) +
                  "</i>");
     } else if (a.kind == AttrKind::Graphs) {
       add_detail("<i>" + htmlEscape(a.name + ": " + formatAttributeValue(a)) + "</i>");
@@ -72,74 +74,99 @@ std::string nodeLabel(const Node& n) {
 
 }  // namespace
 
+// Formats into a buffer that reaches the stream in large writes.
+class DotWriter {
+ public:
+  explicit DotWriter(std::ostream& out) : out_(out) {}
+  ~DotWriter() { flush(); }
+  template <typename... Args>
+  void operator()(fmt::format_string<Args...> f, Args&&... args) {
+    fmt::format_to(std::back_inserter(buf_), f, std::forward<Args>(args)...);
+    if (buf_.size() > (1u << 20)) flush();
+  }
+  void flush() {
+    out_.write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+    buf_.clear();
+  }
+
+ private:
+  std::ostream& out_;
+  fmt::memory_buffer buf_;
+};
+
+// A DOT node id: 'i' graph input, 'n' node, 'o' graph output, 'c' a constant shown on its own.
+struct DotId {
+  char kind;
+  size_t index;
+};
+
 void renderDot(const Model& model, std::ostream& out, const RenderOptions&) {
   const Graph& g = *model.graph;
-  out << "digraph " << quotedEscape(g.name.empty() ? "graph" : g.name) << " {\n";
-  out << "  graph [rankdir=TB, fontname=\"Helvetica\", labelloc=t, label="
-      << quotedEscape(g.name) << "];\n";
-  out << "  node [shape=box, style=\"rounded,filled\", fillcolor=\"#eef3fb\", "
-         "fontname=\"Helvetica\", fontsize=11];\n";
-  out << "  edge [fontname=\"Helvetica\", fontsize=9, color=\"#555555\"];\n";
+  DotWriter emit(out);
+  emit("digraph {} {{\n", quotedEscape(g.name.empty() ? "graph" : g.name));
+  emit("  graph [rankdir=TB, fontname=\"Helvetica\", labelloc=t, label={}];\n",
+       quotedEscape(g.name));
+  emit("  node [shape=box, style=\"rounded,filled\", fillcolor=\"#eef3fb\", "
+       "fontname=\"Helvetica\", fontsize=11];\n");
+  emit("  edge [fontname=\"Helvetica\", fontsize=9, color=\"#555555\"];\n");
 
-  // Where each value comes from, as a DOT node id. Initializers have no id: they are folded.
-  std::unordered_map<const Value*, std::string> source;
-  size_t k = 0;
-  for (const Value* v : g.inputs()) {
-    std::string id = fmt::format("i{}", k++);
+  // Where each value comes from. Initializers have no entry: they are folded into labels.
+  std::unordered_map<const Value*, DotId> source;
+  source.reserve(g.numNodes() + g.inputs().size());
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    const Value* v = g.inputs()[k];
     if (v->isInitializer()) continue;
-    source[v] = id;
-    out << "  " << id << " [shape=ellipse, fillcolor=\"#d9ead3\", label=<<b>"
-        << htmlEscape(v->name()) << "</b><br/>" << htmlEscape(v->type.str()) << ">];\n";
+    source[v] = DotId{'i', k};
+    emit("  i{} [shape=ellipse, fillcolor=\"#d9ead3\", label=<<b>{}</b><br/>{}>];\n", k,
+         htmlEscape(v->name()), htmlEscape(v->type.str()));
   }
   size_t index = 0;
-  std::string buf;
   for (const Node* n : g.nodes()) {
-    std::string id = fmt::format("n{}", index++);
     for (const Value* v : n->outputs()) {
-      if (v) source[v] = id;
+      if (v) source[v] = DotId{'n', index};
     }
-    buf = "  " + id + " [label=" + nodeLabel(*n) + "];\n";
-    out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+    emit("  n{} [label={}];\n", index++, nodeLabel(*n));
   }
-  k = 0;
-  for (const Value* v : g.outputs()) {
-    out << "  o" << k++ << " [shape=ellipse, fillcolor=\"#fce5cd\", label=<<b>"
-        << htmlEscape(v->name()) << "</b><br/>" << htmlEscape(v->type.str()) << ">];\n";
+  for (size_t k = 0; k < g.outputs().size(); ++k) {
+    const Value* v = g.outputs()[k];
+    emit("  o{} [shape=ellipse, fillcolor=\"#fce5cd\", label=<<b>{}</b><br/>{}>];\n", k,
+         htmlEscape(v->name()), htmlEscape(v->type.str()));
   }
 
   // An output that is an initializer has no producer box: give it a note of its own.
-  auto source_of = [&](const Value* v) -> std::string {
+  size_t constants = 0;
+  auto source_of = [&](const Value* v) -> DotId {
     auto it = source.find(v);
     if (it != source.end()) return it->second;
-    std::string id = fmt::format("c{}", source.size());
+    DotId id{'c', constants++};
     source[v] = id;
-    out << "  " << id << " [shape=note, fillcolor=\"#fff2cc\", label="
-        << quotedEscape(v->name() + ": " + v->type.str()) << "];\n";
+    emit("  c{} [shape=note, fillcolor=\"#fff2cc\", label={}];\n", id.index,
+         quotedEscape(v->name() + ": " + v->type.str()));
     return id;
   };
 
   index = 0;
   for (const Node* n : g.nodes()) {
-    std::string id = fmt::format("n{}", index++);
     for (const Value* v : n->inputs()) {
       if (!v || v->isInitializer()) continue;
-      buf = "  " + source_of(v) + " -> " + id + " [label=" + quotedEscape(v->type.str()) +
-            ", tooltip=" + quotedEscape(v->name()) + "];\n";
-      out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+      DotId from = source_of(v);
+      emit("  {}{} -> n{} [label={}, tooltip={}];\n", from.kind, from.index, index,
+           quotedEscape(v->type.str()), quotedEscape(v->name()));
     }
     for (const Value* v : n->implicitInputs()) {
       if (!v || v->isInitializer()) continue;
-      out << "  " << source_of(v) << " -> " << id << " [style=dashed, label="
-          << quotedEscape(v->type.str()) << ", tooltip=" << quotedEscape(v->name() + " (captured)")
-          << "];\n";
+      DotId from = source_of(v);
+      emit("  {}{} -> n{} [style=dashed, label={}, tooltip={}];\n", from.kind, from.index, index,
+           quotedEscape(v->type.str()), quotedEscape(v->name() + " (captured)"));
     }
+    ++index;
   }
-  k = 0;
-  for (const Value* v : g.outputs()) {
-    out << "  " << source_of(v) << " -> o" << k++ << " [label=" << quotedEscape(v->type.str())
-        << "];\n";
+  for (size_t k = 0; k < g.outputs().size(); ++k) {
+    const Value* v = g.outputs()[k];
+    DotId from = source_of(v);
+    emit("  {}{} -> o{} [label={}];\n", from.kind, from.index, k, quotedEscape(v->type.str()));
   }
-  out << "}\n";
+  emit("}}\n");
 }
 
 }  // namespace fusectl

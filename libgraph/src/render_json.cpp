@@ -1,11 +1,13 @@
 // `fusectl dump --format json`: the layout of docs/schemas/dump.schema.json ("fusectl.dump/1").
 //
-// The top-level object is written by hand so that the node list can be streamed: each node is
-// built as a small JSON object, printed on one line and dropped before the next one.
+// Written by a small streaming writer rather than through a JSON DOM: a dump of a million nodes
+// must not build a million-node document first. The header sections are one line each, then
+// every node is one line of the "nodes" array, so the output is both valid JSON and greppable.
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
+#include <cmath>
 #include <ostream>
+#include <vector>
 
 #include "fusectl/graph/render.h"
 #include "fusectl/graph/summary.h"
@@ -13,200 +15,390 @@
 namespace fusectl {
 namespace {
 
-using Json = nlohmann::ordered_json;
+class JsonWriter {
+ public:
+  explicit JsonWriter(std::ostream& out) : out_(out) {}
+  ~JsonWriter() { flush(); }
 
-// Floats go through their shortest decimal text so that 0.1f is written 0.1, not 0.100000001.
-Json floatJson(float f) {
-  double d = std::strtod(fmt::format("{}", f).c_str(), nullptr);
-  return Json(d);
-}
+  void beginObject() { open('{'); }
+  void endObject() { close('}'); }
+  void beginArray() { open('['); }
+  void endArray() { close(']'); }
+  void key(std::string_view k) {
+    comma();
+    string(k);
+    buf_.push_back(':');
+    after_key_ = true;
+  }
+  void value(std::string_view s) { comma(); string(s); }
+  void value(const char* s) { value(std::string_view(s)); }
+  void value(int64_t v) { comma(); fmt::format_to(std::back_inserter(buf_), "{}", v); }
+  void value(uint64_t v) { comma(); fmt::format_to(std::back_inserter(buf_), "{}", v); }
+  void value(int v) { value(static_cast<int64_t>(v)); }
+  void value(bool v) { comma(); buf_.append(std::string_view(v ? "true" : "false")); }
+  void null() { comma(); buf_.append(std::string_view("null")); }
+  // Shortest text that reads back as the same float: 0.1f is written 0.1, not 0.100000001.
+  void value(float v) {
+    if (!std::isfinite(v)) return null();
+    comma();
+    fmt::format_to(std::back_inserter(buf_), "{}", v);
+  }
+  void value(double v) {
+    if (!std::isfinite(v)) return null();
+    comma();
+    fmt::format_to(std::back_inserter(buf_), "{}", v);
+  }
+  template <typename T>
+  void field(std::string_view k, const T& v) { key(k); value(v); }
 
-Json dimJson(const Dim& d) {
-  if (d.isStatic()) return Json(d.value());
-  if (d.isSymbolic()) return Json(d.symbol());
-  return Json(nullptr);
-}
+  // Line break and indentation before the next element: its comma goes first, so that lines
+  // start with the element.
+  void newlineBefore(std::string_view indent) {
+    comma();
+    buf_.append(indent);
+    after_key_ = true;  // the comma is written: the element must not write another
+    if (buf_.size() > (1u << 20)) flush();
+  }
+  // Whitespace before a closing bracket.
+  void raw(std::string_view text) {
+    buf_.append(text);
+    if (buf_.size() > (1u << 20)) flush();
+  }
+  void flush() {
+    out_.write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+    buf_.clear();
+  }
 
-Json typeFields(Json j, const ValueType& t) {
-  j["type"] = t.str();
+ private:
+  void open(char c) {
+    comma();
+    buf_.push_back(c);
+    first_.push_back(true);
+  }
+  void close(char c) {
+    buf_.push_back(c);
+    first_.pop_back();
+  }
+  void comma() {
+    if (after_key_) {
+      after_key_ = false;
+      return;
+    }
+    if (!first_.empty()) {
+      if (!first_.back()) buf_.push_back(',');
+      first_.back() = false;
+    }
+  }
+  // Escapes per RFC 8259; bytes that are not valid UTF-8 become U+FFFD, so a dump never fails
+  // on a strange name.
+  void string(std::string_view s) {
+    buf_.push_back('"');
+    size_t i = 0;
+    while (i < s.size()) {
+      unsigned char c = static_cast<unsigned char>(s[i]);
+      if (c == '"' || c == '\\') {
+        buf_.push_back('\\');
+        buf_.push_back(static_cast<char>(c));
+        ++i;
+      } else if (c < 0x20) {
+        switch (c) {
+          case '\n': buf_.append(std::string_view("\\n")); break;
+          case '\t': buf_.append(std::string_view("\\t")); break;
+          case '\r': buf_.append(std::string_view("\\r")); break;
+          default: fmt::format_to(std::back_inserter(buf_), "\\u{:04x}", c);
+        }
+        ++i;
+      } else if (c < 0x80) {
+        buf_.push_back(static_cast<char>(c));
+        ++i;
+      } else {
+        size_t n = utf8Length(s, i);
+        if (n == 0) {
+          buf_.append(std::string_view("\xEF\xBF\xBD"));
+          ++i;
+        } else {
+          buf_.append(s.substr(i, n));
+          i += n;
+        }
+      }
+    }
+    buf_.push_back('"');
+  }
+  // Length of the valid UTF-8 sequence starting at s[i], or 0.
+  static size_t utf8Length(std::string_view s, size_t i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n;
+    uint32_t min;
+    if ((c & 0xE0) == 0xC0) { n = 2; min = 0x80; }
+    else if ((c & 0xF0) == 0xE0) { n = 3; min = 0x800; }
+    else if ((c & 0xF8) == 0xF0) { n = 4; min = 0x10000; }
+    else return 0;
+    if (i + n > s.size()) return 0;
+    uint32_t cp = c & (0x7F >> n);
+    for (size_t k = 1; k < n; ++k) {
+      unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return 0;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return n;
+  }
+
+  std::ostream& out_;
+  fmt::memory_buffer buf_;
+  std::vector<bool> first_;
+  bool after_key_ = false;
+};
+
+void writeTypeFields(JsonWriter& w, const ValueType& t) {
+  w.field("type", t.str());
+  w.key("dtype");
   if (!t.isTensor() || t.dtype == DType::Undefined) {
-    j["dtype"] = nullptr;
+    w.null();
   } else {
-    j["dtype"] = std::string(dtypeName(t.dtype));
+    w.value(dtypeName(t.dtype));
   }
+  w.key("shape");
   if (!t.isTensor() || !t.shape.hasRank()) {
-    j["shape"] = nullptr;
-  } else {
-    Json dims = Json::array();
-    for (const Dim& d : t.shape.dims()) dims.push_back(dimJson(d));
-    j["shape"] = std::move(dims);
+    w.null();
+    return;
   }
-  return j;
+  w.beginArray();
+  for (const Dim& d : t.shape.dims()) {
+    if (d.isStatic()) {
+      w.value(d.value());
+    } else if (d.isSymbolic()) {
+      w.value(d.symbol());
+    } else {
+      w.null();
+    }
+  }
+  w.endArray();
 }
 
-Json valueJson(const Value* v) {
-  if (!v) return Json(nullptr);
-  Json j = typeFields(Json{{"name", v->name()}}, v->type);
-  if (v->isInitializer()) j["initializer"] = true;
-  return j;
+void writeValue(JsonWriter& w, const std::string& name, const ValueType& type, bool initializer) {
+  w.beginObject();
+  w.field("name", name);
+  writeTypeFields(w, type);
+  if (initializer) w.field("initializer", true);
+  w.endObject();
 }
 
-Json valueSummaryJson(const ValueSummary& v) {
-  Json j = typeFields(Json{{"name", v.name}}, v.type);
-  if (v.is_initializer) j["initializer"] = true;
-  return j;
+void writeValue(JsonWriter& w, const Value* v) {
+  if (!v) return w.null();
+  writeValue(w, v->name(), v->type, v->isInitializer());
 }
 
-Json valueListJson(const std::vector<Value*>& values) {
-  Json a = Json::array();
-  for (const Value* v : values) a.push_back(valueJson(v));
-  return a;
+void writeValueList(JsonWriter& w, const std::vector<Value*>& values) {
+  w.beginArray();
+  for (const Value* v : values) writeValue(w, v);
+  w.endArray();
 }
 
-Json tensorJson(const Tensor& t) {
-  Json j{{"dtype", std::string(dtypeName(t.dtype()))}, {"dims", t.dims()}};
+void writeTensor(JsonWriter& w, const Tensor& t) {
+  w.beginObject();
+  w.field("dtype", dtypeName(t.dtype()));
+  w.key("dims");
+  w.beginArray();
+  for (int64_t d : t.dims()) w.value(d);
+  w.endArray();
   // Small constants (Reshape targets, axes...) carry their values; the text form has them too.
   constexpr int64_t kMaxValues = 16;
   int64_t n = t.numel();
-  if (n < 0 || n > kMaxValues) return j;
-  if (t.dtype() == DType::String) {
-    j["values"] = t.strings();
-    return j;
-  }
   bool is_float = dtypeIsFloat(t.dtype());
   bool is_int = dtypeIsInteger(t.dtype()) || t.dtype() == DType::Bool;
-  if ((!is_float && !is_int) || tensorStoredBytes(t) < dtypeStorageBytes(t.dtype(), n)) return j;
-  Json values = Json::array();
-  for (int64_t i = 0; i < n; ++i) {
-    if (!is_float) {
-      values.push_back(t.valueAsInt64(i));
-    } else if (t.dtype() == DType::Double) {
-      values.push_back(t.valueAsDouble(i));
-    } else {
-      values.push_back(floatJson(static_cast<float>(t.valueAsDouble(i))));
+  if (n >= 0 && n <= kMaxValues) {
+    if (t.dtype() == DType::String) {
+      w.key("values");
+      w.beginArray();
+      for (const std::string& s : t.strings()) w.value(s);
+      w.endArray();
+    } else if ((is_float || is_int) &&
+               tensorStoredBytes(t) >= dtypeStorageBytes(t.dtype(), n)) {
+      w.key("values");
+      w.beginArray();
+      for (int64_t i = 0; i < n; ++i) {
+        if (!is_float) {
+          w.value(t.valueAsInt64(i));
+        } else if (t.dtype() == DType::Double) {
+          w.value(t.valueAsDouble(i));
+        } else {
+          w.value(static_cast<float>(t.valueAsDouble(i)));
+        }
+      }
+      w.endArray();
     }
   }
-  j["values"] = std::move(values);
-  return j;
+  w.endObject();
 }
 
-Json graphJson(const Graph& g);
+void writeGraph(JsonWriter& w, const Graph& g);
 
-Json attributeJson(const Attribute& a) {
-  Json j{{"name", a.name}, {"type", std::string(attrKindName(a.kind))}};
-  Json& v = j["value"];
+void writeAttribute(JsonWriter& w, const Attribute& a) {
+  w.beginObject();
+  w.field("name", a.name);
+  w.field("type", attrKindName(a.kind));
+  w.key("value");
   switch (a.kind) {
-    case AttrKind::Float: v = floatJson(a.f); break;
-    case AttrKind::Int: v = a.i; break;
-    case AttrKind::String: v = a.s; break;
-    case AttrKind::Tensor: v = tensorJson(a.t); break;
-    case AttrKind::Graph: v = a.g ? graphJson(*a.g) : Json(nullptr); break;
-    case AttrKind::Floats:
-      v = Json::array();
-      for (float f : a.floats) v.push_back(floatJson(f));
+    case AttrKind::Float: w.value(a.f); break;
+    case AttrKind::Int: w.value(a.i); break;
+    case AttrKind::String: w.value(a.s); break;
+    case AttrKind::Tensor: writeTensor(w, a.t); break;
+    case AttrKind::Graph:
+      if (a.g) writeGraph(w, *a.g); else w.null();
       break;
-    case AttrKind::Ints: v = a.ints; break;
-    case AttrKind::Strings: v = a.strings; break;
+    case AttrKind::Floats:
+      w.beginArray();
+      for (float f : a.floats) w.value(f);
+      w.endArray();
+      break;
+    case AttrKind::Ints:
+      w.beginArray();
+      for (int64_t i : a.ints) w.value(i);
+      w.endArray();
+      break;
+    case AttrKind::Strings:
+      w.beginArray();
+      for (const std::string& s : a.strings) w.value(s);
+      w.endArray();
+      break;
     case AttrKind::Tensors:
-      v = Json::array();
-      for (const Tensor& t : a.tensors) v.push_back(tensorJson(t));
+      w.beginArray();
+      for (const Tensor& t : a.tensors) writeTensor(w, t);
+      w.endArray();
       break;
     case AttrKind::Graphs:
-      v = Json::array();
-      for (const auto& g : a.graphs) v.push_back(g ? graphJson(*g) : Json(nullptr));
+      w.beginArray();
+      for (const auto& g : a.graphs) {
+        if (g) writeGraph(w, *g); else w.null();
+      }
+      w.endArray();
       break;
-    default: v = nullptr; break;  // sparse tensors and type protos are kept opaque
+    default: w.null(); break;  // sparse tensors and type protos are kept opaque
   }
-  return j;
+  w.endObject();
 }
 
-Json nodeJson(const Node& n) {
-  Json j{{"name", n.name()}, {"op_type", n.opType()}, {"domain", n.domain()}};
-  j["inputs"] = valueListJson(n.inputs());
-  j["outputs"] = valueListJson(n.outputs());
-  if (!n.implicitInputs().empty()) j["implicit_inputs"] = valueListJson(n.implicitInputs());
-  Json attrs = Json::array();
-  for (const Attribute& a : n.attributes()) attrs.push_back(attributeJson(a));
-  j["attributes"] = std::move(attrs);
-  return j;
+void writeNode(JsonWriter& w, const Node& n) {
+  w.beginObject();
+  w.field("name", n.name());
+  w.field("op_type", n.opType());
+  w.field("domain", n.domain());
+  w.key("inputs");
+  writeValueList(w, n.inputs());
+  w.key("outputs");
+  writeValueList(w, n.outputs());
+  if (!n.implicitInputs().empty()) {
+    w.key("implicit_inputs");
+    writeValueList(w, n.implicitInputs());
+  }
+  w.key("attributes");
+  w.beginArray();
+  for (const Attribute& a : n.attributes()) writeAttribute(w, a);
+  w.endArray();
+  w.endObject();
 }
 
 // Subgraphs are nested whole inside their attribute.
-Json graphJson(const Graph& g) {
-  Json j{{"name", g.name}};
-  j["inputs"] = valueListJson(g.inputs());
-  j["outputs"] = valueListJson(g.outputs());
-  j["initializer_count"] = g.initializers().size();
-  Json nodes = Json::array();
-  for (const Node* n : g.nodes()) nodes.push_back(nodeJson(*n));
-  j["nodes"] = std::move(nodes);
-  return j;
-}
-
-std::string dumpJson(const Json& j) {
-  // Invalid UTF-8 in names is replaced rather than thrown on: a dump must not fail on it.
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+void writeGraph(JsonWriter& w, const Graph& g) {
+  w.beginObject();
+  w.field("name", g.name);
+  w.key("inputs");
+  writeValueList(w, g.inputs());
+  w.key("outputs");
+  writeValueList(w, g.outputs());
+  w.field("initializer_count", static_cast<uint64_t>(g.initializers().size()));
+  w.key("nodes");
+  w.beginArray();
+  for (const Node* n : g.nodes()) writeNode(w, *n);
+  w.endArray();
+  w.endObject();
 }
 
 }  // namespace
 
 void renderJson(const Model& model, std::ostream& out, const RenderOptions& options) {
   ModelSummary s = summarizeModel(model);
+  JsonWriter w(out);
+  w.beginObject();
+  w.newlineBefore("\n  ");
+  w.field("schema", kDumpSchemaId);
+  w.newlineBefore("\n  ");
+  w.field("schema_version", kDumpSchemaVersion);
+  w.newlineBefore("\n  ");
 
-  Json header{{"ir_version", s.ir_version},
-              {"producer_name", s.producer_name},
-              {"producer_version", s.producer_version},
-              {"domain", s.domain},
-              {"model_version", s.model_version}};
-  Json opsets = Json::array();
+  w.key("model");
+  w.beginObject();
+  w.field("ir_version", s.ir_version);
+  w.field("producer_name", s.producer_name);
+  w.field("producer_version", s.producer_version);
+  w.field("domain", s.domain);
+  w.field("model_version", s.model_version);
+  w.key("opset_imports");
+  w.beginArray();
   for (const OpsetImport& o : s.opset_imports) {
-    opsets.push_back(Json{{"domain", o.domain}, {"version", o.version}});
+    w.beginObject();
+    w.field("domain", o.domain);
+    w.field("version", o.version);
+    w.endObject();
   }
-  header["opset_imports"] = std::move(opsets);
-  Json metadata = Json::object();
-  for (const auto& [key, value] : model.metadata_props) metadata[key] = value;
-  header["metadata"] = std::move(metadata);
-  header["function_count"] = s.function_count;
+  w.endArray();
+  w.key("metadata");
+  w.beginObject();
+  for (const auto& [key, value] : model.metadata_props) w.field(key, value);
+  w.endObject();
+  w.field("function_count", static_cast<uint64_t>(s.function_count));
+  w.endObject();
+  w.newlineBefore("\n  ");
 
-  Json graph{{"name", s.graph_name}};
-  Json inputs = Json::array();
-  for (const ValueSummary& v : s.inputs) inputs.push_back(valueSummaryJson(v));
-  graph["inputs"] = std::move(inputs);
-  Json outputs = Json::array();
-  for (const ValueSummary& v : s.outputs) outputs.push_back(valueSummaryJson(v));
-  graph["outputs"] = std::move(outputs);
+  w.key("graph");
+  w.beginObject();
+  w.field("name", s.graph_name);
+  w.key("inputs");
+  w.beginArray();
+  for (const ValueSummary& v : s.inputs) writeValue(w, v.name, v.type, v.is_initializer);
+  w.endArray();
+  w.key("outputs");
+  w.beginArray();
+  for (const ValueSummary& v : s.outputs) writeValue(w, v.name, v.type, v.is_initializer);
+  w.endArray();
+  w.endObject();
+  w.newlineBefore("\n  ");
 
-  Json stats{{"node_count", s.node_count},
-             {"total_node_count", s.total_node_count},
-             {"subgraph_count", s.subgraph_count},
-             {"initializer_count", s.initializer_count},
-             {"initializer_bytes", s.initializer_bytes},
-             {"parameter_count", s.parameter_count}};
-  Json histogram = Json::array();
+  w.key("stats");
+  w.beginObject();
+  w.field("node_count", static_cast<uint64_t>(s.node_count));
+  w.field("total_node_count", static_cast<uint64_t>(s.total_node_count));
+  w.field("subgraph_count", static_cast<uint64_t>(s.subgraph_count));
+  w.field("initializer_count", static_cast<uint64_t>(s.initializer_count));
+  w.field("initializer_bytes", s.initializer_bytes);
+  w.field("parameter_count", s.parameter_count);
+  w.key("op_histogram");
+  w.beginArray();
   for (const OpCount& c : s.op_histogram) {
-    histogram.push_back(Json{{"domain", c.domain}, {"op_type", c.op_type}, {"count", c.count}});
+    w.beginObject();
+    w.field("domain", c.domain);
+    w.field("op_type", c.op_type);
+    w.field("count", static_cast<uint64_t>(c.count));
+    w.endObject();
   }
-  stats["op_histogram"] = std::move(histogram);
+  w.endArray();
+  w.endObject();
 
-  out << "{\n";
-  out << "  \"schema\": \"" << kDumpSchemaId << "\",\n";
-  out << "  \"schema_version\": " << kDumpSchemaVersion << ",\n";
-  out << "  \"model\": " << dumpJson(header) << ",\n";
-  out << "  \"graph\": " << dumpJson(graph) << ",\n";
-  out << "  \"stats\": " << dumpJson(stats);
   if (!options.summary_only && model.graph) {
-    out << ",\n  \"nodes\": [";
-    const char* sep = "\n    ";
-    std::string line;
+    w.newlineBefore("\n  ");
+    w.key("nodes");
+    w.beginArray();
     for (const Node* n : model.graph->nodes()) {
-      line = sep;
-      line += dumpJson(nodeJson(*n));
-      out.write(line.data(), static_cast<std::streamsize>(line.size()));
-      sep = ",\n    ";
+      w.newlineBefore("\n    ");
+      writeNode(w, *n);
     }
-    out << (model.graph->numNodes() ? "\n  ]" : "]");
+    if (model.graph->numNodes()) w.raw("\n  ");
+    w.endArray();
   }
-  out << "\n}\n";
+  w.raw("\n");
+  w.endObject();
+  w.raw("\n");
 }
 
 }  // namespace fusectl

@@ -73,8 +73,8 @@ std::string attributesText(const Node& n) {
 void renderGraphBody(TextWriter& w, const Graph& g, int indent);
 
 void renderSubgraph(TextWriter& w, const std::string& attr_name, const Graph& g, int indent) {
-  w.line(indent, "{}: graph {} ({} nodes)", attr_name, g.name.empty() ? "<unnamed>" : g.name,
-         g.numNodes());
+  w.line(indent, "{}: graph {} ({} node{})", attr_name, g.name.empty() ? "<unnamed>" : g.name,
+         g.numNodes(), g.numNodes() == 1 ? "" : "s");
   w.line(indent + 2, "inputs:  {}", valueListText(g.inputs()));
   w.line(indent + 2, "outputs: {}", valueListText(g.outputs()));
   if (!g.initializers().empty()) w.line(indent + 2, "initializers: {}", g.initializers().size());

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "fusectl/graph/shape.h"
@@ -256,6 +258,15 @@ Dim fromPoly(const std::optional<Poly>& p) {
   return Dim::symbolic(render(*p));
 }
 
+// The process-wide symbol table; entries are never removed, so pointers stay valid. Programs
+// see a few hundred distinct symbols at most.
+const std::string* intern(std::string text) {
+  static std::mutex mutex;
+  static std::unordered_set<std::string> table;
+  std::lock_guard<std::mutex> lock(mutex);
+  return &*table.insert(std::move(text)).first;
+}
+
 template <typename Op>
 Dim combine(const Dim& a, const Dim& b, Op op) {
   auto pa = toPoly(a), pb = toPoly(b);
@@ -266,6 +277,15 @@ Dim combine(const Dim& a, const Dim& b, Op op) {
 }  // namespace
 
 Dim Dim::symbolic(std::string expr) {
+  // The common case, a plain name from an ONNX dim_param, needs no parsing.
+  bool plain = !expr.empty() && !std::isdigit(static_cast<unsigned char>(expr[0])) &&
+               std::none_of(expr.begin(), expr.end(), isOperatorChar);
+  if (plain) {
+    Dim d;
+    d.kind_ = Kind::Symbolic;
+    d.symbol_ = intern(std::move(expr));
+    return d;
+  }
   auto p = PolyParser(expr).parseAll();
   if (!p) {
     std::string name = withoutSpaces(expr);
@@ -276,7 +296,7 @@ Dim Dim::symbolic(std::string expr) {
   if (p->size() == 1 && p->begin()->first.empty()) return Dim::known(p->begin()->second);
   Dim d;
   d.kind_ = Kind::Symbolic;
-  d.symbol_ = render(*p);
+  d.symbol_ = intern(render(*p));
   return d;
 }
 
@@ -322,13 +342,13 @@ Dim operator/(const Dim& a, const Dim& b) {
 
 bool Dim::provablyEqual(const Dim& o) const {
   if (kind_ == Kind::Unknown || kind_ != o.kind_) return false;
-  return kind_ == Kind::Static ? value_ == o.value_ : symbol_ == o.symbol_;
+  return kind_ == Kind::Static ? value_ == o.value_ : symbol_ == o.symbol_;  // interned
 }
 
 std::string Dim::str() const {
   switch (kind_) {
     case Kind::Static: return std::to_string(value_);
-    case Kind::Symbolic: return symbol_;
+    case Kind::Symbolic: return *symbol_;
     case Kind::Unknown: break;
   }
   return "?";

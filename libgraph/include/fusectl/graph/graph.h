@@ -235,7 +235,7 @@ class Graph {
     std::string op_type;
     std::string domain;
     std::vector<Value*> inputs;            // nullptr for an omitted optional input
-    std::vector<std::string> output_names; // "" picks a fresh unique name
+    std::vector<std::string> output_names; // "" = omitted optional output; see uniqueValueName
     std::string name;
     std::vector<Attribute> attributes;
   };

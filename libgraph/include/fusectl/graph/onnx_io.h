@@ -27,7 +27,8 @@ struct LoadOptions {
 struct SaveOptions {
   ModelFormat format = ModelFormat::Auto;  // Auto: by the output file's extension
   // When set, tensors of at least size_threshold bytes go to this file, named relative to the
-  // output model's folder. Binary format only.
+  // output model's folder. Binary format only. When unset and the weights would push the file
+  // past ~1.9 GB (protobuf cannot exceed 2 GB), "<output file name>.data" is used.
   std::string external_data_file;
   uint64_t size_threshold = 1024;
   // Write inferred types of intermediate values as value_info (helps Netron and other tools).

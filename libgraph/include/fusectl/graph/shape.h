@@ -29,7 +29,8 @@ class Dim {
   bool isSymbolic() const { return kind_ == Kind::Symbolic; }
   bool isUnknown() const { return kind_ == Kind::Unknown; }
   int64_t value() const { return value_; }  // meaningful only when isStatic()
-  const std::string& symbol() const { return symbol_; }  // meaningful only when isSymbolic()
+  // meaningful only when isSymbolic()
+  const std::string& symbol() const { return symbol_ ? *symbol_ : kNoSymbol; }
 
   // Arithmetic that keeps symbols: unknown in, unknown out.
   friend Dim operator*(const Dim& a, const Dim& b);
@@ -50,9 +51,12 @@ class Dim {
   std::string str() const;  // "3", "batch", "?"
 
  private:
+  inline static const std::string kNoSymbol;
   Kind kind_ = Kind::Unknown;
   int64_t value_ = 0;
-  std::string symbol_;
+  // Canonical text, interned for the life of the process: equal symbols share one string, so a
+  // Dim copies and compares like an integer (a million-node graph holds millions of dims).
+  const std::string* symbol_ = nullptr;
 };
 
 class Shape {

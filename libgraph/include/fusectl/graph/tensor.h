@@ -31,9 +31,13 @@ class Buffer {
   size_t size() const { return size_; }
 
  private:
+  friend class Tensor;
   std::shared_ptr<const void> owner_;
   const uint8_t* data_;
   size_t size_;
+  // Set for private heap bytes (fromString/fromVector): a Tensor that is the Buffer's only
+  // holder may then write in place instead of copying on every mutableBytes().
+  bool writable_ = false;
 };
 
 class Tensor {

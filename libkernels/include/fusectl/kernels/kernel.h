@@ -64,6 +64,12 @@ class OutputAllocator {
   virtual ~OutputAllocator() = default;
   // A buffer of byteSize(dtype, dims) bytes, uninitialised, valid until the value dies.
   virtual HostTensor allocate(DType dtype, const std::vector<int64_t>& dims) = 0;
+  // The buffer for output `index` of `node` (what KernelContext::allocateOutput calls). The
+  // executor overrides it so that graph outputs get buffers of their own, never pooled ones.
+  virtual HostTensor allocateFor(const Node& node, size_t index, DType dtype,
+                                 const std::vector<int64_t>& dims) {
+    return allocate(dtype, dims);
+  }
 
  protected:
   static HostTensor wrap(DType dtype, std::vector<int64_t> dims, void* data,

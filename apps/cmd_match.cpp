@@ -1,0 +1,172 @@
+// `fusectl match MODEL`: find a pattern's matches in a model and, with --explain, say why every
+// other candidate did not match.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "fusectl/graph/error.h"
+#include "fusectl/graph/onnx_io.h"
+#include "fusectl/passes/pattern.h"
+#include "fusectl/passes/registry.h"
+
+namespace fusectl::cli {
+namespace {
+
+using namespace fusectl::passes;
+
+struct MatchCliOptions {
+  std::string model;
+  std::string pattern;
+  std::string catalog;
+  bool explain = false;
+  bool json = false;
+  std::vector<std::string> shapes;
+};
+
+struct Source {
+  std::string pass;  // "" for --pattern
+  Pattern pattern;
+};
+
+std::vector<Source> patternsFor(const MatchCliOptions& opts) {
+  if (opts.pattern.empty() == opts.catalog.empty()) {
+    throw Error(ErrorKind::Usage, "give exactly one of --pattern EXPR and --catalog NAME");
+  }
+  std::vector<Source> out;
+  if (!opts.pattern.empty()) {
+    Pattern p = Pattern::parse(opts.pattern);
+    p.name = p.str();
+    out.push_back({"", std::move(p)});
+    return out;
+  }
+  for (const PassInfo& info : allPasses()) {
+    if (opts.catalog != "all" && info.name != opts.catalog) continue;
+    for (Pattern& p : createPass(info.name)->patterns()) {
+      out.push_back({std::string(info.name), std::move(p)});
+    }
+  }
+  if (opts.catalog != "all" && !findPass(opts.catalog)) createPass(opts.catalog);  // names close ones
+  if (out.empty() && opts.catalog != "all") {
+    throw Error(ErrorKind::Usage, fmt::format("pass '{}' is not pattern based: it has no patterns",
+                                              opts.catalog));
+  }
+  return out;
+}
+
+std::string opOf(const Node& n) {
+  return n.domain().empty() ? n.opType() : n.domain() + "::" + n.opType();
+}
+
+std::string boundText(const Pattern& p, const Match& m) {
+  std::string s;
+  for (size_t i = 0; i < m.nodes().size(); ++i) {
+    Node* n = m[i];
+    if (!n) continue;
+    std::string label = n->label();
+    std::string item = p.nodes[i].capture.empty() ? label : p.nodes[i].capture + "=" + label;
+    if (label.rfind(n->opType(), 0) != 0) item += " (" + opOf(*n) + ")";
+    s += (s.empty() ? "" : ", ") + item;
+  }
+  return s;
+}
+
+int runMatch(const MatchCliOptions& opts) {
+  std::vector<Source> sources = patternsFor(opts);
+  LoadOptions load;
+  load.input_shapes = parseShapeSpecs(opts.shapes);
+  std::unique_ptr<Model> model = loadModel(opts.model, load);
+  const Graph& g = *model->graph;
+
+  MatchOptions mo;
+  mo.explain = opts.explain;
+  nlohmann::ordered_json jm = nlohmann::ordered_json::array();
+  nlohmann::ordered_json jn = nlohmann::ordered_json::array();
+  nlohmann::ordered_json jp = nlohmann::ordered_json::array();
+  for (const Source& src : sources) {
+    MatchResult r = matchPattern(g, src.pattern, mo);
+    if (opts.json) {
+      for (const Match& m : r.matches) {
+        nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
+        for (size_t i = 0; i < m.nodes().size(); ++i) {
+          nodes.push_back({{"capture", src.pattern.nodes[i].capture},
+                           {"node", m[i]->label()},
+                           {"op", opOf(*m[i])}});
+        }
+        jm.push_back({{"pass", src.pass},
+                      {"pattern", src.pattern.name},
+                      {"root", m.root()->label()},
+                      {"nodes", nodes}});
+      }
+      for (const NearMiss& miss : r.near_misses) {
+        jn.push_back({{"pass", src.pass},
+                      {"pattern", miss.pattern},
+                      {"anchor", miss.anchor},
+                      {"constraint", miss.constraint},
+                      {"node", miss.node},
+                      {"reason", miss.reason}});
+      }
+      jp.push_back({{"pass", src.pass},
+                    {"name", src.pattern.name},
+                    {"pattern", src.pattern.str()},
+                    {"candidates", r.candidates},
+                    {"matches", r.matches.size()}});
+      continue;
+    }
+    std::string title = src.pass.empty()
+                            ? fmt::format("pattern {}", src.pattern.str())
+                            : fmt::format("pattern {} ({}): {}", src.pattern.name, src.pass,
+                                          src.pattern.str());
+    std::cout << title << "\n";
+    for (const Match& m : r.matches) std::cout << "  match: " << boundText(src.pattern, m) << "\n";
+    for (const NearMiss& miss : r.near_misses) {
+      std::cout << fmt::format("  no match at {} [{}]: {}\n", miss.anchor, miss.constraint,
+                               miss.reason);
+    }
+    std::cout << fmt::format("  {} candidate{}, {} match{}", r.candidates,
+                             r.candidates == 1 ? "" : "s", r.matches.size(),
+                             r.matches.size() == 1 ? "" : "es");
+    if (opts.explain) {
+      std::cout << fmt::format(", {} near miss{}", r.near_misses.size(),
+                               r.near_misses.size() == 1 ? "" : "es");
+    }
+    std::cout << "\n";
+  }
+  if (opts.json) {
+    nlohmann::ordered_json j;
+    j["matches"] = jm;
+    j["near_misses"] = jn;
+    j["patterns"] = jp;
+    std::cout << j.dump(2) << "\n";
+  }
+  std::cout.flush();
+  if (!std::cout) throwIo("<stdout>: write failed");
+  return 0;
+}
+
+}  // namespace
+
+Command addMatchCommand(CLI::App& parent) {
+  auto opts = std::make_shared<MatchCliOptions>();
+  CLI::App* cmd = parent.add_subcommand(
+      "match", "Find a pattern's matches in a model; --explain says why other candidates failed");
+  cmd->add_option("MODEL", opts->model, "Model file (.onnx, or .onnxtxt for ONNX text)")
+      ->required();
+  cmd->add_option("--pattern", opts->pattern,
+                  "Pattern text, e.g. 'c:Conv -> bn:BatchNormalization' (docs/patterns.md)")
+      ->type_name("EXPR");
+  cmd->add_option("--catalog", opts->catalog,
+                  "Use the patterns of pass NAME (see 'fusectl passes'), or 'all'")
+      ->type_name("NAME");
+  cmd->add_flag("--explain", opts->explain,
+                "Also list every candidate that did not match, with the first reason");
+  cmd->add_flag("--json", opts->json,
+                "JSON: {\"matches\": [...], \"near_misses\": [...], \"patterns\": [...]}");
+  cmd->add_option("--shape", opts->shapes, "Fix an input's shape, e.g. input=1x3x224x224")
+      ->type_name("NAME=DIMS")
+      ->allow_extra_args(false);
+  return Command{cmd, [opts] { return runMatch(*opts); }};
+}
+
+}  // namespace fusectl::cli

@@ -1,0 +1,75 @@
+// `fusectl passes`: list the registered passes (from passes.def) and the -O pipelines.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "fusectl/graph/error.h"
+#include "fusectl/passes/pipeline.h"
+#include "fusectl/passes/registry.h"
+
+namespace fusectl::cli {
+namespace {
+
+struct PassesOptions {
+  bool json = false;
+  bool markdown = false;
+};
+
+int runPasses(const PassesOptions& opts) {
+  using namespace fusectl::passes;
+  if (opts.json && opts.markdown) {
+    throw Error(ErrorKind::Usage, "--json and --markdown exclude each other");
+  }
+  if (opts.markdown) {
+    std::cout << passesMarkdownTable();
+  } else if (opts.json) {
+    nlohmann::ordered_json j;
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const PassInfo& info : allPasses()) {
+      nlohmann::ordered_json patterns = nlohmann::ordered_json::array();
+      for (const Pattern& p : createPass(info.name)->patterns()) {
+        patterns.push_back({{"name", p.name}, {"pattern", p.str()}});
+      }
+      list.push_back({{"name", std::string(info.name)},
+                      {"level", info.level},
+                      {"portability", std::string(portabilityName(info.portability))},
+                      {"description", std::string(info.description)},
+                      {"patterns", patterns}});
+    }
+    j["passes"] = list;
+    nlohmann::ordered_json levels;
+    for (int level = 0; level <= 3; ++level)
+      levels[fmt::format("O{}", level)] = Pipeline::forLevel(level).str();
+    j["levels"] = levels;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    size_t width = 4;
+    for (const PassInfo& info : allPasses()) width = std::max(width, info.name.size());
+    std::cout << fmt::format("{:<{}}  level  output    description\n", "pass", width);
+    for (const PassInfo& info : allPasses()) {
+      std::cout << fmt::format("{:<{}}  -O{}    {:<8}  {}\n", info.name, width, info.level,
+                               portabilityName(info.portability), info.description);
+    }
+    std::cout << "\npipelines by -O level:\n";
+    for (int level = 1; level <= 3; ++level)
+      std::cout << fmt::format("  -O{}  {}\n", level, Pipeline::forLevel(level).str());
+  }
+  std::cout.flush();
+  if (!std::cout) throwIo("<stdout>: write failed");
+  return 0;
+}
+
+}  // namespace
+
+Command addPassesCommand(CLI::App& parent) {
+  auto opts = std::make_shared<PassesOptions>();
+  CLI::App* cmd = parent.add_subcommand(
+      "passes", "List the optimization passes: name, -O level, output portability, description");
+  cmd->add_flag("--json", opts->json, "JSON, with each pass's patterns and the -O pipelines");
+  cmd->add_flag("--markdown", opts->markdown, "The Markdown table that docs/passes.md embeds");
+  return Command{cmd, [opts] { return runPasses(*opts); }};
+}
+
+}  // namespace fusectl::cli

@@ -1,0 +1,244 @@
+// `fusectl run MODEL`: run a model on the CPU executor with given or seeded inputs, print each
+// output's statistics and the executor's memory figures, optionally save the outputs.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "commands.h"
+#include "fusectl/graph/error.h"
+#include "fusectl/graph/onnx_io.h"
+#include "fusectl/kernels/compare.h"
+#include "fusectl/kernels/executor.h"
+#include "fusectl/kernels/half.h"
+#include "fusectl/kernels/npy.h"
+
+namespace fusectl::cli {
+
+using namespace fusectl::kernels;
+
+std::vector<std::pair<std::string, Shape>> parseShapeSpecs(const std::vector<std::string>& specs) {
+  std::vector<std::pair<std::string, Shape>> shapes;
+  for (const std::string& spec : specs) {
+    // The name may itself contain '=', the dims never do.
+    const size_t eq = spec.rfind('=');
+    std::optional<Shape> shape;
+    if (eq != std::string::npos && eq > 0) shape = Shape::parse(std::string_view(spec).substr(eq + 1));
+    if (!shape || !shape->isStatic()) {
+      throw Error(ErrorKind::Usage,
+                  fmt::format("invalid --shape '{}': expected NAME=DIMS with numeric dims, e.g. "
+                              "input=1x3x224x224",
+                              spec));
+    }
+    shapes.emplace_back(spec.substr(0, eq), std::move(*shape));
+  }
+  return shapes;
+}
+
+std::string formatBytes(uint64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  if (bytes < 1024 * 1024) return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  if (bytes < 1024ull * 1024 * 1024) return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024));
+  return fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024 * 1024));
+}
+
+std::string formatDims(const std::vector<int64_t>& dims) {
+  return fmt::format("[{}]", fmt::join(dims, ","));
+}
+
+namespace {
+
+struct RunOptions {
+  std::string model;
+  std::vector<std::string> inputs;
+  uint64_t seed = 0;
+  std::string output_dir;
+  std::string output_format = "npy";
+  std::vector<std::string> shapes;
+  int threads = 1;
+  bool profile = false;
+};
+
+// A file name for a value name: [A-Za-z0-9._-] kept, everything else '_'; never empty, never a
+// dot name, never a duplicate of an earlier output's.
+std::string fileStem(const std::string& name, std::set<std::string>& used) {
+  std::string s;
+  for (char c : name) {
+    const bool keep = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+    s += keep ? c : '_';
+  }
+  if (s.empty() || s.find_first_not_of('.') == std::string::npos) s = "output" + s;
+  if (s.size() > 200) s.resize(200);
+  std::string candidate = s;
+  for (int k = 1; !used.insert(candidate).second; ++k) candidate = fmt::format("{}_{}", s, k);
+  return candidate;
+}
+
+// float32 copy of a bfloat16 tensor (.npy has no bfloat16).
+HostTensor bfloat16AsFloat(const HostTensor& t) {
+  HostTensor f(DType::Float, t.dims());
+  bfloat16ToFloat(t.data<uint16_t>(), f.mutableData<float>(), t.numel());
+  return f;
+}
+
+std::vector<NamedTensor> gatherInputs(const Graph& graph, const RunOptions& opts,
+                                      const std::vector<std::pair<std::string, Shape>>& shapes,
+                                      std::map<std::string, std::string>& source) {
+  std::vector<const Value*> positional;
+  for (const Value* v : graph.inputs()) {
+    if (!v->isInitializer()) positional.push_back(v);
+  }
+  std::map<std::string, HostTensor> given;
+  size_t next_positional = 0;
+  for (const std::string& spec : opts.inputs) {
+    // NAME=FILE when NAME is a graph input, else FILE bound to the next non-initializer input.
+    std::string name, path = spec;
+    const size_t eq = spec.find('=');
+    if (eq != std::string::npos && eq > 0) {
+      const Value* v = graph.findValue(spec.substr(0, eq));
+      if (v && v->isGraphInput()) {
+        name = v->name();
+        path = spec.substr(eq + 1);
+      }
+    }
+    if (name.empty()) {
+      if (next_positional >= positional.size()) {
+        throw Error(ErrorKind::Usage,
+                    fmt::format("--input '{}': no graph input left to bind it to; use NAME=FILE",
+                                spec));
+      }
+      name = positional[next_positional++]->name();
+    }
+    if (given.count(name)) {
+      throw Error(ErrorKind::Usage, fmt::format("--input: '{}' given twice", name));
+    }
+    given[name] = readTensorFile(path);
+    source[name] = path;
+  }
+
+  std::map<std::string, const Shape*> overrides;
+  for (const auto& [name, shape] : shapes) {
+    const Value* v = graph.findValue(name);
+    if (!v || !v->isGraphInput()) {
+      throw Error(ErrorKind::Usage, fmt::format("--shape names '{}', not a graph input", name));
+    }
+    overrides[name] = &shape;
+  }
+  std::vector<NamedTensor> inputs;
+  for (const Value* v : positional) {
+    auto it = given.find(v->name());
+    if (it != given.end()) {
+      inputs.push_back({v->name(), std::move(it->second)});
+      given.erase(it);
+      continue;
+    }
+    auto ov = overrides.find(v->name());
+    inputs.push_back({v->name(), makeRandomInput(*v, opts.seed,
+                                                 ov == overrides.end() ? nullptr : ov->second)});
+    source[v->name()] = fmt::format("random, seed {}", opts.seed);
+  }
+  for (auto& [name, t] : given) inputs.push_back({name, std::move(t)});  // overridden initializers
+  return inputs;
+}
+
+int runRun(const RunOptions& opts) {
+  TensorFileFormat format;
+  if (opts.output_format == "npy") format = TensorFileFormat::Npy;
+  else if (opts.output_format == "pb") format = TensorFileFormat::Pb;
+  else throw Error(ErrorKind::Usage, "--output-format must be npy or pb");
+  if (opts.threads < 0) throw Error(ErrorKind::Usage, "--threads must be >= 0");
+  const auto shapes = parseShapeSpecs(opts.shapes);
+
+  LoadOptions load;
+  load.infer_shapes = false;  // the executor needs only the declared interface
+  std::unique_ptr<Model> model = loadModel(opts.model, load);
+  const Graph& graph = *model->graph;
+
+  std::map<std::string, std::string> source;
+  std::vector<NamedTensor> inputs = gatherInputs(graph, opts, shapes, source);
+
+  ExecutorOptions exec;
+  exec.num_threads = opts.threads;
+  exec.profile = opts.profile;
+  Executor executor(*model, exec);
+  ExecutionStats stats;
+  std::vector<NamedTensor> outputs = executor.run(inputs, &stats);
+
+  for (const NamedTensor& in : inputs) {
+    fmt::print("input  {}: {}{} ({})\n", in.name, dtypeName(in.tensor.dtype()),
+               formatDims(in.tensor.dims()), source[in.name]);
+  }
+  for (const NamedTensor& out : outputs) {
+    const HostTensor& t = out.tensor;
+    std::string stats_text;
+    if (t.dtype() == DType::String) {
+      stats_text = fmt::format("{} strings", t.numel());
+    } else {
+      const TensorSummary s = summarizeTensor(t);
+      stats_text = fmt::format("min {:.6g} max {:.6g} mean {:.6g} std {:.6g} nan {}", s.min,
+                               s.max, s.mean, s.stddev, s.nan_count);
+      if (s.inf_count) stats_text += fmt::format(" inf {}", s.inf_count);
+    }
+    fmt::print("output {}: {}{} {}\n", out.name, dtypeName(t.dtype()), formatDims(t.dims()),
+               stats_text);
+  }
+  fmt::print("peak activation bytes: {} ({}); intermediate tensors: {}; nodes: {}; {:.3f} ms\n",
+             stats.peak_activation_bytes, formatBytes(stats.peak_activation_bytes),
+             stats.intermediate_tensors, stats.nodes_run, stats.seconds * 1e3);
+  if (opts.profile) {
+    for (const NodeTime& nt : stats.node_times) {
+      fmt::print("  {:10.3f} ms  {} ({})\n", nt.seconds * 1e3, nt.node, nt.op_type);
+    }
+  }
+
+  if (!opts.output_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(opts.output_dir, ec);
+    if (ec) throwIo(fmt::format("{}: cannot create directory: {}", opts.output_dir, ec.message()));
+    std::set<std::string> used;
+    const char* ext = format == TensorFileFormat::Npy ? ".npy" : ".pb";
+    for (const NamedTensor& out : outputs) {
+      const std::string path =
+          (std::filesystem::path(opts.output_dir) / (fileStem(out.name, used) + ext)).string();
+      if (format == TensorFileFormat::Npy && out.tensor.dtype() == DType::BFloat16) {
+        writeTensorFile(bfloat16AsFloat(out.tensor), out.name, path, format);
+        fmt::print("wrote {} (bfloat16 saved as float32: .npy has no bfloat16)\n", path);
+      } else {
+        writeTensorFile(out.tensor, out.name, path, format);
+        fmt::print("wrote {}\n", path);
+      }
+    }
+  }
+  std::cout.flush();
+  if (!std::cout) throwIo("<stdout>: write failed");
+  return 0;
+}
+
+}  // namespace
+
+Command addRunCommand(CLI::App& parent) {
+  auto opts = std::make_shared<RunOptions>();
+  CLI::App* cmd = parent.add_subcommand(
+      "run", "Run a model on the CPU executor and print its outputs' statistics");
+  cmd->add_option("MODEL", opts->model, "Model (.onnx or .onnxtxt)")->required();
+  cmd->add_option("--input", opts->inputs,
+                  "Input data: NAME=FILE or FILE (bound to the next input in order); .npy or "
+                  "TensorProto .pb. Inputs not given get seeded random data")
+      ->type_name("NAME=FILE");
+  cmd->add_option("--seed", opts->seed, "Seed for random inputs")->capture_default_str();
+  cmd->add_option("--shape", opts->shapes,
+                  "Dims for a random input, e.g. input=1x3x224x224 (symbolic dims default to 1)")
+      ->type_name("NAME=DIMS");
+  cmd->add_option("--output-dir", opts->output_dir, "Write DIR/<output name>.npy (or .pb)")
+      ->type_name("DIR");
+  cmd->add_option("--output-format", opts->output_format, "npy or pb")->capture_default_str();
+  cmd->add_option("--threads", opts->threads, "Threads per kernel (0 = all cores)")
+      ->capture_default_str();
+  cmd->add_flag("--profile", opts->profile, "Print each node's wall time");
+  return Command{cmd, [opts] { return runRun(*opts); }};
+}
+
+}  // namespace fusectl::cli

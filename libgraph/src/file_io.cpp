@@ -1,0 +1,190 @@
+// Files: whole-file reads, atomic writes (temporary file, fsync, rename) and TensorProto files.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "fusectl/graph/error.h"
+#include "fusectl/graph/onnx_io.h"
+#include "onnx_convert.h"
+
+namespace fusectl {
+namespace onnx_convert {
+
+std::string readFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throwIo(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    int err = S_ISDIR(st.st_mode) ? EISDIR : errno;
+    ::close(fd);
+    throwIo(fmt::format("{}: cannot read: {}", path, std::strerror(err)));
+  }
+  std::string bytes;
+  if (S_ISREG(st.st_mode)) bytes.reserve(static_cast<size_t>(st.st_size));
+  char chunk[1 << 16];
+  for (;;) {
+    ssize_t got = ::read(fd, chunk, sizeof(chunk));
+    if (got == 0) break;
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      throwIo(fmt::format("{}: cannot read: {}", path, std::strerror(err)));
+    }
+    bytes.append(chunk, static_cast<size_t>(got));
+  }
+  ::close(fd);
+  return bytes;
+}
+
+std::string serializeDeterministic(const google::protobuf::MessageLite& message) {
+  std::string out;
+  google::protobuf::io::StringOutputStream stream(&out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  message.SerializeToCodedStream(&coded);
+  coded.Trim();
+  return out;
+}
+
+bool hasTextExtension(const std::string& path) {
+  auto endsWith = [&](std::string_view suffix) {
+    return path.size() >= suffix.size() &&
+           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return endsWith(".onnxtxt") || endsWith(".txt");
+}
+
+bool escapesFolder(const std::string& location) {
+  if (!location.empty() && location[0] == '/') return true;
+  int depth = 0;
+  for (size_t start = 0; start <= location.size();) {
+    size_t end = location.find('/', start);
+    if (end == std::string::npos) end = location.size();
+    std::string_view part(location.data() + start, end - start);
+    if (part == "..") {
+      if (--depth < 0) return true;
+    } else if (!part.empty() && part != ".") {
+      ++depth;
+    }
+    start = end + 1;
+  }
+  return false;
+}
+
+std::string parentDir(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  std::string dir = parentDir(path_);
+  size_t slash = path_.find_last_of('/');
+  std::string base = slash == std::string::npos ? path_ : path_.substr(slash + 1);
+  if (base.empty()) throwIo(fmt::format("{}: not a file name", path_));
+  // Hidden and in the same folder, so that rename() is atomic and a crash leaves no file that
+  // looks like a finished model.
+  temp_path_ = (slash == std::string::npos ? std::string() : path_.substr(0, slash + 1)) + "." +
+               base + ".fusectl-XXXXXX";
+  fd_ = ::mkstemp(temp_path_.data());
+  if (fd_ < 0)
+    throwIo(fmt::format("{}: cannot create a file in '{}': {}", path_, dir, std::strerror(errno)));
+  // mkstemp creates 0600; a saved model gets the permissions any new file would.
+  mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd_, 0666 & ~mask);
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_path_.c_str());
+}
+
+void AtomicFile::writeAll(const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t put = ::write(fd_, data, size);
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      throwIo(fmt::format("{}: cannot write: {}", path_, std::strerror(errno)));
+    }
+    data += put;
+    size -= static_cast<size_t>(put);
+  }
+}
+
+void AtomicFile::flush() {
+  writeAll(pending_.data(), pending_.size());
+  pending_.clear();
+}
+
+void AtomicFile::write(const void* data, size_t size) {
+  constexpr size_t kBatch = 1 << 20;
+  written_ += size;
+  if (pending_.size() + size > kBatch) flush();
+  if (size < kBatch) {
+    pending_.append(static_cast<const char*>(data), size);
+    return;
+  }
+  writeAll(static_cast<const char*>(data), size);  // large blocks straight from the caller
+}
+
+void AtomicFile::commit() {
+  flush();
+  if (::fsync(fd_) != 0) throwIo(fmt::format("{}: cannot sync: {}", path_, std::strerror(errno)));
+  int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) throwIo(fmt::format("{}: cannot close: {}", path_, std::strerror(errno)));
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0)
+    throwIo(fmt::format("{}: cannot rename the finished file into place: {}", path_,
+                        std::strerror(errno)));
+  committed_ = true;
+  // Best effort: persist the rename itself.
+  int dir_fd = ::open(parentDir(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+}
+
+}  // namespace onnx_convert
+
+void writeFileAtomically(const std::string& path, const std::string& bytes) {
+  onnx_convert::AtomicFile file(path);
+  file.write(bytes.data(), bytes.size());
+  file.commit();
+}
+
+Tensor loadTensorFile(const std::string& path, std::string* name) {
+  std::string bytes = onnx_convert::readFile(path);
+  if (bytes.empty()) throwInvalid(path + ": empty file");
+  if (bytes.size() > static_cast<size_t>(INT_MAX))
+    throwInvalid(path + ": larger than 2 GB, the protobuf limit");
+  onnx::TensorProto proto;
+  google::protobuf::io::ArrayInputStream array(bytes.data(), static_cast<int>(bytes.size()));
+  google::protobuf::io::CodedInputStream input(&array);
+  input.SetTotalBytesLimit(INT_MAX);
+  if (!proto.ParseFromCodedStream(&input) || !input.ConsumedEntireMessage())
+    throwInvalid(path + ": not a TensorProto file (truncated or corrupt protobuf)");
+  bytes = std::string();  // the parsed proto holds its own copy
+  if (name) *name = proto.name();
+  return onnx_convert::importTensor(proto, path, onnx_convert::parentDir(path));
+}
+
+void saveTensorFile(const Tensor& t, const std::string& name, const std::string& path) {
+  onnx::TensorProto proto;
+  onnx_convert::exportTensor(t, name, &proto);
+  writeFileAtomically(path, onnx_convert::serializeDeterministic(proto));
+}
+
+}  // namespace fusectl

@@ -1,0 +1,250 @@
+// Buffer and Tensor: shared immutable weight bytes, memory-mapped or heap-owned, copy on write.
+#include "fusectl/graph/tensor.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "fusectl/graph/error.h"
+
+namespace fusectl {
+namespace {
+
+int64_t checkedNumel(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0) throwInvalid(fmt::format("negative tensor dimension {}", d));
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
+      throwInvalid("tensor element count overflows int64");
+    n *= d;
+  }
+  return n;
+}
+
+template <typename T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+double halfToDouble(uint16_t h) {
+  int exponent = (h >> 10) & 0x1f;
+  int mantissa = h & 0x3ff;
+  double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  if (exponent == 31)
+    return mantissa ? std::numeric_limits<double>::quiet_NaN()
+                    : sign * std::numeric_limits<double>::infinity();
+  return sign * std::ldexp(mantissa + 1024, exponent - 25);
+}
+
+double bfloat16ToDouble(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// The four float8 formats differ in exponent width, bias and which codes mean NaN/Inf
+// (ONNX operators.md, "Float8 types").
+double float8ToDouble(uint8_t v, DType t) {
+  const bool e4 = t == DType::Float8E4M3FN || t == DType::Float8E4M3FNUZ;
+  const bool uz = t == DType::Float8E4M3FNUZ || t == DType::Float8E5M2FNUZ;
+  const int mant_bits = e4 ? 3 : 2;
+  const int exp_mask = e4 ? 0xf : 0x1f;
+  int bias = e4 ? 7 : 15;
+  if (uz) bias += 1;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (uz && v == 0x80) return nan;  // the only NaN; there is no negative zero
+  double sign = (v & 0x80) ? -1.0 : 1.0;
+  int exponent = (v >> mant_bits) & exp_mask;
+  int mantissa = v & ((1 << mant_bits) - 1);
+  if (!uz) {
+    if (e4 && (v & 0x7f) == 0x7f) return nan;
+    if (!e4 && exponent == exp_mask)
+      return mantissa ? nan : sign * std::numeric_limits<double>::infinity();
+  }
+  if (exponent == 0) return sign * std::ldexp(mantissa, 1 - bias - mant_bits);
+  return sign * std::ldexp(mantissa + (1 << mant_bits), exponent - bias - mant_bits);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Buffer
+
+std::shared_ptr<const Buffer> Buffer::fromString(std::string bytes) {
+  auto owner = std::make_shared<std::string>(std::move(bytes));
+  auto buffer = std::make_shared<Buffer>(owner, reinterpret_cast<const uint8_t*>(owner->data()),
+                                         owner->size());
+  buffer->writable_ = true;
+  return buffer;
+}
+
+std::shared_ptr<const Buffer> Buffer::fromVector(std::vector<uint8_t> bytes) {
+  auto owner = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  auto buffer = std::make_shared<Buffer>(owner, owner->data(), owner->size());
+  buffer->writable_ = true;
+  return buffer;
+}
+
+std::shared_ptr<const Buffer> Buffer::mapFile(const std::string& path, uint64_t offset,
+                                              uint64_t length) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throwIo(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    throwIo(fmt::format("{}: cannot stat: {}", path, std::strerror(err)));
+  }
+  auto file_size = static_cast<uint64_t>(st.st_size);
+  if (offset > file_size || length > file_size - offset) {
+    ::close(fd);
+    throwInvalid(fmt::format("{}: bytes {}..{} are beyond the end of the file ({} bytes)", path,
+                             offset, offset + length, file_size));
+  }
+  if (length == 0) {
+    ::close(fd);
+    return std::make_shared<Buffer>(nullptr, nullptr, 0);
+  }
+  // mmap wants a page-aligned offset; map from the page start and point into it.
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t aligned = offset - offset % page;
+  size_t map_length = static_cast<size_t>(length + (offset - aligned));
+  void* base = ::mmap(nullptr, map_length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(aligned));
+  int err = errno;
+  ::close(fd);  // the mapping keeps the file alive
+  if (base == MAP_FAILED) throwIo(fmt::format("{}: cannot map: {}", path, std::strerror(err)));
+  std::shared_ptr<const void> owner(
+      base, [map_length](const void* p) { ::munmap(const_cast<void*>(p), map_length); });
+  return std::make_shared<Buffer>(std::move(owner),
+                                  static_cast<const uint8_t*>(base) + (offset - aligned),
+                                  static_cast<size_t>(length));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor
+
+Tensor::Tensor(DType dtype, std::vector<int64_t> dims) : dtype_(dtype), dims_(std::move(dims)) {
+  int64_t n = checkedNumel(dims_);
+  if (dtype_ == DType::String) {
+    strings_.resize(static_cast<size_t>(n));
+    return;
+  }
+  bytes_ = Buffer::fromVector(std::vector<uint8_t>(dtypeStorageBytes(dtype_, n), 0));
+}
+
+Tensor::Tensor(DType dtype, std::vector<int64_t> dims, std::shared_ptr<const Buffer> bytes)
+    : dtype_(dtype), dims_(std::move(dims)), bytes_(std::move(bytes)) {
+  size_t expected = dtypeStorageBytes(dtype_, checkedNumel(dims_));
+  if (dtype_ == DType::String) throwInternal("string tensors hold strings, not bytes");
+  if (byteSize() != expected)
+    throwInternal(fmt::format("{} tensor of {} elements needs {} bytes, got {}", dtypeName(dtype_),
+                              checkedNumel(dims_), expected, byteSize()));
+}
+
+Tensor Tensor::ofStrings(std::vector<int64_t> dims, std::vector<std::string> values) {
+  Tensor t;
+  t.dtype_ = DType::String;
+  t.dims_ = std::move(dims);
+  if (static_cast<size_t>(checkedNumel(t.dims_)) != values.size())
+    throwInternal(
+        fmt::format("string tensor needs {} values, got {}", checkedNumel(t.dims_), values.size()));
+  t.strings_ = std::move(values);
+  return t;
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : dims_) n *= d;
+  return n;
+}
+
+uint8_t* Tensor::mutableBytes() {
+  if (!bytes_ || bytes_->size() == 0) return nullptr;
+  if (bytes_.use_count() == 1 && bytes_->writable_) return const_cast<uint8_t*>(bytes_->data());
+  bytes_ =
+      Buffer::fromVector(std::vector<uint8_t>(bytes_->data(), bytes_->data() + bytes_->size()));
+  return const_cast<uint8_t*>(bytes_->data());
+}
+
+bool Tensor::identical(const Tensor& o) const {
+  if (dtype_ != o.dtype_ || dims_ != o.dims_) return false;
+  if (dtype_ == DType::String) return strings_ == o.strings_;
+  return byteSize() == o.byteSize() &&
+         (byteSize() == 0 || std::memcmp(bytes(), o.bytes(), byteSize()) == 0);
+}
+
+double Tensor::valueAsDouble(int64_t index) const {
+  if (index < 0 || index >= numel())
+    throwInternal(fmt::format("tensor index {} out of range ({} elements)", index, numel()));
+  auto i = static_cast<size_t>(index);
+  const uint8_t* p = bytes();
+  switch (dtype_) {
+    case DType::Float: return load<float>(p + 4 * i);
+    case DType::Double: return load<double>(p + 8 * i);
+    case DType::Float16: return halfToDouble(load<uint16_t>(p + 2 * i));
+    case DType::BFloat16: return bfloat16ToDouble(load<uint16_t>(p + 2 * i));
+    case DType::Float8E4M3FN:
+    case DType::Float8E4M3FNUZ:
+    case DType::Float8E5M2:
+    case DType::Float8E5M2FNUZ: return float8ToDouble(p[i], dtype_);
+    case DType::Bool: return p[i] != 0 ? 1.0 : 0.0;
+    case DType::Int4:
+    case DType::UInt4: return static_cast<double>(valueAsInt64(index));
+    default: return static_cast<double>(valueAsInt64(index));
+  }
+}
+
+int64_t Tensor::valueAsInt64(int64_t index) const {
+  if (index < 0 || index >= numel())
+    throwInternal(fmt::format("tensor index {} out of range ({} elements)", index, numel()));
+  auto i = static_cast<size_t>(index);
+  const uint8_t* p = bytes();
+  switch (dtype_) {
+    case DType::UInt8: return p[i];
+    case DType::Int8: return static_cast<int8_t>(p[i]);
+    case DType::UInt16: return load<uint16_t>(p + 2 * i);
+    case DType::Int16: return load<int16_t>(p + 2 * i);
+    case DType::Int32: return load<int32_t>(p + 4 * i);
+    case DType::Int64: return load<int64_t>(p + 8 * i);
+    case DType::UInt32: return load<uint32_t>(p + 4 * i);
+    case DType::UInt64: return static_cast<int64_t>(load<uint64_t>(p + 8 * i));
+    case DType::Bool: return p[i] != 0 ? 1 : 0;
+    case DType::UInt4:
+    case DType::Int4: {
+      // Two elements per byte, the first in the low nibble.
+      int nibble = (i % 2 == 0) ? (p[i / 2] & 0x0f) : (p[i / 2] >> 4);
+      if (dtype_ == DType::Int4 && nibble >= 8) nibble -= 16;
+      return nibble;
+    }
+    case DType::Float:
+    case DType::Double:
+    case DType::Float16:
+    case DType::BFloat16:
+    case DType::Float8E4M3FN:
+    case DType::Float8E4M3FNUZ:
+    case DType::Float8E5M2:
+    case DType::Float8E5M2FNUZ: {
+      double d = valueAsDouble(index);
+      if (std::isnan(d)) return 0;
+      if (d >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
+      if (d <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
+      return static_cast<int64_t>(d);
+    }
+    default:
+      throwUnsupported(
+          fmt::format("{} tensor values cannot be read as numbers", dtypeName(dtype_)));
+  }
+}
+
+}  // namespace fusectl

@@ -1,0 +1,569 @@
+// Conv, ConvTranspose, ConvInteger, QLinearConv and the fused FusedConv (domain "fusectl").
+//
+// Float Conv = im2col + the packed GEMM (gemm_micro.h), one GEMM per image, group and chunk of
+// output pixels (about 1 MiB of im2col each, so it is still cached when the GEMM packs it):
+//   Y_g[Mg x P] = W_g[Mg x Cg*k] * col[Cg*k x P]   (P output pixels, k kernel taps)
+// with two shortcuts: a 1x1/stride-1/unpadded conv multiplies X directly (no im2col), and a
+// depthwise 2-D conv (one input channel per group) runs a direct loop. The bias, and for
+// FusedConv the residual and activation, are the GEMM's epilogue.
+// ConvTranspose = GEMM then col2im: col[Mg*k x P_in] = W_g^T * X_g, scattered into Y.
+// The integer convs subtract the zero points into int32 operands and use the int32 GEMM.
+//
+// FusedConv (domain "fusectl", since_opset 1): Y = activation(Conv(X, W, B) + Z)
+//   inputs:  X, W, B (optional, [M]), Z (optional residual, exactly Y's shape)
+//   attributes: Conv's (auto_pad, dilations, group, kernel_shape, pads, strides), plus
+//     activation        string: Relu, Clip, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Silu,
+//                       Gelu, Tanh; absent or "" means none
+//     activation_params floats: Clip [min, max] (default -inf, +inf), LeakyRelu [alpha]
+//                       (0.01), HardSigmoid [alpha, beta] (0.2, 0.5); others take none
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "compute_common.h"
+#include "epilogue.h"
+#include "gemm_micro.h"
+
+namespace fusectl::kernels {
+namespace cpu {
+namespace {
+
+// Shapes of one convolution: X [N, C, in...], W [M, C/group, k...], Y [N, M, out...].
+struct ConvDims {
+  int64_t N = 0, C = 0, M = 0, group = 1;
+  Window win;
+  int64_t inPixels() const { return product(win.in); }
+  int64_t outPixels() const { return product(win.out); }
+  int64_t kernelTaps() const { return product(win.kernel); }
+};
+
+ConvDims convDims(const KernelContext& ctx, const HostTensor& x, const HostTensor& w) {
+  if (x.rank() < 3) ctx.fail("X must have rank >= 3 (N, C, spatial...)");
+  if (w.rank() != x.rank()) ctx.fail("W must have the same rank as X");
+  ConvDims d;
+  d.N = x.dim(0);
+  d.C = x.dim(1);
+  d.M = w.dim(0);
+  d.group = ctx.attrInt("group", 1);
+  if (d.group <= 0 || d.C % d.group != 0 || d.M % d.group != 0) {
+    ctx.fail("group " + std::to_string(d.group) + " must divide the input channels (" +
+             std::to_string(d.C) + ") and the output channels (" + std::to_string(d.M) + ")");
+  }
+  if (w.dim(1) != d.C / d.group) {
+    ctx.fail("W has " + std::to_string(w.dim(1)) + " input channels per group, expected " +
+             std::to_string(d.C / d.group));
+  }
+  std::vector<int64_t> in(x.dims().begin() + 2, x.dims().end());
+  std::vector<int64_t> kernel(w.dims().begin() + 2, w.dims().end());
+  std::vector<int64_t> ks = ctx.attrInts("kernel_shape");
+  if (!ks.empty() && ks != kernel) ctx.fail("kernel_shape does not match W's spatial dims");
+  d.win = resolveWindow(ctx, std::move(in), std::move(kernel), false);
+  return d;
+}
+
+std::vector<int64_t> outputDims(const ConvDims& d) {
+  std::vector<int64_t> dims = {d.N, d.M};
+  dims.insert(dims.end(), d.win.out.begin(), d.win.out.end());
+  return dims;
+}
+
+bool isPointwise(const Window& w) {
+  for (size_t i = 0; i < w.rank(); ++i) {
+    if (w.kernel[i] != 1 || w.strides[i] != 1 || w.pad_begin[i] != 0 || w.pad_end[i] != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Lays out the receptive fields of one group's channels for output pixels [p0, p1) as a
+// [Cg*k, p1-p0] matrix (zero outside the input). `x` points at the group's first channel.
+template <typename T>
+void im2col(const T* x, int64_t channels, const Window& w, int64_t p0, int64_t p1, T* col) {
+  const size_t r = w.rank();
+  const int64_t in_pixels = product(w.in), cols = p1 - p0;
+  const int64_t taps = product(w.kernel);
+  if (cols <= 0) return;
+  if (r <= 2) {  // 1-D as 2-D with height 1
+    const int64_t H = r == 2 ? w.in[0] : 1, W = w.in[r - 1];
+    const int64_t OW = w.out[r - 1];
+    const int64_t KH = r == 2 ? w.kernel[0] : 1, KW = w.kernel[r - 1];
+    const int64_t SH = r == 2 ? w.strides[0] : 1, SW = w.strides[r - 1];
+    const int64_t DH = r == 2 ? w.dilations[0] : 1, DW = w.dilations[r - 1];
+    const int64_t PH = r == 2 ? w.pad_begin[0] : 0, PW = w.pad_begin[r - 1];
+    const int64_t oh_first = p0 / OW, oh_last = (p1 - 1) / OW;
+    for (int64_t c = 0; c < channels; ++c) {
+      const T* plane = x + c * in_pixels;
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          T* out = col + ((c * KH + kh) * KW + kw) * cols - p0;  // indexed by pixel
+          // Output columns whose input column is inside [0, W).
+          const int64_t off = kw * DW - PW;
+          int64_t ow_lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
+          int64_t ow_hi = W - off > 0 ? (W - off + SW - 1) / SW : 0;
+          ow_lo = std::min(ow_lo, OW);
+          ow_hi = std::max(std::min(ow_hi, OW), ow_lo);
+          for (int64_t oh = oh_first; oh <= oh_last; ++oh) {
+            const int64_t a = oh == oh_first ? p0 - oh * OW : 0;
+            const int64_t b = oh == oh_last ? p1 - oh * OW : OW;
+            T* o = out + oh * OW;
+            const int64_t ih = oh * SH - PH + kh * DH;
+            if (ih < 0 || ih >= H) {
+              std::fill(o + a, o + b, T(0));
+              continue;
+            }
+            const T* row = plane + ih * W + off;
+            const int64_t lo = std::min(std::max(ow_lo, a), b);
+            const int64_t hi = std::max(std::min(ow_hi, b), lo);
+            std::fill(o + a, o + lo, T(0));
+            if (SW == 1) {
+              std::memcpy(o + lo, row + lo, (hi - lo) * sizeof(T));
+            } else {
+              for (int64_t ow = lo; ow < hi; ++ow) o[ow] = row[ow * SW];
+            }
+            std::fill(o + hi, o + b, T(0));
+          }
+        }
+      }
+    }
+    return;
+  }
+  // N-D: an odometer over the output pixels for each (channel, tap) row.
+  std::vector<int64_t> tap(r), opos(r);
+  for (int64_t c = 0; c < channels; ++c) {
+    const T* plane = x + c * in_pixels;
+    for (int64_t t = 0; t < taps; ++t) {
+      for (int64_t rem = t, i = static_cast<int64_t>(r) - 1; i >= 0; --i) {
+        tap[i] = rem % w.kernel[i];
+        rem /= w.kernel[i];
+      }
+      T* out = col + (c * taps + t) * cols;
+      for (int64_t rem = p0, i = static_cast<int64_t>(r) - 1; i >= 0; --i) {
+        opos[i] = rem % w.out[i];
+        rem /= w.out[i];
+      }
+      for (int64_t p = 0; p < cols; ++p) {
+        int64_t idx = 0;
+        bool inside = true;
+        for (size_t i = 0; i < r; ++i) {
+          const int64_t pos = opos[i] * w.strides[i] - w.pad_begin[i] + tap[i] * w.dilations[i];
+          if (pos < 0 || pos >= w.in[i]) {
+            inside = false;
+            break;
+          }
+          idx = idx * w.in[i] + pos;
+        }
+        out[p] = inside ? plane[idx] : T(0);
+        for (int64_t i = static_cast<int64_t>(r) - 1; i >= 0; --i) {
+          if (++opos[i] < w.out[i]) break;
+          opos[i] = 0;
+        }
+      }
+    }
+  }
+}
+
+// Output pixels per im2col chunk: the chunk's [K x cols] matrix stays near 1 MiB, so it is still
+// in L2 when the GEMM packs it, and the scratch stays small however big the image.
+int64_t im2colChunk(int64_t K, int64_t P) {
+  const int64_t cols = std::max<int64_t>(64, (int64_t{1} << 18) / std::max<int64_t>(K, 1));
+  return std::min(P, cols / 16 * 16);
+}
+
+// Depthwise 2-D (or 1-D) conv: each output channel reads one input channel. y is zeroed here.
+void depthwise2d(const float* x, const float* w, float* y, const Window& win) {
+  const size_t r = win.rank();
+  const int64_t H = r == 2 ? win.in[0] : 1, W = win.in[r - 1];
+  const int64_t OH = r == 2 ? win.out[0] : 1, OW = win.out[r - 1];
+  const int64_t KH = r == 2 ? win.kernel[0] : 1, KW = win.kernel[r - 1];
+  const int64_t SH = r == 2 ? win.strides[0] : 1, SW = win.strides[r - 1];
+  const int64_t DH = r == 2 ? win.dilations[0] : 1, DW = win.dilations[r - 1];
+  const int64_t PH = r == 2 ? win.pad_begin[0] : 0, PW = win.pad_begin[r - 1];
+  std::fill(y, y + OH * OW, 0.f);
+  for (int64_t kw = 0; kw < KW; ++kw) {
+    const int64_t off = kw * DW - PW;
+    int64_t ow_lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
+    int64_t ow_hi = W - off > 0 ? (W - off + SW - 1) / SW : 0;
+    ow_lo = std::min(ow_lo, OW);
+    ow_hi = std::max(std::min(ow_hi, OW), ow_lo);
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      float* __restrict o = y + oh * OW;
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        const int64_t ih = oh * SH - PH + kh * DH;
+        if (ih < 0 || ih >= H) continue;
+        const float wv = w[kh * KW + kw];
+        const float* __restrict row = x + ih * W + off;
+        if (SW == 1) {
+          int64_t ow = ow_lo;
+          for (; ow + 8 <= ow_hi; ow += 8) {  // fixed trip count: vectorized at -O2
+            for (int64_t j = 0; j < 8; ++j) o[ow + j] += wv * row[ow + j];
+          }
+          for (; ow < ow_hi; ++ow) o[ow] += wv * row[ow];
+        } else {
+          for (int64_t ow = ow_lo; ow < ow_hi; ++ow) o[ow] += wv * row[ow * SW];
+        }
+      }
+    }
+  }
+}
+
+// Float convolution with an epilogue (bias per output channel, residual laid out like Y).
+void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epilogue ep,
+               int threads) {
+  const int64_t Cg = d.C / d.group, Mg = d.M / d.group;
+  const int64_t taps = d.kernelTaps(), K = Cg * taps;
+  const int64_t in_pixels = d.inPixels(), P = d.outPixels();
+  const float* residual = ep.residual;
+  ep.bias_per_row = true;
+  ep.ld_residual = P;
+  if (d.N == 0 || d.M == 0 || P == 0) return;
+
+  // Depthwise: direct loop, parallel over (image, output channel).
+  if (Cg == 1 && d.win.rank() <= 2) {
+    parallelFor(d.N * d.M, threads, 4, [&](int64_t b, int64_t e) {
+      for (int64_t nm = b; nm < e; ++nm) {
+        const int64_t n = nm / d.M, m = nm % d.M, g = m / Mg;
+        float* yp = y + nm * P;
+        depthwise2d(x + (n * d.C + g) * in_pixels, w + m * taps, yp, d.win);
+        Epilogue e2 = ep;
+        e2.residual = residual ? residual + n * d.M * P : nullptr;
+        if (!e2.empty()) e2.apply(yp, P, m, 0, 1, P);
+      }
+    });
+    return;
+  }
+
+  // Tasks are (image, group, pixel chunk). With enough of them, each thread takes whole tasks
+  // and runs single-threaded GEMMs; otherwise the GEMM itself is split across threads.
+  const bool pointwise = isPointwise(d.win);
+  const int64_t chunk = pointwise ? P : im2colChunk(K, P);
+  const int64_t chunks = (P + chunk - 1) / chunk;
+  const int64_t tasks = d.N * d.group * chunks;
+  const bool task_parallel = tasks >= threads;
+  parallelFor(tasks, task_parallel ? threads : 1, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> col(pointwise ? 0 : static_cast<size_t>(K * std::min(chunk, P)));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n = t / (d.group * chunks), g = (t / chunks) % d.group;
+      const int64_t p0 = (t % chunks) * chunk, p1 = std::min(P, p0 + chunk);
+      Epilogue en = ep;
+      en.residual = residual ? residual + n * d.M * P : nullptr;
+      const float* xg = x + (n * d.C + g * Cg) * in_pixels;
+      const float* bmat = xg + p0;
+      int64_t ldb = P;
+      if (!pointwise) {
+        im2col(xg, Cg, d.win, p0, p1, col.data());
+        bmat = col.data();
+        ldb = p1 - p0;
+      }
+      GemmParams p = gemmParams(Mg, p1 - p0, K, w + g * Mg * K, K, false, bmat, ldb, false,
+                                y + (n * d.M + g * Mg) * P + p0, P);
+      p.epilogue = &en;
+      p.epilogue_row0 = g * Mg;
+      p.epilogue_col0 = p0;
+      gemm(p, task_parallel ? 1 : threads);
+    }
+  });
+}
+
+// Shared by Conv and FusedConv: reads X, W, B (input 2) and, when fused, Z (input 3).
+void runConv(KernelContext& ctx, bool fused) {
+  const HostTensor& x = ctx.requireInput(0);
+  const HostTensor& w = ctx.requireInput(1);
+  if (!isFloatComputeType(x.dtype())) {
+    ctx.fail("unsupported element type " + std::string(dtypeName(x.dtype())));
+  }
+  ConvDims d = convDims(ctx, x, w);
+  const HostTensor* b = ctx.input(2);
+  if (b && b->numel() != d.M) ctx.fail("B must have one value per output channel");
+  const HostTensor* z = fused ? ctx.input(3) : nullptr;
+  std::vector<int64_t> ydims = outputDims(d);
+  if (z && z->dims() != ydims) ctx.fail("residual Z must have the output's shape");
+
+  FloatView xf(x), wf(w), bf(b), zf(z);
+  Epilogue ep;
+  ep.bias = b ? bf.data() : nullptr;
+  ep.residual = z ? zf.data() : nullptr;
+  if (fused) {
+    const std::string act = ctx.attrString("activation", "");
+    const auto a = parseActivation(act);
+    if (!a) ctx.fail("unknown activation '" + act + "'");
+    const std::vector<float> params = ctx.attrFloats("activation_params");
+    ep.setActivation(*a, params.data(), params.size());
+  }
+  HostTensor& y = ctx.allocateOutput(0, x.dtype(), ydims);
+  FloatSink ys(y);
+  convFloat(xf.data(), wf.data(), ys.data(), d, ep, ctx.numThreads());
+  ys.commit();
+}
+
+// ---- ConvTranspose ----
+
+void runConvTranspose(KernelContext& ctx) {
+  const HostTensor& x = ctx.requireInput(0);
+  const HostTensor& w = ctx.requireInput(1);
+  if (!isFloatComputeType(x.dtype())) {
+    ctx.fail("unsupported element type " + std::string(dtypeName(x.dtype())));
+  }
+  if (x.rank() < 3 || w.rank() != x.rank()) ctx.fail("X and W must have the same rank >= 3");
+  const size_t r = x.rank() - 2;
+  const int64_t N = x.dim(0), C = x.dim(1);
+  const int64_t group = ctx.attrInt("group", 1);
+  if (group <= 0 || C % group != 0 || w.dim(0) != C) {
+    ctx.fail("W's first dim must equal X's channels, divisible by group");
+  }
+  const int64_t Cg = C / group, Mg = w.dim(1), M = Mg * group;
+  std::vector<int64_t> in(x.dims().begin() + 2, x.dims().end());
+  std::vector<int64_t> kernel(w.dims().begin() + 2, w.dims().end());
+  std::vector<int64_t> ks = ctx.attrInts("kernel_shape");
+  if (!ks.empty() && ks != kernel) ctx.fail("kernel_shape does not match W's spatial dims");
+  std::vector<int64_t> strides = ctx.attrInts("strides", std::vector<int64_t>(r, 1));
+  std::vector<int64_t> dil = ctx.attrInts("dilations", std::vector<int64_t>(r, 1));
+  std::vector<int64_t> out_pad = ctx.attrInts("output_padding", std::vector<int64_t>(r, 0));
+  std::vector<int64_t> out_shape = ctx.attrInts("output_shape");
+  if (out_shape.size() == r + 2) out_shape.erase(out_shape.begin(), out_shape.begin() + 2);
+  if (strides.size() != r || dil.size() != r || out_pad.size() < r ||
+      (!out_shape.empty() && out_shape.size() != r)) {
+    ctx.fail("strides, dilations, output_padding and output_shape need one value per spatial dim");
+  }
+  const std::string auto_pad = ctx.attrString("auto_pad", "NOTSET");
+  const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+  std::vector<int64_t> pads;
+  if (!ctx.node().hasAttr("pads") && !same) pads.assign(2 * r, 0);
+  if (ctx.node().hasAttr("pads")) pads = ctx.attrInts("pads");
+  std::vector<int64_t> out(r);
+  if (pads.empty()) {  // SAME_*: pads from the requested (or stride-multiplied) output size
+    pads.assign(2 * r, 0);
+    for (size_t i = 0; i < r; ++i) {
+      out[i] = out_shape.empty() ? in[i] * strides[i] : out_shape[i];
+      const int64_t total = strides[i] * (in[i] - 1) + out_pad[i] +
+                            (kernel[i] - 1) * dil[i] + 1 - out[i];
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor division
+      pads[i] = auto_pad == "SAME_UPPER" ? half : total - half;
+      pads[i + r] = total - pads[i];
+    }
+  } else {
+    if (pads.size() != 2 * r) ctx.fail("pads must have two values per spatial dim");
+    for (size_t i = 0; i < r; ++i) {
+      out[i] = out_shape.empty() ? strides[i] * (in[i] - 1) + out_pad[i] +
+                                       (kernel[i] - 1) * dil[i] + 1 - pads[i] - pads[i + r]
+                                 : out_shape[i];
+      if (out[i] < 0) ctx.fail("negative output size");
+    }
+  }
+  const HostTensor* b = ctx.input(2);
+  if (b && b->numel() != M) ctx.fail("B must have one value per output channel");
+
+  std::vector<int64_t> ydims = {N, M};
+  ydims.insert(ydims.end(), out.begin(), out.end());
+  HostTensor& y = ctx.allocateOutput(0, x.dtype(), ydims);
+  FloatView xf(x), wf(w), bf(b);
+  FloatSink ys(y);
+  float* yp = ys.data();
+  const int64_t taps = product(kernel), in_pixels = product(in), out_pixels = product(out);
+  const int64_t Kcol = Mg * taps;
+  std::fill(yp, yp + N * M * out_pixels, 0.f);
+  std::vector<float> col(static_cast<size_t>(Kcol * in_pixels));
+  std::vector<int64_t> tap(r), ipos(r);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t g = 0; g < group; ++g) {
+      const float* xg = xf.data() + (n * C + g * Cg) * in_pixels;
+      const float* wg = wf.data() + g * Cg * Kcol;
+      gemm(gemmParams(Kcol, in_pixels, Cg, wg, Kcol, true, xg, in_pixels, false, col.data(),
+                      in_pixels),
+           ctx.numThreads());
+      // col2im: out position = in * stride - pad + tap * dilation.
+      for (int64_t row = 0; row < Kcol; ++row) {
+        const int64_t m = row / taps;
+        for (int64_t rem = row % taps, i = static_cast<int64_t>(r) - 1; i >= 0; --i) {
+          tap[i] = rem % kernel[i];
+          rem /= kernel[i];
+        }
+        float* yplane = yp + (n * M + g * Mg + m) * out_pixels;
+        const float* c = col.data() + row * in_pixels;
+        if (r <= 2) {
+          const int64_t IH = r == 2 ? in[0] : 1, IW = in[r - 1];
+          const int64_t OH = r == 2 ? out[0] : 1, OW = out[r - 1];
+          const int64_t SH = r == 2 ? strides[0] : 1, SW = strides[r - 1];
+          const int64_t oh0 = r == 2 ? tap[0] * dil[0] - pads[0] : 0;
+          const int64_t ow0 = tap[r - 1] * dil[r - 1] - pads[r - 1];
+          for (int64_t ih = 0; ih < IH; ++ih) {
+            const int64_t oh = ih * SH + oh0;
+            if (oh < 0 || oh >= OH) continue;
+            float* orow = yplane + oh * OW;
+            const float* crow = c + ih * IW;
+            for (int64_t iw = 0; iw < IW; ++iw) {
+              const int64_t ow = iw * SW + ow0;
+              if (ow >= 0 && ow < OW) orow[ow] += crow[iw];
+            }
+          }
+          continue;
+        }
+        std::fill(ipos.begin(), ipos.end(), 0);
+        for (int64_t p = 0; p < in_pixels; ++p) {
+          int64_t idx = 0;
+          bool inside = true;
+          for (size_t i = 0; i < r; ++i) {
+            const int64_t pos = ipos[i] * strides[i] - pads[i] + tap[i] * dil[i];
+            if (pos < 0 || pos >= out[i]) {
+              inside = false;
+              break;
+            }
+            idx = idx * out[i] + pos;
+          }
+          if (inside) yplane[idx] += c[p];
+          for (int64_t i = static_cast<int64_t>(r) - 1; i >= 0; --i) {
+            if (++ipos[i] < in[i]) break;
+            ipos[i] = 0;
+          }
+        }
+      }
+    }
+  }
+  if (b) {
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t m = 0; m < M; ++m) {
+        float* plane = yp + (n * M + m) * out_pixels;
+        const float bv = bf[m];
+        for (int64_t p = 0; p < out_pixels; ++p) plane[p] += bv;
+      }
+    }
+  }
+  ys.commit();
+}
+
+// ---- integer convolutions ----
+
+// Values of an int8/uint8 tensor minus its zero point (a scalar, or one value per index of the
+// outermost dim: W's output channels), as int32.
+std::vector<int32_t> shiftedInt32(const KernelContext& ctx, const HostTensor& t,
+                                  const HostTensor* zp, const char* what) {
+  const int64_t n = t.numel();
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  int64_t zcount = zp ? zp->numel() : 0;
+  if (zp && zp->dtype() != t.dtype()) {
+    ctx.fail(std::string(what) + " zero point type must match its tensor's type");
+  }
+  auto zpAt = [&](int64_t i) -> int32_t {
+    if (!zp) return 0;
+    return zp->dtype() == DType::UInt8 ? zp->data<uint8_t>()[i] : zp->data<int8_t>()[i];
+  };
+  const int64_t block = zcount > 1 ? n / t.dim(0) : n;
+  if (zcount > 1 && zcount != t.dim(0)) {
+    ctx.fail(std::string(what) + " zero point must be a scalar or have one value per channel");
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t z = zcount > 1 ? zpAt(i / block) : zpAt(0);
+    const int32_t v = t.dtype() == DType::UInt8 ? t.data<uint8_t>()[i] : t.data<int8_t>()[i];
+    out[static_cast<size_t>(i)] = v - z;
+  }
+  return out;
+}
+
+// int32 convolution of shifted operands; y is [N, M, out...] int32.
+void convS32(const int32_t* x, const int32_t* w, int32_t* y, const ConvDims& d, int threads) {
+  const int64_t Cg = d.C / d.group, Mg = d.M / d.group;
+  const int64_t K = Cg * d.kernelTaps(), in_pixels = d.inPixels(), P = d.outPixels();
+  const bool pointwise = isPointwise(d.win);
+  std::vector<int32_t> col(pointwise ? 0 : static_cast<size_t>(K * P));
+  for (int64_t n = 0; n < d.N; ++n) {
+    for (int64_t g = 0; g < d.group; ++g) {
+      const int32_t* xg = x + (n * d.C + g * Cg) * in_pixels;
+      const int32_t* bmat = xg;
+      if (!pointwise) {
+        im2col(xg, Cg, d.win, 0, P, col.data());
+        bmat = col.data();
+      }
+      gemmS32(Mg, P, K, w + g * Mg * K, K, bmat, P, y + (n * d.M + g * Mg) * P, P, false,
+              threads);
+    }
+  }
+}
+
+void runConvInteger(KernelContext& ctx) {
+  const HostTensor& x = ctx.requireInput(0);
+  const HostTensor& w = ctx.requireInput(1);
+  checkInt8(ctx, x, "x");
+  checkInt8(ctx, w, "w");
+  const HostTensor* xzp = ctx.input(2);
+  if (xzp && xzp->numel() != 1) ctx.fail("x_zero_point must be a scalar");
+  ConvDims d = convDims(ctx, x, w);
+  std::vector<int32_t> xs = shiftedInt32(ctx, x, xzp, "x");
+  std::vector<int32_t> ws = shiftedInt32(ctx, w, ctx.input(3), "w");
+  HostTensor& y = ctx.allocateOutput(0, DType::Int32, outputDims(d));
+  convS32(xs.data(), ws.data(), y.mutableData<int32_t>(), d, ctx.numThreads());
+}
+
+float scalarOrAt(const FloatView& v, int64_t i) { return v.size() == 1 ? v[0] : v[i]; }
+
+int32_t zeroPointAt(const HostTensor* zp, int64_t i) {
+  if (!zp || zp->numel() == 0) return 0;
+  const int64_t j = zp->numel() == 1 ? 0 : i;
+  switch (zp->dtype()) {
+    case DType::UInt8: return zp->data<uint8_t>()[j];
+    case DType::Int8: return zp->data<int8_t>()[j];
+    case DType::Int32: return zp->data<int32_t>()[j];
+    default: return 0;
+  }
+}
+
+void runQLinearConv(KernelContext& ctx) {
+  const HostTensor& x = ctx.requireInput(0);
+  const HostTensor& w = ctx.requireInput(3);
+  checkInt8(ctx, x, "x");
+  checkInt8(ctx, w, "w");
+  FloatView xscale(ctx.requireInput(1)), wscale(ctx.requireInput(4)), yscale(ctx.requireInput(6));
+  const HostTensor* xzp = ctx.input(2);
+  const HostTensor* wzp = ctx.input(5);
+  const HostTensor* yzp = ctx.input(7);
+  const HostTensor* bias = ctx.input(8);
+  if (xscale.size() != 1 || yscale.size() != 1) ctx.fail("x_scale and y_scale must be scalars");
+  ConvDims d = convDims(ctx, x, w);
+  if (wscale.size() != 1 && wscale.size() != d.M) {
+    ctx.fail("w_scale must be a scalar or have one value per output channel");
+  }
+  if (bias && (bias->dtype() != DType::Int32 || bias->numel() != d.M)) {
+    ctx.fail("B must be int32 with one value per output channel");
+  }
+  std::vector<int32_t> xs = shiftedInt32(ctx, x, xzp, "x");
+  std::vector<int32_t> ws = shiftedInt32(ctx, w, wzp, "w");
+  const std::vector<int64_t> ydims = outputDims(d);
+  std::vector<int32_t> acc(static_cast<size_t>(product(ydims)));
+  convS32(xs.data(), ws.data(), acc.data(), d, ctx.numThreads());
+  const DType ytype = yzp ? yzp->dtype() : x.dtype();
+  HostTensor& y = ctx.allocateOutput(0, ytype, ydims);
+  const int64_t P = d.outPixels();
+  const int32_t zy = zeroPointAt(yzp, 0);
+  const int32_t lo = ytype == DType::UInt8 ? 0 : -128, hi = ytype == DType::UInt8 ? 255 : 127;
+  for (int64_t n = 0; n < d.N; ++n) {
+    for (int64_t m = 0; m < d.M; ++m) {
+      // The multiplier in float32, the product in double (as the ONNX reference computes it).
+      const double scale = xscale[0] * scalarOrAt(wscale, m) / yscale[0];
+      const int32_t bv = bias ? bias->data<int32_t>()[m] : 0;
+      const int64_t base = (n * d.M + m) * P;
+      for (int64_t p = 0; p < P; ++p) {
+        const double v = std::nearbyint(static_cast<double>(acc[base + p] + bv) * scale) + zy;
+        const int32_t q = static_cast<int32_t>(std::min(std::max(v, double(lo)), double(hi)));
+        if (ytype == DType::UInt8) {
+          y.mutableData<uint8_t>()[base + p] = static_cast<uint8_t>(q);
+        } else {
+          y.mutableData<int8_t>()[base + p] = static_cast<int8_t>(q);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cpu
+
+void registerConvKernels(KernelRegistry& r) {
+  r.add({"", "Conv", 1, 1000, [](KernelContext& c) { cpu::runConv(c, false); }});
+  r.add({"fusectl", "FusedConv", 1, 1000, [](KernelContext& c) { cpu::runConv(c, true); }});
+  r.add({"", "ConvTranspose", 1, 1000, cpu::runConvTranspose});
+  r.add({"", "ConvInteger", 10, 1000, cpu::runConvInteger});
+  r.add({"", "QLinearConv", 10, 1000, cpu::runQLinearConv});
+}
+
+}  // namespace fusectl::kernels

@@ -1,0 +1,669 @@
+// Elementwise CPU kernels: unary math and activations, broadcasting binary arithmetic,
+// comparisons and logic, variadic Max/Min/Sum/Mean, Where, Clip, Cast, Identity and Dropout.
+//
+// Every op is a scalar function plugged into one of a few loop templates (unary, binary with
+// broadcasting, variadic fold); the loops come from broadcast.h and vectorize. float16/bfloat16
+// inputs are computed in float32 (dtype_dispatch.h). Integer Div truncates toward zero (ONNX's
+// reference casts numpy's true division back to the integer type); integer division by zero
+// yields 0 instead of trapping. Integer Mod with fmod=0 takes the divisor's sign, as Python does.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <type_traits>
+
+#include <fmt/format.h>
+
+#include "broadcast.h"
+#include "dtype_dispatch.h"
+#include "fusectl/graph/error.h"
+#include "fusectl/kernels/kernel.h"
+
+namespace fusectl::kernels {
+namespace {
+
+using namespace kutil;
+
+// ---------------------------------------------------------------------------------------------
+// Loop templates
+
+// y = f(x), same dtype. f is generic over the element type.
+template <unsigned Set, typename F>
+void unaryOp(KernelContext& ctx, F f) {
+  const HostTensor& x0 = ctx.requireInput(0);
+  HostTensor hx;
+  const HostTensor* x = stageIn(&x0, hx);
+  StagedOutput out(ctx, 0, x0.dtype(), x0.dims());
+  dispatch<Set>(ctx, x->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* src = x->data<T>();
+    T* dst = out.compute().template mutableData<T>();
+    cpu::parallelFor(x->numel(), ctx.numThreads(), kParallelGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dst[i] = static_cast<T>(f(src[i]));
+    });
+  });
+  out.finish();
+}
+
+// y = f(x) with a bool result (IsNaN, IsInf).
+template <unsigned Set, typename F>
+void unaryPredicate(KernelContext& ctx, F f) {
+  const HostTensor& x0 = ctx.requireInput(0);
+  HostTensor hx;
+  const HostTensor* x = stageIn(&x0, hx);
+  HostTensor& out = ctx.allocateOutput(0, DType::Bool, x0.dims());
+  dispatch<Set>(ctx, x->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* src = x->data<T>();
+    bool* dst = out.mutableData<bool>();
+    for (int64_t i = 0, n = x->numel(); i < n; ++i) dst[i] = f(src[i]);
+  });
+}
+
+void requireSameDtype(const KernelContext& ctx, const HostTensor& a, const HostTensor& b) {
+  if (a.dtype() != b.dtype())
+    ctx.fail(fmt::format("inputs have different dtypes ({} and {})", dtypeName(a.dtype()),
+                         dtypeName(b.dtype())));
+}
+
+// c = f(a, b) with multidirectional broadcasting; the result has the inputs' dtype, or bool.
+template <unsigned Set, bool BoolOut, typename F>
+void binaryOn(KernelContext& ctx, const HostTensor& a0, const HostTensor& b0, F f) {
+  requireSameDtype(ctx, a0, b0);
+  const std::vector<int64_t> dims = broadcastDims(ctx, {&a0.dims(), &b0.dims()});
+  HostTensor ha, hb;
+  const HostTensor* a = stageIn(&a0, ha);
+  const HostTensor* b = stageIn(&b0, hb);
+  StagedOutput out(ctx, 0, BoolOut ? DType::Bool : a0.dtype(), dims);
+  const auto plan = planBroadcast<2>(dims, {&a0.dims(), &b0.dims()});
+  dispatch<Set>(ctx, a->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using O = std::conditional_t<BoolOut, bool, T>;
+    applyBinary(plan, a->data<T>(), b->data<T>(), out.compute().template mutableData<O>(), f,
+                ctx.numThreads());
+  });
+  out.finish();
+}
+
+// Opsets 1-6 broadcast only with broadcast=1, and then align B with A starting at `axis`
+// (trailing when absent): B viewed with trailing 1s gets the same result from numpy rules.
+HostTensor legacyAligned(const KernelContext& ctx, const HostTensor& a, const HostTensor& b) {
+  if (ctx.opset() >= 7 || ctx.attrInt("broadcast", 0) == 0 || !ctx.node().hasAttr("axis"))
+    return b;
+  const int64_t axis = normalizeAxis(ctx, ctx.attrInt("axis", 0), static_cast<int64_t>(a.rank()));
+  const int64_t trailing = static_cast<int64_t>(a.rank()) - axis - static_cast<int64_t>(b.rank());
+  if (trailing < 0)
+    ctx.fail(fmt::format("B {} does not fit in A {} from axis {}", dimsStr(b.dims()),
+                         dimsStr(a.dims()), axis));
+  std::vector<int64_t> dims = b.dims();
+  dims.insert(dims.end(), static_cast<size_t>(trailing), 1);
+  return b.reshaped(std::move(dims));
+}
+
+template <unsigned Set, bool BoolOut, typename F>
+void binaryOp(KernelContext& ctx, F f) {
+  const HostTensor& a = ctx.requireInput(0);
+  binaryOn<Set, BoolOut>(ctx, a, legacyAligned(ctx, a, ctx.requireInput(1)), f);
+}
+
+// Max/Min/Sum/Mean: a left fold of f over any number of broadcast inputs.
+template <unsigned Set, typename F>
+void variadicOp(KernelContext& ctx, F f, bool mean) {
+  std::vector<const HostTensor*> ins;
+  std::vector<const std::vector<int64_t>*> shapes;
+  for (size_t i = 0; i < ctx.numInputs(); ++i) {
+    const HostTensor& t = ctx.requireInput(i);
+    if (!ins.empty()) requireSameDtype(ctx, *ins[0], t);
+    ins.push_back(&t);
+    shapes.push_back(&t.dims());
+  }
+  if (ins.empty()) ctx.fail("expects at least one input");
+  const std::vector<int64_t> dims = broadcastDims(ctx, shapes);
+  std::vector<HostTensor> holders(ins.size());
+  std::vector<const HostTensor*> staged(ins.size());
+  for (size_t i = 0; i < ins.size(); ++i) staged[i] = stageIn(ins[i], holders[i]);
+  StagedOutput out(ctx, 0, ins[0]->dtype(), dims);
+  dispatch<Set>(ctx, staged[0]->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* o = out.compute().template mutableData<T>();
+    if (ins.size() == 1) {
+      const auto plan = planBroadcast<2>(dims, {shapes[0], shapes[0]});
+      applyBinary(plan, staged[0]->data<T>(), staged[0]->data<T>(), o,
+                  [](T x, T) { return x; });
+    } else {
+      applyBinary(planBroadcast<2>(dims, {shapes[0], shapes[1]}), staged[0]->data<T>(),
+                  staged[1]->data<T>(), o, f, ctx.numThreads());
+      for (size_t i = 2; i < ins.size(); ++i)
+        applyBinary(planBroadcast<2>(dims, {&dims, shapes[i]}), static_cast<const T*>(o),
+                    staged[i]->data<T>(), o, f, ctx.numThreads());
+    }
+    if constexpr (std::is_floating_point_v<T>) {
+      if (mean) {
+        const T scale = T(1) / static_cast<T>(ins.size());
+        for (int64_t i = 0, n = out.compute().numel(); i < n; ++i) o[i] *= scale;
+      }
+    }
+  });
+  out.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scalar functions
+
+template <typename T>
+inline T sigmoid(T x) {
+  if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+  const T e = std::exp(x);
+  return e / (T(1) + e);
+}
+
+template <typename T>
+inline T softplus(T x) {
+  return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
+
+template <typename T>
+inline T intDiv(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b == 0) return 0;
+    if constexpr (std::is_signed_v<T>) {
+      if (b == -1) return static_cast<T>(0u - static_cast<std::make_unsigned_t<T>>(a));
+    }
+    return static_cast<T>(a / b);
+  } else {
+    return a / b;
+  }
+}
+
+template <typename T>
+inline T modOp(T a, T b, bool fmod) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b == 0) return 0;
+    if constexpr (std::is_signed_v<T>) {
+      if (b == -1) return 0;
+      T r = static_cast<T>(a % b);
+      if (!fmod && r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+      return r;
+    } else {
+      return static_cast<T>(a % b);
+    }
+  } else {
+    T r = std::fmod(a, b);
+    if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r;
+  }
+}
+
+template <typename T>
+inline T maxOp(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+  }
+  return a < b ? b : a;
+}
+
+template <typename T>
+inline T minOp(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+  }
+  return b < a ? b : a;
+}
+
+template <typename T>
+inline T intPow(T base, int64_t e) {
+  if (e < 0) {
+    if (base == T(1)) return T(1);
+    if constexpr (std::is_signed_v<T>) {
+      if (base == T(-1)) return (e & 1) ? T(-1) : T(1);
+    }
+    return T(0);
+  }
+  using U = std::make_unsigned_t<T>;  // wraps on overflow like numpy
+  U r = 1, b = static_cast<U>(base);
+  while (e) {
+    if (e & 1) r = static_cast<U>(r * b);
+    b = static_cast<U>(b * b);
+    e >>= 1;
+  }
+  return static_cast<T>(r);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels with their own input handling
+
+// Pow(X: T, Y: T1): the exponent is converted to the base's compute type first.
+void powKernel(KernelContext& ctx) {
+  const HostTensor& a0 = ctx.requireInput(0);
+  const HostTensor b0 = legacyAligned(ctx, a0, ctx.requireInput(1));
+  const std::vector<int64_t> dims = broadcastDims(ctx, {&a0.dims(), &b0.dims()});
+  const auto plan = planBroadcast<2>(dims, {&a0.dims(), &b0.dims()});
+  HostTensor ha;
+  const HostTensor* a = stageIn(&a0, ha);
+  StagedOutput out(ctx, 0, a0.dtype(), dims);
+  auto exponentAs = [&](DType t, HostTensor& holder) -> const HostTensor* {
+    if (b0.dtype() == t) return &b0;
+    holder = HostTensor(t, b0.dims());
+    convertTensor(ctx, b0, holder);
+    return &holder;
+  };
+  dispatch<kNumeric>(ctx, a->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* o = out.compute().template mutableData<T>();
+    HostTensor hb;
+    if constexpr (std::is_floating_point_v<T>) {
+      const HostTensor* b = exponentAs(a->dtype(), hb);
+      applyBinary(plan, a->data<T>(), b->data<T>(), o, [](T x, T y) { return std::pow(x, y); },
+                  ctx.numThreads());
+    } else if (dtypeIsFloat(b0.dtype())) {
+      const HostTensor* b = exponentAs(DType::Double, hb);
+      applyBinary(plan, a->data<T>(), b->data<double>(), o, [](T x, double y) {
+        const double r = std::pow(static_cast<double>(x), y);
+        return std::isfinite(r) ? static_cast<T>(static_cast<int64_t>(r)) : T(0);
+      });
+    } else {
+      const HostTensor* b = exponentAs(DType::Int64, hb);
+      applyBinary(plan, a->data<T>(), b->data<int64_t>(), o,
+                  [](T x, int64_t y) { return intPow(x, y); });
+    }
+  });
+  out.finish();
+}
+
+// Clip: bounds are attributes before opset 11 and optional scalar inputs from 11 on.
+void clipKernel(KernelContext& ctx) {
+  const HostTensor& x0 = ctx.requireInput(0);
+  HostTensor hx, hlo, hhi;
+  const HostTensor* x = stageIn(&x0, hx);
+  const HostTensor* lo_t = ctx.opset() >= 11 ? stageIn(ctx.input(1), hlo) : nullptr;
+  const HostTensor* hi_t = ctx.opset() >= 11 ? stageIn(ctx.input(2), hhi) : nullptr;
+  for (const HostTensor* t : {lo_t, hi_t}) {
+    if (t && t->numel() != 1) ctx.fail("min and max must be scalars");
+    if (t && t->dtype() != x->dtype()) ctx.fail("min/max dtype differs from the input's");
+  }
+  StagedOutput out(ctx, 0, x0.dtype(), x0.dims());
+  dispatch<kNumeric>(ctx, x->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
+    if constexpr (std::is_floating_point_v<T>) {
+      lo = -std::numeric_limits<T>::infinity();
+      hi = std::numeric_limits<T>::infinity();
+      if (ctx.opset() < 11) {
+        lo = static_cast<T>(ctx.attrFloat("min", -std::numeric_limits<float>::infinity()));
+        hi = static_cast<T>(ctx.attrFloat("max", std::numeric_limits<float>::infinity()));
+      }
+    }
+    if (lo_t) lo = lo_t->data<T>()[0];
+    if (hi_t) hi = hi_t->data<T>()[0];
+    const T* src = x->data<T>();
+    T* dst = out.compute().template mutableData<T>();
+    for (int64_t i = 0, n = x->numel(); i < n; ++i) {
+      T v = src[i] < lo ? lo : src[i];
+      dst[i] = v > hi ? hi : v;
+    }
+  });
+  out.finish();
+}
+
+void whereKernel(KernelContext& ctx) {
+  const HostTensor& c = ctx.requireInput(0);
+  const HostTensor& x = ctx.requireInput(1);
+  const HostTensor& y = ctx.requireInput(2);
+  if (c.dtype() != DType::Bool) ctx.fail("condition must be bool");
+  requireSameDtype(ctx, x, y);
+  const std::vector<int64_t> dims = broadcastDims(ctx, {&c.dims(), &x.dims(), &y.dims()});
+  HostTensor& out = ctx.allocateOutput(0, x.dtype(), dims);
+  const auto plan = planBroadcast<3>(dims, {&c.dims(), &x.dims(), &y.dims()});
+  // A select moves elements, so only their size matters.
+  dispatchBySize(ctx, x.dtype(), [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    const bool* pc = c.data<bool>();
+    const U* px = x.data<U>();
+    const U* py = y.data<U>();
+    U* po = out.mutableData<U>();
+    parallelRows<3>(plan, ctx.numThreads(), [&](int64_t oo, const std::array<int64_t, 3>& off,
+                                                int64_t n, const std::array<int64_t, 3>& st) {
+      const bool* cr = pc + off[0];
+      const U* xr = px + off[1];
+      const U* yr = py + off[2];
+      U* orow = po + oo;
+      if (st[0] && st[1] && st[2]) {
+        for (int64_t i = 0; i < n; ++i) orow[i] = cr[i] ? xr[i] : yr[i];
+      } else {
+        for (int64_t i = 0; i < n; ++i) orow[i] = cr[i * st[0]] ? xr[i * st[1]] : yr[i * st[2]];
+      }
+    });
+  });
+}
+
+DType castTarget(const KernelContext& ctx) {
+  const Attribute* a = ctx.node().attr("to");
+  if (!a) ctx.fail("missing attribute 'to'");
+  if (a->kind == AttrKind::String) {  // Cast-1 spells the type: "FLOAT"
+    std::string name = a->s;
+    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (auto t = dtypeFromName(name)) return *t;
+    ctx.fail(fmt::format("unknown Cast target '{}'", a->s));
+  }
+  if (a->kind != AttrKind::Int || !dtypeIsKnown(static_cast<int32_t>(a->i)))
+    ctx.fail("attribute 'to' is not a known dtype");
+  return static_cast<DType>(a->i);
+}
+
+void castTo(KernelContext& ctx, DType to) {
+  const HostTensor& x = ctx.requireInput(0);
+  if (to == x.dtype()) {
+    ctx.setOutput(0, x.reshaped(x.dims()));
+    return;
+  }
+  for (DType t : {x.dtype(), to}) {
+    if (t == DType::String || t == DType::Complex64 || t == DType::Complex128 ||
+        static_cast<int32_t>(t) >= static_cast<int32_t>(DType::Float8E4M3FN))
+      throw Error(ErrorKind::Unsupported,
+                  fmt::format("node '{}' ({}): Cast from {} to {} is not supported",
+                              ctx.node().label(), ctx.node().opType(), dtypeName(x.dtype()),
+                              dtypeName(to)));
+  }
+  HostTensor& out = ctx.allocateOutput(0, to, x.dims());
+  convertTensor(ctx, x, out);
+}
+
+// Training-mode Dropout (opset 12+, training_mode true, ratio > 0): keeps x / (1 - ratio) where
+// a uniform draw is >= ratio. The draws are numpy's legacy RandomState(seed).uniform() (MT19937
+// seeded like init_genrand, 53-bit doubles), so a node with a `seed` reproduces the ONNX
+// reference exactly; without one the seed is random, as the spec allows.
+void trainingDropout(KernelContext& ctx, const HostTensor& x0, double ratio) {
+  if (!(ratio >= 0 && ratio < 1)) ctx.fail(fmt::format("ratio {} is not in [0, 1)", ratio));
+  const Attribute* seed_attr = ctx.node().attr("seed");
+  std::mt19937 gen(seed_attr && seed_attr->kind == AttrKind::Int
+                       ? static_cast<uint32_t>(seed_attr->i)
+                       : std::random_device{}());
+  HostTensor hx;
+  const HostTensor* x = stageIn(&x0, hx);
+  StagedOutput out(ctx, 0, x0.dtype(), x0.dims());
+  HostTensor keep(DType::Bool, x0.dims());
+  bool* k = keep.mutableData<bool>();
+  const double scale = 1.0 / (1.0 - ratio);
+  dispatch<kFloats>(ctx, x->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* src = x->data<T>();
+    T* dst = out.compute().template mutableData<T>();
+    for (int64_t i = 0, n = x->numel(); i < n; ++i) {
+      const uint32_t a = gen() >> 5, b = gen() >> 6;
+      const double u = (a * 67108864.0 + b) / 9007199254740992.0;
+      k[i] = u >= ratio;
+      dst[i] = k[i] ? static_cast<T>(src[i] * static_cast<T>(scale)) : T(0);
+    }
+  });
+  out.finish();
+  if (ctx.numOutputs() > 1 && ctx.outputWanted(1)) ctx.setOutput(1, keep);
+}
+
+void dropoutKernel(KernelContext& ctx) {
+  const HostTensor& x = ctx.requireInput(0);
+  if (ctx.opset() >= 12 && ctx.input(2) && readScalar(ctx, *ctx.input(2)) != 0) {
+    const double ratio = ctx.input(1) ? readScalar(ctx, *ctx.input(1)) : 0.5;
+    if (ratio != 0) return trainingDropout(ctx, x, ratio);
+  }
+  ctx.setOutput(0, x.reshaped(x.dims()));
+  if (ctx.numOutputs() > 1 && ctx.outputWanted(1)) {
+    // The mask is bool from opset 10; before that it has the input's dtype.
+    const DType mt = ctx.opset() >= 10 ? DType::Bool : x.dtype();
+    HostTensor& mask = ctx.allocateOutput(1, mt, x.dims());
+    HostTensor ones(DType::Bool, x.dims());
+    std::fill(ones.mutableData<bool>(), ones.mutableData<bool>() + x.numel(), true);
+    convertTensor(ctx, ones, mask);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration
+
+void add(KernelRegistry& r, const char* op, KernelFn fn) {
+  r.add({"", op, 1, 1000, std::move(fn)});
+}
+
+template <typename F>
+void addFloatUnary(KernelRegistry& r, const char* op, F f) {
+  add(r, op, [f](KernelContext& ctx) { unaryOp<kFloats>(ctx, f); });
+}
+
+}  // namespace
+
+void registerElementwiseKernels(KernelRegistry& r) {
+  // Unary math, float types only.
+  addFloatUnary(r, "Sqrt", [](auto x) { return std::sqrt(x); });
+  addFloatUnary(r, "Reciprocal", [](auto x) { return decltype(x)(1) / x; });
+  addFloatUnary(r, "Exp", [](auto x) { return std::exp(x); });
+  addFloatUnary(r, "Log", [](auto x) { return std::log(x); });
+  addFloatUnary(r, "Erf", [](auto x) { return std::erf(x); });
+  addFloatUnary(r, "Tanh", [](auto x) { return std::tanh(x); });
+  addFloatUnary(r, "Sigmoid", [](auto x) { return sigmoid(x); });
+  addFloatUnary(r, "Sin", [](auto x) { return std::sin(x); });
+  addFloatUnary(r, "Cos", [](auto x) { return std::cos(x); });
+  addFloatUnary(r, "Tan", [](auto x) { return std::tan(x); });
+  addFloatUnary(r, "Asin", [](auto x) { return std::asin(x); });
+  addFloatUnary(r, "Acos", [](auto x) { return std::acos(x); });
+  addFloatUnary(r, "Atan", [](auto x) { return std::atan(x); });
+  addFloatUnary(r, "Sinh", [](auto x) { return std::sinh(x); });
+  addFloatUnary(r, "Cosh", [](auto x) { return std::cosh(x); });
+  addFloatUnary(r, "Asinh", [](auto x) { return std::asinh(x); });
+  addFloatUnary(r, "Acosh", [](auto x) { return std::acosh(x); });
+  addFloatUnary(r, "Atanh", [](auto x) { return std::atanh(x); });
+  addFloatUnary(r, "Floor", [](auto x) { return std::floor(x); });
+  addFloatUnary(r, "Ceil", [](auto x) { return std::ceil(x); });
+  addFloatUnary(r, "Round", [](auto x) { return std::nearbyint(x); });  // half to even
+  addFloatUnary(r, "Softplus", [](auto x) { return softplus(x); });
+  addFloatUnary(r, "Softsign", [](auto x) { return x / (decltype(x)(1) + std::abs(x)); });
+  addFloatUnary(r, "Mish", [](auto x) { return x * std::tanh(softplus(x)); });
+
+  // Unary ops over signed / all numeric types.
+  add(r, "Neg", [](KernelContext& ctx) {
+    unaryOp<kFloats | kSigned>(ctx, [](auto x) { return -x; });
+  });
+  add(r, "Abs", [](KernelContext& ctx) {
+    unaryOp<kNumeric>(ctx, [](auto x) {
+      if constexpr (std::is_unsigned_v<decltype(x)>) return x;
+      else return x < 0 ? static_cast<decltype(x)>(-x) : x;
+    });
+  });
+  add(r, "Relu", [](KernelContext& ctx) {
+    unaryOp<kFloats | kSigned>(ctx, [](auto x) { return x > 0 ? x : decltype(x)(0); });
+  });
+  add(r, "Sign", [](KernelContext& ctx) {
+    unaryOp<kNumeric>(ctx, [](auto x) {
+      using T = decltype(x);
+      return x > T(0) ? T(1) : (x < T(0) ? static_cast<T>(-1) : T(0));
+    });
+  });
+  add(r, "Not", [](KernelContext& ctx) { unaryOp<kBool>(ctx, [](bool x) { return !x; }); });
+  add(r, "BitwiseNot", [](KernelContext& ctx) {
+    unaryOp<kInts>(ctx, [](auto x) { return static_cast<decltype(x)>(~x); });
+  });
+  add(r, "IsNaN", [](KernelContext& ctx) {
+    unaryPredicate<kFloats>(ctx, [](auto x) { return std::isnan(x); });
+  });
+  add(r, "IsInf", [](KernelContext& ctx) {
+    const bool neg = ctx.attrInt("detect_negative", 1) != 0;
+    const bool pos = ctx.attrInt("detect_positive", 1) != 0;
+    unaryPredicate<kFloats>(ctx, [=](auto x) {
+      return std::isinf(x) && ((x > 0 && pos) || (x < 0 && neg));
+    });
+  });
+
+  // Activations with attributes.
+  add(r, "LeakyRelu", [](KernelContext& ctx) {
+    const float alpha = ctx.attrFloat("alpha", 0.01f);
+    unaryOp<kFloats>(ctx, [=](auto x) { return x < 0 ? x * alpha : x; });
+  });
+  add(r, "Elu", [](KernelContext& ctx) {
+    const float alpha = ctx.attrFloat("alpha", 1.0f);
+    unaryOp<kFloats>(ctx, [=](auto x) { return x < 0 ? alpha * (std::exp(x) - 1) : x; });
+  });
+  add(r, "Celu", [](KernelContext& ctx) {
+    const float alpha = ctx.attrFloat("alpha", 1.0f);
+    unaryOp<kFloats>(ctx, [=](auto x) {
+      using T = decltype(x);
+      return std::max(T(0), x) + std::min(T(0), static_cast<T>(alpha * (std::exp(x / alpha) - 1)));
+    });
+  });
+  add(r, "Selu", [](KernelContext& ctx) {
+    const float alpha = ctx.attrFloat("alpha", 1.67326319217681884765625f);
+    const float gamma = ctx.attrFloat("gamma", 1.05070102214813232421875f);
+    unaryOp<kFloats>(ctx, [=](auto x) {
+      return x > 0 ? gamma * x : gamma * (alpha * std::exp(x) - alpha);
+    });
+  });
+  add(r, "ThresholdedRelu", [](KernelContext& ctx) {
+    const float alpha = ctx.attrFloat("alpha", 1.0f);
+    unaryOp<kFloats>(ctx, [=](auto x) { return x > alpha ? x : decltype(x)(0); });
+  });
+  add(r, "HardSigmoid", [](KernelContext& ctx) {
+    const float alpha = ctx.attrFloat("alpha", 0.2f);
+    const float beta = ctx.attrFloat("beta", 0.5f);
+    unaryOp<kFloats>(ctx, [=](auto x) {
+      using T = decltype(x);
+      return std::max(T(0), std::min(T(1), static_cast<T>(alpha * x + beta)));
+    });
+  });
+  add(r, "HardSwish", [](KernelContext& ctx) {
+    unaryOp<kFloats>(ctx, [](auto x) {
+      using T = decltype(x);
+      return x * std::max(T(0), std::min(T(1), static_cast<T>(x / T(6) + T(0.5))));
+    });
+  });
+  add(r, "Gelu", [](KernelContext& ctx) {
+    const std::string approx = ctx.attrString("approximate", "none");
+    if (approx == "tanh") {
+      unaryOp<kFloats>(ctx, [](auto x) {
+        using T = decltype(x);
+        const T k = static_cast<T>(0.7978845608028654);  // sqrt(2/pi)
+        return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+      });
+    } else if (approx == "none") {
+      unaryOp<kFloats>(ctx, [](auto x) {
+        using T = decltype(x);
+        return T(0.5) * x * (T(1) + std::erf(x * static_cast<T>(0.7071067811865476)));
+      });
+    } else {
+      ctx.fail(fmt::format("unknown approximate '{}'", approx));
+    }
+  });
+  add(r, "Shrink", [](KernelContext& ctx) {
+    const float bias = ctx.attrFloat("bias", 0.0f);
+    const float lambd = ctx.attrFloat("lambd", 0.5f);
+    unaryOp<kNumeric>(ctx, [=](auto x) {
+      using T = decltype(x);
+      if (x < -lambd) return static_cast<T>(x + bias);
+      if (x > lambd) return static_cast<T>(x - bias);
+      return T(0);
+    });
+  });
+
+  // Binary arithmetic.
+  add(r, "Add", [](KernelContext& ctx) {
+    binaryOp<kNumeric, false>(ctx, [](auto a, auto b) { return static_cast<decltype(a)>(a + b); });
+  });
+  add(r, "Sub", [](KernelContext& ctx) {
+    binaryOp<kNumeric, false>(ctx, [](auto a, auto b) { return static_cast<decltype(a)>(a - b); });
+  });
+  add(r, "Mul", [](KernelContext& ctx) {
+    binaryOp<kNumeric, false>(ctx, [](auto a, auto b) { return static_cast<decltype(a)>(a * b); });
+  });
+  add(r, "Div", [](KernelContext& ctx) {
+    binaryOp<kNumeric, false>(ctx, [](auto a, auto b) { return intDiv(a, b); });
+  });
+  add(r, "Mod", [](KernelContext& ctx) {
+    const bool fmod = ctx.attrInt("fmod", 0) != 0;
+    binaryOp<kNumeric, false>(ctx, [=](auto a, auto b) { return modOp(a, b, fmod); });
+  });
+  add(r, "Pow", powKernel);
+  add(r, "PRelu", [](KernelContext& ctx) {
+    const HostTensor& x = ctx.requireInput(0);
+    HostTensor slope = ctx.requireInput(1);
+    // Before opset 7 a 1-D slope of C values is per channel (axis 1), not numpy-broadcast.
+    if (ctx.opset() < 7 && x.rank() >= 2 && slope.rank() == 1 && slope.dim(0) == x.dim(1) &&
+        slope.dim(0) != 1) {
+      std::vector<int64_t> dims(x.rank() - 1, 1);
+      dims[0] = slope.dim(0);
+      slope = slope.reshaped(std::move(dims));
+    }
+    binaryOn<kFloats | kInts, false>(ctx, x, slope, [](auto v, auto s) {
+      return v < 0 ? static_cast<decltype(v)>(v * s) : v;
+    });
+  });
+  add(r, "BitwiseAnd", [](KernelContext& ctx) {
+    binaryOp<kInts, false>(ctx, [](auto a, auto b) { return static_cast<decltype(a)>(a & b); });
+  });
+  add(r, "BitwiseOr", [](KernelContext& ctx) {
+    binaryOp<kInts, false>(ctx, [](auto a, auto b) { return static_cast<decltype(a)>(a | b); });
+  });
+  add(r, "BitwiseXor", [](KernelContext& ctx) {
+    binaryOp<kInts, false>(ctx, [](auto a, auto b) { return static_cast<decltype(a)>(a ^ b); });
+  });
+  add(r, "BitShift", [](KernelContext& ctx) {
+    const std::string dir = ctx.attrString("direction", "");
+    if (dir != "LEFT" && dir != "RIGHT") ctx.fail("direction must be LEFT or RIGHT");
+    const bool left = dir == "LEFT";
+    binaryOp<kUnsigned, false>(ctx, [=](auto a, auto b) {
+      using T = decltype(a);
+      if (b >= sizeof(T) * 8) return T(0);
+      return static_cast<T>(left ? a << b : a >> b);
+    });
+  });
+
+  // Comparisons and logic (bool results).
+  add(r, "Equal", [](KernelContext& ctx) {
+    binaryOp<kAll, true>(ctx, [](auto a, auto b) { return a == b; });
+  });
+  add(r, "Less", [](KernelContext& ctx) {
+    binaryOp<kNumeric, true>(ctx, [](auto a, auto b) { return a < b; });
+  });
+  add(r, "Greater", [](KernelContext& ctx) {
+    binaryOp<kNumeric, true>(ctx, [](auto a, auto b) { return a > b; });
+  });
+  add(r, "LessOrEqual", [](KernelContext& ctx) {
+    binaryOp<kNumeric, true>(ctx, [](auto a, auto b) { return a <= b; });
+  });
+  add(r, "GreaterOrEqual", [](KernelContext& ctx) {
+    binaryOp<kNumeric, true>(ctx, [](auto a, auto b) { return a >= b; });
+  });
+  add(r, "And", [](KernelContext& ctx) {
+    binaryOp<kBool, true>(ctx, [](bool a, bool b) { return a && b; });
+  });
+  add(r, "Or", [](KernelContext& ctx) {
+    binaryOp<kBool, true>(ctx, [](bool a, bool b) { return a || b; });
+  });
+  add(r, "Xor", [](KernelContext& ctx) {
+    binaryOp<kBool, true>(ctx, [](bool a, bool b) { return a != b; });
+  });
+
+  // Variadic.
+  add(r, "Max", [](KernelContext& ctx) {
+    variadicOp<kNumeric>(ctx, [](auto a, auto b) { return maxOp(a, b); }, false);
+  });
+  add(r, "Min", [](KernelContext& ctx) {
+    variadicOp<kNumeric>(ctx, [](auto a, auto b) { return minOp(a, b); }, false);
+  });
+  add(r, "Sum", [](KernelContext& ctx) {
+    variadicOp<kNumeric>(ctx, [](auto a, auto b) { return static_cast<decltype(a)>(a + b); },
+                         false);
+  });
+  add(r, "Mean", [](KernelContext& ctx) {
+    variadicOp<kFloats>(ctx, [](auto a, auto b) { return a + b; }, true);
+  });
+
+  add(r, "Where", whereKernel);
+  add(r, "Clip", clipKernel);
+  add(r, "Cast", [](KernelContext& ctx) { castTo(ctx, castTarget(ctx)); });
+  add(r, "CastLike", [](KernelContext& ctx) { castTo(ctx, ctx.requireInput(1).dtype()); });
+  add(r, "Identity", [](KernelContext& ctx) {
+    const HostTensor& x = ctx.requireInput(0);
+    ctx.setOutput(0, x.reshaped(x.dims()));
+  });
+  add(r, "Dropout", dropoutKernel);
+}
+
+}  // namespace fusectl::kernels

@@ -1,0 +1,221 @@
+// MaxPool (with Indices), AveragePool, GlobalAveragePool and GlobalMaxPool.
+//
+// 1-D and 2-D pools run as 3-D pools with unit leading dims, one (image, channel) plane per
+// task. Windows are clipped to the input; AveragePool divides by the clipped count, or with
+// count_include_pad by the window positions inside the padded extent [-pad_begin, in+pad_end)
+// (ceil_mode's overhang past the end padding never counts, as in PyTorch and ONNX Runtime).
+// MaxPool's Indices are offsets into the whole input tensor, row-major, or with storage_order=1
+// column-major within each spatial plane.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "compute_common.h"
+
+namespace fusectl::kernels {
+namespace cpu {
+namespace {
+
+// A pool's window geometry with 1-D/2-D padded out to 3-D.
+struct Pool3d {
+  int64_t in[3], out[3], k[3], s[3], d[3], pb[3], pe[3];
+};
+
+Pool3d to3d(const Window& w) {
+  Pool3d p;
+  const size_t r = w.rank(), lead = 3 - r;
+  for (size_t i = 0; i < 3; ++i) {
+    const bool real = i >= lead;
+    const size_t j = i - lead;
+    p.in[i] = real ? w.in[j] : 1;
+    p.out[i] = real ? w.out[j] : 1;
+    p.k[i] = real ? w.kernel[j] : 1;
+    p.s[i] = real ? w.strides[j] : 1;
+    p.d[i] = real ? w.dilations[j] : 1;
+    p.pb[i] = real ? w.pad_begin[j] : 0;
+    p.pe[i] = real ? w.pad_end[j] : 0;
+  }
+  return p;
+}
+
+// Taps of axis i for output o: positions start + j*d inside [lo, hi) -> [j0, j1).
+inline void tapRange(const Pool3d& p, int i, int64_t o, int64_t lo, int64_t hi, int64_t* j0,
+                     int64_t* j1) {
+  const int64_t start = o * p.s[i] - p.pb[i], d = p.d[i];
+  int64_t a = start >= lo ? 0 : (lo - start + d - 1) / d;
+  int64_t b = hi - start > 0 ? (hi - start + d - 1) / d : 0;
+  *j0 = std::min(a, p.k[i]);
+  *j1 = std::max(std::min(b, p.k[i]), *j0);
+}
+
+Window poolWindow(const KernelContext& ctx, const HostTensor& x) {
+  if (x.rank() < 3) ctx.fail("X must have rank >= 3 (N, C, spatial...)");
+  if (x.rank() > 5) ctx.fail("pools over more than 3 spatial dims are not supported");
+  std::vector<int64_t> ks = ctx.attrInts("kernel_shape");
+  if (ks.size() != x.rank() - 2) ctx.fail("kernel_shape must have one value per spatial dim");
+  const bool ceil_mode = ctx.attrInt("ceil_mode", 0) != 0;
+  return resolveWindow(ctx, std::vector<int64_t>(x.dims().begin() + 2, x.dims().end()),
+                       std::move(ks), ceil_mode);
+}
+
+std::vector<int64_t> pooledDims(const HostTensor& x, const Window& w) {
+  std::vector<int64_t> dims = {x.dim(0), x.dim(1)};
+  dims.insert(dims.end(), w.out.begin(), w.out.end());
+  return dims;
+}
+
+void runMaxPool(KernelContext& ctx) {
+  const HostTensor& x = ctx.requireInput(0);
+  Window w = poolWindow(ctx, x);
+  const Pool3d p = to3d(w);
+  const bool col_major = ctx.attrInt("storage_order", 0) != 0;
+  const std::vector<int64_t> ydims = pooledDims(x, w);
+  HostTensor& y = ctx.allocateOutput(0, x.dtype(), ydims);
+  int64_t* ind = nullptr;
+  if (ctx.numOutputs() > 1 && ctx.outputWanted(1)) {
+    ind = ctx.allocateOutput(1, DType::Int64, ydims).mutableData<int64_t>();
+  }
+  FloatView xf(x);
+  FloatSink ys(y);
+  float* yp = ys.data();
+  const int64_t planes = x.dim(0) * x.dim(1);
+  const int64_t in_plane = p.in[0] * p.in[1] * p.in[2];
+  const int64_t out_plane = p.out[0] * p.out[1] * p.out[2];
+  parallelFor(planes, ctx.numThreads(), 8, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; ++pl) {
+      const float* xs = xf.data() + pl * in_plane;
+      float* yo = yp + pl * out_plane;
+      int64_t* io = ind ? ind + pl * out_plane : nullptr;
+      for (int64_t od = 0; od < p.out[0]; ++od) {
+        int64_t d0, d1;
+        tapRange(p, 0, od, 0, p.in[0], &d0, &d1);
+        for (int64_t oh = 0; oh < p.out[1]; ++oh) {
+          int64_t h0, h1;
+          tapRange(p, 1, oh, 0, p.in[1], &h0, &h1);
+          for (int64_t ow = 0; ow < p.out[2]; ++ow) {
+            int64_t w0, w1;
+            tapRange(p, 2, ow, 0, p.in[2], &w0, &w1);
+            float best = -std::numeric_limits<float>::infinity();
+            int64_t bd = -1, bh = -1, bw = -1;
+            for (int64_t jd = d0; jd < d1; ++jd) {
+              const int64_t id = od * p.s[0] - p.pb[0] + jd * p.d[0];
+              for (int64_t jh = h0; jh < h1; ++jh) {
+                const int64_t ih = oh * p.s[1] - p.pb[1] + jh * p.d[1];
+                const float* row = xs + (id * p.in[1] + ih) * p.in[2];
+                for (int64_t jw = w0; jw < w1; ++jw) {
+                  const int64_t iw = ow * p.s[2] - p.pb[2] + jw * p.d[2];
+                  if (row[iw] > best || bd < 0) {
+                    best = row[iw];
+                    bd = id;
+                    bh = ih;
+                    bw = iw;
+                  }
+                }
+              }
+            }
+            const int64_t o = (od * p.out[1] + oh) * p.out[2] + ow;
+            yo[o] = best;
+            if (io) {
+              const int64_t local = bd < 0 ? 0
+                                    : col_major ? bd + p.in[0] * (bh + p.in[1] * bw)
+                                                : (bd * p.in[1] + bh) * p.in[2] + bw;
+              io[o] = pl * in_plane + local;
+            }
+          }
+        }
+      }
+    }
+  });
+  ys.commit();
+}
+
+void runAveragePool(KernelContext& ctx) {
+  const HostTensor& x = ctx.requireInput(0);
+  if (!isFloatComputeType(x.dtype())) {
+    ctx.fail("unsupported element type " + std::string(dtypeName(x.dtype())));
+  }
+  Window w = poolWindow(ctx, x);
+  const Pool3d p = to3d(w);
+  const bool include_pad = ctx.attrInt("count_include_pad", 0) != 0;
+  HostTensor& y = ctx.allocateOutput(0, x.dtype(), pooledDims(x, w));
+  FloatView xf(x);
+  FloatSink ys(y);
+  float* yp = ys.data();
+  const int64_t planes = x.dim(0) * x.dim(1);
+  const int64_t in_plane = p.in[0] * p.in[1] * p.in[2];
+  const int64_t out_plane = p.out[0] * p.out[1] * p.out[2];
+  parallelFor(planes, ctx.numThreads(), 8, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; ++pl) {
+      const float* xs = xf.data() + pl * in_plane;
+      float* yo = yp + pl * out_plane;
+      for (int64_t od = 0; od < p.out[0]; ++od) {
+        int64_t d0, d1, pd0, pd1;
+        tapRange(p, 0, od, 0, p.in[0], &d0, &d1);
+        tapRange(p, 0, od, -p.pb[0], p.in[0] + p.pe[0], &pd0, &pd1);
+        for (int64_t oh = 0; oh < p.out[1]; ++oh) {
+          int64_t h0, h1, ph0, ph1;
+          tapRange(p, 1, oh, 0, p.in[1], &h0, &h1);
+          tapRange(p, 1, oh, -p.pb[1], p.in[1] + p.pe[1], &ph0, &ph1);
+          for (int64_t ow = 0; ow < p.out[2]; ++ow) {
+            int64_t w0, w1, pw0, pw1;
+            tapRange(p, 2, ow, 0, p.in[2], &w0, &w1);
+            tapRange(p, 2, ow, -p.pb[2], p.in[2] + p.pe[2], &pw0, &pw1);
+            float sum = 0.f;
+            for (int64_t jd = d0; jd < d1; ++jd) {
+              const int64_t id = od * p.s[0] - p.pb[0] + jd * p.d[0];
+              for (int64_t jh = h0; jh < h1; ++jh) {
+                const int64_t ih = oh * p.s[1] - p.pb[1] + jh * p.d[1];
+                const float* row = xs + (id * p.in[1] + ih) * p.in[2];
+                const float* taps = row + ow * p.s[2] - p.pb[2];
+                for (int64_t jw = w0; jw < w1; ++jw) sum += taps[jw * p.d[2]];
+              }
+            }
+            const int64_t count = include_pad ? (pd1 - pd0) * (ph1 - ph0) * (pw1 - pw0)
+                                              : (d1 - d0) * (h1 - h0) * (w1 - w0);
+            yo[(od * p.out[1] + oh) * p.out[2] + ow] =
+                count > 0 ? sum / static_cast<float>(count) : 0.f;
+          }
+        }
+      }
+    }
+  });
+  ys.commit();
+}
+
+void runGlobalPool(KernelContext& ctx, bool is_max) {
+  const HostTensor& x = ctx.requireInput(0);
+  if (x.rank() < 2) ctx.fail("X must have rank >= 2");
+  std::vector<int64_t> ydims = x.dims();
+  for (size_t i = 2; i < ydims.size(); ++i) ydims[i] = 1;
+  HostTensor& y = ctx.allocateOutput(0, x.dtype(), ydims);
+  FloatView xf(x);
+  FloatSink ys(y);
+  const int64_t planes = x.dim(0) * x.dim(1), plane = product(x.dims(), 2);
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const float* xs = xf.data() + pl * plane;
+    if (is_max) {
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < plane; ++i) m = std::max(m, xs[i]);
+      ys.data()[pl] = m;
+    } else {
+      double s = 0;
+      for (int64_t i = 0; i < plane; ++i) s += xs[i];
+      ys.data()[pl] = plane > 0 ? static_cast<float>(s / plane) : 0.f;
+    }
+  }
+  ys.commit();
+}
+
+}  // namespace
+}  // namespace cpu
+
+void registerPoolKernels(KernelRegistry& r) {
+  r.add({"", "MaxPool", 1, 1000, cpu::runMaxPool});
+  r.add({"", "AveragePool", 1, 1000, cpu::runAveragePool});
+  r.add({"", "GlobalMaxPool", 1, 1000, [](KernelContext& c) { cpu::runGlobalPool(c, true); }});
+  r.add({"", "GlobalAveragePool", 1, 1000,
+         [](KernelContext& c) { cpu::runGlobalPool(c, false); }});
+}
+
+}  // namespace fusectl::kernels

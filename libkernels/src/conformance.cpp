@@ -1,0 +1,274 @@
+// The ONNX backend-test runner: listing tests, binding .pb inputs, comparing outputs.
+#include "fusectl/kernels/conformance.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "fusectl/graph/error.h"
+#include "fusectl/graph/onnx_io.h"
+#include "fusectl/kernels/compare.h"
+#include "fusectl/kernels/executor.h"
+#include "fusectl/kernels/npy.h"
+
+namespace fs = std::filesystem;
+
+namespace fusectl::kernels {
+
+std::string_view conformanceStatusName(ConformanceStatus s) {
+  switch (s) {
+    case ConformanceStatus::Pass: return "pass";
+    case ConformanceStatus::Fail: return "fail";
+    case ConformanceStatus::Unsupported: return "unsupported";
+  }
+  return "?";
+}
+
+namespace {
+
+std::vector<std::string> splitTabs(const std::string& line) {
+  std::vector<std::string> cols;
+  std::string cur;
+  std::istringstream ss(line);
+  while (std::getline(ss, cur, '\t')) cols.push_back(cur);
+  if (!line.empty() && line.back() == '\t') cols.emplace_back();
+  return cols;
+}
+
+std::vector<ConformanceTest> fromManifest(const fs::path& dir, const fs::path& manifest) {
+  std::ifstream in(manifest);
+  if (!in) throwIo(manifest.string() + ": cannot open for reading");
+  std::string line;
+  if (!std::getline(in, line)) throwInvalid(manifest.string() + ": empty manifest");
+  std::map<std::string, size_t> col;
+  const auto header = splitTabs(line);
+  for (size_t i = 0; i < header.size(); ++i) col[header[i]] = i;
+  if (!col.count("test_name")) throwInvalid(manifest.string() + ": no test_name column");
+  auto field = [&](const std::vector<std::string>& row, const char* name) -> std::string {
+    auto it = col.find(name);
+    return it != col.end() && it->second < row.size() ? row[it->second] : std::string();
+  };
+  std::vector<ConformanceTest> tests;
+  size_t line_no = 1;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    const auto row = splitTabs(line);
+    ConformanceTest t;
+    t.name = field(row, "test_name");
+    t.suite = field(row, "suite");
+    t.dir = (t.suite.empty() ? dir / t.name : dir / t.suite / t.name).string();
+    const std::string scope = field(row, "in_scope");
+    t.in_scope = scope.empty() || scope == "yes";
+    if (!t.in_scope) t.scope_note = scope;
+    try {
+      if (!field(row, "rtol").empty()) t.rtol = std::stod(field(row, "rtol"));
+      if (!field(row, "atol").empty()) t.atol = std::stod(field(row, "atol"));
+    } catch (const std::exception&) {
+      throwInvalid(manifest.string() + ":" + std::to_string(line_no) + ": bad rtol/atol");
+    }
+    tests.push_back(std::move(t));
+  }
+  return tests;
+}
+
+std::vector<ConformanceTest> fromWalk(const fs::path& dir) {
+  std::vector<ConformanceTest> tests;
+  auto add = [&](const fs::path& test_dir, const std::string& suite) {
+    ConformanceTest t;
+    t.suite = suite;
+    t.name = test_dir.filename().string();
+    t.dir = test_dir.string();
+    tests.push_back(std::move(t));
+  };
+  if (fs::exists(dir / "model.onnx")) {
+    add(dir, "");
+    return tests;
+  }
+  for (const auto& a : fs::directory_iterator(dir)) {
+    if (!a.is_directory()) continue;
+    if (fs::exists(a.path() / "model.onnx")) {
+      add(a.path(), "");
+      continue;
+    }
+    for (const auto& b : fs::directory_iterator(a.path())) {
+      if (b.is_directory() && fs::exists(b.path() / "model.onnx")) {
+        add(b.path(), a.path().filename().string());
+      }
+    }
+  }
+  return tests;
+}
+
+// input_3.pb -> 3; -1 for other names.
+int fileIndex(const std::string& file, const std::string& prefix) {
+  if (file.rfind(prefix, 0) != 0 || file.size() < prefix.size() + 4) return -1;
+  if (file.compare(file.size() - 3, 3, ".pb") != 0) return -1;
+  const std::string digits = file.substr(prefix.size(), file.size() - prefix.size() - 3);
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stoi(digits);
+}
+
+std::vector<fs::path> indexedFiles(const fs::path& dir, const std::string& prefix) {
+  std::vector<std::pair<int, fs::path>> found;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const int i = fileIndex(e.path().filename().string(), prefix);
+    if (i >= 0) found.emplace_back(i, e.path());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> files;
+  for (size_t k = 0; k < found.size(); ++k) {
+    if (found[k].first != static_cast<int>(k)) {
+      throwInvalid(dir.string() + ": " + prefix + std::to_string(k) + ".pb is missing");
+    }
+    files.push_back(found[k].second);
+  }
+  return files;
+}
+
+std::string dimsText(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+// "" when the data set passes, else why not.
+std::string runDataSet(Executor& executor, const Graph& graph, const fs::path& data_dir,
+                       const ConformanceTest& test) {
+  std::vector<const Value*> positional;
+  for (const Value* v : graph.inputs()) {
+    if (!v->isInitializer()) positional.push_back(v);
+  }
+  std::vector<NamedTensor> inputs;
+  const auto input_files = indexedFiles(data_dir, "input_");
+  for (size_t k = 0; k < input_files.size(); ++k) {
+    std::string name;
+    HostTensor t = readTensorFile(input_files[k].string(), &name);
+    const Value* v = name.empty() ? nullptr : graph.findValue(name);
+    if (!v || !v->isGraphInput()) {
+      if (k >= positional.size()) {
+        return input_files[k].filename().string() + " has no graph input to bind to (the graph has " +
+               std::to_string(positional.size()) + " non-initializer inputs)";
+      }
+      v = positional[k];
+    }
+    inputs.push_back({v->name(), std::move(t)});
+  }
+
+  const std::vector<NamedTensor> outputs = executor.run(inputs);
+  const auto output_files = indexedFiles(data_dir, "output_");
+  if (output_files.size() > outputs.size()) {
+    return std::to_string(output_files.size()) + " expected outputs but the graph has " +
+           std::to_string(outputs.size());
+  }
+  Tolerance tol;
+  tol.rtol = test.rtol;
+  tol.atol = test.atol;
+  tol.exact_integers = true;
+  for (size_t k = 0; k < output_files.size(); ++k) {
+    const HostTensor expected = readTensorFile(output_files[k].string());
+    const HostTensor& actual = outputs[k].tensor;
+    const std::string what = "output '" + outputs[k].name + "'";
+    if (actual.dtype() != expected.dtype()) {
+      return what + " is " + std::string(dtypeName(actual.dtype())) + ", expected " +
+             std::string(dtypeName(expected.dtype()));
+    }
+    if (actual.dims() != expected.dims()) {
+      return what + " has shape " + dimsText(actual.dims()) + ", expected " +
+             dimsText(expected.dims());
+    }
+    const CompareResult r = compareTensors(actual, expected, tol);
+    if (!r.passed) return what + ": " + r.describe(expected.dims());
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<ConformanceTest> listConformanceTests(const std::string& dir) {
+  const fs::path root(dir);
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) throwIo(dir + ": no such directory");
+  std::vector<ConformanceTest> tests = fs::exists(root / "MANIFEST.tsv")
+                                           ? fromManifest(root, root / "MANIFEST.tsv")
+                                           : fromWalk(root);
+  std::stable_sort(tests.begin(), tests.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.suite, a.name) < std::tie(b.suite, b.name);
+  });
+  return tests;
+}
+
+ConformanceResult runConformanceTest(const ConformanceTest& test,
+                                     const ConformanceOptions& options) {
+  ConformanceResult result;
+  result.test = test;
+  const auto start = std::chrono::steady_clock::now();
+  auto finish = [&](ConformanceStatus status, std::string detail) {
+    result.status = status;
+    result.detail = std::move(detail);
+    result.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  };
+  try {
+    const fs::path dir(test.dir);
+    LoadOptions load;
+    load.infer_shapes = false;  // this tests kernels; the data files carry the truth
+    std::unique_ptr<Model> model = loadModel((dir / "model.onnx").string(), load);
+    ExecutorOptions exec;
+    exec.num_threads = options.num_threads;
+    Executor executor(*model, exec);
+
+    std::vector<fs::path> data_sets;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) {
+        data_sets.push_back(e.path());
+      }
+    }
+    std::sort(data_sets.begin(), data_sets.end());
+    if (data_sets.empty()) return finish(ConformanceStatus::Fail, "no test_data_set_* folder");
+    for (const fs::path& ds : data_sets) {
+      std::string why = runDataSet(executor, *model->graph, ds, test);
+      if (!why.empty()) {
+        if (data_sets.size() > 1) why = ds.filename().string() + ": " + why;
+        return finish(ConformanceStatus::Fail, why);
+      }
+    }
+    return finish(ConformanceStatus::Pass, "");
+  } catch (const Error& e) {
+    return finish(e.kind() == ErrorKind::Unsupported ? ConformanceStatus::Unsupported
+                                                     : ConformanceStatus::Fail,
+                  e.what());
+  } catch (const std::exception& e) {
+    return finish(ConformanceStatus::Fail, std::string("internal error: ") + e.what());
+  }
+}
+
+ConformanceReport runConformance(const std::string& dir, const ConformanceOptions& options,
+                                 const std::function<void(const ConformanceResult&)>& on_result) {
+  ConformanceReport report;
+  const auto start = std::chrono::steady_clock::now();
+  for (const ConformanceTest& t : listConformanceTests(dir)) {
+    if (!options.filter.empty() && t.name.find(options.filter) == std::string::npos) continue;
+    if (!t.in_scope && !options.include_out_of_scope) {
+      ++report.skipped_out_of_scope;
+      continue;
+    }
+    ConformanceResult r = runConformanceTest(t, options);
+    switch (r.status) {
+      case ConformanceStatus::Pass: ++report.passed; break;
+      case ConformanceStatus::Fail: ++report.failed; break;
+      case ConformanceStatus::Unsupported: ++report.unsupported; break;
+    }
+    if (on_result) on_result(r);
+    report.results.push_back(std::move(r));
+  }
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace fusectl::kernels

@@ -1,0 +1,458 @@
+// The CPU executor: kernel resolution, input binding, the step loop and seeded inputs.
+#include "fusectl/kernels/executor.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+
+#include "fusectl/graph/error.h"
+#include "fusectl/kernels/half.h"
+
+namespace fusectl::kernels {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string nodePrefix(const Node& n) { return "node '" + n.label() + "' (" + n.opType() + "): "; }
+
+std::string dimsText(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+std::string typeText(DType dtype, const std::vector<int64_t>& dims) {
+  return std::string(dtypeName(dtype)) + dimsText(dims);
+}
+
+// A symbolic dim that is one plain name ("batch"), as opposed to an expression ("2*batch").
+bool isPlainSymbol(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' ||
+          c == ':' || c == '/')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// Graph outputs get unpooled buffers (they outlive the run); everything else is pooled.
+class Executor::Allocator : public OutputAllocator {
+ public:
+  explicit Allocator(BufferPool& pool) : pool_(pool) {}
+
+  HostTensor allocate(DType dtype, const std::vector<int64_t>& dims) override {
+    return make(dtype, dims, false);
+  }
+  HostTensor allocateFor(const Node& node, size_t index, DType dtype,
+                         const std::vector<int64_t>& dims) override {
+    const Value* v = node.output(index);
+    return make(dtype, dims, v && v->isGraphOutput());
+  }
+
+ private:
+  HostTensor make(DType dtype, const std::vector<int64_t>& dims, bool unpooled) {
+    int64_t n = 1;
+    for (int64_t d : dims) {
+      if (d < 0) throwInvalid("negative dimension " + std::to_string(d));
+      if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) {
+        throwInvalid("element count of " + dimsText(dims) + " overflows int64");
+      }
+      n *= d;
+    }
+    if (dtype == DType::Undefined) throwInternal("output allocated with an undefined dtype");
+    const size_t bytes = dtypeStorageBytes(dtype, n);
+    std::shared_ptr<void> buffer = unpooled ? pool_.acquireUnpooled(bytes) : pool_.acquire(bytes);
+    void* data = buffer.get();
+    return wrap(dtype, dims, data, std::move(buffer));
+  }
+
+  BufferPool& pool_;
+};
+
+Executor::Executor(const Model& model, ExecutorOptions options)
+    : model_(model), graph_(*model.graph), options_(options) {
+  num_threads_ = options_.num_threads > 0
+                     ? options_.num_threads
+                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const KernelRegistry& registry =
+      options_.registry ? *options_.registry : KernelRegistry::global();
+
+  plan_ = buildMemoryPlan(graph_);
+
+  // One registry lookup per distinct (domain, op, opset), not per node.
+  std::map<std::tuple<std::string, std::string, int64_t>, const KernelInfo*> cache;
+  std::vector<const Node*> unsupported;
+  std::set<std::string> unsupported_ops;
+  kernels_.reserve(plan_.order.size());
+  opsets_.reserve(plan_.order.size());
+  for (const Node* n : plan_.order) {
+    const int64_t opset = model_.opsetVersion(n->domain());
+    if (opset <= 0) {
+      throwInvalid(nodePrefix(*n) + "the model imports no opset for domain '" +
+                   (n->domain().empty() ? std::string("ai.onnx") : n->domain()) + "'");
+    }
+    auto key = std::make_tuple(n->domain(), n->opType(), opset);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      it = cache.emplace(key, registry.find(n->domain(), n->opType(), opset)).first;
+    }
+    if (!it->second) {
+      unsupported.push_back(n);
+      unsupported_ops.insert((n->domain().empty() ? "" : n->domain() + "::") + n->opType() +
+                             "-" + std::to_string(opset));
+    }
+    kernels_.push_back(it->second);
+    opsets_.push_back(opset);
+  }
+  if (!unsupported.empty()) {
+    const Node& n = *unsupported.front();
+    std::string msg = nodePrefix(n) + "no CPU kernel for " +
+                      (n.domain().empty() ? "" : n.domain() + "::") + n.opType() + " at opset " +
+                      std::to_string(model_.opsetVersion(n.domain()));
+    if (unsupported.size() > 1) {
+      msg += " (" + std::to_string(unsupported.size()) + " nodes lack a kernel; ops:";
+      for (const std::string& op : unsupported_ops) msg += " " + op;
+      msg += ")";
+    }
+    throwUnsupported(msg);
+  }
+
+  initializers_.resize(plan_.values.size());
+  for (const Value* v : graph_.initializers()) {
+    const int s = plan_.slot(v);
+    if (s >= 0 && v->initializer()) {
+      try {
+        initializers_[s] = HostTensor::fromTensor(*v->initializer());
+      } catch (const Error& e) {
+        throw Error(e.kind(), "initializer '" + v->name() + "': " + e.what());
+      }
+    }
+  }
+}
+
+Executor::~Executor() = default;
+
+void Executor::bindInputs(const std::vector<NamedTensor>& inputs,
+                          std::vector<HostTensor>& slots) const {
+  for (size_t s = 0; s < initializers_.size(); ++s) {
+    if (initializers_[s].dtype() != DType::Undefined) slots[s] = initializers_[s];
+  }
+
+  std::unordered_map<std::string_view, const NamedTensor*> given;
+  for (const NamedTensor& in : inputs) {
+    if (!given.emplace(in.name, &in).second) throwInvalid("input '" + in.name + "' given twice");
+    const Value* v = graph_.findValue(in.name);
+    if (!v || !v->isGraphInput()) {
+      std::string names;
+      for (const Value* gi : graph_.inputs()) {
+        if (!gi->isInitializer()) names += (names.empty() ? "" : ", ") + gi->name();
+      }
+      throwInvalid("unknown input '" + in.name + "'; the graph's inputs are: " +
+                   (names.empty() ? "(none)" : names));
+    }
+  }
+
+  // symbol -> (value, input that bound it)
+  std::unordered_map<std::string, std::pair<int64_t, std::string>> symbols;
+  for (const Value* v : graph_.inputs()) {
+    auto it = given.find(v->name());
+    if (it == given.end()) {
+      if (v->isInitializer()) continue;
+      throwInvalid("missing input '" + v->name() + "' (" + v->type.str() + ")");
+    }
+    const HostTensor& t = it->second->tensor;
+    const std::string what = "input '" + v->name() + "'";
+    if (t.dtype() == DType::Undefined) throwInvalid(what + " has no data");
+    if (v->dtype() != DType::Undefined && t.dtype() != v->dtype()) {
+      throwInvalid(what + " is " + typeText(t.dtype(), t.dims()) + " but the graph declares " +
+                   v->type.str());
+    }
+    const Shape& shape = v->shape();
+    if (shape.hasRank()) {
+      bool ok = shape.rank() == t.rank();
+      for (size_t d = 0; ok && d < shape.rank(); ++d) {
+        const Dim& dim = shape[d];
+        if (dim.isStatic() && dim.value() != t.dim(d)) ok = false;
+      }
+      if (!ok) {
+        throwInvalid(what + " has shape " + dimsText(t.dims()) + " but the graph declares " +
+                     v->type.str());
+      }
+      for (size_t d = 0; d < shape.rank(); ++d) {
+        const Dim& dim = shape[d];
+        if (!dim.isSymbolic() || !isPlainSymbol(dim.symbol())) continue;
+        auto [sit, inserted] = symbols.emplace(dim.symbol(), std::make_pair(t.dim(d), v->name()));
+        if (!inserted && sit->second.first != t.dim(d)) {
+          throwInvalid(what + " has " + dim.symbol() + " = " + std::to_string(t.dim(d)) +
+                       " (dim " + std::to_string(d) + ") but input '" + sit->second.second +
+                       "' has " + dim.symbol() + " = " + std::to_string(sit->second.first));
+        }
+      }
+    }
+    if (t.dtype() != DType::String && t.byteSize() > 0 && t.raw() == nullptr) {
+      throwInvalid(what + " has no data");
+    }
+    slots[plan_.slot(v)] = t;
+  }
+}
+
+std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
+                                       ExecutionStats* stats) {
+  const auto start = Clock::now();
+  std::vector<HostTensor> slots(plan_.values.size());
+  bindInputs(inputs, slots);
+
+  pool_.resetPeak();
+  const BufferPool::Stats before = pool_.stats();
+  Allocator allocator(pool_);
+  if (stats) {
+    stats->node_times.clear();
+    if (options_.profile) stats->node_times.reserve(plan_.order.size());
+  }
+
+  std::vector<const HostTensor*> args;
+  for (size_t step = 0; step < plan_.order.size(); ++step) {
+    const Node& node = *plan_.order[step];
+    args.assign(node.numInputs(), nullptr);
+    for (size_t i = 0; i < node.numInputs(); ++i) {
+      const Value* v = node.input(i);
+      if (!v) continue;
+      const HostTensor& t = slots[plan_.slot(v)];
+      if (t.dtype() == DType::Undefined) {
+        throwInvalid(nodePrefix(node) + "input " + std::to_string(i) + " ('" + v->name() +
+                     "') was not produced by its node");
+      }
+      args[i] = &t;
+    }
+
+    KernelContext ctx(node, opsets_[step], args, allocator, num_threads_);
+    const auto node_start = options_.profile ? Clock::now() : Clock::time_point();
+    try {
+      kernels_[step]->fn(ctx);
+    } catch (const Error& e) {
+      if (std::strncmp(e.what(), "node '", 6) == 0) throw;
+      throw Error(e.kind(), nodePrefix(node) + e.what());
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error(ErrorKind::Internal, nodePrefix(node) + "kernel failed: " + e.what());
+    }
+    if (options_.profile && stats) {
+      stats->node_times.push_back(
+          {node.label(), node.opType(),
+           std::chrono::duration<double>(Clock::now() - node_start).count()});
+    }
+
+    for (size_t i = 0; i < node.numOutputs(); ++i) {
+      const Value* v = node.output(i);
+      if (!v) continue;
+      HostTensor& out = ctx.outputs()[i];
+      if (out.dtype() == DType::Undefined) {
+        if (ctx.outputWanted(i)) {
+          throwInternal(nodePrefix(node) + "the kernel did not produce output " +
+                        std::to_string(i) + " ('" + v->name() + "')");
+        }
+        continue;
+      }
+      if (out.dtype() != DType::String && out.byteSize() > 0 && out.raw() == nullptr) {
+        throwInternal(nodePrefix(node) + "output " + std::to_string(i) + " has no data");
+      }
+      if (v->isGraphOutput() && v->dtype() != DType::Undefined && v->dtype() != out.dtype()) {
+        throwInvalid(nodePrefix(node) + "output '" + v->name() + "' is " +
+                     typeText(out.dtype(), out.dims()) + " but the graph declares " +
+                     v->type.str());
+      }
+      slots[plan_.slot(v)] = std::move(out);
+    }
+    for (int s : plan_.release_after[step]) slots[s] = HostTensor();
+  }
+
+  std::vector<NamedTensor> outputs;
+  outputs.reserve(graph_.outputs().size());
+  for (const Value* v : graph_.outputs()) {
+    const HostTensor& t = slots[plan_.slot(v)];
+    if (t.dtype() == DType::Undefined) {
+      throwInvalid("graph output '" + v->name() + "' was not produced");
+    }
+    outputs.push_back({v->name(), t});
+  }
+  slots.clear();
+
+  if (stats) {
+    const BufferPool::Stats after = pool_.stats();
+    stats->peak_activation_bytes = after.peak_live_bytes - before.live_bytes;
+    stats->pool_reserved_bytes = after.reserved_bytes;
+    stats->buffer_reuses = after.reuses - before.reuses;
+    stats->intermediate_tensors = plan_.intermediate_tensors;
+    stats->nodes_run = plan_.order.size();
+    stats->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  return outputs;
+}
+
+std::vector<NamedTensor> runModel(const Model& model, const std::vector<NamedTensor>& inputs,
+                                  const ExecutorOptions& options, ExecutionStats* stats) {
+  Executor executor(model, options);
+  return executor.run(inputs, stats);
+}
+
+// ---- Seeded inputs ----
+
+namespace {
+
+// PCG32 (pcg_setseq_64_xsh_rr_32, O'Neill 2014): tiny, fast and identical everywhere.
+class Pcg32 {
+ public:
+  Pcg32(uint64_t seed, uint64_t stream) : inc_((stream << 1) | 1u) {
+    next();
+    state_ += seed;
+    next();
+  }
+  uint32_t next() {
+    const uint64_t old = state_;
+    state_ = old * 6364136223846793005ULL + inc_;
+    const uint32_t xorshifted = static_cast<uint32_t>(((old >> 18) ^ old) >> 27);
+    const uint32_t rot = static_cast<uint32_t>(old >> 59);
+    return (xorshifted >> rot) | (xorshifted << ((32 - rot) & 31));
+  }
+  // Uniform in [-1, 1) on a 2^-23 grid: exact in float32, no libm, no platform rounding.
+  float nextSigned() {
+    const int32_t u = static_cast<int32_t>(next() >> 8) - (1 << 23);
+    return static_cast<float>(u) * (1.0f / 8388608.0f);
+  }
+
+ private:
+  uint64_t state_ = 0;
+  uint64_t inc_;
+};
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+template <typename T>
+void fillInts(HostTensor& t, Pcg32& rng) {
+  T* p = t.mutableData<T>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = static_cast<T>(rng.next() % 10u);
+}
+
+}  // namespace
+
+std::vector<int64_t> concreteInputDims(const Value& input, const Shape* override) {
+  const Shape& declared = input.shape();
+  if (override) {
+    if (!override->isStatic()) {
+      throwInvalid("shape " + override->str() + " for input '" + input.name() +
+                   "' must have only numeric dims");
+    }
+    if (declared.hasRank() && declared.rank() != override->rank()) {
+      throwInvalid("shape " + override->str() + " for input '" + input.name() + "' has rank " +
+                   std::to_string(override->rank()) + " but the graph declares " +
+                   input.type.str());
+    }
+    for (size_t d = 0; declared.hasRank() && d < declared.rank(); ++d) {
+      if (declared[d].isStatic() && declared[d].value() != (*override)[d].value()) {
+        throwInvalid("shape " + override->str() + " for input '" + input.name() +
+                     "' conflicts with the declared " + input.type.str());
+      }
+    }
+    return override->staticDims();
+  }
+  if (!declared.hasRank()) {
+    throwInvalid("input '" + input.name() + "' has an unknown rank; give its shape (--shape " +
+                 input.name() + "=DIMS)");
+  }
+  std::vector<int64_t> dims;
+  for (const Dim& d : declared.dims()) dims.push_back(d.isStatic() ? d.value() : 1);
+  return dims;
+}
+
+HostTensor makeRandomInput(const Value& input, uint64_t seed, const Shape* override) {
+  const std::vector<int64_t> dims = concreteInputDims(input, override);
+  const DType dtype = input.dtype();
+  if (dtype == DType::Undefined || dtype == DType::String || dtype == DType::Complex64 ||
+      dtype == DType::Complex128 || !dtypeIsKnown(static_cast<int32_t>(dtype)) ||
+      dtypeStorageBytes(dtype, 2) != 2 * dtypeSize(dtype)) {
+    throwUnsupported("cannot generate random data for input '" + input.name() + "' of type " +
+                     input.type.str() + "; give it with --input");
+  }
+  HostTensor t(dtype, dims);
+  Pcg32 rng(seed, fnv1a(input.name()));
+  const int64_t n = t.numel();
+  switch (dtype) {
+    case DType::Float: {
+      float* p = t.mutableData<float>();
+      for (int64_t i = 0; i < n; ++i) p[i] = rng.nextSigned();
+      break;
+    }
+    case DType::Double: {
+      double* p = t.mutableData<double>();
+      for (int64_t i = 0; i < n; ++i) p[i] = rng.nextSigned();
+      break;
+    }
+    case DType::Float16: {
+      uint16_t* p = t.mutableData<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) p[i] = floatToHalf(rng.nextSigned());
+      break;
+    }
+    case DType::BFloat16: {
+      uint16_t* p = t.mutableData<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) p[i] = floatToBFloat16(rng.nextSigned());
+      break;
+    }
+    case DType::Bool: {
+      uint8_t* p = t.mutableData<uint8_t>();
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(rng.next() >> 31);
+      break;
+    }
+    case DType::Int8: fillInts<int8_t>(t, rng); break;
+    case DType::UInt8: fillInts<uint8_t>(t, rng); break;
+    case DType::Int16: fillInts<int16_t>(t, rng); break;
+    case DType::UInt16: fillInts<uint16_t>(t, rng); break;
+    case DType::Int32: fillInts<int32_t>(t, rng); break;
+    case DType::UInt32: fillInts<uint32_t>(t, rng); break;
+    case DType::Int64: fillInts<int64_t>(t, rng); break;
+    case DType::UInt64: fillInts<uint64_t>(t, rng); break;
+    default:
+      throwUnsupported("cannot generate random data for input '" + input.name() + "' of type " +
+                       input.type.str() + "; give it with --input");
+  }
+  return t;
+}
+
+std::vector<NamedTensor> makeRandomInputs(const Graph& graph, uint64_t seed,
+                                          const std::vector<std::pair<std::string, Shape>>& shapes) {
+  std::unordered_map<std::string, const Shape*> overrides;
+  for (const auto& [name, shape] : shapes) {
+    const Value* v = graph.findValue(name);
+    if (!v || !v->isGraphInput()) throwInvalid("--shape names '" + name + "', not a graph input");
+    overrides[name] = &shape;
+  }
+  std::vector<NamedTensor> result;
+  for (const Value* v : graph.inputs()) {
+    if (v->isInitializer()) continue;
+    auto it = overrides.find(v->name());
+    result.push_back(
+        {v->name(), makeRandomInput(*v, seed, it == overrides.end() ? nullptr : it->second)});
+  }
+  return result;
+}
+
+}  // namespace fusectl::kernels

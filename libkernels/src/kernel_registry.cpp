@@ -1,0 +1,112 @@
+// KernelContext (what a kernel sees of its node) and the kernel registry (the one dispatcher).
+#include <algorithm>
+#include <string>
+
+#include "fusectl/graph/error.h"
+#include "fusectl/kernels/kernel.h"
+
+namespace fusectl::kernels {
+
+namespace {
+
+std::string_view canonicalDomain(std::string_view domain) {
+  return domain == "ai.onnx" ? std::string_view() : domain;
+}
+
+}  // namespace
+
+// ---- KernelContext ----
+
+KernelContext::KernelContext(const Node& node, int64_t opset, std::vector<const HostTensor*> inputs,
+                             OutputAllocator& allocator, int num_threads)
+    : node_(node),
+      opset_(opset),
+      inputs_(std::move(inputs)),
+      outputs_(node.numOutputs()),
+      allocator_(allocator),
+      num_threads_(std::max(num_threads, 1)) {}
+
+const HostTensor& KernelContext::requireInput(size_t i) const {
+  const HostTensor* t = input(i);
+  if (!t) fail("required input " + std::to_string(i) + " is missing");
+  return *t;
+}
+
+bool KernelContext::outputWanted(size_t i) const {
+  const Value* v = node_.output(i);
+  return v != nullptr && !v->name().empty() && (v->hasUses() || v->isGraphOutput());
+}
+
+HostTensor& KernelContext::allocateOutput(size_t i, DType dtype, const std::vector<int64_t>& dims) {
+  if (i >= outputs_.size()) {
+    fail("kernel allocates output " + std::to_string(i) + " but the node has " +
+         std::to_string(outputs_.size()) + " outputs");
+  }
+  for (int64_t d : dims) {
+    if (d < 0) fail("output " + std::to_string(i) + " would have negative dimension " +
+                    std::to_string(d));
+  }
+  outputs_[i] = allocator_.allocateFor(node_, i, dtype, dims);
+  return outputs_[i];
+}
+
+void KernelContext::setOutput(size_t i, HostTensor t) {
+  if (i >= outputs_.size()) {
+    fail("kernel sets output " + std::to_string(i) + " but the node has " +
+         std::to_string(outputs_.size()) + " outputs");
+  }
+  outputs_[i] = std::move(t);
+}
+
+void KernelContext::fail(const std::string& message) const {
+  throw Error(ErrorKind::InvalidInput,
+              "node '" + node_.label() + "' (" + node_.opType() + "): " + message);
+}
+
+// ---- KernelRegistry ----
+
+KernelRegistry& KernelRegistry::global() {
+  static KernelRegistry* registry = [] {
+    auto* r = new KernelRegistry();  // never destroyed: kernels may run during static teardown
+    registerAllKernels(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void KernelRegistry::add(KernelInfo info) {
+  if (!info.fn) throwInternal("kernel " + info.op_type + " registered without a function");
+  if (info.since_opset > info.until_opset) {
+    throwInternal("kernel " + info.op_type + " registered with an empty opset range");
+  }
+  info.domain = std::string(canonicalDomain(info.domain));
+  kernels_.push_back(std::move(info));
+}
+
+const KernelInfo* KernelRegistry::find(std::string_view domain, std::string_view op_type,
+                                       int64_t opset) const {
+  // The executor looks kernels up once per node when it is built, so a scan is cheap enough;
+  // among overlapping registrations the most specific (latest since_opset), then the last
+  // added, wins, which lets a test or an optimized kernel override a reference one.
+  const std::string_view dom = canonicalDomain(domain);
+  const KernelInfo* best = nullptr;
+  for (const KernelInfo& k : kernels_) {
+    if (k.op_type != op_type || k.domain != dom) continue;
+    if (opset < k.since_opset || opset > k.until_opset) continue;
+    if (!best || k.since_opset >= best->since_opset) best = &k;
+  }
+  return best;
+}
+
+std::vector<std::string> KernelRegistry::opTypes() const {
+  std::vector<std::string> names;
+  names.reserve(kernels_.size());
+  for (const KernelInfo& k : kernels_) {
+    names.push_back(k.domain.empty() ? k.op_type : k.domain + "::" + k.op_type);
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+}  // namespace fusectl::kernels

@@ -1,0 +1,99 @@
+// The optimization report: the answer to "why wasn't my pattern fused?".
+//
+// For the whole model, every candidate anchor of every pattern in the pipeline either became a
+// FusionSite or is a RejectedCandidate with the first legality condition that failed. Written
+// as JSON following docs/schemas/report.schema.json ("schema": "fusectl.report/1").
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "fusectl/graph/graph.h"
+#include "fusectl/passes/pattern.h"
+
+namespace fusectl::passes {
+
+enum class Portability {
+  Standard,  // output is standard ONNX (ai.onnx ops only)
+  Fusectl,   // output uses fusectl-domain ops (with model-local ONNX functions defining them)
+};
+std::string_view portabilityName(Portability p);  // "standard", "fusectl"
+
+struct FusionSite {
+  std::string pass;
+  std::string pattern;
+  std::vector<std::string> replaced_nodes;  // labels of the nodes the fusion removed
+  std::string new_node;                     // label of the node that replaces them ("" if none)
+  std::string new_op;                       // "FusedConv", "Conv", ...
+  Portability portability = Portability::Standard;
+  // Bytes of intermediate tensors that no longer travel through memory (static shapes only).
+  uint64_t activation_bytes_saved = 0;
+};
+
+struct PassStatistics {
+  std::string pass;
+  int iteration = 0;  // 1-based run number of this pass within a fixpoint group
+  double seconds = 0;
+  bool changed = false;
+  size_t nodes_before = 0, nodes_after = 0;
+  size_t intermediates_before = 0, intermediates_after = 0;
+  std::map<std::string, int64_t> counters;  // "matches", "rewrites", "skipped_multi_use"...
+};
+
+struct GraphFigures {
+  size_t nodes = 0;
+  size_t intermediate_tensors = 0;  // node outputs that are not graph outputs
+  uint64_t parameter_bytes = 0;     // initializer bytes
+  uint64_t parameters = 0;          // initializer elements
+  std::vector<std::pair<std::string, size_t>> op_histogram;  // "Conv" or "fusectl::FusedConv"
+  static GraphFigures of(const Graph& g);
+};
+
+// One run of a fixpoint group: how many rounds it took and whether it converged before the cap.
+struct FixpointRun {
+  std::string group;  // the group's pipeline text, "fixpoint(a,b)"
+  int iterations = 0;
+  bool converged = true;  // false: still changing when max_fixpoint_iterations was reached
+};
+
+class Report {
+ public:
+  void addFusion(FusionSite site) { fusions.push_back(std::move(site)); }
+  // Keeps the first of identical rejections (a fixpoint group sees the same candidate again).
+  void addRejection(NearMiss miss, std::string pass);
+  // Drops rejections whose anchor a later run of the same pass and pattern fused after all
+  // (the PassManager calls this once at the end).
+  void pruneRejectionsFusedLater();
+  // Counts fusion sites per pattern name.
+  std::map<std::string, size_t> fusionsByPattern() const;
+  uint64_t activationBytesSaved() const;
+
+  std::string tool_version;
+  std::string input_file, output_file;
+  std::string input_sha256, output_sha256;
+  std::string pipeline;  // printed pipeline text
+  GraphFigures before, after;
+  uint64_t input_file_bytes = 0, output_file_bytes = 0;
+  std::vector<PassStatistics> passes;
+  std::vector<FusionSite> fusions;
+  struct Rejection {
+    std::string pass;
+    NearMiss miss;
+  };
+  std::vector<Rejection> rejections;
+  std::vector<FixpointRun> fixpoints;
+
+  std::string toJson() const;  // deterministic: stable key and element order
+
+ private:
+  std::unordered_set<std::string> rejection_keys_;
+};
+
+// Lower-case hex SHA-256 of `bytes`, for the report's input and output hashes.
+std::string sha256Hex(std::string_view bytes);
+
+}  // namespace fusectl::passes

@@ -1,0 +1,71 @@
+// The Rewriter: how passes edit the graph.
+//
+// It wraps Graph's mutation API with what passes need on top: the rewrite budget
+// (--max-rewrites), a record of nodes erased during the current sweep (so a driver never
+// touches a match whose nodes are gone), fusion-site reporting, and traceable names (a fused
+// node's doc string lists the nodes it replaced).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "fusectl/graph/graph.h"
+#include "fusectl/passes/pass.h"
+#include "fusectl/passes/pattern.h"
+
+namespace fusectl::passes {
+
+class Rewriter {
+ public:
+  Rewriter(Graph& graph, PassContext& ctx) : graph_(graph), ctx_(ctx) {}
+
+  Graph& graph() { return graph_; }
+  PassContext& context() { return ctx_; }
+
+  // True when none of the match's nodes was erased in this sweep. (applyPattern also re-runs
+  // the match at its root before rewriting, so in-place edits by earlier rewrites are seen.)
+  bool stillValid(const Match& m) const;
+  bool erased(const Node* n) const { return erased_.count(n) != 0; }
+
+  Node* createNode(Graph::NodeSpec spec, Node* position = nullptr);
+  Value* addConstant(const std::string& name_hint, Tensor t);  // a new initializer
+  void replaceAllUsesWith(Value* from, Value* to) { graph_.replaceAllUsesWith(from, to); }
+  // Erases `n` (all its outputs must be unused) and then every producer, and every initializer
+  // that is not a graph input, left without uses; remembers the nodes as erased. Read what you
+  // need from those initializers before erasing. Returns the number of nodes erased.
+  size_t eraseWithDeadProducers(Node* n);
+  void eraseNode(Node* n);
+  // The "remove node" action: every reader of n's output 0 reads n's input `input` instead,
+  // then n is erased. The caller checks that this keeps the graph's interface (n's output
+  // being a graph output while its input is a graph input, for instance, must not be bypassed).
+  void bypass(Node* n, size_t input = 0);
+
+  // Replaces the matched nodes by `replacement` (already created): moves it right before the
+  // producer of `replaced_output` (a value produced by the match) so the order stays
+  // topological, rewires that value's readers to the replacement's output 0, erases what became
+  // dead, stamps the replacement's doc string with the replaced node labels, and reports the
+  // site with the bytes of the match's internal tensors that no longer exist.
+  void commitFusion(const std::string& pattern, const Match& m, Value* replaced_output,
+                    Node* replacement, Portability portability);
+
+  // Reports a candidate that did not fuse.
+  void reject(const NearMiss& miss) { ctx_.report().addRejection(miss, ctx_.currentPass()); }
+
+ private:
+  Graph& graph_;
+  PassContext& ctx_;
+  std::unordered_set<const Node*> erased_;
+};
+
+// Greedy driver for a pattern pass: matches `pattern` (read-only) over the whole graph first,
+// then visits the matches in order; one whose nodes were erased by an earlier rewrite, or that
+// no longer matches at its root, is skipped (counter "skipped_overlap"). Before each rewrite it
+// asks ctx.allowRewrite() (--max-rewrites); then `rewrite` edits through the Rewriter and
+// returns true when it changed the graph. Near misses go to the report as rejections.
+// Counters: "candidates", "matches", "rewrites". Returns the number of rewrites.
+size_t applyPattern(Graph& graph, PassContext& ctx, const Pattern& pattern,
+                    const std::function<bool(Rewriter&, const Match&)>& rewrite);
+
+}  // namespace fusectl::passes

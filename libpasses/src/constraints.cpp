@@ -1,0 +1,186 @@
+// Reusable pattern constraints. Each reason opens with the label of the node it is about, so
+// `fusectl match --explain` and the report read as "Conv_12 output has 2 consumers: ...".
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "fusectl/passes/pattern.h"
+
+namespace fusectl::passes::constraints {
+
+namespace {
+
+// The bound node of `capture`; a missing capture is a bug in the pass, said as a reason so
+// that it shows up in tests rather than crashing.
+Node* captured(const Match& m, const std::string& capture, std::string& why) {
+  Node* n = m.get(capture);
+  if (!n) why = fmt::format("pattern has no capture '{}'", capture);
+  return n;
+}
+
+std::string outputText(int output) { return output == 0 ? "output" : fmt::format("output {}", output); }
+
+bool dimsProvablyEqual(const Shape& a, const Shape& b) {
+  if (!a.hasRank() || !b.hasRank() || a.rank() != b.rank()) return false;
+  for (size_t i = 0; i < a.rank(); ++i)
+    if (!a[i].provablyEqual(b[i])) return false;
+  return true;
+}
+
+}  // namespace
+
+Constraint uniqueConsumer(std::string capture, int output) {
+  return {"unique-consumer:" + capture, [capture, output](const Match& m) -> std::string {
+            std::string why;
+            Node* n = captured(m, capture, why);
+            if (!n) return why;
+            Value* v = n->output(output);
+            if (!v) return fmt::format("{} has no output {}", n->label(), output);
+            if (v->isGraphOutput()) {
+              return fmt::format("{} {} '{}' is a graph output", n->label(), outputText(output),
+                                 v->name());
+            }
+            std::vector<Node*> consumers = v->consumers();
+            if (consumers.size() == 1) return "";
+            if (consumers.empty()) {
+              return fmt::format("{} {} '{}' has no consumers", n->label(), outputText(output),
+                                 v->name());
+            }
+            std::string list;
+            for (size_t i = 0; i < consumers.size() && i < 5; ++i)
+              list += (i ? ", " : "") + consumers[i]->label();
+            if (consumers.size() > 5) list += ", ...";
+            return fmt::format("{} {} has {} consumers: {}", n->label(), outputText(output),
+                               consumers.size(), list);
+          }};
+}
+
+Constraint notGraphOutput(std::string capture, int output) {
+  return {"not-graph-output:" + capture, [capture, output](const Match& m) -> std::string {
+            std::string why;
+            Node* n = captured(m, capture, why);
+            if (!n) return why;
+            Value* v = n->output(output);
+            if (v && v->isGraphOutput()) {
+              return fmt::format("{} {} '{}' is a graph output", n->label(), outputText(output),
+                                 v->name());
+            }
+            return "";
+          }};
+}
+
+Constraint constantInput(std::string capture, int input) {
+  return {fmt::format("constant-input:{}.{}", capture, input),
+          [capture, input](const Match& m) -> std::string {
+            std::string why;
+            Node* n = captured(m, capture, why);
+            if (!n) return why;
+            Value* v = n->input(input);
+            if (!v) return fmt::format("{} input {} is absent", n->label(), input);
+            if (v->isConstant()) return "";
+            std::string origin;
+            if (v->isInitializer()) {
+              origin = "it is an initializer that is also a graph input, so it can be overridden";
+            } else if (v->isGraphInput()) {
+              origin = "it is a graph input";
+            } else if (v->producer()) {
+              origin = fmt::format("it is computed by {}", v->producer()->label());
+            } else {
+              origin = "it comes from an outer graph";
+            }
+            return fmt::format("{} input '{}' is not a constant ({})", n->label(), v->name(),
+                               origin);
+          }};
+}
+
+Constraint batchNormInference(std::string capture) {
+  return {"batchnorm-inference:" + capture, [capture](const Match& m) -> std::string {
+            std::string why;
+            Node* n = captured(m, capture, why);
+            if (!n) return why;
+            if (!n->is("BatchNormalization")) {
+              return fmt::format("{} is {}, not BatchNormalization", n->label(), n->opType());
+            }
+            size_t outputs = 0;
+            for (Value* v : n->outputs()) outputs += v != nullptr;
+            if (outputs > 1) {
+              return fmt::format("{} has {} outputs (training form)", n->label(), outputs);
+            }
+            if (n->attrInt("training_mode", 0) != 0) {
+              return fmt::format("{} has training_mode=1 (training form)", n->label());
+            }
+            if (n->numInputs() < 5) {
+              return fmt::format("{} has {} inputs, expected 5", n->label(), n->numInputs());
+            }
+            return "";
+          }};
+}
+
+Constraint dtypeIn(std::vector<std::string> captures, std::vector<DType> dtypes) {
+  std::string names;
+  for (const std::string& c : captures) names += (names.empty() ? "" : ",") + c;
+  return {"dtype:" + names, [captures, dtypes](const Match& m) -> std::string {
+            auto allowed = [&] {
+              std::string s;
+              for (size_t i = 0; i < dtypes.size(); ++i)
+                s += std::string(i ? ", " : "") + std::string(dtypeName(dtypes[i]));
+              return s;
+            };
+            auto check = [&](Node* n, Value* v, const char* side, size_t i) -> std::string {
+              if (!v) return "";
+              if (std::find(dtypes.begin(), dtypes.end(), v->dtype()) != dtypes.end()) return "";
+              std::string_view got =
+                  v->dtype() == DType::Undefined ? "of unknown type" : dtypeName(v->dtype());
+              return fmt::format("{} {} {} '{}' is {}, expected {}", n->label(), side, i,
+                                 v->name(), got, allowed());
+            };
+            for (const std::string& c : captures) {
+              std::string why;
+              Node* n = captured(m, c, why);
+              if (!n) return why;
+              for (size_t i = 0; i < n->numInputs(); ++i) {
+                why = check(n, n->input(i), "input", i);
+                if (!why.empty()) return why;
+              }
+              for (size_t i = 0; i < n->numOutputs(); ++i) {
+                why = check(n, n->output(i), "output", i);
+                if (!why.empty()) return why;
+              }
+            }
+            return "";
+          }};
+}
+
+Constraint rankKnown(std::string capture, int output) {
+  return {"rank-known:" + capture, [capture, output](const Match& m) -> std::string {
+            std::string why;
+            Node* n = captured(m, capture, why);
+            if (!n) return why;
+            Value* v = n->output(output);
+            if (!v) return fmt::format("{} has no output {}", n->label(), output);
+            if (v->shape().hasRank()) return "";
+            return fmt::format("{} {} '{}' has unknown rank", n->label(), outputText(output),
+                               v->name());
+          }};
+}
+
+Constraint sameShapeAs(std::string capture, int input, std::string other) {
+  return {fmt::format("same-shape:{}.{}={}", capture, input, other),
+          [capture, input, other](const Match& m) -> std::string {
+            std::string why;
+            Node* n = captured(m, capture, why);
+            if (!n) return why;
+            Node* o = captured(m, other, why);
+            if (!o) return why;
+            Value* a = n->input(input);
+            Value* b = o->output(0);
+            if (!a) return fmt::format("{} input {} is absent", n->label(), input);
+            if (!b) return fmt::format("{} has no output 0", o->label());
+            if (dimsProvablyEqual(a->shape(), b->shape())) return "";
+            return fmt::format("{} input '{}' has shape {}, not provably the shape {} of {} output",
+                               n->label(), a->name(), a->shape().str(), b->shape().str(),
+                               o->label());
+          }};
+}
+
+}  // namespace fusectl::passes::constraints

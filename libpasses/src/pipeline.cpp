@@ -1,0 +1,376 @@
+// Pipelines as text (parse/print), -O levels from passes.def, and the PassManager.
+//
+// The PassManager runs elements in order; a fixpoint group repeats its members until a round
+// changes nothing, at most max_fixpoint_iterations rounds (a group still changing at the cap is
+// recorded in the report, never looped on). Around each pass run it measures time and graph
+// figures, collects the pass's counters, and on request verifies the graph (naming the pass
+// that broke it, and catching a pass that says "unchanged" but changed the model), prints the
+// model as ONNX text before/after it, and dumps it to <dump_dir>/<NN>-<pass>.onnx and .onnxtxt.
+#include "fusectl/passes/pipeline.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "fusectl/graph/error.h"
+#include "fusectl/graph/onnx_io.h"
+#include "fusectl/passes/registry.h"
+
+namespace fusectl::passes {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Parsing
+
+bool isNameChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+}
+bool isValueChar(char c) {
+  return !std::isspace(static_cast<unsigned char>(c)) && c != ',' && c != '{' && c != '}' &&
+         c != '(' && c != ')' && c != '=';
+}
+
+class PipelineParser {
+ public:
+  explicit PipelineParser(std::string_view text) : text_(text) {}
+
+  Pipeline parse() {
+    Pipeline p;
+    skipSpace();
+    if (pos_ == text_.size()) return p;
+    p.elements = parseList();
+    skipSpace();
+    if (pos_ != text_.size()) {
+      fail(pos_, text_[pos_] == ')' ? "')' without a matching 'fixpoint('"
+                                    : fmt::format("expected ',' or the end, found '{}'",
+                                                  text_[pos_]));
+    }
+    return p;
+  }
+
+ private:
+  [[noreturn]] void fail(size_t at, const std::string& what) const {
+    throw Error(ErrorKind::Usage, fmt::format("invalid pipeline \"{}\" at column {}: {}", text_,
+                                              at + 1, what));
+  }
+  std::string here() const {
+    return pos_ >= text_.size() ? "the end" : fmt::format("'{}'", text_[pos_]);
+  }
+  void skipSpace() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+  bool eat(char c) {
+    skipSpace();
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+
+  std::vector<PipelineElement> parseList() {
+    std::vector<PipelineElement> out;
+    out.push_back(parseElement());
+    while (eat(',')) out.push_back(parseElement());
+    return out;
+  }
+
+  PipelineElement parseElement() {
+    skipSpace();
+    size_t at = pos_;
+    while (pos_ < text_.size() && isNameChar(text_[pos_])) ++pos_;
+    std::string name(text_.substr(at, pos_ - at));
+    if (name.empty()) fail(at, fmt::format("expected a pass name or 'fixpoint(', found {}",
+                                           here()));
+    PipelineElement e;
+    if (name == "fixpoint") {
+      if (!eat('(')) fail(pos_, fmt::format("expected '(' after 'fixpoint', found {}", here()));
+      skipSpace();
+      if (pos_ < text_.size() && text_[pos_] == ')') fail(pos_, "empty fixpoint group");
+      e.group = parseList();
+      if (!eat(')')) fail(pos_, fmt::format("expected ',' or ')' in fixpoint group, found {}",
+                                            here()));
+      return e;
+    }
+    try {
+      checkPassName(name);
+    } catch (const Error& err) {
+      fail(at, err.what());
+    }
+    e.pass = name;
+    if (eat('{')) {
+      skipSpace();
+      if (pos_ < text_.size() && text_[pos_] == '}') fail(pos_, "empty option list");
+      do {
+        skipSpace();
+        size_t key_at = pos_;
+        while (pos_ < text_.size() && isNameChar(text_[pos_])) ++pos_;
+        std::string key(text_.substr(key_at, pos_ - key_at));
+        if (key.empty()) fail(key_at, fmt::format("expected an option name, found {}", here()));
+        if (!eat('=')) fail(pos_, fmt::format("expected '=' after option '{}', found {}", key,
+                                              here()));
+        skipSpace();
+        size_t value_at = pos_;
+        while (pos_ < text_.size() && isValueChar(text_[pos_])) ++pos_;
+        std::string value(text_.substr(value_at, pos_ - value_at));
+        if (value.empty()) fail(value_at, fmt::format("option '{}' has no value", key));
+        if (!e.options.emplace(key, value).second) {
+          fail(key_at, fmt::format("option '{}' given twice", key));
+        }
+      } while (eat(','));
+      if (!eat('}')) fail(pos_, fmt::format("expected ',' or '}}' in options, found {}", here()));
+    }
+    return e;
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+void printElements(const std::vector<PipelineElement>& elements, std::string& out) {
+  for (size_t i = 0; i < elements.size(); ++i) {
+    if (i) out += ",";
+    const PipelineElement& e = elements[i];
+    if (e.isGroup()) {
+      out += "fixpoint(";
+      printElements(e.group, out);
+      out += ")";
+      continue;
+    }
+    out += e.pass;
+    if (!e.options.empty()) {
+      out += "{";
+      bool first = true;
+      for (const auto& [k, v] : e.options) {
+        out += fmt::format("{}{}={}", first ? "" : ",", k, v);
+        first = false;
+      }
+      out += "}";
+    }
+  }
+}
+
+std::string elementText(const PipelineElement& e) {
+  std::string s;
+  printElements({e}, s);
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running
+
+size_t countIntermediates(const Graph& g) {
+  size_t n = 0;
+  for (Node* node : g.nodes())
+    for (Value* v : node->outputs())
+      if (v && !v->isGraphOutput()) ++n;
+  return n;
+}
+
+class Runner {
+ public:
+  Runner(const PassManagerOptions& o, Model& model, Report& report)
+      : o_(o), model_(model), report_(report), ctx_(model, report) {
+    ctx_.setStandardOnly(o.standard_only);
+    ctx_.setExplain(o.explain);
+    ctx_.setRewriteBudget(o.max_rewrites);
+  }
+
+  bool runList(const std::vector<PipelineElement>& elements, int iteration) {
+    bool changed = false;
+    for (const PipelineElement& e : elements)
+      changed |= e.isGroup() ? runGroup(e) : runPass(e, iteration);
+    return changed;
+  }
+
+  void dump(const std::string& stem) {
+    if (o_.dump_dir.empty()) return;
+    std::filesystem::path base = std::filesystem::path(o_.dump_dir) / stem;
+    SaveOptions save;
+    save.format = ModelFormat::Binary;
+    saveModel(model_, base.string() + ".onnx", save);
+    writeFileAtomically(base.string() + ".onnxtxt", modelToText(model_));
+  }
+
+ private:
+  bool runGroup(const PipelineElement& group) {
+    int cap = std::max(1, o_.max_fixpoint_iterations);
+    bool changed = false;
+    FixpointRun run;
+    run.group = elementText(group);
+    for (int it = 1; it <= cap; ++it) {
+      run.iterations = it;
+      bool round = runList(group.group, it);
+      changed |= round;
+      if (!round) break;
+      if (it == cap) run.converged = false;
+    }
+    if (!run.converged) {
+      log(fmt::format("{}: still changing after {} iterations (max_fixpoint_iterations); "
+                      "stopped",
+                      run.group, cap));
+    }
+    report_.fixpoints.push_back(std::move(run));
+    return changed;
+  }
+
+  static bool listed(const std::vector<std::string>& names, const std::string& pass) {
+    for (const std::string& p : names)
+      if (p == pass || p == "all") return true;
+    return false;
+  }
+
+  void printModel(const char* when, const std::string& pass, int iteration) const {
+    std::string text = fmt::format("# *** {} {}{} ***\n{}", when, pass,
+                                   iteration > 1 ? fmt::format(" (iteration {})", iteration) : "",
+                                   modelToText(model_));
+    if (o_.print) {
+      o_.print(text);
+    } else {
+      std::fputs(text.c_str(), stderr);
+    }
+  }
+
+  void log(const std::string& line) const {
+    if (o_.log) o_.log(line);
+  }
+
+  bool runPass(const PipelineElement& e, int iteration) {
+    std::unique_ptr<Pass> pass = createPass(e.pass);
+    Graph& g = *model_.graph;
+    if (o_.standard_only && pass->info().portability == Portability::Fusectl) {
+      log(fmt::format("{}: skipped (its output needs the fusectl domain; --emit standard)",
+                      e.pass));
+      return false;
+    }
+    PassStatistics stats;
+    stats.pass = e.pass;
+    stats.iteration = iteration;
+    stats.nodes_before = g.numNodes();
+    stats.intermediates_before = countIntermediates(g);
+    std::string snapshot;
+    if (o_.verify_each) snapshot = modelToBinary(model_);
+    if (listed(o_.print_before, e.pass)) printModel("before", e.pass, iteration);
+
+    ctx_.setOptions(e.options);
+    ctx_.setCurrentPass(e.pass);
+    auto start = std::chrono::steady_clock::now();
+    try {
+      stats.changed = pass->run(g, ctx_);
+    } catch (const Error& err) {
+      throw Error(err.kind(), fmt::format("pass '{}': {}", e.pass, err.what()));
+    } catch (const std::exception& err) {
+      throw Error(ErrorKind::Internal, fmt::format("pass '{}': {}", e.pass, err.what()));
+    }
+    stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stats.counters = ctx_.takeCounters();
+    stats.nodes_after = g.numNodes();
+    stats.intermediates_after = countIntermediates(g);
+
+    if (o_.verify_each) {
+      std::string broken = g.verify();
+      if (!broken.empty()) {
+        throw Error(ErrorKind::Internal,
+                    fmt::format("pass '{}' broke the graph: {}", e.pass, broken));
+      }
+      if (!stats.changed && modelToBinary(model_) != snapshot) {
+        throw Error(ErrorKind::Internal,
+                    fmt::format("pass '{}' reported no change but changed the model", e.pass));
+      }
+    }
+
+    std::string counters;
+    for (const auto& [k, v] : stats.counters) counters += fmt::format(" {}={}", k, v);
+    log(fmt::format("{}{}: {:.3f} ms, {}, nodes {} -> {}, intermediates {} -> {}{}", e.pass,
+                    iteration > 1 ? fmt::format(" [{}]", iteration) : "", stats.seconds * 1e3,
+                    stats.changed ? "changed" : "unchanged", stats.nodes_before,
+                    stats.nodes_after, stats.intermediates_before, stats.intermediates_after,
+                    counters));
+    report_.passes.push_back(std::move(stats));
+    bool changed = report_.passes.back().changed;
+
+    if (listed(o_.print_after, e.pass) || (o_.print_changed && changed)) {
+      printModel("after", e.pass, iteration);
+    }
+    ++seq_;
+    dump(fmt::format("{:02}-{}", seq_, e.pass));
+    return changed;
+  }
+
+  const PassManagerOptions& o_;
+  Model& model_;
+  Report& report_;
+  PassContext ctx_;
+  int seq_ = 0;
+};
+
+}  // namespace
+
+Pipeline Pipeline::parse(std::string_view text) { return PipelineParser(text).parse(); }
+
+std::string Pipeline::str() const {
+  std::string out;
+  printElements(elements, out);
+  return out;
+}
+
+Pipeline Pipeline::forLevel(int level, const std::vector<std::string>& disabled) {
+  if (level < 0 || level > 3) {
+    throw Error(ErrorKind::Usage, fmt::format("unknown optimization level -O{} (use -O0 to -O3)",
+                                              level));
+  }
+  for (const std::string& d : disabled) checkPassName(d);
+  auto enabled = [&](const PassInfo& info) {
+    return isBuiltinPass(info.name) &&
+           std::find(disabled.begin(), disabled.end(), info.name) == disabled.end();
+  };
+  Pipeline p;
+  bool fusions = false;
+  for (int k = 1; k <= level; ++k) {
+    PipelineElement group;
+    for (const PassInfo& info : allPasses()) {
+      if (info.level != k || !enabled(info)) continue;
+      PipelineElement e;
+      e.pass = std::string(info.name);
+      group.group.push_back(std::move(e));
+    }
+    fusions |= k >= 2 && !group.group.empty();
+    if (group.group.size() == 1) {
+      p.elements.push_back(std::move(group.group.front()));
+    } else if (!group.group.empty()) {
+      p.elements.push_back(std::move(group));
+    }
+  }
+  // Fusions leave dead values behind; one last sweep.
+  const PassInfo* dce = findPass("eliminate-dead-code");
+  if (fusions && dce && enabled(*dce)) {
+    PipelineElement e;
+    e.pass = "eliminate-dead-code";
+    p.elements.push_back(std::move(e));
+  }
+  return p;
+}
+
+bool PassManager::run(Model& model, const Pipeline& pipeline, Report& report) {
+  if (!options_.dump_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.dump_dir, ec);
+    if (ec) throwIo(fmt::format("{}: cannot create dump folder: {}", options_.dump_dir,
+                                ec.message()));
+  }
+  report.pipeline = pipeline.str();
+  report.before = GraphFigures::of(*model.graph);
+  Runner runner(options_, model, report);
+  runner.dump("00-input");
+  bool changed = runner.runList(pipeline.elements, 1);
+  report.after = GraphFigures::of(*model.graph);
+  report.pruneRejectionsFusedLater();
+  return changed;
+}
+
+}  // namespace fusectl::passes

@@ -1,0 +1,171 @@
+// The Rewriter (all pass edits go through it) and the greedy pattern driver.
+#include "fusectl/passes/rewriter.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "fusectl/graph/error.h"
+
+namespace fusectl::passes {
+
+bool Rewriter::stillValid(const Match& m) const {
+  for (Node* n : m.nodes())
+    if (!n || erased(n)) return false;
+  return true;
+}
+
+Node* Rewriter::createNode(Graph::NodeSpec spec, Node* position) {
+  return graph_.createNode(std::move(spec), position);
+}
+
+Value* Rewriter::addConstant(const std::string& name_hint, Tensor t) {
+  return graph_.addInitializer(graph_.uniqueValueName(name_hint), std::move(t));
+}
+
+namespace {
+bool isDead(const Node* n) {
+  for (Value* v : n->outputs())
+    if (v && (v->hasUses() || v->isGraphOutput())) return false;
+  return true;
+}
+}  // namespace
+
+size_t Rewriter::eraseWithDeadProducers(Node* n) {
+  if (!isDead(n)) {
+    throwInternal(fmt::format("rewriter: cannot erase {}: its outputs are still used",
+                              n->label()));
+  }
+  size_t count = 0;
+  std::vector<Node*> work{n};
+  while (!work.empty()) {
+    Node* x = work.back();
+    work.pop_back();
+    if (erased(x) || !isDead(x)) continue;
+    std::vector<Value*> inputs;
+    for (Value* v : x->inputs())
+      if (v && std::find(inputs.begin(), inputs.end(), v) == inputs.end()) inputs.push_back(v);
+    for (Value* v : x->implicitInputs())
+      if (v && std::find(inputs.begin(), inputs.end(), v) == inputs.end()) inputs.push_back(v);
+    graph_.eraseNode(x);
+    erased_.insert(x);
+    ++count;
+    for (Value* v : inputs) {
+      if (v->graph() != &graph_) continue;  // captured from an outer graph
+      if (Node* p = v->producer()) {
+        work.push_back(p);
+      } else if (v->isInitializer() && !v->isGraphInput() && !v->hasUses() &&
+                 !v->isGraphOutput()) {
+        graph_.removeInitializer(v);
+      }
+    }
+  }
+  return count;
+}
+
+void Rewriter::eraseNode(Node* n) {
+  graph_.eraseNode(n);
+  erased_.insert(n);
+}
+
+void Rewriter::bypass(Node* n, size_t input) {
+  Value* in = n->input(input);
+  Value* out = n->output(0);
+  if (!in || !out) {
+    throwInternal(fmt::format("rewriter: cannot bypass {}: no input {} or no output", n->label(),
+                              input));
+  }
+  graph_.replaceAllUsesWith(out, in);
+  eraseWithDeadProducers(n);
+}
+
+namespace {
+uint64_t staticBytes(const Value* v) {
+  if (!v || !v->type.isTensor()) return 0;
+  std::optional<int64_t> numel = v->shape().staticNumel();
+  if (!numel) return 0;
+  return dtypeStorageBytes(v->dtype(), *numel);
+}
+}  // namespace
+
+void Rewriter::commitFusion(const std::string& pattern, const Match& m, Value* replaced_output,
+                            Node* replacement, Portability portability) {
+  if (!replaced_output || !replacement || !replacement->output(0)) {
+    throwInternal(fmt::format("rewriter: fusion '{}' has no replaced value or no replacement "
+                              "output (an output name \"\" means an omitted output)",
+                              pattern));
+  }
+  struct Before {
+    Node* node;
+    std::string label;
+    uint64_t internal_bytes;
+  };
+  std::vector<Before> before;
+  for (Node* n : m.nodes()) {
+    if (!n || n == replacement) continue;
+    uint64_t bytes = 0;
+    for (Value* v : n->outputs())
+      if (v != replaced_output) bytes += staticBytes(v);
+    before.push_back({n, n->label(), bytes});
+  }
+  Node* anchor = replaced_output->producer();
+  if (anchor && anchor != replacement) graph_.moveBefore(replacement, anchor);
+  graph_.replaceAllUsesWith(replaced_output, replacement->output(0));
+  // Consumers come after producers in a match's usual order; erase from the back so that a
+  // node is dead by the time it is visited.
+  for (auto it = before.rbegin(); it != before.rend(); ++it)
+    if (!erased(it->node) && isDead(it->node)) eraseWithDeadProducers(it->node);
+
+  FusionSite site;
+  site.pass = ctx_.currentPass();
+  site.pattern = pattern;
+  for (const Before& b : before) {
+    if (!erased(b.node)) continue;
+    site.replaced_nodes.push_back(b.label);
+    site.activation_bytes_saved += b.internal_bytes;
+  }
+  site.new_node = replacement->label();
+  site.new_op = replacement->domain().empty() ? replacement->opType()
+                                              : replacement->domain() + "::" +
+                                                    replacement->opType();
+  site.portability = portability;
+  std::string stamp = fmt::format("fusectl {}: fused {}", site.pass,
+                                  fmt::join(site.replaced_nodes, ", "));
+  replacement->doc_string = replacement->doc_string.empty()
+                                ? stamp
+                                : replacement->doc_string + "\n" + stamp;
+  ctx_.report().addFusion(std::move(site));
+}
+
+size_t applyPattern(Graph& graph, PassContext& ctx, const Pattern& pattern,
+                    const std::function<bool(Rewriter&, const Match&)>& rewrite) {
+  MatchOptions options;
+  options.explain = ctx.explain();
+  MatchResult found = matchPattern(graph, pattern, options);
+  ctx.count("candidates", static_cast<int64_t>(found.candidates));
+  ctx.count("matches", static_cast<int64_t>(found.matches.size()));
+  for (NearMiss& miss : found.near_misses) ctx.report().addRejection(std::move(miss),
+                                                                     ctx.currentPass());
+  Rewriter rw(graph, ctx);
+  size_t rewrites = 0;
+  for (const Match& m : found.matches) {
+    if (!rw.stillValid(m)) {
+      ctx.count("skipped_overlap");
+      continue;
+    }
+    Match fresh;
+    if (!matchAt(graph, pattern, m.root(), fresh, nullptr)) {
+      ctx.count("skipped_overlap");
+      continue;
+    }
+    if (!ctx.allowRewrite()) {
+      ctx.count("skipped_max_rewrites");
+      break;
+    }
+    if (rewrite(rw, fresh)) ++rewrites;
+  }
+  ctx.count("rewrites", static_cast<int64_t>(rewrites));
+  return rewrites;
+}
+
+}  // namespace fusectl::passes

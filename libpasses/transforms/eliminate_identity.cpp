@@ -1,0 +1,116 @@
+// eliminate-identity: remove nodes that pass their input through unchanged.
+//
+//   x -> Identity -> y                     =>  x
+//   x -> Dropout (inference) -> y [, mask] =>  x
+//   x:T -> Cast<to=T> -> y                 =>  x
+//
+// Conditions, checked in this order (each failure is a reported rejection):
+//  1. Dropout only: the mask output is unused; training_mode, when given, is a constant false;
+//     before opset 7, is_test=1.
+//  2. Cast only: the input's dtype is known and equals `to`.
+//  3. The graph's interface survives: when y is a graph output, x must be computed by a node
+//     and must not itself be a graph output (y's readers then read x, which takes y's name).
+#include <fmt/format.h>
+
+#include "fusectl/passes/rewriter.h"
+#include "pass_factories.h"
+
+namespace fusectl::passes {
+namespace {
+
+Constraint keepsInterface(const std::string& capture) {
+  return {"keeps-interface", [capture](const Match& m) -> std::string {
+            Node* n = m.get(capture);
+            Value* x = n->input(0);
+            Value* y = n->output(0);
+            if (!x || !y) return fmt::format("{} has no input or no output", n->label());
+            if (!y->isGraphOutput()) return "";
+            if (!x->producer()) {
+              return fmt::format("{} output '{}' is a graph output and its input '{}' is {}; "
+                                 "removing it would change the graph's interface",
+                                 n->label(), y->name(), x->name(),
+                                 x->isGraphInput() ? "a graph input" : "a constant");
+            }
+            if (x->isGraphOutput()) {
+              return fmt::format("{} output '{}' and its input '{}' are both graph outputs",
+                                 n->label(), y->name(), x->name());
+            }
+            return "";
+          }};
+}
+
+Constraint dropoutInference(int64_t opset) {
+  return {"dropout-inference", [opset](const Match& m) -> std::string {
+            Node* n = m.get("dropout");
+            if (Value* mask = n->output(1); mask && (mask->hasUses() || mask->isGraphOutput())) {
+              return fmt::format("{} mask output '{}' is used", n->label(), mask->name());
+            }
+            if (Value* t = n->input(2)) {
+              const Tensor* c = t->isConstant() ? t->initializer() : nullptr;
+              if (!c || c->numel() != 1 || c->valueAsInt64(0) != 0) {
+                return fmt::format("{} input '{}' (training_mode) is not a constant false",
+                                   n->label(), t->name());
+              }
+            }
+            if (opset > 0 && opset < 7 && n->attrInt("is_test", 0) == 0) {
+              return fmt::format("{} has is_test=0 (training form, opset {})", n->label(), opset);
+            }
+            return "";
+          }};
+}
+
+Constraint castToSameType() {
+  return {"cast-same-type", [](const Match& m) -> std::string {
+            Node* n = m.get("cast");
+            Value* x = n->input(0);
+            if (!x || x->dtype() == DType::Undefined) {
+              return fmt::format("{} input has an unknown type", n->label());
+            }
+            auto to = static_cast<DType>(n->attrInt("to", 0));
+            if (x->dtype() != to) {
+              return fmt::format("{} converts {} to {}", n->label(), dtypeName(x->dtype()),
+                                 dtypeName(to));
+            }
+            return "";
+          }};
+}
+
+class EliminateIdentityPass : public Pass {
+ public:
+  const PassInfo& info() const override { return EliminateIdentityPassInfo; }
+
+  std::vector<Pattern> patterns() const override { return build(0); }
+
+  bool run(Graph& graph, PassContext& ctx) override {
+    size_t removed = 0;
+    for (const Pattern& p : build(ctx.opset())) {
+      std::string counter = "removed_" + p.name;
+      removed += applyPattern(graph, ctx, p, [&](Rewriter& rw, const Match& m) {
+        rw.bypass(m.root());
+        ctx.count(counter);
+        return true;
+      });
+    }
+    return removed > 0;
+  }
+
+ private:
+  static std::vector<Pattern> build(int64_t opset) {
+    std::vector<Pattern> out;
+    out.push_back(Pattern::parse("identity:Identity", "identity"));
+    out.back().require(keepsInterface("identity"));
+    out.push_back(Pattern::parse("dropout:Dropout", "dropout"));
+    out.back().require(dropoutInference(opset)).require(keepsInterface("dropout"));
+    out.push_back(Pattern::parse("cast:Cast", "cast"));
+    out.back().require(castToSameType()).require(keepsInterface("cast"));
+    return out;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createEliminateIdentityPass() {
+  return std::make_unique<EliminateIdentityPass>();
+}
+
+}  // namespace fusectl::passes
