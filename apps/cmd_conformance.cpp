@@ -14,6 +14,8 @@
 #include "commands.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/kernels/conformance.h"
+#include "fusectl/passes/pipeline.h"
+#include "fusectl/passes/report.h"
 
 namespace fusectl::cli {
 namespace {
@@ -27,6 +29,7 @@ struct ConformanceCliOptions {
   bool all = false;
   bool failures_only = false;
   int threads = 1;
+  int optimize = 0;  // -O level applied to every model before it runs; 0 = as written
 };
 
 std::string testId(const ConformanceTest& t) {
@@ -38,6 +41,15 @@ int runConformanceCli(const ConformanceCliOptions& opts) {
   options.filter = opts.filter;
   options.num_threads = opts.threads;
   options.include_out_of_scope = opts.all;
+  if (opts.optimize > 0) {
+    const passes::Pipeline pipeline = passes::Pipeline::forLevel(opts.optimize);
+    options.transform = [pipeline](Model& model) {
+      passes::PassManagerOptions pm;
+      pm.verify_each = true;  // a pass that breaks a model fails its test, naming the pass
+      passes::Report report;
+      passes::PassManager(pm).run(model, pipeline, report);
+    };
+  }
   auto print = [&](const ConformanceResult& r) {
     if (opts.json) return;
     if (opts.failures_only && r.status == ConformanceStatus::Pass) return;
@@ -97,6 +109,11 @@ Command addConformanceCommand(CLI::App& parent) {
   cmd->add_flag("--all", opts->all, "Also run tests the manifest marks out of scope");
   cmd->add_flag("--failures-only", opts->failures_only, "Print only tests that do not pass");
   cmd->add_option("--threads", opts->threads, "Threads per kernel (0 = all cores)")
+      ->capture_default_str();
+  cmd->add_option("-O,--optimize", opts->optimize,
+                  "Optimize every model at this -O level (1-3) before running it: checks that "
+                  "the passes keep every test's outputs")
+      ->check(CLI::Range(0, 3))
       ->capture_default_str();
   cmd->footer("Exit codes: 0 every test passed, 1 some test failed or is unsupported.");
   return Command{cmd, [opts] { return runConformanceCli(*opts); }};

@@ -36,8 +36,10 @@ std::vector<std::pair<std::string, Shape>> parseShapeSpecs(const std::vector<std
 std::string formatBytes(uint64_t bytes);
 std::string formatDims(const std::vector<int64_t>& dims);
 
-// ---- Pass commands (cmd_passes.cpp, cmd_match.cpp) ----
+// ---- Pass commands (cmd_passes.cpp, cmd_match.cpp, cmd_optimize.cpp, cmd_diff.cpp) ----
 Command addPassesCommand(CLI::App& parent);
 Command addMatchCommand(CLI::App& parent);
+Command addOptimizeCommand(CLI::App& parent);  // cmd_optimize.cpp
+Command addDiffCommand(CLI::App& parent);      // cmd_diff.cpp
 
 }  // namespace fusectl::cli

@@ -86,7 +86,9 @@ int main(int argc, char** argv) {
         fusectl::cli::addRunCommand(app),
         fusectl::cli::addVerifyCommand(app),
         fusectl::cli::addConformanceCommand(app),
-        // libpasses (cmd_passes.cpp, cmd_match.cpp)
+        // libpasses (cmd_optimize.cpp, cmd_diff.cpp, cmd_passes.cpp, cmd_match.cpp)
+        fusectl::cli::addOptimizeCommand(app),
+        fusectl::cli::addDiffCommand(app),
         fusectl::cli::addPassesCommand(app),
         fusectl::cli::addMatchCommand(app),
     };

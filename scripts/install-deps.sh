@@ -9,6 +9,12 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev catch2
   graphviz   # `dot`, to check that `fusectl dump --format dot` renders
 )
+# ONNX Runtime's CPU build comes from npm (scripts/install-ort.sh) and is the reference runtime of
+# the differential tests. A node/npm already on PATH (e.g. a nodesource build, which conflicts
+# with Debian's npm package) is used as is.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -7,7 +7,7 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-dir="${1:-$repo/build/ort}"
+dir="$(realpath -m "${1:-$repo/build/ort}")"
 version="${ORT_NODE_VERSION:-1.30.0}"
 
 arch="$(uname -m)"

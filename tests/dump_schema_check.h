@@ -32,6 +32,8 @@ inline bool jsonHasType(const nlohmann::json& v, const std::string& type) {
 // Returns "" when `v` matches `schema`, else the JSON path and the reason of the first mismatch.
 inline std::string checkJsonSchema(const nlohmann::json& v, const nlohmann::json& schema,
                                    const nlohmann::json& root, const std::string& path = "$") {
+  // Boolean schemas: "additionalProperties": false rejects every key not listed.
+  if (schema.is_boolean()) return schema.get<bool>() ? "" : path + ": not allowed by the schema";
   if (schema.contains("$ref")) {
     std::string ref = schema["$ref"];
     const std::string prefix = "#/$defs/";

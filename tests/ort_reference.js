@@ -192,7 +192,11 @@ async function main() {
   }
 }
 
-main().catch((e) => {
-  console.error(`ort_reference: ${e.message || e}`);
-  process.exit(3);
-});
+module.exports = { loadOrt, readNpy, writeNpy, readTensorProto };
+
+if (require.main === module) {
+  main().catch((e) => {
+    console.error(`ort_reference: ${e.message || e}`);
+    process.exit(3);
+  });
+}

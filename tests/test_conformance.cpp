@@ -14,6 +14,8 @@
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/conformance.h"
+#include "fusectl/passes/pipeline.h"
+#include "fusectl/passes/report.h"
 
 using namespace fusectl;
 using namespace fusectl::kernels;
@@ -82,6 +84,35 @@ TEST_CASE("conformance: ONNX backend tests pass except the listed expected failu
     FAIL_CHECK("listed in conformance_expected_failures.txt but not an in-scope test: " << s);
   }
   CHECK(report.results.size() >= 600);
+}
+
+// The passes on every conformance model: -O3 (every pass, verify-each) must keep every test's
+// outputs. Most tests feed every tensor as a graph input, so this mostly proves that passes
+// leave what they cannot prove alone; the constant-folding paths are covered by the golden tests.
+TEST_CASE("conformance: every test still passes after -O3") {
+  if (!std::filesystem::is_directory(kSuiteDir)) {
+    WARN("skipped: conformance suite not found at " << kSuiteDir);
+    return;
+  }
+  const auto expected = readExpectedFailures(kExpectedFailures);
+  ConformanceOptions options;
+  const fusectl::passes::Pipeline pipeline = fusectl::passes::Pipeline::forLevel(3);
+  size_t changed = 0;
+  options.transform = [&](fusectl::Model& model) {
+    fusectl::passes::PassManagerOptions pm;
+    pm.verify_each = true;
+    fusectl::passes::Report report;
+    if (fusectl::passes::PassManager(pm).run(model, pipeline, report)) ++changed;
+  };
+  const ConformanceReport report = runConformance(kSuiteDir, options);
+  for (const ConformanceResult& r : report.results) {
+    if (r.status == ConformanceStatus::Pass || expected.count(r.test.name)) continue;
+    FAIL_CHECK(r.test.name << " (" << conformanceStatusName(r.status) << " after -O3): " << r.detail);
+  }
+  std::cout << "conformance after -O3: " << report.passed << " passed of " << report.results.size()
+            << ", " << changed << " models changed by the passes\n";
+  CHECK(report.results.size() >= 600);
+  CHECK(changed > 0);
 }
 
 TEST_CASE("conformance: binds inputs by name, else by position, and reports mismatches") {

@@ -5,7 +5,11 @@
 // compares, so a pass that bypasses this API is caught by `--verify-each`.
 #include "fusectl/graph/graph.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <new>
+#include <utility>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -42,6 +46,7 @@ void Value::setInitializer(Tensor t) {
   if (!initializer_) throwInternal(fmt::format("value '{}' is not an initializer", name_));
   type.dtype = t.dtype();
   std::vector<Dim> dims;
+  dims.reserve(t.dims().size());
   for (int64_t d : t.dims()) dims.push_back(Dim::known(d));
   type.shape = Shape(std::move(dims));
   initializer_ = std::make_shared<Tensor>(std::move(t));
@@ -115,15 +120,110 @@ bool Node::removeAttr(std::string_view name) {
 // ---------------------------------------------------------------------------------------------
 // Graph: construction and values
 
-Graph::Graph(std::string graph_name) : name(std::move(graph_name)) {}
+// Memory for a pool chunk. Chunks of megabytes are mapped directly and marked for transparent
+// huge pages: a million-node graph otherwise takes a page fault per 4 KiB of nodes and values,
+// and page faults were a quarter of load time.
+class Chunk {
+ public:
+  explicit Chunk(size_t bytes) : bytes_(bytes) {
+    if (bytes_ >= kHugePage) {
+      bytes_ = (bytes_ + kHugePage - 1) / kHugePage * kHugePage;
+      void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      madvise(p, bytes_, MADV_HUGEPAGE);  // advice only: failure is harmless
+      data_ = p;
+      mapped_ = true;
+    } else {
+      data_ = ::operator new(bytes_);
+    }
+  }
+  Chunk(Chunk&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(o.bytes_), mapped_(o.mapped_) {}
+  Chunk(const Chunk&) = delete;
+  Chunk& operator=(const Chunk&) = delete;
+  Chunk& operator=(Chunk&&) = delete;
+  ~Chunk() {
+    if (!data_) return;
+    if (mapped_) munmap(data_, bytes_);
+    else ::operator delete(data_);
+  }
+  void* data() const { return data_; }
+
+ private:
+  static constexpr size_t kHugePage = size_t{2} << 20;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  bool mapped_ = false;
+};
+
+// Fixed-size slots handed out from chunks that grow geometrically. A million-node import makes
+// a few dozen allocations here instead of two million, and objects of one graph sit close
+// together in memory.
+template <typename T>
+class SlotPool {
+ public:
+  void* allocate() {
+    if (!free_.empty()) {
+      void* p = free_.back();
+      free_.pop_back();
+      return p;
+    }
+    if (used_ == capacity_) grow(next_chunk_);
+    return static_cast<Slot*>(chunks_.back().data()) + used_++;
+  }
+  void release(void* p) { free_.push_back(p); }
+  // Makes the next chunk hold at least n more objects.
+  void reserve(size_t n) {
+    if (capacity_ - used_ < n) grow(n);
+  }
+
+ private:
+  struct alignas(T) Slot {
+    unsigned char bytes[sizeof(T)];
+  };
+  void grow(size_t n) {
+    chunks_.emplace_back(n * sizeof(Slot));
+    capacity_ = n;
+    used_ = 0;
+    next_chunk_ = std::min<size_t>(next_chunk_ * 2, size_t{1} << 16);
+  }
+  std::vector<Chunk> chunks_;
+  std::vector<void*> free_;
+  size_t used_ = 0;
+  size_t capacity_ = 0;
+  size_t next_chunk_ = 64;
+};
+
+struct Graph::ObjectPools {
+  SlotPool<Node> nodes;
+  SlotPool<Value> values;
+};
+
+Node* Graph::allocNode() { return new (pools_->nodes.allocate()) Node(); }
+void Graph::freeNode(Node* n) {
+  n->~Node();
+  pools_->nodes.release(n);
+}
+Value* Graph::allocValue() { return new (pools_->values.allocate()) Value(); }
+void Graph::freeValue(Value* v) {
+  v->~Value();
+  pools_->values.release(v);
+}
+
+Graph::Graph(std::string graph_name)
+    : name(std::move(graph_name)), pools_(std::make_unique<ObjectPools>()) {}
 
 Graph::~Graph() {
-  for (Node* n = first_; n;) {
-    Node* next = n->next_;
-    delete n;
-    n = next;
-  }
-  for (Value* v : values_) delete v;
+  // Destructors only: the pools release the memory chunk by chunk.
+  for (Node* n = first_; n; n = n->next_) n->~Node();
+  for (Value* v : values_) v->~Value();
+}
+
+void Graph::reserve(size_t num_values, size_t num_nodes) {
+  values_.reserve(num_values);
+  value_by_name_.reserve(num_values);
+  node_by_name_.reserve(num_nodes);
+  pools_->values.reserve(num_values);
+  pools_->nodes.reserve(num_nodes);
 }
 
 std::string Graph::opKey(std::string_view op_type, std::string_view domain) {
@@ -136,25 +236,27 @@ std::string Graph::opKey(std::string_view op_type, std::string_view domain) {
 
 Value* Graph::newValue(const std::string& value_name, Value::Kind kind) {
   if (value_name.empty()) throwInvalid("a value must have a non-empty name");
-  if (value_by_name_.count(value_name))
-    throwInvalid(fmt::format("value '{}' is defined more than once", value_name));
-  auto* v = new Value();
+  Value* v = allocValue();
   v->name_ = value_name;
+  // One hash lookup: the key must view the value's own copy of the name.
+  if (!value_by_name_.insert(v)) {
+    freeValue(v);
+    throwInvalid(fmt::format("value '{}' is defined more than once", value_name));
+  }
   v->kind_ = kind;
   v->graph_ = this;
   v->slot_ = values_.size();
   values_.push_back(v);
-  value_by_name_.emplace(std::string_view(v->name_), v);
   return v;
 }
 
 void Graph::destroyValue(Value* v) {
-  value_by_name_.erase(std::string_view(v->name_));
+  value_by_name_.erase(v->name_);
   Value* last = values_.back();
   values_[v->slot_] = last;
   last->slot_ = v->slot_;
   values_.pop_back();
-  delete v;
+  freeValue(v);
 }
 
 Value* Graph::addInput(const std::string& value_name, ValueType type) {
@@ -167,8 +269,12 @@ Value* Graph::addInput(const std::string& value_name, ValueType type) {
 
 Value* Graph::addInitializer(const std::string& value_name, Tensor t) {
   Value* v = newValue(value_name, Value::Kind::Initializer);
-  v->initializer_ = std::make_shared<Tensor>();
-  v->setInitializer(std::move(t));
+  v->type.dtype = t.dtype();
+  std::vector<Dim> dims;
+  dims.reserve(t.dims().size());
+  for (int64_t d : t.dims()) dims.push_back(Dim::known(d));
+  v->type.shape = Shape(std::move(dims));
+  v->initializer_ = std::make_shared<Tensor>(std::move(t));
   initializers_.push_back(v);
   return v;
 }
@@ -227,8 +333,7 @@ void Graph::removeInitializer(Value* v) {
 }
 
 Value* Graph::findValue(std::string_view value_name) const {
-  auto it = value_by_name_.find(value_name);
-  return it == value_by_name_.end() ? nullptr : it->second;
+  return value_by_name_.find(value_name);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -294,7 +399,7 @@ void Graph::unindexNode(Node* n) {
 
 Node* Graph::createNode(NodeSpec spec, Node* position) {
   if (position && position->graph_ != this) throwInternal("insert position is in another graph");
-  auto* n = new Node();
+  Node* n = allocNode();
   n->graph_ = this;
   n->op_type_ = std::move(spec.op_type);
   n->domain_ = std::move(spec.domain);
@@ -317,7 +422,7 @@ Node* Graph::createNode(NodeSpec spec, Node* position) {
   } catch (...) {
     for (Value* v : n->outputs_)
       if (v) destroyValue(v);
-    delete n;
+    freeNode(n);
     throw;
   }
   n->inputs_ = std::move(spec.inputs);
@@ -325,7 +430,7 @@ Node* Graph::createNode(NodeSpec spec, Node* position) {
   linkNode(n, position);
   indexNode(n);
   ++num_nodes_;
-  if (!n->name_.empty()) node_by_name_.emplace(std::string_view(n->name_), n);
+  registerNodeName(n);
   return n;
 }
 
@@ -343,22 +448,11 @@ void Graph::eraseNode(Node* n) {
   for (Value* v : n->implicit_inputs_) removeUse(v, n, Use::kImplicitUse);
   for (Value* v : n->outputs_)
     if (v) destroyValue(v);
-  if (!n->name_.empty()) {
-    auto it = node_by_name_.find(std::string_view(n->name_));
-    if (it != node_by_name_.end() && it->second == n) {
-      node_by_name_.erase(it);
-      // Another node may share the name (ONNX allows it): keep the lookup pointing at one.
-      for (Node* m = first_; m; m = m->next_)
-        if (m != n && m->name_ == n->name_) {
-          node_by_name_.emplace(std::string_view(m->name_), m);
-          break;
-        }
-    }
-  }
+  unregisterNodeName(n);
   unindexNode(n);
   unlinkNode(n);
   --num_nodes_;
-  delete n;
+  freeNode(n);
 }
 
 size_t Graph::eraseNodeAndDeadProducers(Node* n) {
@@ -471,11 +565,11 @@ void Graph::replaceAllUsesWith(Value* from, Value* to) {
 void Graph::renameValue(Value* v, const std::string& new_name) {
   if (v->name_ == new_name) return;
   if (new_name.empty()) throwInvalid("a value must have a non-empty name");
-  if (value_by_name_.count(new_name))
+  if (value_by_name_.contains(new_name))
     throwInvalid(fmt::format("cannot rename '{}' to '{}': name taken", v->name_, new_name));
-  value_by_name_.erase(std::string_view(v->name_));
+  value_by_name_.erase(v->name_);
   v->name_ = new_name;
-  value_by_name_.emplace(std::string_view(v->name_), v);
+  value_by_name_.insert(v);
   // Subgraphs capture outer values by name: their outer references follow the rename.
   for (const Use& u : v->uses_) {
     if (u.input != Use::kImplicitUse) continue;
@@ -497,13 +591,27 @@ void Graph::forEachCapturingRef(Node* n, Value* outer, Fn&& fn) {
   }
 }
 
+void Graph::registerNodeName(Node* n) {
+  if (!n->name_.empty() && !node_by_name_.insert(n)) node_names_repeat_ = true;
+}
+
+void Graph::unregisterNodeName(Node* n) {
+  if (n->name_.empty() || node_by_name_.find(n->name_) != n) return;
+  node_by_name_.erase(n->name_);
+  // Another node may share the name (ONNX allows it): keep the lookup pointing at one. The scan
+  // is only paid by graphs that ever had a repeated node name.
+  if (!node_names_repeat_) return;
+  for (Node* m = first_; m; m = m->next_)
+    if (m != n && m->name_ == n->name_) {
+      node_by_name_.insert(m);
+      break;
+    }
+}
+
 void Graph::renameNode(Node* n, const std::string& new_name) {
-  if (!n->name_.empty()) {
-    auto it = node_by_name_.find(std::string_view(n->name_));
-    if (it != node_by_name_.end() && it->second == n) node_by_name_.erase(it);
-  }
+  unregisterNodeName(n);
   n->name_ = new_name;
-  if (!n->name_.empty()) node_by_name_.emplace(std::string_view(n->name_), n);
+  registerNodeName(n);
 }
 
 namespace {
@@ -527,10 +635,10 @@ std::string Graph::uniqueValueName(std::string_view hint) const {
 
 std::string Graph::uniqueNodeName(std::string_view hint) const {
   std::string base(hint.empty() ? std::string_view("node") : hint);
-  if (!node_by_name_.count(base)) return base;
+  if (!node_by_name_.contains(base)) return base;
   for (;;) {
     std::string candidate = fmt::format("{}_{}", base, ++name_counter_);
-    if (!node_by_name_.count(candidate)) return candidate;
+    if (!node_by_name_.contains(candidate)) return candidate;
   }
 }
 
@@ -633,8 +741,7 @@ std::vector<std::pair<std::pair<std::string, std::string>, size_t>> Graph::opHis
 }
 
 Node* Graph::findNode(std::string_view node_name) const {
-  auto it = node_by_name_.find(node_name);
-  return it == node_by_name_.end() ? nullptr : it->second;
+  return node_by_name_.find(node_name);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -647,8 +754,7 @@ std::string Graph::verify() const {
     Value* v = values_[i];
     if (v->graph_ != this) return fmt::format("{}: value '{}' belongs to another graph", where, v->name_);
     if (v->slot_ != i) return fmt::format("{}: value '{}' has a stale slot", where, v->name_);
-    auto it = value_by_name_.find(v->name_);
-    if (it == value_by_name_.end() || it->second != v)
+    if (value_by_name_.find(v->name_) != v)
       return fmt::format("{}: name map does not point at value '{}'", where, v->name_);
     if (v->kind_ == Value::Kind::NodeOutput) {
       if (!v->producer_ || v->producer_->graph_ != this)
@@ -676,10 +782,16 @@ std::string Graph::verify() const {
     return fmt::format("{}: name map has {} entries for {} values", where, value_by_name_.size(),
                        values_.size());
 
-  // Nodes: list order is topological, inputs defined before use, use lists exact.
-  std::unordered_set<const Node*> seen;
-  seen.reserve(num_nodes_);
-  std::unordered_map<const Value*, size_t> expected_uses;
+  // Nodes: list order is topological, inputs defined before use, use lists exact. Per-value
+  // facts live in vectors indexed by Value::slot_ (checked above), not in hash maps: verify()
+  // runs after every pass under --verify-each, on graphs of a million nodes.
+  std::vector<char> produced(values_.size(), 0);
+  std::vector<size_t> expected_uses(values_.size(), 0);
+  std::vector<const Node*> linked;
+  linked.reserve(num_nodes_);
+  auto producedBefore = [&](const Value* v) {
+    return !v->producer_ || produced[v->slot_] != 0;
+  };
   size_t count = 0;
   const Node* prev = nullptr;
   for (const Node* n = first_; n; n = n->next_) {
@@ -693,10 +805,10 @@ std::string Graph::verify() const {
       if (v->graph_ != this)
         return fmt::format("{}: node '{}' input {} '{}' is not a value of this graph", where,
                            n->label(), i, v->name_);
-      if (v->producer_ && !seen.count(v->producer_))
+      if (!producedBefore(v))
         return fmt::format("{}: node '{}' reads '{}' before its producer '{}' (not topological, "
                            "or a cycle)", where, n->label(), v->name_, v->producer_->label());
-      ++expected_uses[v];
+      ++expected_uses[v->slot_];
       bool listed = std::find(v->uses_.begin(), v->uses_.end(),
                               Use{const_cast<Node*>(n), static_cast<int>(i)}) != v->uses_.end();
       if (!listed)
@@ -706,10 +818,10 @@ std::string Graph::verify() const {
     for (const Value* v : n->implicit_inputs_) {
       if (v->graph_ != this)
         return fmt::format("{}: node '{}' captures '{}' from another graph", where, n->label(), v->name_);
-      if (v->producer_ && !seen.count(v->producer_))
+      if (!producedBefore(v))
         return fmt::format("{}: node '{}' captures '{}' before its producer '{}'", where,
                            n->label(), v->name_, v->producer_->label());
-      ++expected_uses[v];
+      ++expected_uses[v->slot_];
     }
     for (size_t i = 0; i < n->outputs_.size(); ++i) {
       const Value* v = n->outputs_[i];
@@ -740,14 +852,15 @@ std::string Graph::verify() const {
           if (std::string m = check(g.get()); !m.empty()) return m;
       }
     }
-    seen.insert(n);
+    for (const Value* v : n->outputs_)
+      if (v) produced[v->slot_] = 1;
+    linked.push_back(n);
   }
   if (prev != last_) return fmt::format("{}: node list tail is stale", where);
   if (count != num_nodes_)
     return fmt::format("{}: node count {} but {} nodes are linked", where, num_nodes_, count);
   for (const Value* v : values_) {
-    size_t expected = 0;
-    if (auto it = expected_uses.find(v); it != expected_uses.end()) expected = it->second;
+    const size_t expected = expected_uses[v->slot_];
     if (v->uses_.size() != expected)
       return fmt::format("{}: value '{}' lists {} uses but {} node inputs read it", where,
                          v->name_, v->uses_.size(), expected);
@@ -755,16 +868,22 @@ std::string Graph::verify() const {
   for (const Value* v : outputs_) {
     if (!v || v->graph_ != this) return fmt::format("{}: a graph output is not a value of this graph", where);
   }
+  std::vector<uint32_t> output_count(values_.size(), 0);
+  std::vector<char> listed_input(values_.size(), 0);
+  for (const Value* v : outputs_) ++output_count[v->slot_];
+  for (const Value* v : inputs_) {
+    if (!v || v->graph_ != this) return fmt::format("{}: a graph input is not a value of this graph", where);
+    listed_input[v->slot_] = 1;
+  }
   for (const Value* v : values_) {
-    size_t n_out = static_cast<size_t>(std::count(outputs_.begin(), outputs_.end(), v));
-    if (n_out != v->graph_output_count_)
+    if (output_count[v->slot_] != v->graph_output_count_)
       return fmt::format("{}: value '{}' output count is stale", where, v->name_);
-    bool listed_input = std::find(inputs_.begin(), inputs_.end(), v) != inputs_.end();
-    if (listed_input != v->is_graph_input_)
+    if ((listed_input[v->slot_] != 0) != v->is_graph_input_)
       return fmt::format("{}: value '{}' graph-input flag is stale", where, v->name_);
   }
 
   // Op-type index: every node in exactly its own bucket, in order, counts right.
+  std::sort(linked.begin(), linked.end());
   size_t indexed = 0;
   for (const auto& [key, bucket] : op_index_) {
     size_t c = 0;
@@ -774,7 +893,7 @@ std::string Graph::verify() const {
       if (opKey(n->op_type_, n->domain_) != key)
         return fmt::format("{}: node '{}' ({}) is indexed under another op type", where,
                            n->label(), n->op_type_);
-      if (!seen.count(n)) return fmt::format("{}: op-type index holds an erased node", where);
+      if (!std::binary_search(linked.begin(), linked.end(), n)) return fmt::format("{}: op-type index holds an erased node", where);
       p = n;
       ++c;
     }

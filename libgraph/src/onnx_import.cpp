@@ -681,6 +681,10 @@ bool GraphImporter::importGraphWire(const uint8_t* data, size_t size, Graph& g,
   const std::string where;
   g.name = rest.name();
   g.doc_string = rest.doc_string();
+  // Most nodes have one output; a little slack covers the rest without a rehash.
+  g.reserve(initializers.size() + static_cast<size_t>(rest.input_size()) + nodes.size() +
+                nodes.size() / 4,
+            nodes.size());
 
   onnx::TensorProto tp;
   for (size_t i = 0; i < initializers.size(); ++i) {

@@ -15,6 +15,7 @@
 #include "fusectl/graph/error.h"
 #include "fusectl/kernels/half.h"
 #include "fusectl/kernels/kernel.h"
+#include "thread_pool.h"
 
 namespace fusectl::kernels::cpu {
 
@@ -169,8 +170,8 @@ inline int64_t product(const std::vector<int64_t>& v, size_t from = 0, size_t to
   return p;
 }
 
-// Runs fn(begin, end) over [0, n) split statically across up to `threads` threads; `grain` is
-// the least work per thread worth a thread start.
+// Runs fn(begin, end) over [0, n) split statically across up to `threads` threads of the
+// persistent worker pool (thread_pool.h); `grain` is the least work per thread worth sharing.
 template <typename Fn>
 void parallelFor(int64_t n, int threads, int64_t grain, Fn&& fn) {
   if (n <= 0) return;
@@ -179,11 +180,7 @@ void parallelFor(int64_t n, int threads, int64_t grain, Fn&& fn) {
     fn(int64_t{0}, n);
     return;
   }
-  std::vector<std::thread> workers;
-  workers.reserve(static_cast<size_t>(t - 1));
-  for (int64_t i = 1; i < t; ++i) workers.emplace_back([&, i] { fn(n * i / t, n * (i + 1) / t); });
-  fn(int64_t{0}, n / t);
-  for (auto& w : workers) w.join();
+  runOnWorkers(static_cast<int>(t), [&](int i) { fn(n * i / t, n * (i + 1) / t); });
 }
 
 // Geometry of a sliding-window op (Conv, pools) over the spatial dims.

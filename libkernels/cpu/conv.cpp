@@ -16,6 +16,8 @@
 //                       Gelu, Tanh; absent or "" means none
 //     activation_params floats: Clip [min, max] (default -inf, +inf), LeakyRelu [alpha]
 //                       (0.01), HardSigmoid [alpha, beta] (0.2, 0.5); others take none
+//   Also registered under the portable spellings FusedConv[_NoBias][_Add][_<activation>] that
+//   exported models use (epilogue.h, docs/ops.md); those list their inputs without gaps.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -267,7 +269,8 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
   });
 }
 
-// Shared by Conv and FusedConv: reads X, W, B (input 2) and, when fused, Z (input 3).
+// Shared by Conv and FusedConv: reads X, W, B (input 2) and, when fused, Z (input 3; see
+// fusedOperands for the gapless spellings).
 void runConv(KernelContext& ctx, bool fused) {
   const HostTensor& x = ctx.requireInput(0);
   const HostTensor& w = ctx.requireInput(1);
@@ -275,9 +278,11 @@ void runConv(KernelContext& ctx, bool fused) {
     ctx.fail("unsupported element type " + std::string(dtypeName(x.dtype())));
   }
   ConvDims d = convDims(ctx, x, w);
-  const HostTensor* b = ctx.input(2);
+  const FusedOperands operands = fused ? fusedOperands(ctx, "FusedConv")
+                                        : FusedOperands{ctx.input(2), nullptr};
+  const HostTensor* b = operands.bias;
   if (b && b->numel() != d.M) ctx.fail("B must have one value per output channel");
-  const HostTensor* z = fused ? ctx.input(3) : nullptr;
+  const HostTensor* z = operands.residual;
   std::vector<int64_t> ydims = outputDims(d);
   if (z && z->dims() != ydims) ctx.fail("residual Z must have the output's shape");
 
@@ -291,6 +296,7 @@ void runConv(KernelContext& ctx, bool fused) {
     if (!a) ctx.fail("unknown activation '" + act + "'");
     const std::vector<float> params = ctx.attrFloats("activation_params");
     ep.setActivation(*a, params.data(), params.size());
+    checkFusedSpelling(ctx, "FusedConv", b != nullptr, z != nullptr, *a);
   }
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), ydims);
   FloatSink ys(y);
@@ -561,6 +567,14 @@ void runQLinearConv(KernelContext& ctx) {
 void registerConvKernels(KernelRegistry& r) {
   r.add({"", "Conv", 1, 1000, [](KernelContext& c) { cpu::runConv(c, false); }});
   r.add({"fusectl", "FusedConv", 1, 1000, [](KernelContext& c) { cpu::runConv(c, true); }});
+  // The portable spellings FusedConv[_NoBias][_Add][_<activation>] (epilogue.h).
+  for (bool bias : {true, false})
+    for (bool residual : {false, true})
+      for (cpu::Activation a : cpu::kAllActivations) {
+        std::string name = cpu::fusedVariantName("FusedConv", bias, residual, a);
+        if (name == "FusedConv") continue;
+        r.add({"fusectl", name, 1, 1000, [](KernelContext& c) { cpu::runConv(c, true); }});
+      }
   r.add({"", "ConvTranspose", 1, 1000, cpu::runConvTranspose});
   r.add({"", "ConvInteger", 10, 1000, cpu::runConvInteger});
   r.add({"", "QLinearConv", 10, 1000, cpu::runQLinearConv});

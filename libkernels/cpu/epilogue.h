@@ -8,11 +8,15 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <string>
 #include <string_view>
+
+#include "fusectl/kernels/kernel.h"
 
 namespace fusectl::kernels::cpu {
 
@@ -42,6 +46,74 @@ inline std::optional<Activation> parseActivation(std::string_view name) {
   if (name == "Gelu") return Activation::Gelu;
   if (name == "Tanh") return Activation::Tanh;
   return std::nullopt;
+}
+
+// Every activation, for registering the portable FusedConv/FusedGemm spellings below.
+inline constexpr std::array<Activation, 10> kAllActivations = {
+    Activation::None,        Activation::Relu,      Activation::Clip, Activation::LeakyRelu,
+    Activation::Sigmoid,     Activation::HardSigmoid, Activation::HardSwish, Activation::Silu,
+    Activation::Gelu,        Activation::Tanh};
+
+// The name parseActivation reads back ("" for None).
+inline std::string_view activationName(Activation a) {
+  switch (a) {
+    case Activation::None: return "";
+    case Activation::Relu: return "Relu";
+    case Activation::Clip: return "Clip";
+    case Activation::LeakyRelu: return "LeakyRelu";
+    case Activation::Sigmoid: return "Sigmoid";
+    case Activation::HardSigmoid: return "HardSigmoid";
+    case Activation::HardSwish: return "HardSwish";
+    case Activation::Silu: return "Silu";
+    case Activation::Gelu: return "Gelu";
+    case Activation::Tanh: return "Tanh";
+  }
+  return "";
+}
+
+// The portable spelling of a FusedConv/FusedGemm: <base>[_NoBias][_Add][_<activation>], e.g.
+// "FusedConv_Add_Relu". A model-local ONNX function cannot branch on attributes or on a missing
+// input, so on export (libpasses fusectl_functions.h, docs/ops.md) each fused node is renamed to
+// the spelling of what it computes and gets a function of that name; the same kernels run them.
+inline std::string fusedVariantName(std::string_view base, bool bias, bool residual,
+                                    Activation act) {
+  std::string name(base);
+  if (!bias) name += "_NoBias";
+  if (residual) name += "_Add";
+  if (act != Activation::None) name += "_" + std::string(activationName(act));
+  return name;
+}
+
+// The bias and residual operands of a fused node. The plain base name has them at inputs 2 and
+// 3, either one omitted; a spelling lists exactly the inputs its function takes, without gaps
+// (an ONNX function cannot take an omitted input), so "..._NoBias_Add" has Z at input 2.
+struct FusedOperands {
+  const HostTensor* bias = nullptr;
+  const HostTensor* residual = nullptr;
+};
+
+inline FusedOperands fusedOperands(const KernelContext& ctx, std::string_view base) {
+  const std::string& op = ctx.node().opType();
+  if (op == base) return {ctx.input(2), ctx.input(3)};
+  const bool bias = op.find("_NoBias") == std::string::npos;
+  const bool residual = op.find("_Add") != std::string::npos;
+  const size_t count = 2 + (bias ? 1 : 0) + (residual ? 1 : 0);
+  bool complete = ctx.numInputs() == count;
+  for (size_t i = 0; complete && i < count; ++i) complete = ctx.input(i) != nullptr;
+  if (!complete) ctx.fail(op + " takes exactly " + std::to_string(count) + " inputs, none omitted");
+  return {bias ? ctx.input(2) : nullptr, residual ? ctx.input(count - 1) : nullptr};
+}
+
+// A node spelled as a variant (anything but the plain base name) must compute what its name
+// says, or our executor and an ONNX runtime running the attached function would disagree.
+inline void checkFusedSpelling(const KernelContext& ctx, std::string_view base, bool bias,
+                               bool residual, Activation act) {
+  const std::string& op = ctx.node().opType();
+  if (op == base) return;
+  std::string expected = fusedVariantName(base, bias, residual, act);
+  if (op != expected) {
+    ctx.fail("the op type says " + op + " but the inputs and attributes make it " + expected);
+  }
 }
 
 struct Epilogue {

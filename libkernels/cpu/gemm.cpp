@@ -12,6 +12,8 @@
 //                       Gelu, Tanh; absent or "" means none
 //     activation_params floats: Clip [min, max] (default -inf, +inf), LeakyRelu [alpha]
 //                       (0.01), HardSigmoid [alpha, beta] (0.2, 0.5); others take none
+//   Also registered under the portable spellings FusedGemm[_NoBias][_Add][_<activation>] that
+//   exported models use (epilogue.h, docs/ops.md); those list their inputs without gaps.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -39,7 +41,10 @@ void runGemm(KernelContext& ctx, bool fused) {
     ctx.fail("inner dimensions differ: A gives K=" + std::to_string(K) + ", B gives K=" +
              std::to_string(Kb));
   }
-  const HostTensor* c = ctx.input(2);
+  const FusedOperands operands = fused ? fusedOperands(ctx, "FusedGemm")
+                                        : FusedOperands{ctx.input(2), nullptr};
+  const HostTensor* c = operands.bias;
+  const bool has_c = c != nullptr;
   if (c && (c->numel() == 0 && M * N != 0)) c = nullptr;
   int64_t cm = 1, cn = 1;  // C's broadcast dims
   if (c) {
@@ -48,7 +53,7 @@ void runGemm(KernelContext& ctx, bool fused) {
     if (c->rank() >= 1) cn = c->dim(c->rank() - 1);
     if ((cm != 1 && cm != M) || (cn != 1 && cn != N)) ctx.fail("C is not broadcastable to [M, N]");
   }
-  const HostTensor* z = fused ? ctx.input(3) : nullptr;
+  const HostTensor* z = operands.residual;
   if (z && (z->numel() != M * N)) ctx.fail("residual Z must have shape [M, N]");
 
   HostTensor& y = ctx.allocateOutput(0, a.dtype(), {M, N});
@@ -62,6 +67,7 @@ void runGemm(KernelContext& ctx, bool fused) {
     if (!kind) ctx.fail("unknown activation '" + act + "'");
     const std::vector<float> params = ctx.attrFloats("activation_params");
     ep.setActivation(*kind, params.data(), params.size());
+    checkFusedSpelling(ctx, "FusedGemm", has_c, z != nullptr, *kind);
   }
   if (z) {
     ep.residual = zf.data();
@@ -336,6 +342,14 @@ void runQLinearMatMul(KernelContext& ctx) {
 void registerGemmKernels(KernelRegistry& r) {
   r.add({"", "Gemm", 1, 1000, [](KernelContext& c) { cpu::runGemm(c, false); }});
   r.add({"fusectl", "FusedGemm", 1, 1000, [](KernelContext& c) { cpu::runGemm(c, true); }});
+  // The portable spellings FusedGemm[_NoBias][_Add][_<activation>] (epilogue.h).
+  for (bool bias : {true, false})
+    for (bool residual : {false, true})
+      for (cpu::Activation a : cpu::kAllActivations) {
+        std::string name = cpu::fusedVariantName("FusedGemm", bias, residual, a);
+        if (name == "FusedGemm") continue;
+        r.add({"fusectl", name, 1, 1000, [](KernelContext& c) { cpu::runGemm(c, true); }});
+      }
   r.add({"", "MatMul", 1, 1000, cpu::runMatMul});
   r.add({"", "MatMulInteger", 10, 1000, cpu::runMatMulInteger});
   r.add({"", "QLinearMatMul", 10, 1000, cpu::runQLinearMatMul});

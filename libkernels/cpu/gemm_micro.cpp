@@ -1,5 +1,6 @@
 // Packed, cache-blocked float GEMM with a 6x16 register-tiled micro-kernel (see gemm_micro.h).
 #include "gemm_micro.h"
+#include "thread_pool.h"
 
 #include <algorithm>
 #include <atomic>
@@ -297,11 +298,7 @@ void gemm(const GemmParams& p, int num_threads) {
     }
     gemmSerial(q, kernel);
   };
-  std::vector<std::thread> workers;
-  workers.reserve(threads - 1);
-  for (int t = 1; t < threads; ++t) workers.emplace_back(slice, t);
-  slice(0);
-  for (auto& w : workers) w.join();
+  runOnWorkers(threads, slice);
 }
 
 namespace {
@@ -345,13 +342,9 @@ void gemmS32(int64_t M, int64_t N, int64_t K, const int32_t* A, int64_t lda, con
     gemmS32Rows(0, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
     return;
   }
-  std::vector<std::thread> workers;
-  for (int t = 1; t < threads; ++t) {
-    workers.emplace_back(gemmS32Rows, M * t / threads, M * (t + 1) / threads, N, K, A, lda, B,
-                         ldb, C, ldc, accumulate);
-  }
-  gemmS32Rows(0, M / threads, N, K, A, lda, B, ldb, C, ldc, accumulate);
-  for (auto& w : workers) w.join();
+  runOnWorkers(threads, [&](int t) {
+    gemmS32Rows(M * t / threads, M * (t + 1) / threads, N, K, A, lda, B, ldb, C, ldc, accumulate);
+  });
 }
 
 }  // namespace fusectl::kernels::cpu

@@ -219,6 +219,7 @@ ConformanceResult runConformanceTest(const ConformanceTest& test,
     LoadOptions load;
     load.infer_shapes = false;  // this tests kernels; the data files carry the truth
     std::unique_ptr<Model> model = loadModel((dir / "model.onnx").string(), load);
+    if (options.transform) options.transform(*model);
     ExecutorOptions exec;
     exec.num_threads = options.num_threads;
     Executor executor(*model, exec);

@@ -3,6 +3,7 @@
 #include "fusectl/passes/op_classes.h"
 
 #include <algorithm>
+#include <iterator>
 #include <tuple>
 
 namespace fusectl::passes {
@@ -110,6 +111,14 @@ bool isEpilogueActivation(const Node& n) {
 bool acceptsEpilogue(const Node& n) {
   const OpClassInfo* info = findOpClass(n.domain(), n.opType());
   return info && info->accepts_epilogue;
+}
+
+bool isNondeterministic(const Node& n) {
+  static const std::string_view kRandom[] = {"Bernoulli",   "Dropout",           "Multinomial",
+                                             "RandomNormal", "RandomNormalLike", "RandomUniform",
+                                             "RandomUniformLike"};
+  if (!n.domain().empty() && n.domain() != "ai.onnx") return false;
+  return std::find(std::begin(kRandom), std::end(kRandom), n.opType()) != std::end(kRandom);
 }
 
 }  // namespace fusectl::passes

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -69,6 +70,20 @@ std::map<std::string, size_t> Report::fusionsByPattern() const {
   return out;
 }
 
+size_t Report::countFusions(const std::string& name) const {
+  size_t n = 0;
+  for (const FusionSite& f : fusions) n += (f.pass == name || f.pattern == name) ? 1 : 0;
+  return n;
+}
+
+std::vector<const Report::Rejection*> Report::legalityRejections(const std::string& name) const {
+  std::vector<const Rejection*> out;
+  for (const Rejection& r : rejections)
+    if ((r.pass == name || r.miss.pattern == name) && r.miss.constraint != "structure")
+      out.push_back(&r);
+  return out;
+}
+
 uint64_t Report::activationBytesSaved() const {
   uint64_t total = 0;
   for (const FusionSite& f : fusions) total += f.activation_bytes_saved;
@@ -91,6 +106,26 @@ Json figuresJson(const GraphFigures& f) {
 
 Json fileJson(const std::string& file, const std::string& sha, uint64_t bytes) {
   return Json{{"file", file}, {"sha256", sha}, {"bytes", bytes}};
+}
+
+// Errors can be infinite (a NaN where the reference has a number); JSON has no infinity.
+Json finiteOrNull(double v) { return std::isfinite(v) ? Json(v) : Json(); }
+
+Json verificationJson(const Verification& v) {
+  if (!v.ran) return Json();
+  Json outs = Json::array();
+  for (const VerificationOutput& o : v.outputs) {
+    outs.push_back(Json{{"name", o.name},
+                        {"max_abs_error", finiteOrNull(o.max_abs_error)},
+                        {"max_rel_error", finiteOrNull(o.max_rel_error)},
+                        {"cosine", finiteOrNull(o.cosine)},
+                        {"mismatches", o.mismatches},
+                        {"passed", o.passed},
+                        {"detail", o.detail}});
+  }
+  return Json{{"passed", v.passed}, {"seed", v.seed},     {"runs", v.runs},
+              {"atol", v.atol},     {"rtol", v.rtol},     {"min_cosine", v.min_cosine},
+              {"outputs", outs}};
 }
 
 }  // namespace
@@ -164,6 +199,18 @@ std::string Report::toJson() const {
                        {"reason", r.miss.reason}});
   }
   j["rejections"] = rej;
+
+  j["verification"] = verificationJson(verification);
+  Json checks = Json::array();
+  for (const Expectation& e : expectations) {
+    checks.push_back(Json{{"kind", e.kind},
+                          {"pattern", e.pattern},
+                          {"expected", e.expected < 0 ? Json() : Json(e.expected)},
+                          {"found", e.found},
+                          {"passed", e.passed},
+                          {"detail", e.detail}});
+  }
+  j["expectations"] = checks;
   return j.dump(2) + "\n";
 }
 

@@ -79,6 +79,24 @@ void Rewriter::bypass(Node* n, size_t input) {
   eraseWithDeadProducers(n);
 }
 
+std::string bypassBreaksInterface(const Node& n, size_t input) {
+  Value* x = n.input(input);
+  Value* y = n.output(0);
+  if (!x || !y) return fmt::format("{} has no input {} or no output", n.label(), input);
+  if (!y->isGraphOutput()) return "";
+  if (!x->producer()) {
+    return fmt::format("{} output '{}' is a graph output and its input '{}' is {}; removing it "
+                       "would change the graph's interface",
+                       n.label(), y->name(), x->name(),
+                       x->isGraphInput() ? "a graph input" : "a constant");
+  }
+  if (x->isGraphOutput()) {
+    return fmt::format("{} output '{}' and its input '{}' are both graph outputs", n.label(),
+                       y->name(), x->name());
+  }
+  return "";
+}
+
 namespace {
 uint64_t staticBytes(const Value* v) {
   if (!v || !v->type.isTensor()) return 0;

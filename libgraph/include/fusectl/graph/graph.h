@@ -24,6 +24,7 @@
 
 #include "fusectl/graph/attribute.h"
 #include "fusectl/graph/dtype.h"
+#include "fusectl/graph/name_table.h"
 #include "fusectl/graph/shape.h"
 #include "fusectl/graph/tensor.h"
 
@@ -284,6 +285,10 @@ class Graph {
   std::vector<std::pair<std::pair<std::string, std::string>, size_t>> opHistogram() const;
   Node* findNode(std::string_view name) const;  // first node of that name, or nullptr
 
+  // Pre-sizes the name maps and object pools for about this many values and nodes, so that an
+  // importer building a million-node graph does not rehash or allocate object by object.
+  void reserve(size_t num_values, size_t num_nodes);
+
   // Checks every invariant; returns "" when they hold, else one precise message.
   std::string verify() const;
   void verifyOrThrow() const;  // fusectl::Error(Internal) with verify()'s message
@@ -311,10 +316,22 @@ class Graph {
   void indexNode(Node* n);
   void unindexNode(Node* n);
 
+  // Pooled memory for Nodes and Values (graph.cpp): one allocation per chunk, not per object,
+  // and the whole graph is released chunk by chunk.
+  struct ObjectPools;
+  std::unique_ptr<ObjectPools> pools_;
+  Node* allocNode();
+  void freeNode(Node* n);
+  Value* allocValue();
+  void freeValue(Value* v);
+
   Graph* parent_ = nullptr;
-  std::vector<Value*> values_;  // owning
-  std::unordered_map<std::string_view, Value*> value_by_name_;
-  std::unordered_map<std::string_view, Node*> node_by_name_;  // first node per name
+  std::vector<Value*> values_;  // owning, through pools_
+  NameTable<Value> value_by_name_;
+  NameTable<Node> node_by_name_;  // the first node of each name (node names may repeat)
+  bool node_names_repeat_ = false;  // some node name was ever given to two nodes
+  void registerNodeName(Node* n);
+  void unregisterNodeName(Node* n);
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
   std::vector<Value*> initializers_;

@@ -17,12 +17,19 @@
 #include <string_view>
 #include <vector>
 
+namespace fusectl {
+class Model;
+}
+
 namespace fusectl::kernels {
 
 struct ConformanceOptions {
   std::string filter;  // run only tests whose name contains this
   int num_threads = 1;
   bool include_out_of_scope = false;
+  // Applied to each model after loading, before it runs: e.g. an optimization pipeline, so that
+  // the suite checks that optimized models still compute the expected outputs.
+  std::function<void(Model&)> transform;
 };
 
 struct ConformanceTest {

@@ -55,5 +55,8 @@ bool isEpilogueActivation(const Node& n);
 // A compute op whose kernel can run a fused epilogue: Conv, Gemm, MatMul and the fusectl-domain
 // FusedConv/FusedGemm (not ConvTranspose, whose col2im scatter has no tile epilogue).
 bool acceptsEpilogue(const Node& n);
+// An op whose outputs may differ between two runs on the same inputs (RandomNormal, Bernoulli,
+// Multinomial..., and Dropout, random in training mode): never folded or merged.
+bool isNondeterministic(const Node& n);
 
 }  // namespace fusectl::passes

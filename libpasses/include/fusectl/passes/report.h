@@ -60,6 +60,36 @@ struct FixpointRun {
   bool converged = true;  // false: still changing when max_fixpoint_iterations was reached
 };
 
+// `fusectl optimize --verify`: the original and the optimized model run on the same seeded
+// inputs; per output, the worst figures over all runs (compareTensors, libkernels/compare.h).
+struct VerificationOutput {
+  std::string name;
+  double max_abs_error = 0, max_rel_error = 0, cosine = 1;  // may be non-finite
+  int64_t mismatches = 0;
+  bool passed = true;
+  std::string detail;  // the first failure, "" when passed
+};
+
+struct Verification {
+  bool ran = false;  // false: written as null
+  bool passed = true;
+  uint64_t seed = 0;
+  int runs = 1;
+  double atol = 0, rtol = 0, min_cosine = 0;
+  std::vector<VerificationOutput> outputs;
+};
+
+// A gate on the fusion sites: `--expect PATTERN=COUNT` (kind "expect") or
+// `--fail-if-unfused PATTERN` (kind "fail-if-unfused"). PATTERN is a pass or pattern name.
+struct Expectation {
+  std::string kind;
+  std::string pattern;
+  int64_t expected = -1;  // expect: the count demanded; fail-if-unfused: -1 (written as null)
+  int64_t found = 0;      // expect: fusion sites; fail-if-unfused: legality rejections
+  bool passed = true;
+  std::string detail;  // one line for people
+};
+
 class Report {
  public:
   void addFusion(FusionSite site) { fusions.push_back(std::move(site)); }
@@ -86,6 +116,14 @@ class Report {
   };
   std::vector<Rejection> rejections;
   std::vector<FixpointRun> fixpoints;
+  Verification verification;
+  std::vector<Expectation> expectations;
+
+  // Fusion sites whose pass or pattern is `name`.
+  size_t countFusions(const std::string& name) const;
+  // Rejections of `name` (pass or pattern) by a legality condition; a candidate whose
+  // surroundings have another shape (constraint "structure") is not one.
+  std::vector<const Rejection*> legalityRejections(const std::string& name) const;
 
   std::string toJson() const;  // deterministic: stable key and element order
 

@@ -59,6 +59,12 @@ class Rewriter {
   std::unordered_set<const Node*> erased_;
 };
 
+// Why bypassing `n` (its output 0 replaced by its input `input`) would change the graph's
+// interface, or "" when it would not. It would when output 0 is a graph output and the input is
+// a graph input or an initializer (the output's name would move onto it), or is itself a graph
+// output (one value cannot carry two output names).
+std::string bypassBreaksInterface(const Node& n, size_t input = 0);
+
 // Greedy driver for a pattern pass: matches `pattern` (read-only) over the whole graph first,
 // then visits the matches in order; one whose nodes were erased by an earlier rewrite, or that
 // no longer matches at its root, is skipped (counter "skipped_overlap"). Before each rewrite it

@@ -1,0 +1,531 @@
+// `fusectl optimize MODEL -o OUT`: run a pass pipeline (an -O level or --passes text) and write
+// the optimized model, optionally with a JSON report, a numeric check against the original
+// and gates on the fusion sites.
+//
+// Order of work: check paths and flags (exit 2 before anything is read), load, run the
+// pipeline, attach the ONNX functions that define fusectl-domain ops, --verify in memory, save
+// (atomically; not at all when --verify found drift, since that model is wrong), evaluate the
+// --expect / --fail-if-unfused gates, write the report, print the before/after table. A failed
+// check exits 1 with one line on stderr; the report is still written and says why.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "commands.h"
+#include "fusectl/graph/error.h"
+#include "fusectl/graph/onnx_io.h"
+#include "fusectl/kernels/compare.h"
+#include "fusectl/kernels/executor.h"
+#include "fusectl/passes/fusectl_functions.h"
+#include "fusectl/passes/pipeline.h"
+#include "fusectl/passes/registry.h"
+#include "fusectl/passes/report.h"
+
+namespace fusectl::cli {
+namespace {
+
+using namespace fusectl::passes;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct OptimizeOptions {
+  std::string model;
+  std::string output;
+  int level = 2;
+  std::string passes;
+  std::vector<std::string> disable;
+  std::string report;
+  std::string emit = "fusectl";
+  bool verify = false;
+  // The same defaults as `fusectl verify`.
+  double atol = 1e-5;
+  double rtol = 1e-4;
+  double min_cosine = 0.9999;
+  uint64_t seed = 0;
+  std::vector<std::string> expect;
+  std::vector<std::string> fail_if_unfused;
+  bool verify_each = false;
+  std::vector<std::string> print_after;
+  std::string dump_dir;
+  int64_t max_rewrites = -1;
+  bool verbose = false;
+  std::vector<std::string> shapes;
+  bool quiet = false;
+  bool table = false;
+};
+
+[[noreturn]] void usage(const std::string& message) { throw Error(ErrorKind::Usage, message); }
+
+// Same file, or (when neither exists yet) the same path once normalized.
+bool samePath(const std::string& a, const std::string& b) {
+  if (isSameFile(a, b)) return true;
+  std::error_code ea, eb;
+  fs::path pa = fs::weakly_canonical(a, ea), pb = fs::weakly_canonical(b, eb);
+  return !ea && !eb && pa == pb;
+}
+
+std::string readWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throwIo(fmt::format("{}: cannot open for hashing", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (!in.good() && !in.eof()) throwIo(fmt::format("{}: read failed", path));
+  return ss.str();
+}
+
+// Output files are written at the end, the model before the report; a report that cannot be
+// written must not leave a model behind, so both folders are checked before any work.
+void checkFolderExists(const std::string& path) {
+  fs::path parent = fs::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !fs::is_directory(parent, ec)) {
+    throwIo(fmt::format("{}: cannot write: folder '{}' does not exist", path, parent.string()));
+  }
+}
+
+uint64_t fileSize(const std::string& path) {
+  std::error_code ec;
+  uint64_t n = fs::file_size(path, ec);
+  return ec ? 0 : n;
+}
+
+void collectPasses(const std::vector<PipelineElement>& elements, std::vector<std::string>& out) {
+  for (const PipelineElement& e : elements) {
+    if (e.isGroup()) {
+      collectPasses(e.group, out);
+    } else if (std::find(out.begin(), out.end(), e.pass) == out.end()) {
+      out.push_back(e.pass);
+    }
+  }
+}
+
+// --disable also applies to a --passes pipeline: drop the pass, and a group left empty.
+void dropDisabled(std::vector<PipelineElement>& elements, const std::vector<std::string>& off) {
+  std::vector<PipelineElement> kept;
+  for (PipelineElement& e : elements) {
+    if (e.isGroup()) {
+      dropDisabled(e.group, off);
+      if (e.group.empty()) continue;
+    } else if (std::find(off.begin(), off.end(), e.pass) != off.end()) {
+      continue;
+    }
+    kept.push_back(std::move(e));
+  }
+  elements = std::move(kept);
+}
+
+Pipeline buildPipeline(const OptimizeOptions& opts, bool level_given) {
+  if (opts.passes.empty()) return Pipeline::forLevel(opts.level, opts.disable);
+  if (level_given) usage("give either -O LEVEL or --passes PIPELINE, not both");
+  for (const std::string& d : opts.disable) checkPassName(d);
+  Pipeline p = Pipeline::parse(opts.passes);
+  dropDisabled(p.elements, opts.disable);
+  return p;
+}
+
+// The names --expect and --fail-if-unfused accept: the pipeline's passes and their patterns.
+std::set<std::string> gateNames(const std::vector<std::string>& passes) {
+  std::set<std::string> names(passes.begin(), passes.end());
+  for (const std::string& p : passes)
+    for (const Pattern& pattern : createPass(p)->patterns())
+      if (!pattern.name.empty()) names.insert(pattern.name);
+  return names;
+}
+
+void checkGateName(const std::string& flag, const std::string& name,
+                   const std::set<std::string>& known) {
+  if (known.count(name)) return;
+  usage(fmt::format("{} '{}': no pass or pattern of that name in the pipeline (known: {})", flag,
+                    name, known.empty() ? std::string("none") : fmt::format("{}",
+                                                                     fmt::join(known, ", "))));
+}
+
+std::vector<Expectation> parseGates(const OptimizeOptions& opts,
+                                    const std::set<std::string>& known) {
+  std::vector<Expectation> out;
+  for (const std::string& spec : opts.expect) {
+    size_t eq = spec.rfind('=');
+    Expectation e;
+    e.kind = "expect";
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+      usage(fmt::format("--expect '{}': expected PATTERN=COUNT, e.g. fold-conv-bn=20", spec));
+    }
+    e.pattern = spec.substr(0, eq);
+    const std::string count = spec.substr(eq + 1);
+    if (count.size() > 9 || count.find_first_not_of("0123456789") != std::string::npos) {
+      usage(fmt::format("--expect '{}': COUNT '{}' is not a non-negative integer", spec, count));
+    }
+    e.expected = std::stoll(count);
+    checkGateName("--expect", e.pattern, known);
+    out.push_back(std::move(e));
+  }
+  for (const std::string& name : opts.fail_if_unfused) {
+    checkGateName("--fail-if-unfused", name, known);
+    Expectation e;
+    e.kind = "fail-if-unfused";
+    e.pattern = name;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+void evaluateGates(Report& report) {
+  for (Expectation& e : report.expectations) {
+    if (e.kind == "expect") {
+      e.found = static_cast<int64_t>(report.countFusions(e.pattern));
+      e.passed = e.found == e.expected;
+      e.detail = fmt::format("--expect {}={}: {} fusion site{}", e.pattern, e.expected, e.found,
+                             e.found == 1 ? "" : "s");
+      continue;
+    }
+    std::vector<const Report::Rejection*> left = report.legalityRejections(e.pattern);
+    e.found = static_cast<int64_t>(left.size());
+    e.passed = left.empty();
+    e.detail = e.passed ? fmt::format("--fail-if-unfused {}: every legal candidate fused",
+                                      e.pattern)
+                        : fmt::format("--fail-if-unfused {}: {} candidate{} not fused; first: "
+                                      "{} [{}]: {}",
+                                      e.pattern, left.size(), left.size() == 1 ? "" : "s",
+                                      left[0]->miss.anchor, left[0]->miss.constraint,
+                                      left[0]->miss.reason);
+  }
+}
+
+// Runs the original (reloaded from its file) and the optimized model on the same seeded inputs.
+Verification verifyAgainstOriginal(const OptimizeOptions& opts, const Model& optimized,
+                                   const std::vector<std::pair<std::string, Shape>>& shapes) {
+  using namespace fusectl::kernels;
+  Verification v;
+  v.ran = true;
+  v.seed = opts.seed;
+  v.atol = opts.atol;
+  v.rtol = opts.rtol;
+  v.min_cosine = opts.min_cosine;
+  LoadOptions load;
+  load.infer_shapes = false;
+  std::unique_ptr<Model> original = loadModel(opts.model, load);
+  Tolerance tol;
+  tol.atol = opts.atol;
+  tol.rtol = opts.rtol;
+  tol.min_cosine = opts.min_cosine;
+  const std::vector<NamedTensor> inputs = makeRandomInputs(*original->graph, opts.seed, shapes);
+  const std::vector<NamedTensor> expected = runModel(*original, inputs);
+  const std::vector<NamedTensor> actual = runModel(optimized, inputs);
+  std::map<std::string, const HostTensor*> by_name;
+  for (const NamedTensor& t : actual) by_name[t.name] = &t.tensor;
+  for (const NamedTensor& e : expected) {
+    VerificationOutput o;
+    o.name = e.name;
+    auto it = by_name.find(e.name);
+    if (it == by_name.end()) {
+      o.passed = false;
+      o.detail = "the optimized model has no output of this name";
+    } else {
+      const CompareResult c = compareTensors(*it->second, e.tensor, tol);
+      o.max_abs_error = c.max_abs_error;
+      o.max_rel_error = c.max_rel_error;
+      o.cosine = c.cosine;
+      o.mismatches = c.mismatches;
+      o.passed = c.passed;
+      if (!c.passed) {
+        o.detail = c.shape_match ? c.describe(e.tensor.dims())
+                                 : fmt::format("shape {} vs {} in the original",
+                                               formatDims(it->second->dims()),
+                                               formatDims(e.tensor.dims()));
+      }
+    }
+    v.passed = v.passed && o.passed;
+    v.outputs.push_back(std::move(o));
+  }
+  return v;
+}
+
+std::string opSortKey(const std::string& op) {
+  // Default-domain ops first, then "domain::Op", as GraphFigures sorts them.
+  return (op.find("::") == std::string::npos ? "0" : "1") + op;
+}
+
+std::string signedCount(int64_t d) { return d == 0 ? "" : fmt::format("{:+d}", d); }
+
+std::string byteChange(uint64_t before, uint64_t after) {
+  if (before == after) return "";
+  return after < before ? "-" + formatBytes(before - after) : "+" + formatBytes(after - before);
+}
+
+// onnxsim-style before/after table; everything but the Time line is deterministic.
+std::string beforeAfterTable(const Report& r, uint64_t in_bytes, uint64_t out_bytes,
+                             bool written, const std::string& timing) {
+  struct Row {
+    std::string name, before, after, change;
+  };
+  std::map<std::string, std::pair<size_t, size_t>> ops;  // sort key -> counts
+  std::map<std::string, std::string> names;
+  for (const auto& [op, n] : r.before.op_histogram) {
+    ops[opSortKey(op)].first = n;
+    names[opSortKey(op)] = op;
+  }
+  for (const auto& [op, n] : r.after.op_histogram) {
+    ops[opSortKey(op)].second = n;
+    names[opSortKey(op)] = op;
+  }
+  auto delta = [](uint64_t a, uint64_t b) {
+    return signedCount(static_cast<int64_t>(b) - static_cast<int64_t>(a));
+  };
+  std::vector<Row> op_rows, total_rows;
+  for (const auto& [key, n] : ops) {
+    op_rows.push_back({names[key], std::to_string(n.first), std::to_string(n.second),
+                       delta(n.first, n.second)});
+  }
+  total_rows.push_back({"Nodes", std::to_string(r.before.nodes), std::to_string(r.after.nodes),
+                        delta(r.before.nodes, r.after.nodes)});
+  total_rows.push_back({"Intermediate tensors", std::to_string(r.before.intermediate_tensors),
+                        std::to_string(r.after.intermediate_tensors),
+                        delta(r.before.intermediate_tensors, r.after.intermediate_tensors)});
+  total_rows.push_back({"Parameters", formatBytes(r.before.parameter_bytes),
+                        formatBytes(r.after.parameter_bytes),
+                        byteChange(r.before.parameter_bytes, r.after.parameter_bytes)});
+  total_rows.push_back({"File size", formatBytes(in_bytes),
+                        written ? formatBytes(out_bytes) : "not written",
+                        written ? byteChange(in_bytes, out_bytes) : ""});
+  total_rows.push_back({"Fusion sites", "", std::to_string(r.fusions.size()), ""});
+  total_rows.push_back({"Activation bytes saved", "", formatBytes(r.activationBytesSaved()), ""});
+
+  size_t w0 = 4, w1 = 6, w2 = 5, w3 = 6;
+  for (const std::vector<Row>* rows : {&op_rows, &total_rows}) {
+    for (const Row& row : *rows) {
+      w0 = std::max(w0, row.name.size());
+      w1 = std::max(w1, row.before.size());
+      w2 = std::max(w2, row.after.size());
+      w3 = std::max(w3, row.change.size());
+    }
+  }
+  std::string rule = fmt::format("+{}+{}+{}+{}+\n", std::string(w0 + 2, '-'),
+                                 std::string(w1 + 2, '-'), std::string(w2 + 2, '-'),
+                                 std::string(w3 + 2, '-'));
+  auto line = [&](const Row& row) {
+    return fmt::format("| {:<{}} | {:>{}} | {:>{}} | {:>{}} |\n", row.name, w0, row.before, w1,
+                       row.after, w2, row.change, w3);
+  };
+  std::string out = rule + line({"", "before", "after", "change"}) + rule;
+  for (const Row& row : op_rows) out += line(row);
+  out += rule;
+  for (const Row& row : total_rows) out += line(row);
+  out += rule;
+  out += timing + "\n";
+  return out;
+}
+
+double msSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_given) {
+  if (opts.output.empty()) usage("-o OUT is required: optimize never overwrites its input");
+  if (isSameFile(opts.model, opts.output)) {
+    usage(fmt::format("{}: output is the input file; write to another path", opts.output));
+  }
+  if (!opts.report.empty()) {
+    if (isSameFile(opts.report, opts.model)) {
+      usage(fmt::format("{}: --report would overwrite the input model", opts.report));
+    }
+    if (samePath(opts.report, opts.output)) {
+      usage(fmt::format("{}: --report and -o name the same file", opts.report));
+    }
+  }
+  if (tolerance_given && !opts.verify) {
+    usage("--atol, --rtol, --min-cosine and --seed need --verify");
+  }
+  if (opts.atol < 0 || opts.rtol < 0) usage("tolerances must be >= 0");
+  for (const std::string& p : opts.print_after)
+    if (p != "all") checkPassName(p);
+  const auto shapes = parseShapeSpecs(opts.shapes);
+  const Pipeline pipeline = buildPipeline(opts, level_given);
+  std::vector<std::string> pass_names;
+  collectPasses(pipeline.elements, pass_names);
+  std::vector<Expectation> gates = parseGates(opts, gateNames(pass_names));
+  checkFolderExists(opts.output);
+  if (!opts.report.empty()) checkFolderExists(opts.report);
+
+  const auto start = Clock::now();
+  LoadOptions load;
+  load.input_shapes = shapes;
+  std::unique_ptr<Model> model = loadModel(opts.model, load);
+  const double load_ms = msSince(start);
+
+  PassManagerOptions pm;
+  pm.verify_each = opts.verify_each;
+  pm.print_after = opts.print_after;
+  pm.dump_dir = opts.dump_dir;
+  pm.max_rewrites = opts.max_rewrites;
+  pm.standard_only = opts.emit == "standard";
+  // Reasons cost string formatting; build them only for someone who reads them.
+  pm.explain = !opts.report.empty() || !opts.fail_if_unfused.empty();
+  if (opts.verbose) pm.log = [](const std::string& line) { std::cerr << line << "\n"; };
+  Report report;
+  report.tool_version = FUSECTL_VERSION;
+  report.input_file = opts.model;
+  report.expectations = std::move(gates);
+  const auto passes_start = Clock::now();
+  PassManager(pm).run(*model, pipeline, report);
+  const double passes_ms = msSince(passes_start);
+  // A model with fusectl-domain nodes carries the ONNX functions that define them, so other
+  // runtimes can still execute it. That renames FusedConv to the spelling of what it computes
+  // (FusedConv_Add_Relu...): the "after" figures describe the file as written.
+  attachFusectlFunctions(*model);
+  report.after = GraphFigures::of(*model->graph);
+
+  double verify_ms = 0;
+  if (opts.verify) {
+    const auto t = Clock::now();
+    report.verification = verifyAgainstOriginal(opts, *model, shapes);
+    verify_ms = msSince(t);
+  }
+  const bool drift = report.verification.ran && !report.verification.passed;
+
+  double save_ms = 0;
+  if (!drift) {
+    const auto t = Clock::now();
+    saveModel(*model, opts.output);
+    save_ms = msSince(t);
+  }
+  evaluateGates(report);
+
+  const uint64_t in_bytes = fileSize(opts.model);
+  const uint64_t out_bytes = drift ? 0 : fileSize(opts.output);
+  if (!opts.report.empty()) {
+    report.input_sha256 = sha256Hex(readWholeFile(opts.model));
+    report.input_file_bytes = in_bytes;
+    if (!drift) {
+      report.output_file = opts.output;
+      report.output_sha256 = sha256Hex(readWholeFile(opts.output));
+      report.output_file_bytes = out_bytes;
+    }
+    writeFileAtomically(opts.report, report.toJson());
+  }
+
+  const bool show_table = !opts.quiet && (opts.table || isatty(fileno(stdout)));
+  if (show_table) {
+    std::string timing = fmt::format(
+        "Time: {:.1f} ms (load {:.1f}, passes {:.1f}{}, save {:.1f})", msSince(start), load_ms,
+        passes_ms, opts.verify ? fmt::format(", verify {:.1f}", verify_ms) : "", save_ms);
+    std::cout << fmt::format("fusectl optimize {} -> {}: {}\n", opts.model,
+                             drift ? std::string("(not written)") : opts.output,
+                             pipeline.empty() ? "(empty pipeline)" : pipeline.str());
+    std::cout << beforeAfterTable(report, in_bytes, out_bytes, !drift, timing);
+    std::cout.flush();
+    if (!std::cout) throwIo("<stdout>: write failed");
+  }
+
+  std::vector<std::string> failures;
+  if (drift) {
+    for (const VerificationOutput& o : report.verification.outputs) {
+      if (o.passed) continue;
+      failures.push_back(fmt::format("--verify: output '{}' drifted: {}; {} not written",
+                                     o.name, o.detail, opts.output));
+      break;
+    }
+  }
+  for (const Expectation& e : report.expectations)
+    if (!e.passed) failures.push_back(e.detail);
+  if (failures.empty()) return 0;
+  std::fflush(stdout);
+  std::fputs(fmt::format("fusectl: check failed: {}\n", fmt::join(failures, "; ")).c_str(),
+             stderr);
+  return 1;
+}
+
+}  // namespace
+
+Command addOptimizeCommand(CLI::App& parent) {
+  auto opts = std::make_shared<OptimizeOptions>();
+  CLI::App* cmd = parent.add_subcommand(
+      "optimize", "Run an optimization pipeline on a model and write the result");
+  cmd->add_option("MODEL", opts->model, "Model file (.onnx, or .onnxtxt for ONNX text)")
+      ->required();
+  cmd->add_option("-o,--output", opts->output,
+                  "Output model; .onnxtxt or .txt writes ONNX text, anything else binary. "
+                  "Never the input itself")
+      ->type_name("OUT")
+      ->required();
+  CLI::Option* level = cmd->add_option("-O", opts->level,
+                                       "Optimization level 0-3 (docs/passes.md), e.g. -O3")
+                           ->type_name("LEVEL")
+                           ->capture_default_str();
+  cmd->add_option("--passes", opts->passes,
+                  "Pipeline text instead of a level, e.g. 'eliminate-identity,fold-conv-bn'")
+      ->type_name("PIPELINE");
+  cmd->add_option("--disable", opts->disable, "Leave out pass NAME (repeatable)")
+      ->type_name("NAME")
+      ->allow_extra_args(false);
+  cmd->add_option("--report", opts->report,
+                  "Write the JSON report (docs/schemas/report.schema.json) to FILE")
+      ->type_name("FILE.json");
+  cmd->add_option("--emit", opts->emit,
+                  "fusectl: fusectl-domain ops allowed; standard: only standard ONNX ops")
+      ->check(CLI::IsMember({"fusectl", "standard"}))
+      ->capture_default_str();
+  cmd->add_flag("--verify", opts->verify,
+                "Run the original and the optimized model on seeded inputs; exit 1 on drift");
+  CLI::Option* atol = cmd->add_option("--atol", opts->atol, "With --verify: absolute tolerance")
+                          ->capture_default_str();
+  CLI::Option* rtol = cmd->add_option("--rtol", opts->rtol,
+                                      "With --verify: relative tolerance, times |original|")
+                          ->capture_default_str();
+  CLI::Option* cosine = cmd->add_option("--min-cosine", opts->min_cosine,
+                                        "With --verify: smallest accepted cosine similarity")
+                            ->capture_default_str();
+  CLI::Option* seed = cmd->add_option("--seed", opts->seed, "With --verify: input seed")
+                          ->capture_default_str();
+  cmd->add_option("--expect", opts->expect,
+                  "Exit 1 unless exactly COUNT fusion sites of PATTERN (a pass or pattern name)")
+      ->type_name("PATTERN=COUNT")
+      ->allow_extra_args(false);
+  cmd->add_option("--fail-if-unfused", opts->fail_if_unfused,
+                  "Exit 1 when a legality condition kept a candidate of PATTERN from fusing")
+      ->type_name("PATTERN")
+      ->allow_extra_args(false);
+  cmd->add_flag("--verify-each", opts->verify_each,
+                "Check graph invariants after every pass, naming the pass that broke them");
+  cmd->add_option("--print-after", opts->print_after,
+                  "Print the model (ONNX text, on stderr) after each run of pass NAME, or all")
+      ->type_name("NAME")
+      ->allow_extra_args(false);
+  cmd->add_option("--dump-dir", opts->dump_dir,
+                  "Write DIR/00-input.onnx and DIR/NN-<pass>.onnx(.onnxtxt) after each pass")
+      ->type_name("DIR");
+  cmd->add_option("--max-rewrites", opts->max_rewrites,
+                  "Stop after N rewrites in total (to bisect a bad rewrite)")
+      ->type_name("N")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("-v,--verbose", opts->verbose, "One line per pass run on stderr");
+  cmd->add_option("--shape", opts->shapes,
+                  "Fix an input's shape before optimizing, e.g. input=1x3x224x224")
+      ->type_name("NAME=DIMS")
+      ->allow_extra_args(false);
+  CLI::Option* table = cmd->add_flag(
+      "--table", opts->table, "Print the before/after table even when stdout is not a terminal");
+  cmd->add_flag("-q,--quiet", opts->quiet, "Print nothing on success")->excludes(table);
+  cmd->footer(
+      "Without --passes the pipeline is the -O level's (default -O2); 'fusectl passes' lists "
+      "both.\nExit codes: 0 done; 1 --verify found drift (OUT not written) or an --expect / "
+      "--fail-if-unfused gate failed (OUT and the report written); 2 usage, including OUT or "
+      "the report naming the input; 3 invalid model; 4 I/O error; 5 unsupported op (--verify).");
+  return Command{cmd, [opts, level, atol, rtol, cosine, seed] {
+                   bool tolerance_given = atol->count() + rtol->count() + cosine->count() +
+                                              seed->count() >
+                                          0;
+                   return runOptimize(*opts, level->count() > 0, tolerance_given);
+                 }};
+}
+
+}  // namespace fusectl::cli

@@ -1,0 +1,196 @@
+// Reading and writing folded constants in double; BatchNormalization as a per-channel affine map.
+#include "constant_math.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "fusectl/graph/error.h"
+#include "fusectl/kernels/half.h"
+
+namespace fusectl::passes {
+
+bool isFoldableFloat(DType t) {
+  return t == DType::Float || t == DType::Double || t == DType::Float16 || t == DType::BFloat16;
+}
+
+std::vector<double> constantAsDoubles(const Tensor& t) {
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) out[static_cast<size_t>(i)] = t.valueAsDouble(i);
+  return out;
+}
+
+DoubleTensor constantAsDoubleTensor(const Tensor& t) { return {t.dims(), constantAsDoubles(t)}; }
+
+DoubleTensor broadcastApply(const DoubleTensor& a, const DoubleTensor& b,
+                            double (*f)(double, double)) {
+  const size_t rank = std::max(a.dims.size(), b.dims.size());
+  // Dims right-aligned to `rank`, padded with 1 on the left.
+  auto aligned = [rank](const std::vector<int64_t>& d) {
+    std::vector<int64_t> out(rank - d.size(), 1);
+    out.insert(out.end(), d.begin(), d.end());
+    return out;
+  };
+  std::vector<int64_t> da = aligned(a.dims), db = aligned(b.dims);
+  DoubleTensor out;
+  out.dims.resize(rank);
+  int64_t total = 1;
+  for (size_t i = 0; i < rank; ++i) {
+    if (da[i] != db[i] && da[i] != 1 && db[i] != 1) {
+      throwInternal(fmt::format("broadcastApply: dims [{}] and [{}] do not broadcast",
+                                fmt::join(a.dims, ","), fmt::join(b.dims, ",")));
+    }
+    out.dims[i] = da[i] == 1 ? db[i] : da[i];
+    total *= out.dims[i];
+  }
+  out.values.resize(static_cast<size_t>(total));
+  std::vector<int64_t> idx(rank, 0);
+  for (int64_t flat = 0; flat < total; ++flat) {
+    int64_t ia = 0, ib = 0;
+    for (size_t i = 0; i < rank; ++i) {
+      ia = ia * da[i] + (da[i] == 1 ? 0 : idx[i]);
+      ib = ib * db[i] + (db[i] == 1 ? 0 : idx[i]);
+    }
+    out.values[static_cast<size_t>(flat)] =
+        f(a.values[static_cast<size_t>(ia)], b.values[static_cast<size_t>(ib)]);
+    for (size_t i = rank; i-- > 0;) {
+      if (++idx[i] < out.dims[i]) break;
+      idx[i] = 0;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// double -> float rounded to odd (truncate, then set the last bit when inexact). A float that
+// is rounded to odd then rounds to nearest-even at half precision exactly as the double would
+// directly (24 bits >= 11 + 2), so float16/bfloat16 results are rounded once.
+float toFloatRoundToOdd(double d) {
+  float f = static_cast<float>(d);
+  if (!std::isfinite(f) || static_cast<double>(f) == d) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  bits |= 1u;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+}  // namespace
+
+Tensor tensorFromDoubles(DType dtype, std::vector<int64_t> dims,
+                         const std::vector<double>& values) {
+  Tensor t(dtype, std::move(dims));
+  if (t.numel() != static_cast<int64_t>(values.size())) {
+    throwInternal(
+        fmt::format("tensorFromDoubles: {} values for {} elements", values.size(), t.numel()));
+  }
+  const size_t n = values.size();
+  switch (dtype) {
+    case DType::Float: {
+      float* p = t.mutableData<float>();
+      for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(values[i]);
+      break;
+    }
+    case DType::Double: {
+      double* p = t.mutableData<double>();
+      for (size_t i = 0; i < n; ++i) p[i] = values[i];
+      break;
+    }
+    case DType::Float16: {
+      uint16_t* p = t.mutableData<uint16_t>();
+      for (size_t i = 0; i < n; ++i) p[i] = kernels::floatToHalf(toFloatRoundToOdd(values[i]));
+      break;
+    }
+    case DType::BFloat16: {
+      uint16_t* p = t.mutableData<uint16_t>();
+      for (size_t i = 0; i < n; ++i) p[i] = kernels::floatToBFloat16(toFloatRoundToOdd(values[i]));
+      break;
+    }
+    default:
+      throwInternal(fmt::format("tensorFromDoubles: cannot store {}", dtypeName(dtype)));
+  }
+  return t;
+}
+
+std::string batchNormAffine(const Node& bn, int64_t channels, ChannelAffine* out) {
+  static const char* kNames[] = {"", "scale", "B", "mean", "var"};
+  if (bn.attrInt("spatial", 1) == 0) {
+    return fmt::format("{} has spatial=0 (statistics per element, not per channel)", bn.label());
+  }
+  for (size_t i = 1; i <= 4; ++i) {
+    Value* v = bn.input(i);
+    if (!v || !v->initializer()) {
+      return fmt::format("{} input {} ({}) is not a constant", bn.label(), i, kNames[i]);
+    }
+    const Tensor& t = *v->initializer();
+    if (!isFoldableFloat(t.dtype())) {
+      return fmt::format("{} input '{}' ({}) is {}, expected float, double, float16 or bfloat16",
+                         bn.label(), v->name(), kNames[i], dtypeName(t.dtype()));
+    }
+    if (channels < 0 && t.dims().size() == 1) channels = t.dims()[0];
+    if (t.dims().size() != 1 || t.dims()[0] != channels) {
+      return fmt::format(
+          "{} input '{}' ({}) has shape [{}], expected [{}] (one value per "
+          "channel)",
+          bn.label(), v->name(), kNames[i], fmt::join(t.dims(), ","), channels);
+    }
+  }
+  if (!out) return "";
+  const double eps = bn.attrFloat("epsilon", 1e-5f);
+  std::vector<double> gamma = constantAsDoubles(*bn.input(1)->initializer());
+  std::vector<double> beta = constantAsDoubles(*bn.input(2)->initializer());
+  std::vector<double> mean = constantAsDoubles(*bn.input(3)->initializer());
+  std::vector<double> var = constantAsDoubles(*bn.input(4)->initializer());
+  out->scale.resize(gamma.size());
+  out->shift.resize(gamma.size());
+  for (size_t c = 0; c < gamma.size(); ++c) {
+    out->scale[c] = gamma[c] / std::sqrt(var[c] + eps);
+    out->shift[c] = beta[c] - mean[c] * out->scale[c];
+  }
+  return "";
+}
+
+Constraint batchNormTestMode(std::string capture, int64_t opset) {
+  return {"batchnorm-test-mode:" + capture, [capture, opset](const Match& m) -> std::string {
+            Node* bn = m.get(capture);
+            if (opset > 0 && opset < 7 && bn->attrInt("is_test", 0) == 0) {
+              return fmt::format("{} has is_test=0 (training form, opset {})", bn->label(), opset);
+            }
+            return "";
+          }};
+}
+
+Constraint constantIfPresent(std::string capture, size_t input, std::string role) {
+  return {fmt::format("constant-input:{}.{}", capture, input),
+          [capture, input, role](const Match& m) -> std::string {
+            Node* n = m.get(capture);
+            Value* v = n->input(input);
+            if (!v || v->isConstant()) return "";
+            return fmt::format("{} {} '{}' is not a constant ({})", n->label(), role, v->name(),
+                               nonConstantOrigin(*v));
+          }};
+}
+
+std::string nonConstantOrigin(const Value& v) {
+  if (v.producer()) return "it is computed by " + v.producer()->label();
+  if (v.isInitializer())
+    return "it is an initializer that is also a graph input, so it can be overridden";
+  if (v.isGraphInput()) return "it is a graph input";
+  return "it comes from an outer graph";
+}
+
+Value* otherOperand(const Node& n, const Value* mine) {
+  if (n.input(0) != mine) return n.input(0);
+  if (n.input(1) != mine) return n.input(1);
+  return nullptr;
+}
+
+void adoptReplacedName(Graph& g, Value* v, const std::string& name) {
+  if (v->name() != name && !g.findValue(name)) g.renameValue(v, name);
+}
+
+}  // namespace fusectl::passes

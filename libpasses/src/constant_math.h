@@ -1,0 +1,75 @@
+// Helpers for passes that fold weights (Conv+BN, Gemm+BN, BN decomposition, bias absorption):
+// constant tensors as doubles and back, BatchNormalization as a per-channel affine map, and the
+// few constraints and naming steps these passes share.
+//
+// Folding computes in double and stores the result in the weight's own dtype, rounding once:
+// float16/bfloat16 weights are never rounded through an intermediate half-precision value.
+// Only the float dtypes below are folded; integer or float8 weights are left to the caller to
+// reject (with a reason).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fusectl/graph/graph.h"
+#include "fusectl/passes/pattern.h"
+
+namespace fusectl::passes {
+
+// float, double, float16, bfloat16: the dtypes whose constants passes may fold.
+bool isFoldableFloat(DType t);
+
+// Every element of a numeric tensor as double (row-major).
+std::vector<double> constantAsDoubles(const Tensor& t);
+
+// A tensor of `dtype` (a foldable float) holding `values`, each rounded once to nearest-even.
+Tensor tensorFromDoubles(DType dtype, std::vector<int64_t> dims, const std::vector<double>& values);
+
+// A constant's values in double with its dims, for folding arithmetic.
+struct DoubleTensor {
+  std::vector<int64_t> dims;
+  std::vector<double> values;  // row-major, product(dims) of them
+};
+DoubleTensor constantAsDoubleTensor(const Tensor& t);
+
+// f(a, b) element-wise with ONNX multidirectional (NumPy) broadcasting; the dims must be
+// broadcastable (the caller checked them: an internal error otherwise).
+DoubleTensor broadcastApply(const DoubleTensor& a, const DoubleTensor& b,
+                            double (*f)(double, double));
+
+// BatchNormalization in inference form as one affine map per channel:
+//   y = x * scale[c] + shift[c],  scale = gamma / sqrt(var + epsilon),  shift = beta - mean*scale
+struct ChannelAffine {
+  std::vector<double> scale;
+  std::vector<double> shift;
+};
+
+// Why `bn`'s parameters (inputs 1..4, already known to be constants) cannot be read as one
+// value per channel: each must be a foldable float with shape [channels] (channels < 0: any
+// common length), and `spatial` must not be 0 (opset < 9 per-element statistics). "" when
+// they can; then `out` (when given) holds the per-channel map, computed in double.
+std::string batchNormAffine(const Node& bn, int64_t channels, ChannelAffine* out);
+
+// Constraints shared by the folding passes.
+//
+// Beyond constraints::batchNormInference: before opset 7 a BatchNormalization with is_test=0
+// normalizes with batch statistics (opset 0, unknown, skips the check).
+Constraint batchNormTestMode(std::string capture, int64_t opset);
+// Input `input` of the capture, when present, is a constant; `role` names it in the reason
+// ("Conv(C) bias 'B' is not a constant (it is a graph input)").
+Constraint constantIfPresent(std::string capture, size_t input, std::string role);
+
+// Why a value that is not a constant is not one: "it is a graph input", "it is computed by
+// Relu(w)", "it is an initializer that is also a graph input, so it can be overridden"...
+std::string nonConstantOrigin(const Value& v);
+
+// The operand of binary node `n` that is not `mine`; nullptr when both are.
+Value* otherOperand(const Node& n, const Value* mine);
+
+// After Rewriter::commitFusion: the replacement's output takes `name` (the replaced value's,
+// now gone) when it is free, so the printed graph keeps the names its readers know. A replaced
+// graph output already passed its name on.
+void adoptReplacedName(Graph& g, Value* v, const std::string& name);
+
+}  // namespace fusectl::passes

@@ -1,0 +1,406 @@
+// Structural difference of two graphs (graph_diff.h): node matching by output names,
+// initializers by name, fusion sites from the Rewriter's doc-string stamps.
+#include "fusectl/passes/graph_diff.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "fusectl/graph/summary.h"
+
+namespace fusectl::passes {
+
+namespace {
+
+constexpr std::string_view kStampPrefix = "fusectl ";
+constexpr std::string_view kStampFused = ": fused ";
+
+std::string opText(const Node& n) {
+  return n.domain().empty() ? n.opType() : n.domain() + "::" + n.opType();
+}
+
+DiffNode describeNode(const Node& n) {
+  DiffNode d;
+  d.label = n.label();
+  d.op = opText(n);
+  for (const Value* v : n.outputs()) d.outputs.push_back(v ? v->name() : "");
+  return d;
+}
+
+DiffInitializer describeInitializer(const Value& v) {
+  DiffInitializer d;
+  d.name = v.name();
+  const Tensor& t = *v.initializer();
+  d.dtype = std::string(dtypeName(t.dtype()));
+  d.dims = t.dims();
+  d.bytes = tensorStoredBytes(t);
+  return d;
+}
+
+std::vector<std::string> inputNames(const Node& n) {
+  std::vector<std::string> out;
+  for (const Value* v : n.inputs()) out.push_back(v ? v->name() : "");
+  return out;
+}
+
+bool sameFloats(const std::vector<float>& a, const std::vector<float>& b) {
+  // Bitwise: an attribute that changed from NaN to NaN did not change, -0.0 vs 0.0 did.
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+bool sameGraph(const Graph& a, const Graph& b);
+
+bool sameAttribute(const Attribute& a, const Attribute& b) {
+  if (a.kind != b.kind || a.ref_attr_name != b.ref_attr_name) return false;
+  switch (a.kind) {
+    case AttrKind::Float: return sameFloats({a.f}, {b.f});
+    case AttrKind::Int: return a.i == b.i;
+    case AttrKind::String:
+    case AttrKind::SparseTensor:
+    case AttrKind::TypeProto: return a.s == b.s;
+    case AttrKind::Tensor: return a.t.identical(b.t);
+    case AttrKind::Graph: return a.g && b.g ? sameGraph(*a.g, *b.g) : a.g == b.g;
+    case AttrKind::Floats: return sameFloats(a.floats, b.floats);
+    case AttrKind::Ints: return a.ints == b.ints;
+    case AttrKind::Strings:
+    case AttrKind::SparseTensors:
+    case AttrKind::TypeProtos: return a.strings == b.strings;
+    case AttrKind::Tensors:
+      if (a.tensors.size() != b.tensors.size()) return false;
+      for (size_t i = 0; i < a.tensors.size(); ++i)
+        if (!a.tensors[i].identical(b.tensors[i])) return false;
+      return true;
+    case AttrKind::Graphs:
+      if (a.graphs.size() != b.graphs.size()) return false;
+      for (size_t i = 0; i < a.graphs.size(); ++i)
+        if (!sameGraph(*a.graphs[i], *b.graphs[i])) return false;
+      return true;
+    case AttrKind::Undefined: return true;
+  }
+  return false;
+}
+
+// Attributes as a set: order in the file does not matter.
+bool sameAttributes(const Node& a, const Node& b) {
+  if (a.attributes().size() != b.attributes().size()) return false;
+  for (const Attribute& x : a.attributes()) {
+    const Attribute* y = b.attr(x.name);
+    if (!y || !sameAttribute(x, *y)) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> valueNames(const std::vector<Value*>& values) {
+  std::vector<std::string> out;
+  for (const Value* v : values) out.push_back(v ? v->name() : "");
+  return out;
+}
+
+// Subgraphs (If/Loop bodies) compare node by node in order: enough to see that a body changed.
+bool sameGraph(const Graph& a, const Graph& b) {
+  if (a.numNodes() != b.numNodes() || valueNames(a.inputs()) != valueNames(b.inputs()) ||
+      valueNames(a.outputs()) != valueNames(b.outputs()) ||
+      a.initializers().size() != b.initializers().size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.initializers().size(); ++i) {
+    const Value* x = a.initializers()[i];
+    const Value* y = b.initializers()[i];
+    if (x->name() != y->name() || !x->initializer()->identical(*y->initializer())) return false;
+  }
+  Node* y = b.firstNode();
+  for (Node* x : a.nodes()) {
+    if (x->opType() != y->opType() || x->domain() != y->domain() ||
+        inputNames(*x) != inputNames(*y) || valueNames(x->outputs()) != valueNames(y->outputs()) ||
+        !sameAttributes(*x, *y)) {
+      return false;
+    }
+    y = y->next();
+  }
+  return true;
+}
+
+std::string attributeDetail(const Node& a, const Node& b) {
+  std::vector<std::string> parts;
+  for (const Attribute& x : a.attributes()) {
+    const Attribute* y = b.attr(x.name);
+    if (!y) {
+      parts.push_back("-" + x.name);
+    } else if (!sameAttribute(x, *y)) {
+      std::string va = formatAttributeValue(x, 8), vb = formatAttributeValue(*y, 8);
+      parts.push_back(va == vb ? fmt::format("{} (contents)", x.name)
+                               : fmt::format("{} {} -> {}", x.name, va, vb));
+    }
+  }
+  for (const Attribute& y : b.attributes())
+    if (!a.attr(y.name)) parts.push_back(fmt::format("+{}={}", y.name, formatAttributeValue(y, 8)));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+std::vector<std::string> stampLines(const std::string& doc) {
+  std::vector<std::string> out;
+  std::istringstream in(doc);
+  std::string line, pass;
+  std::vector<std::string> replaced;
+  while (std::getline(in, line))
+    if (parseFusionStamp(line, pass, replaced)) out.push_back(line);
+  return out;
+}
+
+std::string dimsText(const std::vector<int64_t>& dims) {
+  return fmt::format("[{}]", fmt::join(dims, ","));
+}
+
+std::string namesText(const std::vector<std::string>& names) {
+  return fmt::format("[{}]", fmt::join(names, ","));
+}
+
+}  // namespace
+
+bool parseFusionStamp(const std::string& line, std::string& pass,
+                      std::vector<std::string>& replaced) {
+  if (line.compare(0, kStampPrefix.size(), kStampPrefix) != 0) return false;
+  size_t colon = line.find(kStampFused, kStampPrefix.size());
+  if (colon == std::string::npos || colon == kStampPrefix.size()) return false;
+  pass = line.substr(kStampPrefix.size(), colon - kStampPrefix.size());
+  if (pass.find(' ') != std::string::npos) return false;  // pass names have no blanks
+  replaced.clear();
+  std::string rest = line.substr(colon + kStampFused.size());
+  size_t start = 0;
+  while (start <= rest.size()) {
+    size_t comma = rest.find(", ", start);
+    std::string item = rest.substr(start, comma == std::string::npos ? std::string::npos
+                                                                     : comma - start);
+    if (!item.empty()) replaced.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 2;
+  }
+  return true;
+}
+
+GraphDiff diffGraphs(const Graph& a, const Graph& b) {
+  GraphDiff d;
+  d.nodes_a = a.numNodes();
+  d.nodes_b = b.numNodes();
+  d.initializers_a = a.initializers().size();
+  d.initializers_b = b.initializers().size();
+
+  std::map<std::string, std::pair<size_t, size_t>> hist;
+  for (const auto& [key, n] : a.opHistogram())
+    hist[key.first.empty() ? key.second : key.first + "::" + key.second].first = n;
+  for (const auto& [key, n] : b.opHistogram())
+    hist[key.first.empty() ? key.second : key.first + "::" + key.second].second = n;
+  for (const auto& [op, counts] : hist)
+    if (counts.first != counts.second) d.op_histogram.push_back({op, counts.first, counts.second});
+
+  // The node of A writing each value name; a node of B matches the first of its outputs' writers
+  // in A that no earlier node of B took.
+  std::unordered_map<std::string_view, const Node*> writer;
+  for (const Node* n : a.nodes())
+    for (const Value* v : n->outputs())
+      if (v && !v->name().empty()) writer.emplace(v->name(), n);
+  std::unordered_map<const Node*, const Node*> partner;  // A node -> B node
+  for (const Node* nb : b.nodes()) {
+    const Node* na = nullptr;
+    for (const Value* v : nb->outputs()) {
+      if (!v || v->name().empty()) continue;
+      auto it = writer.find(v->name());
+      if (it != writer.end() && !partner.count(it->second)) {
+        na = it->second;
+        break;
+      }
+    }
+    std::vector<std::string> old_stamps;
+    if (!na) {
+      d.nodes_added.push_back(describeNode(*nb));
+    } else {
+      partner.emplace(na, nb);
+      old_stamps = stampLines(na->doc_string);
+      DiffNodeChange c;
+      std::vector<std::string> details;
+      if (na->opType() != nb->opType() || na->domain() != nb->domain()) {
+        c.kinds.push_back("op");
+        details.push_back(fmt::format("op {} -> {}", opText(*na), opText(*nb)));
+      }
+      if (!sameAttributes(*na, *nb)) {
+        c.kinds.push_back("attributes");
+        details.push_back("attributes: " + attributeDetail(*na, *nb));
+      }
+      if (inputNames(*na) != inputNames(*nb)) {
+        c.kinds.push_back("inputs");
+        details.push_back(fmt::format("inputs {} -> {}", namesText(inputNames(*na)),
+                                      namesText(inputNames(*nb))));
+      }
+      if (!c.kinds.empty()) {
+        c.a = describeNode(*na);
+        c.b = describeNode(*nb);
+        c.detail = fmt::format("{}", fmt::join(details, "; "));
+        d.nodes_changed.push_back(std::move(c));
+      }
+    }
+
+    std::vector<std::string> stamps = stampLines(nb->doc_string);
+    for (const std::string& line : stamps) {
+      if (std::find(old_stamps.begin(), old_stamps.end(), line) != old_stamps.end()) continue;
+      DiffFusion f;
+      f.node = nb->label();
+      f.op = opText(*nb);
+      parseFusionStamp(line, f.pass, f.replaced_nodes);
+      d.fusions.push_back(std::move(f));
+    }
+    if (stamps.empty() && nb->domain() == "fusectl" && (!na || na->domain() != "fusectl")) {
+      d.fusions.push_back({nb->label(), opText(*nb), "", {}});
+    }
+  }
+  for (const Node* na : a.nodes())
+    if (!partner.count(na)) d.nodes_removed.push_back(describeNode(*na));
+
+  std::unordered_map<std::string_view, const Value*> inits_a, inits_b;
+  for (const Value* v : a.initializers()) inits_a.emplace(v->name(), v);
+  for (const Value* v : b.initializers()) inits_b.emplace(v->name(), v);
+  for (const Value* v : a.initializers())
+    if (!inits_b.count(v->name())) d.initializers_removed.push_back(describeInitializer(*v));
+  for (const Value* vb : b.initializers()) {
+    auto it = inits_a.find(vb->name());
+    if (it == inits_a.end()) {
+      d.initializers_added.push_back(describeInitializer(*vb));
+      continue;
+    }
+    const Tensor& ta = *it->second->initializer();
+    const Tensor& tb = *vb->initializer();
+    DiffInitializerChange c;
+    if (ta.dtype() != tb.dtype()) c.kinds.push_back("dtype");
+    if (ta.dims() != tb.dims()) c.kinds.push_back("shape");
+    if (!ta.identical(tb) && c.kinds.empty()) c.kinds.push_back("data");
+    if (!c.kinds.empty()) {
+      c.a = describeInitializer(*it->second);
+      c.b = describeInitializer(*vb);
+      d.initializers_changed.push_back(std::move(c));
+    }
+  }
+  return d;
+}
+
+bool GraphDiff::identical() const {
+  return op_histogram.empty() && nodes_removed.empty() && nodes_added.empty() &&
+         nodes_changed.empty() && initializers_removed.empty() && initializers_added.empty() &&
+         initializers_changed.empty() && fusions.empty();
+}
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json nodeJson(const DiffNode& n) {
+  return Json{{"node", n.label}, {"op", n.op}, {"outputs", n.outputs}};
+}
+
+Json initializerJson(const DiffInitializer& i) {
+  return Json{{"name", i.name}, {"dtype", i.dtype}, {"shape", i.dims}, {"bytes", i.bytes}};
+}
+
+std::string initializerText(const DiffInitializer& i) {
+  return fmt::format("{} {}{} ({})", i.name, i.dtype, dimsText(i.dims), formatByteSize(i.bytes));
+}
+
+}  // namespace
+
+std::string GraphDiff::toJson(const std::string& a_name, const std::string& b_name) const {
+  Json j;
+  j["schema"] = "fusectl.diff/1";
+  j["a"] = Json{{"file", a_name}, {"nodes", nodes_a}, {"initializers", initializers_a}};
+  j["b"] = Json{{"file", b_name}, {"nodes", nodes_b}, {"initializers", initializers_b}};
+  j["identical"] = identical();
+  Json hist = Json::array();
+  for (const OpCountDelta& o : op_histogram) {
+    hist.push_back(Json{{"op", o.op}, {"a", o.a}, {"b", o.b},
+                        {"delta", static_cast<int64_t>(o.b) - static_cast<int64_t>(o.a)}});
+  }
+  j["op_histogram"] = hist;
+  Json removed = Json::array(), added = Json::array(), changed = Json::array();
+  for (const DiffNode& n : nodes_removed) removed.push_back(nodeJson(n));
+  for (const DiffNode& n : nodes_added) added.push_back(nodeJson(n));
+  for (const DiffNodeChange& c : nodes_changed) {
+    changed.push_back(Json{{"a", nodeJson(c.a)}, {"b", nodeJson(c.b)}, {"changes", c.kinds},
+                           {"detail", c.detail}});
+  }
+  j["nodes"] = Json{{"removed", removed}, {"added", added}, {"changed", changed}};
+  Json iremoved = Json::array(), iadded = Json::array(), ichanged = Json::array();
+  for (const DiffInitializer& i : initializers_removed) iremoved.push_back(initializerJson(i));
+  for (const DiffInitializer& i : initializers_added) iadded.push_back(initializerJson(i));
+  for (const DiffInitializerChange& c : initializers_changed) {
+    ichanged.push_back(Json{{"name", c.b.name}, {"a", initializerJson(c.a)},
+                            {"b", initializerJson(c.b)}, {"changes", c.kinds}});
+  }
+  j["initializers"] = Json{{"removed", iremoved}, {"added", iadded}, {"changed", ichanged}};
+  Json fus = Json::array();
+  for (const DiffFusion& f : fusions) {
+    fus.push_back(Json{{"node", f.node}, {"op", f.op}, {"pass", f.pass},
+                       {"replaced_nodes", f.replaced_nodes}});
+  }
+  j["fusions"] = fus;
+  return j.dump(2) + "\n";
+}
+
+std::string GraphDiff::toText(const std::string& a_name, const std::string& b_name) const {
+  std::string out;
+  auto line = [&out](const std::string& s) { out += s + "\n"; };
+  line(fmt::format("--- {} ({} nodes, {} initializers)", a_name, nodes_a, initializers_a));
+  line(fmt::format("+++ {} ({} nodes, {} initializers)", b_name, nodes_b, initializers_b));
+  if (identical()) {
+    line("no differences");
+    return out;
+  }
+  if (!op_histogram.empty()) {
+    size_t width = 0;
+    for (const OpCountDelta& o : op_histogram) width = std::max(width, o.op.size());
+    line("op histogram:");
+    for (const OpCountDelta& o : op_histogram) {
+      line(fmt::format("  {:<{}}  {:>6} -> {:<6} ({:+d})", o.op, width, o.a, o.b,
+                       static_cast<int64_t>(o.b) - static_cast<int64_t>(o.a)));
+    }
+  }
+  line(fmt::format("nodes: {} removed, {} added, {} changed", nodes_removed.size(),
+                   nodes_added.size(), nodes_changed.size()));
+  for (const DiffNode& n : nodes_removed)
+    line(fmt::format("  - {} {} -> {}", n.op, n.label, namesText(n.outputs)));
+  for (const DiffNode& n : nodes_added)
+    line(fmt::format("  + {} {} -> {}", n.op, n.label, namesText(n.outputs)));
+  for (const DiffNodeChange& c : nodes_changed) {
+    std::string who = c.a.label == c.b.label ? c.b.label : c.a.label + " -> " + c.b.label;
+    line(fmt::format("  ~ {}: {}", who, c.detail));
+  }
+  line(fmt::format("initializers: {} removed, {} added, {} changed", initializers_removed.size(),
+                   initializers_added.size(), initializers_changed.size()));
+  for (const DiffInitializer& i : initializers_removed) line("  - " + initializerText(i));
+  for (const DiffInitializer& i : initializers_added) line("  + " + initializerText(i));
+  for (const DiffInitializerChange& c : initializers_changed) {
+    std::vector<std::string> what;
+    for (const std::string& k : c.kinds) {
+      if (k == "dtype") what.push_back(fmt::format("dtype {} -> {}", c.a.dtype, c.b.dtype));
+      if (k == "shape") what.push_back(fmt::format("shape {} -> {}", dimsText(c.a.dims),
+                                                   dimsText(c.b.dims)));
+      if (k == "data") what.push_back("data");
+    }
+    line(fmt::format("  ~ {}: {}", c.b.name, fmt::join(what, "; ")));
+  }
+  line(fmt::format("fusion sites: {}", fusions.size()));
+  for (const DiffFusion& f : fusions) {
+    if (f.pass.empty()) {
+      line(fmt::format("  {} {} (no fusectl stamp)", f.op, f.node));
+    } else {
+      line(fmt::format("  {} {} by {}: fused {}", f.op, f.node, f.pass,
+                       fmt::join(f.replaced_nodes, ", ")));
+    }
+  }
+  return out;
+}
+
+}  // namespace fusectl::passes

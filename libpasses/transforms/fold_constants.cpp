@@ -1,0 +1,291 @@
+// fold-constants: evaluate nodes whose inputs are all constant and store their outputs as
+// initializers, with a size cap so that folding never bloats the model.
+//
+//   C = Constant<value=...>()            =>  initializer C
+//   W2 = Transpose<perm=[1,0]>(W)        =>  initializer W2 = W^T   (W an initializer)
+//   S = Add(A, B); Y = Mul(X, S)         =>  initializer S = A + B; Y = Mul(X, S)
+//
+// Outputs keep their names (a graph output stays a graph output of the same name); inputs left
+// without readers are removed. Nodes are visited in topological order, so a whole constant
+// chain folds in one run. Evaluation calls the executor's CPU kernel for the node
+// (fusectl::kernels::KernelRegistry::global()), the same code that runs the model, so folding
+// cannot change the numbers.
+//
+// Conditions (each failure is a reported rejection):
+//  1. Every input is a constant: an initializer that is not also a graph input (a caller may
+//     override those). Constant nodes qualify; they become initializers without a size check.
+//  2. The op is deterministic (isNondeterministic: RandomNormal, Bernoulli, Dropout...), has no
+//     subgraph, is in the ai.onnx or fusectl domain (other domains' semantics are unknown), has
+//     a CPU kernel at the model's opset, and its outputs are tensors.
+//  3. Size cap: the outputs' total bytes are at most max(max-bytes, 2 x the inputs' total
+//     bytes). max-bytes defaults to 1 MiB (`fold-constants{max-bytes=N}`). So a fold never
+//     adds more than max-bytes, or than twice what it reads (a Transpose of a large weight
+//     still folds; an Expand or ConstantOfShape that multiplies small data does not). Outputs
+//     whose inferred shape is static are checked before evaluating; the kernel's allocations
+//     are capped too, so an unknown-shape output over the cap is never materialised.
+//  4. The kernel succeeds and produces each used output with the declared dtype (and shape,
+//     where static).
+// Counters: folded, constant_nodes (Constant nodes turned into initializers), bytes_folded,
+// skipped_<reason> for each rejection kind.
+#include <fmt/format.h>
+
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fusectl/graph/error.h"
+#include "fusectl/kernels/kernel.h"
+#include "fusectl/passes/op_classes.h"
+#include "fusectl/passes/rewriter.h"
+#include "pass_factories.h"
+
+namespace fusectl::passes {
+namespace {
+
+using kernels::HostTensor;
+
+constexpr uint64_t kDefaultMaxBytes = uint64_t{1} << 20;
+
+// Thrown by CappedAllocator when a kernel asks for more than the cap.
+struct OverCap {
+  uint64_t bytes;
+};
+
+class CappedAllocator : public kernels::OutputAllocator {
+ public:
+  explicit CappedAllocator(uint64_t cap) : cap_(cap) {}
+  HostTensor allocate(DType dtype, const std::vector<int64_t>& dims) override {
+    int64_t n = 1;
+    for (int64_t d : dims) {
+      if (d < 0) throwInvalid(fmt::format("negative dimension {}", d));
+      if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) throw OverCap{UINT64_MAX};
+      n *= d;
+    }
+    uint64_t bytes = dtypeStorageBytes(dtype, n);
+    if (dtype == DType::String) bytes = static_cast<uint64_t>(n) * sizeof(std::string);
+    if (bytes > cap_ - std::min(cap_, allocated_)) throw OverCap{allocated_ + bytes};
+    allocated_ += bytes;
+    return HostTensor(dtype, dims);
+  }
+
+ private:
+  uint64_t cap_;
+  uint64_t allocated_ = 0;
+};
+
+uint64_t tensorBytes(const Tensor& t) {
+  if (t.dtype() != DType::String) return t.byteSize();
+  uint64_t n = 0;
+  for (const std::string& s : t.strings()) n += s.size();
+  return n;
+}
+
+uint64_t parseMaxBytes(const PassContext& ctx) {
+  uint64_t max_bytes = kDefaultMaxBytes;
+  for (const auto& [key, value] : ctx.options()) {
+    if (key != "max-bytes") {
+      throw Error(ErrorKind::Usage,
+                  fmt::format("unknown option '{}' (options: max-bytes)", key));
+    }
+    size_t used = 0;
+    try {
+      max_bytes = std::stoull(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != value.size() || value[0] == '-') {
+      throw Error(ErrorKind::Usage,
+                  fmt::format("max-bytes={} is not a byte count", value));
+    }
+  }
+  return max_bytes;
+}
+
+bool hasSubgraph(const Node& n) {
+  for (const Attribute& a : n.attributes())
+    if (a.kind == AttrKind::Graph || a.kind == AttrKind::Graphs) return true;
+  return false;
+}
+
+bool wanted(const Value* v) { return v && (v->hasUses() || v->isGraphOutput()); }
+
+class FoldConstantsPass : public Pass {
+ public:
+  const PassInfo& info() const override { return FoldConstantsPassInfo; }
+
+  bool run(Graph& graph, PassContext& ctx) override {
+    const uint64_t max_bytes = parseMaxBytes(ctx);
+    Rewriter rw(graph, ctx);
+    bool changed = false;
+    for (Node* n : graph.nodesSnapshot()) {
+      if (rw.erased(n) || !allInputsConstant(*n)) continue;
+      bool any_wanted = false;
+      for (const Value* v : n->outputs()) any_wanted |= wanted(v);
+      if (!any_wanted) continue;  // dead: eliminate-dead-code's business
+      changed |= fold(rw, n, max_bytes);
+    }
+    return changed;
+  }
+
+ private:
+  static bool allInputsConstant(const Node& n) {
+    for (const Value* v : n.inputs())
+      if (v && !v->isConstant()) return false;
+    return true;
+  }
+
+  static void reject(Rewriter& rw, const Node& n, const std::string& constraint,
+                     const std::string& reason) {
+    PassContext& ctx = rw.context();
+    ctx.count("skipped_" + constraint);
+    if (ctx.explain()) rw.reject(NearMiss{"fold", n.label(), constraint, n.label(), reason});
+  }
+
+  static std::string opName(const Node& n) {
+    return n.domain().empty() ? n.opType() : n.domain() + "::" + n.opType();
+  }
+
+  bool fold(Rewriter& rw, Node* n, uint64_t max_bytes) {
+    PassContext& ctx = rw.context();
+    const bool is_constant = n->is("Constant");
+    if (!n->domain().empty() && n->domain() != "ai.onnx" && n->domain() != "fusectl") {
+      reject(rw, *n, "domain", fmt::format("{} is in domain '{}', whose ops fusectl cannot "
+                                           "evaluate or assume deterministic",
+                                           n->label(), n->domain()));
+      return false;
+    }
+    if (isNondeterministic(*n)) {
+      reject(rw, *n, "nondeterministic",
+             fmt::format("{} is nondeterministic ({}); folding would freeze one draw",
+                         n->label(), n->opType()));
+      return false;
+    }
+    if (hasSubgraph(*n)) {
+      reject(rw, *n, "subgraph", fmt::format("{} has a subgraph", n->label()));
+      return false;
+    }
+    for (const Value* v : n->outputs()) {
+      if (wanted(v) && !v->type.isTensor()) {
+        reject(rw, *n, "tensor-output",
+               fmt::format("{} output '{}' is not a tensor", n->label(), v->name()));
+        return false;
+      }
+    }
+    const int64_t opset = ctx.opset(n->domain());
+    const kernels::KernelInfo* kernel =
+        kernels::KernelRegistry::global().find(n->domain(), n->opType(), opset);
+    if (!kernel) {
+      reject(rw, *n, "no-kernel", fmt::format("{}: no CPU kernel for {} at opset {}",
+                                              n->label(), opName(*n), opset));
+      return false;
+    }
+
+    // The cap, and a check of the inferred output sizes before running anything.
+    uint64_t input_bytes = 0;
+    for (const Value* v : n->inputs())
+      if (v) input_bytes += tensorBytes(*v->initializer());
+    const uint64_t cap =
+        is_constant ? UINT64_MAX : std::max(max_bytes, 2 * input_bytes);
+    auto overCap = [&](uint64_t bytes) {
+      reject(rw, *n, "size-cap",
+             fmt::format("{} output of {} bytes exceeds the folding cap of {} bytes (max-bytes="
+                         "{}, 2x inputs = {})",
+                         n->label(), bytes, cap, max_bytes, 2 * input_bytes));
+      return false;
+    };
+    uint64_t inferred = 0;
+    for (const Value* v : n->outputs()) {
+      if (!wanted(v)) continue;
+      if (std::optional<int64_t> numel = v->shape().staticNumel();
+          numel && v->dtype() != DType::Undefined && v->dtype() != DType::String) {
+        inferred += dtypeStorageBytes(v->dtype(), *numel);
+      }
+    }
+    if (inferred > cap) return overCap(inferred);
+
+    // Evaluate.
+    std::vector<HostTensor> held;
+    held.reserve(n->numInputs());
+    std::vector<const HostTensor*> args(n->numInputs(), nullptr);
+    CappedAllocator allocator(cap);
+    std::optional<kernels::KernelContext> kctx;
+    try {
+      for (size_t i = 0; i < n->numInputs(); ++i) {
+        if (!n->input(i)) continue;
+        held.push_back(HostTensor::fromTensor(*n->input(i)->initializer()));
+        args[i] = &held.back();
+      }
+      kctx.emplace(*n, opset, args, allocator, 1);
+      kernel->fn(*kctx);
+    } catch (const OverCap& o) {
+      return overCap(o.bytes);
+    } catch (const std::bad_alloc&) {
+      reject(rw, *n, "kernel-failed", fmt::format("{}: out of memory evaluating it", n->label()));
+      return false;
+    } catch (const std::exception& e) {
+      reject(rw, *n, "kernel-failed", fmt::format("{}: evaluating it failed: {}", n->label(),
+                                                  e.what()));
+      return false;
+    }
+
+    std::vector<std::pair<Value*, Tensor>> results;
+    uint64_t out_bytes = 0;
+    for (size_t i = 0; i < n->numOutputs(); ++i) {
+      Value* v = n->output(i);
+      if (!wanted(v)) continue;
+      const HostTensor& out = kctx->outputs()[i];
+      if (out.dtype() == DType::Undefined) {
+        reject(rw, *n, "kernel-failed", fmt::format("{}: the kernel did not produce output '{}'",
+                                                    n->label(), v->name()));
+        return false;
+      }
+      if (v->dtype() != DType::Undefined && v->dtype() != out.dtype()) {
+        reject(rw, *n, "type-mismatch",
+               fmt::format("{}: the kernel produced {} for '{}', which the graph declares {}",
+                           n->label(), dtypeName(out.dtype()), v->name(), v->type.str()));
+        return false;
+      }
+      if (v->shape().isStatic() && v->shape().staticDims() != out.dims()) {
+        reject(rw, *n, "type-mismatch",
+               fmt::format("{}: the kernel produced shape {} for '{}', which the graph declares "
+                           "{}",
+                           n->label(), Shape::ofStatic(out.dims()).str(), v->name(),
+                           v->shape().str()));
+        return false;
+      }
+      results.emplace_back(v, out.toTensor());
+      out_bytes += tensorBytes(results.back().second);
+    }
+    if (out_bytes > cap) return overCap(out_bytes);
+
+    if (!ctx.allowRewrite()) {
+      ctx.count("skipped_max_rewrites");
+      return false;
+    }
+    Graph& g = rw.graph();
+    std::vector<std::pair<Value*, std::string>> renames;
+    for (auto& [v, t] : results) {
+      std::string name = v->name();
+      const bool graph_output = v->isGraphOutput();
+      Value* c = rw.addConstant(name, std::move(t));
+      rw.replaceAllUsesWith(v, c);  // a graph output's name moves onto c
+      if (!graph_output) renames.emplace_back(c, std::move(name));
+    }
+    rw.eraseWithDeadProducers(n);
+    // The erased outputs freed their names: the initializers take them, so readers keep
+    // reading a value of the same name.
+    for (auto& [c, name] : renames)
+      if (!g.findValue(name)) g.renameValue(c, name);
+    ctx.count(is_constant ? "constant_nodes" : "folded");
+    if (!is_constant) ctx.count("bytes_folded", static_cast<int64_t>(out_bytes));
+    return true;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createFoldConstantsPass() { return std::make_unique<FoldConstantsPass>(); }
+
+}  // namespace fusectl::passes

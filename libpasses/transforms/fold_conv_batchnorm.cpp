@@ -1,0 +1,206 @@
+// fold-conv-bn: fold an inference BatchNormalization into the Conv/ConvTranspose before it.
+//
+//   x -> Conv(W [, B]) -> c -> BatchNormalization(gamma, beta, mean, var) -> y
+//   =>  x -> Conv(W', B') -> y
+//
+// Conditions, checked in this order (each failure is a reported rejection):
+//  1. The BN is in inference form: one output, training_mode=0 (before opset 7: is_test=1).
+//  2. The Conv output c is read by the BN only and is not a graph output.
+//  3. W, B (when present) and the four BN parameters are constants (initializers that are not
+//     graph inputs).
+//  4. W is float, double, float16 or bfloat16 with rank >= 3 and a group that divides its
+//     channels; B, when present, has W's dtype and shape [C_out].
+//  5. The BN parameters are foldable floats of shape [C_out] (spatial=1).
+//
+// Math, per output channel o (computed in double, stored once in W's dtype):
+//   s[o] = gamma[o] / sqrt(var[o] + epsilon)
+//   W'[o-slice] = W[o-slice] * s[o]
+//   B'[o] = (B[o] - mean[o]) * s[o] + beta[o]      (B = 0 when the Conv has none)
+// Conv's W is [C_out, C_in/group, k...]: output channel o is dim 0. ConvTranspose's W is
+// [C_in, C_out/group, k...]: element (i, j, ...) feeds output channel g*(C_out/group) + j where
+// g = i / (C_in/group) is the group of input channel i.
+// W' and B' are new initializers named after the Conv; W and B are never edited in place (another
+// node may read them), and are dropped only when nothing else reads them.
+#include <fmt/format.h>
+
+#include "constant_math.h"
+#include "fusectl/passes/rewriter.h"
+#include "pass_factories.h"
+
+namespace fusectl::passes {
+namespace {
+
+// Output channels of a Conv/ConvTranspose from its constant weight; fills `why` when W's shape
+// or the group does not allow folding.
+int64_t outputChannels(const Node& conv, std::string& why) {
+  const Tensor& w = *conv.input(1)->initializer();
+  const std::vector<int64_t>& d = w.dims();
+  if (d.size() < 3) {
+    why = fmt::format("{} weight '{}' has rank {}, expected >= 3", conv.label(),
+                      conv.input(1)->name(), d.size());
+    return -1;
+  }
+  const int64_t group = conv.attrInt("group", 1);
+  if (group <= 0) {
+    why = fmt::format("{} has group={}", conv.label(), group);
+    return -1;
+  }
+  if (conv.is("Conv")) {
+    if (d[0] % group != 0) {
+      why = fmt::format("{} group={} does not divide the weight's {} output channels", conv.label(),
+                        group, d[0]);
+      return -1;
+    }
+    return d[0];
+  }
+  if (d[0] % group != 0) {
+    why = fmt::format("{} group={} does not divide the weight's {} input channels", conv.label(),
+                      group, d[0]);
+    return -1;
+  }
+  return d[1] * group;
+}
+
+Constraint foldableWeights() {
+  return {"foldable-weights:conv", [](const Match& m) -> std::string {
+            Node* conv = m.get("conv");
+            Value* w = conv->input(1);
+            if (!isFoldableFloat(w->dtype())) {
+              return fmt::format(
+                  "{} weight '{}' is {}, expected float, double, float16 or "
+                  "bfloat16",
+                  conv->label(), w->name(), dtypeName(w->dtype()));
+            }
+            std::string why;
+            int64_t channels = outputChannels(*conv, why);
+            if (channels < 0) return why;
+            if (Value* b = conv->input(2)) {
+              const Tensor& t = *b->initializer();
+              if (t.dtype() != w->dtype()) {
+                return fmt::format("{} bias '{}' is {} but its weight is {}", conv->label(),
+                                   b->name(), dtypeName(t.dtype()), dtypeName(w->dtype()));
+              }
+              if (t.dims() != std::vector<int64_t>{channels}) {
+                return fmt::format("{} bias '{}' has shape [{}], expected [{}]", conv->label(),
+                                   b->name(), fmt::join(t.dims(), ","), channels);
+              }
+            }
+            Value* y = m.get("bn")->output(0);
+            if (y->dtype() != DType::Undefined && y->dtype() != w->dtype()) {
+              return fmt::format("{} output '{}' is {} but the weight is {}", m.get("bn")->label(),
+                                 y->name(), dtypeName(y->dtype()), dtypeName(w->dtype()));
+            }
+            return "";
+          }};
+}
+
+Constraint batchNormPerChannel() {
+  return {"batchnorm-params:bn", [](const Match& m) -> std::string {
+            std::string why;
+            int64_t channels = outputChannels(*m.get("conv"), why);
+            if (channels < 0) return why;
+            return batchNormAffine(*m.get("bn"), channels, nullptr);
+          }};
+}
+
+// W' = W * s per output channel, in double.
+std::vector<double> scaledWeights(const Node& conv, const std::vector<double>& scale) {
+  const Tensor& w = *conv.input(1)->initializer();
+  std::vector<double> v = constantAsDoubles(w);
+  const std::vector<int64_t>& d = w.dims();
+  int64_t taps = 1;
+  for (size_t i = 2; i < d.size(); ++i) taps *= d[i];
+  if (conv.is("Conv")) {
+    const int64_t per_channel = d[1] * taps;
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] *= scale[static_cast<size_t>(static_cast<int64_t>(i) / per_channel)];
+    return v;
+  }
+  const int64_t group = conv.attrInt("group", 1);
+  const int64_t in_per_group = d[0] / group, out_per_group = d[1];
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int64_t flat = static_cast<int64_t>(i);
+    const int64_t in_channel = flat / (out_per_group * taps);
+    const int64_t j = (flat / taps) % out_per_group;
+    const int64_t o = (in_channel / in_per_group) * out_per_group + j;
+    v[i] *= scale[static_cast<size_t>(o)];
+  }
+  return v;
+}
+
+class FoldConvBatchNormPass : public Pass {
+ public:
+  const PassInfo& info() const override { return FoldConvBatchNormPassInfo; }
+
+  std::vector<Pattern> patterns() const override { return {build(0)}; }
+
+  bool run(Graph& graph, PassContext& ctx) override {
+    Pattern p = build(ctx.opset());
+    return applyPattern(graph, ctx, p, [&](Rewriter& rw, const Match& m) {
+             fold(rw, m);
+             ctx.count("folded");
+             return true;
+           }) > 0;
+  }
+
+ private:
+  static Pattern build(int64_t opset) {
+    using namespace constraints;
+    Pattern p = Pattern::parse("conv:Conv|ConvTranspose -> 0:^bn:BatchNormalization", "conv-bn");
+    p.require(batchNormInference("bn"))
+        .require(batchNormTestMode("bn", opset))
+        .require(uniqueConsumer("conv"))
+        .require(constantInput("conv", 1))
+        .require(constantIfPresent("conv", 2, "bias"))
+        .require(constantInput("bn", 1))
+        .require(constantInput("bn", 2))
+        .require(constantInput("bn", 3))
+        .require(constantInput("bn", 4))
+        .require(foldableWeights())
+        .require(batchNormPerChannel());
+    return p;
+  }
+
+  static void fold(Rewriter& rw, const Match& m) {
+    Graph& g = rw.graph();
+    Node* conv = m.get("conv");
+    Node* bn = m.get("bn");
+    std::string why;
+    const int64_t channels = outputChannels(*conv, why);
+    ChannelAffine bnmap;
+    batchNormAffine(*bn, channels, &bnmap);
+
+    const Tensor& w = *conv->input(1)->initializer();
+    const DType dtype = w.dtype();
+    std::vector<double> bias(static_cast<size_t>(channels), 0.0);
+    if (Value* b = conv->input(2)) bias = constantAsDoubles(*b->initializer());
+    for (size_t o = 0; o < bias.size(); ++o) bias[o] = bias[o] * bnmap.scale[o] + bnmap.shift[o];
+
+    const std::string base = conv->name().empty() ? conv->output(0)->name() : conv->name();
+    Value* new_w = rw.addConstant(
+        base + "_W_folded", tensorFromDoubles(dtype, w.dims(), scaledWeights(*conv, bnmap.scale)));
+    Value* new_b = rw.addConstant(base + "_B_folded", tensorFromDoubles(dtype, {channels}, bias));
+
+    Value* y = bn->output(0);
+    const std::string y_name = y->name();
+    Node* folded = rw.createNode({conv->opType(),
+                                  conv->domain(),
+                                  {conv->input(0), new_w, new_b},
+                                  {g.uniqueValueName(y_name)},
+                                  conv->name(),
+                                  conv->attributes()},
+                                 bn);
+    folded->output(0)->type = y->type;
+    folded->doc_string = conv->doc_string;  // keeps the history of earlier rewrites
+    rw.commitFusion("conv-bn", m, y, folded, Portability::Standard);
+    adoptReplacedName(g, folded->output(0), y_name);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createFoldConvBatchNormPass() {
+  return std::make_unique<FoldConvBatchNormPass>();
+}
+
+}  // namespace fusectl::passes

@@ -1,0 +1,217 @@
+// fold-shape-subgraphs: replace Shape and Size of values whose dims are static by constants, so
+// that fold-constants can collapse the Shape -> Gather -> Unsqueeze -> Concat chains exporters
+// write around Reshape.
+//
+//   x:[2,3,4] -> Shape<start=1> -> s                  =>  initializer s = [3, 4]
+//   x:[2,3,4] -> Size -> n                            =>  initializer n = 24
+//   x:[N,3,4] -> Shape -> s -> Gather(s, 1) -> g      =>  initializer g = 3
+//
+// Conditions (each failure is a reported rejection naming the dim):
+//  1. Shape: the input's rank is known and every dim in [start, end) is static (opset 15 start
+//     and end attributes: negative values count from the back, both clamp to [0, rank]).
+//  2. Size: every dim is static.
+//  3. A Shape with symbolic dims still folds its Gather readers that pick static dims only:
+//     Gather on axis 0 with constant indices (negative ones count from the back) whose picked
+//     dims are all static.
+// The outputs keep their names; in the -O1 fixpoint group fold-constants then folds what reads
+// them, and eliminate-dead-code removes what is left.
+// Counters: folded_shape, folded_size, folded_gather.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "fusectl/passes/rewriter.h"
+#include "pass_factories.h"
+
+namespace fusectl::passes {
+namespace {
+
+// What keeps a dim from folding: "symbolic ('batch')" or "unknown".
+std::string dimProblem(const Dim& d) {
+  return d.isSymbolic() ? fmt::format("symbolic ('{}')", d.symbol()) : std::string("unknown");
+}
+
+// The dims [start, end) of its input that a Shape node outputs: opset 15 added the start and end
+// attributes (negative values count from the back; both clamp to [0, rank]).
+std::pair<int64_t, int64_t> shapeRange(const Node& n, int64_t rank, int64_t opset) {
+  if (opset < 15) return {0, rank};
+  auto clampIndex = [rank](int64_t v) {
+    return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank);
+  };
+  const int64_t start = clampIndex(n.attrInt("start", 0));
+  const int64_t end = n.hasAttr("end") ? clampIndex(n.attrInt("end", rank)) : rank;
+  return {start, std::max(start, end)};
+}
+
+class FoldShapeSubgraphsPass : public Pass {
+ public:
+  const PassInfo& info() const override { return FoldShapeSubgraphsPassInfo; }
+
+  bool run(Graph& graph, PassContext& ctx) override {
+    Rewriter rw(graph, ctx);
+    const int64_t opset = ctx.opset();
+    bool changed = false;
+    // Folding one Shape or Size never enables another, so the op-type index order will do.
+    auto snapshot = [&](std::string_view op) {
+      std::vector<Node*> nodes;
+      for (Node* n : graph.nodesOfType(op)) nodes.push_back(n);
+      return nodes;
+    };
+    for (Node* n : snapshot("Shape"))
+      if (!rw.erased(n) && n->input(0) && n->output(0)) changed |= foldShape(rw, n, opset);
+    for (Node* n : snapshot("Size"))
+      if (!rw.erased(n) && n->input(0) && n->output(0)) changed |= foldSize(rw, n);
+    return changed;
+  }
+
+ private:
+  static void reject(Rewriter& rw, const Node& n, const char* constraint,
+                     const std::string& reason) {
+    if (rw.context().explain()) rw.reject(NearMiss{"fold-shape", n.label(), constraint,
+                                                   n.label(), reason});
+  }
+
+  // Replaces n's output 0 by an initializer holding `t`, keeping the output's name.
+  static void replaceByConstant(Rewriter& rw, Node* n, Tensor t) {
+    Value* out = n->output(0);
+    std::string name = out->name();
+    const bool graph_output = out->isGraphOutput();
+    Value* c = rw.addConstant(name, std::move(t));
+    rw.replaceAllUsesWith(out, c);
+    rw.eraseWithDeadProducers(n);
+    if (!graph_output && !rw.graph().findValue(name)) rw.graph().renameValue(c, name);
+  }
+
+  static bool used(const Value* v) { return v->hasUses() || v->isGraphOutput(); }
+
+  bool foldShape(Rewriter& rw, Node* n, int64_t opset) {
+    PassContext& ctx = rw.context();
+    if (!used(n->output(0))) return false;
+    const Value* x = n->input(0);
+    const Shape& s = x->shape();
+    if (!s.hasRank()) {
+      reject(rw, *n, "static-dims",
+             fmt::format("{} input '{}' has unknown rank", n->label(), x->name()));
+      return false;
+    }
+    const auto [start, end] = shapeRange(*n, static_cast<int64_t>(s.rank()), opset);
+    std::vector<int64_t> dims;
+    for (int64_t i = start; i < end; ++i) {
+      const Dim& d = s[static_cast<size_t>(i)];
+      if (!d.isStatic()) {
+        // The whole shape is not static; Gathers of static dims may still fold.
+        bool folded = foldGathers(rw, n);  // may erase n when it folds every reader
+        if (!rw.erased(n) && used(n->output(0))) {
+          reject(rw, *n, "static-dims",
+                 fmt::format("{} input '{}' dim {} is {}", n->label(), x->name(), i,
+                             dimProblem(d)));
+        }
+        return folded;
+      }
+      dims.push_back(d.value());
+    }
+    if (!ctx.allowRewrite()) {
+      ctx.count("skipped_max_rewrites");
+      return false;
+    }
+    replaceByConstant(rw, n, Tensor::fromValues<int64_t>(
+                                 DType::Int64, {static_cast<int64_t>(dims.size())}, dims));
+    ctx.count("folded_shape");
+    return true;
+  }
+
+  // Gather(Shape(x), indices, axis=0) with constant indices picking static dims of x.
+  bool foldGathers(Rewriter& rw, Node* shape_node) {
+    PassContext& ctx = rw.context();
+    Value* s = shape_node->output(0);
+    const Shape& xs = shape_node->input(0)->shape();
+    // The Shape node's output starts at dim `start` of x.
+    const auto [start, end] = shapeRange(*shape_node, static_cast<int64_t>(xs.rank()),
+                                         ctx.opset());
+    const int64_t len = end - start;
+    bool changed = false;
+    for (Node* g : s->consumers()) {
+      if (!g->is("Gather") || g->input(0) != s || !g->output(0) || !used(g->output(0))) continue;
+      if (g->attrInt("axis", 0) != 0) continue;
+      const Value* idx = g->input(1);
+      if (!idx || !idx->isConstant()) continue;
+      const Tensor& it = *idx->initializer();
+      if (it.dtype() != DType::Int64 && it.dtype() != DType::Int32) continue;
+      std::vector<int64_t> picked;
+      std::string why;
+      for (int64_t k = 0; k < it.numel() && why.empty(); ++k) {
+        int64_t j = it.valueAsInt64(k);
+        if (j < 0) j += len;
+        if (j < 0 || j >= len) {
+          why = fmt::format("{} index {} is out of range", g->label(), it.valueAsInt64(k));
+          break;
+        }
+        const size_t dim = static_cast<size_t>(start + j);
+        if (!xs[dim].isStatic()) {
+          if (ctx.explain()) {
+            why = fmt::format("{} picks dim {} of '{}', which is {}", g->label(), dim,
+                              shape_node->input(0)->name(), dimProblem(xs[dim]));
+          } else {
+            why = "dynamic";
+          }
+          break;
+        }
+        picked.push_back(xs[dim].value());
+      }
+      if (!why.empty()) {
+        reject(rw, *g, "static-dims", why);
+        continue;
+      }
+      if (!ctx.allowRewrite()) {
+        ctx.count("skipped_max_rewrites");
+        break;
+      }
+      // Gather's output has the indices' shape (the data is 1-D).
+      replaceByConstant(rw, g, Tensor::fromValues<int64_t>(DType::Int64, it.dims(), picked));
+      ctx.count("folded_gather");
+      changed = true;
+    }
+    return changed;
+  }
+
+  bool foldSize(Rewriter& rw, Node* n) {
+    PassContext& ctx = rw.context();
+    if (!used(n->output(0))) return false;
+    const Value* x = n->input(0);
+    const Shape& s = x->shape();
+    std::optional<int64_t> numel = s.staticNumel();
+    if (!numel) {
+      std::string why = fmt::format("{} input '{}' has unknown rank", n->label(), x->name());
+      for (size_t i = 0; s.hasRank() && i < s.rank(); ++i) {
+        if (!s[i].isStatic()) {
+          why = fmt::format("{} input '{}' dim {} is {}", n->label(), x->name(), i,
+                            dimProblem(s[i]));
+          break;
+        }
+      }
+      reject(rw, *n, "static-dims", why);
+      return false;
+    }
+    if (!ctx.allowRewrite()) {
+      ctx.count("skipped_max_rewrites");
+      return false;
+    }
+    replaceByConstant(rw, n, Tensor::fromValues<int64_t>(DType::Int64, {},
+                                                         std::vector<int64_t>{*numel}));
+    ctx.count("folded_size");
+    return true;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createFoldShapeSubgraphsPass() {
+  return std::make_unique<FoldShapeSubgraphsPass>();
+}
+
+}  // namespace fusectl::passes

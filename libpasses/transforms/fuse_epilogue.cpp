@@ -1,0 +1,381 @@
+// fuse-epilogue: fold a residual Add and an activation after a Conv or Gemm into one
+// fusectl-domain FusedConv / FusedGemm, whose kernel applies them to each output tile while it
+// is still in cache (libkernels/cpu/epilogue.h).
+//
+//   X, W, B -> Conv -> c ─┐
+//              Z ───────> Add -> s -> act -> Y      =>   X, W, B, Z -> FusedConv -> Y
+//
+//   Y = act(Conv(X, W, B) + Z)          FusedConv <Conv's attributes, activation, activation_params>
+//   Y = act(alpha*A'*B' + beta*C + Z)   FusedGemm <Gemm's attributes, activation, activation_params>
+//
+// Forms matched, longest first so a Conv takes the whole tail it can (each form is a pattern):
+//   conv-add-silu   c -> add -> sig:Sigmoid -> mul:Mul, add -> mul   (SiLU written x*Sigmoid(x))
+//   conv-add-act    c -> add -> act                                   (act: op_classes.h)
+//   conv-silu       c -> sig:Sigmoid -> mul:Mul, c -> mul
+//   conv-add        c -> add
+//   conv-act        c -> act
+// (`conv` stands for Conv or Gemm; MatMul is not an anchor: FusedGemm is 2-D, and
+// fuse-matmul-add turns a 2-D MatMul + bias into Gemm first.) If a longer form is illegal, a
+// shorter one may still fuse: Conv -> Add -> Relu whose Add output has a second reader becomes
+// FusedConv(+Z) -> Relu. Only constraint failures are reported as rejections; a Conv that is
+// followed by something else is not a near miss of every form.
+// Not matched: Gelu spelled with Erf (x*0.5*(1+Erf(x/sqrt2))); exporters vary the order of its
+// five ops, so that is a canonicalization's job, after which the Gelu op fuses here.
+//
+// Legality, checked in this order (each failure is a reported rejection):
+//  1. Every intermediate (c, the Add's output before an activation, the Sigmoid's output)
+//     is read by the fused nodes only and is not a graph output: it disappears.
+//  2. Every tensor involved is float32: the kernels compute in float, and a float16 model would
+//     silently gain float32 rounding.
+//  3. Residual: the Add's other input is not c itself, not a constant (a per-channel constant is
+//     fuse-bias-add's job), and its shape is provably c's shape (Z is read without
+//     broadcasting).
+//  4. Activation parameters are constants: Clip's min/max (opset 6 attributes or opset 11+
+//     constant scalar inputs), LeakyRelu's alpha, HardSigmoid's alpha/beta; Gelu is the exact
+//     one (approximate="none").
+//  5. Activations with parameters need opset >= 8: the portable ONNX function that
+//     fusectl_functions.h attaches on export applies them with broadcasting ops.
+// The fused node always carries explicit activation_params for Clip (absent bounds become
+// -FLT_MAX/FLT_MAX, as ONNX defines them), LeakyRelu and HardSigmoid.
+// On the first fusion the model imports domain "fusectl" version 1. With --emit standard the
+// PassManager skips this pass (its portability is Fusectl).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <optional>
+
+#include "fusectl/passes/op_classes.h"
+#include "fusectl/passes/rewriter.h"
+#include "pass_factories.h"
+
+namespace fusectl::passes {
+namespace {
+
+// The epilogue one match describes.
+struct EpilogueSpec {
+  Node* compute = nullptr;   // Conv or Gemm
+  Node* add = nullptr;       // residual Add, or nullptr
+  Value* residual = nullptr; // the Add's other input
+  Node* act = nullptr;       // the activation node (the Mul for SiLU), or nullptr
+  std::string activation;    // kernel name: "Relu", "Silu"...; "" for none
+  std::vector<float> params;
+  Value* output = nullptr;   // the last value of the chain: what the fused node replaces
+};
+
+// The Add input that is not c's output, or nullptr when both are (Add(c, c)).
+Value* residualOf(Node* add, Node* c) {
+  Value* co = c->output(0);
+  if (add->numInputs() != 2) return nullptr;
+  if (add->input(0) == co && add->input(1) != co) return add->input(1);
+  if (add->input(1) == co && add->input(0) != co) return add->input(0);
+  return nullptr;
+}
+
+bool dimsProvablyEqual(const Shape& a, const Shape& b) {
+  if (!a.hasRank() || !b.hasRank() || a.rank() != b.rank()) return false;
+  for (size_t i = 0; i < a.rank(); ++i)
+    if (!a[i].provablyEqual(b[i])) return false;
+  return true;
+}
+
+// Output 0 of `capture` is read by exactly the nodes `readers` (and no others) and is not a
+// graph output. SiLU's x feeds both the Sigmoid and the Mul, so uniqueConsumer cannot say it.
+Constraint readOnlyBy(std::string capture, std::vector<std::string> readers) {
+  std::string name = "read-only-by:" + capture;
+  return {name, [capture, readers](const Match& m) -> std::string {
+            Node* n = m.get(capture);
+            Value* v = n->output(0);
+            if (v->isGraphOutput()) {
+              return fmt::format("{} output '{}' is a graph output", n->label(), v->name());
+            }
+            std::vector<Node*> allowed;
+            for (const std::string& r : readers) allowed.push_back(m.get(r));
+            for (Node* c : v->consumers()) {
+              if (std::find(allowed.begin(), allowed.end(), c) == allowed.end()) {
+                return fmt::format("{} output '{}' is also read by {}", n->label(), v->name(),
+                                   c->label());
+              }
+            }
+            return "";
+          }};
+}
+
+Constraint residualLegal(std::string compute, std::string add) {
+  return {"residual:" + add, [compute, add](const Match& m) -> std::string {
+            Node* c = m.get(compute);
+            Node* a = m.get(add);
+            Value* z = residualOf(a, c);
+            if (!z) {
+              return fmt::format("{} adds {} output to itself; there is no residual", a->label(),
+                                 c->label());
+            }
+            if (z->isConstant()) {
+              return fmt::format("{} residual '{}' is a constant (a per-channel constant is "
+                                 "fuse-bias-add's job)",
+                                 a->label(), z->name());
+            }
+            Value* co = c->output(0);
+            if (!dimsProvablyEqual(z->shape(), co->shape())) {
+              return fmt::format("{} residual '{}' has shape {}, not provably the shape {} of {} "
+                                 "output (the fused residual is not broadcast)",
+                                 a->label(), z->name(), z->shape().str(), co->shape().str(),
+                                 c->label());
+            }
+            return "";
+          }};
+}
+
+// The float of a constant scalar input; nullopt (with `why`) otherwise.
+std::optional<float> constantScalar(Node* n, size_t input, const char* what, std::string& why) {
+  Value* v = n->input(input);
+  if (!v->isConstant()) {
+    why = fmt::format("{} {} '{}' is not a constant", n->label(), what, v->name());
+    return std::nullopt;
+  }
+  const Tensor* t = v->initializer();
+  if (t->numel() != 1) {
+    why = fmt::format("{} {} '{}' has {} elements, expected a scalar", n->label(), what, v->name(),
+                      t->numel());
+    return std::nullopt;
+  }
+  return static_cast<float>(t->valueAsDouble(0));
+}
+
+// Fills spec.activation and spec.params from an activation node; "" or why it cannot fuse.
+std::string readActivation(Node* act, int64_t opset, EpilogueSpec& spec) {
+  const std::string& op = act->opType();
+  spec.activation = op;
+  spec.params.clear();
+  if (op == "Clip") {
+    float lo = -FLT_MAX, hi = FLT_MAX;  // ONNX's defaults: numeric_limits lowest() and max()
+    if (opset > 0 && opset < 11) {
+      lo = act->attrFloat("min", lo);
+      hi = act->attrFloat("max", hi);
+    } else {
+      std::string why;
+      if (act->input(1)) {
+        std::optional<float> v = constantScalar(act, 1, "min", why);
+        if (!v) return why;
+        lo = *v;
+      }
+      if (act->input(2)) {
+        std::optional<float> v = constantScalar(act, 2, "max", why);
+        if (!v) return why;
+        hi = *v;
+      }
+    }
+    spec.params = {lo, hi};
+  } else if (op == "LeakyRelu") {
+    spec.params = {act->attrFloat("alpha", 0.01f)};
+  } else if (op == "HardSigmoid") {
+    spec.params = {act->attrFloat("alpha", 0.2f), act->attrFloat("beta", 0.5f)};
+  } else if (op == "Gelu") {
+    std::string approximate = act->attrString("approximate", "none");
+    if (approximate != "none") {
+      return fmt::format("{} has approximate='{}'; the fused epilogue computes the exact Gelu",
+                         act->label(), approximate);
+    }
+  }
+  if (!spec.params.empty() && opset > 0 && opset < 8) {
+    return fmt::format("{} has parameters, which need opset >= 8 to be exported portably "
+                       "(broadcasting Max/Min/PRelu); the model imports opset {}",
+                       act->label(), opset);
+  }
+  return "";
+}
+
+Constraint activationLegal(std::string capture, int64_t opset) {
+  return {"activation:" + capture, [capture, opset](const Match& m) -> std::string {
+            Node* act = m.get(capture);
+            if (!isEpilogueActivation(*act)) {
+              return fmt::format("{} is not an epilogue activation", act->label());
+            }
+            EpilogueSpec spec;
+            return readActivation(act, opset, spec);
+          }};
+}
+
+// One matched form: its pattern and how to read the epilogue from a match.
+struct Form {
+  Pattern pattern;
+  bool residual = false;
+  bool silu = false;
+  bool activation = false;
+};
+
+std::string activationOps() {
+  std::string ops;
+  for (const OpClassInfo& info : allOpClasses()) {
+    if (!info.epilogue_activation || !info.domain.empty()) continue;
+    ops += (ops.empty() ? "" : "|") + std::string(info.op_type);
+  }
+  return ops;
+}
+
+std::vector<Form> buildForms(int64_t opset) {
+  const std::string acts = activationOps();
+  std::vector<Form> out;
+  auto add = [&](std::string name, const std::string& text, bool residual, bool silu,
+                 bool activation) {
+    Form f;
+    f.pattern = Pattern::parse(text, std::move(name));
+    f.residual = residual;
+    f.silu = silu;
+    f.activation = activation;
+    out.push_back(std::move(f));
+  };
+  add("conv-add-silu", "c:Conv|Gemm -> add:Add -> sig:Sigmoid -> mul:Mul ; add -> mul", true,
+      true, true);
+  add("conv-add-act", "c:Conv|Gemm -> add:Add -> act:" + acts, true, false, true);
+  add("conv-silu", "c:Conv|Gemm -> sig:Sigmoid -> mul:Mul ; c -> mul", false, true, true);
+  add("conv-add", "c:Conv|Gemm -> add:Add", true, false, false);
+  add("conv-act", "c:Conv|Gemm -> act:" + acts, false, false, true);
+
+  for (Form& s : out) {
+    Pattern& p = s.pattern;
+    // 1. intermediates disappear
+    if (s.silu) {
+      const std::string x = s.residual ? "add" : "c";
+      if (s.residual) p.require(constraints::uniqueConsumer("c"));
+      p.require(readOnlyBy(x, {"sig", "mul"}));
+      p.require(constraints::uniqueConsumer("sig"));
+    } else {
+      p.require(constraints::uniqueConsumer("c"));
+      if (s.residual && s.activation) p.require(constraints::uniqueConsumer("add"));
+    }
+    // 2. float32 throughout
+    std::vector<std::string> captures = {"c"};
+    if (s.residual) captures.push_back("add");
+    if (s.silu) {
+      captures.push_back("sig");
+      captures.push_back("mul");
+    } else if (s.activation) {
+      captures.push_back("act");
+    }
+    p.require(constraints::dtypeIn(captures, {DType::Float}));
+    // 3. residual
+    if (s.residual) p.require(residualLegal("c", "add"));
+    // 4-5. activation parameters
+    if (s.activation && !s.silu) p.require(activationLegal("act", opset));
+  }
+  return out;
+}
+
+EpilogueSpec readSpec(const Form& s, const Match& m, int64_t opset) {
+  EpilogueSpec spec;
+  spec.compute = m.get("c");
+  spec.output = spec.compute->output(0);
+  if (s.residual) {
+    spec.add = m.get("add");
+    spec.residual = residualOf(spec.add, spec.compute);
+    spec.output = spec.add->output(0);
+  }
+  if (s.silu) {
+    spec.act = m.get("mul");
+    spec.activation = "Silu";
+    spec.output = spec.act->output(0);
+  } else if (s.activation) {
+    spec.act = m.get("act");
+    readActivation(spec.act, opset, spec);  // legal: the constraint passed
+    spec.output = spec.act->output(0);
+  }
+  return spec;
+}
+
+class FuseEpiloguePass : public Pass {
+ public:
+  const PassInfo& info() const override { return FuseEpiloguePassInfo; }
+
+  std::vector<Pattern> patterns() const override {
+    std::vector<Pattern> out;
+    for (Form& s : buildForms(0)) out.push_back(std::move(s.pattern));
+    return out;
+  }
+
+  bool run(Graph& graph, PassContext& ctx) override {
+    const int64_t opset = ctx.opset();
+    size_t fused = 0;
+    for (const Form& form : buildForms(opset)) fused += runForm(graph, ctx, form, opset);
+    return fused > 0;
+  }
+
+ private:
+  // applyPattern's loop, but reporting only constraint failures: a Conv followed by something
+  // else is not a near miss of every form, and a shorter form may still fuse it.
+  static size_t runForm(Graph& graph, PassContext& ctx, const Form& s, int64_t opset) {
+    MatchOptions options;
+    options.explain = ctx.explain();
+    options.report_structural = false;
+    MatchResult found = matchPattern(graph, s.pattern, options);
+    ctx.count("candidates", static_cast<int64_t>(found.candidates));
+    ctx.count("matches", static_cast<int64_t>(found.matches.size()));
+    for (NearMiss& miss : found.near_misses)
+      ctx.report().addRejection(std::move(miss), ctx.currentPass());
+    Rewriter rw(graph, ctx);
+    size_t rewrites = 0;
+    for (const Match& m : found.matches) {
+      Match fresh;
+      if (!rw.stillValid(m) || !matchAt(graph, s.pattern, m.root(), fresh, nullptr)) {
+        ctx.count("skipped_overlap");
+        continue;
+      }
+      if (!ctx.allowRewrite()) {
+        ctx.count("skipped_max_rewrites");
+        break;
+      }
+      fuse(rw, s, fresh, opset);
+      ++rewrites;
+    }
+    ctx.count("rewrites", static_cast<int64_t>(rewrites));
+    return rewrites;
+  }
+
+  static void fuse(Rewriter& rw, const Form& s, const Match& m, int64_t opset) {
+    Graph& graph = rw.graph();
+    PassContext& ctx = rw.context();
+    EpilogueSpec spec = readSpec(s, m, opset);
+    Node* c = spec.compute;
+    const bool conv = c->is("Conv");
+
+    Graph::NodeSpec node;
+    node.op_type = conv ? "FusedConv" : "FusedGemm";
+    node.domain = "fusectl";
+    node.inputs = c->inputs();
+    if (spec.residual) {
+      node.inputs.resize(3, nullptr);  // X, W, B (or A, B, C); an absent bias stays absent
+      node.inputs.push_back(spec.residual);
+    }
+    node.attributes = c->attributes();
+    if (!spec.activation.empty()) {
+      node.attributes.push_back(Attribute::ofString("activation", spec.activation));
+      if (!spec.params.empty())
+        node.attributes.push_back(Attribute::ofFloats("activation_params", spec.params));
+    }
+    const std::string node_name = c->name();
+    if (!node_name.empty()) node.name = graph.uniqueNodeName(node_name);
+    const std::string out_name = spec.output->name();
+    node.output_names = {graph.uniqueValueName(out_name)};
+    Node* f = rw.createNode(std::move(node));
+    f->output(0)->type = spec.output->type;
+
+    rw.commitFusion(s.pattern.name, m, spec.output, f, Portability::Fusectl);
+    // The fused output takes the replaced value's name (commitFusion already did so when it
+    // was a graph output), so the printed graph reads like the original.
+    if (f->output(0)->name() != out_name && !graph.findValue(out_name))
+      graph.renameValue(f->output(0), out_name);
+    if (!node_name.empty() && f->name() != node_name && !graph.findNode(node_name))
+      graph.renameNode(f, node_name);
+
+    if (ctx.model().opsetVersion("fusectl") == 0) ctx.model().setOpsetVersion("fusectl", 1);
+    ctx.count(conv ? "fused_conv" : "fused_gemm");
+    if (spec.residual) ctx.count("fused_residual");
+    if (!spec.activation.empty()) ctx.count("fused_activation");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createFuseEpiloguePass() { return std::make_unique<FuseEpiloguePass>(); }
+
+}  // namespace fusectl::passes

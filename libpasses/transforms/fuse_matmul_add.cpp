@@ -1,0 +1,146 @@
+// fuse-matmul-add: turn a 2-D MatMul followed by an Add of a bias into one Gemm.
+//
+//   A [M,K] -> MatMul(A, B [K,N]) -> m -> Add(m, bias) -> y   =>  Gemm(A, B, bias) -> y
+//
+// Conditions, checked in this order (each failure is a reported rejection):
+//  1. The MatMul output is read by the Add only and is not a graph output.
+//  2. A has rank 2 (known statically). MatMul broadcasts a batched A [B,S,K]; Gemm has no batch
+//     dims, and this pass does not insert Reshapes around it.
+//  3. B has rank 2.
+//  4. The Add's other operand (the bias, constant or not) has a known shape that Gemm's
+//     unidirectional broadcast takes to [M,N] without changing the output: rank <= 2, each dim
+//     1 or provably equal to the output's ([N], [1,N], [M,N], [M,1], a scalar).
+//  5. A, B, bias and the output are float, double, float16 or bfloat16 (Gemm's float types).
+//
+// Math: Gemm(A, B, C) = 1 * A*B + 1 * C, which is MatMul + Add with C broadcast as Add would.
+#include <fmt/format.h>
+
+#include "constant_math.h"
+#include "fusectl/passes/rewriter.h"
+#include "pass_factories.h"
+
+namespace fusectl::passes {
+namespace {
+
+Constraint operandRank(size_t input, const char* name) {
+  return {fmt::format("rank-2:matmul.{}", input), [input, name](const Match& m) -> std::string {
+            Node* mm = m.get("matmul");
+            const Shape& s = mm->input(input)->shape();
+            if (!s.hasRank()) {
+              return fmt::format("{} input {} '{}' has unknown rank; Gemm needs rank 2",
+                                 mm->label(), name, mm->input(input)->name());
+            }
+            if (s.rank() != 2) {
+              return fmt::format("{} input {} has rank {}; Gemm needs rank 2", mm->label(), name,
+                                 s.rank());
+            }
+            return "";
+          }};
+}
+
+Constraint biasBroadcast() {
+  return {"gemm-broadcast:add", [](const Match& m) -> std::string {
+            Node* mm = m.get("matmul");
+            Node* add = m.get("add");
+            Value* bias = otherOperand(*add, mm->output(0));
+            if (!bias) return fmt::format("{} adds {} output to itself", add->label(), mm->label());
+            const Shape& b = bias->shape();
+            if (!b.hasRank()) {
+              return fmt::format("{} operand '{}' has unknown shape", add->label(), bias->name());
+            }
+            if (b.rank() > 2) {
+              return fmt::format("{} operand '{}' {} has rank {}; Gemm's C has rank <= 2",
+                                 add->label(), bias->name(), b.str(), b.rank());
+            }
+            // The output [M, N] from A [M, K] and B [K, N].
+            const Dim out[2] = {mm->input(0)->shape()[0], mm->input(1)->shape()[1]};
+            for (size_t i = 0; i < b.rank(); ++i) {
+              const size_t axis = 2 - b.rank() + i;
+              if (b[i].isStatic() && b[i].value() == 1) continue;
+              if (b[i].provablyEqual(out[axis])) continue;
+              return fmt::format(
+                  "{} operand '{}' {} does not broadcast to the MatMul output "
+                  "[{},{}] without changing it (dim {})",
+                  add->label(), bias->name(), b.str(), out[0].str(), out[1].str(), axis);
+            }
+            return "";
+          }};
+}
+
+Constraint floatTypes() {
+  return {"dtype:matmul,add", [](const Match& m) -> std::string {
+            Node* mm = m.get("matmul");
+            Node* add = m.get("add");
+            const std::pair<Node*, Value*> values[] = {{mm, mm->input(0)},
+                                                       {mm, mm->input(1)},
+                                                       {add, add->input(0)},
+                                                       {add, add->input(1)},
+                                                       {add, add->output(0)}};
+            for (const auto& [node, v] : values) {
+              if (isFoldableFloat(v->dtype())) continue;
+              return fmt::format(
+                  "{} {} '{}' is {}, expected float, double, float16 or bfloat16", node->label(),
+                  v->producer() == node ? "output" : "input", v->name(),
+                  v->dtype() == DType::Undefined ? "of unknown type" : dtypeName(v->dtype()));
+            }
+            return "";
+          }};
+}
+
+class FuseMatMulAddPass : public Pass {
+ public:
+  const PassInfo& info() const override { return FuseMatMulAddPassInfo; }
+
+  std::vector<Pattern> patterns() const override { return {build()}; }
+
+  bool run(Graph& graph, PassContext& ctx) override {
+    return applyPattern(graph, ctx, build(), [&](Rewriter& rw, const Match& m) {
+             fuse(rw, m);
+             ctx.count("fused");
+             return true;
+           }) > 0;
+  }
+
+ private:
+  static Pattern build() {
+    using namespace constraints;
+    Pattern p = Pattern::parse("matmul:MatMul -> add:Add", "matmul-add");
+    p.require(uniqueConsumer("matmul"))
+        .require(operandRank(0, "A"))
+        .require(operandRank(1, "B"))
+        .require(biasBroadcast())
+        .require(floatTypes());
+    return p;
+  }
+
+  static void fuse(Rewriter& rw, const Match& m) {
+    Graph& g = rw.graph();
+    Node* mm = m.get("matmul");
+    Node* add = m.get("add");
+    Value* bias = otherOperand(*add, mm->output(0));
+    Value* y = add->output(0);
+    const std::string y_name = y->name();
+    std::vector<Attribute> attrs;
+    // Before opset 7 a C smaller than [M, N] needs broadcast=1.
+    const int64_t opset = rw.context().opset();
+    if (opset > 0 && opset < 7) attrs.push_back(Attribute::ofInt("broadcast", 1));
+    // The bias may be computed after the MatMul; the Gemm sits where the Add was.
+    Node* gemm = rw.createNode({"Gemm",
+                                "",
+                                {mm->input(0), mm->input(1), bias},
+                                {g.uniqueValueName(y_name)},
+                                mm->name(),
+                                std::move(attrs)},
+                               add);
+    gemm->output(0)->type = y->type;
+    gemm->doc_string = mm->doc_string;  // keeps the history of earlier rewrites
+    rw.commitFusion("matmul-add", m, y, gemm, Portability::Standard);
+    adoptReplacedName(g, gemm->output(0), y_name);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createFuseMatMulAddPass() { return std::make_unique<FuseMatMulAddPass>(); }
+
+}  // namespace fusectl::passes
