@@ -18,6 +18,7 @@
 
 #include "commands.h"
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/huge_page_malloc.h"
 
 namespace {
 
@@ -72,6 +73,7 @@ std::string usageMessage(const CLI::App& app, const std::vector<fusectl::cli::Co
 }  // namespace
 
 int main(int argc, char** argv) {
+  fusectl::restartWithHugePageMalloc(argv);
   try {
     CLI::App app{"fusectl: analyse and optimize ONNX graphs", "fusectl"};
     app.set_version_flag("--version", versionText());

@@ -2,10 +2,9 @@
 # Load/verify/save benchmark on synthetic Conv-BatchNormalization-Relu-Add chains.
 # Usage: bench/run_io_bench.sh [BUILD_DIR] [SIZES...]   (default sizes: 10000 100000 1000000)
 # Each size: median of REPEAT runs (default 3), one process per run, JSON lines on stdout.
-# HUGETLB=1 runs with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (malloc backed by transparent huge
-# pages): on this VM a page fault costs so much that it cuts 1M-node load+save by about a third.
+# bench_io, like fusectl, restarts itself with glibc's malloc on transparent huge pages
+# (libgraph's huge_page_malloc.h); FUSECTL_NO_HUGE_PAGES=1 measures ordinary 4 KiB pages.
 set -euo pipefail
-if [ "${HUGETLB:-0}" = 1 ]; then export GLIBC_TUNABLES=glibc.malloc.hugetlb=1; fi
 build=${1:-build}
 shift || true
 sizes=("$@")

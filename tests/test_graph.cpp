@@ -226,3 +226,48 @@ TEST_CASE("graph: verify reports a precise message for a stale use list") {
   g.setNodeInput(b, 0, a->output(0));  // now b reads a's output before a runs
   CHECK(g.verify().find("'a' before its producer") != std::string::npos);
 }
+
+TEST_CASE("graph: removing initializers keeps the others in file order") {
+  Graph g;
+  Value* x = g.addInput("x", floatType({2}));
+  std::vector<Value*> inits;
+  for (int i = 0; i < 10; ++i)
+    inits.push_back(g.addInitializer("w" + std::to_string(i), Tensor::fromValues<float>(DType::Float, {2}, {1.f, 2.f})));
+  Node* n = add(g, "Add", {x, inits[5]}, "y");
+  g.addOutput(n->output(0));
+  g.removeInitializer(inits[3]);
+  g.removeInitializer(inits[7]);
+  REQUIRE(g.verify() == "");
+  std::vector<std::string> names;
+  for (Value* v : g.initializers()) names.push_back(v->name());
+  CHECK(names == std::vector<std::string>{"w0", "w1", "w2", "w4", "w5", "w6", "w8", "w9"});
+  g.addInitializer("late", Tensor::fromValues<float>(DType::Float, {1}, {0.f}));
+  g.removeInitializer(inits[0]);
+  CHECK(g.eraseUnusedInitializers() == 7);  // all but w5, which Add reads
+  REQUIRE(g.verify() == "");
+  REQUIRE(g.initializers().size() == 1);
+  CHECK(g.initializers()[0] == inits[5]);
+  auto copy = g.clone();
+  REQUIRE(copy->verify() == "");
+  CHECK(copy->initializers().size() == 1);
+}
+
+TEST_CASE("graph: a node name held by several nodes stays findable as nodes go") {
+  Graph g;
+  Value* x = g.addInput("x", floatType({2}));
+  Node* a = g.createNode({"Relu", "", {x}, {"a"}, "same", {}});
+  Node* b = g.createNode({"Relu", "", {a->output(0)}, {"b"}, "same", {}});
+  Node* c = g.createNode({"Relu", "", {b->output(0)}, {"c"}, "same", {}});
+  g.addOutput(c->output(0));
+  CHECK(g.findNode("same") == a);
+  g.setNodeInput(c, 0, a->output(0));
+  g.eraseNode(b);  // not the one the lookup points at
+  CHECK(g.findNode("same") == a);
+  g.setNodeInput(c, 0, x);
+  g.eraseNode(a);  // the lookup moves on to the node left
+  CHECK(g.findNode("same") == c);
+  g.renameNode(c, "other");
+  CHECK(g.findNode("same") == nullptr);
+  CHECK(g.findNode("other") == c);
+  REQUIRE(g.verify() == "");
+}

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <new>
 #include <utility>
-#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -275,6 +274,7 @@ Value* Graph::addInitializer(const std::string& value_name, Tensor t) {
   for (int64_t d : t.dims()) dims.push_back(Dim::known(d));
   v->type.shape = Shape(std::move(dims));
   v->initializer_ = std::make_shared<Tensor>(std::move(t));
+  v->init_index_ = initializers_.size();
   initializers_.push_back(v);
   return v;
 }
@@ -328,8 +328,25 @@ void Graph::removeInitializer(Value* v) {
   if (!v->isInitializer()) throwInternal(fmt::format("'{}' is not an initializer", v->name_));
   if (!v->uses_.empty() || v->isGraphOutput() || v->is_graph_input_)
     throwInternal(fmt::format("initializer '{}' is still used", v->name_));
-  initializers_.erase(std::find(initializers_.begin(), initializers_.end(), v));
+  initializers_[v->init_index_] = nullptr;
+  ++initializer_holes_;
   destroyValue(v);
+}
+
+const std::vector<Value*>& Graph::initializers() const {
+  if (initializer_holes_ != 0) closeInitializerHoles();
+  return initializers_;
+}
+
+void Graph::closeInitializerHoles() const {
+  size_t kept = 0;
+  for (Value* v : initializers_) {
+    if (!v) continue;
+    v->init_index_ = kept;
+    initializers_[kept++] = v;
+  }
+  initializers_.resize(kept);
+  initializer_holes_ = 0;
 }
 
 Value* Graph::findValue(std::string_view value_name) const {
@@ -498,14 +515,9 @@ size_t Graph::eraseDeadNodes() {
 
 size_t Graph::eraseUnusedInitializers() {
   std::vector<Value*> dead;
-  for (Value* v : initializers_)
+  for (Value* v : initializers())
     if (!v->hasUses() && !v->isGraphOutput() && !v->is_graph_input_) dead.push_back(v);
-  if (dead.empty()) return 0;
-  std::unordered_set<Value*> dead_set(dead.begin(), dead.end());
-  initializers_.erase(std::remove_if(initializers_.begin(), initializers_.end(),
-                                     [&](Value* v) { return dead_set.count(v) != 0; }),
-                      initializers_.end());
-  for (Value* v : dead) destroyValue(v);
+  for (Value* v : dead) removeInitializer(v);
   return dead.size();
 }
 
@@ -592,20 +604,28 @@ void Graph::forEachCapturingRef(Node* n, Value* outer, Fn&& fn) {
 }
 
 void Graph::registerNodeName(Node* n) {
-  if (!n->name_.empty() && !node_by_name_.insert(n)) node_names_repeat_ = true;
+  if (!n->name_.empty() && !node_by_name_.insert(n)) repeated_node_names_[n->name_].push_back(n);
 }
 
+// O(nodes sharing the name): passes that replace a node by one of the same name erase the old
+// one while the new one waits in repeated_node_names_.
 void Graph::unregisterNodeName(Node* n) {
-  if (n->name_.empty() || node_by_name_.find(n->name_) != n) return;
-  node_by_name_.erase(n->name_);
-  // Another node may share the name (ONNX allows it): keep the lookup pointing at one. The scan
-  // is only paid by graphs that ever had a repeated node name.
-  if (!node_names_repeat_) return;
-  for (Node* m = first_; m; m = m->next_)
-    if (m != n && m->name_ == n->name_) {
-      node_by_name_.insert(m);
-      break;
-    }
+  if (n->name_.empty()) return;
+  auto repeats = repeated_node_names_.find(n->name_);
+  if (node_by_name_.find(n->name_) == n) {
+    node_by_name_.erase(n->name_);
+    if (repeats == repeated_node_names_.end()) return;
+    // Another node holds the name too: the lookup now points at the earliest registered one.
+    Node* next = repeats->second.front();
+    repeats->second.erase(repeats->second.begin());
+    if (repeats->second.empty()) repeated_node_names_.erase(repeats);
+    node_by_name_.insert(next);
+    return;
+  }
+  if (repeats == repeated_node_names_.end()) return;
+  auto& others = repeats->second;
+  others.erase(std::remove(others.begin(), others.end(), n), others.end());
+  if (others.empty()) repeated_node_names_.erase(repeats);
 }
 
 void Graph::renameNode(Node* n, const std::string& new_name) {
@@ -778,6 +798,12 @@ std::string Graph::verify() const {
     if ((v->kind_ == Value::Kind::Initializer) != (v->initializer_ != nullptr))
       return fmt::format("{}: value '{}' initializer flag and data disagree", where, v->name_);
   }
+  const std::vector<Value*>& inits = initializers();
+  for (size_t i = 0; i < inits.size(); ++i) {
+    if (inits[i]->graph_ != this || inits[i]->kind_ != Value::Kind::Initializer ||
+        inits[i]->init_index_ != i)
+      return fmt::format("{}: initializer list entry {} ('{}') is stale", where, i, inits[i]->name_);
+  }
   if (value_by_name_.size() != values_.size())
     return fmt::format("{}: name map has {} entries for {} values", where, value_by_name_.size(),
                        values_.size());
@@ -936,10 +962,11 @@ std::unique_ptr<Graph> Graph::clone(Graph* parent) const {
     copyMeta(v, c);
     map[v] = c;
   }
-  for (const Value* v : initializers_) {
+  for (const Value* v : initializers()) {
     Value* c = out->newValue(v->name_, Value::Kind::Initializer);
     c->initializer_ = v->initializer_;  // tensors are immutable once shared: no data copy
     copyMeta(v, c);
+    c->init_index_ = out->initializers_.size();
     out->initializers_.push_back(c);
     map[v] = c;
   }

@@ -252,7 +252,10 @@ class Runner {
     stats.pass = e.pass;
     stats.iteration = iteration;
     stats.nodes_before = g.numNodes();
-    stats.intermediates_before = countIntermediates(g);
+    // Only passes edit the graph, so the count after one run is the count before the next:
+    // one walk of the node list per changing pass, not two per pass.
+    if (!intermediates_known_) intermediates_ = countIntermediates(g);
+    stats.intermediates_before = intermediates_;
     std::string snapshot;
     if (o_.verify_each) snapshot = modelToBinary(model_);
     if (listed(o_.print_before, e.pass)) printModel("before", e.pass, iteration);
@@ -270,7 +273,9 @@ class Runner {
     stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     stats.counters = ctx_.takeCounters();
     stats.nodes_after = g.numNodes();
-    stats.intermediates_after = countIntermediates(g);
+    if (stats.changed) intermediates_ = countIntermediates(g);
+    intermediates_known_ = true;
+    stats.intermediates_after = intermediates_;
 
     if (o_.verify_each) {
       std::string broken = g.verify();
@@ -307,6 +312,8 @@ class Runner {
   Report& report_;
   PassContext ctx_;
   int seq_ = 0;
+  size_t intermediates_ = 0;  // node outputs that are not graph outputs, as of the last pass
+  bool intermediates_known_ = false;
 };
 
 }  // namespace

@@ -102,7 +102,8 @@ class Value {
   Value* outer_ = nullptr;
   bool is_graph_input_ = false;
   uint32_t graph_output_count_ = 0;
-  size_t slot_ = 0;  // index in Graph::values_, for O(1) removal
+  size_t slot_ = 0;        // index in Graph::values_, for O(1) removal
+  size_t init_index_ = 0;  // index in Graph::initializers_, for initializers
 };
 
 class Node {
@@ -225,7 +226,7 @@ class Graph {
 
   const std::vector<Value*>& inputs() const { return inputs_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
-  const std::vector<Value*>& initializers() const { return initializers_; }  // in file order
+  const std::vector<Value*>& initializers() const;  // in file order
   const std::vector<Value*>& outerRefs() const { return outer_refs_; }
   Value* findValue(std::string_view name) const;
   // Every value of the graph, in an unspecified order.
@@ -283,7 +284,8 @@ class Graph {
                                          std::string_view domain = "") const;
   // Op types present, as (domain, op_type) -> count, sorted.
   std::vector<std::pair<std::pair<std::string, std::string>, size_t>> opHistogram() const;
-  Node* findNode(std::string_view name) const;  // first node of that name, or nullptr
+  // A node of that name (while it exists, the earliest created of those sharing it), or nullptr.
+  Node* findNode(std::string_view name) const;
 
   // Pre-sizes the name maps and object pools for about this many values and nodes, so that an
   // importer building a million-node graph does not rehash or allocate object by object.
@@ -329,12 +331,17 @@ class Graph {
   std::vector<Value*> values_;  // owning, through pools_
   NameTable<Value> value_by_name_;
   NameTable<Node> node_by_name_;  // the first node of each name (node names may repeat)
-  bool node_names_repeat_ = false;  // some node name was ever given to two nodes
+  // Nodes whose name another node already holds in node_by_name_ (ONNX allows repeats).
+  std::unordered_map<std::string, std::vector<Node*>> repeated_node_names_;
   void registerNodeName(Node* n);
   void unregisterNodeName(Node* n);
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
-  std::vector<Value*> initializers_;
+  // Removal leaves a hole (nullptr) at the value's init_index_, closed by the next
+  // initializers() call: a pass removing thousands of initializers stays linear.
+  mutable std::vector<Value*> initializers_;
+  mutable size_t initializer_holes_ = 0;
+  void closeInitializerHoles() const;
   std::vector<Value*> outer_refs_;
   Node* first_ = nullptr;
   Node* last_ = nullptr;
