@@ -1,6 +1,8 @@
 // Attribute: value semantics over every ONNX attribute kind, deep-copying subgraphs.
 #include "fusectl/graph/attribute.h"
 
+#include <cstring>
+
 #include "fusectl/graph/graph.h"
 
 namespace fusectl {
@@ -80,6 +82,46 @@ Attribute Attribute::ofString(std::string name, std::string v) {
   a.kind = AttrKind::String;
   a.s = std::move(v);
   return a;
+}
+
+namespace {
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+}  // namespace
+
+bool sameAttributeValue(const Attribute& a, const Attribute& b,
+                        const std::function<bool(const Graph&, const Graph&)>& same_graph) {
+  if (a.kind != b.kind || a.ref_attr_name != b.ref_attr_name) return false;
+  switch (a.kind) {
+    case AttrKind::Float: return std::memcmp(&a.f, &b.f, sizeof(float)) == 0;
+    case AttrKind::Int: return a.i == b.i;
+    case AttrKind::String:
+    case AttrKind::SparseTensor:
+    case AttrKind::TypeProto: return a.s == b.s;
+    case AttrKind::Tensor: return a.t.identical(b.t);
+    case AttrKind::Graph:
+      if (!a.g || !b.g) return !a.g && !b.g && same_graph;
+      return same_graph && same_graph(*a.g, *b.g);
+    case AttrKind::Floats: return sameBits(a.floats, b.floats);
+    case AttrKind::Ints: return a.ints == b.ints;
+    case AttrKind::Strings:
+    case AttrKind::SparseTensors:
+    case AttrKind::TypeProtos: return a.strings == b.strings;
+    case AttrKind::Tensors:
+      if (a.tensors.size() != b.tensors.size()) return false;
+      for (size_t i = 0; i < a.tensors.size(); ++i)
+        if (!a.tensors[i].identical(b.tensors[i])) return false;
+      return true;
+    case AttrKind::Graphs:
+      if (!same_graph || a.graphs.size() != b.graphs.size()) return false;
+      for (size_t i = 0; i < a.graphs.size(); ++i)
+        if (!same_graph(*a.graphs[i], *b.graphs[i])) return false;
+      return true;
+    case AttrKind::Undefined: return true;  // nothing beyond ref_attr_name to compare
+  }
+  return false;
 }
 
 Attribute Attribute::ofTensor(std::string name, Tensor v) {

@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cmath>
+#include <functional>
+#include <string_view>
 #include <limits>
 
 #include <fmt/format.h>
@@ -182,6 +184,19 @@ bool Tensor::identical(const Tensor& o) const {
   if (dtype_ == DType::String) return strings_ == o.strings_;
   return byteSize() == o.byteSize() &&
          (byteSize() == 0 || std::memcmp(bytes(), o.bytes(), byteSize()) == 0);
+}
+
+size_t Tensor::contentHash() const {
+  size_t h = static_cast<size_t>(dtype_);
+  auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+  for (int64_t d : dims_) mix(std::hash<int64_t>()(d));
+  if (dtype_ == DType::String) {
+    for (const std::string& s : strings_) mix(std::hash<std::string>()(s));
+  } else if (bytes()) {
+    mix(std::hash<std::string_view>()(
+        std::string_view(reinterpret_cast<const char*>(bytes()), byteSize())));
+  }
+  return h;
 }
 
 double Tensor::valueAsDouble(int64_t index) const {

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -49,42 +48,10 @@ std::vector<std::string> inputNames(const Node& n) {
   return out;
 }
 
-bool sameFloats(const std::vector<float>& a, const std::vector<float>& b) {
-  // Bitwise: an attribute that changed from NaN to NaN did not change, -0.0 vs 0.0 did.
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
-
 bool sameGraph(const Graph& a, const Graph& b);
 
 bool sameAttribute(const Attribute& a, const Attribute& b) {
-  if (a.kind != b.kind || a.ref_attr_name != b.ref_attr_name) return false;
-  switch (a.kind) {
-    case AttrKind::Float: return sameFloats({a.f}, {b.f});
-    case AttrKind::Int: return a.i == b.i;
-    case AttrKind::String:
-    case AttrKind::SparseTensor:
-    case AttrKind::TypeProto: return a.s == b.s;
-    case AttrKind::Tensor: return a.t.identical(b.t);
-    case AttrKind::Graph: return a.g && b.g ? sameGraph(*a.g, *b.g) : a.g == b.g;
-    case AttrKind::Floats: return sameFloats(a.floats, b.floats);
-    case AttrKind::Ints: return a.ints == b.ints;
-    case AttrKind::Strings:
-    case AttrKind::SparseTensors:
-    case AttrKind::TypeProtos: return a.strings == b.strings;
-    case AttrKind::Tensors:
-      if (a.tensors.size() != b.tensors.size()) return false;
-      for (size_t i = 0; i < a.tensors.size(); ++i)
-        if (!a.tensors[i].identical(b.tensors[i])) return false;
-      return true;
-    case AttrKind::Graphs:
-      if (a.graphs.size() != b.graphs.size()) return false;
-      for (size_t i = 0; i < a.graphs.size(); ++i)
-        if (!sameGraph(*a.graphs[i], *b.graphs[i])) return false;
-      return true;
-    case AttrKind::Undefined: return true;
-  }
-  return false;
+  return sameAttributeValue(a, b, sameGraph);
 }
 
 // Attributes as a set: order in the file does not matter.

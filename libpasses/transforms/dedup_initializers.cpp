@@ -16,18 +16,6 @@
 namespace fusectl::passes {
 namespace {
 
-size_t tensorHash(const Tensor& t) {
-  size_t h = std::hash<int>()(static_cast<int>(t.dtype()));
-  for (int64_t d : t.dims()) h = h * 1000003u ^ std::hash<int64_t>()(d);
-  if (t.dtype() == DType::String) {
-    for (const std::string& s : t.strings()) h = h * 1000003u ^ std::hash<std::string>()(s);
-  } else if (t.bytes()) {
-    h ^= std::hash<std::string_view>()(
-        std::string_view(reinterpret_cast<const char*>(t.bytes()), t.byteSize()));
-  }
-  return h;
-}
-
 class DedupInitializersPass : public Pass {
  public:
   const PassInfo& info() const override { return DedupInitializersPassInfo; }
@@ -40,7 +28,7 @@ class DedupInitializersPass : public Pass {
     for (Value* v : initializers) {
       if (v->isGraphInput() || v->isGraphOutput() || !v->initializer()) continue;
       const Tensor& t = *v->initializer();
-      std::vector<Value*>& bucket = kept[tensorHash(t)];
+      std::vector<Value*>& bucket = kept[t.contentHash()];
       Value* same = nullptr;
       for (Value* k : bucket)
         if (k->initializer()->identical(t)) same = k;

@@ -22,7 +22,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <string_view>
 #include <unordered_map>
@@ -39,17 +38,6 @@ void mix(size_t& h, size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >
 
 size_t bytesHash(const void* p, size_t n) {
   return std::hash<std::string_view>()(std::string_view(static_cast<const char*>(p), n));
-}
-
-size_t tensorHash(const Tensor& t) {
-  size_t h = static_cast<size_t>(t.dtype());
-  for (int64_t d : t.dims()) mix(h, std::hash<int64_t>()(d));
-  if (t.dtype() == DType::String) {
-    for (const std::string& s : t.strings()) mix(h, std::hash<std::string>()(s));
-  } else if (t.bytes()) {
-    mix(h, bytesHash(t.bytes(), t.byteSize()));
-  }
-  return h;
 }
 
 bool isGraphAttr(const Attribute& a) {
@@ -76,7 +64,7 @@ size_t attrHash(const Attribute& a) {
     case AttrKind::String:
     case AttrKind::SparseTensor:
     case AttrKind::TypeProto: mix(h, std::hash<std::string>()(a.s)); break;
-    case AttrKind::Tensor: mix(h, tensorHash(a.t)); break;
+    case AttrKind::Tensor: mix(h, a.t.contentHash()); break;
     case AttrKind::Floats:
       mix(h, bytesHash(a.floats.data(), a.floats.size() * sizeof(float)));
       break;
@@ -87,39 +75,11 @@ size_t attrHash(const Attribute& a) {
       for (const std::string& s : a.strings) mix(h, std::hash<std::string>()(s));
       break;
     case AttrKind::Tensors:
-      for (const Tensor& t : a.tensors) mix(h, tensorHash(t));
+      for (const Tensor& t : a.tensors) mix(h, t.contentHash());
       break;
     default: break;
   }
   return h;
-}
-
-bool sameFloats(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
-
-bool sameAttr(const Attribute& a, const Attribute& b) {
-  if (a.name != b.name || a.kind != b.kind || a.ref_attr_name != b.ref_attr_name) return false;
-  switch (a.kind) {
-    case AttrKind::Float: return std::memcmp(&a.f, &b.f, sizeof(float)) == 0;
-    case AttrKind::Int: return a.i == b.i;
-    case AttrKind::String:
-    case AttrKind::SparseTensor:
-    case AttrKind::TypeProto: return a.s == b.s;
-    case AttrKind::Tensor: return a.t.identical(b.t);
-    case AttrKind::Floats: return sameFloats(a.floats, b.floats);
-    case AttrKind::Ints: return a.ints == b.ints;
-    case AttrKind::Strings:
-    case AttrKind::SparseTensors:
-    case AttrKind::TypeProtos: return a.strings == b.strings;
-    case AttrKind::Tensors:
-      if (a.tensors.size() != b.tensors.size()) return false;
-      for (size_t i = 0; i < a.tensors.size(); ++i)
-        if (!a.tensors[i].identical(b.tensors[i])) return false;
-      return true;
-    default: return false;
-  }
 }
 
 size_t nodeHash(const Node& n) {
@@ -143,7 +103,7 @@ bool sameComputation(const Node& a, const Node& b) {
   std::vector<const Attribute*> x = sortedAttrs(a), y = sortedAttrs(b);
   if (x.size() != y.size()) return false;
   for (size_t i = 0; i < x.size(); ++i)
-    if (!sameAttr(*x[i], *y[i])) return false;
+    if (x[i]->name != y[i]->name || !sameAttributeValue(*x[i], *y[i])) return false;
   return true;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,5 +73,12 @@ class Attribute {
   std::vector<Tensor> tensors;
   std::vector<std::unique_ptr<Graph>> graphs;
 };
+
+// True when a and b hold the same value: the same kind, ref_attr_name and payload, floats
+// compared bit for bit (NaN equals the same NaN, -0.0 differs from 0.0). Names are not
+// compared. Graph-valued attributes are compared with `same_graph`; without it they never
+// compare equal.
+bool sameAttributeValue(const Attribute& a, const Attribute& b,
+                        const std::function<bool(const Graph&, const Graph&)>& same_graph = {});
 
 }  // namespace fusectl

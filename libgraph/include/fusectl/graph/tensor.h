@@ -72,6 +72,9 @@ class Tensor {
 
   // Same dtype, dims and bytes (or strings).
   bool identical(const Tensor& o) const;
+  // A hash of what identical() compares: identical tensors hash alike (for bucketing
+  // candidates before comparing them).
+  size_t contentHash() const;
   // Value as float64, for int/float dtypes; index into the flattened tensor.
   double valueAsDouble(int64_t index) const;
   int64_t valueAsInt64(int64_t index) const;
