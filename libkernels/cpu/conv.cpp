@@ -566,15 +566,10 @@ void runQLinearConv(KernelContext& ctx) {
 
 void registerConvKernels(KernelRegistry& r) {
   r.add({"", "Conv", 1, 1000, [](KernelContext& c) { cpu::runConv(c, false); }});
-  r.add({"fusectl", "FusedConv", 1, 1000, [](KernelContext& c) { cpu::runConv(c, true); }});
-  // The portable spellings FusedConv[_NoBias][_Add][_<activation>] (epilogue.h).
-  for (bool bias : {true, false})
-    for (bool residual : {false, true})
-      for (cpu::Activation a : cpu::kAllActivations) {
-        std::string name = cpu::fusedVariantName("FusedConv", bias, residual, a);
-        if (name == "FusedConv") continue;
-        r.add({"fusectl", name, 1, 1000, [](KernelContext& c) { cpu::runConv(c, true); }});
-      }
+  // FusedConv and its portable spellings FusedConv[_NoBias][_Add][_<activation>] (epilogue.h).
+  cpu::forEachFusedSpelling("FusedConv", [&r](const std::string& name) {
+    r.add({"fusectl", name, 1, 1000, [](KernelContext& c) { cpu::runConv(c, true); }});
+  });
   r.add({"", "ConvTranspose", 1, 1000, cpu::runConvTranspose});
   r.add({"", "ConvInteger", 10, 1000, cpu::runConvInteger});
   r.add({"", "QLinearConv", 10, 1000, cpu::runQLinearConv});

@@ -84,6 +84,15 @@ inline std::string fusedVariantName(std::string_view base, bool bias, bool resid
   return name;
 }
 
+// Calls fn(name) once for every op name a fused node of `base` can have: `base` itself and each
+// spelling above. Kernels register all of them.
+template <typename Fn>
+void forEachFusedSpelling(std::string_view base, Fn&& fn) {
+  for (bool bias : {true, false})
+    for (bool residual : {false, true})
+      for (Activation a : kAllActivations) fn(fusedVariantName(base, bias, residual, a));
+}
+
 // The bias and residual operands of a fused node. The plain base name has them at inputs 2 and
 // 3, either one omitted; a spelling lists exactly the inputs its function takes, without gaps
 // (an ONNX function cannot take an omitted input), so "..._NoBias_Add" has Z at input 2.

@@ -341,15 +341,10 @@ void runQLinearMatMul(KernelContext& ctx) {
 
 void registerGemmKernels(KernelRegistry& r) {
   r.add({"", "Gemm", 1, 1000, [](KernelContext& c) { cpu::runGemm(c, false); }});
-  r.add({"fusectl", "FusedGemm", 1, 1000, [](KernelContext& c) { cpu::runGemm(c, true); }});
-  // The portable spellings FusedGemm[_NoBias][_Add][_<activation>] (epilogue.h).
-  for (bool bias : {true, false})
-    for (bool residual : {false, true})
-      for (cpu::Activation a : cpu::kAllActivations) {
-        std::string name = cpu::fusedVariantName("FusedGemm", bias, residual, a);
-        if (name == "FusedGemm") continue;
-        r.add({"fusectl", name, 1, 1000, [](KernelContext& c) { cpu::runGemm(c, true); }});
-      }
+  // FusedGemm and its portable spellings FusedGemm[_NoBias][_Add][_<activation>] (epilogue.h).
+  cpu::forEachFusedSpelling("FusedGemm", [&r](const std::string& name) {
+    r.add({"fusectl", name, 1, 1000, [](KernelContext& c) { cpu::runGemm(c, true); }});
+  });
   r.add({"", "MatMul", 1, 1000, cpu::runMatMul});
   r.add({"", "MatMulInteger", 10, 1000, cpu::runMatMulInteger});
   r.add({"", "QLinearMatMul", 10, 1000, cpu::runQLinearMatMul});
