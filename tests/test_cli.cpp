@@ -11,21 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "shell_util.h"
 #include "dump_schema_check.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kSource = FUSECTL_SOURCE_DIR;
+using fusectl::test::shellQuote;
 
-std::string shellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out += "'\\''"; else out += c;
-  }
-  return out + "'";
-}
+const std::string kSource = FUSECTL_SOURCE_DIR;
 
 std::string readFile(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

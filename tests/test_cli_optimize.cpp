@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "shell_util.h"
 #include "dump_schema_check.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/passes/graph_diff.h"
@@ -22,13 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out += "'\\''"; else out += c;
-  }
-  return out + "'";
-}
+using fusectl::test::shellQuote;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -66,7 +61,7 @@ struct Run {
 Run runFusectl(const std::string& args) {
   static Scratch io;
   std::string out = io / "stdout", err = io / "stderr";
-  std::string cmd = "timeout 120 " + quote(FUSECTL_BINARY) + " " + args + " >" + out + " 2>" +
+  std::string cmd = "timeout 120 " + shellQuote(FUSECTL_BINARY) + " " + args + " >" + out + " 2>" +
                     err + " </dev/null";
   int status = std::system(cmd.c_str());
   Run r;
@@ -130,8 +125,8 @@ nlohmann::json withoutTimings(nlohmann::json j) {
 TEST_CASE("optimize writes a loadable model and a complete report", "[cli][optimize]") {
   Scratch tmp;
   spit(tmp / "m.onnxtxt", kFixture);
-  Run r = runFusectl("optimize " + quote(tmp / "m.onnxtxt") + " -o " + quote(tmp / "out.onnx") +
-                  " " + kCleanup + " --report " + quote(tmp / "r.json"));
+  Run r = runFusectl("optimize " + shellQuote(tmp / "m.onnxtxt") + " -o " + shellQuote(tmp / "out.onnx") +
+                  " " + kCleanup + " --report " + shellQuote(tmp / "r.json"));
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(r.out.empty());  // no table unless stdout is a terminal or --table
@@ -178,23 +173,23 @@ TEST_CASE("optimize writes a loadable model and a complete report", "[cli][optim
   CHECK(saw);
 
   // Text output by extension.
-  Run text = runFusectl("optimize " + quote(tmp / "m.onnxtxt") + " -o " + quote(tmp / "o.onnxtxt") +
+  Run text = runFusectl("optimize " + shellQuote(tmp / "m.onnxtxt") + " -o " + shellQuote(tmp / "o.onnxtxt") +
                      " " + kCleanup);
   CHECK(text.code == 0);
   CHECK(slurp(tmp / "o.onnxtxt").find("opt_fixture") != std::string::npos);
-  CHECK(runFusectl("dump " + quote(tmp / "o.onnxtxt")).code == 0);
+  CHECK(runFusectl("dump " + shellQuote(tmp / "o.onnxtxt")).code == 0);
 }
 
 TEST_CASE("optimize refuses to overwrite its input", "[cli][optimize]") {
   Scratch tmp;
   spit(tmp / "m.onnxtxt", kFixture);
-  const std::string model = quote(tmp / "m.onnxtxt");
+  const std::string model = shellQuote(tmp / "m.onnxtxt");
   for (const std::string& args :
        {"optimize " + model + " -o " + model,
-        "optimize " + model + " -o " + quote(tmp.path.string() + "/./m.onnxtxt"),
-        "optimize " + model + " -o " + quote(tmp / "o.onnx") + " --report " + model,
-        "optimize " + model + " -o " + quote(tmp / "o.onnx") + " --report " +
-            quote(tmp / "o.onnx")}) {
+        "optimize " + model + " -o " + shellQuote(tmp.path.string() + "/./m.onnxtxt"),
+        "optimize " + model + " -o " + shellQuote(tmp / "o.onnx") + " --report " + model,
+        "optimize " + model + " -o " + shellQuote(tmp / "o.onnx") + " --report " +
+            shellQuote(tmp / "o.onnx")}) {
     Run r = runFusectl(args);
     INFO(args);
     CHECK(r.code == 2);
@@ -205,21 +200,21 @@ TEST_CASE("optimize refuses to overwrite its input", "[cli][optimize]") {
   CHECK(slurp(tmp / "m.onnxtxt") == kFixture);
   CHECK_FALSE(fs::exists(tmp / "o.onnx"));
 
-  Run missing = runFusectl("optimize " + quote(tmp / "nosuch.onnx") + " -o " + quote(tmp / "x.onnx"));
+  Run missing = runFusectl("optimize " + shellQuote(tmp / "nosuch.onnx") + " -o " + shellQuote(tmp / "x.onnx"));
   CHECK(missing.code == 4);
   CHECK(lines(missing.err) == 1);
   CHECK(missing.err.find("nosuch.onnx: cannot open") != std::string::npos);
   CHECK_FALSE(fs::exists(tmp / "x.onnx"));
 
-  Run nodir = runFusectl("optimize " + model + " -o " + quote(tmp / "x.onnx") + " --report " +
-                         quote(tmp / "no/such/r.json"));
+  Run nodir = runFusectl("optimize " + model + " -o " + shellQuote(tmp / "x.onnx") + " --report " +
+                         shellQuote(tmp / "no/such/r.json"));
   CHECK(nodir.code == 4);
   CHECK(lines(nodir.err) == 1);
   CHECK_FALSE(fs::exists(tmp / "x.onnx"));  // nothing written when the report cannot be
 
-  Run both = runFusectl("optimize " + model + " -o " + quote(tmp / "x.onnx") + " -O1 " + kCleanup);
+  Run both = runFusectl("optimize " + model + " -o " + shellQuote(tmp / "x.onnx") + " -O1 " + kCleanup);
   CHECK(both.code == 2);
-  Run level = runFusectl("optimize " + model + " -o " + quote(tmp / "x.onnx") + " -O7");
+  Run level = runFusectl("optimize " + model + " -o " + shellQuote(tmp / "x.onnx") + " -O7");
   CHECK(level.code == 2);
   CHECK(level.err.find("-O7") != std::string::npos);
   Run no_output = runFusectl("optimize " + model);
@@ -229,15 +224,15 @@ TEST_CASE("optimize refuses to overwrite its input", "[cli][optimize]") {
 TEST_CASE("optimize --expect and --fail-if-unfused gate the fusion sites", "[cli][optimize]") {
   Scratch tmp;
   spit(tmp / "m.onnxtxt", kFixture);
-  const std::string base = "optimize " + quote(tmp / "m.onnxtxt") + " -o " +
-                           quote(tmp / "o.onnx") + " " + kCleanup;
+  const std::string base = "optimize " + shellQuote(tmp / "m.onnxtxt") + " -o " +
+                           shellQuote(tmp / "o.onnx") + " " + kCleanup;
   // eliminate-identity bypasses nodes; it creates no fusion site.
   Run zero = runFusectl(base + " --expect eliminate-identity=0");
   CHECK(zero.code == 0);
   CHECK(zero.err.empty());
 
   fs::remove(tmp / "o.onnx");
-  Run one = runFusectl(base + " --expect eliminate-identity=1 --report " + quote(tmp / "r.json"));
+  Run one = runFusectl(base + " --expect eliminate-identity=1 --report " + shellQuote(tmp / "r.json"));
   CHECK(one.code == 1);
   CHECK(one.err == "fusectl: check failed: --expect eliminate-identity=1: 0 fusion sites\n");
   CHECK(fs::exists(tmp / "o.onnx"));  // the model is right, only less fused than demanded
@@ -257,9 +252,9 @@ TEST_CASE("optimize --expect and --fail-if-unfused gate the fusion sites", "[cli
 
   // A real fusion: Conv -> BatchNormalization folded into one Conv.
   const std::string cbr = std::string(FUSECTL_SOURCE_DIR) + "/testdata/fixtures/conv_bn_relu.onnxtxt";
-  Run folded = runFusectl("optimize " + quote(cbr) + " -o " + quote(tmp / "cbr.onnx") +
+  Run folded = runFusectl("optimize " + shellQuote(cbr) + " -o " + shellQuote(tmp / "cbr.onnx") +
                           " --passes fold-conv-bn --expect fold-conv-bn=1 --expect conv-bn=1 "
-                          "--fail-if-unfused conv-bn --report " + quote(tmp / "cbr.json"));
+                          "--fail-if-unfused conv-bn --report " + shellQuote(tmp / "cbr.json"));
   INFO(folded.err);
   CHECK(folded.code == 0);
   nlohmann::json f = loadJson(tmp / "cbr.json");
@@ -272,11 +267,11 @@ TEST_CASE("optimize --expect and --fail-if-unfused gate the fusion sites", "[cli
   CHECK(f["fusions"][0]["portability"] == "standard");
   CHECK(f["fusions"][0]["activation_bytes_saved"] == 128);  // C: float[1,2,4,4]
   CHECK(f["expectations"].size() == 3);
-  Run two = runFusectl("optimize " + quote(cbr) + " -o " + quote(tmp / "cbr.onnx") +
+  Run two = runFusectl("optimize " + shellQuote(cbr) + " -o " + shellQuote(tmp / "cbr.onnx") +
                        " --passes fold-conv-bn --expect conv-bn=2");
   CHECK(two.code == 1);
   CHECK(two.err == "fusectl: check failed: --expect conv-bn=2: 1 fusion site\n");
-  Run d = runFusectl("diff " + quote(cbr) + " " + quote(tmp / "cbr.onnx"));
+  Run d = runFusectl("diff " + shellQuote(cbr) + " " + shellQuote(tmp / "cbr.onnx"));
   CHECK(d.out.find("fusion sites: 1\n  Conv Conv(N) by fold-conv-bn: fused Conv(C), "
                    "BatchNormalization(N)\n") != std::string::npos);
 
@@ -298,8 +293,8 @@ TEST_CASE("optimize is deterministic and a second run changes nothing", "[cli][o
     INFO(name << " " << level);
     const std::string model = models + name + ".onnx";
     auto opt = [&](const std::string& in, const std::string& out, const std::string& report) {
-      return runFusectl("optimize " + quote(in) + " -o " + quote(tmp / out) + " " + level +
-                     " --report " + quote(tmp / report));
+      return runFusectl("optimize " + shellQuote(in) + " -o " + shellQuote(tmp / out) + " " + level +
+                     " --report " + shellQuote(tmp / report));
     };
     Run a = opt(model, "a.onnx", "a.json");
     INFO(a.err);
@@ -327,8 +322,8 @@ TEST_CASE("optimize is deterministic and a second run changes nothing", "[cli][o
 TEST_CASE("optimize --verify, --table and --quiet", "[cli][optimize]") {
   Scratch tmp;
   const std::string model = std::string(FUSECTL_SOURCE_DIR) + "/testdata/models/resnet_mini.onnx";
-  Run r = runFusectl("optimize " + quote(model) + " -o " + quote(tmp / "o.onnx") +
-                  " -O3 --verify --table --report " + quote(tmp / "r.json"));
+  Run r = runFusectl("optimize " + shellQuote(model) + " -o " + shellQuote(tmp / "o.onnx") +
+                  " -O3 --verify --table --report " + shellQuote(tmp / "r.json"));
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(r.out.find("| Nodes ") != std::string::npos);
@@ -356,15 +351,15 @@ TEST_CASE("optimize --verify, --table and --quiet", "[cli][optimize]") {
   nlohmann::json schema = reportSchema();
   CHECK(fusectl::testing::checkJsonSchema(j, schema, schema) == "");
   // The table is deterministic but for its Time line.
-  Run again = runFusectl("optimize " + quote(model) + " -o " + quote(tmp / "o.onnx") +
+  Run again = runFusectl("optimize " + shellQuote(model) + " -o " + shellQuote(tmp / "o.onnx") +
                       " -O3 --table");
   auto untimed = [](const std::string& s) { return s.substr(0, s.find("\nTime: ")); };
   CHECK(untimed(again.out) == untimed(r.out));
 
   // Zero tolerance: folding BatchNormalization into the weights rounds differently in the last
   // bits, which is drift at atol = rtol = 0: exit 1, and the model is not written.
-  Run drift = runFusectl("optimize " + quote(model) + " -o " + quote(tmp / "drift.onnx") +
-                         " -O3 --verify --atol 0 --rtol 0 --report " + quote(tmp / "d.json"));
+  Run drift = runFusectl("optimize " + shellQuote(model) + " -o " + shellQuote(tmp / "drift.onnx") +
+                         " -O3 --verify --atol 0 --rtol 0 --report " + shellQuote(tmp / "d.json"));
   CHECK(drift.code == 1);
   CHECK(lines(drift.err) == 1);
   CHECK(drift.err.rfind("fusectl: check failed: --verify: output 'output' drifted: ", 0) == 0);
@@ -373,19 +368,19 @@ TEST_CASE("optimize --verify, --table and --quiet", "[cli][optimize]") {
   CHECK(d["verification"]["passed"] == false);
   CHECK(d["output"]["file"] == "");
 
-  Run quiet = runFusectl("optimize " + quote(model) + " -o " + quote(tmp / "q.onnx") + " --quiet");
+  Run quiet = runFusectl("optimize " + shellQuote(model) + " -o " + shellQuote(tmp / "q.onnx") + " --quiet");
   CHECK(quiet.code == 0);
   CHECK(quiet.out.empty());
-  CHECK(runFusectl("optimize " + quote(model) + " -o " + quote(tmp / "q.onnx") +
+  CHECK(runFusectl("optimize " + shellQuote(model) + " -o " + shellQuote(tmp / "q.onnx") +
                 " --quiet --table").code == 2);
-  CHECK(runFusectl("optimize " + quote(model) + " -o " + quote(tmp / "q.onnx") + " --atol 1").code ==
+  CHECK(runFusectl("optimize " + shellQuote(model) + " -o " + shellQuote(tmp / "q.onnx") + " --atol 1").code ==
         2);  // tolerances without --verify
 }
 
 TEST_CASE("diff: a model against itself and against its optimized version", "[cli][optimize]") {
   Scratch tmp;
   spit(tmp / "m.onnxtxt", kFixture);
-  const std::string model = quote(tmp / "m.onnxtxt");
+  const std::string model = shellQuote(tmp / "m.onnxtxt");
   Run self = runFusectl("diff " + model + " " + model);
   CHECK(self.code == 0);
   CHECK(self.out.find("no differences") != std::string::npos);
@@ -393,9 +388,9 @@ TEST_CASE("diff: a model against itself and against its optimized version", "[cl
   REQUIRE(self_json.code == 0);
   CHECK(nlohmann::json::parse(self_json.out)["identical"] == true);
 
-  REQUIRE(runFusectl("optimize " + model + " -o " + quote(tmp / "o.onnx") + " " + kCleanup).code ==
+  REQUIRE(runFusectl("optimize " + model + " -o " + shellQuote(tmp / "o.onnx") + " " + kCleanup).code ==
           0);
-  Run d = runFusectl("diff " + model + " " + quote(tmp / "o.onnx"));
+  Run d = runFusectl("diff " + model + " " + shellQuote(tmp / "o.onnx"));
   CHECK(d.code == 0);
   // Nodes pair up by the values they write: removing Y = Identity(R) hands the name Y to the
   // Relu, so the Relu now matches the Identity that wrote Y, and the old Relu(R) is gone.
@@ -407,7 +402,7 @@ TEST_CASE("diff: a model against itself and against its optimized version", "[cl
   CHECK(d.out.find("  ~ Conv(C): inputs [I1,W,B] -> [X,W,B]") != std::string::npos);
   CHECK(d.out.find("  ~ Conv(C2): inputs [X,W,B2] -> [X,W,B]") != std::string::npos);
   CHECK(d.out.find("  - B2 float[2] (8 B)") != std::string::npos);
-  Run dj = runFusectl("diff --json " + model + " " + quote(tmp / "o.onnx"));
+  Run dj = runFusectl("diff --json " + model + " " + shellQuote(tmp / "o.onnx"));
   REQUIRE(dj.code == 0);
   nlohmann::json j = nlohmann::json::parse(dj.out);
   CHECK(j["schema"] == "fusectl.diff/1");
@@ -418,9 +413,9 @@ TEST_CASE("diff: a model against itself and against its optimized version", "[cl
   CHECK(j["nodes"]["removed"].size() == 2);
   CHECK(j["nodes"]["added"].empty());
   CHECK(j["initializers"]["removed"][0]["name"] == "B2");
-  CHECK(dj.out == runFusectl("diff --json " + model + " " + quote(tmp / "o.onnx")).out);
+  CHECK(dj.out == runFusectl("diff --json " + model + " " + shellQuote(tmp / "o.onnx")).out);
 
-  Run missing = runFusectl("diff " + model + " " + quote(tmp / "nosuch.onnx"));
+  Run missing = runFusectl("diff " + model + " " + shellQuote(tmp / "nosuch.onnx"));
   CHECK(missing.code == 4);
   CHECK(lines(missing.err) == 1);
 }

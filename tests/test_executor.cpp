@@ -14,6 +14,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "shell_util.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/graph/onnx_io.h"
@@ -506,23 +507,8 @@ TEST_CASE("compare: summaries skip NaN and infinity") {
 // .npy, runs `fusectl run --output-dir` and tests/ort_reference.js on them, and compares each
 // output: |fusectl - ort| <= 1e-5 + 1e-4 * |ort| element-wise, and cosine >= 0.99999.
 
-namespace {
-
-std::string shellQuote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string outputStem(const std::string& name) {
-  std::string s;
-  for (char c : name) {
-    s += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
-  }
-  return s;
-}
-
-}  // namespace
+using fusectl::test::shellQuote;
+using fusectl::test::outputFileStem;
 
 TEST_CASE("ort differential: fusectl run matches onnxruntime on testdata/models", "[.][ort]") {
   namespace fs = std::filesystem;
@@ -559,7 +545,7 @@ TEST_CASE("ort differential: fusectl run matches onnxruntime on testdata/models"
       auto model = loadModel(model_path.string(), load);
       std::string input_args, ort_args;
       for (const NamedTensor& in : makeRandomInputs(*model->graph, 1)) {
-        const std::string file = (dir / "in" / (outputStem(in.name) + ".npy")).string();
+        const std::string file = (dir / "in" / (outputFileStem(in.name) + ".npy")).string();
         writeNpy(in.tensor, file);
         input_args += " --input " + shellQuote(in.name + "=" + file);
         ort_args += " " + shellQuote(in.name + "=" + file);
@@ -580,7 +566,7 @@ TEST_CASE("ort differential: fusectl run matches onnxruntime on testdata/models"
       REQUIRE(std::system(run_cmd.c_str()) == 0);
 
       for (const Value* out : model->graph->outputs()) {
-        const std::string stem = outputStem(out->name()) + ".npy";
+        const std::string stem = outputFileStem(out->name()) + ".npy";
         const HostTensor ours = readNpy((dir / "fusectl" / stem).string());
         const HostTensor ref = readNpy((dir / "ort" / stem).string());
         const CompareResult r = compareTensors(ours, ref, tol);

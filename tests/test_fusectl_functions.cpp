@@ -29,6 +29,7 @@
 #include <set>
 #include <sstream>
 
+#include "shell_util.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/compare.h"
@@ -331,15 +332,7 @@ g (float[2] X) => (float[2] Y)
                     Catch::Contains("no portable ONNX function is known for fusectl::FusedSoftmax"));
 }
 
-namespace {
-
-std::string shellQuote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-}  // namespace
+using fusectl::test::shellQuote;
 
 TEST_CASE("fusectl functions run in onnxruntime", "[.][ort][functions]") {
   const char* node_env = std::getenv("FUSECTL_NODE");

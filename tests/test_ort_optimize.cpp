@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "shell_util.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/executor.h"
 #include "fusectl/kernels/npy.h"
@@ -33,18 +34,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string sanitized(const std::string& name) {
-  std::string s;
-  for (char c : name)
-    s += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
-  return s;
-}
+using fusectl::test::shellQuote;
+using fusectl::test::outputFileStem;
 
 std::unique_ptr<Model> loadPlain(const fs::path& p) {
   LoadOptions load;
@@ -61,8 +52,8 @@ double relativeError(const fs::path& actual_dir, const fs::path& expected_dir,
                      const std::vector<std::string>& outputs) {
   double worst = 0;
   for (const std::string& name : outputs) {
-    const HostTensor a = readNpy((actual_dir / (sanitized(name) + ".npy")).string());
-    const HostTensor e = readNpy((expected_dir / (sanitized(name) + ".npy")).string());
+    const HostTensor a = readNpy((actual_dir / (outputFileStem(name) + ".npy")).string());
+    const HostTensor e = readNpy((expected_dir / (outputFileStem(name) + ".npy")).string());
     REQUIRE(a.dims() == e.dims());
     REQUIRE(a.dtype() == DType::Float);
     const float* pa = a.data<float>();
@@ -92,7 +83,7 @@ TEST_CASE("ort optimize: fusectl -O3 beats ORT's node count and matches its accu
   }
   const std::string source = FUSECTL_SOURCE_DIR;
   const std::string fusectl = FUSECTL_BINARY;
-  const std::string env = "FUSECTL_ORT_DIR=" + quoted(ort_dir) + " ";
+  const std::string env = "FUSECTL_ORT_DIR=" + shellQuote(ort_dir) + " ";
   const fs::path work = fs::temp_directory_path() / "fusectl_ort_optimize";
   fs::remove_all(work);
 
@@ -108,15 +99,15 @@ TEST_CASE("ort optimize: fusectl -O3 beats ORT's node count and matches its accu
       fs::create_directories(dir / "in");
       const fs::path ours = dir / "ours.onnx", ours_std = dir / "ours_standard.onnx";
       const fs::path ort_ext = dir / "ort_extended.onnx", ort_all = dir / "ort_all.onnx";
-      const std::string log = " > " + quoted((dir / "log.txt").string()) + " 2>&1";
+      const std::string log = " > " + shellQuote((dir / "log.txt").string()) + " 2>&1";
 
-      sh(quoted(fusectl) + " optimize " + quoted(original.string()) + " -o " + quoted(ours.string()) +
+      sh(shellQuote(fusectl) + " optimize " + shellQuote(original.string()) + " -o " + shellQuote(ours.string()) +
          " -O3 --quiet" + log);
-      sh(quoted(fusectl) + " optimize " + quoted(original.string()) + " -o " +
-         quoted(ours_std.string()) + " -O3 --emit standard --quiet" + log);
+      sh(shellQuote(fusectl) + " optimize " + shellQuote(original.string()) + " -o " +
+         shellQuote(ours_std.string()) + " -O3 --emit standard --quiet" + log);
       for (const auto& [level, out] : {std::pair{"extended", ort_ext}, std::pair{"all", ort_all}})
-        sh(env + quoted(node) + " " + quoted(source + "/tests/ort_optimized_model.js") + " " +
-           quoted(original.string()) + " " + quoted(out.string()) + " " + level + log);
+        sh(env + shellQuote(node) + " " + shellQuote(source + "/tests/ort_optimized_model.js") + " " +
+           shellQuote(original.string()) + " " + shellQuote(out.string()) + " " + level + log);
 
       // ---- structure ----
       auto before = loadPlain(original);
@@ -168,13 +159,13 @@ TEST_CASE("ort optimize: fusectl -O3 beats ORT's node count and matches its accu
       std::vector<std::string> outputs;
       for (const Value* out : before->graph->outputs()) outputs.push_back(out->name());
       for (const NamedTensor& in : makeRandomInputs(*before->graph, 7)) {
-        const std::string file = (dir / "in" / (sanitized(in.name) + ".npy")).string();
+        const std::string file = (dir / "in" / (outputFileStem(in.name) + ".npy")).string();
         writeNpy(in.tensor, file);
-        feeds += " " + quoted(in.name + "=" + file);
+        feeds += " " + shellQuote(in.name + "=" + file);
       }
       auto runOrt = [&](const fs::path& model, const std::string& tag) {
-        sh(env + quoted(node) + " " + quoted(source + "/tests/ort_reference.js") + " " +
-           quoted(model.string()) + " " + quoted((dir / tag).string()) + feeds + log);
+        sh(env + shellQuote(node) + " " + shellQuote(source + "/tests/ort_reference.js") + " " +
+           shellQuote(model.string()) + " " + shellQuote((dir / tag).string()) + feeds + log);
         return dir / tag;
       };
       const fs::path ref = runOrt(original, "original");
@@ -189,10 +180,10 @@ TEST_CASE("ort optimize: fusectl -O3 beats ORT's node count and matches its accu
       CHECK(ours_std_err <= bound);
 
       // ---- fusectl's own verdict ----
-      sh(quoted(fusectl) + " verify " + quoted(original.string()) + " " + quoted(ours.string()) +
+      sh(shellQuote(fusectl) + " verify " + shellQuote(original.string()) + " " + shellQuote(ours.string()) +
          " --runs 3" + log);
-      sh(quoted(fusectl) + " verify " + quoted(original.string()) + " " +
-         quoted(ours_std.string()) + " --runs 3" + log);
+      sh(shellQuote(fusectl) + " verify " + shellQuote(original.string()) + " " +
+         shellQuote(ours_std.string()) + " --runs 3" + log);
     }
   }
   fs::remove_all(work);
