@@ -120,7 +120,20 @@ void AtomicFile::writeAll(const char* data, size_t size) {
     }
     data += put;
     size -= static_cast<size_t>(put);
+    handed_to_kernel_ += static_cast<uint64_t>(put);
   }
+#if defined(__linux__)
+  // Start writing finished parts to disk while the rest is still being serialized, so that
+  // commit()'s fsync waits for the tail only (on the benchmark VM, fsync of a 750 MB model
+  // written in one go took 0.8 s). Best effort: errors surface at fsync.
+  const uint64_t done = handed_to_kernel_;
+  constexpr uint64_t kWritebackStep = 32u << 20;
+  if (done >= writeback_started_ + kWritebackStep) {
+    ::sync_file_range(fd_, static_cast<off64_t>(writeback_started_),
+                      static_cast<off64_t>(done - writeback_started_), SYNC_FILE_RANGE_WRITE);
+    writeback_started_ = done;
+  }
+#endif
 }
 
 void AtomicFile::flush() {

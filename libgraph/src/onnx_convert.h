@@ -77,6 +77,8 @@ class AtomicFile {
   int fd_ = -1;
   std::string pending_;  // small writes are batched
   uint64_t written_ = 0;
+  uint64_t handed_to_kernel_ = 0;   // bytes write() has taken
+  uint64_t writeback_started_ = 0;  // of those, bytes whose writeback has been started
   bool committed_ = false;
 };
 

@@ -50,6 +50,7 @@ void Report::addRejection(NearMiss miss, std::string pass) {
 }
 
 void Report::pruneRejectionsFusedLater() {
+  if (rejections.empty()) return;  // the common case, and a million fusion sites to index
   std::unordered_set<std::string> fused;  // pass, pattern, replaced node label
   for (const FusionSite& f : fusions)
     for (const std::string& n : f.replaced_nodes)

@@ -24,11 +24,11 @@
 #include <algorithm>
 #include <functional>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "fusectl/passes/op_classes.h"
 #include "fusectl/passes/rewriter.h"
+#include "hash_buckets.h"
 #include "pass_factories.h"
 
 namespace fusectl::passes {
@@ -82,13 +82,18 @@ size_t attrHash(const Attribute& a) {
   return h;
 }
 
+// Attribute order does not count, so their hashes are combined by a sum, not a chained mix
+// (sorting them here would cost an allocation per node).
 size_t nodeHash(const Node& n) {
   size_t h = std::hash<std::string>()(n.opType());
   mix(h, std::hash<std::string>()(n.domain()));
   mix(h, n.numOutputs());
   for (const Value* v : n.outputs()) mix(h, v != nullptr);
   for (const Value* v : n.inputs()) mix(h, std::hash<const Value*>()(v));
-  for (const Attribute* a : sortedAttrs(n)) mix(h, attrHash(*a));
+  size_t attrs = 0;
+  for (const Attribute& a : n.attributes())
+    if (!isGraphAttr(a)) attrs += attrHash(a);
+  mix(h, attrs);
   return h;
 }
 
@@ -119,20 +124,14 @@ class EliminateCommonSubexpressionsPass : public Pass {
 
   bool run(Graph& graph, PassContext& ctx) override {
     Rewriter rw(graph, ctx);
-    std::unordered_map<size_t, std::vector<Node*>> kept;  // hash -> nodes seen
+    HashBuckets<Node> kept(graph.numNodes());
     size_t merged = 0;
     for (Node* n : graph.nodesSnapshot()) {
       if (rw.erased(n) || n->numOutputs() == 0) continue;
-      std::vector<Node*>& bucket = kept[nodeHash(*n)];
-      Node* same = nullptr;
-      for (Node* k : bucket) {
-        if (sameComputation(*k, *n)) {
-          same = k;
-          break;
-        }
-      }
+      const size_t hash = nodeHash(*n);
+      Node* same = kept.find(hash, [&](const Node* k) { return sameComputation(*k, *n); });
       if (!same) {
-        bucket.push_back(n);
+        kept.insert(hash, n);
         continue;
       }
       std::string why;
