@@ -9,6 +9,35 @@
 
 namespace fusectl::passes {
 
+size_t Rewriter::NodeSet::home(const Node* n) const {
+  // Pool-allocated nodes sit at regular strides: multiply to spread the low bits.
+  const uint64_t x = reinterpret_cast<uintptr_t>(n) * 0x9e3779b97f4a7c15ULL;
+  return static_cast<size_t>(x >> 24) & (slots_.size() - 1);
+}
+
+bool Rewriter::NodeSet::contains(const Node* n) const {
+  if (slots_.empty()) return false;
+  for (size_t i = home(n);; i = (i + 1) & (slots_.size() - 1)) {
+    if (slots_[i] == n) return true;
+    if (!slots_[i]) return false;
+  }
+}
+
+void Rewriter::NodeSet::insert(const Node* n) {
+  if (2 * (size_ + 1) > slots_.size()) {
+    std::vector<const Node*> old(std::max<size_t>(64, 2 * slots_.size()), nullptr);
+    old.swap(slots_);
+    size_ = 0;
+    for (const Node* p : old)
+      if (p) insert(p);
+  }
+  size_t i = home(n);
+  for (; slots_[i]; i = (i + 1) & (slots_.size() - 1))
+    if (slots_[i] == n) return;
+  slots_[i] = n;
+  ++size_;
+}
+
 bool Rewriter::stillValid(const Match& m) const {
   for (Node* n : m.nodes())
     if (!n || erased(n)) return false;
@@ -120,7 +149,7 @@ void Rewriter::commitFusion(const std::string& pattern, const Match& m, Value* r
   };
   std::vector<Before> before;
   for (Node* n : m.nodes()) {
-    if (!n || n == replacement) continue;
+    if (!n) continue;
     uint64_t bytes = 0;
     for (Value* v : n->outputs())
       if (v != replaced_output) bytes += staticBytes(v);
@@ -138,7 +167,9 @@ void Rewriter::commitFusion(const std::string& pattern, const Match& m, Value* r
   site.pass = ctx_.currentPass();
   site.pattern = pattern;
   for (const Before& b : before) {
-    if (!erased(b.node)) continue;
+    // A node rewritten in place (the replacement is one of the matched nodes) counts as
+    // replaced: its output now carries the match's result.
+    if (!erased(b.node) && b.node != replacement) continue;
     site.replaced_nodes.push_back(b.label);
     site.activation_bytes_saved += b.internal_bytes;
   }

@@ -6,9 +6,9 @@
 // node's doc string lists the nodes it replaced).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "fusectl/graph/graph.h"
@@ -27,7 +27,7 @@ class Rewriter {
   // True when none of the match's nodes was erased in this sweep. (applyPattern also re-runs
   // the match at its root before rewriting, so in-place edits by earlier rewrites are seen.)
   bool stillValid(const Match& m) const;
-  bool erased(const Node* n) const { return erased_.count(n) != 0; }
+  bool erased(const Node* n) const { return erased_.contains(n); }
 
   Node* createNode(Graph::NodeSpec spec, Node* position = nullptr);
   Value* addConstant(const std::string& name_hint, Tensor t);  // a new initializer
@@ -42,7 +42,8 @@ class Rewriter {
   // being a graph output while its input is a graph input, for instance, must not be bypassed).
   void bypass(Node* n, size_t input = 0);
 
-  // Replaces the matched nodes by `replacement` (already created): moves it right before the
+  // Replaces the matched nodes by `replacement` (a new node, or one of the matched nodes edited
+  // in place, which then counts as replaced but stays): moves it right before the
   // producer of `replaced_output` (a value produced by the match) so the order stays
   // topological, rewires that value's readers to the replacement's output 0, erases what became
   // dead, stamps the replacement's doc string with the replaced node labels, and reports the
@@ -54,9 +55,22 @@ class Rewriter {
   void reject(const NearMiss& miss) { ctx_.report().addRejection(miss, ctx_.currentPass()); }
 
  private:
+  // Nodes erased in this sweep: an open-addressing set of pointers (a fold erases a few nodes
+  // per site, and std::unordered_set's node per entry was a visible cost at a million sites).
+  class NodeSet {
+   public:
+    bool contains(const Node* n) const;
+    void insert(const Node* n);
+
+   private:
+    size_t home(const Node* n) const;
+    std::vector<const Node*> slots_;
+    size_t size_ = 0;
+  };
+
   Graph& graph_;
   PassContext& ctx_;
-  std::unordered_set<const Node*> erased_;
+  NodeSet erased_;
 };
 
 // Why bypassing `n` (its output 0 replaced by its input `input`) would change the graph's
