@@ -712,6 +712,38 @@ bool matchAt(const Graph& g, const Pattern& p, Node* anchor, Match& match, NearM
   return true;
 }
 
+std::vector<Node*> patternAnchors(const Graph& g, const Pattern& p) {
+  std::vector<Node*> out;
+  if (p.nodes.empty()) return out;
+  const PatternNode& root = p.nodes[p.root];
+  if (root.op_types.empty()) {
+    for (Node* n : g.nodes())
+      if (root.matchesOp(*n)) out.push_back(n);
+  } else {
+    for (const std::string& op : root.op_types)
+      for (Node* n : g.nodesOfType(op, root.domain)) out.push_back(n);
+  }
+  return out;
+}
+
+AnchorMatcher::AnchorMatcher(const Pattern& p) : pattern_(p) {
+  if (!p.nodes.empty()) plan_ = searchPlan(p);
+}
+
+bool AnchorMatcher::match(const Graph& g, Node* anchor, const MatchOptions& options,
+                          Match& match, NearMiss* miss, bool* missed) const {
+  if (missed) *missed = false;
+  if (pattern_.nodes.empty() || !anchor) return false;
+  const bool explain = options.explain && miss;
+  Matcher m(g, pattern_, plan_, explain);
+  if (m.run(anchor, match, explain ? miss : nullptr)) {
+    match.bindNames(&pattern_.nodes);
+    return true;
+  }
+  if (explain && missed) *missed = options.report_structural || m.constraintFailure();
+  return false;
+}
+
 MatchResult matchPattern(const Graph& g, const Pattern& p, const MatchOptions& options) {
   MatchResult r;
   if (p.nodes.empty()) return r;

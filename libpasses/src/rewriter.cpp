@@ -190,29 +190,32 @@ size_t applyPattern(Graph& graph, PassContext& ctx, const Pattern& pattern,
                     const std::function<bool(Rewriter&, const Match&)>& rewrite) {
   MatchOptions options;
   options.explain = ctx.explain();
-  MatchResult found = matchPattern(graph, pattern, options);
-  ctx.count("candidates", static_cast<int64_t>(found.candidates));
-  ctx.count("matches", static_cast<int64_t>(found.matches.size()));
-  for (NearMiss& miss : found.near_misses) ctx.report().addRejection(std::move(miss),
-                                                                     ctx.currentPass());
+  const std::vector<Node*> anchors = patternAnchors(graph, pattern);
+  const AnchorMatcher matcher(pattern);
+  ctx.count("candidates", static_cast<int64_t>(anchors.size()));
   Rewriter rw(graph, ctx);
+  size_t matches = 0;
   size_t rewrites = 0;
-  for (const Match& m : found.matches) {
-    if (!rw.stillValid(m)) {
+  for (Node* anchor : anchors) {
+    if (rw.erased(anchor)) {
       ctx.count("skipped_overlap");
       continue;
     }
-    Match fresh;
-    if (!matchAt(graph, pattern, m.root(), fresh, nullptr)) {
-      ctx.count("skipped_overlap");
+    Match m;
+    NearMiss miss;
+    bool missed = false;
+    if (!matcher.match(graph, anchor, options, m, options.explain ? &miss : nullptr, &missed)) {
+      if (missed) ctx.report().addRejection(std::move(miss), ctx.currentPass());
       continue;
     }
+    ++matches;
     if (!ctx.allowRewrite()) {
       ctx.count("skipped_max_rewrites");
       break;
     }
-    if (rewrite(rw, fresh)) ++rewrites;
+    if (rewrite(rw, m)) ++rewrites;
   }
+  ctx.count("matches", static_cast<int64_t>(matches));
   ctx.count("rewrites", static_cast<int64_t>(rewrites));
   return rewrites;
 }

@@ -113,6 +113,25 @@ MatchResult matchPattern(const Graph& g, const Pattern& p, const MatchOptions& o
 // Tries one anchor: fills `match` and returns "" on success, else sets `miss`.
 bool matchAt(const Graph& g, const Pattern& p, Node* anchor, Match& match, NearMiss* miss);
 
+// The nodes matchPattern tries as the root, in the same order (op-type index order), as a
+// snapshot: a driver that rewrites while it walks them visits none of the nodes it creates.
+std::vector<Node*> patternAnchors(const Graph& g, const Pattern& p);
+
+// matchAt for many anchors of one pattern: the search plan is computed once.
+class AnchorMatcher {
+ public:
+  explicit AnchorMatcher(const Pattern& p);
+  // Returns true and fills `match`, or returns false and, when `miss` is given and the failure
+  // is a near miss under `options` (any failure, or with report_structural false only a failed
+  // constraint), fills `miss` and sets *missed.
+  bool match(const Graph& g, Node* anchor, const MatchOptions& options, Match& match,
+             NearMiss* miss, bool* missed) const;
+
+ private:
+  const Pattern& pattern_;
+  std::vector<size_t> plan_;
+};
+
 // Reusable constraints. Each returns "" when it holds.
 namespace constraints {
 // The capture's output `output` is read by exactly one node (once or more) and is not a graph
