@@ -2,8 +2,10 @@
 # `fusectl optimize -O2` on synthetic Conv-BatchNormalization-Relu-Add chains: wall time and
 # peak RSS of the whole command (load, pipeline, save), one process per run.
 # Usage: bench/run_optimize_bench.sh [BUILD_DIR] [SIZES...]   (default sizes: 10000 100000 1000000)
-# Each size: median of REPEAT runs (default 3) by wall time, one JSON line on stdout, e.g.
-#   {"nodes": 100000, "level": "-O2", "report": false, "wall_s": 1.92, "peak_rss_mib": 310}
+# Each size: the median of REPEAT runs (default 3) by wall time, one JSON line on stdout, with
+# that run's phases (from the --table timing line) and the fastest and slowest wall times, e.g.
+#   {"nodes": 100000, "level": "-O2", "report": false, "wall_s": 0.81, "load_s": 0.25,
+#    "passes_s": 0.30, "save_s": 0.19, "peak_rss_mib": 336, "wall_min_s": 0.78, "wall_max_s": 1.4}
 # LEVEL=-O3 changes the level; REPORT=1 adds --report (rejection reasons and SHA-256 hashes
 # included in the time). With ORT=1 (and onnxruntime-node in FUSECTL_ORT_DIR, default
 # BUILD_DIR/ort) each size also gets a line from bench/ort_session.js: ORT's session creation
@@ -27,15 +29,24 @@ for n in "${sizes[@]}"; do
   report=()
   [ "${REPORT:-0}" = 1 ] && report=(--report "$work/synthetic_${n}.report.json")
   for ((r = 0; r < repeat; r++)); do
-    # GNU time -f: %e wall seconds, %M peak resident set in KiB.
+    # GNU time -f: %e wall seconds, %M peak resident set in KiB. The table's last line gives
+    # the phases: "Time: T ms (load L, passes P, save S)".
     /usr/bin/time -f '%e %M' -o "$work/time.txt" \
-      "$fusectl" optimize "$model" -o "$out" "$level" "${report[@]}" --quiet
+      "$fusectl" optimize "$model" -o "$out" "$level" "${report[@]}" --table >"$work/table.txt"
     read -r wall rss_kib <"$work/time.txt"
-    printf '%s {"nodes": %s, "level": "%s", "report": %s, "wall_s": %s, "peak_rss_mib": %s}\n' \
+    phases=$(sed -n 's/^Time: [0-9.]* ms (load \([0-9.]*\), passes \([0-9.]*\).*save \([0-9.]*\))$/\1 \2 \3/p' \
+      "$work/table.txt")
+    read -r load_ms passes_ms save_ms <<<"$phases"
+    printf '%s {"nodes": %s, "level": "%s", "report": %s, "wall_s": %s, "load_s": %.2f, "passes_s": %.2f, "save_s": %.2f, "peak_rss_mib": %s}\n' \
       "$wall" "$n" "$level" "$([ ${#report[@]} -gt 0 ] && echo true || echo false)" "$wall" \
-      "$((rss_kib / 1024))"
-  done | sort -n | awk -v r="$repeat" '{ a[NR] = $0 } END { line = a[int((r + 1) / 2)]; sub(/^[^ ]+ /, "", line); print line }'
-  rm -f "$out" "$work/synthetic_${n}.report.json" "$work/time.txt"
+      "$(awk -v x="$load_ms" 'BEGIN { print x / 1000 }')" \
+      "$(awk -v x="$passes_ms" 'BEGIN { print x / 1000 }')" \
+      "$(awk -v x="$save_ms" 'BEGIN { print x / 1000 }')" "$((rss_kib / 1024))"
+  done | sort -n | awk -v r="$repeat" '{ a[NR] = $0 } END {
+    line = a[int((r + 1) / 2)]; sub(/^[^ ]+ /, "", line)
+    lo = a[1]; sub(/ .*/, "", lo); hi = a[NR]; sub(/ .*/, "", hi)
+    sub(/}$/, ", \"wall_min_s\": " lo ", \"wall_max_s\": " hi "}", line); print line }'
+  rm -f "$out" "$work/synthetic_${n}.report.json" "$work/time.txt" "$work/table.txt"
   if [ "${ORT:-0}" = 1 ]; then
     FUSECTL_ORT_DIR=${FUSECTL_ORT_DIR:-$build/ort} node bench/ort_session.js "$model" \
       --level all --repeat "$repeat"

@@ -57,10 +57,10 @@ class Attribute {
 
   std::string name;
   AttrKind kind = AttrKind::Undefined;
-  std::string doc_string;
+  RareString doc_string;
   // Set in function bodies: the attribute takes the value of the function's attribute of this
   // name. Kept only for round trips.
-  std::string ref_attr_name;
+  RareString ref_attr_name;
 
   float f = 0.f;
   int64_t i = 0;

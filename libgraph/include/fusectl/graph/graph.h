@@ -25,6 +25,7 @@
 #include "fusectl/graph/attribute.h"
 #include "fusectl/graph/dtype.h"
 #include "fusectl/graph/name_table.h"
+#include "fusectl/graph/rare_string.h"
 #include "fusectl/graph/shape.h"
 #include "fusectl/graph/tensor.h"
 
@@ -38,7 +39,7 @@ struct ValueType {
   Shape shape;  // unknown rank by default
   // Non-tensor types (sequence, map, optional, sparse tensor) are kept as a serialized
   // onnx.TypeProto; empty for tensors.
-  std::string opaque_type_proto;
+  RareString opaque_type_proto;
   bool isTensor() const { return opaque_type_proto.empty(); }
   bool operator==(const ValueType& o) const {
     return dtype == o.dtype && shape == o.shape && opaque_type_proto == o.opaque_type_proto;
@@ -85,25 +86,26 @@ class Value {
   const Shape& shape() const { return type.shape; }
 
   ValueType type;
-  std::string doc_string;
+  RareString doc_string;
 
  private:
   friend class Graph;
   friend class Node;
   Value() = default;
 
+  // Small members packed together: a million-node graph has a few million Values.
   std::string name_;
-  Kind kind_ = Kind::NodeOutput;
   Graph* graph_ = nullptr;
   Node* producer_ = nullptr;
-  int producer_output_ = -1;
   std::vector<Use> uses_;
   std::shared_ptr<Tensor> initializer_;
   Value* outer_ = nullptr;
-  bool is_graph_input_ = false;
+  int32_t producer_output_ = -1;
   uint32_t graph_output_count_ = 0;
-  size_t slot_ = 0;        // index in Graph::values_, for O(1) removal
-  size_t init_index_ = 0;  // index in Graph::initializers_, for initializers
+  uint32_t slot_ = 0;        // index in Graph::values_, for O(1) removal
+  uint32_t init_index_ = 0;  // index in Graph::initializers_, for initializers
+  Kind kind_ = Kind::NodeOutput;
+  bool is_graph_input_ = false;
 };
 
 class Node {
@@ -145,7 +147,7 @@ class Node {
   Node* next() const { return next_; }
   Node* prev() const { return prev_; }
 
-  std::string doc_string;
+  RareString doc_string;
 
  private:
   friend class Graph;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fusectl/graph/dtype.h"
+#include "fusectl/graph/rare_string.h"
 
 namespace fusectl {
 
@@ -79,7 +80,7 @@ class Tensor {
   double valueAsDouble(int64_t index) const;
   int64_t valueAsInt64(int64_t index) const;
 
-  std::string doc_string;
+  RareString doc_string;
 
  private:
   DType dtype_ = DType::Undefined;

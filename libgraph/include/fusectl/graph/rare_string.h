@@ -1,0 +1,86 @@
+// RareString: a string member that is empty on almost every object that has it.
+//
+// Doc strings of nodes, values, tensors and attributes, attribute references and serialized
+// non-tensor types are set on a handful of objects in a model, but a std::string member costs 32
+// bytes on every one of them: 200 MB on a million-node graph, and on the machines we measure,
+// fresh memory is the largest cost of loading a large model (bench/README.md). A RareString is
+// one pointer, null when empty. It reads as a const std::string& wherever one is expected.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace fusectl {
+
+class RareString {
+ public:
+  RareString() = default;
+  RareString(std::string s) { assign(std::move(s)); }  // NOLINT: implicit, like std::string
+  RareString(const char* s) : RareString(std::string(s)) {}  // NOLINT
+  RareString(const RareString& o)
+      : text_(o.text_ ? std::make_unique<std::string>(*o.text_) : nullptr) {}
+  RareString(RareString&&) noexcept = default;
+  RareString& operator=(const RareString& o) {
+    if (this != &o) text_ = o.text_ ? std::make_unique<std::string>(*o.text_) : nullptr;
+    return *this;
+  }
+  RareString& operator=(RareString&&) noexcept = default;
+  RareString& operator=(std::string s) {
+    assign(std::move(s));
+    return *this;
+  }
+  RareString& operator=(const char* s) { return *this = std::string(s); }
+
+  const std::string& str() const { return text_ ? *text_ : emptyString(); }
+  operator const std::string&() const { return str(); }  // NOLINT: reads as a string
+  operator std::string_view() const { return str(); }    // NOLINT
+  bool empty() const { return !text_; }
+  size_t size() const { return str().size(); }
+  const char* c_str() const { return str().c_str(); }
+  void clear() { text_.reset(); }
+  // Exchanges contents with a std::string (an importer moving a parsed string in).
+  void swap(std::string& s) {
+    std::string mine = text_ ? std::move(*text_) : std::string();
+    assign(std::move(s));
+    s = std::move(mine);
+  }
+  RareString& operator+=(std::string_view s) {
+    if (!s.empty()) {
+      if (!text_) text_ = std::make_unique<std::string>();
+      text_->append(s);
+    }
+    return *this;
+  }
+
+  friend bool operator==(const RareString& a, const RareString& b) { return a.str() == b.str(); }
+  friend bool operator!=(const RareString& a, const RareString& b) { return !(a == b); }
+  friend bool operator==(const RareString& a, std::string_view b) { return a.str() == b; }
+  friend bool operator!=(const RareString& a, std::string_view b) { return a.str() != b; }
+  friend bool operator==(std::string_view a, const RareString& b) { return a == b.str(); }
+  friend bool operator!=(std::string_view a, const RareString& b) { return a != b.str(); }
+  friend std::string operator+(const RareString& a, std::string_view b) {
+    return a.str() + std::string(b);
+  }
+  friend std::string operator+(std::string_view a, const RareString& b) {
+    return std::string(a) + b.str();
+  }
+
+ private:
+  void assign(std::string s) {
+    if (s.empty()) {
+      text_.reset();
+    } else {
+      text_ = std::make_unique<std::string>(std::move(s));
+    }
+  }
+  static const std::string& emptyString() {
+    static const std::string empty;
+    return empty;
+  }
+  std::unique_ptr<std::string> text_;  // null when empty
+};
+
+}  // namespace fusectl
