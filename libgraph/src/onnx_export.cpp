@@ -1,10 +1,15 @@
 // fusectl::Model -> ONNX ModelProto bytes, deterministic and without copying weights.
 //
-// The main graph is serialized by hand, field by field in field-number order (exactly what
-// protobuf itself emits), so that initializer bytes go from their Buffers straight into the
-// output file: a ModelProto holding copies of every weight would double peak memory. Nodes
-// are serialized one at a time through a reused NodeProto. Everything else (subgraphs, value
-// infos, small messages) goes through protobuf with deterministic serialization.
+// The main graph is encoded by hand from the IR, field by field in field-number order (exactly
+// what protobuf's serializer emits for the same message), and streamed through one small buffer:
+// initializer bytes are read from their Buffers as the file is written, and neither a ModelProto
+// holding copies of every weight nor the graph's serialized bytes are ever held in memory. The
+// graph's length prefix comes first, so the graph is measured in one pass and written in a
+// second. Hand encoding covers the messages a million-node graph has millions of: nodes,
+// attributes holding numbers, strings and lists of them, tensor value infos and initializer
+// headers. Everything rarer (tensor, graph, sparse and type attributes, non-tensor types, string
+// tensors, external data, subgraphs, model fields) goes through protobuf with deterministic
+// serialization.
 //
 // External data: tensors of at least SaveOptions::size_threshold bytes go to one data file
 // beside the model, each at an offset aligned to 64 bytes (4096 for tensors of a page or more,
@@ -16,6 +21,9 @@
 
 #include <climits>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -65,7 +73,32 @@ namespace {
 
 using google::protobuf::MessageLite;
 
-constexpr int kLengthDelimited = 2;
+// ---------------------------------------------------------------------------------------------
+// Protobuf's wire format
+
+enum WireType : uint32_t { kVarint = 0, kLengthDelimited = 2, kFixed32 = 5 };
+
+constexpr uint64_t tagOf(int field, WireType type) {
+  return static_cast<uint64_t>(field) << 3 | type;
+}
+
+size_t varintSize(uint64_t v) {
+  // 7 payload bits per byte; `| 1` gives 0 its one byte.
+  return static_cast<size_t>((63 - __builtin_clzll(v | 1)) / 7 + 1);
+}
+
+// Protobuf sign-extends int32 and enum values to 64 bits: a negative one takes ten bytes.
+uint64_t int32OnWire(int32_t v) { return static_cast<uint64_t>(static_cast<int64_t>(v)); }
+
+size_t varintFieldSize(int field, uint64_t v) {
+  return varintSize(tagOf(field, kVarint)) + varintSize(v);
+}
+
+size_t fixed32FieldSize(int field) { return varintSize(tagOf(field, kFixed32)) + 4; }
+
+size_t lengthDelimitedFieldSize(int field, uint64_t payload) {
+  return varintSize(tagOf(field, kLengthDelimited)) + varintSize(payload) + payload;
+}
 
 void appendVarint(std::string& out, uint64_t v) {
   while (v >= 0x80) {
@@ -75,22 +108,11 @@ void appendVarint(std::string& out, uint64_t v) {
   out.push_back(static_cast<char>(v));
 }
 
-size_t varintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
+void appendTag(std::string& out, int field) { appendVarint(out, tagOf(field, kLengthDelimited)); }
 
-void appendTag(std::string& out, int field) {
-  appendVarint(out, static_cast<uint64_t>(field) << 3 | kLengthDelimited);
-}
-
-// Appends the message's bytes, without tag or length; `size` is its ByteSizeLong(), which
-// also caches the sizes of nested messages for the serializer.
-void appendSerialized(std::string& out, const MessageLite& m, size_t size) {
+// Appends the message's bytes, without tag or length.
+void appendMessage(std::string& out, const MessageLite& m) {
+  size_t size = m.ByteSizeLong();  // also caches nested sizes for the serializer
   size_t at = out.size();
   out.resize(at + size);
   google::protobuf::io::ArrayOutputStream array(out.data() + at, static_cast<int>(size));
@@ -99,26 +121,23 @@ void appendSerialized(std::string& out, const MessageLite& m, size_t size) {
   m.SerializeWithCachedSizes(&coded);
 }
 
-void appendMessage(std::string& out, const MessageLite& m) {
-  appendSerialized(out, m, m.ByteSizeLong());
-}
-
-// Appends `m` as embedded-message field `field`.
-void appendField(std::string& out, int field, const MessageLite& m) {
-  size_t size = m.ByteSizeLong();
-  appendTag(out, field);
-  appendVarint(out, size);
-  appendSerialized(out, m, size);
+std::string serializedBytes(const MessageLite& m) {
+  std::string out;
+  appendMessage(out, m);
+  return out;
 }
 
 struct Sink {
   virtual ~Sink() = default;
+  // Called once, before the first write, with the number of bytes that will follow.
+  virtual void expect(uint64_t total) {}
   virtual void write(const void* data, size_t size) = 0;
 };
 
 struct StringSink : Sink {
   std::string& out;
   explicit StringSink(std::string& o) : out(o) {}
+  void expect(uint64_t total) override { out.reserve(out.size() + total); }
   void write(const void* data, size_t size) override {
     out.append(static_cast<const char*>(data), size);
   }
@@ -130,31 +149,79 @@ struct FileSink : Sink {
   void write(const void* data, size_t size) override { file.write(data, size); }
 };
 
-// Serialized bytes interleaved with weight bytes that stay where they are.
-struct Chunks {
-  struct Borrowed {
-    size_t at;  // position in `bytes` the borrowed bytes come before
-    const uint8_t* data;
-    size_t size;
-  };
-  std::string bytes;
-  std::vector<Borrowed> borrowed;
-  uint64_t borrowed_total = 0;
+// Bytes to a Sink through one reused buffer: a big graph is millions of small fields, too many
+// for a sink call each, and a whole serialized graph held in memory would be hundreds of
+// megabytes of fresh pages.
+class Writer {
+ public:
+  explicit Writer(Sink& sink)
+      : sink_(sink),
+        buffer_(new char[kBufferSize]),
+        pos_(buffer_.get()),
+        end_(buffer_.get() + kBufferSize) {}
 
-  uint64_t size() const { return bytes.size() + borrowed_total; }
-  void borrow(const uint8_t* data, size_t size) {
-    borrowed.push_back({bytes.size(), data, size});
-    borrowed_total += size;
-  }
-  void writeTo(Sink& sink) const {
-    size_t done = 0;
-    for (const Borrowed& b : borrowed) {
-      sink.write(bytes.data() + done, b.at - done);
-      sink.write(b.data, b.size);
-      done = b.at;
+  void varint(uint64_t v) {
+    if (end_ - pos_ < kMaxVarintSize) flush();
+    while (v >= 0x80) {
+      *pos_++ = static_cast<char>((v & 0x7f) | 0x80);
+      v >>= 7;
     }
-    sink.write(bytes.data() + done, bytes.size() - done);
+    *pos_++ = static_cast<char>(v);
   }
+
+  void tag(int field, WireType type) { varint(tagOf(field, type)); }
+
+  // Bit for bit (NaN payloads too), little-endian whatever the host.
+  void fixed32(float f) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    if (end_ - pos_ < 4) flush();
+    for (int shift = 0; shift < 32; shift += 8) *pos_++ = static_cast<char>(bits >> shift);
+  }
+
+  void bytes(const void* data, size_t size) {
+    if (size == 0) return;
+    if (size > static_cast<size_t>(end_ - pos_)) {
+      flush();
+      if (size >= kBufferSize) {  // a big weight goes straight from its tensor
+        sink_.write(data, size);
+        flushed_ += size;
+        return;
+      }
+    }
+    std::memcpy(pos_, data, size);
+    pos_ += size;
+  }
+
+  void lengthDelimited(int field, uint64_t size) {
+    tag(field, kLengthDelimited);
+    varint(size);
+  }
+
+  void stringField(int field, const std::string& s) {
+    lengthDelimited(field, s.size());
+    bytes(s.data(), s.size());
+  }
+
+  void flush() {
+    size_t pending = static_cast<size_t>(pos_ - buffer_.get());
+    if (pending == 0) return;
+    sink_.write(buffer_.get(), pending);
+    flushed_ += pending;
+    pos_ = buffer_.get();
+  }
+
+  uint64_t written() const { return flushed_ + static_cast<uint64_t>(pos_ - buffer_.get()); }
+
+ private:
+  // AtomicFile passes writes of 1 MiB and more to the kernel without copying them.
+  static constexpr size_t kBufferSize = 1 << 20;
+  static constexpr ptrdiff_t kMaxVarintSize = 10;
+  Sink& sink_;
+  std::unique_ptr<char[]> buffer_;
+  char* pos_;
+  char* end_;
+  uint64_t flushed_ = 0;
 };
 
 void setTensorHeader(const Tensor& t, const std::string& name, onnx::TensorProto* out) {
@@ -198,16 +265,19 @@ void exportGraphSignature(const Graph& g, onnx::GraphProto* out) {
   for (const Value* v : g.outputs()) exportValueInfo(*v, out->add_output());
 }
 
-// Intermediate values worth a value_info entry: a known type or a doc string.
+// A node output worth a value_info entry: an intermediate value with a known type or a doc
+// string.
+bool wantsValueInfo(const Value* v) {
+  if (!v || v->isGraphOutput()) return false;
+  bool typed = v->type.dtype != DType::Undefined || !v->type.isTensor();
+  return typed || !v->doc_string.empty();
+}
+
 template <typename Fn>
 void forEachValueInfo(const Graph& g, Fn&& fn) {
-  for (const Node* n : g.nodes()) {
-    for (const Value* v : n->outputs()) {
-      if (!v || v->isGraphOutput()) continue;
-      bool typed = v->type.dtype != DType::Undefined || !v->type.isTensor();
-      if (typed || !v->doc_string.empty()) fn(*v);
-    }
-  }
+  for (const Node* n : g.nodes())
+    for (const Value* v : n->outputs())
+      if (wantsValueInfo(v)) fn(*v);
 }
 
 void exportGraphAnnotations(const Graph& g, onnx::GraphProto* out) {
@@ -242,68 +312,329 @@ void exportModelTail(const Model& m, onnx::ModelProto* out) {
   for (const std::string& f : m.functions) out->add_functions()->ParseFromString(f);
 }
 
-// The main graph's GraphProto bytes, initializer data borrowed from the tensors.
-Chunks serializeMainGraph(const Graph& g, const ExportOptions& options) {
-  Chunks c;
-  // Rough serialized sizes of a node and an initializer header: growing a string of hundreds
-  // of megabytes by doubling would copy it several times.
-  c.bytes.reserve(g.numNodes() * 96 + g.initializers().size() * 48 + 4096);
-  onnx::NodeProto node;
-  for (const Node* n : g.nodes()) {
-    node.Clear();
-    exportNode(*n, &node, options);
-    appendField(c.bytes, 1, node);
+// ---------------------------------------------------------------------------------------------
+// The main graph, encoded by hand
+//
+// Every message below is written exactly as protobuf's serializer writes the message the
+// export* functions above fill: fields in field-number order; an optional field present
+// whenever its setter is called, zero and empty values included (onnx.proto is proto2);
+// repeated scalars unpacked (proto2 packs only fields marked [packed = true]).
+
+// Kinds whose AttributeProto is encoded by hand; the rest (tensors, graphs, sparse tensors,
+// type protos) go through exportAttribute().
+bool isHandEncodedAttribute(const Attribute& a) {
+  if (!a.ref_attr_name.empty()) return true;  // a reference carries no value
+  switch (a.kind) {
+    case AttrKind::Undefined:
+    case AttrKind::Float:
+    case AttrKind::Int:
+    case AttrKind::String:
+    case AttrKind::Floats:
+    case AttrKind::Ints:
+    case AttrKind::Strings: return true;
+    default: return false;
   }
-  if (!g.name.empty()) {
-    appendTag(c.bytes, 2);
-    appendVarint(c.bytes, g.name.size());
-    c.bytes.append(g.name);
-  }
-  onnx::TensorProto head;
-  onnx::TensorProto tail;
-  for (const Value* v : g.initializers()) {
-    const Tensor& t = *v->initializer();
-    if (t.dtype() == DType::String || (options.external && options.external->wants(t))) {
-      onnx::TensorProto full;
-      exportTensorWith(t, v->name(), &full, options);
-      appendField(c.bytes, 5, full);
-      continue;
-    }
-    // TensorProto fields: dims(1) data_type(2) name(8) | raw_data(9) | doc_string(12).
-    head.Clear();
-    tail.Clear();
-    for (int64_t d : t.dims()) head.add_dims(d);
-    head.set_data_type(static_cast<int32_t>(t.dtype()));
-    head.set_name(v->name());
-    if (!t.doc_string.empty()) tail.set_doc_string(t.doc_string);
-    size_t raw = t.byteSize();
-    size_t head_size = head.ByteSizeLong();
-    size_t tail_size = tail.ByteSizeLong();
-    appendTag(c.bytes, 5);
-    appendVarint(c.bytes, head_size + 1 + varintSize(raw) + raw + tail_size);
-    appendSerialized(c.bytes, head, head_size);
-    appendTag(c.bytes, 9);
-    appendVarint(c.bytes, raw);
-    if (raw > 0) c.borrow(t.bytes(), raw);
-    appendSerialized(c.bytes, tail, tail_size);
-  }
-  // doc_string(10) input(11) output(12) | value_info(13), one at a time | the rest (14, 15).
-  onnx::GraphProto signature;
-  exportGraphSignature(g, &signature);
-  appendMessage(c.bytes, signature);
-  if (options.write_value_info) {
-    onnx::ValueInfoProto info;
-    forEachValueInfo(g, [&](const Value& v) {
-      info.Clear();
-      exportValueInfo(v, &info);
-      appendField(c.bytes, 13, info);
-    });
-  }
-  onnx::GraphProto annotations;
-  exportGraphAnnotations(g, &annotations);
-  appendMessage(c.bytes, annotations);
-  return c;
 }
+
+// AttributeProto: name(1) f(2) i(3) s(4) floats(7) ints(8) strings(9) doc_string(13) type(20)
+// ref_attr_name(21).
+size_t attributeSize(const Attribute& a) {
+  size_t size = lengthDelimitedFieldSize(1, a.name.size());
+  if (a.ref_attr_name.empty()) {
+    switch (a.kind) {
+      case AttrKind::Float: size += fixed32FieldSize(2); break;
+      case AttrKind::Int: size += varintFieldSize(3, static_cast<uint64_t>(a.i)); break;
+      case AttrKind::String: size += lengthDelimitedFieldSize(4, a.s.size()); break;
+      case AttrKind::Floats: size += a.floats.size() * fixed32FieldSize(7); break;
+      case AttrKind::Ints:
+        size += a.ints.size() * varintSize(tagOf(8, kVarint));
+        for (int64_t v : a.ints) size += varintSize(static_cast<uint64_t>(v));
+        break;
+      case AttrKind::Strings:
+        for (const std::string& s : a.strings) size += lengthDelimitedFieldSize(9, s.size());
+        break;
+      default: break;
+    }
+  }
+  if (!a.doc_string.empty()) size += lengthDelimitedFieldSize(13, a.doc_string.size());
+  if (a.kind != AttrKind::Undefined)
+    size += varintFieldSize(20, int32OnWire(static_cast<int32_t>(a.kind)));
+  if (!a.ref_attr_name.empty()) size += lengthDelimitedFieldSize(21, a.ref_attr_name.size());
+  return size;
+}
+
+void writeAttribute(Writer& out, const Attribute& a) {
+  out.stringField(1, a.name);
+  if (a.ref_attr_name.empty()) {
+    switch (a.kind) {
+      case AttrKind::Float:
+        out.tag(2, kFixed32);
+        out.fixed32(a.f);
+        break;
+      case AttrKind::Int:
+        out.tag(3, kVarint);
+        out.varint(static_cast<uint64_t>(a.i));
+        break;
+      case AttrKind::String: out.stringField(4, a.s); break;
+      case AttrKind::Floats:
+        for (float f : a.floats) {
+          out.tag(7, kFixed32);
+          out.fixed32(f);
+        }
+        break;
+      case AttrKind::Ints:
+        for (int64_t v : a.ints) {
+          out.tag(8, kVarint);
+          out.varint(static_cast<uint64_t>(v));
+        }
+        break;
+      case AttrKind::Strings:
+        for (const std::string& s : a.strings) out.stringField(9, s);
+        break;
+      default: break;
+    }
+  }
+  if (!a.doc_string.empty()) out.stringField(13, a.doc_string);
+  if (a.kind != AttrKind::Undefined) {
+    out.tag(20, kVarint);
+    out.varint(int32OnWire(static_cast<int32_t>(a.kind)));
+  }
+  if (!a.ref_attr_name.empty()) out.stringField(21, a.ref_attr_name);
+}
+
+// TypeProto{tensor_type(1): TypeProto.Tensor{elem_type(1) shape(2)}}, TensorShapeProto{dim(1)},
+// Dimension{dim_value(1) | dim_param(2)}: an unknown dim is an empty Dimension. The type is
+// left out exactly when exportType() returns false.
+bool hasTensorType(const ValueType& type) {
+  return type.dtype != DType::Undefined || type.shape.hasRank();
+}
+
+size_t dimSize(const Dim& d) {
+  if (d.isStatic()) return varintFieldSize(1, static_cast<uint64_t>(d.value()));
+  if (d.isSymbolic()) return lengthDelimitedFieldSize(2, d.symbol().size());
+  return 0;
+}
+
+// Payload sizes of the nested messages of a tensor type, innermost first.
+struct TensorTypeSizes {
+  size_t shape = 0;
+  size_t tensor = 0;
+  size_t type = 0;
+};
+
+TensorTypeSizes tensorTypeSizes(const ValueType& type) {
+  TensorTypeSizes sizes;
+  sizes.tensor = varintFieldSize(1, int32OnWire(static_cast<int32_t>(type.dtype)));
+  if (type.shape.hasRank()) {
+    for (const Dim& d : type.shape.dims()) sizes.shape += lengthDelimitedFieldSize(1, dimSize(d));
+    sizes.tensor += lengthDelimitedFieldSize(2, sizes.shape);
+  }
+  sizes.type = lengthDelimitedFieldSize(1, sizes.tensor);
+  return sizes;
+}
+
+void writeTensorType(Writer& out, const ValueType& type, const TensorTypeSizes& sizes) {
+  out.lengthDelimited(1, sizes.tensor);
+  out.tag(1, kVarint);
+  out.varint(int32OnWire(static_cast<int32_t>(type.dtype)));
+  if (!type.shape.hasRank()) return;
+  out.lengthDelimited(2, sizes.shape);
+  for (const Dim& d : type.shape.dims()) {
+    out.lengthDelimited(1, dimSize(d));
+    if (d.isStatic()) {
+      out.tag(1, kVarint);
+      out.varint(static_cast<uint64_t>(d.value()));
+    } else if (d.isSymbolic()) {
+      out.stringField(2, d.symbol());
+    }
+  }
+}
+
+// ValueInfoProto: name(1) type(2) doc_string(3). Tensor types only; the others are opaque
+// TypeProto bytes that exportValueInfo() re-serializes.
+size_t valueInfoSize(const Value& v) {
+  size_t size = lengthDelimitedFieldSize(1, v.name().size());
+  if (hasTensorType(v.type)) size += lengthDelimitedFieldSize(2, tensorTypeSizes(v.type).type);
+  if (!v.doc_string.empty()) size += lengthDelimitedFieldSize(3, v.doc_string.size());
+  return size;
+}
+
+void writeValueInfo(Writer& out, const Value& v) {
+  out.stringField(1, v.name());
+  if (hasTensorType(v.type)) {
+    TensorTypeSizes sizes = tensorTypeSizes(v.type);
+    out.lengthDelimited(2, sizes.type);
+    writeTensorType(out, v.type, sizes);
+  }
+  if (!v.doc_string.empty()) out.stringField(3, v.doc_string);
+}
+
+// TensorProto: dims(1) data_type(2) name(8) raw_data(9) doc_string(12), raw_data written from
+// the tensor's own bytes. The main graph has always written the name, even an empty one.
+size_t initializerSize(const Tensor& t, const std::string& name) {
+  size_t size = t.dims().size() * varintSize(tagOf(1, kVarint));
+  for (int64_t d : t.dims()) size += varintSize(static_cast<uint64_t>(d));
+  size += varintFieldSize(2, int32OnWire(static_cast<int32_t>(t.dtype())));
+  size += lengthDelimitedFieldSize(8, name.size());
+  size += lengthDelimitedFieldSize(9, t.byteSize());
+  if (!t.doc_string.empty()) size += lengthDelimitedFieldSize(12, t.doc_string.size());
+  return size;
+}
+
+void writeInitializer(Writer& out, const Tensor& t, const std::string& name) {
+  for (int64_t d : t.dims()) {
+    out.tag(1, kVarint);
+    out.varint(static_cast<uint64_t>(d));
+  }
+  out.tag(2, kVarint);
+  out.varint(int32OnWire(static_cast<int32_t>(t.dtype())));
+  out.stringField(8, name);
+  out.lengthDelimited(9, t.byteSize());
+  out.bytes(t.bytes(), t.byteSize());
+  if (!t.doc_string.empty()) out.stringField(12, t.doc_string);
+}
+
+// The main graph's GraphProto in two passes over the IR: measure() adds up its size, which the
+// length prefix in front of it needs, and write() streams it. write() recomputes each message's
+// size instead of keeping millions of them from measure(): arithmetic costs less than memory.
+class MainGraphEncoder {
+ public:
+  MainGraphEncoder(const Graph& g, const ExportOptions& options) : g_(g), options_(options) {}
+
+  uint64_t measure() {
+    uint64_t size = 0;
+    uint64_t value_infos_size = 0;
+    for (const Node* n : g_.nodes()) {
+      size_t first_part = parts_.size();
+      for (const Attribute& a : n->attributes()) {
+        if (isHandEncodedAttribute(a)) continue;
+        onnx::AttributeProto proto;
+        exportAttribute(a, &proto, options_);
+        parts_.push_back(serializedBytes(proto));
+      }
+      size += lengthDelimitedFieldSize(1, nodeSize(*n, first_part));
+      // value_info entries are listed and measured here, while the node's outputs are in the
+      // cache: another walk over millions of nodes would miss it at every node.
+      if (!options_.write_value_info) continue;
+      for (const Value* v : n->outputs()) {
+        if (!wantsValueInfo(v)) continue;
+        value_infos_.push_back(v);
+        if (v->type.isTensor()) {
+          value_infos_size += lengthDelimitedFieldSize(13, valueInfoSize(*v));
+          continue;
+        }
+        onnx::ValueInfoProto proto;
+        exportValueInfo(*v, &proto);
+        value_info_parts_.push_back(serializedBytes(proto));
+        value_infos_size += lengthDelimitedFieldSize(13, value_info_parts_.back().size());
+      }
+    }
+    if (!g_.name.empty()) size += lengthDelimitedFieldSize(2, g_.name.size());
+    for (const Value* v : g_.initializers()) {
+      const Tensor& t = *v->initializer();
+      if (isHandEncodedInitializer(t)) {
+        size += lengthDelimitedFieldSize(5, initializerSize(t, v->name()));
+        continue;
+      }
+      onnx::TensorProto proto;
+      exportTensorWith(t, v->name(), &proto, options_);
+      parts_.push_back(serializedBytes(proto));
+      size += lengthDelimitedFieldSize(5, parts_.back().size());
+    }
+    onnx::GraphProto signature;
+    exportGraphSignature(g_, &signature);
+    signature_ = serializedBytes(signature);
+    size += signature_.size() + value_infos_size;
+    onnx::GraphProto annotations;
+    exportGraphAnnotations(g_, &annotations);
+    annotations_ = serializedBytes(annotations);
+    size += annotations_.size();
+    return size;
+  }
+
+  // After measure(), in the same order: node(1) name(2) initializer(5) doc_string, input,
+  // output (10-12) value_info(13) quantization_annotation, sparse_initializer (14, 15).
+  void write(Writer& out) {
+    size_t next_part = 0;
+    auto writePart = [&](int field) { out.stringField(field, parts_[next_part++]); };
+    for (const Node* n : g_.nodes()) {
+      out.lengthDelimited(1, nodeSize(*n, next_part));
+      for (const Value* v : n->inputs()) out.stringField(1, v ? v->name() : kNoName);
+      for (const Value* v : n->outputs()) out.stringField(2, v ? v->name() : kNoName);
+      if (!n->name().empty()) out.stringField(3, n->name());
+      out.stringField(4, n->opType());
+      for (const Attribute& a : n->attributes()) {
+        if (!isHandEncodedAttribute(a)) {
+          writePart(5);
+          continue;
+        }
+        out.lengthDelimited(5, attributeSize(a));
+        writeAttribute(out, a);
+      }
+      if (!n->doc_string.empty()) out.stringField(6, n->doc_string);
+      if (!n->domain().empty()) out.stringField(7, n->domain());
+    }
+    if (!g_.name.empty()) out.stringField(2, g_.name);
+    for (const Value* v : g_.initializers()) {
+      const Tensor& t = *v->initializer();
+      if (!isHandEncodedInitializer(t)) {
+        writePart(5);
+        continue;
+      }
+      out.lengthDelimited(5, initializerSize(t, v->name()));
+      writeInitializer(out, t, v->name());
+    }
+    out.bytes(signature_.data(), signature_.size());
+    size_t next_value_info_part = 0;
+    for (const Value* v : value_infos_) {
+      if (!v->type.isTensor()) {
+        out.stringField(13, value_info_parts_[next_value_info_part++]);
+        continue;
+      }
+      out.lengthDelimited(13, valueInfoSize(*v));
+      writeValueInfo(out, *v);
+    }
+    out.bytes(annotations_.data(), annotations_.size());
+  }
+
+ private:
+  inline static const std::string kNoName;  // an omitted optional input or output
+
+  // String tensors and tensors bound for external data go through exportTensorWith().
+  bool isHandEncodedInitializer(const Tensor& t) const {
+    return t.dtype() != DType::String && !(options_.external && options_.external->wants(t));
+  }
+
+  // NodeProto: input(1) output(2) name(3) op_type(4) attribute(5) doc_string(6) domain(7). The
+  // node's attributes left to protobuf are parts_[first_part...], in order.
+  size_t nodeSize(const Node& n, size_t first_part) const {
+    size_t size = 0;
+    for (const Value* v : n.inputs()) size += lengthDelimitedFieldSize(1, v ? v->name().size() : 0);
+    for (const Value* v : n.outputs())
+      size += lengthDelimitedFieldSize(2, v ? v->name().size() : 0);
+    if (!n.name().empty()) size += lengthDelimitedFieldSize(3, n.name().size());
+    size += lengthDelimitedFieldSize(4, n.opType().size());
+    size_t part = first_part;
+    for (const Attribute& a : n.attributes()) {
+      size_t attribute = isHandEncodedAttribute(a) ? attributeSize(a) : parts_[part++].size();
+      size += lengthDelimitedFieldSize(5, attribute);
+    }
+    if (!n.doc_string.empty()) size += lengthDelimitedFieldSize(6, n.doc_string.size());
+    if (!n.domain().empty()) size += lengthDelimitedFieldSize(7, n.domain().size());
+    return size;
+  }
+
+  const Graph& g_;
+  const ExportOptions& options_;
+  // Attributes and initializers protobuf serializes, in the order write() needs them. They are
+  // made once, in measure(): making one can write a tensor to the external data file.
+  std::vector<std::string> parts_;
+  // The value_info entries, and protobuf's bytes for those of non-tensor types.
+  std::vector<const Value*> value_infos_;
+  std::vector<std::string> value_info_parts_;
+  std::string signature_;    // GraphProto fields 10-12
+  std::string annotations_;  // GraphProto fields 14, 15
+};
 
 constexpr uint64_t kProtobufLimit = INT_MAX;
 
@@ -313,22 +644,29 @@ void writeModel(const Model& m, Sink& sink, const ExportOptions& options) {
   exportModelHead(m, &head);
   onnx::ModelProto tail;
   exportModelTail(m, &tail);
-  Chunks graph = serializeMainGraph(*m.graph, options);
+  MainGraphEncoder graph(*m.graph, options);
+  uint64_t graph_size = graph.measure();
   std::string before;
   appendMessage(before, head);
   appendTag(before, 7);
-  appendVarint(before, graph.size());
+  appendVarint(before, graph_size);
   std::string after;
   appendMessage(after, tail);
-  uint64_t total = before.size() + graph.size() + after.size();
+  uint64_t total = before.size() + graph_size + after.size();
   if (total > kProtobufLimit)
     throwUnsupported(
         fmt::format("the model is {} bytes, over protobuf's 2 GB limit; save it with "
                     "external data",
                     total));
-  sink.write(before.data(), before.size());
-  graph.writeTo(sink);
-  sink.write(after.data(), after.size());
+  sink.expect(total);
+  Writer out(sink);
+  out.bytes(before.data(), before.size());
+  graph.write(out);
+  out.bytes(after.data(), after.size());
+  out.flush();
+  if (out.written() != total)
+    throwInternal(fmt::format("saving the model wrote {} bytes where {} were measured",
+                              out.written(), total));
 }
 
 void addTensorBytes(const Graph& g, uint64_t& total) {
