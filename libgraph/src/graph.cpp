@@ -8,6 +8,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <mutex>
+#include <unordered_set>
 #include <new>
 #include <utility>
 
@@ -57,8 +59,8 @@ void Value::setInitializer(Tensor t) {
 std::string Node::label() const {
   if (!name_.empty()) return name_;
   for (Value* v : outputs_)
-    if (v) return fmt::format("{}({})", op_type_, v->name());
-  return op_type_;
+    if (v) return fmt::format("{}({})", *op_type_, v->name());
+  return *op_type_;
 }
 
 const Attribute* Node::attr(std::string_view name) const {
@@ -115,6 +117,28 @@ bool Node::removeAttr(std::string_view name) {
   attrs_.erase(it);
   return true;
 }
+
+namespace {
+// Op types and domains, one copy per distinct name for the whole process (never freed: a few
+// dozen strings in practice). std::unordered_set keeps element addresses stable.
+const std::string* internedName(std::string_view name) {
+  // Importers create runs of nodes with the same few names: a per-thread cache of recent
+  // answers skips the lock and the hash.
+  thread_local const std::string* recent[4] = {};
+  thread_local unsigned next_slot = 0;
+  for (const std::string* r : recent)
+    if (r && *r == name) return r;
+  static std::mutex mutex;
+  static auto* names = new std::unordered_set<std::string>();
+  const std::string* found;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    found = &*names->emplace(name).first;
+  }
+  recent[next_slot++ % 4] = found;
+  return found;
+}
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Graph: construction and values
@@ -396,7 +420,7 @@ void Graph::unlinkNode(Node* n) {
 }
 
 void Graph::indexNode(Node* n) {
-  OpBucket& b = op_index_[opKey(n->op_type_, n->domain_)];
+  OpBucket& b = op_index_[opKey(*n->op_type_, *n->domain_)];
   n->op_prev_ = b.tail;
   n->op_next_ = nullptr;
   if (b.tail) b.tail->op_next_ = n; else b.head = n;
@@ -405,7 +429,7 @@ void Graph::indexNode(Node* n) {
 }
 
 void Graph::unindexNode(Node* n) {
-  auto it = op_index_.find(opKey(n->op_type_, n->domain_));
+  auto it = op_index_.find(opKey(*n->op_type_, *n->domain_));
   if (it == op_index_.end()) throwInternal("op-type index lacks node " + n->label());
   OpBucket& b = it->second;
   if (n->op_prev_) n->op_prev_->op_next_ = n->op_next_; else b.head = n->op_next_;
@@ -418,9 +442,8 @@ Node* Graph::createNode(NodeSpec spec, Node* position) {
   if (position && position->graph_ != this) throwInternal("insert position is in another graph");
   Node* n = allocNode();
   n->graph_ = this;
-  n->op_type_ = std::move(spec.op_type);
-  n->domain_ = std::move(spec.domain);
-  if (n->domain_ == "ai.onnx") n->domain_.clear();
+  n->op_type_ = internedName(spec.op_type);
+  n->domain_ = internedName(spec.domain == "ai.onnx" ? std::string_view() : spec.domain);
   n->name_ = std::move(spec.name);
   n->attrs_ = std::move(spec.attributes);
   n->outputs_.reserve(spec.output_names.size());
@@ -462,7 +485,7 @@ void Graph::eraseNode(Node* n) {
                                 v->name_));
   }
   for (size_t i = 0; i < n->inputs_.size(); ++i) removeUse(n->inputs_[i], n, static_cast<int>(i));
-  for (Value* v : n->implicit_inputs_) removeUse(v, n, Use::kImplicitUse);
+  for (Value* v : n->implicitInputs()) removeUse(v, n, Use::kImplicitUse);
   for (Value* v : n->outputs_)
     if (v) destroyValue(v);
   unregisterNodeName(n);
@@ -485,7 +508,7 @@ size_t Graph::eraseNodeAndDeadProducers(Node* n) {
     std::vector<Node*> producers;
     for (Value* v : cur->inputs_)
       if (v && v->producer_) producers.push_back(v->producer_);
-    for (Value* v : cur->implicit_inputs_)
+    for (Value* v : cur->implicitInputs())
       if (v && v->producer_) producers.push_back(v->producer_);
     eraseNode(cur);
     ++erased;
@@ -531,16 +554,17 @@ void Graph::setNodeInput(Node* n, size_t index, Value* v) {
 void Graph::appendNodeInput(Node* n, Value* v) { setNodeInput(n, n->inputs_.size(), v); }
 
 void Graph::setNodeImplicitInputs(Node* n, std::vector<Value*> values) {
-  for (Value* v : n->implicit_inputs_) removeUse(v, n, Use::kImplicitUse);
-  n->implicit_inputs_ = std::move(values);
-  for (Value* v : n->implicit_inputs_) addUse(v, n, Use::kImplicitUse);
+  for (Value* v : n->implicitInputs()) removeUse(v, n, Use::kImplicitUse);
+  n->implicit_inputs_ =
+      values.empty() ? nullptr : std::make_unique<std::vector<Value*>>(std::move(values));
+  for (Value* v : n->implicitInputs()) addUse(v, n, Use::kImplicitUse);
 }
 
 void Graph::setOpType(Node* n, std::string op_type, std::string domain) {
   if (domain == "ai.onnx") domain.clear();
   unindexNode(n);
-  n->op_type_ = std::move(op_type);
-  n->domain_ = std::move(domain);
+  n->op_type_ = internedName(op_type);
+  n->domain_ = internedName(domain);
   indexNode(n);
 }
 
@@ -552,7 +576,7 @@ void Graph::replaceAllUsesWith(Value* from, Value* to) {
     if (u.input == Use::kImplicitUse) {
       // Subgraphs capture by name through outer refs; retarget both the node's implicit list
       // and the outer refs inside its subgraphs.
-      for (Value*& iv : u.node->implicit_inputs_)
+      for (Value*& iv : *u.node->implicit_inputs_)
         if (iv == from) iv = to;
       forEachCapturingRef(u.node, from, [&](Graph& sub, Value* ref) {
         ref->outer_ = to;
@@ -694,7 +718,7 @@ void Graph::topologicalSort() {
     Node* n = order[i];
     for (Value* v : n->inputs_)
       if (producerIn(v)) ++pending[i];
-    for (Value* v : n->implicit_inputs_)
+    for (Value* v : n->implicitInputs())
       if (producerIn(v)) ++pending[i];
   }
   // A min-heap on original position would be O(n log n); instead ready nodes are emitted by
@@ -728,7 +752,7 @@ void Graph::topologicalSort() {
     for (size_t i = 0; i < order.size(); ++i)
       if (!emitted[i])
         throwInvalid(fmt::format("graph has a cycle through node '{}' ({})", order[i]->label(),
-                                 order[i]->op_type_));
+                                 *order[i]->op_type_));
   }
   first_ = last_ = nullptr;
   for (Node* n : sorted) linkNode(n, nullptr);
@@ -841,7 +865,7 @@ std::string Graph::verify() const {
         return fmt::format("{}: use list of '{}' lacks node '{}' input {}", where, v->name_,
                            n->label(), i);
     }
-    for (const Value* v : n->implicit_inputs_) {
+    for (const Value* v : n->implicitInputs()) {
       if (v->graph_ != this)
         return fmt::format("{}: node '{}' captures '{}' from another graph", where, n->label(), v->name_);
       if (!producedBefore(v))
@@ -864,8 +888,8 @@ std::string Graph::verify() const {
         for (const Value* ref : sub->outer_refs_) {
           const Value* outer = ref->outer_;
           if (outer && outer->graph_ == this &&
-              std::find(n->implicit_inputs_.begin(), n->implicit_inputs_.end(), outer) ==
-                  n->implicit_inputs_.end())
+              std::find(n->implicitInputs().begin(), n->implicitInputs().end(), outer) ==
+                  n->implicitInputs().end())
             return fmt::format("{}: node '{}' does not list captured '{}' as implicit input",
                                where, n->label(), outer->name_);
         }
@@ -916,9 +940,9 @@ std::string Graph::verify() const {
     const Node* p = nullptr;
     for (const Node* n = bucket.head; n; n = n->op_next_) {
       if (n->op_prev_ != p) return fmt::format("{}: op-type index chain broken at '{}'", where, n->label());
-      if (opKey(n->op_type_, n->domain_) != key)
+      if (opKey(*n->op_type_, *n->domain_) != key)
         return fmt::format("{}: node '{}' ({}) is indexed under another op type", where,
-                           n->label(), n->op_type_);
+                           n->label(), *n->op_type_);
       if (!std::binary_search(linked.begin(), linked.end(), n)) return fmt::format("{}: op-type index holds an erased node", where);
       p = n;
       ++c;
@@ -983,8 +1007,8 @@ std::unique_ptr<Graph> Graph::clone(Graph* parent) const {
   }
   for (const Node* n = first_; n; n = n->next_) {
     NodeSpec spec;
-    spec.op_type = n->op_type_;
-    spec.domain = n->domain_;
+    spec.op_type = *n->op_type_;
+    spec.domain = *n->domain_;
     spec.name = n->name_;
     for (const Value* v : n->inputs_) spec.inputs.push_back(v ? map.at(v) : nullptr);
     for (const Value* v : n->outputs_) spec.output_names.push_back(v ? v->name_ : std::string());
@@ -1012,7 +1036,7 @@ std::unique_ptr<Graph> Graph::clone(Graph* parent) const {
       c->attrs_.push_back(std::move(ca));
     }
     std::vector<Value*> implicit;
-    for (const Value* v : n->implicit_inputs_) implicit.push_back(map.at(v));
+    for (const Value* v : n->implicitInputs()) implicit.push_back(map.at(v));
     out->setNodeImplicitInputs(c, std::move(implicit));
   }
   for (const Value* v : outputs_) out->addOutput(map.at(v));

@@ -110,10 +110,10 @@ class Value {
 
 class Node {
  public:
-  const std::string& opType() const { return op_type_; }
-  const std::string& domain() const { return domain_; }  // "" for ai.onnx
+  const std::string& opType() const { return *op_type_; }
+  const std::string& domain() const { return *domain_; }  // "" for ai.onnx
   bool is(std::string_view op_type, std::string_view domain = "") const {
-    return op_type_ == op_type && domain_ == domain;
+    return *op_type_ == op_type && *domain_ == domain;
   }
   const std::string& name() const { return name_; }
   // The name, or "<op_type>(<first output>)" for an unnamed node: for messages and reports.
@@ -128,7 +128,9 @@ class Node {
   size_t numOutputs() const { return outputs_.size(); }
   Value* output(size_t i) const { return i < outputs_.size() ? outputs_[i] : nullptr; }
   // Outer values read by this node's subgraphs.
-  const std::vector<Value*>& implicitInputs() const { return implicit_inputs_; }
+  const std::vector<Value*>& implicitInputs() const {
+    return implicit_inputs_ ? *implicit_inputs_ : kNoValues;
+  }
 
   const std::vector<Attribute>& attributes() const { return attrs_; }
   std::vector<Attribute>& mutableAttributes() { return attrs_; }  // not for subgraph edits
@@ -153,12 +155,15 @@ class Node {
   friend class Graph;
   Node() = default;
 
-  std::string op_type_;
-  std::string domain_;
+  inline static const std::string kNoText;
+  inline static const std::vector<Value*> kNoValues;
+  // Interned (graph.cpp): a model has a few dozen distinct op types and a million nodes.
+  const std::string* op_type_ = &kNoText;
+  const std::string* domain_ = &kNoText;
   std::string name_;
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
-  std::vector<Value*> implicit_inputs_;
+  std::unique_ptr<std::vector<Value*>> implicit_inputs_;  // null when none (most nodes)
   std::vector<Attribute> attrs_;
   Graph* graph_ = nullptr;
   Node* prev_ = nullptr;
