@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "shell_util.h"
+#include "test_files.h"
 #include "dump_schema_check.h"
 
 namespace fs = std::filesystem;
@@ -30,21 +31,7 @@ std::string readFile(const fs::path& p) {
 }
 
 // A scratch folder per test case, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("fusectl_cli_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+using TempDir = fusectl::testing::TempDir;
 
 struct Result {
   int code = -1;

@@ -18,6 +18,7 @@
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/passes/graph_diff.h"
 #include "fusectl/passes/report.h"
+#include "test_files.h"
 
 namespace fs = std::filesystem;
 
@@ -25,12 +26,7 @@ namespace {
 
 using fusectl::test::shellQuote;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using fusectl::testing::slurp;
 
 void spit(const fs::path& p, const std::string& text) {
   std::ofstream out(p, std::ios::binary);

@@ -37,6 +37,7 @@
 #include "fusectl/kernels/npy.h"
 #include "fusectl/passes/fusectl_functions.h"
 #include "fusectl/passes/pipeline.h"
+#include "test_files.h"
 
 using namespace fusectl;
 using namespace fusectl::kernels;
@@ -50,12 +51,7 @@ struct FusedCase {
   std::string text;  // a model with fusectl::FusedConv/FusedGemm nodes, before attaching
 };
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using fusectl::testing::slurp;
 
 // The positive golden cases of fuse-epilogue, run through the pass.
 std::vector<FusedCase> goldenCases() {

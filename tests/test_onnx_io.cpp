@@ -19,34 +19,16 @@
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
 #include "onnx_model_compare.h"
+#include "test_files.h"
 
 namespace fs = std::filesystem;
 using fusectl::DType;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "fusectl-io-XXXXXX").string();
-    path = mkdtemp(templ.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-  std::vector<std::string> files() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
+using TempDir = fusectl::testing::TempDir;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using fusectl::testing::slurp;
 
 fusectl::LoadOptions noInference() {
   fusectl::LoadOptions o;

@@ -20,6 +20,7 @@
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
 #include "onnx_convert.h"
+#include "test_files.h"
 
 namespace fs = std::filesystem;
 using fusectl::Attribute;
@@ -35,25 +36,9 @@ using fusectl::ValueType;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "fusectl-save-XXXXXX").string();
-    path = mkdtemp(templ.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-  size_t numFiles() const {
-    return static_cast<size_t>(std::distance(fs::directory_iterator(path), {}));
-  }
-};
+using TempDir = fusectl::testing::TempDir;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using fusectl::testing::slurp;
 
 // The reference: the ModelProto exportModel() fills, serialized by protobuf.
 std::string protobufBytes(const fusectl::Model& model, bool write_value_info) {

@@ -21,17 +21,13 @@
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
 #include "onnx_model_compare.h"
+#include "test_files.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using fusectl::testing::slurp;
 
 onnx::ModelProto parseProtoBytes(const std::string& bytes) {
   onnx::ModelProto m;
@@ -95,14 +91,7 @@ std::vector<std::string> testdataModels() {
   return out;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "fusectl-roundtrip-XXXXXX").string();
-    path = mkdtemp(templ.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using TempDir = fusectl::testing::TempDir;
 
 fusectl::LoadOptions noInference() {
   fusectl::LoadOptions o;

@@ -1,0 +1,53 @@
+// Files for tests: TempDir, a fresh folder under the system's temporary directory removed with
+// everything in it when the test ends, and slurp(), a whole file's bytes.
+#pragma once
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace fusectl::testing {
+
+struct TempDir {
+  std::filesystem::path path;
+
+  // `prefix` names the folder (fusectl-<prefix>-XXXXXX), so a leftover says which test made it.
+  explicit TempDir(const std::string& prefix = "test") {
+    std::string templ =
+        (std::filesystem::temp_directory_path() / ("fusectl-" + prefix + "-XXXXXX")).string();
+    path = mkdtemp(templ.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+  // File names in the folder, sorted.
+  std::vector<std::string> files() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path))
+      out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  size_t numFiles() const { return files().size(); }
+};
+
+// The file's bytes; "" when it cannot be read.
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+}  // namespace fusectl::testing
