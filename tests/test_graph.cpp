@@ -29,6 +29,29 @@ std::vector<std::string> order(const Graph& g) {
 
 }  // namespace
 
+TEST_CASE("graph: RareString reads like a string and stores nothing when empty") {
+  RareString s;
+  CHECK(s.empty());
+  CHECK(s.str().empty());
+  s = std::string("made by fold-conv-bn");
+  CHECK(s == "made by fold-conv-bn");
+  CHECK(s + "!" == "made by fold-conv-bn!");
+  const std::string& view = s;
+  CHECK(view.size() == 20);
+  RareString copy = s;
+  copy += ", then fuse-epilogue";
+  CHECK(s == "made by fold-conv-bn");  // copies are deep
+  CHECK(copy.str() == "made by fold-conv-bn, then fuse-epilogue");
+  std::string other = "from the file";
+  copy.swap(other);
+  CHECK(copy == "from the file");
+  CHECK(other == "made by fold-conv-bn, then fuse-epilogue");
+  copy = "";
+  CHECK(copy.empty());  // assigning "" frees the text
+  copy += "";
+  CHECK(copy.empty());
+}
+
 TEST_CASE("graph: use lists and unique consumers are kept by createNode and eraseNode") {
   Graph g("g");
   Value* x = g.addInput("x", floatType({1, 4}));

@@ -57,6 +57,16 @@ class RareString {
 
   friend bool operator==(const RareString& a, const RareString& b) { return a.str() == b.str(); }
   friend bool operator!=(const RareString& a, const RareString& b) { return !(a == b); }
+  // Exact overloads for strings and literals: through the implicit conversions both ways they
+  // would be ambiguous.
+  friend bool operator==(const RareString& a, const std::string& b) { return a.str() == b; }
+  friend bool operator!=(const RareString& a, const std::string& b) { return a.str() != b; }
+  friend bool operator==(const std::string& a, const RareString& b) { return a == b.str(); }
+  friend bool operator!=(const std::string& a, const RareString& b) { return a != b.str(); }
+  friend bool operator==(const RareString& a, const char* b) { return a.str() == b; }
+  friend bool operator!=(const RareString& a, const char* b) { return a.str() != b; }
+  friend bool operator==(const char* a, const RareString& b) { return a == b.str(); }
+  friend bool operator!=(const char* a, const RareString& b) { return a != b.str(); }
   friend bool operator==(const RareString& a, std::string_view b) { return a.str() == b; }
   friend bool operator!=(const RareString& a, std::string_view b) { return a.str() != b; }
   friend bool operator==(std::string_view a, const RareString& b) { return a == b.str(); }
