@@ -1,4 +1,4 @@
-// HashBuckets (libpasses/src/hash_buckets.h), the flat multimap behind dedup-initializers and
+// HashBuckets (fusectl/passes/hash_buckets.h), the flat multimap behind dedup-initializers and
 // eliminate-common-subexpressions: items sharing a hash must all stay reachable, through
 // growth and wrap-around at the end of the array, and a miss must say so.
 #include <catch2/catch.hpp>
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "hash_buckets.h"
+#include "fusectl/passes/hash_buckets.h"
 
 using fusectl::passes::HashBuckets;
 

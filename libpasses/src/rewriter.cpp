@@ -9,35 +9,6 @@
 
 namespace fusectl::passes {
 
-size_t Rewriter::NodeSet::home(const Node* n) const {
-  // Pool-allocated nodes sit at regular strides: multiply to spread the low bits.
-  const uint64_t x = reinterpret_cast<uintptr_t>(n) * 0x9e3779b97f4a7c15ULL;
-  return static_cast<size_t>(x >> 24) & (slots_.size() - 1);
-}
-
-bool Rewriter::NodeSet::contains(const Node* n) const {
-  if (slots_.empty()) return false;
-  for (size_t i = home(n);; i = (i + 1) & (slots_.size() - 1)) {
-    if (slots_[i] == n) return true;
-    if (!slots_[i]) return false;
-  }
-}
-
-void Rewriter::NodeSet::insert(const Node* n) {
-  if (2 * (size_ + 1) > slots_.size()) {
-    std::vector<const Node*> old(std::max<size_t>(64, 2 * slots_.size()), nullptr);
-    old.swap(slots_);
-    size_ = 0;
-    for (const Node* p : old)
-      if (p) insert(p);
-  }
-  size_t i = home(n);
-  for (; slots_[i]; i = (i + 1) & (slots_.size() - 1))
-    if (slots_[i] == n) return;
-  slots_[i] = n;
-  ++size_;
-}
-
 bool Rewriter::stillValid(const Match& m) const {
   for (Node* n : m.nodes())
     if (!n || erased(n)) return false;
@@ -77,7 +48,7 @@ size_t Rewriter::eraseWithDeadProducers(Node* n) {
     for (Value* v : x->implicitInputs())
       if (v && std::find(inputs.begin(), inputs.end(), v) == inputs.end()) inputs.push_back(v);
     graph_.eraseNode(x);
-    erased_.insert(x);
+    markErased(x);
     ++count;
     for (Value* v : inputs) {
       if (v->graph() != &graph_) continue;  // captured from an outer graph
@@ -94,7 +65,7 @@ size_t Rewriter::eraseWithDeadProducers(Node* n) {
 
 void Rewriter::eraseNode(Node* n) {
   graph_.eraseNode(n);
-  erased_.insert(n);
+  markErased(n);
 }
 
 void Rewriter::bypass(Node* n, size_t input) {

@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "fusectl/passes/hash_buckets.h"
 #include "fusectl/passes/rewriter.h"
-#include "hash_buckets.h"
 #include "pass_factories.h"
 
 namespace fusectl::passes {

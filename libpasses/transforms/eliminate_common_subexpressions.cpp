@@ -26,9 +26,9 @@
 #include <string_view>
 #include <vector>
 
+#include "fusectl/passes/hash_buckets.h"
 #include "fusectl/passes/op_classes.h"
 #include "fusectl/passes/rewriter.h"
-#include "hash_buckets.h"
 #include "pass_factories.h"
 
 namespace fusectl::passes {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fusectl/graph/graph.h"
+#include "fusectl/passes/hash_buckets.h"
 #include "fusectl/passes/pass.h"
 #include "fusectl/passes/pattern.h"
 
@@ -24,10 +25,12 @@ class Rewriter {
   Graph& graph() { return graph_; }
   PassContext& context() { return ctx_; }
 
-  // True when none of the match's nodes was erased in this sweep. (applyPattern also re-runs
-  // the match at its root before rewriting, so in-place edits by earlier rewrites are seen.)
+  // True when none of the match's nodes was erased in this sweep (for drivers that match
+  // everything first and rewrite later, as fuse-epilogue's does).
   bool stillValid(const Match& m) const;
-  bool erased(const Node* n) const { return erased_.contains(n); }
+  bool erased(const Node* n) const {
+    return erased_.find(pointerHash(n), [n](const Node* k) { return k == n; }) != nullptr;
+  }
 
   Node* createNode(Graph::NodeSpec spec, Node* position = nullptr);
   Value* addConstant(const std::string& name_hint, Tensor t);  // a new initializer
@@ -55,22 +58,14 @@ class Rewriter {
   void reject(const NearMiss& miss) { ctx_.report().addRejection(miss, ctx_.currentPass()); }
 
  private:
-  // Nodes erased in this sweep: an open-addressing set of pointers (a fold erases a few nodes
-  // per site, and std::unordered_set's node per entry was a visible cost at a million sites).
-  class NodeSet {
-   public:
-    bool contains(const Node* n) const;
-    void insert(const Node* n);
-
-   private:
-    size_t home(const Node* n) const;
-    std::vector<const Node*> slots_;
-    size_t size_ = 0;
-  };
+  static uint64_t pointerHash(const Node* n) { return reinterpret_cast<uintptr_t>(n); }
+  void markErased(const Node* n) { erased_.insert(pointerHash(n), n); }
 
   Graph& graph_;
   PassContext& ctx_;
-  NodeSet erased_;
+  // Nodes erased in this sweep, each once (a fold erases a few nodes per site, and
+  // std::unordered_set's allocation per entry was a visible cost at a million sites).
+  HashBuckets<const Node> erased_{64};
 };
 
 // Why bypassing `n` (its output 0 replaced by its input `input`) would change the graph's

@@ -1,5 +1,6 @@
 // HashBuckets: a flat multimap from a precomputed 64-bit hash to items, for passes that bucket
-// a million candidates (dedup-initializers, eliminate-common-subexpressions).
+// a million candidates (dedup-initializers, eliminate-common-subexpressions) and for the
+// Rewriter's set of erased nodes.
 //
 // std::unordered_map<size_t, std::vector<T*>> costs two allocations per distinct key and a
 // pointer chase per lookup; on a 1M-node graph that was most of those passes' time. Here every
@@ -47,7 +48,7 @@ class HashBuckets {
   };
 
   size_t start(uint64_t hash) const {
-    // The hashes come from std::hash mixes whose low bits may be weak: spread them first.
+    // std::hash mixes and pointers can have weak low bits: spread them first.
     return static_cast<size_t>((hash * 0x9e3779b97f4a7c15ULL) >> 20) & mask_;
   }
 
