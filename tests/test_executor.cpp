@@ -512,15 +512,13 @@ using fusectl::test::outputFileStem;
 
 TEST_CASE("ort differential: fusectl run matches onnxruntime on testdata/models", "[.][ort]") {
   namespace fs = std::filesystem;
-  const char* node_env = std::getenv("FUSECTL_NODE");
-  const char* ort_env = std::getenv("FUSECTL_ORT_DIR");
-  const std::string node = node_env && *node_env ? node_env : "node";
-  const std::string ort_dir = ort_env ? ort_env : "";
-  if (ort_dir.empty() || !fs::exists(fs::path(ort_dir) / "node_modules" / "onnxruntime-node")) {
-    WARN("skipped: onnxruntime-node not found in FUSECTL_ORT_DIR='" << ort_dir
-                                                                     << "' (scripts/install-ort.sh)");
+  const fusectl::test::OrtSetup ort = fusectl::test::findOrtSetup();
+  if (!ort.found) {
+    WARN(ort.skip_reason);
     return;
   }
+  const std::string& node = ort.node;
+  const std::string& ort_dir = ort.dir;
   const std::string source = FUSECTL_SOURCE_DIR;
   const fs::path work = fs::temp_directory_path() / "fusectl_ort_differential";
   fs::remove_all(work);

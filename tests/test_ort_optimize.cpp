@@ -72,15 +72,13 @@ double relativeError(const fs::path& actual_dir, const fs::path& expected_dir,
 
 TEST_CASE("ort optimize: fusectl -O3 beats ORT's node count and matches its accuracy",
           "[.][ort_optimize]") {
-  const char* node_env = std::getenv("FUSECTL_NODE");
-  const char* ort_env = std::getenv("FUSECTL_ORT_DIR");
-  const std::string node = node_env && *node_env ? node_env : "node";
-  const std::string ort_dir = ort_env ? ort_env : "";
-  if (ort_dir.empty() || !fs::exists(fs::path(ort_dir) / "node_modules" / "onnxruntime-node")) {
-    WARN("skipped: onnxruntime-node not found in FUSECTL_ORT_DIR='" << ort_dir
-                                                                     << "' (scripts/install-ort.sh)");
+  const fusectl::test::OrtSetup ort = fusectl::test::findOrtSetup();
+  if (!ort.found) {
+    WARN(ort.skip_reason);
     return;
   }
+  const std::string& node = ort.node;
+  const std::string& ort_dir = ort.dir;
   const std::string source = FUSECTL_SOURCE_DIR;
   const std::string fusectl = FUSECTL_BINARY;
   const std::string env = "FUSECTL_ORT_DIR=" + shellQuote(ort_dir) + " ";
