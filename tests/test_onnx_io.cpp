@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,8 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -123,6 +126,131 @@ TEST_CASE("Buffer::mapFile maps a byte range of a file", "[onnx_io][tensor]") {
   CHECK(std::memcmp(mapped->data(), data.data() + 4097, 100) == 0);
   CHECK_THROWS_AS(fusectl::Buffer::mapFile(dir / "blob.bin", 9990, 20), fusectl::Error);
   CHECK_THROWS_AS(fusectl::Buffer::mapFile(dir / "missing.bin", 0, 1), fusectl::Error);
+}
+
+namespace {
+
+// Byte i is a function of i and a seed; counts how often it was asked for the bytes.
+class CountingRecipe : public fusectl::ByteRecipe {
+ public:
+  explicit CountingRecipe(uint8_t seed) : seed_(seed) {}
+  void produce(uint8_t* dst, size_t size) const override {
+    calls.fetch_add(1);
+    for (size_t i = 0; i < size; ++i) dst[i] = byteAt(i);
+  }
+  uint8_t byteAt(size_t i) const { return static_cast<uint8_t>(i * 13 + seed_); }
+  mutable std::atomic<int> calls{0};
+
+ private:
+  uint8_t seed_;
+};
+
+std::vector<uint8_t> recipeBytes(const CountingRecipe& r, size_t size) {
+  std::vector<uint8_t> v(size);
+  for (size_t i = 0; i < size; ++i) v[i] = r.byteAt(i);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("deferred buffers: computed once on read, streamed without being kept",
+          "[onnx_io][tensor]") {
+  auto recipe = std::make_shared<CountingRecipe>(5);
+  auto buffer = fusectl::Buffer::deferred(5000, recipe);
+  const std::vector<uint8_t> expected = recipeBytes(*recipe, 5000);
+  CHECK(buffer->size() == 5000);
+  CHECK(buffer->isPending());
+  CHECK(recipe->calls == 0);
+
+  std::vector<uint8_t> streamed(5000);
+  buffer->copyTo(streamed.data());
+  CHECK(streamed == expected);
+  CHECK(recipe->calls == 1);
+  CHECK(buffer->isPending());  // produced into the caller's memory, not kept
+
+  // A tensor over it detaches on write with the same bytes; the shared buffer stays pending.
+  fusectl::Tensor t(DType::Float, {1250}, buffer);
+  fusectl::Tensor copy = t;
+  uint8_t* mine = copy.mutableBytes();
+  CHECK(std::vector<uint8_t>(mine, mine + 5000) == expected);
+  CHECK(buffer->isPending());
+
+  // Readers on several threads at once: one computation, one address for all.
+  const int before = recipe->calls;
+  std::vector<const uint8_t*> seen(4, nullptr);
+  std::vector<std::thread> readers;
+  for (size_t k = 0; k < seen.size(); ++k)
+    readers.emplace_back([&, k] { seen[k] = buffer->data(); });
+  for (auto& r : readers) r.join();
+  CHECK(recipe->calls == before + 1);
+  for (const uint8_t* p : seen) CHECK(p == seen[0]);
+  CHECK(std::vector<uint8_t>(seen[0], seen[0] + 5000) == expected);
+  CHECK(!buffer->isPending());
+  buffer->copyTo(streamed.data());  // kept now: copied, not produced again
+  CHECK(recipe->calls == before + 1);
+  CHECK(t.bytes() == seen[0]);
+
+  CHECK(fusectl::Buffer::deferred(0, recipe)->size() == 0);
+  CHECK_THROWS_AS(fusectl::Buffer::deferred(4, nullptr), fusectl::Error);
+}
+
+TEST_CASE("deferred initializers save the bytes their recipe gives, inline and external",
+          "[onnx_io][tensor][external]") {
+  // W0 small, W1 above the writer's 1 MiB buffer, both deferred; the same model with the bytes
+  // computed up front must give the same files, and saving must not keep the bytes.
+  auto small = std::make_shared<CountingRecipe>(1);
+  auto large = std::make_shared<CountingRecipe>(2);
+  const size_t small_size = 4000, large_size = (1 << 20) + 4096;
+  auto build = [&](bool deferred) {
+    auto model = std::make_unique<fusectl::Model>();
+    model->opset_imports.push_back({"", 13});
+    fusectl::Graph& g = *model->graph;
+    fusectl::ValueType type;
+    type.dtype = DType::Float;
+    type.shape = fusectl::Shape::ofStatic({static_cast<int64_t>(large_size / 4)});
+    fusectl::Value* x = g.addInput("X", type);
+    std::vector<fusectl::Value*> ws;
+    for (auto [name, recipe, size] :
+         {std::tuple{"W0", small.get(), small_size}, std::tuple{"W1", large.get(), large_size}}) {
+      std::shared_ptr<const fusectl::Buffer> bytes =
+          deferred ? fusectl::Buffer::deferred(
+                         size, std::shared_ptr<const fusectl::ByteRecipe>(
+                                   recipe == small.get() ? small : large))
+                   : fusectl::Buffer::fromVector(recipeBytes(*recipe, size));
+      ws.push_back(g.addInitializer(
+          name, fusectl::Tensor(DType::Float, {static_cast<int64_t>(size / 4)}, bytes)));
+    }
+    fusectl::Value* y = g.createNode({"Add", "", {x, ws[1]}, {"Y"}, "add", {}})->output(0);
+    g.addOutput(y);
+    g.addOutput(ws[0]);
+    return model;
+  };
+  auto eager = build(false);
+  auto lazy = build(true);
+  TempDir dir;
+  fusectl::saveModel(*eager, dir / "eager.onnx");
+  fusectl::saveModel(*lazy, dir / "lazy.onnx");
+  CHECK(slurp(dir / "lazy.onnx") == slurp(dir / "eager.onnx"));
+
+  fusectl::SaveOptions external;
+  external.external_data_file = "eager.data";
+  fusectl::saveModel(*eager, dir / "eager_x.onnx", external);
+  external.external_data_file = "lazy.data";
+  fusectl::saveModel(*lazy, dir / "lazy_x.onnx", external);
+  CHECK(slurp(dir / "lazy.data") == slurp(dir / "eager.data"));
+  CHECK(slurp(dir / "lazy.data").size() > large_size);
+
+  for (const fusectl::Value* v : lazy->graph->initializers())
+    CHECK(v->initializer()->buffer()->isPending());
+  CHECK(small->calls == 2);
+  CHECK(large->calls == 2);
+
+  CHECK(fusectl::modelToBinary(*lazy) == fusectl::modelToBinary(*eager));
+  // Tensors outside the main graph go through protobuf messages (exportTensor).
+  fusectl::saveTensorFile(*lazy->graph->findValue("W0")->initializer(), "W0", dir / "lazy.pb");
+  fusectl::saveTensorFile(*eager->graph->findValue("W0")->initializer(), "W0", dir / "eager.pb");
+  CHECK(slurp(dir / "lazy.pb") == slurp(dir / "eager.pb"));
+  CHECK(small->calls == 4);
 }
 
 TEST_CASE("Attribute copies deep-copy subgraphs", "[onnx_io][attribute]") {

@@ -49,7 +49,13 @@ class ExternalDataWriter {
     uint64_t align = t.byteSize() >= 4096 ? 4096 : 64;
     uint64_t offset = (file_.bytesWritten() + align - 1) / align * align;
     file_.write(zeros, static_cast<size_t>(offset - file_.bytesWritten()));
-    file_.write(t.bytes(), t.byteSize());
+    if (t.buffer()->isPending()) {
+      scratch_.resize(t.byteSize());
+      t.copyBytesTo(scratch_.data());
+      file_.write(scratch_.data(), scratch_.size());
+    } else {
+      file_.write(t.bytes(), t.byteSize());
+    }
     auto add = [&](const char* key, std::string value) {
       auto* entry = out->add_external_data();
       entry->set_key(key);
@@ -67,6 +73,7 @@ class ExternalDataWriter {
   std::string location_;
   AtomicFile file_;
   uint64_t threshold_;
+  std::vector<uint8_t> scratch_;  // deferred bytes on their way to the file, one tensor at a time
 };
 
 namespace {
@@ -191,6 +198,27 @@ class Writer {
     }
     std::memcpy(pos_, data, size);
     pos_ += size;
+  }
+
+  // Deferred bytes not computed yet (Buffer::deferred) are produced into the buffer, and never
+  // kept: a folded weight costs memory only while it is written.
+  void tensorBytes(const Tensor& t) {
+    const Buffer* b = t.buffer().get();
+    if (!b || !b->isPending()) {
+      bytes(t.bytes(), t.byteSize());
+      return;
+    }
+    const size_t size = b->size();
+    if (size > static_cast<size_t>(end_ - pos_)) flush();
+    if (size <= static_cast<size_t>(end_ - pos_)) {
+      b->copyTo(reinterpret_cast<uint8_t*>(pos_));
+      pos_ += size;
+      return;
+    }
+    std::vector<uint8_t> scratch(size);
+    b->copyTo(scratch.data());
+    sink_.write(scratch.data(), size);
+    flushed_ += size;
   }
 
   void lengthDelimited(int field, uint64_t size) {
@@ -490,7 +518,7 @@ void writeInitializer(Writer& out, const Tensor& t, const std::string& name) {
   out.varint(int32OnWire(static_cast<int32_t>(t.dtype())));
   out.stringField(8, name);
   out.lengthDelimited(9, t.byteSize());
-  out.bytes(t.bytes(), t.byteSize());
+  out.tensorBytes(t);
   if (!t.doc_string.empty()) out.stringField(12, t.doc_string);
 }
 
@@ -712,9 +740,9 @@ void exportTensor(const Tensor& t, const std::string& name, onnx::TensorProto* o
   if (t.dtype() == DType::String) {
     for (const std::string& s : t.strings()) out->add_string_data(s);
   } else {
-    out->set_raw_data(t.bytes()
-                          ? std::string(reinterpret_cast<const char*>(t.bytes()), t.byteSize())
-                          : std::string());
+    std::string raw(t.byteSize(), '\0');
+    t.copyBytesTo(reinterpret_cast<uint8_t*>(raw.data()));
+    out->set_raw_data(std::move(raw));
   }
   if (!name.empty()) out->set_name(name);
   if (!t.doc_string.empty()) out->set_doc_string(t.doc_string);

@@ -6,11 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <functional>
 #include <string_view>
 #include <limits>
+#include <mutex>
 
 #include <fmt/format.h>
 
@@ -133,6 +135,50 @@ std::shared_ptr<const Buffer> Buffer::mapFile(const std::string& path, uint64_t 
                                   static_cast<size_t>(length));
 }
 
+// A deferred buffer keeps data_ null (with a non-zero size) and its owner_ is this state.
+struct Buffer::Deferred {
+  std::shared_ptr<const ByteRecipe> recipe;
+  size_t size = 0;
+  mutable std::once_flag once;
+  mutable std::unique_ptr<uint8_t[]> bytes;
+  mutable std::atomic<bool> done{false};
+};
+
+std::shared_ptr<const Buffer> Buffer::deferred(size_t size,
+                                               std::shared_ptr<const ByteRecipe> recipe) {
+  if (size == 0) return std::make_shared<Buffer>(nullptr, nullptr, 0);
+  if (!recipe) throwInternal("Buffer::deferred needs a recipe");
+  auto state = std::make_shared<Deferred>();
+  state->recipe = std::move(recipe);
+  state->size = size;
+  return std::make_shared<Buffer>(std::move(state), nullptr, size);
+}
+
+const uint8_t* Buffer::deferredData() const {
+  const auto* state = static_cast<const Deferred*>(owner_.get());
+  std::call_once(state->once, [state] {
+    auto bytes = std::make_unique<uint8_t[]>(state->size);
+    state->recipe->produce(bytes.get(), state->size);
+    state->bytes = std::move(bytes);
+    state->done.store(true, std::memory_order_release);
+  });
+  return state->bytes.get();
+}
+
+bool Buffer::isPending() const {
+  if (data_ || size_ == 0) return false;
+  return !static_cast<const Deferred*>(owner_.get())->done.load(std::memory_order_acquire);
+}
+
+void Buffer::copyTo(uint8_t* dst) const {
+  if (size_ == 0) return;
+  if (isPending()) {
+    static_cast<const Deferred*>(owner_.get())->recipe->produce(dst, size_);
+    return;
+  }
+  std::memcpy(dst, data(), size_);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Tensor
 
@@ -171,11 +217,21 @@ int64_t Tensor::numel() const {
   return n;
 }
 
+void Tensor::copyBytesTo(uint8_t* dst) const {
+  if (bytes_) bytes_->copyTo(dst);
+}
+
 uint8_t* Tensor::mutableBytes() {
   if (!bytes_ || bytes_->size() == 0) return nullptr;
   if (bytes_.use_count() == 1 && bytes_->writable_) return const_cast<uint8_t*>(bytes_->data());
-  bytes_ =
-      Buffer::fromVector(std::vector<uint8_t>(bytes_->data(), bytes_->data() + bytes_->size()));
+  std::vector<uint8_t> copy;
+  if (bytes_->isPending()) {
+    copy.resize(bytes_->size());
+    bytes_->copyTo(copy.data());
+  } else {
+    copy.assign(bytes_->data(), bytes_->data() + bytes_->size());
+  }
+  bytes_ = Buffer::fromVector(std::move(copy));
   return const_cast<uint8_t*>(bytes_->data());
 }
 

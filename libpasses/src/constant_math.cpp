@@ -96,6 +96,31 @@ float toFloatRoundToOdd(double d) {
 
 }  // namespace
 
+void storeDoubles(DType dtype, const double* values, size_t n, uint8_t* dst) {
+  switch (dtype) {
+    case DType::Float:
+      for (size_t i = 0; i < n; ++i) {
+        const float f = static_cast<float>(values[i]);
+        std::memcpy(dst + i * sizeof f, &f, sizeof f);
+      }
+      break;
+    case DType::Double: std::memcpy(dst, values, n * sizeof(double)); break;
+    case DType::Float16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = kernels::floatToHalf(toFloatRoundToOdd(values[i]));
+        std::memcpy(dst + i * sizeof h, &h, sizeof h);
+      }
+      break;
+    case DType::BFloat16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = kernels::floatToBFloat16(toFloatRoundToOdd(values[i]));
+        std::memcpy(dst + i * sizeof h, &h, sizeof h);
+      }
+      break;
+    default: throwInternal(fmt::format("storeDoubles: cannot store {}", dtypeName(dtype)));
+  }
+}
+
 Tensor tensorFromDoubles(DType dtype, std::vector<int64_t> dims,
                          const std::vector<double>& values) {
   Tensor t(dtype, std::move(dims));
@@ -103,31 +128,7 @@ Tensor tensorFromDoubles(DType dtype, std::vector<int64_t> dims,
     throwInternal(
         fmt::format("tensorFromDoubles: {} values for {} elements", values.size(), t.numel()));
   }
-  const size_t n = values.size();
-  switch (dtype) {
-    case DType::Float: {
-      float* p = t.mutableData<float>();
-      for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(values[i]);
-      break;
-    }
-    case DType::Double: {
-      double* p = t.mutableData<double>();
-      for (size_t i = 0; i < n; ++i) p[i] = values[i];
-      break;
-    }
-    case DType::Float16: {
-      uint16_t* p = t.mutableData<uint16_t>();
-      for (size_t i = 0; i < n; ++i) p[i] = kernels::floatToHalf(toFloatRoundToOdd(values[i]));
-      break;
-    }
-    case DType::BFloat16: {
-      uint16_t* p = t.mutableData<uint16_t>();
-      for (size_t i = 0; i < n; ++i) p[i] = kernels::floatToBFloat16(toFloatRoundToOdd(values[i]));
-      break;
-    }
-    default:
-      throwInternal(fmt::format("tensorFromDoubles: cannot store {}", dtypeName(dtype)));
-  }
+  if (!values.empty()) storeDoubles(dtype, values.data(), values.size(), t.mutableBytes());
   return t;
 }
 

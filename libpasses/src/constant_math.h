@@ -25,6 +25,8 @@ std::vector<double> constantAsDoubles(const Tensor& t);
 
 // A tensor of `dtype` (a foldable float) holding `values`, each rounded once to nearest-even.
 Tensor tensorFromDoubles(DType dtype, std::vector<int64_t> dims, const std::vector<double>& values);
+// The same rounding, into dst (n elements of `dtype`, little-endian).
+void storeDoubles(DType dtype, const double* values, size_t n, uint8_t* dst);
 
 // A constant's values in double with its dims, for folding arithmetic.
 struct DoubleTensor {

@@ -12,7 +12,8 @@
 //     channels; B, when present, has W's dtype and shape [C_out].
 //  5. The BN parameters are foldable floats of shape [C_out] (spatial=1).
 //
-// Math, per output channel o (computed in double, stored once in W's dtype):
+// Math, per output channel o (computed in double, stored once in W's dtype; W' when it is first
+// read, see ScaledWeights):
 //   s[o] = gamma[o] / sqrt(var[o] + epsilon)
 //   W'[o-slice] = W[o-slice] * s[o]
 //   B'[o] = (B[o] - mean[o]) * s[o] + beta[o]      (B = 0 when the Conv has none)
@@ -28,6 +29,7 @@
 #include <fmt/format.h>
 
 #include "constant_math.h"
+#include "fusectl/graph/error.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
 
@@ -107,20 +109,20 @@ Constraint batchNormPerChannel() {
           }};
 }
 
-// W' = W * s per output channel, in double.
-std::vector<double> scaledWeights(const Node& conv, const std::vector<double>& scale) {
-  const Tensor& w = *conv.input(1)->initializer();
+// W' = W * s per output channel, in double. Conv's W is [C_out, C_in/group, k...];
+// ConvTranspose's is [C_in, C_out/group, k...].
+std::vector<double> scaledWeights(const Tensor& w, bool transposed, int64_t group,
+                                  const std::vector<double>& scale) {
   std::vector<double> v = constantAsDoubles(w);
   const std::vector<int64_t>& d = w.dims();
   int64_t taps = 1;
   for (size_t i = 2; i < d.size(); ++i) taps *= d[i];
-  if (conv.is("Conv")) {
+  if (!transposed) {
     const int64_t per_channel = d[1] * taps;
     for (size_t i = 0; i < v.size(); ++i)
       v[i] *= scale[static_cast<size_t>(static_cast<int64_t>(i) / per_channel)];
     return v;
   }
-  const int64_t group = conv.attrInt("group", 1);
   const int64_t in_per_group = d[0] / group, out_per_group = d[1];
   for (size_t i = 0; i < v.size(); ++i) {
     const int64_t flat = static_cast<int64_t>(i);
@@ -131,6 +133,39 @@ std::vector<double> scaledWeights(const Node& conv, const std::vector<double>& s
   }
   return v;
 }
+
+// W' computed when it is read, usually by the writer streaming it to the file: the folded
+// weights are most of a model's bytes, and as new buffers they would all be fresh memory held
+// from the fold to the save (Buffer::deferred). The bytes are those the fold computed eagerly
+// before: the same arithmetic, rounded once by storeDoubles.
+class ScaledWeights : public ByteRecipe {
+ public:
+  ScaledWeights(Tensor w, bool transposed, int64_t group, std::vector<double> scale)
+      : w_(std::move(w)), transposed_(transposed), group_(group), scale_(std::move(scale)) {}
+
+  void produce(uint8_t* dst, size_t size) const override {
+    std::vector<double> v = scaledWeights(w_, transposed_, group_, scale_);
+    if (size != dtypeStorageBytes(w_.dtype(), static_cast<int64_t>(v.size())))
+      throwInternal(fmt::format("folded weight needs {} bytes, asked for {}",
+                                dtypeStorageBytes(w_.dtype(), static_cast<int64_t>(v.size())),
+                                size));
+    storeDoubles(w_.dtype(), v.data(), v.size(), dst);
+  }
+
+  static Tensor of(const Node& conv, std::vector<double> scale) {
+    const Tensor& w = *conv.input(1)->initializer();
+    const size_t size = w.byteSize();
+    auto recipe = std::make_shared<ScaledWeights>(w, !conv.is("Conv"), conv.attrInt("group", 1),
+                                                  std::move(scale));
+    return Tensor(w.dtype(), w.dims(), Buffer::deferred(size, std::move(recipe)));
+  }
+
+ private:
+  Tensor w_;  // shares W's bytes
+  bool transposed_;
+  int64_t group_;
+  std::vector<double> scale_;
+};
 
 class FoldConvBatchNormPass : public Pass {
  public:
@@ -180,8 +215,7 @@ class FoldConvBatchNormPass : public Pass {
     std::vector<double> bias(static_cast<size_t>(channels), 0.0);
     if (b) bias = constantAsDoubles(*b->initializer());
     for (size_t o = 0; o < bias.size(); ++o) bias[o] = bias[o] * bnmap.scale[o] + bnmap.shift[o];
-    Tensor folded_w =
-        tensorFromDoubles(dtype, w->initializer()->dims(), scaledWeights(*conv, bnmap.scale));
+    Tensor folded_w = ScaledWeights::of(*conv, std::move(bnmap.scale));
     Tensor folded_b = tensorFromDoubles(dtype, {channels}, bias);
 
     const std::string base = conv->name().empty() ? conv->output(0)->name() : conv->name();

@@ -2,8 +2,9 @@
 //
 // Weight bytes are the bulk of a model, so a Tensor never owns a private copy unless it is
 // written to. Its bytes live in a shared, immutable Buffer: the string protobuf parsed them into
-// (moved, not copied), a memory-mapped external-data file, or a fresh allocation. Copying a
-// Tensor shares the buffer; mutableBytes() copies on write.
+// (moved, not copied), a memory-mapped external-data file, a fresh allocation, or a recipe that
+// computes them when first read. Copying a Tensor shares the buffer; mutableBytes() copies on
+// write.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,16 @@
 
 namespace fusectl {
 
+// How to compute a deferred Buffer's bytes (Buffer::deferred).
+class ByteRecipe {
+ public:
+  virtual ~ByteRecipe() = default;
+  // Writes the buffer's `size` bytes to dst. Called at most once per reader that streams the
+  // bytes (Buffer::copyTo) plus once when they are first read through data(); it must give the
+  // same bytes every time, and may run on several threads at once.
+  virtual void produce(uint8_t* dst, size_t size) const = 0;
+};
+
 // Immutable bytes with a keep-alive owner (a std::string, an mmap region, a vector...).
 class Buffer {
  public:
@@ -27,12 +38,26 @@ class Buffer {
   // Maps [offset, offset+length) of a file read-only; throws fusectl::Error on failure.
   static std::shared_ptr<const Buffer> mapFile(const std::string& path, uint64_t offset,
                                                uint64_t length);
+  // `size` bytes that `recipe` computes when data() is first called; until then they take no
+  // memory. A pass that rewrites weights (fold-conv-bn scales every Conv's W) hands over a
+  // recipe over the old bytes instead of new ones: on a million-node graph those are 600 MB of
+  // fresh pages that a writer would only copy to the file once.
+  static std::shared_ptr<const Buffer> deferred(size_t size,
+                                                std::shared_ptr<const ByteRecipe> recipe);
 
-  const uint8_t* data() const { return data_; }
+  // Computes deferred bytes on first use (thread-safe) and keeps them.
+  const uint8_t* data() const { return data_ || size_ == 0 ? data_ : deferredData(); }
   size_t size() const { return size_; }
+  // Deferred and not computed yet.
+  bool isPending() const;
+  // Copies the bytes to dst; bytes still pending are produced there and not kept (for writers
+  // that stream each tensor once).
+  void copyTo(uint8_t* dst) const;
 
  private:
   friend class Tensor;
+  struct Deferred;  // tensor.cpp: the recipe and, once computed, the bytes; owned by owner_
+  const uint8_t* deferredData() const;
   std::shared_ptr<const void> owner_;
   const uint8_t* data_;
   size_t size_;
@@ -63,6 +88,8 @@ class Tensor {
   // Little-endian, densely packed, row-major bytes (ONNX raw_data layout).
   const uint8_t* bytes() const { return bytes_ ? bytes_->data() : nullptr; }
   const std::shared_ptr<const Buffer>& buffer() const { return bytes_; }
+  // Writes byteSize() bytes to dst without computing and keeping pending deferred bytes.
+  void copyBytesTo(uint8_t* dst) const;
   uint8_t* mutableBytes();  // detaches from a shared buffer first
   template <typename T>
   const T* data() const { return reinterpret_cast<const T*>(bytes()); }
