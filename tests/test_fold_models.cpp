@@ -72,7 +72,7 @@ TEST_CASE("fold-conv-bn,fuse-bias-add removes every BatchNormalization from the 
   // the fold allocates no weight memory, and --verify-each's serializations did not keep any.
   size_t pending = 0;
   for (Node* conv : after->graph->nodesOfType("Conv"))
-    pending += conv->input(1)->initializer()->buffer()->isPending() ? 1 : 0;
+    pending += conv->input(1)->initializer()->buffer().isPending() ? 1 : 0;
   CHECK(pending == bns);
   for (uint64_t seed : {1u, 2u}) {
     const double err = relativeError(*before, *after, seed);

@@ -90,7 +90,7 @@ TEST_CASE("Buffer and Tensor share bytes and copy on write", "[onnx_io][tensor]"
   std::string bytes(4096, 'x');
   const char* where = bytes.data();
   auto buffer = fusectl::Buffer::fromString(std::move(bytes));
-  CHECK(reinterpret_cast<const char*>(buffer->data()) == where);  // moved, not copied
+  CHECK(reinterpret_cast<const char*>(buffer.data()) == where);  // moved, not copied
 
   fusectl::Tensor a = fusectl::Tensor::fromValues(DType::Float, {2}, std::vector<float>{1, 2});
   fusectl::Tensor b = a;
@@ -122,8 +122,8 @@ TEST_CASE("Buffer::mapFile maps a byte range of a file", "[onnx_io][tensor]") {
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
   std::ofstream(dir / "blob.bin", std::ios::binary) << data;
   auto mapped = fusectl::Buffer::mapFile(dir / "blob.bin", 4097, 100);  // not page aligned
-  REQUIRE(mapped->size() == 100);
-  CHECK(std::memcmp(mapped->data(), data.data() + 4097, 100) == 0);
+  REQUIRE(mapped.size() == 100);
+  CHECK(std::memcmp(mapped.data(), data.data() + 4097, 100) == 0);
   CHECK_THROWS_AS(fusectl::Buffer::mapFile(dir / "blob.bin", 9990, 20), fusectl::Error);
   CHECK_THROWS_AS(fusectl::Buffer::mapFile(dir / "missing.bin", 0, 1), fusectl::Error);
 }
@@ -158,39 +158,39 @@ TEST_CASE("deferred buffers: computed once on read, streamed without being kept"
   auto recipe = std::make_shared<CountingRecipe>(5);
   auto buffer = fusectl::Buffer::deferred(5000, recipe);
   const std::vector<uint8_t> expected = recipeBytes(*recipe, 5000);
-  CHECK(buffer->size() == 5000);
-  CHECK(buffer->isPending());
+  CHECK(buffer.size() == 5000);
+  CHECK(buffer.isPending());
   CHECK(recipe->calls == 0);
 
   std::vector<uint8_t> streamed(5000);
-  buffer->copyTo(streamed.data());
+  buffer.copyTo(streamed.data());
   CHECK(streamed == expected);
   CHECK(recipe->calls == 1);
-  CHECK(buffer->isPending());  // produced into the caller's memory, not kept
+  CHECK(buffer.isPending());  // produced into the caller's memory, not kept
 
   // A tensor over it detaches on write with the same bytes; the shared buffer stays pending.
   fusectl::Tensor t(DType::Float, {1250}, buffer);
   fusectl::Tensor copy = t;
   uint8_t* mine = copy.mutableBytes();
   CHECK(std::vector<uint8_t>(mine, mine + 5000) == expected);
-  CHECK(buffer->isPending());
+  CHECK(buffer.isPending());
 
   // Readers on several threads at once: one computation, one address for all.
   const int before = recipe->calls;
   std::vector<const uint8_t*> seen(4, nullptr);
   std::vector<std::thread> readers;
   for (size_t k = 0; k < seen.size(); ++k)
-    readers.emplace_back([&, k] { seen[k] = buffer->data(); });
+    readers.emplace_back([&, k] { seen[k] = buffer.data(); });
   for (auto& r : readers) r.join();
   CHECK(recipe->calls == before + 1);
   for (const uint8_t* p : seen) CHECK(p == seen[0]);
   CHECK(std::vector<uint8_t>(seen[0], seen[0] + 5000) == expected);
-  CHECK(!buffer->isPending());
-  buffer->copyTo(streamed.data());  // kept now: copied, not produced again
+  CHECK(!buffer.isPending());
+  buffer.copyTo(streamed.data());  // kept now: copied, not produced again
   CHECK(recipe->calls == before + 1);
   CHECK(t.bytes() == seen[0]);
 
-  CHECK(fusectl::Buffer::deferred(0, recipe)->size() == 0);
+  CHECK(fusectl::Buffer::deferred(0, recipe).size() == 0);
   CHECK_THROWS_AS(fusectl::Buffer::deferred(4, nullptr), fusectl::Error);
 }
 
@@ -212,7 +212,7 @@ TEST_CASE("deferred initializers save the bytes their recipe gives, inline and e
     std::vector<fusectl::Value*> ws;
     for (auto [name, recipe, size] :
          {std::tuple{"W0", small.get(), small_size}, std::tuple{"W1", large.get(), large_size}}) {
-      std::shared_ptr<const fusectl::Buffer> bytes =
+      fusectl::Buffer bytes =
           deferred ? fusectl::Buffer::deferred(
                          size, std::shared_ptr<const fusectl::ByteRecipe>(
                                    recipe == small.get() ? small : large))
@@ -241,7 +241,7 @@ TEST_CASE("deferred initializers save the bytes their recipe gives, inline and e
   CHECK(slurp(dir / "lazy.data").size() > large_size);
 
   for (const fusectl::Value* v : lazy->graph->initializers())
-    CHECK(v->initializer()->buffer()->isPending());
+    CHECK(v->initializer()->buffer().isPending());
   CHECK(small->calls == 2);
   CHECK(large->calls == 2);
 

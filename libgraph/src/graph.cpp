@@ -46,11 +46,17 @@ Node* Value::uniqueConsumer() const {
 void Value::setInitializer(Tensor t) {
   if (!initializer_) throwInternal(fmt::format("value '{}' is not an initializer", name_));
   type.dtype = t.dtype();
-  std::vector<Dim> dims;
-  dims.reserve(t.dims().size());
-  for (int64_t d : t.dims()) dims.push_back(Dim::known(d));
-  type.shape = Shape(std::move(dims));
-  initializer_ = std::make_shared<Tensor>(std::move(t));
+  // Folding passes replace data of the same shape: keep the shape's memory then.
+  bool same_shape = type.shape.hasRank() && type.shape.rank() == t.dims().size();
+  for (size_t i = 0; same_shape && i < t.dims().size(); ++i)
+    same_shape = type.shape[i].isStatic() && type.shape[i].value() == t.dims()[i];
+  if (!same_shape) {
+    std::vector<Dim> dims;
+    dims.reserve(t.dims().size());
+    for (int64_t d : t.dims()) dims.push_back(Dim::known(d));
+    type.shape = Shape(std::move(dims));
+  }
+  *initializer_ = std::move(t);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -297,7 +303,7 @@ Value* Graph::addInitializer(const std::string& value_name, Tensor t) {
   dims.reserve(t.dims().size());
   for (int64_t d : t.dims()) dims.push_back(Dim::known(d));
   v->type.shape = Shape(std::move(dims));
-  v->initializer_ = std::make_shared<Tensor>(std::move(t));
+  v->initializer_ = std::make_unique<Tensor>(std::move(t));
   v->init_index_ = initializers_.size();
   initializers_.push_back(v);
   return v;
@@ -380,6 +386,24 @@ Value* Graph::findValue(std::string_view value_name) const {
 // ---------------------------------------------------------------------------------------------
 // Graph: uses and the node list
 
+void UseList::push_back(Use u) {
+  if (size_ == capacity_) {
+    const uint32_t grown = capacity_ * 2 < 4 ? 4 : capacity_ * 2;
+    Use* bigger = new Use[grown];
+    std::copy(begin(), end(), bigger);
+    release();
+    heap_ = bigger;
+    capacity_ = grown;
+  }
+  mutableBegin()[size_++] = u;
+}
+
+void UseList::eraseAt(size_t i) {
+  Use* first = mutableBegin();
+  std::copy(first + i + 1, first + size_, first + i);
+  --size_;
+}
+
 void Graph::addUse(Value* v, Node* n, int input) {
   if (v) v->uses_.push_back(Use{n, input});
 }
@@ -391,7 +415,7 @@ void Graph::removeUse(Value* v, Node* n, int input) {
   // what they just built), which keeps long use lists cheap.
   for (size_t i = uses.size(); i-- > 0;) {
     if (uses[i].node == n && uses[i].input == input) {
-      uses.erase(uses.begin() + static_cast<std::ptrdiff_t>(i));
+      uses.eraseAt(i);
       return;
     }
   }
@@ -570,8 +594,7 @@ void Graph::setOpType(Node* n, std::string op_type, std::string domain) {
 
 void Graph::replaceAllUsesWith(Value* from, Value* to) {
   if (from == to) return;
-  std::vector<Use> uses = std::move(from->uses_);
-  from->uses_.clear();
+  UseList uses = std::move(from->uses_);
   for (const Use& u : uses) {
     if (u.input == Use::kImplicitUse) {
       // Subgraphs capture by name through outer refs; retarget both the node's implicit list
@@ -988,7 +1011,7 @@ std::unique_ptr<Graph> Graph::clone(Graph* parent) const {
   }
   for (const Value* v : initializers()) {
     Value* c = out->newValue(v->name_, Value::Kind::Initializer);
-    c->initializer_ = v->initializer_;  // tensors are immutable once shared: no data copy
+    c->initializer_ = std::make_unique<Tensor>(*v->initializer_);  // shares the bytes
     copyMeta(v, c);
     c->init_index_ = out->initializers_.size();
     out->initializers_.push_back(c);

@@ -49,7 +49,7 @@ class ExternalDataWriter {
     uint64_t align = t.byteSize() >= 4096 ? 4096 : 64;
     uint64_t offset = (file_.bytesWritten() + align - 1) / align * align;
     file_.write(zeros, static_cast<size_t>(offset - file_.bytesWritten()));
-    if (t.buffer()->isPending()) {
+    if (t.buffer().isPending()) {
       scratch_.resize(t.byteSize());
       t.copyBytesTo(scratch_.data());
       file_.write(scratch_.data(), scratch_.size());
@@ -203,20 +203,20 @@ class Writer {
   // Deferred bytes not computed yet (Buffer::deferred) are produced into the buffer, and never
   // kept: a folded weight costs memory only while it is written.
   void tensorBytes(const Tensor& t) {
-    const Buffer* b = t.buffer().get();
-    if (!b || !b->isPending()) {
+    const Buffer& b = t.buffer();
+    if (!b.isPending()) {
       bytes(t.bytes(), t.byteSize());
       return;
     }
-    const size_t size = b->size();
+    const size_t size = b.size();
     if (size > static_cast<size_t>(end_ - pos_)) flush();
     if (size <= static_cast<size_t>(end_ - pos_)) {
-      b->copyTo(reinterpret_cast<uint8_t*>(pos_));
+      b.copyTo(reinterpret_cast<uint8_t*>(pos_));
       pos_ += size;
       return;
     }
     std::vector<uint8_t> scratch(size);
-    b->copyTo(scratch.data());
+    b.copyTo(scratch.data());
     sink_.write(scratch.data(), size);
     flushed_ += size;
   }

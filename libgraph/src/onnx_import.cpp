@@ -68,14 +68,14 @@ class ExternalFiles {
  public:
   struct File {
     std::string path;
-    std::shared_ptr<const Buffer> whole;
+    Buffer whole;
   };
   const File* find(const std::string& resolved) const {
     auto it = files_.find(resolved);
     return it == files_.end() ? nullptr : &it->second;
   }
   const File& add(const std::string& resolved) {
-    File f{resolved, nullptr};
+    File f{resolved, {}};
     struct stat st {};
     if (::stat(resolved.c_str(), &st) != 0) throwIo(resolved + ": " + std::strerror(errno));
     f.whole = Buffer::mapFile(resolved, 0, static_cast<uint64_t>(st.st_size));
@@ -137,8 +137,8 @@ size_t expectedBytes(const Context& ctx, const Dims& dims, const Subject& what, 
   return dtypeStorageBytes(dtype, n);
 }
 
-std::shared_ptr<const Buffer> externalBytes(Context& ctx, onnx::TensorProto& tp,
-                                            const Subject& what, size_t expected) {
+Buffer externalBytes(Context& ctx, onnx::TensorProto& tp, const Subject& what,
+                     size_t expected) {
   std::string location;
   uint64_t offset = 0;
   bool has_length = false;
@@ -202,17 +202,15 @@ std::shared_ptr<const Buffer> externalBytes(Context& ctx, onnx::TensorProto& tp,
   if (length != expected)
     ctx.fail(what, fmt::format("external data length {} does not match dims {} ({} bytes)", length,
                                dimsStr(tp.dims()), expected));
-  uint64_t file_size = file->whole->size();
+  uint64_t file_size = file->whole.size();
   if (offset > file_size || length > file_size - offset)
     ctx.fail(what, fmt::format("external data bytes {}..{} are beyond the end of '{}' ({} bytes)",
                                offset, offset + length, location, file_size));
-  if (length == 0) return std::make_shared<Buffer>(nullptr, nullptr, 0);
-  return std::make_shared<Buffer>(file->whole, file->whole->data() + offset,
-                                  static_cast<size_t>(length));
+  return file->whole.slice(static_cast<size_t>(offset), static_cast<size_t>(length));
 }
 
 template <typename From, typename To>
-std::shared_ptr<const Buffer> narrowed(const google::protobuf::RepeatedField<From>& values) {
+Buffer narrowed(const google::protobuf::RepeatedField<From>& values) {
   std::vector<uint8_t> raw(static_cast<size_t>(values.size()) * sizeof(To));
   auto* out = reinterpret_cast<To*>(raw.data());
   for (int i = 0; i < values.size(); ++i) out[i] = static_cast<To>(values.Get(i));
@@ -300,7 +298,7 @@ Tensor importTensorIn(Context& ctx, onnx::TensorProto& tp, const Subject& what) 
       if (typed_count != needed)
         ctx.fail(what, fmt::format("has {} values in {} but {} dims {} need {}", typed_count, field,
                                    dtypeName(dtype), dimsStr(tp.dims()), needed));
-      std::shared_ptr<const Buffer> bytes;
+      Buffer bytes;
       switch (dtype) {
         case DType::Float:
         case DType::Complex64: bytes = narrowed<float, float>(tp.float_data()); break;
@@ -709,7 +707,7 @@ bool GraphImporter::importGraphWire(const uint8_t* data, size_t size, Graph& g,
     if (raw.raw_size != expected)
       ctx_.fail(what, fmt::format("raw_data has {} bytes but {} dims {} need {}", raw.raw_size,
                                   dtypeName(dtype), dimsStr(raw.dims), expected));
-    Tensor t(dtype, std::move(raw.dims), std::make_shared<Buffer>(owner, raw.raw, raw.raw_size));
+    Tensor t(dtype, std::move(raw.dims), Buffer(owner, raw.raw, raw.raw_size));
     t.doc_string = std::string(raw.doc_string);
     addInitializer(g, name, std::move(t), where);
   }
@@ -1229,10 +1227,10 @@ std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& opt
   size_t size = 0;
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-    auto mapped = Buffer::mapFile(path, 0, static_cast<uint64_t>(st.st_size));
-    data = mapped->data();
-    size = mapped->size();
-    owner = std::move(mapped);
+    Buffer mapped = Buffer::mapFile(path, 0, static_cast<uint64_t>(st.st_size));
+    data = mapped.data();
+    size = mapped.size();
+    owner = mapped.owner();
   } else {
     auto bytes = std::make_shared<const std::string>(onnx_convert::readFile(path));
     data = reinterpret_cast<const uint8_t*>(bytes->data());

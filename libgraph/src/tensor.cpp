@@ -85,22 +85,33 @@ double float8ToDouble(uint8_t v, DType t) {
 // ---------------------------------------------------------------------------------------------
 // Buffer
 
-std::shared_ptr<const Buffer> Buffer::fromString(std::string bytes) {
+Buffer Buffer::fromString(std::string bytes) {
   auto owner = std::make_shared<std::string>(std::move(bytes));
-  auto buffer = std::make_shared<Buffer>(owner, reinterpret_cast<const uint8_t*>(owner->data()),
-                                         owner->size());
-  buffer->writable_ = true;
+  const auto* data = reinterpret_cast<const uint8_t*>(owner->data());
+  const size_t size = owner->size();
+  Buffer buffer(std::move(owner), data, size);
+  buffer.writable_ = true;
   return buffer;
 }
 
-std::shared_ptr<const Buffer> Buffer::fromVector(std::vector<uint8_t> bytes) {
+Buffer Buffer::fromVector(std::vector<uint8_t> bytes) {
   auto owner = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
-  auto buffer = std::make_shared<Buffer>(owner, owner->data(), owner->size());
-  buffer->writable_ = true;
+  const uint8_t* data = owner->data();
+  const size_t size = owner->size();
+  Buffer buffer(std::move(owner), data, size);
+  buffer.writable_ = true;
   return buffer;
 }
 
-std::shared_ptr<const Buffer> Buffer::mapFile(const std::string& path, uint64_t offset,
+Buffer Buffer::slice(size_t offset, size_t length) const {
+  if (offset > size_ || length > size_ - offset)
+    throwInternal(fmt::format("Buffer::slice: bytes {}..{} of {}", offset, offset + length, size_));
+  if (length == 0) return Buffer();
+  if (!data_) throwInternal("Buffer::slice of deferred bytes");
+  return Buffer(owner_, data_ + offset, length);
+}
+
+Buffer Buffer::mapFile(const std::string& path, uint64_t offset,
                                               uint64_t length) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throwIo(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
@@ -118,7 +129,7 @@ std::shared_ptr<const Buffer> Buffer::mapFile(const std::string& path, uint64_t 
   }
   if (length == 0) {
     ::close(fd);
-    return std::make_shared<Buffer>(nullptr, nullptr, 0);
+    return Buffer();
   }
   // mmap wants a page-aligned offset; map from the page start and point into it.
   static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
@@ -130,9 +141,8 @@ std::shared_ptr<const Buffer> Buffer::mapFile(const std::string& path, uint64_t 
   if (base == MAP_FAILED) throwIo(fmt::format("{}: cannot map: {}", path, std::strerror(err)));
   std::shared_ptr<const void> owner(
       base, [map_length](const void* p) { ::munmap(const_cast<void*>(p), map_length); });
-  return std::make_shared<Buffer>(std::move(owner),
-                                  static_cast<const uint8_t*>(base) + (offset - aligned),
-                                  static_cast<size_t>(length));
+  return Buffer(std::move(owner), static_cast<const uint8_t*>(base) + (offset - aligned),
+                static_cast<size_t>(length));
 }
 
 // A deferred buffer keeps data_ null (with a non-zero size) and its owner_ is this state.
@@ -144,14 +154,13 @@ struct Buffer::Deferred {
   mutable std::atomic<bool> done{false};
 };
 
-std::shared_ptr<const Buffer> Buffer::deferred(size_t size,
-                                               std::shared_ptr<const ByteRecipe> recipe) {
-  if (size == 0) return std::make_shared<Buffer>(nullptr, nullptr, 0);
+Buffer Buffer::deferred(size_t size, std::shared_ptr<const ByteRecipe> recipe) {
+  if (size == 0) return Buffer();
   if (!recipe) throwInternal("Buffer::deferred needs a recipe");
   auto state = std::make_shared<Deferred>();
   state->recipe = std::move(recipe);
   state->size = size;
-  return std::make_shared<Buffer>(std::move(state), nullptr, size);
+  return Buffer(std::move(state), nullptr, size);
 }
 
 const uint8_t* Buffer::deferredData() const {
@@ -191,7 +200,7 @@ Tensor::Tensor(DType dtype, std::vector<int64_t> dims) : dtype_(dtype), dims_(st
   bytes_ = Buffer::fromVector(std::vector<uint8_t>(dtypeStorageBytes(dtype_, n), 0));
 }
 
-Tensor::Tensor(DType dtype, std::vector<int64_t> dims, std::shared_ptr<const Buffer> bytes)
+Tensor::Tensor(DType dtype, std::vector<int64_t> dims, Buffer bytes)
     : dtype_(dtype), dims_(std::move(dims)), bytes_(std::move(bytes)) {
   size_t expected = dtypeStorageBytes(dtype_, checkedNumel(dims_));
   if (dtype_ == DType::String) throwInternal("string tensors hold strings, not bytes");
@@ -217,22 +226,21 @@ int64_t Tensor::numel() const {
   return n;
 }
 
-void Tensor::copyBytesTo(uint8_t* dst) const {
-  if (bytes_) bytes_->copyTo(dst);
-}
+void Tensor::copyBytesTo(uint8_t* dst) const { bytes_.copyTo(dst); }
 
 uint8_t* Tensor::mutableBytes() {
-  if (!bytes_ || bytes_->size() == 0) return nullptr;
-  if (bytes_.use_count() == 1 && bytes_->writable_) return const_cast<uint8_t*>(bytes_->data());
+  if (bytes_.size() == 0) return nullptr;
+  if (bytes_.writable_ && bytes_.owner_.use_count() == 1)
+    return const_cast<uint8_t*>(bytes_.data());
   std::vector<uint8_t> copy;
-  if (bytes_->isPending()) {
-    copy.resize(bytes_->size());
-    bytes_->copyTo(copy.data());
+  if (bytes_.isPending()) {
+    copy.resize(bytes_.size());
+    bytes_.copyTo(copy.data());
   } else {
-    copy.assign(bytes_->data(), bytes_->data() + bytes_->size());
+    copy.assign(bytes_.data(), bytes_.data() + bytes_.size());
   }
   bytes_ = Buffer::fromVector(std::move(copy));
-  return const_cast<uint8_t*>(bytes_->data());
+  return const_cast<uint8_t*>(bytes_.data());
 }
 
 bool Tensor::identical(const Tensor& o) const {

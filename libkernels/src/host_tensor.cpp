@@ -82,7 +82,7 @@ HostTensor HostTensor::fromTensor(const Tensor& src) {
     if (expected) std::memcpy(t.data_, bytes, expected);
     return t;
   }
-  return borrow(src.dtype(), src.dims(), bytes, src.buffer());
+  return borrow(src.dtype(), src.dims(), bytes, src.buffer().owner());
 }
 
 Tensor HostTensor::toTensor() const {

@@ -28,6 +28,9 @@
 // (<conv>_W_folded, <conv>_B_folded), as does B' for a Conv without bias.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "constant_math.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/passes/rewriter.h"
@@ -144,12 +147,36 @@ class ScaledWeights : public ByteRecipe {
       : w_(std::move(w)), transposed_(transposed), group_(group), scale_(std::move(scale)) {}
 
   void produce(uint8_t* dst, size_t size) const override {
+    if (!transposed_ && w_.dtype() == DType::Float && size == w_.byteSize()) {
+      produceFloatConv(dst);
+      return;
+    }
     std::vector<double> v = scaledWeights(w_, transposed_, group_, scale_);
     if (size != dtypeStorageBytes(w_.dtype(), static_cast<int64_t>(v.size())))
       throwInternal(fmt::format("folded weight needs {} bytes, asked for {}",
                                 dtypeStorageBytes(w_.dtype(), static_cast<int64_t>(v.size())),
                                 size));
     storeDoubles(w_.dtype(), v.data(), v.size(), dst);
+  }
+
+  // The common case without the double buffer and the index division per element; the same
+  // operations as scaledWeights + storeDoubles (float -> double, times the double scale,
+  // rounded to float once), so the same bits.
+  void produceFloatConv(uint8_t* dst) const {
+    const uint8_t* w = w_.bytes();  // raw_data inside a mapped file: not float-aligned
+    const size_t channels = scale_.size();
+    const size_t per_channel = channels ? static_cast<size_t>(w_.numel()) / channels : 0;
+    float in[256], out[256];
+    for (size_t o = 0; o < channels; ++o) {
+      const double s = scale_[o];
+      for (size_t k = 0; k < per_channel; k += 256) {
+        const size_t n = std::min<size_t>(256, per_channel - k);
+        const size_t offset = (o * per_channel + k) * sizeof(float);
+        std::memcpy(in, w + offset, n * sizeof(float));
+        for (size_t e = 0; e < n; ++e) out[e] = static_cast<float>(static_cast<double>(in[e]) * s);
+        std::memcpy(dst + offset, out, n * sizeof(float));
+      }
+    }
   }
 
   static Tensor of(const Node& conv, std::vector<double> scale) {

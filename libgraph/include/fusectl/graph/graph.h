@@ -56,6 +56,61 @@ struct Use {
   bool operator==(const Use& o) const { return node == o.node && input == o.input; }
 };
 
+// A value's consumer slots. Most values have exactly one consumer, so the list keeps one use
+// inline and allocates only from the second on: a million-node graph then allocates no use
+// list for most of its millions of values (the same 24 bytes as a std::vector, without its
+// heap block).
+class UseList {
+ public:
+  UseList() : one_{nullptr, 0} {}
+  UseList(const UseList&) = delete;
+  UseList& operator=(const UseList&) = delete;
+  UseList(UseList&& o) noexcept { takeFrom(o); }
+  UseList& operator=(UseList&& o) noexcept {
+    if (this != &o) {
+      release();
+      takeFrom(o);
+    }
+    return *this;
+  }
+  ~UseList() { release(); }
+
+  const Use* begin() const { return capacity_ > 1 ? heap_ : &one_; }
+  const Use* end() const { return begin() + size_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const Use& front() const { return *begin(); }
+  const Use& operator[](size_t i) const { return begin()[i]; }
+
+  void push_back(Use u);
+  void eraseAt(size_t i);  // keeps the order of the others
+  void clear() {
+    release();
+    size_ = 0;
+    capacity_ = 1;
+  }
+
+ private:
+  Use* mutableBegin() { return capacity_ > 1 ? heap_ : &one_; }
+  void release() {
+    if (capacity_ > 1) delete[] heap_;
+  }
+  void takeFrom(UseList& o) {
+    size_ = o.size_;
+    capacity_ = o.capacity_;
+    if (capacity_ > 1) heap_ = o.heap_;
+    else one_ = o.one_;
+    o.size_ = 0;
+    o.capacity_ = 1;
+  }
+  union {
+    Use one_;
+    Use* heap_;
+  };
+  uint32_t size_ = 0;
+  uint32_t capacity_ = 1;  // 1: the inline slot
+};
+
 class Value {
  public:
   enum class Kind : uint8_t { NodeOutput, GraphInput, Initializer, OuterRef };
@@ -66,7 +121,7 @@ class Value {
   Node* producer() const { return producer_; }  // nullptr unless kind() == NodeOutput
   int producerOutputIndex() const { return producer_output_; }
 
-  const std::vector<Use>& uses() const { return uses_; }
+  const UseList& uses() const { return uses_; }
   bool hasUses() const { return !uses_.empty(); }
   // Distinct consumer nodes (a node reading the value twice counts once).
   std::vector<Node*> consumers() const;
@@ -97,8 +152,8 @@ class Value {
   std::string name_;
   Graph* graph_ = nullptr;
   Node* producer_ = nullptr;
-  std::vector<Use> uses_;
-  std::shared_ptr<Tensor> initializer_;
+  UseList uses_;
+  std::unique_ptr<Tensor> initializer_;
   Value* outer_ = nullptr;
   int32_t producer_output_ = -1;
   uint32_t graph_output_count_ = 0;

@@ -28,26 +28,31 @@ class ByteRecipe {
   virtual void produce(uint8_t* dst, size_t size) const = 0;
 };
 
-// Immutable bytes with a keep-alive owner (a std::string, an mmap region, a vector...).
+// Immutable bytes with a keep-alive owner (a std::string, an mmap region, a vector...). A value
+// type: a Tensor holds its Buffer inline, because a million-node graph has over a million
+// initializers and a separately allocated buffer object each was ~100 MB of fresh memory.
 class Buffer {
  public:
+  Buffer() = default;
   Buffer(std::shared_ptr<const void> owner, const uint8_t* data, size_t size)
       : owner_(std::move(owner)), data_(data), size_(size) {}
-  static std::shared_ptr<const Buffer> fromString(std::string bytes);
-  static std::shared_ptr<const Buffer> fromVector(std::vector<uint8_t> bytes);
+  static Buffer fromString(std::string bytes);
+  static Buffer fromVector(std::vector<uint8_t> bytes);
   // Maps [offset, offset+length) of a file read-only; throws fusectl::Error on failure.
-  static std::shared_ptr<const Buffer> mapFile(const std::string& path, uint64_t offset,
-                                               uint64_t length);
+  static Buffer mapFile(const std::string& path, uint64_t offset, uint64_t length);
   // `size` bytes that `recipe` computes when data() is first called; until then they take no
   // memory. A pass that rewrites weights (fold-conv-bn scales every Conv's W) hands over a
   // recipe over the old bytes instead of new ones: on a million-node graph those are 600 MB of
   // fresh pages that a writer would only copy to the file once.
-  static std::shared_ptr<const Buffer> deferred(size_t size,
-                                                std::shared_ptr<const ByteRecipe> recipe);
+  static Buffer deferred(size_t size, std::shared_ptr<const ByteRecipe> recipe);
+  // [offset, offset+length) of this buffer, sharing its owner (not for deferred bytes).
+  Buffer slice(size_t offset, size_t length) const;
 
   // Computes deferred bytes on first use (thread-safe) and keeps them.
   const uint8_t* data() const { return data_ || size_ == 0 ? data_ : deferredData(); }
   size_t size() const { return size_; }
+  // Keeps data() valid while held.
+  const std::shared_ptr<const void>& owner() const { return owner_; }
   // Deferred and not computed yet.
   bool isPending() const;
   // Copies the bytes to dst; bytes still pending are produced there and not kept (for writers
@@ -59,10 +64,10 @@ class Buffer {
   struct Deferred;  // tensor.cpp: the recipe and, once computed, the bytes; owned by owner_
   const uint8_t* deferredData() const;
   std::shared_ptr<const void> owner_;
-  const uint8_t* data_;
-  size_t size_;
-  // Set for private heap bytes (fromString/fromVector): a Tensor that is the Buffer's only
-  // holder may then write in place instead of copying on every mutableBytes().
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  // Set for private heap bytes (fromString/fromVector): a Tensor that holds the only reference
+  // to the owner may then write in place instead of copying on every mutableBytes().
   bool writable_ = false;
 };
 
@@ -70,7 +75,7 @@ class Tensor {
  public:
   Tensor() = default;
   Tensor(DType dtype, std::vector<int64_t> dims);  // zero-filled
-  Tensor(DType dtype, std::vector<int64_t> dims, std::shared_ptr<const Buffer> bytes);
+  Tensor(DType dtype, std::vector<int64_t> dims, Buffer bytes);
   static Tensor ofStrings(std::vector<int64_t> dims, std::vector<std::string> values);
 
   template <typename T>
@@ -83,11 +88,11 @@ class Tensor {
   DType dtype() const { return dtype_; }
   const std::vector<int64_t>& dims() const { return dims_; }
   int64_t numel() const;  // 1 for a scalar
-  size_t byteSize() const { return bytes_ ? bytes_->size() : 0; }
+  size_t byteSize() const { return bytes_.size(); }
 
   // Little-endian, densely packed, row-major bytes (ONNX raw_data layout).
-  const uint8_t* bytes() const { return bytes_ ? bytes_->data() : nullptr; }
-  const std::shared_ptr<const Buffer>& buffer() const { return bytes_; }
+  const uint8_t* bytes() const { return bytes_.data(); }
+  const Buffer& buffer() const { return bytes_; }
   // Writes byteSize() bytes to dst without computing and keeping pending deferred bytes.
   void copyBytesTo(uint8_t* dst) const;
   uint8_t* mutableBytes();  // detaches from a shared buffer first
@@ -112,7 +117,7 @@ class Tensor {
  private:
   DType dtype_ = DType::Undefined;
   std::vector<int64_t> dims_;
-  std::shared_ptr<const Buffer> bytes_;
+  Buffer bytes_;
   std::vector<std::string> strings_;
 };
 
