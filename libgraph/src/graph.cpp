@@ -95,7 +95,7 @@ float Node::attrFloat(std::string_view name, float def) const {
 }
 std::string Node::attrString(std::string_view name, std::string def) const {
   const Attribute* a = typedAttr(*this, name, AttrKind::String);
-  return a ? a->s : def;
+  return a ? a->s.str() : def;
 }
 std::vector<int64_t> Node::attrInts(std::string_view name, std::vector<int64_t> def) const {
   const Attribute* a = typedAttr(*this, name, AttrKind::Ints);

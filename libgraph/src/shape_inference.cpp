@@ -120,7 +120,8 @@ const Tensor* InferenceState::constantOf(const Value* v) {
   if (const Tensor* t = v->initializer()) return t;
   const Node* p = v->producer();
   if (!p || !p->is("Constant")) return nullptr;
-  if (const Attribute* a = p->attr("value"); a && a->kind == AttrKind::Tensor) return &a->t;
+  if (const Attribute* a = p->attr("value"); a && a->kind == AttrKind::Tensor)
+    return &a->t.tensor();
   auto cached = synthesized_.find(v);
   if (cached != synthesized_.end()) return &cached->second;
   if (auto t = constantAttrTensor(*p)) return &synthesized_.emplace(v, std::move(*t)).first->second;

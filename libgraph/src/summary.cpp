@@ -170,14 +170,14 @@ std::string formatAttributeValue(const Attribute& a, size_t max_elements) {
     case AttrKind::Tensor: return formatTensor(a.t, max_elements);
     case AttrKind::Graph: return graph_text(a.g);
     case AttrKind::Floats:
-      return formatList(a.floats, max_elements, [](float f) { return formatFloat(f); });
+      return formatList(a.floats.vec(), max_elements, [](float f) { return formatFloat(f); });
     case AttrKind::Ints:
       return formatList(a.ints, max_elements, [](int64_t i) { return std::to_string(i); });
-    case AttrKind::Strings: return formatList(a.strings, max_elements, quote);
+    case AttrKind::Strings: return formatList(a.strings.vec(), max_elements, quote);
     case AttrKind::Tensors:
-      return formatList(a.tensors, max_elements,
+      return formatList(a.tensors.vec(), max_elements,
                         [&](const Tensor& t) { return formatTensor(t, max_elements); });
-    case AttrKind::Graphs: return formatList(a.graphs, max_elements, graph_text);
+    case AttrKind::Graphs: return formatList(a.graphs.vec(), max_elements, graph_text);
     default: return fmt::format("<{}>", attrKindName(a.kind));
   }
 }

@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "fusectl/graph/rare_string.h"
+#include "fusectl/graph/rare_tensor.h"
+#include "fusectl/graph/rare_vector.h"
 #include "fusectl/graph/tensor.h"
 
 namespace fusectl {
@@ -64,14 +67,16 @@ class Attribute {
 
   float f = 0.f;
   int64_t i = 0;
-  std::string s;  // String; also the serialized proto for SparseTensor and TypeProto
-  Tensor t;
+  // The kinds few attributes have are held through one pointer each (rare_string.h,
+  // rare_tensor.h, rare_vector.h): a million-node graph has about a million attributes.
+  RareString s;  // String; also the serialized proto for SparseTensor and TypeProto
+  RareTensor t;
   std::unique_ptr<Graph> g;
-  std::vector<float> floats;
+  RareVector<float> floats;
   std::vector<int64_t> ints;
-  std::vector<std::string> strings;  // Strings; serialized protos for SparseTensors/TypeProtos
-  std::vector<Tensor> tensors;
-  std::vector<std::unique_ptr<Graph>> graphs;
+  RareVector<std::string> strings;  // Strings; serialized protos for SparseTensors/TypeProtos
+  RareVector<Tensor> tensors;
+  RareVector<std::unique_ptr<Graph>> graphs;
 };
 
 // True when a and b hold the same value: the same kind, ref_attr_name and payload, floats

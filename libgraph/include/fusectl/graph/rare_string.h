@@ -40,6 +40,8 @@ class RareString {
   bool empty() const { return !text_; }
   size_t size() const { return str().size(); }
   const char* c_str() const { return str().c_str(); }
+  std::string::const_iterator begin() const { return str().begin(); }
+  std::string::const_iterator end() const { return str().end(); }
   void clear() { text_.reset(); }
   // Exchanges contents with a std::string (an importer moving a parsed string in).
   void swap(std::string& s) {
