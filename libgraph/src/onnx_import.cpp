@@ -457,6 +457,36 @@ bool decodeRawTensor(const uint8_t* data, size_t size, RawTensor* t) {
   return has_raw;
 }
 
+// Read-ahead hints for the import loops below: name lookups in a million-entry table wait for
+// memory, so the loops announce the names a few messages ahead (Graph::prefetch*Name). Only a
+// hint: a message in another field order is merely not prefetched.
+constexpr size_t kReadAhead = 8;
+
+void prefetchInitializerName(Graph& g, const uint8_t* data, size_t size) {
+  WireReader reader(data, size);
+  WireField f;
+  while (!reader.done() && reader.next(&f)) {
+    if (f.number == 8 && f.wire_type == 2) {
+      g.prefetchValueName(std::string_view(reinterpret_cast<const char*>(f.data), f.size));
+      return;
+    }
+    if (f.number > 8) return;
+  }
+}
+
+// NodeProto: input (1) and output (2) are value names, name (3) the node's.
+void prefetchNodeNames(Graph& g, const uint8_t* data, size_t size) {
+  WireReader reader(data, size);
+  WireField f;
+  while (!reader.done() && reader.next(&f)) {
+    if (f.number > 3 || f.wire_type != 2) return;
+    std::string_view name(reinterpret_cast<const char*>(f.data), f.size);
+    if (name.empty()) continue;
+    if (f.number == 3) g.prefetchNodeName(name);
+    else g.prefetchValueName(name);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Types
 
@@ -687,6 +717,9 @@ bool GraphImporter::importGraphWire(const uint8_t* data, size_t size, Graph& g,
   onnx::TensorProto tp;
   for (size_t i = 0; i < initializers.size(); ++i) {
     const Slice& slice = initializers[i];
+    if (i + kReadAhead < initializers.size())
+      prefetchInitializerName(g, initializers[i + kReadAhead].data,
+                              initializers[i + kReadAhead].size);
     RawTensor raw;
     if (!decodeRawTensor(slice.data, slice.size, &raw)) {
       if (!tp.ParseFromArray(slice.data, static_cast<int>(slice.size))) return false;
@@ -737,6 +770,8 @@ bool GraphImporter::importGraphWire(const uint8_t* data, size_t size, Graph& g,
     return later_outputs.count(name) != 0;
   };
   for (; pos < nodes.size(); ++pos) {
+    if (pos + kReadAhead < nodes.size())
+      prefetchNodeNames(g, nodes[pos + kReadAhead].data, nodes[pos + kReadAhead].size);
     if (!np.ParseFromArray(nodes[pos].data, static_cast<int>(nodes[pos].size))) return false;
     try {
       importNode(np, pos, g, where, producedLater);

@@ -282,7 +282,6 @@ Dim Dim::symbolic(std::string expr) {
                std::none_of(expr.begin(), expr.end(), isOperatorChar);
   if (plain) {
     Dim d;
-    d.kind_ = Kind::Symbolic;
     d.symbol_ = intern(std::move(expr));
     return d;
   }
@@ -295,7 +294,6 @@ Dim Dim::symbolic(std::string expr) {
   if (p->empty()) return Dim::known(0);
   if (p->size() == 1 && p->begin()->first.empty()) return Dim::known(p->begin()->second);
   Dim d;
-  d.kind_ = Kind::Symbolic;
   d.symbol_ = intern(render(*p));
   return d;
 }
@@ -341,12 +339,12 @@ Dim operator/(const Dim& a, const Dim& b) {
 }
 
 bool Dim::provablyEqual(const Dim& o) const {
-  if (kind_ == Kind::Unknown || kind_ != o.kind_) return false;
-  return kind_ == Kind::Static ? value_ == o.value_ : symbol_ == o.symbol_;  // interned
+  if (isUnknown() || o.isUnknown()) return false;
+  return value_ == o.value_ && symbol_ == o.symbol_;  // symbols are interned
 }
 
 std::string Dim::str() const {
-  switch (kind_) {
+  switch (kind()) {
     case Kind::Static: return std::to_string(value_);
     case Kind::Symbolic: return *symbol_;
     case Kind::Unknown: break;

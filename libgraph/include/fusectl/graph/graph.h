@@ -291,6 +291,10 @@ class Graph {
   const std::vector<Value*>& initializers() const;  // in file order
   const std::vector<Value*>& outerRefs() const { return outer_refs_; }
   Value* findValue(std::string_view name) const;
+  // Hints that a value or node of this name is about to be looked up or added (memory
+  // prefetch; no effect on the graph).
+  void prefetchValueName(std::string_view name) const { value_by_name_.prefetch(name); }
+  void prefetchNodeName(std::string_view name) const { node_by_name_.prefetch(name); }
   // Every value of the graph, in an unspecified order.
   const std::vector<Value*>& allValues() const { return values_; }
 

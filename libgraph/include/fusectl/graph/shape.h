@@ -20,17 +20,24 @@ class Dim {
   enum class Kind : uint8_t { Unknown, Static, Symbolic };
 
   Dim() = default;  // unknown
-  static Dim known(int64_t v) { Dim d; d.kind_ = Kind::Static; d.value_ = v; return d; }
+  static Dim known(int64_t v) {
+    Dim d;
+    d.symbol_ = nullptr;
+    d.value_ = v;
+    return d;
+  }
   static Dim symbolic(std::string expr);  // canonicalises; "3" becomes a static dim
   static Dim unknown() { return Dim(); }
 
-  Kind kind() const { return kind_; }
-  bool isStatic() const { return kind_ == Kind::Static; }
-  bool isSymbolic() const { return kind_ == Kind::Symbolic; }
-  bool isUnknown() const { return kind_ == Kind::Unknown; }
+  Kind kind() const {
+    return symbol_ == nullptr ? Kind::Static : symbol_ == &kUnknown ? Kind::Unknown : Kind::Symbolic;
+  }
+  bool isStatic() const { return symbol_ == nullptr; }
+  bool isSymbolic() const { return symbol_ != nullptr && symbol_ != &kUnknown; }
+  bool isUnknown() const { return symbol_ == &kUnknown; }
   int64_t value() const { return value_; }  // meaningful only when isStatic()
   // meaningful only when isSymbolic()
-  const std::string& symbol() const { return symbol_ ? *symbol_ : kNoSymbol; }
+  const std::string& symbol() const { return isSymbolic() ? *symbol_ : kNoSymbol; }
 
   // Arithmetic that keeps symbols: unknown in, unknown out.
   friend Dim operator*(const Dim& a, const Dim& b);
@@ -43,20 +50,22 @@ class Dim {
   // are never provably equal, not even to themselves.
   bool provablyEqual(const Dim& o) const;
   // Structural identity, for golden tests and maps: unknown == unknown.
-  bool operator==(const Dim& o) const {
-    return kind_ == o.kind_ && value_ == o.value_ && symbol_ == o.symbol_;
-  }
+  bool operator==(const Dim& o) const { return value_ == o.value_ && symbol_ == o.symbol_; }
   bool operator!=(const Dim& o) const { return !(*this == o); }
 
   std::string str() const;  // "3", "batch", "?"
 
  private:
   inline static const std::string kNoSymbol;
-  Kind kind_ = Kind::Unknown;
+  // Marks an unknown dim in symbol_ (only its address is used).
+  inline static const std::string kUnknown;
+  // 0 unless static.
   int64_t value_ = 0;
-  // Canonical text, interned for the life of the process: equal symbols share one string, so a
-  // Dim copies and compares like an integer (a million-node graph holds millions of dims).
-  const std::string* symbol_ = nullptr;
+  // The kind and, for a symbolic dim, its canonical text, interned for the life of the process:
+  // equal symbols share one string, so a Dim copies and compares like an integer (a
+  // million-node graph holds millions of dims, hence 16 bytes and no separate kind field).
+  // nullptr: static; &kUnknown: unknown; else the symbol.
+  const std::string* symbol_ = &kUnknown;
 };
 
 class Shape {

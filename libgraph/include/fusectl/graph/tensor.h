@@ -15,6 +15,7 @@
 
 #include "fusectl/graph/dtype.h"
 #include "fusectl/graph/rare_string.h"
+#include "fusectl/graph/rare_vector.h"
 
 namespace fusectl {
 
@@ -101,7 +102,7 @@ class Tensor {
   template <typename T>
   T* mutableData() { return reinterpret_cast<T*>(mutableBytes()); }
 
-  const std::vector<std::string>& strings() const { return strings_; }  // DType::String only
+  const std::vector<std::string>& strings() const { return strings_.vec(); }  // DType::String
 
   // Same dtype, dims and bytes (or strings).
   bool identical(const Tensor& o) const;
@@ -118,7 +119,7 @@ class Tensor {
   DType dtype_ = DType::Undefined;
   std::vector<int64_t> dims_;
   Buffer bytes_;
-  std::vector<std::string> strings_;
+  RareVector<std::string> strings_;  // out of line: initializers are almost never strings
 };
 
 }  // namespace fusectl
