@@ -154,6 +154,10 @@ void Rewriter::commitFusion(const std::string& pattern, const Match& m, Value* r
   replacement->doc_string = replacement->doc_string.empty()
                                 ? stamp
                                 : replacement->doc_string + "\n" + stamp;
+  if (expected_sites_ != 0) {
+    ctx_.report().expectFusions(expected_sites_);
+    expected_sites_ = 0;
+  }
   ctx_.report().addFusion(std::move(site));
 }
 
@@ -165,6 +169,7 @@ size_t applyPattern(Graph& graph, PassContext& ctx, const Pattern& pattern,
   const AnchorMatcher matcher(pattern);
   ctx.count("candidates", static_cast<int64_t>(anchors.size()));
   Rewriter rw(graph, ctx);
+  rw.expectFusionSites(anchors.size());
   size_t matches = 0;
   size_t rewrites = 0;
   for (Node* anchor : anchors) {

@@ -57,12 +57,17 @@ class Rewriter {
   // Reports a candidate that did not fuse.
   void reject(const NearMiss& miss) { ctx_.report().addRejection(miss, ctx_.currentPass()); }
 
+  // This sweep has up to `sites` candidates: the report makes room for them at the first
+  // fusion (Report::expectFusions), not before, so a sweep that fuses nothing reserves nothing.
+  void expectFusionSites(size_t sites) { expected_sites_ = sites; }
+
  private:
   static uint64_t pointerHash(const Node* n) { return reinterpret_cast<uintptr_t>(n); }
   void markErased(const Node* n) { erased_.insert(pointerHash(n), n); }
 
   Graph& graph_;
   PassContext& ctx_;
+  size_t expected_sites_ = 0;
   // Nodes erased in this sweep, each once (a fold erases a few nodes per site, and
   // std::unordered_set's allocation per entry was a visible cost at a million sites).
   HashBuckets<const Node> erased_{64};
