@@ -50,12 +50,7 @@ void Value::setInitializer(Tensor t) {
   bool same_shape = type.shape.hasRank() && type.shape.rank() == t.dims().size();
   for (size_t i = 0; same_shape && i < t.dims().size(); ++i)
     same_shape = type.shape[i].isStatic() && type.shape[i].value() == t.dims()[i];
-  if (!same_shape) {
-    std::vector<Dim> dims;
-    dims.reserve(t.dims().size());
-    for (int64_t d : t.dims()) dims.push_back(Dim::known(d));
-    type.shape = Shape(std::move(dims));
-  }
+  if (!same_shape) type.shape = Shape::ofStatic(t.dims());
   *initializer_ = std::move(t);
 }
 
@@ -299,10 +294,7 @@ Value* Graph::addInput(const std::string& value_name, ValueType type) {
 Value* Graph::addInitializer(const std::string& value_name, Tensor t) {
   Value* v = newValue(value_name, Value::Kind::Initializer);
   v->type.dtype = t.dtype();
-  std::vector<Dim> dims;
-  dims.reserve(t.dims().size());
-  for (int64_t d : t.dims()) dims.push_back(Dim::known(d));
-  v->type.shape = Shape(std::move(dims));
+  v->type.shape = Shape::ofStatic(t.dims());
   v->initializer_ = std::make_unique<Tensor>(std::move(t));
   v->init_index_ = initializers_.size();
   initializers_.push_back(v);

@@ -148,7 +148,6 @@ Buffer Buffer::mapFile(const std::string& path, uint64_t offset,
 // A deferred buffer keeps data_ null (with a non-zero size) and its owner_ is this state.
 struct Buffer::Deferred {
   std::shared_ptr<const ByteRecipe> recipe;
-  size_t size = 0;
   mutable std::once_flag once;
   mutable std::unique_ptr<uint8_t[]> bytes;
   mutable std::atomic<bool> done{false};
@@ -159,15 +158,14 @@ Buffer Buffer::deferred(size_t size, std::shared_ptr<const ByteRecipe> recipe) {
   if (!recipe) throwInternal("Buffer::deferred needs a recipe");
   auto state = std::make_shared<Deferred>();
   state->recipe = std::move(recipe);
-  state->size = size;
   return Buffer(std::move(state), nullptr, size);
 }
 
 const uint8_t* Buffer::deferredData() const {
   const auto* state = static_cast<const Deferred*>(owner_.get());
-  std::call_once(state->once, [state] {
-    auto bytes = std::make_unique<uint8_t[]>(state->size);
-    state->recipe->produce(bytes.get(), state->size);
+  std::call_once(state->once, [state, size = size_] {
+    auto bytes = std::make_unique<uint8_t[]>(size);
+    state->recipe->produce(bytes.get(), size);
     state->bytes = std::move(bytes);
     state->done.store(true, std::memory_order_release);
   });
