@@ -18,6 +18,7 @@
 
 #include "commands.h"
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/background_prefault.h"
 #include "fusectl/graph/huge_page_malloc.h"
 
 namespace {
@@ -74,6 +75,7 @@ std::string usageMessage(const CLI::App& app, const std::vector<fusectl::cli::Co
 
 int main(int argc, char** argv) {
   fusectl::restartWithHugePageMalloc(argv);
+  fusectl::startBackgroundPrefault();
   try {
     CLI::App app{"fusectl: analyse and optimize ONNX graphs", "fusectl"};
     app.set_version_flag("--version", versionText());

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/background_prefault.h"
 #include "fusectl/graph/huge_page_malloc.h"
 #include "fusectl/graph/onnx_io.h"
 
@@ -28,6 +29,7 @@ double peakRssMiB() {
 
 int main(int argc, char** argv) {
   fusectl::restartWithHugePageMalloc(argv);  // what fusectl itself does
+  fusectl::startBackgroundPrefault();
   if (argc < 3) {
     std::fprintf(stderr, "usage: bench_io MODEL.onnx OUT.onnx [--no-shapes]\n");
     return 2;

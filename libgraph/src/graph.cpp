@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "fusectl/graph/background_prefault.h"
 #include "fusectl/graph/error.h"
 
 namespace fusectl {
@@ -157,6 +158,7 @@ class Chunk {
       madvise(p, bytes_, MADV_HUGEPAGE);  // advice only: failure is harmless
       data_ = p;
       mapped_ = true;
+      prefaultInBackground(p, bytes_);  // filled from the front; the second core runs ahead
     } else {
       data_ = ::operator new(bytes_);
     }

@@ -28,6 +28,7 @@
 
 #include <fmt/format.h>
 
+#include "fusectl/graph/background_prefault.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/graph/shape_inference.h"
@@ -1263,6 +1264,7 @@ std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& opt
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
     Buffer mapped = Buffer::mapFile(path, 0, static_cast<uint64_t>(st.st_size));
+    prefaultMappingInBackground(mapped.data(), mapped.size());  // read front to back, soon
     data = mapped.data();
     size = mapped.size();
     owner = mapped.owner();
