@@ -277,7 +277,7 @@ Value* Graph::newValue(const std::string& value_name, Value::Kind kind) {
 }
 
 void Graph::destroyValue(Value* v) {
-  value_by_name_.erase(v->name_);
+  value_by_name_.eraseEntryOf(v);
   Value* last = values_.back();
   values_[v->slot_] = last;
   last->slot_ = v->slot_;
@@ -620,7 +620,7 @@ void Graph::renameValue(Value* v, const std::string& new_name) {
   if (new_name.empty()) throwInvalid("a value must have a non-empty name");
   if (value_by_name_.contains(new_name))
     throwInvalid(fmt::format("cannot rename '{}' to '{}': name taken", v->name_, new_name));
-  value_by_name_.erase(v->name_);
+  value_by_name_.eraseEntryOf(v);
   v->name_ = new_name;
   value_by_name_.insert(v);
   // Subgraphs capture outer values by name: their outer references follow the rename.
@@ -652,9 +652,10 @@ void Graph::registerNodeName(Node* n) {
 // one while the new one waits in repeated_node_names_.
 void Graph::unregisterNodeName(Node* n) {
   if (n->name_.empty()) return;
+  const bool was_entry = node_by_name_.eraseEntryOf(n);
+  if (repeated_node_names_.empty()) return;  // the common case: names are unique
   auto repeats = repeated_node_names_.find(n->name_);
-  if (node_by_name_.find(n->name_) == n) {
-    node_by_name_.erase(n->name_);
+  if (was_entry) {
     if (repeats == repeated_node_names_.end()) return;
     // Another node holds the name too: the lookup now points at the earliest registered one.
     Node* next = repeats->second.front();

@@ -62,18 +62,22 @@ class NameTable {
       if (!s.ptr) return false;
       if (s.hash == h && s.ptr->name() == key) break;
     }
-    // Backward shift: pull later entries of the probe run into the hole when their home slot
-    // does not lie cyclically in (hole, j].
-    for (size_t j = (i + 1) & mask_; slots_[j].ptr; j = (j + 1) & mask_) {
-      const size_t home = slots_[j].hash & mask_;
-      const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
-      if (!stays) {
-        slots_[i] = slots_[j];
-        i = j;
-      }
+    removeAt(i);
+    return true;
+  }
+
+  // Removes p's own entry. The probe compares pointers, so it reads no other object's name:
+  // erasing a million values otherwise waits on a million cache misses into other values.
+  // False when p is not in the table (none or another object holds its name).
+  bool eraseEntryOf(const T* p) {
+    if (slots_.empty()) return false;
+    size_t i = hashOf(p->name()) & mask_;
+    for (;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (!s.ptr) return false;
+      if (s.ptr == p) break;
     }
-    slots_[i] = {};
-    --size_;
+    removeAt(i);
     return true;
   }
 
@@ -90,6 +94,21 @@ class NameTable {
     T* ptr = nullptr;
   };
   static uint64_t hashOf(std::string_view key) { return std::hash<std::string_view>{}(key); }
+
+  void removeAt(size_t i) {
+    // Backward shift: pull later entries of the probe run into the hole when their home slot
+    // does not lie cyclically in (hole, j].
+    for (size_t j = (i + 1) & mask_; slots_[j].ptr; j = (j + 1) & mask_) {
+      const size_t home = slots_[j].hash & mask_;
+      const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+      if (!stays) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i] = {};
+    --size_;
+  }
 
   void rehash(size_t capacity) {  // capacity: a power of two
     std::vector<Slot> old;
