@@ -253,6 +253,39 @@ TEST_CASE("deferred initializers save the bytes their recipe gives, inline and e
   CHECK(small->calls == 4);
 }
 
+TEST_CASE("a weight that fails while a second thread writes the initializers fails the save",
+          "[onnx_io][tensor]") {
+  // 48 MiB of initializers: the writer puts them on their own thread. The recipe of the last
+  // one throws there; the caller must get that error, and no file may be left behind.
+  class FailingRecipe : public fusectl::ByteRecipe {
+   public:
+    void produce(uint8_t*, size_t) const override {
+      throw fusectl::Error(fusectl::ErrorKind::Internal, "recipe failed on purpose");
+    }
+  };
+  auto model = std::make_unique<fusectl::Model>();
+  model->opset_imports.push_back({"", 13});
+  fusectl::Graph& g = *model->graph;
+  const int64_t n = 4 << 20;  // floats: 16 MiB per tensor
+  for (int i = 0; i < 3; ++i) {
+    fusectl::Buffer bytes =
+        i < 2 ? fusectl::Buffer::fromVector(std::vector<uint8_t>(static_cast<size_t>(n) * 4, 1))
+              : fusectl::Buffer::deferred(static_cast<size_t>(n) * 4,
+                                          std::make_shared<FailingRecipe>());
+    g.addOutput(g.addInitializer("W" + std::to_string(i), fusectl::Tensor(DType::Float, {n}, bytes)));
+  }
+  TempDir dir;
+  try {
+    fusectl::saveModel(*model, dir / "model.onnx");
+    FAIL("saveModel succeeded with a failing weight");
+  } catch (const fusectl::Error& e) {
+    CHECK(std::string(e.what()).find("recipe failed on purpose") != std::string::npos);
+  }
+  CHECK_FALSE(fs::exists(dir / "model.onnx"));
+  CHECK(dir.files().empty());
+  CHECK_THROWS_WITH(fusectl::modelToBinary(*model), Catch::Contains("recipe failed on purpose"));
+}
+
 TEST_CASE("Attribute copies deep-copy subgraphs", "[onnx_io][attribute]") {
   auto sub = std::make_unique<fusectl::Graph>("body");
   sub->addOutput(sub->addInput("a", {}));

@@ -122,17 +122,39 @@ void AtomicFile::writeAll(const char* data, size_t size) {
     size -= static_cast<size_t>(put);
     handed_to_kernel_ += static_cast<uint64_t>(put);
   }
-#if defined(__linux__)
   // Start writing finished parts to disk while the rest is still being serialized, so that
   // commit()'s fsync waits for the tail only (on the benchmark VM, fsync of a 750 MB model
-  // written in one go took 0.8 s). Best effort: errors surface at fsync.
+  // written in one go took 0.8 s).
   const uint64_t done = handed_to_kernel_;
   constexpr uint64_t kWritebackStep = 32u << 20;
   if (done >= writeback_started_ + kWritebackStep) {
-    ::sync_file_range(fd_, static_cast<off64_t>(writeback_started_),
-                      static_cast<off64_t>(done - writeback_started_), SYNC_FILE_RANGE_WRITE);
+    startWriteback(writeback_started_, done - writeback_started_);
     writeback_started_ = done;
   }
+}
+
+void AtomicFile::writeAt(uint64_t offset, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t put = ::pwrite(fd_, p, size, static_cast<off_t>(offset));
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      throwIo(fmt::format("{}: cannot write: {}", path_, std::strerror(errno)));
+    }
+    p += put;
+    offset += static_cast<uint64_t>(put);
+    size -= static_cast<size_t>(put);
+  }
+}
+
+void AtomicFile::startWriteback(uint64_t offset, uint64_t size) {
+#if defined(__linux__)
+  // Errors surface at fsync.
+  ::sync_file_range(fd_, static_cast<off64_t>(offset), static_cast<off64_t>(size),
+                    SYNC_FILE_RANGE_WRITE);
+#else
+  (void)offset;
+  (void)size;
 #endif
 }
 

@@ -67,6 +67,11 @@ class AtomicFile {
 
   void write(const void* data, size_t size);
   uint64_t bytesWritten() const { return written_; }
+  // Writes at `offset`, apart from write()'s position: threads may write disjoint ranges at
+  // once. A file is written in one of the two ways, not both.
+  void writeAt(uint64_t offset, const void* data, size_t size);
+  // Starts writing the range to disk (best effort), so that commit()'s fsync waits for less.
+  void startWriteback(uint64_t offset, uint64_t size);
   void commit();
 
  private:

@@ -21,8 +21,10 @@
 
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -134,38 +136,49 @@ std::string serializedBytes(const MessageLite& m) {
   return out;
 }
 
+// Where the model's bytes go, by offset: the graph is written by two threads at once, each
+// into its own range (MainGraphEncoder::write).
 struct Sink {
   virtual ~Sink() = default;
   // Called once, before the first write, with the number of bytes that will follow.
   virtual void expect(uint64_t total) {}
-  virtual void write(const void* data, size_t size) = 0;
+  // Thread-safe for disjoint ranges.
+  virtual void writeAt(uint64_t offset, const void* data, size_t size) = 0;
+  // [offset, offset + size) is final: a file may start writing it to disk.
+  virtual void finished(uint64_t offset, uint64_t size) {}
 };
 
 struct StringSink : Sink {
   std::string& out;
-  explicit StringSink(std::string& o) : out(o) {}
-  void expect(uint64_t total) override { out.reserve(out.size() + total); }
-  void write(const void* data, size_t size) override {
-    out.append(static_cast<const char*>(data), size);
+  const size_t base;
+  explicit StringSink(std::string& o) : out(o), base(o.size()) {}
+  void expect(uint64_t total) override { out.resize(base + total); }
+  void writeAt(uint64_t offset, const void* data, size_t size) override {
+    std::memcpy(out.data() + base + offset, data, size);
   }
 };
 
 struct FileSink : Sink {
   AtomicFile& file;
   explicit FileSink(AtomicFile& f) : file(f) {}
-  void write(const void* data, size_t size) override { file.write(data, size); }
+  void writeAt(uint64_t offset, const void* data, size_t size) override {
+    file.writeAt(offset, data, size);
+  }
+  void finished(uint64_t offset, uint64_t size) override { file.startWriteback(offset, size); }
 };
 
-// Bytes to a Sink through one reused buffer: a big graph is millions of small fields, too many
-// for a sink call each, and a whole serialized graph held in memory would be hundreds of
-// megabytes of fresh pages.
+// Bytes to a Sink, from `start` on, through one reused buffer: a big graph is millions of small
+// fields, too many for a sink call each, and a whole serialized graph held in memory would be
+// hundreds of megabytes of fresh pages.
 class Writer {
  public:
-  explicit Writer(Sink& sink)
+  Writer(Sink& sink, uint64_t start)
       : sink_(sink),
         buffer_(new char[kBufferSize]),
         pos_(buffer_.get()),
-        end_(buffer_.get() + kBufferSize) {}
+        end_(buffer_.get() + kBufferSize),
+        flushed_to_(start),
+        finished_to_(start) {}
 
   void varint(uint64_t v) {
     if (end_ - pos_ < kMaxVarintSize) flush();
@@ -191,8 +204,7 @@ class Writer {
     if (size > static_cast<size_t>(end_ - pos_)) {
       flush();
       if (size >= kBufferSize) {  // a big weight goes straight from its tensor
-        sink_.write(data, size);
-        flushed_ += size;
+        put(data, size);
         return;
       }
     }
@@ -217,8 +229,7 @@ class Writer {
     }
     std::vector<uint8_t> scratch(size);
     b.copyTo(scratch.data());
-    sink_.write(scratch.data(), size);
-    flushed_ += size;
+    put(scratch.data(), size);
   }
 
   void lengthDelimited(int field, uint64_t size) {
@@ -234,22 +245,43 @@ class Writer {
   void flush() {
     size_t pending = static_cast<size_t>(pos_ - buffer_.get());
     if (pending == 0) return;
-    sink_.write(buffer_.get(), pending);
-    flushed_ += pending;
+    put(buffer_.get(), pending);
     pos_ = buffer_.get();
   }
 
-  uint64_t written() const { return flushed_ + static_cast<uint64_t>(pos_ - buffer_.get()); }
+  // Flushes and tells the sink that everything this writer wrote is final.
+  void finish() {
+    flush();
+    markFinished();
+  }
+
+  // The offset of the next byte.
+  uint64_t position() const { return flushed_to_ + static_cast<uint64_t>(pos_ - buffer_.get()); }
 
  private:
-  // AtomicFile passes writes of 1 MiB and more to the kernel without copying them.
   static constexpr size_t kBufferSize = 1 << 20;
   static constexpr ptrdiff_t kMaxVarintSize = 10;
+  // Finished bytes are handed on in steps this big, so that a file writes them to disk while
+  // the rest is still being encoded.
+  static constexpr uint64_t kFinishStep = 32u << 20;
+
+  void put(const void* data, size_t size) {
+    sink_.writeAt(flushed_to_, data, size);
+    flushed_to_ += size;
+    if (flushed_to_ - finished_to_ >= kFinishStep) markFinished();
+  }
+
+  void markFinished() {
+    if (flushed_to_ > finished_to_) sink_.finished(finished_to_, flushed_to_ - finished_to_);
+    finished_to_ = flushed_to_;
+  }
+
   Sink& sink_;
   std::unique_ptr<char[]> buffer_;
   char* pos_;
   char* end_;
-  uint64_t flushed_ = 0;
+  uint64_t flushed_to_;
+  uint64_t finished_to_;
 };
 
 void setTensorHeader(const Tensor& t, const std::string& name, onnx::TensorProto* out) {
@@ -558,6 +590,9 @@ class MainGraphEncoder {
       }
     }
     if (!g_.name.empty()) size += lengthDelimitedFieldSize(2, g_.name.size());
+    nodes_size_ = size;
+    first_initializer_part_ = parts_.size();
+    size = 0;
     for (const Value* v : g_.initializers()) {
       const Tensor& t = *v->initializer();
       if (isHandEncodedInitializer(t)) {
@@ -569,20 +604,75 @@ class MainGraphEncoder {
       parts_.push_back(serializedBytes(proto));
       size += lengthDelimitedFieldSize(5, parts_.back().size());
     }
+    initializers_size_ = size;
     onnx::GraphProto signature;
     exportGraphSignature(g_, &signature);
     signature_ = serializedBytes(signature);
-    size += signature_.size() + value_infos_size;
     onnx::GraphProto annotations;
     exportGraphAnnotations(g_, &annotations);
     annotations_ = serializedBytes(annotations);
-    size += annotations_.size();
-    return size;
+    rest_size_ = signature_.size() + value_infos_size + annotations_.size();
+    return nodes_size_ + initializers_size_ + rest_size_;
   }
 
-  // After measure(), in the same order: node(1) name(2) initializer(5) doc_string, input,
-  // output (10-12) value_info(13) quantization_annotation, sparse_initializer (14, 15).
-  void write(Writer& out) {
+  // After measure(), the graph's bytes from `offset` on, in the order of measure(): node(1)
+  // name(2) initializer(5) doc_string, input, output (10-12) value_info(13)
+  // quantization_annotation, sparse_initializer (14, 15). Each of the three parts starts at an
+  // offset measure() knows, so a big graph's initializers (most of the bytes, with folded
+  // weights computed on the way) are written by a second thread while this one encodes the
+  // nodes and value infos.
+  void write(Sink& sink, uint64_t offset) {
+    const uint64_t initializers_at = offset + nodes_size_;
+    const uint64_t rest_at = initializers_at + initializers_size_;
+    auto initializers = [&] {
+      Writer out(sink, initializers_at);
+      writeInitializers(out);
+      out.finish();
+      checkEnd(out, rest_at, "initializers");
+    };
+    auto rest = [&] {
+      Writer out(sink, offset);
+      writeNodes(out);
+      out.finish();
+      checkEnd(out, initializers_at, "nodes");
+      Writer tail(sink, rest_at);
+      writeRest(tail);
+      tail.finish();
+      checkEnd(tail, rest_at + rest_size_, "value infos");
+    };
+    // A second thread pays for itself on big weights only.
+    constexpr uint64_t kParallelBytes = 32u << 20;
+    if (initializers_size_ < kParallelBytes) {
+      rest();
+      initializers();
+      return;
+    }
+    std::exception_ptr failure;
+    std::thread second([&] {
+      try {
+        initializers();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    });
+    try {
+      rest();
+    } catch (...) {
+      second.join();
+      throw;
+    }
+    second.join();
+    if (failure) std::rethrow_exception(failure);
+  }
+
+ private:
+  static void checkEnd(const Writer& out, uint64_t expected, const char* part) {
+    if (out.position() != expected)
+      throwInternal(fmt::format("saving the graph's {} ended at byte {} where {} was measured",
+                                part, out.position(), expected));
+  }
+
+  void writeNodes(Writer& out) const {
     size_t next_part = 0;
     auto writePart = [&](int field) { out.stringField(field, parts_[next_part++]); };
     for (const Node* n : g_.nodes()) {
@@ -603,15 +693,23 @@ class MainGraphEncoder {
       if (!n->domain().empty()) out.stringField(7, n->domain());
     }
     if (!g_.name.empty()) out.stringField(2, g_.name);
+  }
+
+  // Reads the graph only: it runs beside writeNodes().
+  void writeInitializers(Writer& out) const {
+    size_t next_part = first_initializer_part_;
     for (const Value* v : g_.initializers()) {
       const Tensor& t = *v->initializer();
       if (!isHandEncodedInitializer(t)) {
-        writePart(5);
+        out.stringField(5, parts_[next_part++]);
         continue;
       }
       out.lengthDelimited(5, initializerSize(t, v->name()));
       writeInitializer(out, t, v->name());
     }
+  }
+
+  void writeRest(Writer& out) const {
     out.bytes(signature_.data(), signature_.size());
     size_t next_value_info_part = 0;
     for (const Value* v : value_infos_) {
@@ -625,7 +723,6 @@ class MainGraphEncoder {
     out.bytes(annotations_.data(), annotations_.size());
   }
 
- private:
   inline static const std::string kNoName;  // an omitted optional input or output
 
   // String tensors and tensors bound for external data go through exportTensorWith().
@@ -662,6 +759,11 @@ class MainGraphEncoder {
   std::vector<std::string> value_info_parts_;
   std::string signature_;    // GraphProto fields 10-12
   std::string annotations_;  // GraphProto fields 14, 15
+  // The three parts write() puts at their own offsets, and where the initializers' parts start.
+  uint64_t nodes_size_ = 0;  // with the graph's name
+  uint64_t initializers_size_ = 0;
+  uint64_t rest_size_ = 0;
+  size_t first_initializer_part_ = 0;
 };
 
 constexpr uint64_t kProtobufLimit = INT_MAX;
@@ -687,14 +789,9 @@ void writeModel(const Model& m, Sink& sink, const ExportOptions& options) {
                     "external data",
                     total));
   sink.expect(total);
-  Writer out(sink);
-  out.bytes(before.data(), before.size());
-  graph.write(out);
-  out.bytes(after.data(), after.size());
-  out.flush();
-  if (out.written() != total)
-    throwInternal(fmt::format("saving the model wrote {} bytes where {} were measured",
-                              out.written(), total));
+  sink.writeAt(0, before.data(), before.size());
+  graph.write(sink, before.size());
+  sink.writeAt(before.size() + graph_size, after.data(), after.size());
 }
 
 void addTensorBytes(const Graph& g, uint64_t& total) {
