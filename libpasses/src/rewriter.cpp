@@ -47,6 +47,10 @@ size_t Rewriter::eraseWithDeadProducers(Node* n) {
       if (v && std::find(inputs.begin(), inputs.end(), v) == inputs.end()) inputs.push_back(v);
     for (Value* v : x->implicitInputs())
       if (v && std::find(inputs.begin(), inputs.end(), v) == inputs.end()) inputs.push_back(v);
+    // Constants read by x alone are removed below: their name-table entries, cache misses in a
+    // big graph, load while x is erased.
+    for (Value* v : inputs)
+      if (v->isInitializer() && v->uses().size() == 1) graph_.prefetchValueName(v->name());
     graph_.eraseNode(x);
     markErased(x);
     ++count;
