@@ -718,6 +718,11 @@ bool GraphImporter::importGraphWire(const uint8_t* data, size_t size, Graph& g,
   onnx::TensorProto tp;
   for (size_t i = 0; i < initializers.size(); ++i) {
     const Slice& slice = initializers[i];
+    // Two stages: the header kReadAhead further on starts loading now (headers lie between
+    // weights, a cache and TLB miss each), so that reading the name one stage on hits the
+    // cache and only the name table's miss is left, which that read starts in turn.
+    if (i + 2 * kReadAhead < initializers.size())
+      __builtin_prefetch(initializers[i + 2 * kReadAhead].data);
     if (i + kReadAhead < initializers.size())
       prefetchInitializerName(g, initializers[i + kReadAhead].data,
                               initializers[i + kReadAhead].size);
