@@ -13,6 +13,7 @@
 #endif
 
 #include "fusectl/graph/background_prefault.h"
+#include "fusectl/graph/zeroed_array.h"
 
 #if defined(__linux__)
 namespace {
@@ -88,3 +89,30 @@ TEST_CASE("background prefault makes queued memory and heap growth resident",
   }
 }
 #endif
+
+TEST_CASE("ZeroedArray starts all zero, small or mapped, and copies and moves its slots",
+          "[graph][prefault]") {
+  struct Slot {
+    uint64_t hash;
+    const void* ptr;
+  };
+  for (size_t n : {size_t{2}, size_t{100}, size_t{1} << 18}) {  // 32 B .. 4 MiB (mapped)
+    INFO("slots " << n);
+    fusectl::ZeroedArray<Slot> a(n);
+    REQUIRE(a.size() == n);
+    for (const Slot& s : a) REQUIRE((s.hash == 0 && s.ptr == nullptr));
+    a[n - 1] = {42, &a};
+    a[0].hash = 7;
+    fusectl::ZeroedArray<Slot> copy(a);
+    CHECK(copy[n - 1].hash == 42);
+    CHECK(copy[n - 1].ptr == &a);
+    CHECK(copy[0].hash == 7);
+    fusectl::ZeroedArray<Slot> moved(std::move(a));
+    CHECK(a.empty());
+    CHECK(moved[n - 1].hash == 42);
+    moved = fusectl::ZeroedArray<Slot>(3);
+    CHECK(moved.size() == 3);
+    CHECK(moved[2].hash == 0);
+  }
+  CHECK(fusectl::ZeroedArray<Slot>().empty());
+}

@@ -5,8 +5,6 @@
 // compares, so a pass that bypasses this API is caught by `--verify-each`.
 #include "fusectl/graph/graph.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <mutex>
 #include <unordered_set>
@@ -15,8 +13,8 @@
 
 #include <fmt/format.h>
 
-#include "fusectl/graph/background_prefault.h"
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/zeroed_array.h"
 
 namespace fusectl {
 
@@ -145,40 +143,27 @@ const std::string* internedName(std::string_view name) {
 // ---------------------------------------------------------------------------------------------
 // Graph: construction and values
 
-// Memory for a pool chunk. Chunks of megabytes are mapped directly and marked for transparent
-// huge pages: a million-node graph otherwise takes a page fault per 4 KiB of nodes and values,
-// and page faults were a quarter of load time.
+// Memory for a pool chunk. Chunks of megabytes are mapped directly, marked for transparent huge
+// pages and faulted in by the background prefault thread (zeroed_array.h): a million-node graph
+// otherwise takes a page fault per 4 KiB of nodes and values, and page faults were a quarter of
+// load time.
 class Chunk {
  public:
-  explicit Chunk(size_t bytes) : bytes_(bytes) {
-    if (bytes_ >= kHugePage) {
-      bytes_ = (bytes_ + kHugePage - 1) / kHugePage * kHugePage;
-      void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (p == MAP_FAILED) throw std::bad_alloc();
-      madvise(p, bytes_, MADV_HUGEPAGE);  // advice only: failure is harmless
-      data_ = p;
-      mapped_ = true;
-      prefaultInBackground(p, bytes_);  // filled from the front; the second core runs ahead
-    } else {
-      data_ = ::operator new(bytes_);
-    }
-  }
-  Chunk(Chunk&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(o.bytes_), mapped_(o.mapped_) {}
+  explicit Chunk(size_t bytes) : bytes_(bytes), data_(zeroed_memory::allocate(bytes, &mapped_)) {}
+  Chunk(Chunk&& o) noexcept
+      : bytes_(o.bytes_), mapped_(o.mapped_), data_(std::exchange(o.data_, nullptr)) {}
   Chunk(const Chunk&) = delete;
   Chunk& operator=(const Chunk&) = delete;
   Chunk& operator=(Chunk&&) = delete;
   ~Chunk() {
-    if (!data_) return;
-    if (mapped_) munmap(data_, bytes_);
-    else ::operator delete(data_);
+    if (data_) zeroed_memory::release(data_, bytes_, mapped_);
   }
   void* data() const { return data_; }
 
  private:
-  static constexpr size_t kHugePage = size_t{2} << 20;
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
+  size_t bytes_;
   bool mapped_ = false;
+  void* data_;
 };
 
 // Fixed-size slots handed out from chunks that grow geometrically. A million-node import makes

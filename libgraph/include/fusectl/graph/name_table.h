@@ -8,10 +8,12 @@
 // object is in the table (rename = erase, change, insert).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string_view>
-#include <vector>
+
+#include "fusectl/graph/zeroed_array.h"
 
 namespace fusectl {
 
@@ -111,9 +113,8 @@ class NameTable {
   }
 
   void rehash(size_t capacity) {  // capacity: a power of two
-    std::vector<Slot> old;
-    old.swap(slots_);
-    slots_.assign(capacity, Slot{});
+    ZeroedArray<Slot> old(std::move(slots_));
+    slots_ = ZeroedArray<Slot>(capacity);
     mask_ = capacity - 1;
     for (const Slot& s : old) {
       if (!s.ptr) continue;
@@ -123,7 +124,7 @@ class NameTable {
     }
   }
 
-  std::vector<Slot> slots_;
+  ZeroedArray<Slot> slots_;
   size_t mask_ = 0;
   size_t size_ = 0;
 };

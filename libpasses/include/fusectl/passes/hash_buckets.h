@@ -10,7 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
+
+#include "fusectl/graph/zeroed_array.h"
 
 namespace fusectl::passes {
 
@@ -20,7 +21,7 @@ class HashBuckets {
   explicit HashBuckets(size_t expected) {
     size_t capacity = 16;
     while (capacity < 2 * expected) capacity *= 2;
-    slots_.resize(capacity);
+    slots_ = ZeroedArray<Slot>(capacity);
     mask_ = capacity - 1;
   }
 
@@ -60,16 +61,15 @@ class HashBuckets {
   }
 
   void grow() {
-    std::vector<Slot> old;
-    old.swap(slots_);
-    slots_.resize(old.size() * 2);
+    ZeroedArray<Slot> old(std::move(slots_));
+    slots_ = ZeroedArray<Slot>(old.size() * 2);
     mask_ = slots_.size() - 1;
     size_ = 0;
     for (const Slot& s : old)
       if (s.item) place(s.hash, s.item);
   }
 
-  std::vector<Slot> slots_;
+  ZeroedArray<Slot> slots_;
   size_t mask_ = 0;
   size_t size_ = 0;
 };
