@@ -12,13 +12,14 @@
 #include <onnx/common/version.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <new>
 #include <vector>
 
 #include "commands.h"
-#include "fusectl/graph/error.h"
 #include "fusectl/graph/background_prefault.h"
+#include "fusectl/graph/error.h"
 #include "fusectl/graph/huge_page_malloc.h"
 
 namespace {
@@ -75,7 +76,8 @@ std::string usageMessage(const CLI::App& app, const std::vector<fusectl::cli::Co
 
 int main(int argc, char** argv) {
   fusectl::restartWithHugePageMalloc(argv);
-  fusectl::startBackgroundPrefault();
+  // The second core faults in fresh memory ahead of the graph builder (background_prefault.h).
+  if (!std::getenv("FUSECTL_NO_PREFAULT")) fusectl::startBackgroundPrefault();
   try {
     CLI::App app{"fusectl: analyse and optimize ONNX graphs", "fusectl"};
     app.set_version_flag("--version", versionText());
