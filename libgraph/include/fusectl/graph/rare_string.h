@@ -13,6 +13,8 @@
 #include <string_view>
 #include <utility>
 
+#include "fusectl/graph/deep_copy_ptr.h"
+
 namespace fusectl {
 
 class RareString {
@@ -20,14 +22,6 @@ class RareString {
   RareString() = default;
   RareString(std::string s) { assign(std::move(s)); }  // NOLINT: implicit, like std::string
   RareString(const char* s) : RareString(std::string(s)) {}  // NOLINT
-  RareString(const RareString& o)
-      : text_(o.text_ ? std::make_unique<std::string>(*o.text_) : nullptr) {}
-  RareString(RareString&&) noexcept = default;
-  RareString& operator=(const RareString& o) {
-    if (this != &o) text_ = o.text_ ? std::make_unique<std::string>(*o.text_) : nullptr;
-    return *this;
-  }
-  RareString& operator=(RareString&&) noexcept = default;
   RareString& operator=(std::string s) {
     assign(std::move(s));
     return *this;
@@ -92,7 +86,7 @@ class RareString {
     static const std::string empty;
     return empty;
   }
-  std::unique_ptr<std::string> text_;  // null when empty
+  DeepCopyPtr<std::string> text_;  // null when empty
 };
 
 }  // namespace fusectl

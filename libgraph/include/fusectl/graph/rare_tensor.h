@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusectl/graph/deep_copy_ptr.h"
 #include "fusectl/graph/tensor.h"
 
 namespace fusectl {
@@ -23,13 +24,6 @@ class RareTensor {
  public:
   RareTensor() = default;
   explicit RareTensor(Tensor t) : tensor_(std::make_unique<Tensor>(std::move(t))) {}
-  RareTensor(const RareTensor& o) : tensor_(copyOf(o)) {}
-  RareTensor(RareTensor&&) noexcept = default;
-  RareTensor& operator=(const RareTensor& o) {
-    if (this != &o) tensor_ = copyOf(o);
-    return *this;
-  }
-  RareTensor& operator=(RareTensor&&) noexcept = default;
   RareTensor& operator=(Tensor t) {
     mutableTensor() = std::move(t);
     return *this;
@@ -61,14 +55,11 @@ class RareTensor {
   int64_t valueAsInt64(int64_t index) const { return tensor().valueAsInt64(index); }
 
  private:
-  static std::unique_ptr<Tensor> copyOf(const RareTensor& o) {
-    return o.tensor_ ? std::make_unique<Tensor>(*o.tensor_) : nullptr;
-  }
   static const Tensor& emptyTensor() {
     static const Tensor empty;
     return empty;
   }
-  std::unique_ptr<Tensor> tensor_;  // null: a default-constructed Tensor
+  DeepCopyPtr<Tensor> tensor_;  // null: a default-constructed Tensor
 };
 
 }  // namespace fusectl

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "fusectl/graph/deep_copy_ptr.h"
+
 namespace fusectl {
 
 template <typename T>
@@ -28,13 +30,6 @@ class RareVector {
 
   RareVector() = default;
   explicit RareVector(std::vector<T> v) { assign(std::move(v)); }
-  RareVector(const RareVector& o) : items_(copyOf(o)) {}
-  RareVector(RareVector&&) noexcept = default;
-  RareVector& operator=(const RareVector& o) {
-    if (this != &o) items_ = copyOf(o);
-    return *this;
-  }
-  RareVector& operator=(RareVector&&) noexcept = default;
   RareVector& operator=(std::vector<T> v) {
     assign(std::move(v));
     return *this;
@@ -113,14 +108,11 @@ class RareVector {
     if (!items_) items_ = std::make_unique<std::vector<T>>();
     return *items_;
   }
-  static std::unique_ptr<std::vector<T>> copyOf(const RareVector& o) {
-    return o.empty() ? nullptr : std::make_unique<std::vector<T>>(*o.items_);
-  }
   static const std::vector<T>& emptyVector() {
     static const std::vector<T> empty;
     return empty;
   }
-  std::unique_ptr<std::vector<T>> items_;  // null when empty, unless a reserve() went unused
+  DeepCopyPtr<std::vector<T>> items_;  // null when empty, unless a reserve() went unused
 };
 
 }  // namespace fusectl
