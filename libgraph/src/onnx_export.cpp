@@ -36,6 +36,17 @@
 namespace fusectl {
 namespace onnx_convert {
 
+namespace {
+// The tensor's bytes; bytes still pending (Buffer::deferred) are produced into `scratch`, and
+// the buffer does not keep them: a folded weight costs memory only while it is written.
+const uint8_t* streamedBytes(const Tensor& t, std::vector<uint8_t>& scratch) {
+  if (!t.buffer().isPending()) return t.bytes();
+  scratch.resize(t.byteSize());
+  t.copyBytesTo(scratch.data());
+  return scratch.data();
+}
+}  // namespace
+
 class ExternalDataWriter {
  public:
   ExternalDataWriter(std::string location, const std::string& path, uint64_t threshold)
@@ -51,13 +62,7 @@ class ExternalDataWriter {
     uint64_t align = t.byteSize() >= 4096 ? 4096 : 64;
     uint64_t offset = (file_.bytesWritten() + align - 1) / align * align;
     file_.write(zeros, static_cast<size_t>(offset - file_.bytesWritten()));
-    if (t.buffer().isPending()) {
-      scratch_.resize(t.byteSize());
-      t.copyBytesTo(scratch_.data());
-      file_.write(scratch_.data(), scratch_.size());
-    } else {
-      file_.write(t.bytes(), t.byteSize());
-    }
+    file_.write(streamedBytes(t, scratch_), t.byteSize());
     auto add = [&](const char* key, std::string value) {
       auto* entry = out->add_external_data();
       entry->set_key(key);
@@ -212,24 +217,19 @@ class Writer {
     pos_ += size;
   }
 
-  // Deferred bytes not computed yet (Buffer::deferred) are produced into the buffer, and never
-  // kept: a folded weight costs memory only while it is written.
+  // Pending bytes that fit are produced straight into the buffer; the rest as streamedBytes().
   void tensorBytes(const Tensor& t) {
-    const Buffer& b = t.buffer();
-    if (!b.isPending()) {
-      bytes(t.bytes(), t.byteSize());
-      return;
+    const size_t size = t.byteSize();
+    if (t.buffer().isPending()) {
+      if (size > static_cast<size_t>(end_ - pos_)) flush();
+      if (size <= static_cast<size_t>(end_ - pos_)) {
+        t.copyBytesTo(reinterpret_cast<uint8_t*>(pos_));
+        pos_ += size;
+        return;
+      }
     }
-    const size_t size = b.size();
-    if (size > static_cast<size_t>(end_ - pos_)) flush();
-    if (size <= static_cast<size_t>(end_ - pos_)) {
-      b.copyTo(reinterpret_cast<uint8_t*>(pos_));
-      pos_ += size;
-      return;
-    }
-    std::vector<uint8_t> scratch(size);
-    b.copyTo(scratch.data());
-    put(scratch.data(), size);
+    std::vector<uint8_t> scratch;
+    bytes(streamedBytes(t, scratch), size);
   }
 
   void lengthDelimited(int field, uint64_t size) {

@@ -230,13 +230,8 @@ uint8_t* Tensor::mutableBytes() {
   if (bytes_.size() == 0) return nullptr;
   if (bytes_.writable_ && bytes_.owner_.use_count() == 1)
     return const_cast<uint8_t*>(bytes_.data());
-  std::vector<uint8_t> copy;
-  if (bytes_.isPending()) {
-    copy.resize(bytes_.size());
-    bytes_.copyTo(copy.data());
-  } else {
-    copy.assign(bytes_.data(), bytes_.data() + bytes_.size());
-  }
+  std::vector<uint8_t> copy(bytes_.size());
+  bytes_.copyTo(copy.data());
   bytes_ = Buffer::fromVector(std::move(copy));
   return const_cast<uint8_t*>(bytes_.data());
 }
