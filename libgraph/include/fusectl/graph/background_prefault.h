@@ -34,7 +34,7 @@ void prefaultInBackground(void* data, size_t size);
 // reader takes no page faults. No-op unless the thread runs.
 void prefaultMappingInBackground(const void* data, size_t size);
 
-// Bytes the thread has faulted in so far (heap and queued ranges), for `-v` logs and tests.
+// Bytes the thread has faulted in so far (heap and queued ranges), for tests and diagnostics.
 uint64_t backgroundPrefaultedBytes();
 
 }  // namespace fusectl
