@@ -2,7 +2,6 @@
 // references written here, one direct loop per definition, independent of the kernels' code.
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -358,20 +357,15 @@ TEST_CASE("gemm epilogue variants and threading", "[kernels][gemm]") {
   }
 }
 
-TEST_CASE("gemm speed sanity on 256^3", "[kernels][gemm][perf]") {
+// Speed is measured in bench/ (bench_latency), never asserted here: this only checks that the
+// blocked single-thread path gets a large product exactly right (every partial sum is exact).
+TEST_CASE("gemm on 256^3 single-threaded gives every element exactly", "[kernels][gemm]") {
   using namespace fusectl::kernels::cpu;
   const int64_t n = 256;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, -1.0f);
   GemmParams p = gemmParams(n, n, n, a.data(), n, false, b.data(), n, false, c.data(), n);
   gemm(p, 1);
-  const auto t0 = std::chrono::steady_clock::now();
-  const int reps = 10;
-  for (int i = 0; i < reps; ++i) gemm(p, 1);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double gflops = 2.0 * n * n * n * reps / s / 1e9;
-  WARN("gemm 256x256x256 single thread (" << gemmKernelName() << "): " << gflops << " GFLOP/s");
-  REQUIRE(c[0] == Approx(n * 0.125));
-  REQUIRE(gflops > 1.0);  // a naive triple loop at -O0 would still pass; this catches hangs
+  for (int64_t i = 0; i < n * n; ++i) REQUIRE(c[i] == static_cast<float>(n) * 0.125f);
 }
 
 // ---- Conv ----
