@@ -2,7 +2,8 @@
 // the ONNX 1.12 full checker, still runs in our executor (the kernels answer to every spelling),
 // and each function body computes what the fused kernel computes.
 //
-// Models: every positive case of testdata/passes/fuse-epilogue/ after `fuse-epilogue`, plus one
+// Models: every positive case of testdata/passes/fuse-epilogue/ and fuse-gelu/ after
+// `fixpoint(fuse-gelu,fuse-epilogue)` (those left with a fusectl node), plus one
 // synthetic FusedConv/FusedGemm per (activation, residual, bias, opset) so that every body shape
 // (opset 10 Max/Min and tensor-attribute params, 13, 20 with Gelu) is covered.
 //
@@ -53,13 +54,17 @@ struct FusedCase {
 
 using fusectl::testing::slurp;
 
-// The positive golden cases of fuse-epilogue, run through the pass.
+// The positive golden cases of fuse-epilogue and fuse-gelu, run through the fusectl passes;
+// cases left without a fusectl node (fuse-gelu's standard Gelu from opset 20) have nothing to
+// export here.
 std::vector<FusedCase> goldenCases() {
   std::vector<FusedCase> out;
-  fs::path dir = fs::path(FUSECTL_SOURCE_DIR) / "testdata" / "passes" / "fuse-epilogue";
   std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".onnxtxt") files.push_back(e.path());
+  for (const char* pass : {"fuse-epilogue", "fuse-gelu"}) {
+    fs::path dir = fs::path(FUSECTL_SOURCE_DIR) / "testdata" / "passes" / pass;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".onnxtxt") files.push_back(e.path());
+  }
   std::sort(files.begin(), files.end());
   for (const fs::path& f : files) {
     std::string content = slurp(f);
@@ -74,7 +79,10 @@ std::vector<FusedCase> goldenCases() {
       if (text.find("CHECK-UNCHANGED") != std::string::npos) continue;
       auto model = parseModelText(text, f.string());
       Report report;
-      PassManager().run(*model, Pipeline::parse("fuse-epilogue"), report);
+      PassManager().run(*model, Pipeline::parse("fixpoint(fuse-gelu,fuse-epilogue)"), report);
+      bool has_fusectl_node = false;
+      for (Node* n : model->graph->nodes()) has_fusectl_node |= n->domain() == "fusectl";
+      if (!has_fusectl_node) continue;
       out.push_back({fmt::format("{}#{}", f.filename().string(), index), modelToText(*model)});
     }
   }

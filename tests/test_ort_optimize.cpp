@@ -11,7 +11,8 @@
 //    --emit standard) and reproduces the original's outputs about as closely as ORT's own
 //    optimized model does: max |error| / max |original| <= max(4 x ORT's, 2e-6);
 //  - `fusectl verify` accepts both.
-// The measured errors and node counts are printed (WARN), for the record.
+// The measured errors and node counts are printed (WARN), for the record. A second case runs
+// bert_layer, whose Erf-spelled Gelu -O3 fuses, through ORT the same way.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "shell_util.h"
+#include "test_files.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/executor.h"
 #include "fusectl/kernels/npy.h"
@@ -67,6 +69,42 @@ double relativeError(const fs::path& actual_dir, const fs::path& expected_dir,
   }
   return worst;
 }
+
+// Runs models under ORT (tests/ort_reference.js) on one set of seeded random inputs for
+// `original`'s graph, written once as .npy files in dir/in; each run's outputs go to dir/TAG.
+class OrtRuns {
+ public:
+  OrtRuns(const fusectl::test::OrtSetup& ort, const fs::path& dir, const Graph& original,
+          std::string log)
+      : ort_(ort), dir_(dir), log_(std::move(log)) {
+    fs::create_directories(dir / "in");
+    for (const Value* out : original.outputs()) outputs_.push_back(out->name());
+    for (const NamedTensor& in : makeRandomInputs(original, 7)) {
+      const std::string file = (dir / "in" / (outputFileStem(in.name) + ".npy")).string();
+      writeNpy(in.tensor, file);
+      feeds_ += " " + shellQuote(in.name + "=" + file);
+    }
+  }
+
+  const std::vector<std::string>& outputs() const { return outputs_; }
+
+  fs::path run(const fs::path& model, const std::string& tag) const {
+    const std::string cmd =
+        "FUSECTL_ORT_DIR=" + shellQuote(ort_.dir) + " " + shellQuote(ort_.node) + " " +
+        shellQuote(std::string(FUSECTL_SOURCE_DIR) + "/tests/ort_reference.js") + " " +
+        shellQuote(model.string()) + " " + shellQuote((dir_ / tag).string()) + feeds_ + log_;
+    INFO(cmd);
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    return dir_ / tag;
+  }
+
+ private:
+  const fusectl::test::OrtSetup& ort_;
+  fs::path dir_;
+  std::string log_;
+  std::string feeds_;
+  std::vector<std::string> outputs_;
+};
 
 }  // namespace
 
@@ -153,23 +191,13 @@ TEST_CASE("ort optimize: fusectl -O3 beats ORT's node count and matches its accu
       CHECK(g.numNodes() <= ort_nodes);
 
       // ---- numerics, all four models run by ORT on the same inputs ----
-      std::string feeds;
-      std::vector<std::string> outputs;
-      for (const Value* out : before->graph->outputs()) outputs.push_back(out->name());
-      for (const NamedTensor& in : makeRandomInputs(*before->graph, 7)) {
-        const std::string file = (dir / "in" / (outputFileStem(in.name) + ".npy")).string();
-        writeNpy(in.tensor, file);
-        feeds += " " + shellQuote(in.name + "=" + file);
-      }
-      auto runOrt = [&](const fs::path& model, const std::string& tag) {
-        sh(env + shellQuote(node) + " " + shellQuote(source + "/tests/ort_reference.js") + " " +
-           shellQuote(model.string()) + " " + shellQuote((dir / tag).string()) + feeds + log);
-        return dir / tag;
-      };
-      const fs::path ref = runOrt(original, "original");
-      const double ort_err = relativeError(runOrt(ort_all, "ort_all"), ref, outputs);
-      const double ours_err = relativeError(runOrt(ours, "ours"), ref, outputs);
-      const double ours_std_err = relativeError(runOrt(ours_std, "ours_standard"), ref, outputs);
+      const OrtRuns ortRuns(ort, dir, *before->graph, log);
+      const std::vector<std::string>& outputs = ortRuns.outputs();
+      const fs::path ref = ortRuns.run(original, "original");
+      const double ort_err = relativeError(ortRuns.run(ort_all, "ort_all"), ref, outputs);
+      const double ours_err = relativeError(ortRuns.run(ours, "ours"), ref, outputs);
+      const double ours_std_err =
+          relativeError(ortRuns.run(ours_std, "ours_standard"), ref, outputs);
       WARN(name << ": max|error|/max|output| under ORT: ORT's own -all model " << ort_err
                 << ", fusectl -O3 " << ours_err << ", fusectl -O3 --emit standard "
                 << ours_std_err);
@@ -185,4 +213,61 @@ TEST_CASE("ort optimize: fusectl -O3 beats ORT's node count and matches its accu
     }
   }
   fs::remove_all(work);
+}
+
+// The transformer layer: its Gelu is exported in the Erf spelling (opset < 20), which -O3's
+// fuse-gelu turns into one fusectl::Gelu; with --emit standard the Erf chain stays. ORT runs
+// both outputs (the first through the model-local function) and they reproduce the original
+// about as closely as ORT's own optimized model does.
+TEST_CASE("ort optimize: bert_layer's Erf Gelu fuses and still runs in ORT", "[.][ort_optimize]") {
+  const fusectl::test::OrtSetup ort = fusectl::test::findOrtSetup();
+  if (!ort.found) {
+    WARN(ort.skip_reason);
+    return;
+  }
+  const std::string source = FUSECTL_SOURCE_DIR;
+  const std::string fusectl = FUSECTL_BINARY;
+  const std::string env = "FUSECTL_ORT_DIR=" + shellQuote(ort.dir) + " ";
+  const fs::path dir = fs::temp_directory_path() / "fusectl_ort_optimize_bert";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "in");
+  const std::string log = " > " + shellQuote((dir / "log.txt").string()) + " 2>&1";
+  auto sh = [&](const std::string& cmd) {
+    INFO(cmd << "\n" << fusectl::testing::slurp(dir / "log.txt"));
+    REQUIRE(std::system(cmd.c_str()) == 0);
+  };
+  const fs::path original = fs::path(source) / "testdata/models/bert_layer.onnx";
+  const fs::path ours = dir / "ours.onnx", ours_std = dir / "ours_standard.onnx";
+  const fs::path ort_all = dir / "ort_all.onnx";
+  sh(shellQuote(fusectl) + " optimize " + shellQuote(original.string()) + " -o " +
+     shellQuote(ours.string()) + " -O3 --quiet" + log);
+  sh(shellQuote(fusectl) + " optimize " + shellQuote(original.string()) + " -o " +
+     shellQuote(ours_std.string()) + " -O3 --emit standard --quiet" + log);
+  sh(env + shellQuote(ort.node) + " " + shellQuote(source + "/tests/ort_optimized_model.js") +
+     " " + shellQuote(original.string()) + " " + shellQuote(ort_all.string()) + " all" + log);
+
+  auto before = loadPlain(original);
+  auto after = loadPlain(ours);
+  auto after_std = loadPlain(ours_std);
+  REQUIRE(countOps(*before->graph, "Erf") == 1);
+  CHECK(countOps(*after->graph, "Erf") == 0);
+  CHECK(countOps(*after->graph, "Gelu", "fusectl") == 1);
+  CHECK(countOps(*after_std->graph, "Erf") == 1);
+  CHECK(countOps(*after_std->graph, "Gelu", "fusectl") == 0);
+
+  const OrtRuns ortRuns(ort, dir, *before->graph, log);
+  const std::vector<std::string>& outputs = ortRuns.outputs();
+  const fs::path ref = ortRuns.run(original, "original");
+  const double ort_err = relativeError(ortRuns.run(ort_all, "ort_all"), ref, outputs);
+  const double ours_err = relativeError(ortRuns.run(ours, "ours"), ref, outputs);
+  const double ours_std_err = relativeError(ortRuns.run(ours_std, "ours_standard"), ref, outputs);
+  WARN("bert_layer: max|error|/max|output| under ORT: ORT's own -all model "
+       << ort_err << ", fusectl -O3 " << ours_err << ", fusectl -O3 --emit standard "
+       << ours_std_err);
+  const double bound = std::max(4 * ort_err, 2e-6);
+  CHECK(ours_err <= bound);
+  CHECK(ours_std_err <= bound);
+  sh(shellQuote(fusectl) + " verify " + shellQuote(original.string()) + " " +
+     shellQuote(ours.string()) + " --runs 3" + log);
+  fs::remove_all(dir);
 }

@@ -534,7 +534,11 @@ void registerElementwiseKernels(KernelRegistry& r) {
       return x * std::max(T(0), std::min(T(1), static_cast<T>(x / T(6) + T(0.5))));
     });
   });
-  add(r, "Gelu", [](KernelContext& ctx) {
+  const auto exact_gelu = [](auto x) {
+    using T = decltype(x);
+    return T(0.5) * x * (T(1) + std::erf(x * static_cast<T>(0.7071067811865476)));
+  };
+  add(r, "Gelu", [exact_gelu](KernelContext& ctx) {
     const std::string approx = ctx.attrString("approximate", "none");
     if (approx == "tanh") {
       unaryOp<kFloats>(ctx, [](auto x) {
@@ -543,14 +547,15 @@ void registerElementwiseKernels(KernelRegistry& r) {
         return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
       });
     } else if (approx == "none") {
-      unaryOp<kFloats>(ctx, [](auto x) {
-        using T = decltype(x);
-        return T(0.5) * x * (T(1) + std::erf(x * static_cast<T>(0.7071067811865476)));
-      });
+      unaryOp<kFloats>(ctx, exact_gelu);
     } else {
       ctx.fail(fmt::format("unknown approximate '{}'", approx));
     }
   });
+  // fusectl::Gelu (docs/ops.md): the exact Gelu, which fuse-gelu writes for the Erf spelling
+  // in models older than opset 20.
+  r.add({"fusectl", "Gelu", 1, 1000,
+         [exact_gelu](KernelContext& ctx) { unaryOp<kFloats>(ctx, exact_gelu); }});
   add(r, "Shrink", [](KernelContext& ctx) {
     const float bias = ctx.attrFloat("bias", 0.0f);
     const float lambd = ctx.attrFloat("lambd", 0.5f);

@@ -10,6 +10,7 @@
 // from the call's activation_params with Constant<value_floats = @activation_params> (opset 12+)
 // or from the tensor attribute activation_params_tensor (older opsets, whose Constant has only
 // `value`), then taken apart with Gather.
+// fusectl::Gelu becomes the function Gelu: Y = 0.5 * X * (1 + Erf(X * (1/sqrt(2)))).
 #include "fusectl/passes/fusectl_functions.h"
 
 #include <onnx/onnx_pb.h>
@@ -21,6 +22,7 @@
 
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "fusectl/graph/error.h"
@@ -220,6 +222,21 @@ std::string serialize(const google::protobuf::MessageLite& message) {
   return out;
 }
 
+std::string buildGeluFunction(int64_t opset) {
+  onnx::FunctionProto f;
+  f.set_name("Gelu");
+  f.set_domain("fusectl");
+  onnx::OperatorSetIdProto* import = f.add_opset_import();
+  import->set_domain("");
+  import->set_version(opset);
+  f.add_input("X");
+  f.add_output("Y");
+  Body b(f, opset);
+  activationBody(b, "Gelu", "X", "Y");
+  f.set_doc_string("fusectl Gelu: Y = 0.5 * X * (1 + erf(X / sqrt(2))); see docs/ops.md");
+  return serialize(f);
+}
+
 std::string buildFunction(const std::string& name, const Variant& v, int64_t opset) {
   onnx::FunctionProto f;
   f.set_name(name);
@@ -325,9 +342,21 @@ void attachFusectlFunctions(Model& model) {
     if (f.ParseFromString(bytes)) defined.insert({f.domain(), f.name()});
   }
 
-  std::map<std::string, Variant> needed;  // sorted: functions are appended in name order
+  // Sorted: functions are appended in name order. No Variant: fusectl::Gelu.
+  std::map<std::string, std::optional<Variant>> needed;
+  auto requireOpset = [&] {
+    if (opset <= 0) {
+      throwUnsupported("the model imports no default-domain opset; the fusectl functions need "
+                       "one");
+    }
+  };
   forEachNode(*model.graph, [&](Node& n) {
     if (n.domain() != "fusectl") return;
+    if (n.opType() == "Gelu") {
+      requireOpset();
+      needed.emplace("Gelu", std::nullopt);
+      return;
+    }
     if (!isFusedNode(n)) {
       if (!defined.count({n.domain(), n.opType()})) {
         throwUnsupported(fmt::format("{}: no portable ONNX function is known for fusectl::{}",
@@ -335,10 +364,7 @@ void attachFusectlFunctions(Model& model) {
       }
       return;
     }
-    if (opset <= 0) {
-      throwUnsupported("the model imports no default-domain opset; the fusectl functions need "
-                       "one");
-    }
+    requireOpset();
     Variant v = variantOf(n);
     if (!v.activation.empty()) {
       size_t count = findActivation(v.activation)->params;
@@ -362,7 +388,7 @@ void attachFusectlFunctions(Model& model) {
 
   for (const auto& [name, v] : needed) {
     if (defined.count({"fusectl", name})) continue;
-    model.functions.push_back(buildFunction(name, v, opset));
+    model.functions.push_back(v ? buildFunction(name, *v, opset) : buildGeluFunction(opset));
   }
   if (!needed.empty()) {
     if (model.opsetVersion("fusectl") == 0) model.setOpsetVersion("fusectl", 1);

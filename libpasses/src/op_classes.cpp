@@ -45,13 +45,15 @@ std::vector<OpClassInfo> buildTable() {
            "QLinearConv", "QLinearMatMul"},
       C::Compute);
   add("fusectl", {"FusedConv", "FusedGemm"}, C::Compute);
+  add("fusectl", {"Gelu"}, C::Activation);  // fuse-gelu's exact Gelu below opset 20
 
   for (OpClassInfo& r : t) {
     r.epilogue_activation =
-        r.domain.empty() && (r.op_type == "Relu" || r.op_type == "Clip" ||
-                             r.op_type == "LeakyRelu" || r.op_type == "Sigmoid" ||
-                             r.op_type == "HardSigmoid" || r.op_type == "HardSwish" ||
-                             r.op_type == "Gelu" || r.op_type == "Tanh");
+        (r.domain.empty() && (r.op_type == "Relu" || r.op_type == "Clip" ||
+                              r.op_type == "LeakyRelu" || r.op_type == "Sigmoid" ||
+                              r.op_type == "HardSigmoid" || r.op_type == "HardSwish" ||
+                              r.op_type == "Gelu" || r.op_type == "Tanh")) ||
+        (r.domain == "fusectl" && r.op_type == "Gelu");
     r.accepts_epilogue = r.op_type == "Conv" || r.op_type == "Gemm" || r.op_type == "MatMul" ||
                          r.op_type == "FusedConv" || r.op_type == "FusedGemm";
   }

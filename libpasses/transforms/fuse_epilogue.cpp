@@ -11,16 +11,18 @@
 // Forms matched, longest first so a Conv takes the whole tail it can (each form is a pattern):
 //   conv-add-silu   c -> add -> sig:Sigmoid -> mul:Mul, add -> mul   (SiLU written x*Sigmoid(x))
 //   conv-add-act    c -> add -> act                                   (act: op_classes.h)
+//   conv-add-gelu   c -> add -> act:fusectl::Gelu
 //   conv-silu       c -> sig:Sigmoid -> mul:Mul, c -> mul
 //   conv-add        c -> add
 //   conv-act        c -> act
+//   conv-gelu       c -> act:fusectl::Gelu
 // (`conv` stands for Conv or Gemm; MatMul is not an anchor: FusedGemm is 2-D, and
 // fuse-matmul-add turns a 2-D MatMul + bias into Gemm first.) If a longer form is illegal, a
 // shorter one may still fuse: Conv -> Add -> Relu whose Add output has a second reader becomes
 // FusedConv(+Z) -> Relu. Only constraint failures are reported as rejections; a Conv that is
 // followed by something else is not a near miss of every form.
-// Not matched: Gelu spelled with Erf (x*0.5*(1+Erf(x/sqrt2))); exporters vary the order of its
-// five ops, so that is a canonicalization's job, after which the Gelu op fuses here.
+// Gelu spelled with Erf (x*0.5*(1+Erf(x/sqrt2))) is not matched here: fuse-gelu, which runs
+// first at -O3, turns it into one Gelu (fusectl::Gelu before opset 20), which fuses here.
 //
 // Legality, checked in this order (each failure is a reported rejection):
 //  1. Every intermediate (c, the Add's output before an activation, the Sigmoid's output)
@@ -228,9 +230,11 @@ std::vector<Form> buildForms(int64_t opset) {
   add("conv-add-silu", "c:Conv|Gemm -> add:Add -> sig:Sigmoid -> mul:Mul ; add -> mul", true,
       true, true);
   add("conv-add-act", "c:Conv|Gemm -> add:Add -> act:" + acts, true, false, true);
+  add("conv-add-gelu", "c:Conv|Gemm -> add:Add -> act:fusectl::Gelu", true, false, true);
   add("conv-silu", "c:Conv|Gemm -> sig:Sigmoid -> mul:Mul ; c -> mul", false, true, true);
   add("conv-add", "c:Conv|Gemm -> add:Add", true, false, false);
   add("conv-act", "c:Conv|Gemm -> act:" + acts, false, false, true);
+  add("conv-gelu", "c:Conv|Gemm -> act:fusectl::Gelu", false, false, true);
 
   for (Form& s : out) {
     Pattern& p = s.pattern;

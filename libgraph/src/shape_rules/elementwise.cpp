@@ -259,6 +259,8 @@ void registerElementwiseRules(RuleRegistry& r) {
   r.add("", "Dropout", dropout);
   // ONNX Runtime's contrib activations keep the input's shape too.
   for (const char* op : {"Gelu", "FastGelu", "QuickGelu"}) r.add("com.microsoft", op, sameAsInput);
+  // fusectl's exact Gelu (docs/ops.md), written by fuse-gelu below opset 20.
+  r.add("fusectl", "Gelu", sameAsInput);
 }
 
 }  // namespace fusectl::shape_rules

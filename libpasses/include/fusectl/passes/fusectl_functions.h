@@ -8,6 +8,7 @@
 // "FusedGemm_Silu"), and adds one function per spelling used. The nodes keep their attributes,
 // and fusectl's kernels are registered under every spelling, so our executor runs the exported
 // model too. docs/ops.md describes the operators and the function bodies.
+// fusectl::Gelu keeps its name and gets the function Gelu (Erf and standard arithmetic).
 #pragma once
 
 #include <string>
