@@ -86,6 +86,9 @@ TEST_CASE("bad input: values written twice", "[onnx_io][bad_input]") {
   CHECK_REFUSED("shadow_input.onnx",
                 "node 'overwrites_input' (Relu) writes 'X', which shadows a graph input");
   CHECK_REFUSED("shadow_initializer.onnx", "writes 'W', which shadows an initializer");
+  CHECK_REFUSED("shadow_outer.onnx",
+                "node 'branch_writes_w' (Relu) writes 'W', which shadows a value of an "
+                "enclosing graph");
 }
 
 TEST_CASE("bad input: a graph output nothing produces", "[onnx_io][bad_input]") {

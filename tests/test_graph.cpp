@@ -233,6 +233,52 @@ TEST_CASE("graph: subgraphs capture outer values as implicit inputs") {
   CHECK(copied_then->outerRefs()[0]->outerValue() == copy->findValue("r2"));
 }
 
+TEST_CASE("graph: new value names avoid names that enclosing and nested graphs define") {
+  Graph g;
+  Value* cond = g.addInput("cond", ValueType{DType::Bool, Shape::scalar(), ""});
+  Value* x = g.addInput("x", floatType({2}));
+  auto branch = [&](const char* name, const char* local) {
+    auto sub = std::make_unique<Graph>(name);
+    Value* ref = sub->addOuterRef("x", x);
+    Node* n = sub->createNode({"Neg", "", {ref}, {local}, "", {}});
+    sub->addOutput(n->output(0));
+    return sub;
+  };
+  Graph::NodeSpec spec{"If", "", {cond}, {"y"}, "if", {}};
+  spec.attributes.push_back(Attribute::ofGraph("then_branch", branch("then", "t_local")));
+  spec.attributes.push_back(Attribute::ofGraph("else_branch", branch("else", "e_local")));
+  Node* if_node = g.createNode(std::move(spec));
+  g.setNodeImplicitInputs(if_node, {x});
+  g.addOutput(if_node->output(0));
+  REQUIRE(g.verify() == "");
+  REQUIRE(g.subgraphOwners().size() == 1);
+  Graph* then_branch = if_node->attr("then_branch")->g.get();
+  CHECK(then_branch->parent() == &g);  // createNode adopts the subgraphs
+
+  // The main graph must not take a name a branch writes (the branch would shadow it)...
+  CHECK(g.uniqueValueName("t_local") != "t_local");
+  CHECK(g.uniqueValueName("e_local") != "e_local");
+  CHECK(g.uniqueValueName("fresh") == "fresh");
+  // ...nor a branch a name of the main graph; sibling branches may share names.
+  CHECK(then_branch->uniqueValueName("y") != "y");
+  CHECK(then_branch->uniqueValueName("e_local") == "e_local");
+
+  // A clone keeps track of its subgraph owners; erasing the owner forgets it.
+  auto copy = g.clone();
+  CHECK(copy->uniqueValueName("t_local") != "t_local");
+  g.removeOutput(0);
+  g.eraseNode(if_node);
+  CHECK(g.subgraphOwners().empty());
+  CHECK(g.uniqueValueName("t_local") == "t_local");
+
+  // A subgraph attached later through setAttr counts too.
+  Node* holder = g.createNode({"If", "", {cond}, {"y2"}, "if2", {}});
+  CHECK(g.subgraphOwners().empty());
+  holder->setAttr(Attribute::ofGraph("then_branch", branch("then2", "late_local")));
+  CHECK(g.subgraphOwners().size() == 1);
+  CHECK(g.uniqueValueName("late_local") != "late_local");
+}
+
 TEST_CASE("graph: verify reports a precise message for a stale use list") {
   Graph g;
   Value* x = g.addInput("x", floatType({2}));

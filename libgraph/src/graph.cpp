@@ -101,13 +101,17 @@ std::vector<float> Node::attrFloats(std::string_view name, std::vector<float> de
 }
 
 void Node::setAttr(Attribute a) {
+  const bool subgraphs = a.g || !a.graphs.empty();
+  bool replaced = false;
   for (Attribute& existing : attrs_) {
     if (existing.name == a.name) {
       existing = std::move(a);
-      return;
+      replaced = true;
+      break;
     }
   }
-  attrs_.push_back(std::move(a));
+  if (!replaced) attrs_.push_back(std::move(a));
+  if (subgraphs && graph_) graph_->noteSubgraphOwner(this);
 }
 
 bool Node::removeAttr(std::string_view name) {
@@ -474,7 +478,27 @@ Node* Graph::createNode(NodeSpec spec, Node* position) {
   indexNode(n);
   ++num_nodes_;
   registerNodeName(n);
+  noteSubgraphOwner(n);
   return n;
+}
+
+void Graph::noteSubgraphOwner(Node* n) {
+  bool owns = false;
+  for (Attribute& a : n->attrs_) {
+    if (a.g) {
+      a.g->parent_ = this;
+      owns = true;
+    }
+    for (auto& g : a.graphs) {
+      if (!g) continue;
+      g->parent_ = this;
+      owns = true;
+    }
+  }
+  if (owns && std::find(subgraph_owners_.begin(), subgraph_owners_.end(), n) ==
+                  subgraph_owners_.end()) {
+    subgraph_owners_.push_back(n);
+  }
 }
 
 Node* Graph::createNodeAfter(NodeSpec spec, Node* anchor) {
@@ -499,6 +523,10 @@ void Graph::eraseNode(Node* n) {
   unindexNode(n);
   unlinkNode(n);
   --num_nodes_;
+  if (!subgraph_owners_.empty()) {
+    auto it = std::find(subgraph_owners_.begin(), subgraph_owners_.end(), n);
+    if (it != subgraph_owners_.end()) subgraph_owners_.erase(it);
+  }
   freeNode(n);
 }
 
@@ -666,9 +694,23 @@ void Graph::renameNode(Node* n, const std::string& new_name) {
 }
 
 namespace {
-// Names are looked up in this graph and every enclosing one: a subgraph may not shadow an
-// outer name without confusing readers of the ONNX file.
+bool nameTakenBelow(const Graph* g, std::string_view candidate) {
+  for (const Node* owner : g->subgraphOwners()) {
+    for (const Attribute& a : owner->attributes()) {
+      if (a.g && (a.g->findValue(candidate) || nameTakenBelow(a.g.get(), candidate))) return true;
+      for (const auto& sub : a.graphs)
+        if (sub && (sub->findValue(candidate) || nameTakenBelow(sub.get(), candidate)))
+          return true;
+    }
+  }
+  return false;
+}
+
+// Names are looked up in this graph, every enclosing one and every nested one: ONNX's SSA rule
+// (the checker's, and ONNX Runtime's) refuses a subgraph node output that shadows an enclosing
+// name, so a new outer name must not be one a subgraph already writes, nor the reverse.
 bool nameTakenInScope(const Graph* g, std::string_view candidate) {
+  if (nameTakenBelow(g, candidate)) return true;
   for (; g; g = g->parent())
     if (g->findValue(candidate)) return true;
   return false;
@@ -1042,6 +1084,7 @@ std::unique_ptr<Graph> Graph::clone(Graph* parent) const {
       for (const auto& g : a.graphs) ca.graphs.push_back(g ? g->clone(out.get()) : nullptr);
       c->attrs_.push_back(std::move(ca));
     }
+    out->noteSubgraphOwner(c);
     std::vector<Value*> implicit;
     for (const Value* v : n->implicitInputs()) implicit.push_back(map.at(v));
     out->setNodeImplicitInputs(c, std::move(implicit));

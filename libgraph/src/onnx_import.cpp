@@ -931,6 +931,18 @@ void GraphImporter::importNode(onnx::NodeProto& np, size_t index, Graph& g,
     spec.attributes.push_back(importAttribute(ap, g, owner));
   }
   spec.output_names.assign(np.output().begin(), np.output().end());
+  // ONNX's SSA rule across scopes (the checker's and ONNX Runtime's): a subgraph node may not
+  // write a name that an enclosing graph already defines. Subgraph inputs and initializers
+  // may shadow; node outputs may not.
+  for (const std::string& name : spec.output_names) {
+    if (name.empty()) continue;
+    for (const Graph* outer = g.parent(); outer; outer = outer->parent()) {
+      if (outer->findValue(name)) {
+        ctx_.fail(fmt::format("{}{} writes '{}', which shadows a value of an enclosing graph",
+                              where, nodeDesc(np, index), name));
+      }
+    }
+  }
   spec.op_type = np.op_type();
   spec.domain = np.domain();
   spec.name = np.name();

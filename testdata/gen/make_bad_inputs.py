@@ -119,6 +119,17 @@ def main():
         helper.make_node("ReduceMin", ["c"], ["cond"], keepdims=0),
         helper.make_node("If", ["cond"], ["Y"], name="outer_if", then_branch=inner, else_branch=inner),
     ]))
+    # A then-branch node writes 'W', which the main graph already defines: ONNX's SSA rule
+    # (and ONNX Runtime) refuses a subgraph node output that shadows an enclosing name.
+    then_w = helper.make_graph([relu("X", "W", "branch_writes_w")], "then_w", [],
+                               [helper.make_tensor_value_info("W", TensorProto.FLOAT, [2])])
+    else_w = helper.make_graph([relu("X", "e", "else_relu")], "else_w", [],
+                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
+    save("shadow_outer.onnx", model([
+        helper.make_node("Greater", ["X", "W"], ["c"]),
+        helper.make_node("ReduceMin", ["c"], ["cond"], keepdims=0),
+        helper.make_node("If", ["cond"], ["Y"], name="if_w", then_branch=then_w, else_branch=else_w),
+    ], initializers=[raw_tensor("W", [2], struct.pack("<2f", 1, 2))]))
 
     # Attributes.
     m = model([helper.make_node("LeakyRelu", ["X"], ["Y"], name="leaky", alpha=0.5)])

@@ -273,6 +273,10 @@ class Graph {
   std::string doc_string;
   Graph* parent() const { return parent_; }
   void setParent(Graph* p) { parent_ = p; }
+  // Nodes of this graph that own subgraphs (If/Loop/Scan bodies, any op with a graph
+  // attribute), in no particular order. Kept by createNode, clone, Node::setAttr and eraseNode;
+  // a subgraph attached through mutableAttributes() is not seen.
+  const std::vector<Node*>& subgraphOwners() const { return subgraph_owners_; }
 
   // ---- values ----
   Value* addInput(const std::string& name, ValueType type);
@@ -331,6 +335,9 @@ class Graph {
 
   void renameValue(Value* v, const std::string& new_name);  // throws if taken
   void renameNode(Node* n, const std::string& new_name);
+  // A value name that no value of this graph, of an enclosing graph or of a nested subgraph
+  // has: ONNX forbids a subgraph node output from shadowing an enclosing name, in either
+  // direction of creation.
   std::string uniqueValueName(std::string_view hint) const;
   std::string uniqueNodeName(std::string_view hint) const;
 
@@ -394,6 +401,11 @@ class Graph {
   void freeValue(Value* v);
 
   Graph* parent_ = nullptr;
+  std::vector<Node*> subgraph_owners_;
+  // Records n in subgraph_owners_ when it owns a subgraph, and makes this graph the parent of
+  // its subgraphs (also from Node::setAttr).
+  void noteSubgraphOwner(Node* n);
+  friend class Node;
   std::vector<Value*> values_;  // owning, through pools_
   NameTable<Value> value_by_name_;
   NameTable<Node> node_by_name_;  // the first node of each name (node names may repeat)
