@@ -19,7 +19,6 @@
 #include <map>
 #include <memory>
 #include <set>
-#include <sstream>
 
 #include "commands.h"
 #include "fusectl/graph/error.h"
@@ -72,15 +71,6 @@ bool samePath(const std::string& a, const std::string& b) {
   std::error_code ea, eb;
   fs::path pa = fs::weakly_canonical(a, ea), pb = fs::weakly_canonical(b, eb);
   return !ea && !eb && pa == pb;
-}
-
-std::string readWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throwIo(fmt::format("{}: cannot open for hashing", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (!in.good() && !in.eof()) throwIo(fmt::format("{}: read failed", path));
-  return ss.str();
 }
 
 // Output files are written at the end, the model before the report; a report that cannot be
@@ -407,12 +397,23 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
   const uint64_t in_bytes = fileSize(opts.model);
   const uint64_t out_bytes = drift ? 0 : fileSize(opts.output);
   if (!opts.report.empty()) {
-    report.input_sha256 = sha256Hex(readWholeFile(opts.model));
-    report.input_file_bytes = in_bytes;
+    // A model is its file and its external-data files: all of them are hashed.
+    auto beside = [](const std::string& model_path, const std::string& location) {
+      return (fs::path(model_path).parent_path() / location).string();
+    };
+    const FileDigest in = digestFile(opts.model, opts.model);
+    report.input_sha256 = in.sha256;
+    report.input_file_bytes = in.bytes;
+    for (const std::string& location : model->external_data_files)
+      report.input_external_data.push_back(digestFile(beside(opts.model, location), location));
     if (!drift) {
+      const FileDigest out = digestFile(opts.output, opts.output);
       report.output_file = opts.output;
-      report.output_sha256 = sha256Hex(readWholeFile(opts.output));
-      report.output_file_bytes = out_bytes;
+      report.output_sha256 = out.sha256;
+      report.output_file_bytes = out.bytes;
+      const std::string location = externalDataFileFor(*model, opts.output);
+      if (!location.empty())
+        report.output_external_data.push_back(digestFile(beside(opts.output, location), location));
     }
     writeFileAtomically(opts.report, report.toJson());
   }

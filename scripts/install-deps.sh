@@ -7,6 +7,7 @@ packages=(
   g++ make cmake pkg-config
   libonnx-dev libprotobuf-dev protobuf-compiler
   libcli11-dev libfmt-dev nlohmann-json3-dev catch2
+  libssl-dev   # OpenSSL's libcrypto: SHA-256 of the report's input and output files
   graphviz   # `dot`, to check that `fusectl dump --format dot` renders
 )
 # ONNX Runtime's CPU build comes from npm (scripts/install-ort.sh) and is the reference runtime of

@@ -55,11 +55,10 @@ struct Run {
   std::string out, err;
 };
 
-Run runFusectl(const std::string& args) {
+Run runCommand(const std::string& command) {
   static Scratch io;
   std::string out = io / "stdout", err = io / "stderr";
-  std::string cmd = "timeout 120 " + shellQuote(FUSECTL_BINARY) + " " + args + " >" + out + " 2>" +
-                    err + " </dev/null";
+  std::string cmd = "timeout 120 " + command + " >" + out + " 2>" + err + " </dev/null";
   int status = std::system(cmd.c_str());
   Run r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -67,6 +66,8 @@ Run runFusectl(const std::string& args) {
   r.err = slurp(err);
   return r;
 }
+
+Run runFusectl(const std::string& args) { return runCommand(shellQuote(FUSECTL_BINARY) + " " + args); }
 
 size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
 
@@ -277,6 +278,44 @@ TEST_CASE("optimize --expect and --fail-if-unfused gate the fusion sites", "[cli
   CHECK(typo.err.find("no pass or pattern of that name in the pipeline") != std::string::npos);
   CHECK(runFusectl(base + " --expect eliminate-identity").code == 2);
   CHECK(runFusectl(base + " --expect eliminate-identity=-1").code == 2);
+}
+
+// The report hashes every file of the model: the .onnx and its external-data files. The
+// reference is coreutils' sha256sum, not our own code.
+TEST_CASE("optimize's report hashes the external-data files too", "[cli][optimize]") {
+  Scratch tmp;
+  const fs::path source = fs::path(FUSECTL_SOURCE_DIR) / "testdata/bad/external_ok";
+  const fs::path in = tmp.path / "in";
+  fs::create_directories(in);
+  for (const char* f : {"model.onnx", "weights.bin"}) fs::copy_file(source / f, in / f);
+  Run r = runFusectl("optimize " + shellQuote(tmp / "in/model.onnx") + " -o " +
+                     shellQuote(tmp / "out.onnx") + " -O1 --report " + shellQuote(tmp / "r.json"));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  auto sha256sum = [&](const std::string& p) {
+    Run s = runCommand("sha256sum " + shellQuote(p));
+    REQUIRE(s.code == 0);
+    return s.out.substr(0, 64);
+  };
+  nlohmann::json j = loadJson(tmp / "r.json");
+  nlohmann::json schema = reportSchema();
+  CHECK(fusectl::testing::checkJsonSchema(j, schema, schema) == "");
+  CHECK(j["input"]["sha256"] == sha256sum(tmp / "in/model.onnx"));
+  REQUIRE(j["input"]["external_data"].size() == 1);
+  CHECK(j["input"]["external_data"][0]["file"] == "weights.bin");
+  CHECK(j["input"]["external_data"][0]["sha256"] == sha256sum(tmp / "in/weights.bin"));
+  CHECK(j["input"]["external_data"][0]["bytes"] == fs::file_size(tmp / "in/weights.bin"));
+  CHECK(j["output"]["sha256"] == sha256sum(tmp / "out.onnx"));
+  CHECK(j["output"]["external_data"].empty());  // small weights are written inline
+
+  // Where saveModel puts weights: the named file, or none for a small text or binary model.
+  auto model = fusectl::loadModel(tmp / "in/model.onnx");
+  CHECK(model->external_data_files == std::vector<std::string>{"weights.bin"});
+  fusectl::SaveOptions named;
+  named.external_data_file = "w.data";
+  CHECK(fusectl::externalDataFileFor(*model, "x/out.onnx", named) == "w.data");
+  CHECK(fusectl::externalDataFileFor(*model, "x/out.onnx").empty());
+  CHECK(fusectl::externalDataFileFor(*model, "x/out.onnxtxt", named).empty());
 }
 
 TEST_CASE("optimize is deterministic and a second run changes nothing", "[cli][optimize]") {

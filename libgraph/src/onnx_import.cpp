@@ -107,6 +107,7 @@ struct Context {
   std::string base_dir;
   int64_t ir_version = kMaxIrVersion;
   ExternalFiles external;
+  std::vector<std::string> external_locations;  // one per file, as the model first names it
   std::string real_base;  // realpath(base_dir), on first use
 
   [[noreturn]] void fail(const std::string& message) const {
@@ -198,6 +199,7 @@ Buffer externalBytes(Context& ctx, onnx::TensorProto& tp, const Subject& what,
     if (::stat(resolved.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
       ctx.fail(what, fmt::format("external data location '{}' is not a regular file", location));
     file = &ctx.external.add(resolved);
+    ctx.external_locations.push_back(location);
   }
   if (!has_length) length = expected;
   if (length != expected)
@@ -1146,6 +1148,11 @@ void withFileName(const std::string& display_name, Fn&& fn) {
 
 }  // namespace
 
+void recordExternalFiles(Context& ctx, Model& model) {
+  std::sort(ctx.external_locations.begin(), ctx.external_locations.end());
+  model.external_data_files = std::move(ctx.external_locations);
+}
+
 std::unique_ptr<Model> importModel(onnx::ModelProto& proto, const std::string& display_name,
                                    const std::string& base_dir) {
   Context ctx;
@@ -1155,6 +1162,7 @@ std::unique_ptr<Model> importModel(onnx::ModelProto& proto, const std::string& d
   if (!proto.has_graph()) ctx.fail("not an ONNX model (no graph)");
   withFileName(display_name,
                [&] { GraphImporter(ctx).importGraph(*proto.mutable_graph(), *model->graph, ""); });
+  recordExternalFiles(ctx, *model);
   return model;
 }
 
@@ -1209,7 +1217,10 @@ std::unique_ptr<Model> parseAndImport(const uint8_t* data, size_t size,
       withFileName(display, [&] {
         imported = GraphImporter(ctx).importGraphWire(graph, graph_size, *model->graph, owner);
       });
-      if (imported) return model;
+      if (imported) {
+        recordExternalFiles(ctx, *model);
+        return model;
+      }
       // A malformed graph: protobuf's parser below says how.
     }
   }

@@ -3,10 +3,13 @@
 
 #include <fmt/format.h>
 
-#include <array>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <openssl/evp.h>
+
+#include "fusectl/graph/error.h"
 
 namespace fusectl::passes {
 
@@ -105,8 +108,12 @@ Json figuresJson(const GraphFigures& f) {
               {"op_histogram", hist}};
 }
 
-Json fileJson(const std::string& file, const std::string& sha, uint64_t bytes) {
-  return Json{{"file", file}, {"sha256", sha}, {"bytes", bytes}};
+Json fileJson(const std::string& file, const std::string& sha, uint64_t bytes,
+              const std::vector<FileDigest>& external_data) {
+  Json external = Json::array();
+  for (const FileDigest& f : external_data)
+    external.push_back(Json{{"file", f.file}, {"sha256", f.sha256}, {"bytes", f.bytes}});
+  return Json{{"file", file}, {"sha256", sha}, {"bytes", bytes}, {"external_data", external}};
 }
 
 // Errors can be infinite (a NaN where the reference has a number); JSON has no infinity.
@@ -135,8 +142,8 @@ std::string Report::toJson() const {
   Json j;
   j["schema"] = "fusectl.report/1";
   j["tool"] = Json{{"name", "fusectl"}, {"version", tool_version}};
-  j["input"] = fileJson(input_file, input_sha256, input_file_bytes);
-  j["output"] = fileJson(output_file, output_sha256, output_file_bytes);
+  j["input"] = fileJson(input_file, input_sha256, input_file_bytes, input_external_data);
+  j["output"] = fileJson(output_file, output_sha256, output_file_bytes, output_external_data);
   j["pipeline"] = pipeline;
   j["summary"] = Json{
       {"nodes_before", before.nodes},
@@ -216,72 +223,58 @@ std::string Report::toJson() const {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SHA-256 (FIPS 180-4), small and dependency-free.
+// SHA-256, from OpenSSL's libcrypto.
 
 namespace {
-
-constexpr std::array<uint32_t, 64> kSha256K = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
-    0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
-    0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
-    0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
-    0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
-    0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
-    0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-    0xc67178f2};
-
-uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-void sha256Block(std::array<uint32_t, 8>& h, const uint8_t* p) {
-  uint32_t w[64];
-  for (int i = 0; i < 16; ++i) {
-    w[i] = (uint32_t(p[4 * i]) << 24) | (uint32_t(p[4 * i + 1]) << 16) |
-           (uint32_t(p[4 * i + 2]) << 8) | uint32_t(p[4 * i + 3]);
-  }
-  for (int i = 16; i < 64; ++i) {
-    uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
-  for (int i = 0; i < 64; ++i) {
-    uint32_t t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) +
-                  kSha256K[i] + w[i];
-    uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-    hh = g;
-    g = f;
-    f = e;
-    e = d + t1;
-    d = c;
-    c = b;
-    b = a;
-    a = t1 + t2;
-  }
-  h[0] += a; h[1] += b; h[2] += c; h[3] += d;
-  h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+std::string hex(const unsigned char* digest, unsigned int size) {
+  std::string out;
+  out.reserve(2 * size);
+  for (unsigned int i = 0; i < size; ++i) out += fmt::format("{:02x}", digest[i]);
+  return out;
 }
+
+struct DigestContext {
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  ~DigestContext() { EVP_MD_CTX_free(ctx); }
+  DigestContext() {
+    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) != 1)
+      throwInternal("OpenSSL: cannot start a SHA-256 digest");
+  }
+  void update(const void* data, size_t size) {
+    if (EVP_DigestUpdate(ctx, data, size) != 1) throwInternal("OpenSSL: SHA-256 update failed");
+  }
+  std::string finish() {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int size = 0;
+    if (EVP_DigestFinal_ex(ctx, digest, &size) != 1)
+      throwInternal("OpenSSL: SHA-256 finish failed");
+    return hex(digest, size);
+  }
+};
 
 }  // namespace
 
 std::string sha256Hex(std::string_view bytes) {
-  std::array<uint32_t, 8> h = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                               0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-  size_t n = bytes.size();
-  size_t full = n / 64 * 64;
-  for (size_t i = 0; i < full; i += 64) sha256Block(h, data + i);
-  uint8_t tail[128] = {};
-  size_t rest = n - full;
-  if (rest) std::memcpy(tail, data + full, rest);
-  tail[rest] = 0x80;
-  size_t tail_len = rest + 1 + 8 <= 64 ? 64 : 128;
-  uint64_t bits = static_cast<uint64_t>(n) * 8;
-  for (int i = 0; i < 8; ++i) tail[tail_len - 1 - i] = static_cast<uint8_t>(bits >> (8 * i));
-  for (size_t i = 0; i < tail_len; i += 64) sha256Block(h, tail + i);
-  std::string out;
-  for (uint32_t v : h) out += fmt::format("{:08x}", v);
+  DigestContext d;
+  d.update(bytes.data(), bytes.size());
+  return d.finish();
+}
+
+FileDigest digestFile(const std::string& path, std::string file) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throwIo(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  DigestContext d;
+  FileDigest out;
+  out.file = std::move(file);
+  std::vector<char> chunk(size_t{4} << 20);
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const auto got = static_cast<size_t>(in.gcount());
+    d.update(chunk.data(), got);
+    out.bytes += got;
+  }
+  if (in.bad()) throwIo(fmt::format("{}: read failed", path));
+  out.sha256 = d.finish();
   return out;
 }
 

@@ -446,6 +446,9 @@ class Model {
   std::vector<std::string> functions;      // serialized onnx.FunctionProto
   std::vector<std::string> training_info;  // serialized onnx.TrainingInfoProto
   std::unique_ptr<Graph> graph = std::make_unique<Graph>();
+  // The external-data files the loaded model's tensors were read from, as their locations
+  // (relative to the model's folder), sorted. Not saved: a record of where the model came from.
+  std::vector<std::string> external_data_files;
 
   // Version of `domain` imported by the model ("" and "ai.onnx" are the same); 0 when absent.
   int64_t opsetVersion(std::string_view domain = "") const;

@@ -90,6 +90,13 @@ struct Expectation {
   std::string detail;  // one line for people
 };
 
+// One file of a model: as named in the report, its SHA-256 (lower-case hex) and size.
+struct FileDigest {
+  std::string file;
+  std::string sha256;
+  uint64_t bytes = 0;
+};
+
 class Report {
  public:
   void addFusion(FusionSite site) { fusions.push_back(std::move(site)); }
@@ -109,6 +116,9 @@ class Report {
   std::string tool_version;
   std::string input_file, output_file;
   std::string input_sha256, output_sha256;
+  // The external-data files that come with the input and the output (their weights), each
+  // with its location relative to the model's folder: a model is all of its files.
+  std::vector<FileDigest> input_external_data, output_external_data;
   std::string pipeline;  // printed pipeline text
   GraphFigures before, after;
   uint64_t input_file_bytes = 0, output_file_bytes = 0;
@@ -135,7 +145,10 @@ class Report {
   std::unordered_set<std::string> rejection_keys_;
 };
 
-// Lower-case hex SHA-256 of `bytes`, for the report's input and output hashes.
+// Lower-case hex SHA-256 of `bytes`, for the report's input and output hashes (OpenSSL).
 std::string sha256Hex(std::string_view bytes);
+// The file's SHA-256 and size, read in pieces (a model file can be gigabytes); `file` is
+// recorded as given. Throws fusectl::Error(Io) naming the file when it cannot be read.
+FileDigest digestFile(const std::string& path, std::string file);
 
 }  // namespace fusectl::passes
