@@ -1146,12 +1146,12 @@ void withFileName(const std::string& display_name, Fn&& fn) {
   }
 }
 
-}  // namespace
-
 void recordExternalFiles(Context& ctx, Model& model) {
   std::sort(ctx.external_locations.begin(), ctx.external_locations.end());
   model.external_data_files = std::move(ctx.external_locations);
 }
+
+}  // namespace
 
 std::unique_ptr<Model> importModel(onnx::ModelProto& proto, const std::string& display_name,
                                    const std::string& base_dir) {
