@@ -276,6 +276,19 @@ TEST_CASE("optimize --expect and --fail-if-unfused gate the fusion sites", "[cli
   Run typo = runFusectl(base + " --expect fold-conv=1");
   CHECK(typo.code == 2);
   CHECK(typo.err.find("no pass or pattern of that name in the pipeline") != std::string::npos);
+
+  // --emit standard skips fusectl-domain passes: a gate on one could never fail.
+  const std::string o3 = "optimize " + shellQuote(tmp / "m.onnxtxt") + " -o " +
+                         shellQuote(tmp / "std.onnx") + " -O3 --emit standard";
+  for (const char* gate : {" --fail-if-unfused fuse-epilogue", " --expect conv-act=1",
+                           " --fail-if-unfused fuse-gelu"}) {
+    INFO(gate);
+    Run skipped = runFusectl(o3 + gate);
+    CHECK(skipped.code == 2);
+    CHECK(skipped.err.find("does not run with --emit standard") != std::string::npos);
+    CHECK_FALSE(fs::exists(tmp / "std.onnx"));
+  }
+  CHECK(runFusectl(o3 + " --expect fold-conv-bn=0").code == 0);  // a standard pass is still a gate
   CHECK(runFusectl(base + " --expect eliminate-identity").code == 2);
   CHECK(runFusectl(base + " --expect eliminate-identity=-1").code == 2);
 }
