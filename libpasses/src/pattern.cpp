@@ -556,6 +556,13 @@ class Matcher {
       }
       return fmt::format("{} {}", cons->label(), describeInput(e.to_input));
     }
+    // One input: say what it is, as for a named slot ("input 0 'X' is a graph input").
+    size_t present = 0, only = 0;
+    for (size_t slot = 0; slot < cons->numInputs(); ++slot)
+      if (cons->input(slot)) ++present, only = slot;
+    const Value* single = present == 1 ? cons->input(only) : nullptr;
+    if (single && !(single->producer() && isBound(single->producer())))
+      return fmt::format("{} {}", cons->label(), describeInput(only));
     std::vector<std::string> from;
     for (size_t slot = 0; slot < cons->numInputs(); ++slot) {
       Value* v = cons->input(slot);
