@@ -104,8 +104,8 @@ TEST_CASE("pattern: parse and print round trip", "[pattern]") {
 
   // A pattern built in code prints so that it parses back to the same structure.
   Pattern built;
-  built.nodes = {PatternNode{"", {"Relu"}, ""}, PatternNode{"", {"Add"}, ""},
-                 PatternNode{"", {"Conv"}, ""}};
+  built.nodes = {PatternNode{"", {"Relu"}, "", {}}, PatternNode{"", {"Add"}, "", {}},
+                 PatternNode{"", {"Conv"}, "", {}}};
   built.edges = {PatternEdge{2, 1, 0, 1}, PatternEdge{0, 1, 0, 0}};
   std::string text = built.str();
   Pattern back = Pattern::parse(text);
@@ -435,4 +435,71 @@ TEST_CASE("op classes: one table for fusion legality", "[pattern]") {
     CHECK((all[i - 1].domain < all[i].domain ||
            (all[i - 1].domain == all[i].domain && all[i - 1].op_type < all[i].op_type)));
   }
+}
+
+TEST_CASE("pattern: conditions on attributes and dtype", "[pattern]") {
+  // Round trip: conditions print as written, canonically (strings quoted, floats with a point).
+  for (const char* text :
+       {"c:Conv[group=1, dtype=float|float16] -> Relu",
+        "Conv[strides=[2, 2], auto_pad=\"SAME_UPPER\"] -> LeakyRelu[alpha=0.5]",
+        "* -> Relu", "Conv -> *[dtype=float]", "Clip[min=-1.0, max=6]"}) {
+    INFO(text);
+    CHECK(Pattern::parse(Pattern::parse(text).str()).str() == Pattern::parse(text).str());
+  }
+  CHECK(Pattern::parse("Conv[group=1,dtype=float]").str() == "Conv[group=1, dtype=float]");
+  CHECK(Pattern::parse("LeakyRelu[alpha=1]").str() == "LeakyRelu[alpha=1]");
+  CHECK(Pattern::parse("Conv[auto_pad=VALID]").str() == "Conv[auto_pad=\"VALID\"]");
+  CHECK(Pattern::parse("* -> Relu").nodes[0].op_types.empty());  // a bare `*` parses
+  CHECK_THAT(parseError("Conv[group=1"), Catch::Contains("expected ',' or ']' in the conditions"));
+  CHECK_THAT(parseError("Conv[dtype=floaty]"), Catch::Contains("unknown dtype 'floaty'"));
+  CHECK_THAT(parseError("Conv[group=1, group=2]"), Catch::Contains("condition 'group' given twice"));
+  CHECK_THAT(parseError("Conv[group]"), Catch::Contains("expected '=' after 'group'"));
+  CHECK_THAT(parseError("Conv[group=1x]"), Catch::Contains("expected ',' or ']'"));
+  CHECK_THAT(parseError("Conv[pads=[1, 2]"), Catch::Contains("expected ',' or ']'"));
+
+  // Depthwise (group=2) and plain Convs: group absent means ONNX's default, 1.
+  auto m = model(R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[1, 2, 4, 4] X, float16[1, 2, 4, 4] H, float16[2, 2, 1, 1] W16)
+    => (float[1, 2, 4, 4] A, float[1, 2, 4, 4] B, float16[1, 2, 4, 4] C)
+<float[2, 2, 1, 1] W = {1.0, 0.5, -0.5, 2.0}, float[2, 1, 1, 1] D = {1.0, 2.0}>
+{
+  a = Conv (X, W)
+  A = Relu (a)
+  b = Conv <group = 2> (X, D)
+  B = Relu (b)
+  c = Conv <group = 1> (H, W16)
+  C = Relu (c)
+}
+)");
+  Pattern plain = Pattern::parse("c:Conv[group=1] -> Relu", "plain");
+  MatchResult r = matchPattern(*m->graph, plain);
+  CHECK(r.matches.size() == 2);  // a (default group) and c
+  REQUIRE(r.near_misses.size() == 1);
+  CHECK(r.near_misses[0].constraint == "attr:c.group");
+  CHECK(r.near_misses[0].node == "Conv(b)");
+  CHECK(r.near_misses[0].reason == "Conv(b) has group=2, the pattern wants group=1");
+
+  Pattern depthwise = Pattern::parse("Conv[group=2] -> Relu", "depthwise");
+  r = matchPattern(*m->graph, depthwise);
+  REQUIRE(r.matches.size() == 1);
+  CHECK(r.matches[0].root()->label() == "Conv(b)");
+  bool default_named = false;
+  for (const NearMiss& miss : r.near_misses)
+    default_named |= miss.reason == "Conv(a) has group=1 (the default), the pattern wants group=2";
+  CHECK(default_named);
+
+  Pattern floats = Pattern::parse("Conv[dtype=float] -> Relu", "floats");
+  r = matchPattern(*m->graph, floats);
+  CHECK(r.matches.size() == 2);
+  REQUIRE(r.near_misses.size() == 1);
+  CHECK(r.near_misses[0].constraint == "dtype:Conv");
+  CHECK(r.near_misses[0].reason == "Conv(c) output is float16, the pattern wants float");
+
+  // No schema default: said so. A float condition matches an int literal's value.
+  Pattern strides = Pattern::parse("Conv[strides=[1, 1]] -> Relu", "strides");
+  r = matchPattern(*m->graph, strides);
+  CHECK(r.matches.empty());
+  REQUIRE(!r.near_misses.empty());
+  CHECK(r.near_misses[0].reason ==
+        "Conv(a) has no attribute 'strides', and its ONNX schema gives no default");
 }

@@ -14,8 +14,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
 
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/op_schema.h"
+#include "fusectl/graph/summary.h"
 
 namespace fusectl::passes {
 
@@ -159,7 +164,7 @@ class PatternParser {
     size_t node_at = pos_;
     if (pos_ >= text_.size()) fail(pos_, "expected an op type, a capture or '*', found the end");
     if (peek("*")) {
-      t.node = addNode(PatternNode{}, node_at);
+      t.node = addNode(parseOps(node_at), node_at);
     } else if (isIdentStart(text_[pos_])) {
       size_t word_at = pos_;
       std::string word = readIdent();
@@ -222,21 +227,121 @@ class PatternParser {
     }
     if (peek("*")) {
       ++pos_;
-      return n;
+    } else {
+      while (true) {
+        if (pos_ >= text_.size() || !isIdentStart(text_[pos_])) {
+          fail(pos_, fmt::format("expected an op type, found {}", describeHere()));
+        }
+        std::string op = readIdent();
+        if (std::find(n.op_types.begin(), n.op_types.end(), op) != n.op_types.end()) {
+          fail(pos_ - op.size(), fmt::format("op type '{}' listed twice", op));
+        }
+        n.op_types.push_back(std::move(op));
+        if (!peek("|")) break;
+        ++pos_;
+      }
     }
+    if (peek("[")) parseConditions(n);
+    return n;
+  }
+
+  // "[" condition { "," condition } "]", condition = name "=" value | "dtype" "=" dtypes
+  void parseConditions(PatternNode& n) {
+    ++pos_;  // '['
     while (true) {
-      if (pos_ >= text_.size() || !isIdentStart(text_[pos_])) {
-        fail(pos_, fmt::format("expected an op type, found {}", describeHere()));
+      skipSpace();
+      const size_t name_at = pos_;
+      if (pos_ >= text_.size() || !isIdentStart(text_[pos_]))
+        fail(pos_, fmt::format("expected an attribute name or 'dtype', found {}", describeHere()));
+      std::string name = readIdent();
+      for (const NodeCondition& c : n.conditions) {
+        if ((name == "dtype" && c.attribute.empty()) || c.attribute == name)
+          fail(name_at, fmt::format("condition '{}' given twice", name));
       }
-      std::string op = readIdent();
-      if (std::find(n.op_types.begin(), n.op_types.end(), op) != n.op_types.end()) {
-        fail(pos_ - op.size(), fmt::format("op type '{}' listed twice", op));
+      skipSpace();
+      if (!peek("=")) fail(pos_, fmt::format("expected '=' after '{}', found {}", name,
+                                             describeHere()));
+      ++pos_;
+      skipSpace();
+      NodeCondition c;
+      if (name == "dtype") {
+        while (true) {
+          const size_t at = pos_;
+          std::string dt = readIdent();
+          std::optional<DType> d = dtypeFromName(dt);
+          if (dt.empty() || !d) {
+            fail(at, fmt::format("unknown dtype '{}' (float, float16, double, int64...)", dt));
+          }
+          c.dtypes.push_back(*d);
+          if (!peek("|")) break;
+          ++pos_;
+        }
+      } else {
+        c.attribute = name;
+        c.value = parseValue(name);
       }
-      n.op_types.push_back(std::move(op));
-      if (!peek("|")) break;
+      n.conditions.push_back(std::move(c));
+      if (closesList("the conditions")) return;
+    }
+  }
+
+  // After an item of a bracketed list: true (and past it) at ']', past a ',' otherwise.
+  bool closesList(const char* what) {
+    skipSpace();
+    if (peek("]")) {
+      ++pos_;
+      return true;
+    }
+    if (!peek(",")) fail(pos_, fmt::format("expected ',' or ']' in {}, found {}", what,
+                                           describeHere()));
+    ++pos_;
+    return false;
+  }
+
+  // A number, "a string", a bare word (a string) or a list of numbers [1, 2].
+  Attribute parseValue(const std::string& name) {
+    if (peek("\"")) {
+      const size_t close = text_.find('"', pos_ + 1);
+      if (close == std::string_view::npos) fail(pos_, "unterminated string");
+      std::string s(text_.substr(pos_ + 1, close - pos_ - 1));
+      pos_ = close + 1;
+      return Attribute::ofString(name, std::move(s));
+    }
+    if (pos_ < text_.size() && isIdentStart(text_[pos_])) return Attribute::ofString(name, readIdent());
+    if (peek("[")) {
+      ++pos_;
+      std::vector<double> values;
+      bool any_float = false;
+      while (true) {
+        skipSpace();
+        bool is_float = false;
+        values.push_back(readNumber(is_float));
+        any_float |= is_float;
+        if (closesList("a list")) break;
+      }
+      if (any_float) return Attribute::ofFloats(name, {values.begin(), values.end()});
+      return Attribute::ofInts(name, {values.begin(), values.end()});
+    }
+    bool is_float = false;
+    const double v = readNumber(is_float);
+    if (is_float) return Attribute::ofFloat(name, static_cast<float>(v));
+    return Attribute::ofInt(name, static_cast<int64_t>(v));
+  }
+
+  double readNumber(bool& is_float) {
+    const size_t start = pos_;
+    while (pos_ < text_.size() && (std::isdigit(static_cast<unsigned char>(text_[pos_])) ||
+                                   std::strchr("+-.eE", text_[pos_]) != nullptr)) {
       ++pos_;
     }
-    return n;
+    const std::string token(text_.substr(start, pos_ - start));
+    if (token.empty()) fail(start, fmt::format("expected a value, found {}", describeHere()));
+    is_float = token.find_first_of(".eE") != std::string::npos;
+    char* end = nullptr;
+    const double v = is_float ? std::strtod(token.c_str(), &end)
+                              : static_cast<double>(std::strtoll(token.c_str(), &end, 10));
+    if (end != token.c_str() + token.size()) fail(start, fmt::format("'{}' is not a number", token));
+    return v;
   }
 
   size_t addNode(PatternNode n, size_t at) {
@@ -283,6 +388,94 @@ std::string opsText(const PatternNode& n) {
   if (n.op_types.empty()) return s + "*";
   for (size_t i = 0; i < n.op_types.size(); ++i) s += (i ? "|" : "") + n.op_types[i];
   return s;
+}
+
+// A float that reads back as a float: "1.0", not "1".
+std::string floatText(float f) {
+  std::string s = fmt::format("{}", f);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string conditionValueText(const Attribute& a) {
+  switch (a.kind) {
+    case AttrKind::Int: return std::to_string(a.i);
+    case AttrKind::Float: return floatText(a.f);
+    case AttrKind::String: return "\"" + a.s.str() + "\"";
+    case AttrKind::Ints: return fmt::format("[{}]", fmt::join(a.ints, ", "));
+    case AttrKind::Floats: {
+      std::vector<std::string> parts;
+      for (float f : a.floats) parts.push_back(floatText(f));
+      return fmt::format("[{}]", fmt::join(parts, ", "));
+    }
+    default: return "?";
+  }
+}
+
+std::string conditionText(const NodeCondition& c) {
+  if (!c.attribute.empty()) return c.attribute + "=" + conditionValueText(c.value);
+  std::vector<std::string> names;
+  for (DType d : c.dtypes) names.push_back(std::string(dtypeName(d)));
+  return fmt::format("dtype={}", fmt::join(names, "|"));
+}
+
+// The ops and their conditions, as written: "Conv[group=1, dtype=float]".
+std::string nodeText(const PatternNode& n) {
+  std::string s = opsText(n);
+  if (n.conditions.empty()) return s;
+  std::vector<std::string> parts;
+  for (const NodeCondition& c : n.conditions) parts.push_back(conditionText(c));
+  return fmt::format("{}[{}]", s, fmt::join(parts, ", "));
+}
+
+// Both numeric kinds compare as float, since an attribute is stored as one or the other.
+bool conditionHolds(const Attribute& have, const Attribute& want) {
+  auto numbers = [](const Attribute& a, std::vector<double>& out) {
+    switch (a.kind) {
+      case AttrKind::Int: out = {static_cast<double>(a.i)}; return true;
+      case AttrKind::Float: out = {static_cast<double>(a.f)}; return true;
+      case AttrKind::Ints: out.assign(a.ints.begin(), a.ints.end()); return true;
+      case AttrKind::Floats: out.assign(a.floats.begin(), a.floats.end()); return true;
+      default: return false;
+    }
+  };
+  if (want.kind == AttrKind::String) return have.kind == AttrKind::String && have.s == want.s;
+  const bool want_list = want.kind == AttrKind::Ints || want.kind == AttrKind::Floats;
+  const bool have_list = have.kind == AttrKind::Ints || have.kind == AttrKind::Floats;
+  std::vector<double> h, w;
+  if (want_list != have_list || !numbers(have, h) || !numbers(want, w)) return false;
+  if (h.size() != w.size()) return false;
+  for (size_t i = 0; i < h.size(); ++i)
+    if (static_cast<float>(h[i]) != static_cast<float>(w[i])) return false;
+  return true;
+}
+
+// "" when `n` meets the condition, else why not.
+std::string conditionFailure(const NodeCondition& c, const Node& n) {
+  if (c.attribute.empty()) {
+    const Value* out = n.output(0);
+    const DType d = out ? out->dtype() : DType::Undefined;
+    if (std::find(c.dtypes.begin(), c.dtypes.end(), d) != c.dtypes.end()) return "";
+    std::vector<std::string> names;
+    for (DType w : c.dtypes) names.push_back(std::string(dtypeName(w)));
+    return fmt::format("{} output is {}, the pattern wants {}", n.label(),
+                       d == DType::Undefined ? "of unknown type" : dtypeName(d),
+                       fmt::join(names, "|"));
+  }
+  const Attribute* have = n.attr(c.attribute);
+  std::optional<Attribute> by_default;
+  if (!have) {
+    by_default = schemaDefaultAttribute(n.opType(), n.domain(), c.attribute);
+    if (!by_default) {
+      return fmt::format("{} has no attribute '{}', and its ONNX schema gives no default",
+                         n.label(), c.attribute);
+    }
+    have = &*by_default;
+  }
+  if (conditionHolds(*have, c.value)) return "";
+  return fmt::format("{} has {}={}{}, the pattern wants {}", n.label(), c.attribute,
+                     formatAttributeValue(*have, 8), by_default ? " (the default)" : "",
+                     conditionText(c));
 }
 
 // What a pattern node accepts, for reasons: "BatchNormalization", "Relu|Clip", "any op".
@@ -402,6 +595,22 @@ class Matcher {
     for (size_t i = 0; i < bound_.size(); ++i) m[i] = bound_[i];
     m.bindNames(&p_.nodes);
     m.setRoot(p_.root);
+    // The nodes' own conditions first: they are part of what the pattern says it matches.
+    for (size_t i = 0; i < p_.nodes.size(); ++i) {
+      const PatternNode& pn = p_.nodes[i];
+      for (const NodeCondition& c : pn.conditions) {
+        std::string why = conditionFailure(c, *bound_[i]);
+        if (why.empty()) continue;
+        if (!have_constraint_miss_) {
+          const std::string who = pn.capture.empty() ? opsText(pn) : pn.capture;
+          have_constraint_miss_ = true;
+          constraint_name_ = c.attribute.empty() ? "dtype:" + who : "attr:" + who + "." + c.attribute;
+          constraint_reason_ = std::move(why);
+          constraint_node_ = bound_[i]->label();
+        }
+        return false;
+      }
+    }
     for (const Constraint& c : p_.constraints) {
       std::string why = c.check(m);
       if (!why.empty()) {
@@ -700,7 +909,7 @@ std::string Pattern::str() const {
         defined[m.node] = true;
         if (m.node == root && root != 0) out += "^";
         if (!names[m.node].empty()) out += names[m.node] + ":";
-        out += opsText(nodes[m.node]);
+        out += nodeText(nodes[m.node]);
       } else {
         out += names[m.node];
       }

@@ -12,6 +12,7 @@
 //   conv:Conv -> bn:BatchNormalization -> act:Relu|Clip|LeakyRelu
 //   c:Conv -> add:Add ; other:* -> add        (a residual Add: one input from a Conv)
 //   c:Conv.0 -> 1:add:Add                     (output slot 0 of c feeds input slot 1 of add)
+//   c:Conv[group=1, dtype=float] -> Relu      (conditions on a node's attributes and dtype)
 // A capture defined once can be referred to by name later; `*` matches any op; the first
 // node written is the root unless one is marked with `^` (`^c:Conv`).
 #pragma once
@@ -26,10 +27,23 @@
 
 namespace fusectl::passes {
 
+// A condition written after a node's ops: `Conv[group=1, dtype=float|float16]`. Checked when a
+// binding is complete, before the pattern's constraints, and reported like one
+// ("attr:c.group": "Conv(C) has group=2, the pattern wants group=1").
+struct NodeCondition {
+  // An attribute equal to `value` (kind Int, Float, String, Ints or Floats; an int literal also
+  // matches a float attribute of that value). An absent attribute takes its ONNX schema default.
+  std::string attribute;
+  Attribute value;
+  // When `attribute` is empty: the node's output 0 has one of these element types.
+  std::vector<DType> dtypes;
+};
+
 struct PatternNode {
   std::string capture;                // name used by constraints and rewrites
   std::vector<std::string> op_types;  // any of these; empty = any op ("*")
   std::string domain;                 // "" for ai.onnx
+  std::vector<NodeCondition> conditions;
   bool matchesOp(const Node& n) const;
 };
 
