@@ -41,6 +41,13 @@ std::vector<Source> patternsFor(const MatchCliOptions& opts) {
     out.push_back({"", std::move(p)});
     return out;
   }
+  // A path (a '/' in it, or the .patterns suffix) is a catalog file; anything else a pass.
+  const std::string& c = opts.catalog;
+  if (c.find('/') != std::string::npos ||
+      (c.size() > 9 && c.compare(c.size() - 9, 9, ".patterns") == 0)) {
+    for (Pattern& p : loadCatalog(c)) out.push_back({"", std::move(p)});
+    return out;
+  }
   for (const PassInfo& info : allPasses()) {
     if (opts.catalog != "all" && info.name != opts.catalog) continue;
     for (Pattern& p : createPass(info.name)->patterns()) {
@@ -114,10 +121,13 @@ int runMatch(const MatchCliOptions& opts) {
                     {"matches", r.matches.size()}});
       continue;
     }
-    std::string title = src.pass.empty()
-                            ? fmt::format("pattern {}", src.pattern.str())
-                            : fmt::format("pattern {} ({}): {}", src.pattern.name, src.pass,
-                                          src.pattern.str());
+    const std::string text = src.pattern.str();
+    std::string title = fmt::format("pattern {}: {}", src.pattern.name, text);  // a catalog's
+    if (!src.pass.empty()) {
+      title = fmt::format("pattern {} ({}): {}", src.pattern.name, src.pass, text);
+    } else if (src.pattern.name == text) {  // --pattern
+      title = "pattern " + text;
+    }
     std::cout << title << "\n";
     for (const Match& m : r.matches) std::cout << "  match: " << boundText(src.pattern, m) << "\n";
     for (const NearMiss& miss : r.near_misses) {
@@ -157,8 +167,9 @@ Command addMatchCommand(CLI::App& parent) {
                   "Pattern text, e.g. 'c:Conv -> bn:BatchNormalization' (docs/patterns.md)")
       ->type_name("EXPR");
   cmd->add_option("--catalog", opts->catalog,
-                  "Use the patterns of pass NAME (see 'fusectl passes'), or 'all'")
-      ->type_name("NAME");
+                  "Use the patterns of pass NAME (see 'fusectl passes'), 'all', or a catalog "
+                  "file (a path with '/' or ending in .patterns; docs/patterns.md)")
+      ->type_name("NAME|FILE");
   cmd->add_flag("--explain", opts->explain,
                 "Also list every candidate that did not match, with the first reason");
   cmd->add_flag("--json", opts->json,

@@ -597,4 +597,58 @@ TEST_CASE("cli: fusectl passes and fusectl match", "[pipeline][cli]") {
   CliResult bad = runFusectl("match '" + fixtures + "conv_bn_relu.onnxtxt' --pattern 'Conv ->'");
   CHECK(bad.code == 2);
   CHECK_THAT(bad.err, Catch::Contains("at column 8"));
+
+  // A catalog file: its named patterns, each titled with its name.
+  const std::string catalog = std::string(FUSECTL_SOURCE_DIR) + "/testdata/catalogs/cnn.patterns";
+  CliResult cat = runFusectl("match '" + fixtures + "conv_bn_relu.onnxtxt' --catalog '" +
+                             catalog + "' --json");
+  REQUIRE(cat.code == 0);
+  nlohmann::json c = nlohmann::json::parse(cat.out);
+  REQUIRE(c["patterns"].size() == 4);
+  CHECK(c["patterns"][0]["name"] == "conv-bn-relu");
+  CHECK(c["patterns"][0]["matches"] == 1);
+  CHECK(c["patterns"][2]["pattern"] ==
+        "c:Conv[group=1, dtype=float] -> bn:BatchNormalization");
+  CliResult text = runFusectl("match '" + fixtures + "conv_bn_relu.onnxtxt' --catalog '" +
+                              catalog + "'");
+  CHECK_THAT(text.out, Catch::Contains("pattern conv-bn-relu: c:Conv -> bn:BatchNormalization"));
+  CliResult missing = runFusectl("match '" + fixtures + "conv_bn_relu.onnxtxt' --catalog "
+                                 "./no_such.patterns");
+  CHECK(missing.code == 4);
+  CHECK(missing.err == "fusectl: error: ./no_such.patterns: cannot open the catalog\n");
+}
+
+TEST_CASE("pattern catalogs: entries, continuation lines and errors by line", "[pattern]") {
+  std::vector<Pattern> ps = parseCatalog(R"(# a comment
+conv-bn = c:Conv -> bn:BatchNormalization
+
+residual = c:Conv -> add:Add ;
+    other:* -> add
+depthwise = Conv[group=32]
+)",
+                                         "cat.patterns");
+  REQUIRE(ps.size() == 3);
+  CHECK(ps[0].name == "conv-bn");
+  CHECK(ps[1].name == "residual");
+  CHECK(ps[1].str() == "c:Conv -> add:Add ; other:* -> add");
+  CHECK(ps[2].str() == "Conv[group=32]");
+  auto error = [](const std::string& text) {
+    try {
+      parseCatalog(text, "cat.patterns");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::InvalidInput);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error("") == "cat.patterns: the catalog defines no pattern");
+  CHECK(error("a = Conv\nConv -> Relu") == "cat.patterns:2: expected 'name = pattern'");
+  CHECK(error("  Conv") == "cat.patterns:1: an indented line continues an entry, but none came "
+                           "before");
+  CHECK(error("a = Conv\na = Relu") == "cat.patterns:2: pattern 'a' is already defined on line 1");
+  CHECK(error("a b = Conv") ==
+        "cat.patterns:1: pattern name 'a b' may hold letters, digits, '-', '_' and '.' only");
+  CHECK(error("a =") == "cat.patterns:1: pattern 'a' is empty");
+  CHECK_THAT(error("x = Conv\n\ny = Conv ->"),
+             Catch::StartsWith("cat.patterns:3: pattern 'y': invalid pattern \"Conv ->\" at column 8"));
 }

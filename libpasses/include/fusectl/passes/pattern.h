@@ -121,6 +121,17 @@ struct MatchResult {
   size_t candidates = 0;  // root-type nodes examined
 };
 
+// A pattern catalog: named patterns in a text file (docs/patterns.md, "Catalog files").
+//   # comment
+//   conv-bn-relu = c:Conv -> bn:BatchNormalization -> act:Relu
+//   residual     = c:Conv -> add:Add ;
+//                  other:* -> add          (an indented line continues the entry)
+// Names are letters, digits, '-', '_' and '.', each used once. Errors are
+// fusectl::Error(InvalidInput) naming `display_name`, the line and the reason.
+std::vector<Pattern> parseCatalog(std::string_view text, const std::string& display_name);
+// Reads and parses a catalog file; a file that cannot be read is fusectl::Error(Io).
+std::vector<Pattern> loadCatalog(const std::string& path);
+
 // Finds every match of `p` in `g` (main graph only). Read-only.
 MatchResult matchPattern(const Graph& g, const Pattern& p, const MatchOptions& options = {});
 
