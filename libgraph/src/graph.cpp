@@ -153,20 +153,18 @@ const std::string* internedName(std::string_view name) {
 // load time.
 class Chunk {
  public:
-  explicit Chunk(size_t bytes) : bytes_(bytes), data_(zeroed_memory::allocate(bytes, &mapped_)) {}
-  Chunk(Chunk&& o) noexcept
-      : bytes_(o.bytes_), mapped_(o.mapped_), data_(std::exchange(o.data_, nullptr)) {}
+  explicit Chunk(size_t bytes) : bytes_(bytes), data_(zeroed_memory::allocate(bytes)) {}
+  Chunk(Chunk&& o) noexcept : bytes_(o.bytes_), data_(std::exchange(o.data_, nullptr)) {}
   Chunk(const Chunk&) = delete;
   Chunk& operator=(const Chunk&) = delete;
   Chunk& operator=(Chunk&&) = delete;
   ~Chunk() {
-    if (data_) zeroed_memory::release(data_, bytes_, mapped_);
+    if (data_) zeroed_memory::release(data_, bytes_);
   }
   void* data() const { return data_; }
 
  private:
   size_t bytes_;
-  bool mapped_ = false;
   void* data_;
 };
 

@@ -15,9 +15,10 @@
 namespace fusectl {
 
 namespace zeroed_memory {
-// `bytes` zero bytes; *mapped says which of the two frees below applies. Throws std::bad_alloc.
-void* allocate(size_t bytes, bool* mapped);
-void release(void* p, size_t bytes, bool mapped);
+// `bytes` zero bytes. Throws std::bad_alloc. Release with the same `bytes`: the size alone
+// decides whether the memory was mapped or came from the heap.
+void* allocate(size_t bytes);
+void release(void* p, size_t bytes);
 }  // namespace zeroed_memory
 
 template <typename T>
@@ -28,23 +29,20 @@ class ZeroedArray {
  public:
   ZeroedArray() = default;
   explicit ZeroedArray(size_t n) : size_(n) {
-    if (n) data_ = static_cast<T*>(zeroed_memory::allocate(n * sizeof(T), &mapped_));
+    if (n) data_ = static_cast<T*>(zeroed_memory::allocate(n * sizeof(T)));
   }
   ZeroedArray(const ZeroedArray& o) : ZeroedArray(o.size_) {
     if (size_) std::memcpy(static_cast<void*>(data_), o.data_, size_ * sizeof(T));
   }
   ZeroedArray(ZeroedArray&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)),
-        size_(std::exchange(o.size_, 0)),
-        mapped_(o.mapped_) {}
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
   ZeroedArray& operator=(ZeroedArray o) noexcept {
     std::swap(data_, o.data_);
     std::swap(size_, o.size_);
-    std::swap(mapped_, o.mapped_);
     return *this;
   }
   ~ZeroedArray() {
-    if (data_) zeroed_memory::release(data_, size_ * sizeof(T), mapped_);
+    if (data_) zeroed_memory::release(data_, size_ * sizeof(T));
   }
 
   size_t size() const { return size_; }
@@ -59,7 +57,6 @@ class ZeroedArray {
  private:
   T* data_ = nullptr;
   size_t size_ = 0;
-  bool mapped_ = false;
 };
 
 }  // namespace fusectl
