@@ -101,7 +101,6 @@ std::vector<float> Node::attrFloats(std::string_view name, std::vector<float> de
 }
 
 void Node::setAttr(Attribute a) {
-  const bool subgraphs = a.g || !a.graphs.empty();
   bool replaced = false;
   for (Attribute& existing : attrs_) {
     if (existing.name == a.name) {
@@ -111,7 +110,7 @@ void Node::setAttr(Attribute a) {
     }
   }
   if (!replaced) attrs_.push_back(std::move(a));
-  if (subgraphs && graph_) graph_->noteSubgraphOwner(this);
+  if (graph_) graph_->noteSubgraphOwner(this);
 }
 
 bool Node::removeAttr(std::string_view name) {
@@ -482,17 +481,10 @@ Node* Graph::createNode(NodeSpec spec, Node* position) {
 
 void Graph::noteSubgraphOwner(Node* n) {
   bool owns = false;
-  for (Attribute& a : n->attrs_) {
-    if (a.g) {
-      a.g->parent_ = this;
-      owns = true;
-    }
-    for (auto& g : a.graphs) {
-      if (!g) continue;
-      g->parent_ = this;
-      owns = true;
-    }
-  }
+  n->forEachSubgraph([&](Graph& sub) {
+    sub.parent_ = this;
+    owns = true;
+  });
   if (owns && std::find(subgraph_owners_.begin(), subgraph_owners_.end(), n) ==
                   subgraph_owners_.end()) {
     subgraph_owners_.push_back(n);
@@ -647,16 +639,10 @@ void Graph::renameValue(Value* v, const std::string& new_name) {
 
 template <typename Fn>
 void Graph::forEachCapturingRef(Node* n, Value* outer, Fn&& fn) {
-  auto visit = [&](Graph* sub) {
-    if (!sub) return;
-    for (Value* ref : std::vector<Value*>(sub->outer_refs_))
-      if (ref->outer_ == outer) fn(*sub, ref);
-  };
-  for (Attribute& a : n->attrs_) {
-    if (a.kind == AttrKind::Graph) visit(a.g.get());
-    if (a.kind == AttrKind::Graphs)
-      for (auto& g : a.graphs) visit(g.get());
-  }
+  n->forEachSubgraph([&](Graph& sub) {
+    for (Value* ref : std::vector<Value*>(sub.outer_refs_))
+      if (ref->outer_ == outer) fn(sub, ref);
+  });
 }
 
 void Graph::registerNodeName(Node* n) {
@@ -692,14 +678,13 @@ void Graph::renameNode(Node* n, const std::string& new_name) {
 }
 
 namespace {
-bool nameTakenBelow(const Graph* g, std::string_view candidate) {
-  for (const Node* owner : g->subgraphOwners()) {
-    for (const Attribute& a : owner->attributes()) {
-      if (a.g && (a.g->findValue(candidate) || nameTakenBelow(a.g.get(), candidate))) return true;
-      for (const auto& sub : a.graphs)
-        if (sub && (sub->findValue(candidate) || nameTakenBelow(sub.get(), candidate)))
-          return true;
-    }
+bool nameTakenBelow(const Graph& g, std::string_view candidate) {
+  bool taken = false;
+  for (const Node* owner : g.subgraphOwners()) {
+    owner->forEachSubgraph([&](const Graph& sub) {
+      taken = taken || sub.findValue(candidate) || nameTakenBelow(sub, candidate);
+    });
+    if (taken) return true;
   }
   return false;
 }
@@ -708,7 +693,7 @@ bool nameTakenBelow(const Graph* g, std::string_view candidate) {
 // (the checker's, and ONNX Runtime's) refuses a subgraph node output that shadows an enclosing
 // name, so a new outer name must not be one a subgraph already writes, nor the reverse.
 bool nameTakenInScope(const Graph* g, std::string_view candidate) {
-  if (nameTakenBelow(g, candidate)) return true;
+  if (nameTakenBelow(*g, candidate)) return true;
   for (; g; g = g->parent())
     if (g->findValue(candidate)) return true;
   return false;

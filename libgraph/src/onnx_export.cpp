@@ -801,9 +801,8 @@ void addTensorBytes(const Graph& g, uint64_t& total) {
     for (const Attribute& a : n->attributes()) {
       total += a.t.byteSize();
       for (const Tensor& t : a.tensors) total += t.byteSize();
-      if (a.g) addTensorBytes(*a.g, total);
-      for (const auto& sub : a.graphs) addTensorBytes(*sub, total);
     }
+    n->forEachSubgraph([&](const Graph& sub) { addTensorBytes(sub, total); });
   }
 }
 

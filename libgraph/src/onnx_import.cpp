@@ -958,15 +958,11 @@ void GraphImporter::importNode(onnx::NodeProto& np, size_t index, Graph& g,
   node->doc_string.swap(*np.mutable_doc_string());
   if (with_subgraphs) {
     std::vector<Value*> implicit;
-    auto collect = [&](const Graph* sub) {
-      for (Value* ref : sub->outerRefs())
+    node->forEachSubgraph([&](const Graph& sub) {
+      for (Value* ref : sub.outerRefs())
         if (std::find(implicit.begin(), implicit.end(), ref->outerValue()) == implicit.end())
           implicit.push_back(ref->outerValue());
-    };
-    for (const Attribute& a : node->attributes()) {
-      if (a.g) collect(a.g.get());
-      for (const auto& sub : a.graphs) collect(sub.get());
-    }
+    });
     if (!implicit.empty()) g.setNodeImplicitInputs(node, std::move(implicit));
   }
 }

@@ -198,6 +198,15 @@ class Node {
   std::vector<int64_t> attrInts(std::string_view name, std::vector<int64_t> def = {}) const;
   std::vector<float> attrFloats(std::string_view name, std::vector<float> def = {}) const;
   void setAttr(Attribute a);  // replaces an attribute of the same name
+  // Calls fn(Graph&) for each subgraph the node's attributes hold (If/Loop/Scan bodies).
+  template <typename Fn>
+  void forEachSubgraph(Fn&& fn) const {
+    for (const Attribute& a : attrs_) {
+      if (a.g) fn(*a.g);
+      for (const auto& g : a.graphs)
+        if (g) fn(*g);
+    }
+  }
   bool removeAttr(std::string_view name);
 
   // Neighbours in the graph's topological list.
