@@ -380,7 +380,7 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
   if (opts.verbose) pm.log = [](const std::string& line) { std::cerr << line << "\n"; };
   Report report;
   report.tool_version = FUSECTL_VERSION;
-  report.input_file = opts.model;
+  report.input.file = opts.model;
   report.expectations = std::move(gates);
   const auto passes_start = Clock::now();
   PassManager(pm).run(*model, pipeline, report);
@@ -404,9 +404,10 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
   const bool drift = report.verification.ran && !report.verification.passed;
 
   double save_ms = 0;
+  std::string output_external_file;  // relative to the output's folder; "" for none
   if (!drift) {
     const auto t = Clock::now();
-    saveModel(*model, opts.output);
+    output_external_file = saveModel(*model, opts.output);
     save_ms = msSince(t);
   }
   evaluateGates(report);
@@ -415,22 +416,12 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
   const uint64_t out_bytes = drift ? 0 : fileSize(opts.output);
   if (!opts.report.empty()) {
     // A model is its file and its external-data files: all of them are hashed.
-    auto beside = [](const std::string& model_path, const std::string& location) {
-      return (fs::path(model_path).parent_path() / location).string();
-    };
-    const FileDigest in = digestFile(opts.model, opts.model);
-    report.input_sha256 = in.sha256;
-    report.input_file_bytes = in.bytes;
-    for (const std::string& location : model->external_data_files)
-      report.input_external_data.push_back(digestFile(beside(opts.model, location), location));
+    report.input = digestFile(opts.model, opts.model);
+    report.input_external_data = digestExternalFiles(opts.model, model->external_data_files);
     if (!drift) {
-      const FileDigest out = digestFile(opts.output, opts.output);
-      report.output_file = opts.output;
-      report.output_sha256 = out.sha256;
-      report.output_file_bytes = out.bytes;
-      const std::string location = externalDataFileFor(*model, opts.output);
-      if (!location.empty())
-        report.output_external_data.push_back(digestFile(beside(opts.output, location), location));
+      report.output = digestFile(opts.output, opts.output);
+      if (!output_external_file.empty())
+        report.output_external_data = digestExternalFiles(opts.output, {output_external_file});
     }
     writeFileAtomically(opts.report, report.toJson());
   }

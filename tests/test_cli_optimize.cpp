@@ -16,6 +16,7 @@
 
 #include "shell_util.h"
 #include "dump_schema_check.h"
+#include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/passes/graph_diff.h"
 #include "fusectl/passes/report.h"
@@ -321,14 +322,17 @@ TEST_CASE("optimize's report hashes the external-data files too", "[cli][optimiz
   CHECK(j["output"]["sha256"] == sha256sum(tmp / "out.onnx"));
   CHECK(j["output"]["external_data"].empty());  // small weights are written inline
 
-  // Where saveModel puts weights: the named file, or none for a small text or binary model.
+  // saveModel says where it put the weights: the named file, or none for a small binary or a
+  // text model (which cannot have external data).
   auto model = fusectl::loadModel(tmp / "in/model.onnx");
   CHECK(model->external_data_files == std::vector<std::string>{"weights.bin"});
   fusectl::SaveOptions named;
   named.external_data_file = "w.data";
-  CHECK(fusectl::externalDataFileFor(*model, "x/out.onnx", named) == "w.data");
-  CHECK(fusectl::externalDataFileFor(*model, "x/out.onnx").empty());
-  CHECK(fusectl::externalDataFileFor(*model, "x/out.onnxtxt", named).empty());
+  CHECK(fusectl::saveModel(*model, tmp / "named.onnx", named) == "w.data");
+  CHECK(fs::exists(tmp / "w.data"));
+  CHECK(fusectl::saveModel(*model, tmp / "inline.onnx").empty());
+  CHECK(fusectl::saveModel(*model, tmp / "text.onnxtxt").empty());
+  CHECK_THROWS_AS(fusectl::saveModel(*model, tmp / "text.onnxtxt", named), fusectl::Error);
 }
 
 TEST_CASE("optimize is deterministic and a second run changes nothing", "[cli][optimize]") {

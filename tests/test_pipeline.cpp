@@ -490,8 +490,8 @@ TEST_CASE("report: JSON follows docs/schemas/report.schema.json", "[pipeline]") 
   auto m = load(kReluChains);
   Report report;
   report.tool_version = "0.1.0";
-  report.input_file = "in.onnx";
-  report.input_sha256 = sha256Hex("abc");
+  report.input.file = "in.onnx";
+  report.input.sha256 = sha256Hex("abc");
   PassManager().run(*m, Pipeline::parse("fixpoint(test-fuse-double-relu),eliminate-dead-code"),
                     report);
   nlohmann::json j = nlohmann::json::parse(report.toJson());

@@ -914,33 +914,26 @@ std::string modelToBinary(const Model& model) {
   return out;
 }
 
-namespace {
-ModelFormat formatFor(const std::string& path, const SaveOptions& options) {
-  if (options.format != ModelFormat::Auto) return options.format;
-  return onnx_convert::hasTextExtension(path) ? ModelFormat::Text : ModelFormat::Binary;
-}
-}  // namespace
-
-std::string externalDataFileFor(const Model& model, const std::string& path,
-                                const SaveOptions& options) {
-  if (formatFor(path, options) == ModelFormat::Text) return "";
-  if (!options.external_data_file.empty()) return options.external_data_file;
-  uint64_t inline_bytes = 0;
-  onnx_convert::addTensorBytes(*model.graph, inline_bytes);
-  if (inline_bytes <= 1900ull * 1000 * 1000) return "";
-  size_t slash = path.find_last_of('/');
-  return (slash == std::string::npos ? path : path.substr(slash + 1)) + ".data";
-}
-
-void saveModel(const Model& model, const std::string& path, const SaveOptions& options) {
-  if (formatFor(path, options) == ModelFormat::Text) {
+std::string saveModel(const Model& model, const std::string& path, const SaveOptions& options) {
+  ModelFormat format = options.format;
+  if (format == ModelFormat::Auto)
+    format = onnx_convert::hasTextExtension(path) ? ModelFormat::Text : ModelFormat::Binary;
+  if (format == ModelFormat::Text) {
     if (!options.external_data_file.empty())
       throw Error(ErrorKind::Usage, path + ": external data needs the binary .onnx format");
     writeFileAtomically(path, modelToText(model));
-    return;
+    return "";
   }
 
-  const std::string location = externalDataFileFor(model, path, options);
+  std::string location = options.external_data_file;
+  if (location.empty()) {
+    uint64_t inline_bytes = 0;
+    onnx_convert::addTensorBytes(*model.graph, inline_bytes);
+    if (inline_bytes > 1900ull * 1000 * 1000) {
+      size_t slash = path.find_last_of('/');
+      location = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".data";
+    }
+  }
   std::unique_ptr<onnx_convert::ExternalDataWriter> external;
   if (!location.empty()) {
     if (onnx_convert::escapesFolder(location))
@@ -959,6 +952,7 @@ void saveModel(const Model& model, const std::string& path, const SaveOptions& o
   onnx_convert::writeModel(model, sink, export_options);
   if (external) external->commit();
   file.commit();
+  return location;
 }
 
 }  // namespace fusectl

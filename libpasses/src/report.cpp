@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
@@ -108,12 +109,16 @@ Json figuresJson(const GraphFigures& f) {
               {"op_histogram", hist}};
 }
 
-Json fileJson(const std::string& file, const std::string& sha, uint64_t bytes,
-              const std::vector<FileDigest>& external_data) {
+Json digestJson(const FileDigest& f) {
+  return Json{{"file", f.file}, {"sha256", f.sha256}, {"bytes", f.bytes}};
+}
+
+Json fileJson(const FileDigest& f, const std::vector<FileDigest>& external_data) {
   Json external = Json::array();
-  for (const FileDigest& f : external_data)
-    external.push_back(Json{{"file", f.file}, {"sha256", f.sha256}, {"bytes", f.bytes}});
-  return Json{{"file", file}, {"sha256", sha}, {"bytes", bytes}, {"external_data", external}};
+  for (const FileDigest& e : external_data) external.push_back(digestJson(e));
+  Json j = digestJson(f);
+  j["external_data"] = external;
+  return j;
 }
 
 // Errors can be infinite (a NaN where the reference has a number); JSON has no infinity.
@@ -142,8 +147,8 @@ std::string Report::toJson() const {
   Json j;
   j["schema"] = "fusectl.report/1";
   j["tool"] = Json{{"name", "fusectl"}, {"version", tool_version}};
-  j["input"] = fileJson(input_file, input_sha256, input_file_bytes, input_external_data);
-  j["output"] = fileJson(output_file, output_sha256, output_file_bytes, output_external_data);
+  j["input"] = fileJson(input, input_external_data);
+  j["output"] = fileJson(output, output_external_data);
   j["pipeline"] = pipeline;
   j["summary"] = Json{
       {"nodes_before", before.nodes},
@@ -275,6 +280,15 @@ FileDigest digestFile(const std::string& path, std::string file) {
   }
   if (in.bad()) throwIo(fmt::format("{}: read failed", path));
   out.sha256 = d.finish();
+  return out;
+}
+
+std::vector<FileDigest> digestExternalFiles(const std::string& model_path,
+                                            const std::vector<std::string>& locations) {
+  const std::filesystem::path folder = std::filesystem::path(model_path).parent_path();
+  std::vector<FileDigest> out;
+  for (const std::string& location : locations)
+    out.push_back(digestFile((folder / location).string(), location));
   return out;
 }
 

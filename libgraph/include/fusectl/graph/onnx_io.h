@@ -44,12 +44,10 @@ std::unique_ptr<Model> parseModelBinary(std::string bytes, const std::string& di
                                         const std::string& base_dir,
                                         const LoadOptions& options = {});
 
-// Writes atomically (temporary file + rename); never leaves a partial file behind.
-void saveModel(const Model& model, const std::string& path, const SaveOptions& options = {});
-// The external-data file saveModel(model, path, options) writes, relative to path's folder:
-// options.external_data_file, or "<file name>.data" when the weights need it; "" for none.
-std::string externalDataFileFor(const Model& model, const std::string& path,
-                                const SaveOptions& options = {});
+// Writes atomically (temporary file + rename); never leaves a partial file behind. Returns the
+// external-data file it wrote, relative to path's folder (options.external_data_file, or
+// "<file name>.data" when the weights need it), or "" for none.
+std::string saveModel(const Model& model, const std::string& path, const SaveOptions& options = {});
 std::string modelToText(const Model& model);    // ONNX textual syntax
 std::string modelToBinary(const Model& model);  // serialized ModelProto, data inline
 

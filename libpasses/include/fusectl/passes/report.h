@@ -114,14 +114,12 @@ class Report {
   uint64_t activationBytesSaved() const;
 
   std::string tool_version;
-  std::string input_file, output_file;
-  std::string input_sha256, output_sha256;
+  FileDigest input, output;  // output.file stays "" when no output was written
   // The external-data files that come with the input and the output (their weights), each
   // with its location relative to the model's folder: a model is all of its files.
   std::vector<FileDigest> input_external_data, output_external_data;
   std::string pipeline;  // printed pipeline text
   GraphFigures before, after;
-  uint64_t input_file_bytes = 0, output_file_bytes = 0;
   std::vector<PassStatistics> passes;
   std::vector<FusionSite> fusions;
   struct Rejection {
@@ -150,5 +148,9 @@ std::string sha256Hex(std::string_view bytes);
 // The file's SHA-256 and size, read in pieces (a model file can be gigabytes); `file` is
 // recorded as given. Throws fusectl::Error(Io) naming the file when it cannot be read.
 FileDigest digestFile(const std::string& path, std::string file);
+// digestFile for each external-data location of the model at `model_path` (locations are
+// relative to its folder, and recorded as given).
+std::vector<FileDigest> digestExternalFiles(const std::string& model_path,
+                                            const std::vector<std::string>& locations);
 
 }  // namespace fusectl::passes
