@@ -412,11 +412,16 @@ std::string conditionValueText(const Attribute& a) {
   }
 }
 
+// "float|float16"
+std::string dtypesText(const std::vector<DType>& dtypes) {
+  std::vector<std::string_view> names;
+  for (DType d : dtypes) names.push_back(dtypeName(d));
+  return fmt::format("{}", fmt::join(names, "|"));
+}
+
 std::string conditionText(const NodeCondition& c) {
   if (!c.attribute.empty()) return c.attribute + "=" + conditionValueText(c.value);
-  std::vector<std::string> names;
-  for (DType d : c.dtypes) names.push_back(std::string(dtypeName(d)));
-  return fmt::format("dtype={}", fmt::join(names, "|"));
+  return "dtype=" + dtypesText(c.dtypes);
 }
 
 // The ops and their conditions, as written: "Conv[group=1, dtype=float]".
@@ -456,11 +461,9 @@ std::string conditionFailure(const NodeCondition& c, const Node& n) {
     const Value* out = n.output(0);
     const DType d = out ? out->dtype() : DType::Undefined;
     if (std::find(c.dtypes.begin(), c.dtypes.end(), d) != c.dtypes.end()) return "";
-    std::vector<std::string> names;
-    for (DType w : c.dtypes) names.push_back(std::string(dtypeName(w)));
     return fmt::format("{} output is {}, the pattern wants {}", n.label(),
                        d == DType::Undefined ? "of unknown type" : dtypeName(d),
-                       fmt::join(names, "|"));
+                       dtypesText(c.dtypes));
   }
   const Attribute* have = n.attr(c.attribute);
   std::optional<Attribute> by_default;
@@ -601,25 +604,17 @@ class Matcher {
       for (const NodeCondition& c : pn.conditions) {
         std::string why = conditionFailure(c, *bound_[i]);
         if (why.empty()) continue;
-        if (!have_constraint_miss_) {
-          const std::string who = pn.capture.empty() ? opsText(pn) : pn.capture;
-          have_constraint_miss_ = true;
-          constraint_name_ = c.attribute.empty() ? "dtype:" + who : "attr:" + who + "." + c.attribute;
-          constraint_reason_ = std::move(why);
-          constraint_node_ = bound_[i]->label();
-        }
+        const std::string who = pn.capture.empty() ? opsText(pn) : pn.capture;
+        noteConstraintMiss(c.attribute.empty() ? "dtype:" + who : "attr:" + who + "." + c.attribute,
+                           std::move(why), [&](const std::string&) { return bound_[i]->label(); });
         return false;
       }
     }
     for (const Constraint& c : p_.constraints) {
       std::string why = c.check(m);
       if (!why.empty()) {
-        if (!have_constraint_miss_) {
-          have_constraint_miss_ = true;
-          constraint_name_ = c.name;
-          constraint_reason_ = std::move(why);
-          constraint_node_ = constraintNode(c, m);
-        }
+        noteConstraintMiss(c.name, std::move(why),
+                           [&](const std::string& reason) { return constraintNode(reason, m); });
         return false;
       }
     }
@@ -627,13 +622,24 @@ class Matcher {
     return true;
   }
 
+  // Keeps the anchor's first failed condition or constraint: the reason it is reported with.
+  // `node(reason)` names the node the reason is about; it runs for the first failure only.
+  template <typename NodeFn>
+  void noteConstraintMiss(std::string name, std::string reason, NodeFn&& node) {
+    if (have_constraint_miss_) return;
+    have_constraint_miss_ = true;
+    constraint_name_ = std::move(name);
+    constraint_reason_ = std::move(reason);
+    constraint_node_ = node(constraint_reason_);
+  }
+
   // The node a constraint reason is about: the first bound node whose label opens the reason.
-  std::string constraintNode(const Constraint&, const Match& m) const {
+  static std::string constraintNode(const std::string& reason, const Match& m) {
     std::string best;
     for (Node* n : m.nodes()) {
       if (!n) continue;
       const std::string l = n->label();
-      if (constraint_reason_.compare(0, l.size(), l) == 0 && l.size() > best.size()) best = l;
+      if (reason.compare(0, l.size(), l) == 0 && l.size() > best.size()) best = l;
     }
     return best.empty() ? m.root()->label() : best;
   }
