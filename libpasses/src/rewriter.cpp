@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "fusectl/graph/error.h"
 
@@ -167,10 +168,18 @@ void Rewriter::commitFusion(const std::string& pattern, const Match& m, Value* r
 
 size_t applyPattern(Graph& graph, PassContext& ctx, const Pattern& pattern,
                     const std::function<bool(Rewriter&, const Match&)>& rewrite) {
+  return applyPatterns(graph, ctx, {&pattern},
+                       [&](Rewriter& rw, size_t, const Match& m) { return rewrite(rw, m); });
+}
+
+size_t applyPatterns(Graph& graph, PassContext& ctx, const std::vector<const Pattern*>& forms,
+                     const std::function<bool(Rewriter&, size_t, const Match&)>& rewrite) {
   MatchOptions options;
   options.explain = ctx.explain();
-  const std::vector<Node*> anchors = patternAnchors(graph, pattern);
-  const AnchorMatcher matcher(pattern);
+  const std::vector<Node*> anchors = patternAnchors(graph, *forms.at(0));
+  std::vector<AnchorMatcher> matchers;
+  matchers.reserve(forms.size());
+  for (const Pattern* p : forms) matchers.emplace_back(*p);
   ctx.count("candidates", static_cast<int64_t>(anchors.size()));
   Rewriter rw(graph, ctx);
   rw.expectFusionSites(anchors.size());
@@ -182,10 +191,21 @@ size_t applyPattern(Graph& graph, PassContext& ctx, const Pattern& pattern,
       continue;
     }
     Match m;
-    NearMiss miss;
-    bool missed = false;
-    if (!matcher.match(graph, anchor, options, m, options.explain ? &miss : nullptr, &missed)) {
-      if (missed) ctx.report().addRejection(std::move(miss), ctx.currentPass());
+    std::optional<NearMiss> reported;
+    size_t matched = forms.size();
+    for (size_t f = 0; f < forms.size() && matched == forms.size(); ++f) {
+      NearMiss miss;
+      bool missed = false;
+      if (matchers[f].match(graph, anchor, options, m, options.explain ? &miss : nullptr,
+                            &missed)) {
+        matched = f;
+      } else if (missed && (!reported || (reported->constraint == "structure" &&
+                                          miss.constraint != "structure"))) {
+        reported = std::move(miss);
+      }
+    }
+    if (matched == forms.size()) {
+      if (reported) ctx.report().addRejection(std::move(*reported), ctx.currentPass());
       continue;
     }
     ++matches;
@@ -193,7 +213,7 @@ size_t applyPattern(Graph& graph, PassContext& ctx, const Pattern& pattern,
       ctx.count("skipped_max_rewrites");
       break;
     }
-    if (rewrite(rw, m)) ++rewrites;
+    if (rewrite(rw, matched, m)) ++rewrites;
   }
   ctx.count("matches", static_cast<int64_t>(matches));
   ctx.count("rewrites", static_cast<int64_t>(rewrites));

@@ -188,49 +188,11 @@ class FuseGeluPass : public Pass {
 
   bool run(Graph& graph, PassContext& ctx) override {
     const Pattern forms[2] = {buildPattern(false), buildPattern(true)};
-    const AnchorMatcher matchers[2] = {AnchorMatcher(forms[0]), AnchorMatcher(forms[1])};
-    MatchOptions options;
-    options.explain = ctx.explain();
-    const std::vector<Node*> anchors = patternAnchors(graph, forms[0]);
-    ctx.count("candidates", static_cast<int64_t>(anchors.size()));
-    Rewriter rw(graph, ctx);
-    rw.expectFusionSites(anchors.size());
-    size_t matches = 0, rewrites = 0;
-    for (Node* anchor : anchors) {
-      if (rw.erased(anchor)) {
-        ctx.count("skipped_overlap");
-        continue;
-      }
-      // The first form that matches wins; otherwise the more telling of the two misses.
-      std::optional<NearMiss> reported;
-      int matched = -1;
-      Match m;
-      for (int f = 0; f < 2 && matched < 0; ++f) {
-        NearMiss miss;
-        bool missed = false;
-        if (matchers[f].match(graph, anchor, options, m, options.explain ? &miss : nullptr,
-                              &missed)) {
-          matched = f;
-        } else if (missed && (!reported || (reported->constraint == "structure" &&
-                                            miss.constraint != "structure"))) {
-          reported = std::move(miss);
-        }
-      }
-      if (matched < 0) {
-        if (reported) ctx.report().addRejection(std::move(*reported), ctx.currentPass());
-        continue;
-      }
-      ++matches;
-      if (!ctx.allowRewrite()) {
-        ctx.count("skipped_max_rewrites");
-        break;
-      }
-      fuse(rw, forms[matched], m, matched == 1);
-      ++rewrites;
-    }
-    ctx.count("matches", static_cast<int64_t>(matches));
-    ctx.count("rewrites", static_cast<int64_t>(rewrites));
-    return rewrites > 0;
+    return applyPatterns(graph, ctx, {&forms[0], &forms[1]},
+                         [&](Rewriter& rw, size_t form, const Match& m) {
+                           fuse(rw, forms[form], m, form == 1);
+                           return true;
+                         }) > 0;
   }
 
  private:

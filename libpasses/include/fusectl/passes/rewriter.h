@@ -91,4 +91,12 @@ std::string bypassBreaksInterface(const Node& n, size_t input = 0);
 size_t applyPattern(Graph& graph, PassContext& ctx, const Pattern& pattern,
                     const std::function<bool(Rewriter&, const Match&)>& rewrite);
 
+// applyPattern for alternative forms of one rewrite whose roots have the same op types (the
+// anchors are the first form's): at each anchor the first form that matches is rewritten, and
+// `rewrite` is told which (its index in `forms`). When none matches, the most telling miss is
+// reported: a failed condition or constraint before a structural mismatch, else the earlier
+// form's.
+size_t applyPatterns(Graph& graph, PassContext& ctx, const std::vector<const Pattern*>& forms,
+                     const std::function<bool(Rewriter&, size_t, const Match&)>& rewrite);
+
 }  // namespace fusectl::passes
