@@ -222,13 +222,18 @@ std::string serialize(const google::protobuf::MessageLite& message) {
   return out;
 }
 
-std::string buildGeluFunction(int64_t opset) {
-  onnx::FunctionProto f;
-  f.set_name("Gelu");
+// A fusectl-domain function `name` whose body uses the default domain at `opset`.
+void startFunction(onnx::FunctionProto& f, const std::string& name, int64_t opset) {
+  f.set_name(name);
   f.set_domain("fusectl");
   onnx::OperatorSetIdProto* import = f.add_opset_import();
   import->set_domain("");
   import->set_version(opset);
+}
+
+std::string buildGeluFunction(int64_t opset) {
+  onnx::FunctionProto f;
+  startFunction(f, "Gelu", opset);
   f.add_input("X");
   f.add_output("Y");
   Body b(f, opset);
@@ -239,11 +244,7 @@ std::string buildGeluFunction(int64_t opset) {
 
 std::string buildFunction(const std::string& name, const Variant& v, int64_t opset) {
   onnx::FunctionProto f;
-  f.set_name(name);
-  f.set_domain("fusectl");
-  onnx::OperatorSetIdProto* import = f.add_opset_import();
-  import->set_domain("");
-  import->set_version(opset);
+  startFunction(f, name, opset);
 
   const std::string op = v.conv ? "Conv" : "Gemm";
   std::vector<std::string> inputs = v.conv ? std::vector<std::string>{"X", "W", "B"}
