@@ -21,7 +21,7 @@ cd "$root"
 models=(testdata/models/*.onnx testdata/fixtures/*.onnxtxt)
 for f in testdata/passes/*/*.onnxtxt; do models+=("$f"); done
 for n in ${SYNTHETIC:-}; do
-  m="$out/../synthetic_$n.onnx"
+  m="${SYNTHETIC_DIR:-/tmp}/synthetic_$n.onnx"
   [ -f "$m" ] || "$gen" --nodes "$n" --out "$m" >/dev/null
   models+=("$m")
 done
@@ -33,7 +33,7 @@ strip_report() {  # drops the per-pass "seconds" (wall clock) from a report
 }
 
 for m in "${models[@]}"; do
-  key=$(echo "$m" | sed 's#^\.*/*##; s#[/.]#_#g')
+  key=$(echo "$m" | sed 's#^.*/synthetic_#synthetic_#; s#^\.*/*##; s#[/.]#_#g')
   for variant in O1 O2 O3 O3std; do
     flags=("-${variant%std}")
     [ "$variant" = O3std ] && flags+=(--emit standard)
