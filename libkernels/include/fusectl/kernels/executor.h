@@ -4,11 +4,12 @@
 // Building an Executor resolves every node's kernel (by domain, op type, the model's opset for
 // that domain, the node's kernelDType and the backend's device, falling back to a CPU kernel
 // when the device has none) and plans value lifetimes (memory_plan.h); an unsupported op is
-// reported then, as fusectl::Error(Unsupported) naming the node. run() validates the inputs against the
-// declared dtypes, ranks and static dims, binds symbolic dims from the actual inputs (a symbol
-// must take one value across all inputs), runs the nodes in topological order and returns the
-// graph outputs. Intermediates come from a best-fit buffer pool and return to it after their
-// last reader; initializers are borrowed, never copied; graph outputs get buffers of their own.
+// reported then, as fusectl::Error(Unsupported) naming the node. run() validates the inputs
+// against the declared dtypes, ranks and static dims, binds symbolic dims from the actual inputs
+// (a symbol must take one value across all inputs), runs the nodes in topological order and
+// returns the graph outputs (on the host, whatever the backend). Intermediates come from a
+// best-fit buffer pool and return to it after their last reader; initializers are borrowed,
+// never copied (on the CPU); graph outputs get buffers of their own.
 // Any failure inside a kernel is a fusectl::Error naming the node ("node 'X' (Op): ...").
 //
 // Compute is float32; float16/bfloat16 are storage types that kernels convert (half.h).
@@ -16,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
