@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -118,18 +117,12 @@ class FakeDevice final : public Backend {
   const KernelRegistry& kernels() const override { return registry_; }
   void synchronize() const override { ++syncs; }
   void copyToHost(void* host_dst, const void* device_src, size_t bytes) const override {
-    if (!memory_->owns(device_src, bytes)) throw std::logic_error("copyToHost from host memory");
-    if (memory_->owns(host_dst, bytes)) throw std::logic_error("copyToHost into the device");
-    scramble(host_dst, device_src, bytes);
+    copy(host_dst, device_src, bytes, false);
     ++to_host;
-    bytes_copied += bytes;
   }
   void copyFromHost(void* device_dst, const void* host_src, size_t bytes) const override {
-    if (!memory_->owns(device_dst, bytes)) throw std::logic_error("copyFromHost into host memory");
-    if (memory_->owns(host_src, bytes)) throw std::logic_error("copyFromHost from the device");
-    scramble(device_dst, host_src, bytes);
+    copy(device_dst, host_src, bytes, true);
     ++to_device;
-    bytes_copied += bytes;
   }
 
   const ScrambledMemory& memory() const { return *memory_; }
@@ -137,10 +130,18 @@ class FakeDevice final : public Backend {
   mutable std::atomic<size_t> relu_calls{0}, syncs{0}, to_host{0}, to_device{0}, bytes_copied{0};
 
  private:
-  static void scramble(void* dst, const void* src, size_t bytes) {
+  // Scrambles or unscrambles (XOR is its own inverse), after checking that one side is the
+  // device's memory and the other is not.
+  void copy(void* dst, const void* src, size_t bytes, bool into_device) const {
+    const void* device_side = into_device ? dst : src;
+    const void* host_side = into_device ? src : dst;
+    if (!memory_->owns(device_side, bytes) || memory_->owns(host_side, bytes)) {
+      throw std::logic_error("a copy between host and device got its sides wrong");
+    }
     auto* d = static_cast<uint8_t*>(dst);
     const auto* s = static_cast<const uint8_t*>(src);
     for (size_t i = 0; i < bytes; ++i) d[i] = s[i] ^ kScramble;
+    bytes_copied += bytes;
   }
 
   std::shared_ptr<ScrambledMemory> memory_;
@@ -211,13 +212,11 @@ void requireBitIdentical(const std::vector<NamedTensor>& got,
   }
 }
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+ValueType floatType(const std::vector<int64_t>& dims) {
+  ValueType t;
+  t.dtype = DType::Float;
+  t.shape = Shape::ofStatic(dims);
+  return t;
 }
 
 void noop(KernelContext&) {}
@@ -285,24 +284,22 @@ TEST_CASE("executor: no kernel anywhere is reported as before, naming the device
   m->setOpsetVersion("", 17);
   m->setOpsetVersion("test", 3);
   Graph& g = *m->graph;
-  ValueType t;
-  t.dtype = DType::Float;
-  t.shape = Shape::ofStatic({2});
-  Value* x = g.addInput("x", t);
+  Value* x = g.addInput("x", floatType({2}));
   Value* y = g.createNode({"Missing", "test", {x}, {"y"}, "lonely", {}})->output(0);
   g.addOutput(y);
 
   KernelRegistry empty;
   ExecutorOptions cpu;
   cpu.registry = &empty;
-  CHECK(errorOf([&] { Executor(*m, cpu); }) ==
-        "node 'lonely' (Missing): no CPU kernel for test::Missing at opset 3");
+  CHECK_THROWS_WITH(Executor(*m, cpu),
+                    "node 'lonely' (Missing): no CPU kernel for test::Missing at opset 3");
   FakeDevice fake;
   ExecutorOptions dev;
   dev.registry = &empty;
   dev.backend = &fake;
-  CHECK(errorOf([&] { Executor(*m, dev); }) ==
-        "node 'lonely' (Missing): no device 131 or CPU kernel for test::Missing at opset 3");
+  CHECK_THROWS_WITH(
+      Executor(*m, dev),
+      "node 'lonely' (Missing): no device 131 or CPU kernel for test::Missing at opset 3");
 }
 
 TEST_CASE("executor: the CPU backend is the default and copies nothing", "[backend]") {
@@ -377,9 +374,7 @@ TEST_CASE("executor: initializers are copied to the device once and kept", "[bac
   auto m = std::make_unique<Model>();
   m->setOpsetVersion("", 17);
   Graph& g = *m->graph;
-  ValueType t;
-  t.dtype = DType::Float;
-  t.shape = Shape::ofStatic({4});
+  const ValueType t = floatType({4});
   Value* x = g.addInput("x", t);
   Value* w = g.addInitializer("w", Tensor::fromValues<float>(DType::Float, {4}, {-1, 2, -3, 4}));
   Node* r = g.createNode({"Relu", "", {w}, {"r"}, "relu_w", {}});
