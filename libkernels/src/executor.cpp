@@ -1,4 +1,5 @@
-// The CPU executor: kernel resolution, input binding, the step loop and seeded inputs.
+// The executor: kernel resolution (with CPU fallbacks), input binding, the step loop with its
+// host/device copies, and seeded inputs.
 #include "fusectl/kernels/executor.h"
 
 #include <algorithm>
@@ -86,48 +87,16 @@ Executor::Executor(const Model& model, ExecutorOptions options)
   num_threads_ = options_.num_threads > 0
                      ? options_.num_threads
                      : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const KernelRegistry& registry =
-      options_.registry ? *options_.registry : KernelRegistry::global();
+  backend_ = options_.backend;
+  if (!backend_) {
+    own_backend_ = std::make_unique<CpuBackend>(
+        options_.registry ? *options_.registry : KernelRegistry::global());
+    backend_ = own_backend_.get();
+  }
+  pool_ = BufferPool(backend_->allocator());
 
   plan_ = buildMemoryPlan(graph_);
-
-  // One registry lookup per distinct (domain, op, opset), not per node.
-  std::map<std::tuple<std::string, std::string, int64_t>, const KernelInfo*> cache;
-  std::vector<const Node*> unsupported;
-  std::set<std::string> unsupported_ops;
-  kernels_.reserve(plan_.order.size());
-  opsets_.reserve(plan_.order.size());
-  for (const Node* n : plan_.order) {
-    const int64_t opset = model_.opsetVersion(n->domain());
-    if (opset <= 0) {
-      throwInvalid(nodePrefix(*n) + "the model imports no opset for domain '" +
-                   (n->domain().empty() ? std::string("ai.onnx") : n->domain()) + "'");
-    }
-    auto key = std::make_tuple(n->domain(), n->opType(), opset);
-    auto it = cache.find(key);
-    if (it == cache.end()) {
-      it = cache.emplace(key, registry.find(n->domain(), n->opType(), opset)).first;
-    }
-    if (!it->second) {
-      unsupported.push_back(n);
-      unsupported_ops.insert((n->domain().empty() ? "" : n->domain() + "::") + n->opType() +
-                             "-" + std::to_string(opset));
-    }
-    kernels_.push_back(it->second);
-    opsets_.push_back(opset);
-  }
-  if (!unsupported.empty()) {
-    const Node& n = *unsupported.front();
-    std::string msg = nodePrefix(n) + "no CPU kernel for " +
-                      (n.domain().empty() ? "" : n.domain() + "::") + n.opType() + " at opset " +
-                      std::to_string(model_.opsetVersion(n.domain()));
-    if (unsupported.size() > 1) {
-      msg += " (" + std::to_string(unsupported.size()) + " nodes lack a kernel; ops:";
-      for (const std::string& op : unsupported_ops) msg += " " + op;
-      msg += ")";
-    }
-    throwUnsupported(msg);
-  }
+  resolveKernels();
 
   initializers_.resize(plan_.values.size());
   for (const Value* v : graph_.initializers()) {
@@ -143,6 +112,69 @@ Executor::Executor(const Model& model, ExecutorOptions options)
 }
 
 Executor::~Executor() = default;
+
+void Executor::resolveKernels() {
+  const Device device = backend_->device();
+  const bool may_fall_back = !backend_->sharesHostMemory();
+  const KernelRegistry& cpu_kernels =
+      options_.registry ? *options_.registry : KernelRegistry::global();
+
+  struct Choice {
+    const KernelInfo* kernel = nullptr;
+    bool on_cpu = false;
+  };
+  // One registry lookup per distinct (domain, op, opset, dtype), not per node.
+  std::map<std::tuple<std::string, std::string, int64_t, DType>, Choice> cache;
+  std::vector<const Node*> unsupported;
+  std::set<std::string> unsupported_ops;
+  kernels_.reserve(plan_.order.size());
+  opsets_.reserve(plan_.order.size());
+  if (may_fall_back) on_cpu_.reserve(plan_.order.size());
+  for (const Node* n : plan_.order) {
+    const int64_t opset = model_.opsetVersion(n->domain());
+    if (opset <= 0) {
+      throwInvalid(nodePrefix(*n) + "the model imports no opset for domain '" +
+                   (n->domain().empty() ? std::string("ai.onnx") : n->domain()) + "'");
+    }
+    const DType dtype = kernelDType(*n);
+    auto key = std::make_tuple(n->domain(), n->opType(), opset, dtype);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      Choice c;
+      c.kernel = backend_->kernels().find(n->domain(), n->opType(), opset, dtype, device);
+      if (!c.kernel && may_fall_back) {
+        c.kernel = cpu_kernels.find(n->domain(), n->opType(), opset, dtype, Device::Cpu);
+        c.on_cpu = c.kernel != nullptr;
+      }
+      it = cache.emplace(key, c).first;
+    }
+    if (!it->second.kernel) {
+      unsupported.push_back(n);
+      unsupported_ops.insert((n->domain().empty() ? "" : n->domain() + "::") + n->opType() +
+                             "-" + std::to_string(opset));
+    }
+    kernels_.push_back(it->second.kernel);
+    opsets_.push_back(opset);
+    if (may_fall_back) {
+      on_cpu_.push_back(it->second.on_cpu);
+      fallback_steps_ += it->second.on_cpu ? 1 : 0;
+    }
+  }
+  if (!unsupported.empty()) {
+    const Node& n = *unsupported.front();
+    const std::string where = may_fall_back ? deviceName(device) + " or CPU" : "CPU";
+    std::string msg = nodePrefix(n) + "no " + where + " kernel for " +
+                      (n.domain().empty() ? "" : n.domain() + "::") + n.opType() + " at opset " +
+                      std::to_string(model_.opsetVersion(n.domain()));
+    if (unsupported.size() > 1) {
+      msg += " (" + std::to_string(unsupported.size()) + " nodes lack a kernel; ops:";
+      for (const std::string& op : unsupported_ops) msg += " " + op;
+      msg += ")";
+    }
+    throwUnsupported(msg);
+  }
+  if (may_fall_back) device_initializers_.resize(plan_.values.size());
+}
 
 void Executor::bindInputs(const std::vector<NamedTensor>& inputs,
                           std::vector<HostTensor>& slots) const {
@@ -208,15 +240,58 @@ void Executor::bindInputs(const std::vector<NamedTensor>& inputs,
   }
 }
 
+bool Executor::isInitializer(int s, const HostTensor& t) const {
+  const HostTensor& init = initializers_[s];
+  return init.dtype() != DType::Undefined && t.raw() == init.raw() && t.dims() == init.dims();
+}
+
+void Executor::bringOver(int s, bool to_host, bool pooled, std::vector<HostTensor>& device,
+                         std::vector<HostTensor>& host, ExecutionStats& stats) {
+  HostTensor& dst = to_host ? host[s] : device[s];
+  const HostTensor& src = to_host ? device[s] : host[s];
+  if (dst.dtype() != DType::Undefined || src.dtype() == DType::Undefined) return;
+  if (src.dtype() == DType::String) {  // strings never leave the host
+    dst = src;
+    return;
+  }
+  const size_t bytes = src.byteSize();
+  BufferPool& pool = to_host ? host_pool_ : pool_;
+  std::shared_ptr<void> buffer = pooled ? pool.acquire(bytes) : pool.acquireUnpooled(bytes);
+  if (to_host) {
+    backend_->copyToHost(buffer.get(), src.raw(), bytes);
+    ++stats.copies_to_host;
+  } else {
+    backend_->copyFromHost(buffer.get(), src.raw(), bytes);
+    ++stats.copies_to_device;
+  }
+  stats.copied_bytes += bytes;
+  void* data = buffer.get();
+  dst = HostTensor::borrow(src.dtype(), src.dims(), data, std::move(buffer));
+  if (!to_host && isInitializer(s, src)) device_initializers_[s] = dst;
+}
+
 std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
                                        ExecutionStats* stats) {
   const auto start = Clock::now();
+  // On the CPU backend `slots` holds the one copy of each value. On another device it holds the
+  // device copies and `host` the host ones; a value gets a copy on the other side when a node
+  // there first reads it.
+  const bool transfers = !backend_->sharesHostMemory();
   std::vector<HostTensor> slots(plan_.values.size());
-  bindInputs(inputs, slots);
+  std::vector<HostTensor> host(transfers ? slots.size() : 0);
+  bindInputs(inputs, transfers ? host : slots);
+  for (size_t s = 0; s < device_initializers_.size(); ++s) {
+    const HostTensor& kept = device_initializers_[s];
+    if (kept.dtype() != DType::Undefined && isInitializer(static_cast<int>(s), host[s])) {
+      slots[s] = kept;
+    }
+  }
 
   pool_.resetPeak();
   const BufferPool::Stats before = pool_.stats();
   Allocator allocator(pool_);
+  Allocator host_allocator(host_pool_);
+  ExecutionStats copies;
   if (stats) {
     stats->node_times.clear();
     if (options_.profile) stats->node_times.reserve(plan_.order.size());
@@ -225,11 +300,15 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
   std::vector<const HostTensor*> args;
   for (size_t step = 0; step < plan_.order.size(); ++step) {
     const Node& node = *plan_.order[step];
+    const bool on_cpu = transfers && on_cpu_[step];
+    std::vector<HostTensor>& side = on_cpu ? host : slots;
     args.assign(node.numInputs(), nullptr);
     for (size_t i = 0; i < node.numInputs(); ++i) {
       const Value* v = node.input(i);
       if (!v) continue;
-      const HostTensor& t = slots[plan_.slot(v)];
+      const int s = plan_.slot(v);
+      if (transfers) bringOver(s, on_cpu, true, slots, host, copies);
+      const HostTensor& t = side[s];
       if (t.dtype() == DType::Undefined) {
         throwInvalid(nodePrefix(node) + "input " + std::to_string(i) + " ('" + v->name() +
                      "') was not produced by its node");
@@ -237,7 +316,8 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
       args[i] = &t;
     }
 
-    KernelContext ctx(node, opsets_[step], args, allocator, num_threads_);
+    KernelContext ctx(node, opsets_[step], args, on_cpu ? host_allocator : allocator,
+                      num_threads_);
     const auto node_start = options_.profile ? Clock::now() : Clock::time_point();
     try {
       kernels_[step]->fn(ctx);
@@ -252,7 +332,8 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
     if (options_.profile && stats) {
       stats->node_times.push_back(
           {node.label(), node.opType(),
-           std::chrono::duration<double>(Clock::now() - node_start).count()});
+           std::chrono::duration<double>(Clock::now() - node_start).count(),
+           on_cpu ? Device::Cpu : backend_->device()});
     }
 
     for (size_t i = 0; i < node.numOutputs(); ++i) {
@@ -274,21 +355,28 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
                      typeText(out.dtype(), out.dims()) + " but the graph declares " +
                      v->type.str());
       }
-      slots[plan_.slot(v)] = std::move(out);
+      side[plan_.slot(v)] = std::move(out);
     }
-    for (int s : plan_.release_after[step]) slots[s] = HostTensor();
+    for (int s : plan_.release_after[step]) {
+      slots[s] = HostTensor();
+      if (transfers) host[s] = HostTensor();
+    }
   }
+  backend_->synchronize();
 
   std::vector<NamedTensor> outputs;
   outputs.reserve(graph_.outputs().size());
   for (const Value* v : graph_.outputs()) {
-    const HostTensor& t = slots[plan_.slot(v)];
+    const int s = plan_.slot(v);
+    if (transfers) bringOver(s, true, false, slots, host, copies);
+    const HostTensor& t = transfers ? host[s] : slots[s];
     if (t.dtype() == DType::Undefined) {
       throwInvalid("graph output '" + v->name() + "' was not produced");
     }
     outputs.push_back({v->name(), t});
   }
   slots.clear();
+  host.clear();
 
   if (stats) {
     const BufferPool::Stats after = pool_.stats();
@@ -297,6 +385,10 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
     stats->buffer_reuses = after.reuses - before.reuses;
     stats->intermediate_tensors = plan_.intermediate_tensors;
     stats->nodes_run = plan_.order.size();
+    stats->fallback_nodes = fallback_steps_;
+    stats->copies_to_device = copies.copies_to_device;
+    stats->copies_to_host = copies.copies_to_host;
+    stats->copied_bytes = copies.copied_bytes;
     stats->seconds = std::chrono::duration<double>(Clock::now() - start).count();
   }
   return outputs;

@@ -1,4 +1,5 @@
-// KernelContext (what a kernel sees of its node) and the kernel registry (the one dispatcher).
+// KernelContext (what a kernel sees of its node) and the kernel registry (the one dispatcher,
+// keyed by domain, op, opset, dtype and device).
 #include <algorithm>
 #include <string>
 
@@ -14,6 +15,24 @@ std::string_view canonicalDomain(std::string_view domain) {
 }
 
 }  // namespace
+
+std::string deviceName(Device device) {
+  switch (device) {
+    case Device::Cpu: return "cpu";
+    case Device::Cuda: return "cuda";
+    default: return "device " + std::to_string(static_cast<int>(device));
+  }
+}
+
+DType kernelDType(const Node& node) {
+  for (const Value* v : node.inputs()) {
+    if (v) return v->dtype();
+  }
+  for (const Value* v : node.outputs()) {
+    if (v) return v->dtype();
+  }
+  return DType::Undefined;
+}
 
 // ---- KernelContext ----
 
@@ -84,24 +103,29 @@ void KernelRegistry::add(KernelInfo info) {
 }
 
 const KernelInfo* KernelRegistry::find(std::string_view domain, std::string_view op_type,
-                                       int64_t opset) const {
-  // The executor looks kernels up once per node when it is built, so a scan is cheap enough;
-  // among overlapping registrations the most specific (latest since_opset), then the last
-  // added, wins, which lets a test or an optimized kernel override a reference one.
+                                       int64_t opset, DType dtype, Device device) const {
+  // The executor looks kernels up once per node when it is built, so a scan is cheap enough.
   const std::string_view dom = canonicalDomain(domain);
   const KernelInfo* best = nullptr;
   for (const KernelInfo& k : kernels_) {
-    if (k.op_type != op_type || k.domain != dom) continue;
+    if (k.op_type != op_type || k.domain != dom || k.device != device) continue;
     if (opset < k.since_opset || opset > k.until_opset) continue;
-    if (!best || k.since_opset >= best->since_opset) best = &k;
+    if (k.dtype != DType::Undefined && k.dtype != dtype) continue;
+    if (best && best->dtype != k.dtype) {
+      if (k.dtype == DType::Undefined) continue;  // an exact-dtype entry beats any-dtype ones
+    } else if (best && k.since_opset < best->since_opset) {
+      continue;
+    }
+    best = &k;
   }
   return best;
 }
 
-std::vector<std::string> KernelRegistry::opTypes() const {
+std::vector<std::string> KernelRegistry::opTypes(Device device) const {
   std::vector<std::string> names;
   names.reserve(kernels_.size());
   for (const KernelInfo& k : kernels_) {
+    if (k.device != device) continue;
     names.push_back(k.domain.empty() ? k.op_type : k.domain + "::" + k.op_type);
   }
   std::sort(names.begin(), names.end());

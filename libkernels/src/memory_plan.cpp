@@ -158,20 +158,38 @@ constexpr size_t kAlignment = 64;
 size_t roundUp(size_t bytes) {
   return std::max<size_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
 }
+
+class HostAllocator final : public DeviceAllocator {
+ public:
+  void* allocate(size_t bytes) override {
+    void* p = std::aligned_alloc(kAlignment, bytes);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  void deallocate(void* p, size_t) noexcept override { std::free(p); }
+};
+
 }  // namespace
 
+std::shared_ptr<DeviceAllocator> hostAllocator() {
+  static const std::shared_ptr<DeviceAllocator> host = std::make_shared<HostAllocator>();
+  return host;
+}
+
 struct BufferPool::State {
+  explicit State(std::shared_ptr<DeviceAllocator> m) : memory(std::move(m)) {}
+
+  const std::shared_ptr<DeviceAllocator> memory;
   mutable std::mutex mu;
   std::multimap<size_t, void*> idle;  // capacity -> buffer
   Stats stats;
 
   ~State() {
-    for (auto& [cap, p] : idle) std::free(p);
+    for (auto& [cap, p] : idle) memory->deallocate(p, cap);
   }
 
   void* fresh(size_t capacity) {
-    void* p = std::aligned_alloc(kAlignment, capacity);
-    if (!p) throw std::bad_alloc();
+    void* p = memory->allocate(capacity);
     stats.reserved_bytes += capacity;
     ++stats.fresh_allocations;
     return p;
@@ -197,14 +215,17 @@ struct Release {
       state->idle.emplace(capacity, p);
     } else {
       state->stats.reserved_bytes -= capacity;
-      std::free(p);
+      state->memory->deallocate(p, capacity);
     }
   }
 };
 
 }  // namespace
 
-BufferPool::BufferPool() : state_(std::make_shared<State>()) {}
+BufferPool::BufferPool() : BufferPool(hostAllocator()) {}
+
+BufferPool::BufferPool(std::shared_ptr<DeviceAllocator> memory)
+    : state_(std::make_shared<State>(std::move(memory))) {}
 
 std::shared_ptr<void> BufferPool::acquire(size_t bytes) {
   const size_t need = roundUp(bytes);
@@ -248,7 +269,7 @@ void BufferPool::trim() {
   std::lock_guard<std::mutex> lock(state_->mu);
   for (auto& [cap, p] : state_->idle) {
     state_->stats.reserved_bytes -= cap;
-    std::free(p);
+    state_->memory->deallocate(p, cap);
   }
   state_->idle.clear();
 }

@@ -1,12 +1,15 @@
-// The CPU executor: runs a Model's main graph on host tensors, one kernel call per node.
+// The executor: runs a Model's main graph on a backend (backend.h; the CPU by default), one
+// kernel call per node.
 //
-// Building an Executor resolves every node's kernel (by domain, op type and the model's opset
-// for that domain) and plans value lifetimes (memory_plan.h); an unsupported op is reported
-// then, as fusectl::Error(Unsupported) naming the node. run() validates the inputs against the
-// declared dtypes, ranks and static dims, binds symbolic dims from the actual inputs (a symbol
-// must take one value across all inputs), runs the nodes in topological order and returns the
-// graph outputs. Intermediates come from a best-fit buffer pool and return to it after their
-// last reader; initializers are borrowed, never copied; graph outputs get buffers of their own.
+// Building an Executor resolves every node's kernel (by domain, op type, the model's opset for
+// that domain, the node's kernelDType and the backend's device, falling back to a CPU kernel
+// when the device has none) and plans value lifetimes (memory_plan.h); an unsupported op is
+// reported then, as fusectl::Error(Unsupported) naming the node. run() validates the inputs
+// against the declared dtypes, ranks and static dims, binds symbolic dims from the actual inputs
+// (a symbol must take one value across all inputs), runs the nodes in topological order and
+// returns the graph outputs (on the host, whatever the backend). Intermediates come from a
+// best-fit buffer pool and return to it after their last reader; initializers are borrowed,
+// never copied (on the CPU); graph outputs get buffers of their own.
 // Any failure inside a kernel is a fusectl::Error naming the node ("node 'X' (Op): ...").
 //
 // Compute is float32; float16/bfloat16 are storage types that kernels convert (half.h).
@@ -14,11 +17,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "fusectl/graph/graph.h"
+#include "fusectl/kernels/backend.h"
 #include "fusectl/kernels/kernel.h"
 #include "fusectl/kernels/memory_plan.h"
 
@@ -32,13 +37,18 @@ struct NamedTensor {
 struct ExecutorOptions {
   int num_threads = 1;  // passed to kernels via KernelContext; 0 = hardware concurrency
   bool profile = false;  // record per-node wall time in ExecutionStats::node_times
-  const KernelRegistry* registry = nullptr;  // nullptr = KernelRegistry::global()
+  // The CPU kernels: what runs when no backend is given, and what another device falls back
+  // to. nullptr = KernelRegistry::global().
+  const KernelRegistry* registry = nullptr;
+  // Where nodes run; nullptr = a CpuBackend over `registry`. Must outlive the executor.
+  const Backend* backend = nullptr;
 };
 
 struct NodeTime {
   std::string node;     // Node::label()
   std::string op_type;
   double seconds = 0;
+  Device device = Device::Cpu;  // where it ran (Cpu for a fallback from another device)
 };
 
 struct ExecutionStats {
@@ -51,6 +61,15 @@ struct ExecutionStats {
   size_t nodes_run = 0;
   double seconds = 0;                // wall time of run()
   std::vector<NodeTime> node_times;  // in execution order, when ExecutorOptions::profile
+
+  // Only on a backend whose device is not the CPU (all zero on the CPU backend): nodes run on
+  // the CPU because the device has no kernel for them, and tensors copied between host and
+  // device memory during the run (initializers are copied on their first use on the device and
+  // kept for later runs). Memory figures above are the device arena's.
+  size_t fallback_nodes = 0;
+  uint64_t copies_to_device = 0;
+  uint64_t copies_to_host = 0;
+  uint64_t copied_bytes = 0;  // both directions
 };
 
 class Executor {
@@ -69,21 +88,37 @@ class Executor {
   const MemoryPlan& plan() const { return plan_; }
   const Graph& graph() const { return graph_; }
   int numThreads() const { return num_threads_; }
+  const Backend& backend() const { return *backend_; }
 
  private:
   class Allocator;
+  // Finds every step's kernel, on the backend's device or as a CPU fallback.
+  void resolveKernels();
   // Checks the inputs against the graph and stores them (and the initializers) in their slots.
   void bindInputs(const std::vector<NamedTensor>& inputs, std::vector<HostTensor>& slots) const;
+  // Whether `t` is slot `s`'s initializer itself (not an input overriding it).
+  bool isInitializer(int s, const HostTensor& t) const;
+  // Makes sure slot `s` has a copy on the host (`to_host`) or the device, copying it across
+  // the boundary when it has none yet; counts the copy in `stats`.
+  void bringOver(int s, bool to_host, bool pooled, std::vector<HostTensor>& device,
+                 std::vector<HostTensor>& host, ExecutionStats& stats);
 
   const Model& model_;
   const Graph& graph_;
   ExecutorOptions options_;
   int num_threads_ = 1;
+  std::unique_ptr<Backend> own_backend_;  // when the options name none
+  const Backend* backend_ = nullptr;
   MemoryPlan plan_;
   std::vector<const KernelInfo*> kernels_;  // per step
   std::vector<int64_t> opsets_;             // per step
   std::vector<HostTensor> initializers_;    // per slot (empty for non-initializers)
-  BufferPool pool_;
+  BufferPool pool_;                         // the backend's arena
+  // Only when the backend's memory is not the host's:
+  std::vector<bool> on_cpu_;                   // per step: a CPU fallback
+  size_t fallback_steps_ = 0;
+  std::vector<HostTensor> device_initializers_;  // per slot: copied on first use, then kept
+  BufferPool host_pool_;                       // host buffers of fallbacks and copies
 };
 
 // Runs `model` once: Executor(model, options).run(inputs, stats).

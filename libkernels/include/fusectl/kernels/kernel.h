@@ -3,8 +3,10 @@
 // A kernel is a function of a KernelContext: it reads the node's attributes and its input
 // tensors, decides each output's dtype and shape, asks the context for the output buffer (the
 // executor serves it from its memory plan, so kernels never allocate activations themselves),
-// and fills it. Kernels are registered per (domain, op type, opset range); one dispatcher picks
-// them, so fusion in the executor can be switched off by registering fused ops or not.
+// and fills it. Kernels are registered per (domain, op type, opset range, dtype, device); one
+// dispatcher picks them, so fusion in the executor can be switched off by registering fused ops
+// or not. On a device other than the CPU the tensors a kernel sees hold that device's pointers
+// (backend.h); everything else in this contract is the same.
 #pragma once
 
 #include <cstdint>
@@ -124,21 +126,38 @@ class KernelContext {
 
 using KernelFn = std::function<void(KernelContext&)>;
 
+// Where a kernel runs and where the bytes of its tensors live. Ids from FirstCustom on are free
+// for backends defined outside libkernels (the tests' fake device is one).
+enum class Device : uint8_t { Cpu = 0, Cuda = 1, FirstCustom = 128 };
+std::string deviceName(Device device);  // "cpu", "cuda", "device 128"
+
+// The dtype a node's kernel is chosen by: its first present input's, else its first output's
+// (ops without inputs, such as Constant); Undefined when the graph does not declare it.
+DType kernelDType(const Node& node);
+
+// Fields after `fn` have defaults, so `{domain, op, since, until, fn}` registers a CPU kernel for
+// every dtype, as all built-in kernels do (they dispatch on dtype themselves, cpu/dtype_dispatch).
 struct KernelInfo {
   std::string domain;  // "" for ai.onnx
   std::string op_type;
   int64_t since_opset = 1;   // first opset this kernel implements
   int64_t until_opset = 1000;  // last opset (inclusive)
   KernelFn fn;
+  DType dtype = DType::Undefined;  // the kernelDType() it handles; Undefined = any dtype
+  Device device = Device::Cpu;
 };
 
 class KernelRegistry {
  public:
   static KernelRegistry& global();  // every built-in kernel registered
   void add(KernelInfo info);
-  // The kernel for this op at this opset, or nullptr.
-  const KernelInfo* find(std::string_view domain, std::string_view op_type, int64_t opset) const;
-  std::vector<std::string> opTypes() const;  // sorted "domain::op" or "op"
+  // The kernel for this op at this opset, dtype (kernelDType of the node) and device, or
+  // nullptr. An entry for exactly `dtype` wins over an any-dtype one; an unknown dtype
+  // (Undefined) finds only any-dtype entries. Among the rest the latest since_opset, then the
+  // last added, wins, which lets a test or an optimized kernel override a reference one.
+  const KernelInfo* find(std::string_view domain, std::string_view op_type, int64_t opset,
+                         DType dtype = DType::Undefined, Device device = Device::Cpu) const;
+  std::vector<std::string> opTypes(Device device = Device::Cpu) const;  // sorted "domain::op"/"op"
 
  private:
   std::vector<KernelInfo> kernels_;

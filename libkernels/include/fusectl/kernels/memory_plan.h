@@ -47,6 +47,21 @@ struct MemoryPlan {
 // (InvalidInput) naming a node whose input nothing produces, or a node on a cycle. O(nodes+uses).
 MemoryPlan buildMemoryPlan(const Graph& graph);
 
+// Raw memory of one device, what a BufferPool pools (a backend supplies it, backend.h).
+// Implementations are thread-safe.
+class DeviceAllocator {
+ public:
+  virtual ~DeviceAllocator() = default;
+  // `bytes` (a positive multiple of 64) of uninitialised memory, 64-byte aligned; throws
+  // std::bad_alloc when the device has none left.
+  virtual void* allocate(size_t bytes) = 0;
+  // Returns what allocate(bytes) gave.
+  virtual void deallocate(void* p, size_t bytes) noexcept = 0;
+};
+
+// Host memory (aligned_alloc/free): the CPU backend's allocator.
+std::shared_ptr<DeviceAllocator> hostAllocator();
+
 // Activation buffers: 64-byte aligned, uninitialised, reused best-fit. Thread-safe. Buffers
 // keep the pool's state alive, so they may outlive the BufferPool object.
 class BufferPool {
@@ -59,7 +74,8 @@ class BufferPool {
     uint64_t reuses = 0;           // requests served from an idle buffer
   };
 
-  BufferPool();
+  BufferPool();  // over hostAllocator()
+  explicit BufferPool(std::shared_ptr<DeviceAllocator> memory);
   // A pooled buffer: back in the idle list when its last owner lets go. The smallest idle buffer
   // that fits is reused, unless it is more than twice (and 4 KiB more than) the request, so a
   // scalar never pins a large buffer that a later large value would need.

@@ -1,0 +1,69 @@
+// What the executor needs from a device: its memory, its kernels, synchronisation, and copies
+// to and from the host.
+//
+// The executor (executor.h) runs each node with the backend's kernel for it, found in
+// kernels() by (domain, op, opset, kernelDType(node), device()). A node the device has no kernel
+// for runs on the CPU instead: its inputs are copied to host buffers, the CPU kernel runs, and
+// its outputs stay on the host until a device kernel reads them (then they are copied over).
+// Graph inputs and initializers start on the host; graph outputs are returned on the host.
+// ExecutionStats counts the fallbacks and copies.
+//
+// Tensors on a device are HostTensor objects whose pointers are the device's: only that
+// device's kernels and the copy functions below may touch their bytes. The CPU backend is the
+// default; its memory is the host's, so it never copies anything.
+//
+// Adding a device: an allocator for its memory (memory_plan.h's DeviceAllocator; the executor
+// pools what it hands out), a KernelRegistry holding its kernels under its Device id, and the
+// copies. A backend object must outlive every executor that uses it.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "fusectl/kernels/kernel.h"
+#include "fusectl/kernels/memory_plan.h"
+
+namespace fusectl::kernels {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  // Whether CPU kernels can read this device's memory as it is; then nothing is ever copied.
+  bool sharesHostMemory() const { return device() == Device::Cpu; }
+
+  // Where the device's buffers come from; each executor pools them in a BufferPool of its own.
+  virtual std::shared_ptr<DeviceAllocator> allocator() const = 0;
+  // The registry holding this device's kernels (entries for other devices there are ignored).
+  virtual const KernelRegistry& kernels() const = 0;
+  // Returns once all work queued on the device has finished; the executor calls it at the end
+  // of each run, so its wall time covers the device's work.
+  virtual void synchronize() const = 0;
+  // Synchronous copies of `bytes` bytes: they return once the destination holds the data, after
+  // the device's earlier work on the source. Regions do not overlap.
+  virtual void copyToHost(void* host_dst, const void* device_src, size_t bytes) const = 0;
+  virtual void copyFromHost(void* device_dst, const void* host_src, size_t bytes) const = 0;
+};
+
+// The CPU: host memory, the given registry's Device::Cpu kernels, no synchronisation, and
+// copies that are plain memcpy (never needed by the executor).
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const KernelRegistry& kernels = KernelRegistry::global());
+
+  Device device() const override { return Device::Cpu; }
+  std::shared_ptr<DeviceAllocator> allocator() const override;
+  const KernelRegistry& kernels() const override { return kernels_; }
+  void synchronize() const override {}
+  void copyToHost(void* host_dst, const void* device_src, size_t bytes) const override;
+  void copyFromHost(void* device_dst, const void* host_src, size_t bytes) const override;
+
+ private:
+  const KernelRegistry& kernels_;
+};
+
+// The CPU backend over KernelRegistry::global().
+const Backend& cpuBackend();
+
+}  // namespace fusectl::kernels
