@@ -2,6 +2,8 @@
 // pattern driver, and the fusion-stamp codec that the Rewriter writes and `fusectl diff` reads.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <map>
 
 #include "fusectl/graph/onnx_io.h"
@@ -14,7 +16,7 @@ using namespace fusectl::passes;
 
 namespace {
 
-std::unique_ptr<Model> load(const char* text) { return parseModelText(text, "test"); }
+std::unique_ptr<Model> load(const std::string& text) { return parseModelText(text, "test"); }
 
 // X -> Conv -> c -> Relu -> Y, with a second (unrelated) Relu R reading X.
 const char* kConvRelu = R"(
@@ -28,22 +30,20 @@ g (float[1, 2, 4, 4] X) => (float[1, 2, 4, 4] Y, float[1, 2, 4, 4] R)
 }
 )";
 
-// Four Relus in a row: every adjacent pair matches "inner:Relu -> outer:Relu".
-const char* kReluChain = R"(
-<ir_version: 8, opset_import: ["" : 13]>
-g (float[4] X) => (float[4] Y)
-{
-  a = Relu (X)
-  b = Relu (a)
-  c = Relu (b)
-  Y = Relu (c)
+// X -> r0 -> r1 -> r2 -> Y, four Relus: each adjacent pair matches "inner:Relu -> outer:Relu".
+std::string reluChain() {
+  std::string text = "<ir_version: 8, opset_import: [\"\" : 13]>\n";
+  text += "g (float[4] X) => (float[4] Y)\n{\n";
+  const char* values[] = {"X", "r0", "r1", "r2", "Y"};
+  for (size_t i = 1; i < 5; ++i)
+    text += fmt::format("  {} = Relu ({})\n", values[i], values[i - 1]);
+  return text + "}\n";
 }
-)";
 
 Node* producerOf(const Graph& g, std::string_view value) { return g.findValue(value)->producer(); }
 
 struct Session {
-  explicit Session(const char* text) : model(load(text)), ctx(*model, report) {
+  explicit Session(const std::string& text) : model(load(text)), ctx(*model, report) {
     ctx.setCurrentPass("test-pass");
   }
   Graph& graph() { return *model->graph; }
@@ -217,33 +217,33 @@ TEST_CASE("rewriter: the driver's greedy and snapshot walks", "[rewriter]") {
   };
 
   SECTION("greedy: each anchor is matched on the graph as the earlier rewrites left it") {
-    Session s(kReluChain);
+    Session s(reluChain());
     CHECK(applyPattern(s.ctx.graph(), s.ctx, p, fuse) == 2);
     std::map<std::string, int64_t> c = s.ctx.takeCounters();
     CHECK(c.at("candidates") == 4);
-    CHECK(c.at("matches") == 2);          // a-b, then c-Y
-    CHECK(c.at("skipped_overlap") == 2);  // b and Y were gone by their turn
+    CHECK(c.at("matches") == 2);          // r0-r1, then r2-Y
+    CHECK(c.at("skipped_overlap") == 2);  // r1 and Y were gone by their turn
     CHECK(c.at("rewrites") == 2);
     CHECK(s.graph().numNodes() == 2);
     CHECK(s.report.rejections.empty());
   }
   SECTION("snapshot: every anchor is matched first, overlapping matches are skipped") {
-    Session s(kReluChain);
+    Session s(reluChain());
     DriverOptions driver;
     driver.match_all_first = true;
     driver.report_structural = false;
     CHECK(applyPattern(s.ctx.graph(), s.ctx, p, fuse, driver) == 2);
     std::map<std::string, int64_t> c = s.ctx.takeCounters();
     CHECK(c.at("candidates") == 4);
-    CHECK(c.at("matches") == 3);  // a-b, b-c and c-Y, on the graph as the sweep found it
-    CHECK(c.at("skipped_overlap") == 1);  // b-c: b went with a-b
+    CHECK(c.at("matches") == 3);  // r0-r1, r1-r2 and r2-Y, on the graph as the sweep found it
+    CHECK(c.at("skipped_overlap") == 1);  // r1-r2: r1 went with r0-r1
     CHECK(c.at("rewrites") == 2);
     CHECK(s.graph().numNodes() == 2);
     CHECK(s.report.rejections.empty());  // structural misses are not reported
   }
   SECTION("the graph must be the context's") {
-    Session s(kReluChain);
-    auto other = load(kReluChain);
+    Session s(reluChain());
+    auto other = load(reluChain());
     CHECK_THROWS(applyPattern(*other->graph, s.ctx, p, fuse));
   }
 }
