@@ -8,8 +8,9 @@
 // model's opset imports (creating a fusectl-domain node imports domain "fusectl" version 1);
 // the report's fusion sites, with the bytes of intermediates that disappeared; the fused node's
 // doc-string stamp (fusion_stamp.h); and the set of nodes erased in this sweep, so that a driver
-// never touches a match whose nodes are gone. Every action costs O(1) or O(size of the nodes
-// it touches): passes run them a million times on large graphs.
+// never touches a match whose nodes are gone. Every action but the two whole-graph sweeps
+// (eraseDeadNodes, eraseUnusedInitializers) costs O(size of the nodes and values it touches):
+// passes run them a million times on large graphs.
 //
 // The Rewriter does not ask the --max-rewrites budget: a pass (or applyPattern) asks
 // ctx.allowRewrite() before a rewrite, which may take several actions.
