@@ -205,8 +205,4 @@ Value* otherOperand(const Node& n, const Value* mine) {
   return nullptr;
 }
 
-void adoptReplacedName(Graph& g, Value* v, const std::string& name) {
-  if (v->name() != name && !g.findValue(name)) g.renameValue(v, name);
-}
-
 }  // namespace fusectl::passes

@@ -69,9 +69,4 @@ std::string nonConstantOrigin(const Value& v);
 // The operand of binary node `n` that is not `mine`; nullptr when both are.
 Value* otherOperand(const Node& n, const Value* mine);
 
-// After Rewriter::commitFusion: the replacement's output takes `name` (the replaced value's,
-// now gone) when it is free, so the printed graph keeps the names its readers know. A replaced
-// graph output already passed its name on.
-void adoptReplacedName(Graph& g, Value* v, const std::string& name);
-
 }  // namespace fusectl::passes

@@ -7,18 +7,15 @@
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "fusectl/graph/summary.h"
+#include "fusectl/passes/fusion_stamp.h"
 
 namespace fusectl::passes {
 
 namespace {
-
-constexpr std::string_view kStampPrefix = "fusectl ";
-constexpr std::string_view kStampFused = ": fused ";
 
 std::string opText(const Node& n) {
   return n.domain().empty() ? n.opType() : n.domain() + "::" + n.opType();
@@ -111,16 +108,6 @@ std::string attributeDetail(const Node& a, const Node& b) {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
-std::vector<std::string> stampLines(const std::string& doc) {
-  std::vector<std::string> out;
-  std::istringstream in(doc);
-  std::string line, pass;
-  std::vector<std::string> replaced;
-  while (std::getline(in, line))
-    if (parseFusionStamp(line, pass, replaced)) out.push_back(line);
-  return out;
-}
-
 std::string dimsText(const std::vector<int64_t>& dims) {
   return fmt::format("[{}]", fmt::join(dims, ","));
 }
@@ -130,27 +117,6 @@ std::string namesText(const std::vector<std::string>& names) {
 }
 
 }  // namespace
-
-bool parseFusionStamp(const std::string& line, std::string& pass,
-                      std::vector<std::string>& replaced) {
-  if (line.compare(0, kStampPrefix.size(), kStampPrefix) != 0) return false;
-  size_t colon = line.find(kStampFused, kStampPrefix.size());
-  if (colon == std::string::npos || colon == kStampPrefix.size()) return false;
-  pass = line.substr(kStampPrefix.size(), colon - kStampPrefix.size());
-  if (pass.find(' ') != std::string::npos) return false;  // pass names have no blanks
-  replaced.clear();
-  std::string rest = line.substr(colon + kStampFused.size());
-  size_t start = 0;
-  while (start <= rest.size()) {
-    size_t comma = rest.find(", ", start);
-    std::string item = rest.substr(start, comma == std::string::npos ? std::string::npos
-                                                                     : comma - start);
-    if (!item.empty()) replaced.push_back(item);
-    if (comma == std::string::npos) break;
-    start = comma + 2;
-  }
-  return true;
-}
 
 GraphDiff diffGraphs(const Graph& a, const Graph& b) {
   GraphDiff d;
@@ -189,7 +155,7 @@ GraphDiff diffGraphs(const Graph& a, const Graph& b) {
       d.nodes_added.push_back(describeNode(*nb));
     } else {
       partner.emplace(na, nb);
-      old_stamps = stampLines(na->doc_string);
+      old_stamps = fusionStampLines(na->doc_string);
       DiffNodeChange c;
       std::vector<std::string> details;
       if (na->opType() != nb->opType() || na->domain() != nb->domain()) {
@@ -213,7 +179,7 @@ GraphDiff diffGraphs(const Graph& a, const Graph& b) {
       }
     }
 
-    std::vector<std::string> stamps = stampLines(nb->doc_string);
+    std::vector<std::string> stamps = fusionStampLines(nb->doc_string);
     for (const std::string& line : stamps) {
       if (std::find(old_stamps.begin(), old_stamps.end(), line) != old_stamps.end()) continue;
       DiffFusion f;

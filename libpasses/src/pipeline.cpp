@@ -264,7 +264,7 @@ class Runner {
     ctx_.setCurrentPass(e.pass);
     auto start = std::chrono::steady_clock::now();
     try {
-      stats.changed = pass->run(g, ctx_);
+      stats.changed = pass->run(ctx_.graph(), ctx_);  // a const view; edits go through a Rewriter
     } catch (const Error& err) {
       throw Error(err.kind(), fmt::format("pass '{}': {}", e.pass, err.what()));
     } catch (const std::exception& err) {

@@ -1,4 +1,4 @@
-// The Rewriter (all pass edits go through it) and the greedy pattern driver.
+// The Rewriter (all pass edits go through it) and the pattern drivers.
 #include "fusectl/passes/rewriter.h"
 
 #include <fmt/format.h>
@@ -7,8 +7,11 @@
 #include <optional>
 
 #include "fusectl/graph/error.h"
+#include "fusectl/passes/fusion_stamp.h"
 
 namespace fusectl::passes {
+
+Rewriter::Rewriter(PassContext& ctx) : graph_(*ctx.model_.graph), ctx_(ctx) {}
 
 bool Rewriter::stillValid(const Match& m) const {
   for (Node* n : m.nodes())
@@ -16,13 +19,123 @@ bool Rewriter::stillValid(const Match& m) const {
   return true;
 }
 
-Node* Rewriter::createNode(Graph::NodeSpec spec, Node* position) {
-  return graph_.createNode(std::move(spec), position);
+Node* Rewriter::create(NewNode node, std::string_view output_hint, const ValueType& type,
+                       Node* position) {
+  std::string name = std::move(node.name);
+  // The order of the two unique-name picks matters: both draw on the graph's one name counter,
+  // and the names a pass has always produced depend on it.
+  if (node.naming == NodeNaming::TakeOver && !name.empty()) name = graph_.uniqueNodeName(name);
+  std::string output = graph_.uniqueValueName(output_hint);
+  if (node.naming == NodeNaming::Unique && !name.empty()) name = graph_.uniqueNodeName(name);
+  const bool fusectl_op = node.domain == "fusectl";
+  Node* n = graph_.createNode({std::move(node.op_type), std::move(node.domain),
+                               std::move(node.inputs), {std::move(output)}, std::move(name),
+                               std::move(node.attributes)},
+                              position);
+  n->output(0)->type = type;
+  n->doc_string = std::move(node.doc_string);
+  if (fusectl_op && ctx_.model_.opsetVersion("fusectl") == 0)
+    ctx_.model_.setOpsetVersion("fusectl", 1);
+  return n;
 }
 
-Value* Rewriter::addConstant(const std::string& name_hint, Tensor t) {
+Node* Rewriter::addNode(NewNode node, std::string_view output_hint, const ValueType& type,
+                        Node* position) {
+  return create(std::move(node), output_hint, type, position);
+}
+
+Node* Rewriter::replaceMatch(std::string_view pattern, const Match& m, Value* replaced,
+                             NewNode node) {
+  if (!replaced) {
+    throwInternal(fmt::format("rewriter: fusion '{}' has no replaced value", pattern));
+  }
+  const std::string replaced_name = replaced->name();
+  const std::string node_name = node.name;
+  const bool take_over_node_name = node.naming == NodeNaming::TakeOver && !node_name.empty();
+  Node* n = create(std::move(node), replaced_name, replaced->type, replaced->producer());
+  commitFusion(pattern, m, replaced, n);
+  takeOverValueName(n->output(0), replaced_name);
+  if (take_over_node_name && n->name() != node_name && !graph_.findNode(node_name))
+    graph_.renameNode(n, node_name);
+  return n;
+}
+
+void Rewriter::replaceMatchInPlace(std::string_view pattern, const Match& m, Value* replaced,
+                                   Node* kept) {
+  if (!replaced || !kept || !kept->output(0)) {
+    throwInternal(fmt::format("rewriter: fusion '{}' has no replaced value or no kept output",
+                              pattern));
+  }
+  const std::string replaced_name = replaced->name();
+  kept->output(0)->type = replaced->type;
+  commitFusion(pattern, m, replaced, kept);
+  takeOverValueName(kept->output(0), replaced_name);
+}
+
+void Rewriter::takeOverValueName(Value* v, const std::string& name) {
+  if (v->name() != name && !graph_.findValue(name)) graph_.renameValue(v, name);
+}
+
+Value* Rewriter::addConstant(std::string_view name_hint, Tensor t) {
   return graph_.addInitializer(graph_.uniqueValueName(name_hint), std::move(t));
 }
+
+void Rewriter::setConstantInput(Node* n, size_t input, Tensor t, std::string_view name_hint) {
+  Value* old = n->input(input);
+  if (old && old->isInitializer() && old->uses().size() == 1 && !old->isGraphInput() &&
+      !old->isGraphOutput()) {
+    old->setInitializer(std::move(t));
+    return;
+  }
+  rewireInput(n, input, addConstant(name_hint, std::move(t)));
+}
+
+void Rewriter::replaceWithConstants(Node* n, std::vector<std::pair<Value*, Tensor>> outputs) {
+  std::vector<std::pair<Value*, std::string>> renames;
+  for (auto& [v, t] : outputs) {
+    std::string name = v->name();
+    const bool graph_output = v->isGraphOutput();
+    Value* c = addConstant(name, std::move(t));
+    graph_.replaceAllUsesWith(v, c);  // a graph output's name moves onto c
+    if (!graph_output) renames.emplace_back(c, std::move(name));
+  }
+  eraseWithDeadProducers(n);
+  // The erased outputs freed their names: the constants take them, so readers keep reading a
+  // value of the same name.
+  for (auto& [c, name] : renames) takeOverValueName(c, name);
+}
+
+void Rewriter::replaceConstant(Value* constant, Value* by) {
+  graph_.replaceAllUsesWith(constant, by);
+  graph_.removeInitializer(constant);
+}
+
+bool Rewriter::rewireInput(Node* n, size_t input, Value* v) {
+  Value* old = n->input(input);
+  graph_.setNodeInput(n, input, v);
+  if (!old || old == v || !old->isInitializer() || old->hasUses() || old->isGraphInput() ||
+      old->isGraphOutput()) {
+    return false;
+  }
+  graph_.removeInitializer(old);
+  return true;
+}
+
+void Rewriter::renameValue(Value* v, const std::string& name) { graph_.renameValue(v, name); }
+
+void Rewriter::renameNode(Node* n, const std::string& name) { graph_.renameNode(n, name); }
+
+void Rewriter::setAttribute(Node* n, Attribute a) { n->setAttr(std::move(a)); }
+
+void Rewriter::replaceByEquivalent(Node* n, Node* same) {
+  for (size_t i = 0; i < n->numOutputs(); ++i)
+    if (Value* v = n->output(i)) graph_.replaceAllUsesWith(v, same->output(i));
+  eraseWithDeadProducers(n);
+}
+
+size_t Rewriter::eraseDeadNodes() { return graph_.eraseDeadNodes(); }
+
+size_t Rewriter::eraseUnusedInitializers() { return graph_.eraseUnusedInitializers(); }
 
 namespace {
 bool isDead(const Node* n) {
@@ -68,11 +181,6 @@ size_t Rewriter::eraseWithDeadProducers(Node* n) {
   return count;
 }
 
-void Rewriter::eraseNode(Node* n) {
-  graph_.eraseNode(n);
-  markErased(n);
-}
-
 void Rewriter::bypass(Node* n, size_t input) {
   Value* in = n->input(input);
   Value* out = n->output(0);
@@ -111,8 +219,8 @@ uint64_t staticBytes(const Value* v) {
 }
 }  // namespace
 
-void Rewriter::commitFusion(const std::string& pattern, const Match& m, Value* replaced_output,
-                            Node* replacement, Portability portability) {
+void Rewriter::commitFusion(std::string_view pattern, const Match& m, Value* replaced_output,
+                            Node* replacement) {
   if (!replaced_output || !replacement || !replacement->output(0)) {
     throwInternal(fmt::format("rewriter: fusion '{}' has no replaced value or no replacement "
                               "output (an output name \"\" means an omitted output)",
@@ -153,12 +261,10 @@ void Rewriter::commitFusion(const std::string& pattern, const Match& m, Value* r
   site.new_op = replacement->domain().empty() ? replacement->opType()
                                               : replacement->domain() + "::" +
                                                     replacement->opType();
-  site.portability = portability;
-  std::string stamp = fmt::format("fusectl {}: fused {}", site.pass,
-                                  fmt::join(site.replaced_nodes, ", "));
-  replacement->doc_string = replacement->doc_string.empty()
-                                ? stamp
-                                : replacement->doc_string + "\n" + stamp;
+  site.portability =
+      replacement->domain() == "fusectl" ? Portability::Fusectl : Portability::Standard;
+  replacement->doc_string = appendFusionStamp(
+      replacement->doc_string, formatFusionStamp(site.pass, site.replaced_nodes));
   if (expected_sites_ != 0) {
     ctx_.report().expectFusions(expected_sites_);
     expected_sites_ = 0;
@@ -166,54 +272,114 @@ void Rewriter::commitFusion(const std::string& pattern, const Match& m, Value* r
   ctx_.report().addFusion(std::move(site));
 }
 
-size_t applyPattern(Graph& graph, PassContext& ctx, const Pattern& pattern,
-                    const std::function<bool(Rewriter&, const Match&)>& rewrite) {
-  return applyPatterns(graph, ctx, {&pattern},
-                       [&](Rewriter& rw, size_t, const Match& m) { return rewrite(rw, m); });
-}
+namespace {
 
-size_t applyPatterns(Graph& graph, PassContext& ctx, const std::vector<const Pattern*>& forms,
-                     const std::function<bool(Rewriter&, size_t, const Match&)>& rewrite) {
-  MatchOptions options;
-  options.explain = ctx.explain();
-  const std::vector<Node*> anchors = patternAnchors(graph, *forms.at(0));
-  std::vector<AnchorMatcher> matchers;
-  matchers.reserve(forms.size());
-  for (const Pattern* p : forms) matchers.emplace_back(*p);
-  ctx.count("candidates", static_cast<int64_t>(anchors.size()));
-  Rewriter rw(graph, ctx);
-  rw.expectFusionSites(anchors.size());
-  size_t matches = 0;
-  size_t rewrites = 0;
-  for (Node* anchor : anchors) {
-    if (rw.erased(anchor)) {
-      ctx.count("skipped_overlap");
-      continue;
-    }
-    Match m;
+// Matches one anchor against a list of alternative forms; see applyPatterns.
+class FormMatcher {
+ public:
+  FormMatcher(const Graph& graph, PassContext& ctx, const std::vector<const Pattern*>& forms,
+              const DriverOptions& driver)
+      : graph_(graph), ctx_(ctx) {
+    options_.explain = ctx.explain();
+    options_.report_structural = driver.report_structural;
+    matchers_.reserve(forms.size());
+    for (const Pattern* p : forms) matchers_.emplace_back(*p);
+  }
+
+  size_t none() const { return matchers_.size(); }
+
+  // The index of the first form that matches at `anchor` (filling `m`), or none(); then the
+  // most telling miss goes to the report.
+  size_t match(Node* anchor, Match& m) {
     std::optional<NearMiss> reported;
-    size_t matched = forms.size();
-    for (size_t f = 0; f < forms.size() && matched == forms.size(); ++f) {
+    for (size_t f = 0; f < matchers_.size(); ++f) {
       NearMiss miss;
       bool missed = false;
-      if (matchers[f].match(graph, anchor, options, m, options.explain ? &miss : nullptr,
-                            &missed)) {
-        matched = f;
-      } else if (missed && (!reported || (reported->constraint == "structure" &&
-                                          miss.constraint != "structure"))) {
+      if (matchers_[f].match(graph_, anchor, options_, m, options_.explain ? &miss : nullptr,
+                             &missed)) {
+        return f;
+      }
+      if (missed && (!reported || (reported->constraint == "structure" &&
+                                   miss.constraint != "structure"))) {
         reported = std::move(miss);
       }
     }
-    if (matched == forms.size()) {
-      if (reported) ctx.report().addRejection(std::move(*reported), ctx.currentPass());
-      continue;
+    if (reported) ctx_.report().addRejection(std::move(*reported), ctx_.currentPass());
+    return none();
+  }
+
+  // Whether form `f` still matches at `anchor`, quietly (the miss was reported before).
+  bool rematch(size_t f, Node* anchor, Match& m) const {
+    return matchers_[f].match(graph_, anchor, options_, m, nullptr, nullptr);
+  }
+
+ private:
+  const Graph& graph_;
+  PassContext& ctx_;
+  MatchOptions options_;
+  std::vector<AnchorMatcher> matchers_;
+};
+
+}  // namespace
+
+size_t applyPattern(const Graph& graph, PassContext& ctx, const Pattern& pattern,
+                    const std::function<bool(Rewriter&, const Match&)>& rewrite,
+                    const DriverOptions& driver) {
+  return applyPatterns(
+      graph, ctx, {&pattern},
+      [&](Rewriter& rw, size_t, const Match& m) { return rewrite(rw, m); }, driver);
+}
+
+size_t applyPatterns(const Graph& graph, PassContext& ctx,
+                     const std::vector<const Pattern*>& forms,
+                     const std::function<bool(Rewriter&, size_t, const Match&)>& rewrite,
+                     const DriverOptions& driver) {
+  if (&graph != &ctx.graph()) {
+    throwInternal("applyPatterns: the graph is not the one the pass context edits");
+  }
+  const std::vector<Node*> anchors = patternAnchors(graph, *forms.at(0));
+  FormMatcher matcher(graph, ctx, forms, driver);
+  ctx.count("candidates", static_cast<int64_t>(anchors.size()));
+  Rewriter rw(ctx);
+  rw.expectFusionSites(anchors.size());
+  size_t matches = 0;
+  size_t rewrites = 0;
+  if (!driver.match_all_first) {
+    for (Node* anchor : anchors) {
+      if (rw.erased(anchor)) {
+        ctx.count("skipped_overlap");
+        continue;
+      }
+      Match m;
+      const size_t form = matcher.match(anchor, m);
+      if (form == matcher.none()) continue;
+      ++matches;
+      if (!ctx.allowRewrite()) {
+        ctx.count("skipped_max_rewrites");
+        break;
+      }
+      if (rewrite(rw, form, m)) ++rewrites;
     }
-    ++matches;
-    if (!ctx.allowRewrite()) {
-      ctx.count("skipped_max_rewrites");
-      break;
+  } else {
+    std::vector<std::pair<size_t, Match>> found;
+    for (Node* anchor : anchors) {
+      Match m;
+      const size_t form = matcher.match(anchor, m);
+      if (form != matcher.none()) found.emplace_back(form, std::move(m));
     }
-    if (rewrite(rw, matched, m)) ++rewrites;
+    matches = found.size();
+    for (const auto& [form, m] : found) {
+      Match fresh;
+      if (!rw.stillValid(m) || !matcher.rematch(form, m.root(), fresh)) {
+        ctx.count("skipped_overlap");
+        continue;
+      }
+      if (!ctx.allowRewrite()) {
+        ctx.count("skipped_max_rewrites");
+        break;
+      }
+      if (rewrite(rw, form, fresh)) ++rewrites;
+    }
   }
   ctx.count("matches", static_cast<int64_t>(matches));
   ctx.count("rewrites", static_cast<int64_t>(rewrites));

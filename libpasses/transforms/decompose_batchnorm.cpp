@@ -65,18 +65,13 @@ Constraint foldableParams() {
           }};
 }
 
-// Unnamed nodes stay unnamed (the textual syntax has no node names); named ones pass theirs on.
-std::string nodeName(const Graph& g, const Node* bn, const char* suffix) {
-  return bn->name().empty() ? "" : g.uniqueNodeName(bn->name() + suffix);
-}
-
 class DecomposeBatchNormPass : public Pass {
  public:
   const PassInfo& info() const override { return DecomposeBatchNormPassInfo; }
 
   std::vector<Pattern> patterns() const override { return {build(0)}; }
 
-  bool run(Graph& graph, PassContext& ctx) override {
+  bool run(const Graph& graph, PassContext& ctx) override {
     Pattern p = build(ctx.opset());
     return applyPattern(graph, ctx, p, [&](Rewriter& rw, const Match& m) {
              decompose(rw, m);
@@ -101,7 +96,6 @@ class DecomposeBatchNormPass : public Pass {
   }
 
   static void decompose(Rewriter& rw, const Match& m) {
-    Graph& g = rw.graph();
     Node* bn = m.get("bn");
     Value* x = bn->input(0);
     ChannelAffine map;
@@ -111,21 +105,24 @@ class DecomposeBatchNormPass : public Pass {
     dims.resize(x->shape().rank() - 1, 1);
 
     Value* y = bn->output(0);
-    const std::string y_name = y->name();
-    const std::string base = bn->name().empty() ? y_name : bn->name();
+    const std::string base = bn->name().empty() ? y->name() : bn->name();
     Value* s = rw.addConstant(base + "_scale", tensorFromDoubles(x->dtype(), dims, map.scale));
     Value* t = rw.addConstant(base + "_shift", tensorFromDoubles(x->dtype(), dims, map.shift));
-    Node* mul = rw.createNode(
-        {"Mul", "", {x, s}, {g.uniqueValueName(base + "_scaled")}, nodeName(g, bn, "_mul"), {}},
-        bn);
-    mul->output(0)->type = y->type;
-    Node* add = rw.createNode(
-        {"Add", "", {mul->output(0), t}, {g.uniqueValueName(y_name)}, nodeName(g, bn, "_add"), {}},
-        bn);
-    add->output(0)->type = y->type;
-    add->doc_string = bn->doc_string;  // keeps the history of earlier rewrites
-    rw.commitFusion("batchnorm", m, y, add, Portability::Standard);
-    adoptReplacedName(g, add->output(0), y_name);
+    // Unnamed nodes stay unnamed (the textual syntax has no node names); named ones pass
+    // theirs on.
+    NewNode mul;
+    mul.op_type = "Mul";
+    mul.inputs = {x, s};
+    mul.name = bn->name().empty() ? "" : bn->name() + "_mul";
+    mul.naming = NodeNaming::Unique;
+    Node* scaled = rw.addNode(std::move(mul), base + "_scaled", y->type, bn);
+    NewNode add;
+    add.op_type = "Add";
+    add.inputs = {scaled->output(0), t};
+    add.name = bn->name().empty() ? "" : bn->name() + "_add";
+    add.naming = NodeNaming::Unique;
+    add.doc_string = bn->doc_string;  // keeps the history of earlier rewrites
+    rw.replaceMatch("batchnorm", m, y, std::move(add));
   }
 };
 

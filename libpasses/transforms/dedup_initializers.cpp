@@ -23,8 +23,8 @@ class DedupInitializersPass : public Pass {
  public:
   const PassInfo& info() const override { return DedupInitializersPassInfo; }
 
-  bool run(Graph& graph, PassContext& ctx) override {
-    Rewriter rw(graph, ctx);
+  bool run(const Graph& graph, PassContext& ctx) override {
+    Rewriter rw(ctx);
     std::vector<Value*> candidates;  // a copy: initializers are removed while walking
     for (Value* v : graph.initializers())
       if (!v->isGraphInput() && !v->isGraphOutput() && v->initializer()) candidates.push_back(v);
@@ -45,8 +45,7 @@ class DedupInitializersPass : public Pass {
         break;
       }
       ctx.count("bytes_saved", static_cast<int64_t>(t.byteSize()));
-      rw.replaceAllUsesWith(v, same);
-      graph.removeInitializer(v);
+      rw.replaceConstant(v, same);
       ++merged;
     }
     if (merged) ctx.count("merged", static_cast<int64_t>(merged));

@@ -122,8 +122,8 @@ class EliminateCommonSubexpressionsPass : public Pass {
  public:
   const PassInfo& info() const override { return EliminateCommonSubexpressionsPassInfo; }
 
-  bool run(Graph& graph, PassContext& ctx) override {
-    Rewriter rw(graph, ctx);
+  bool run(const Graph& graph, PassContext& ctx) override {
+    Rewriter rw(ctx);
     HashBuckets<Node> kept(graph.numNodes());
     size_t merged = 0;
     for (Node* n : graph.nodesSnapshot()) {
@@ -144,9 +144,7 @@ class EliminateCommonSubexpressionsPass : public Pass {
         ctx.count("skipped_max_rewrites");
         break;
       }
-      for (size_t i = 0; i < n->numOutputs(); ++i)
-        if (Value* v = n->output(i)) rw.replaceAllUsesWith(v, same->output(i));
-      rw.eraseWithDeadProducers(n);
+      rw.replaceByEquivalent(n, same);
       ++merged;
     }
     if (merged) ctx.count("merged", static_cast<int64_t>(merged));

@@ -81,7 +81,7 @@ class EliminateIdentityPass : public Pass {
 
   std::vector<Pattern> patterns() const override { return build(0); }
 
-  bool run(Graph& graph, PassContext& ctx) override {
+  bool run(const Graph& graph, PassContext& ctx) override {
     size_t removed = 0;
     for (const Pattern& p : build(ctx.opset())) {
       std::string counter = "removed_" + p.name;

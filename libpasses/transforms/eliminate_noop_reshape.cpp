@@ -141,9 +141,9 @@ class EliminateNoopReshapePass : public Pass {
  public:
   const PassInfo& info() const override { return EliminateNoopReshapePassInfo; }
 
-  bool run(Graph& graph, PassContext& ctx) override {
+  bool run(const Graph& graph, PassContext& ctx) override {
     if (graph.nodesOfType("Reshape").empty() && graph.nodesOfType("Flatten").empty()) return false;
-    Rewriter rw(graph, ctx);
+    Rewriter rw(ctx);
     const int64_t opset = ctx.opset();
     bool changed = false;
     // Topological order (not the op-type index's creation order): a chain's first Reshape is
@@ -252,19 +252,15 @@ class EliminateNoopReshapePass : public Pass {
       ctx.count("skipped_max_rewrites");
       return false;
     }
-    Graph& g = rw.graph();
     if (new_target) {
-      Value* s = rw.addConstant(s2->name(), Tensor::fromValues<int64_t>(
-                                                DType::Int64,
-                                                {static_cast<int64_t>(target->size())}, *target));
-      g.setNodeInput(second, 1, s);
-      if (!s2->hasUses() && s2->isConstant() && !s2->isGraphOutput()) {
-        std::string name = s2->name();
-        g.removeInitializer(s2);
-        g.renameValue(s, name);  // the new target takes the old one's name
-      }
+      const std::string old_name = s2->name();
+      Value* s = rw.addConstant(old_name, Tensor::fromValues<int64_t>(
+                                              DType::Int64,
+                                              {static_cast<int64_t>(target->size())}, *target));
+      // The new target takes the old one's name when that one is gone.
+      if (rw.rewireInput(second, 1, s)) rw.renameValue(s, old_name);
     }
-    g.setNodeInput(second, 0, x);
+    rw.rewireInput(second, 0, x);
     ctx.count("merged");
     if (!r->hasUses() && !r->isGraphOutput()) rw.eraseWithDeadProducers(first);
     return true;

@@ -115,9 +115,9 @@ class FoldConstantsPass : public Pass {
  public:
   const PassInfo& info() const override { return FoldConstantsPassInfo; }
 
-  bool run(Graph& graph, PassContext& ctx) override {
+  bool run(const Graph& graph, PassContext& ctx) override {
     const uint64_t max_bytes = parseMaxBytes(ctx);
-    Rewriter rw(graph, ctx);
+    Rewriter rw(ctx);
     bool changed = false;
     for (Node* n : graph.nodesSnapshot()) {
       if (rw.erased(n) || !allInputsConstant(*n)) continue;
@@ -264,20 +264,7 @@ class FoldConstantsPass : public Pass {
       ctx.count("skipped_max_rewrites");
       return false;
     }
-    Graph& g = rw.graph();
-    std::vector<std::pair<Value*, std::string>> renames;
-    for (auto& [v, t] : results) {
-      std::string name = v->name();
-      const bool graph_output = v->isGraphOutput();
-      Value* c = rw.addConstant(name, std::move(t));
-      rw.replaceAllUsesWith(v, c);  // a graph output's name moves onto c
-      if (!graph_output) renames.emplace_back(c, std::move(name));
-    }
-    rw.eraseWithDeadProducers(n);
-    // The erased outputs freed their names: the initializers take them, so readers keep
-    // reading a value of the same name.
-    for (auto& [c, name] : renames)
-      if (!g.findValue(name)) g.renameValue(c, name);
+    rw.replaceWithConstants(n, std::move(results));
     ctx.count(is_constant ? "constant_nodes" : "folded");
     if (!is_constant) ctx.count("bytes_folded", static_cast<int64_t>(out_bytes));
     return true;

@@ -200,7 +200,7 @@ class FoldConvBatchNormPass : public Pass {
 
   std::vector<Pattern> patterns() const override { return {build(0)}; }
 
-  bool run(Graph& graph, PassContext& ctx) override {
+  bool run(const Graph& graph, PassContext& ctx) override {
     Pattern p = build(ctx.opset());
     return applyPattern(graph, ctx, p, [&](Rewriter& rw, const Match& m) {
              fold(rw, m);
@@ -228,7 +228,6 @@ class FoldConvBatchNormPass : public Pass {
   }
 
   static void fold(Rewriter& rw, const Match& m) {
-    Graph& g = rw.graph();
     Node* conv = m.get("conv");
     Node* bn = m.get("bn");
     std::string why;
@@ -236,9 +235,8 @@ class FoldConvBatchNormPass : public Pass {
     ChannelAffine bnmap;
     batchNormAffine(*bn, channels, &bnmap);
 
-    Value* w = conv->input(1);
     Value* b = conv->input(2);
-    const DType dtype = w->dtype();
+    const DType dtype = conv->input(1)->dtype();
     std::vector<double> bias(static_cast<size_t>(channels), 0.0);
     if (b) bias = constantAsDoubles(*b->initializer());
     for (size_t o = 0; o < bias.size(); ++o) bias[o] = bias[o] * bnmap.scale[o] + bnmap.shift[o];
@@ -246,30 +244,9 @@ class FoldConvBatchNormPass : public Pass {
     Tensor folded_b = tensorFromDoubles(dtype, {channels}, bias);
 
     const std::string base = conv->name().empty() ? conv->output(0)->name() : conv->name();
-    replaceConstantInput(rw, conv, 1, std::move(folded_w), base + "_W_folded");
-    replaceConstantInput(rw, conv, 2, std::move(folded_b), base + "_B_folded");
-
-    Value* y = bn->output(0);
-    const std::string y_name = y->name();
-    conv->output(0)->type = y->type;
-    rw.commitFusion("conv-bn", m, y, conv, Portability::Standard);
-    adoptReplacedName(g, conv->output(0), y_name);
-  }
-
-  // Makes input `index` of `conv` a constant holding `t`: written into the present constant when
-  // `conv` is its only reader, else a new initializer named from `new_name` (the old one is
-  // dropped when nothing reads it any more).
-  static void replaceConstantInput(Rewriter& rw, Node* conv, size_t index, Tensor t,
-                                   const std::string& new_name) {
-    Graph& g = rw.graph();
-    Value* old = conv->input(index);
-    if (old && old->uses().size() == 1 && !old->isGraphInput() && !old->isGraphOutput()) {
-      old->setInitializer(std::move(t));
-      return;
-    }
-    g.setNodeInput(conv, index, rw.addConstant(new_name, std::move(t)));
-    if (old && !old->hasUses() && !old->isGraphInput() && !old->isGraphOutput())
-      g.removeInitializer(old);
+    rw.setConstantInput(conv, 1, std::move(folded_w), base + "_W_folded");
+    rw.setConstantInput(conv, 2, std::move(folded_b), base + "_B_folded");
+    rw.replaceMatchInPlace("conv-bn", m, bn->output(0), conv);
   }
 };
 

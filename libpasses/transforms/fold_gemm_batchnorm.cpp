@@ -151,7 +151,7 @@ class FoldGemmBatchNormPass : public Pass {
 
   std::vector<Pattern> patterns() const override { return build(0); }
 
-  bool run(Graph& graph, PassContext& ctx) override {
+  bool run(const Graph& graph, PassContext& ctx) override {
     std::vector<Pattern> ps = build(ctx.opset());
     size_t folded = applyPattern(graph, ctx, ps[0], [&](Rewriter& rw, const Match& m) {
       foldBatchNorm(rw, m);
@@ -212,29 +212,29 @@ class FoldGemmBatchNormPass : public Pass {
     return rw.addConstant(baseName(g) + "_W_folded", tensorFromDoubles(w.dtype(), w.dims(), v));
   }
 
-  // Finishes a rewrite whose last new node is `last`, replacing `y`.
-  static void commit(Rewriter& rw, const Match& m, const char* pattern, Value* y,
-                     const std::string& y_name, Node* last) {
-    last->output(0)->type = y->type;
-    rw.commitFusion(pattern, m, y, last, Portability::Standard);
-    adoptReplacedName(rw.graph(), last->output(0), y_name);
+  // A Gemm like g reading (A, w, c); beta folded into c, so dropped.
+  static NewNode newGemm(Rewriter& rw, const Node* g, Value* w, Value* c) {
+    NewNode gemm;
+    gemm.op_type = "Gemm";
+    for (const Attribute& a : g->attributes())
+      if (a.name != "beta" && a.name != "broadcast") gemm.attributes.push_back(a);
+    const int64_t opset = rw.context().opset();
+    if (c && opset > 0 && opset < 7) gemm.attributes.push_back(Attribute::ofInt("broadcast", 1));
+    gemm.inputs = {g->input(0), w};
+    if (c) gemm.inputs.push_back(c);
+    gemm.name = g->name();
+    gemm.doc_string = g->doc_string;  // keeps the history of earlier rewrites
+    return gemm;
   }
 
-  // A Gemm like g reading (A, w, c); beta folded into c, so dropped.
-  static Node* newGemm(Rewriter& rw, Node* g, Value* w, Value* c, const std::string& y_name,
-                       Node* position) {
-    std::vector<Attribute> attrs;
-    for (const Attribute& a : g->attributes())
-      if (a.name != "beta" && a.name != "broadcast") attrs.push_back(a);
-    const int64_t opset = rw.context().opset();
-    if (c && opset > 0 && opset < 7) attrs.push_back(Attribute::ofInt("broadcast", 1));
-    std::vector<Value*> inputs{g->input(0), w};
-    if (c) inputs.push_back(c);
-    Node* gemm = rw.createNode(
-        {"Gemm", "", inputs, {rw.graph().uniqueValueName(y_name)}, g->name(), std::move(attrs)},
-        position);
-    gemm->doc_string = g->doc_string;  // keeps the history of earlier rewrites
-    return gemm;
+  // A MatMul like g reading (A, w).
+  static NewNode newMatMul(const Node* g, Value* w) {
+    NewNode mm;
+    mm.op_type = "MatMul";
+    mm.inputs = {g->input(0), w};
+    mm.name = g->name();
+    mm.doc_string = g->doc_string;  // keeps the history of earlier rewrites
+    return mm;
   }
 
   // beta * C * s + t (t absent: no shift), broadcast; nullptr when there is no C and no t.
@@ -264,23 +264,19 @@ class FoldGemmBatchNormPass : public Pass {
     batchNormAffine(*bn, n, &map);
     Value* w = scaledWeight(rw, g, map.scale);
     Value* y = bn->output(0);
-    const std::string y_name = y->name();
     DoubleTensor s{{n}, map.scale}, t{{n}, map.shift};
     if (g->is("Gemm")) {
-      Node* gemm = newGemm(rw, g, w, foldedC(rw, g, s, &t), y_name, bn);
-      commit(rw, m, "gemm-bn", y, y_name, gemm);
+      rw.replaceMatch("gemm-bn", m, y, newGemm(rw, g, w, foldedC(rw, g, s, &t)));
       return;
     }
-    Graph& graph = rw.graph();
-    const std::string mm_name = graph.uniqueValueName(baseName(g) + "_folded");
-    Node* mm = rw.createNode({"MatMul", "", {g->input(0), w}, {mm_name}, g->name(), {}}, bn);
-    mm->doc_string = g->doc_string;  // keeps the history of earlier rewrites
-    mm->output(0)->type = g->output(0)->type;
+    Node* mm = rw.addNode(newMatMul(g, w), baseName(g) + "_folded", g->output(0)->type, bn);
     Value* shift =
         rw.addConstant(baseName(g) + "_shift", tensorFromDoubles(w->dtype(), {n}, map.shift));
-    Node* add = rw.createNode(
-        {"Add", "", {mm->output(0), shift}, {graph.uniqueValueName(y_name)}, bn->name(), {}}, bn);
-    commit(rw, m, "gemm-bn", y, y_name, add);
+    NewNode add;
+    add.op_type = "Add";
+    add.inputs = {mm->output(0), shift};
+    add.name = bn->name();
+    rw.replaceMatch("gemm-bn", m, y, std::move(add));
   }
 
   static void foldMul(Rewriter& rw, const Match& m) {
@@ -291,16 +287,11 @@ class FoldGemmBatchNormPass : public Pass {
     s.dims = {static_cast<int64_t>(s.values.size())};
     Value* w = scaledWeight(rw, g, s.values);
     Value* y = mul->output(0);
-    const std::string y_name = y->name();
     if (g->is("Gemm")) {
-      Node* gemm = newGemm(rw, g, w, foldedC(rw, g, s, nullptr), y_name, mul);
-      commit(rw, m, "gemm-mul", y, y_name, gemm);
+      rw.replaceMatch("gemm-mul", m, y, newGemm(rw, g, w, foldedC(rw, g, s, nullptr)));
       return;
     }
-    Node* mm = rw.createNode(
-        {"MatMul", "", {g->input(0), w}, {rw.graph().uniqueValueName(y_name)}, g->name(), {}}, mul);
-    mm->doc_string = g->doc_string;  // keeps the history of earlier rewrites
-    commit(rw, m, "gemm-mul", y, y_name, mm);
+    rw.replaceMatch("gemm-mul", m, y, newMatMul(g, w));
   }
 };
 

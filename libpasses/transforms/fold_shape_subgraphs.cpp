@@ -52,8 +52,8 @@ class FoldShapeSubgraphsPass : public Pass {
  public:
   const PassInfo& info() const override { return FoldShapeSubgraphsPassInfo; }
 
-  bool run(Graph& graph, PassContext& ctx) override {
-    Rewriter rw(graph, ctx);
+  bool run(const Graph& graph, PassContext& ctx) override {
+    Rewriter rw(ctx);
     const int64_t opset = ctx.opset();
     bool changed = false;
     // Folding one Shape or Size never enables another, so the op-type index order will do.
@@ -78,13 +78,9 @@ class FoldShapeSubgraphsPass : public Pass {
 
   // Replaces n's output 0 by an initializer holding `t`, keeping the output's name.
   static void replaceByConstant(Rewriter& rw, Node* n, Tensor t) {
-    Value* out = n->output(0);
-    std::string name = out->name();
-    const bool graph_output = out->isGraphOutput();
-    Value* c = rw.addConstant(name, std::move(t));
-    rw.replaceAllUsesWith(out, c);
-    rw.eraseWithDeadProducers(n);
-    if (!graph_output && !rw.graph().findValue(name)) rw.graph().renameValue(c, name);
+    std::vector<std::pair<Value*, Tensor>> outputs;
+    outputs.emplace_back(n->output(0), std::move(t));
+    rw.replaceWithConstants(n, std::move(outputs));
   }
 
   static bool used(const Value* v) { return v->hasUses() || v->isGraphOutput(); }

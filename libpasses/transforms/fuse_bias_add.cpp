@@ -164,7 +164,7 @@ class FuseBiasAddPass : public Pass {
 
   std::vector<Pattern> patterns() const override { return build(); }
 
-  bool run(Graph& graph, PassContext& ctx) override {
+  bool run(const Graph& graph, PassContext& ctx) override {
     std::vector<Pattern> ps = build();
     size_t fused = applyPattern(graph, ctx, ps[0], [&](Rewriter& rw, const Match& m) {
       fuseConv(rw, m);
@@ -203,20 +203,14 @@ class FuseBiasAddPass : public Pass {
   // Replaces producer + Add by a copy of the producer reading `bias` at input 2.
   static void replace(Rewriter& rw, const Match& m, const char* pattern, Node* producer,
                       Value* bias, std::vector<Attribute> attrs) {
-    Graph& g = rw.graph();
-    Value* y = m.get("add")->output(0);
-    const std::string y_name = y->name();
-    Node* fused = rw.createNode({producer->opType(),
-                                 producer->domain(),
-                                 {producer->input(0), producer->input(1), bias},
-                                 {g.uniqueValueName(y_name)},
-                                 producer->name(),
-                                 std::move(attrs)},
-                                m.get("add"));
-    fused->output(0)->type = y->type;
-    fused->doc_string = producer->doc_string;  // keeps the history of earlier rewrites
-    rw.commitFusion(pattern, m, y, fused, Portability::Standard);
-    adoptReplacedName(g, fused->output(0), y_name);
+    NewNode fused;
+    fused.op_type = producer->opType();
+    fused.domain = producer->domain();
+    fused.inputs = {producer->input(0), producer->input(1), bias};
+    fused.attributes = std::move(attrs);
+    fused.name = producer->name();
+    fused.doc_string = producer->doc_string;  // keeps the history of earlier rewrites
+    rw.replaceMatch(pattern, m, m.get("add")->output(0), std::move(fused));
   }
 
   static std::string baseName(const Node* n) {

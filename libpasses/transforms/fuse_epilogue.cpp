@@ -297,52 +297,35 @@ class FuseEpiloguePass : public Pass {
     return out;
   }
 
-  bool run(Graph& graph, PassContext& ctx) override {
+  bool run(const Graph& graph, PassContext& ctx) override {
     const int64_t opset = ctx.opset();
+    // Only failed conditions are rejections: a Conv followed by something else is not a near
+    // miss of every form, and a shorter form may still fuse it. Each form's sweep matches the
+    // graph as it found it, then rewrites the matches still intact.
+    DriverOptions driver;
+    driver.report_structural = false;
+    driver.match_all_first = true;
     size_t fused = 0;
-    for (const Form& form : buildForms(opset)) fused += runForm(graph, ctx, form, opset);
+    for (const Form& form : buildForms(opset)) {
+      fused += applyPattern(
+          graph, ctx, form.pattern,
+          [&](Rewriter& rw, const Match& m) {
+            fuse(rw, form, m, opset);
+            return true;
+          },
+          driver);
+    }
     return fused > 0;
   }
 
  private:
-  // applyPattern's loop, but reporting only constraint failures: a Conv followed by something
-  // else is not a near miss of every form, and a shorter form may still fuse it.
-  static size_t runForm(Graph& graph, PassContext& ctx, const Form& s, int64_t opset) {
-    MatchOptions options;
-    options.explain = ctx.explain();
-    options.report_structural = false;
-    MatchResult found = matchPattern(graph, s.pattern, options);
-    ctx.count("candidates", static_cast<int64_t>(found.candidates));
-    ctx.count("matches", static_cast<int64_t>(found.matches.size()));
-    for (NearMiss& miss : found.near_misses)
-      ctx.report().addRejection(std::move(miss), ctx.currentPass());
-    Rewriter rw(graph, ctx);
-    size_t rewrites = 0;
-    for (const Match& m : found.matches) {
-      Match fresh;
-      if (!rw.stillValid(m) || !matchAt(graph, s.pattern, m.root(), fresh, nullptr)) {
-        ctx.count("skipped_overlap");
-        continue;
-      }
-      if (!ctx.allowRewrite()) {
-        ctx.count("skipped_max_rewrites");
-        break;
-      }
-      fuse(rw, s, fresh, opset);
-      ++rewrites;
-    }
-    ctx.count("rewrites", static_cast<int64_t>(rewrites));
-    return rewrites;
-  }
-
   static void fuse(Rewriter& rw, const Form& s, const Match& m, int64_t opset) {
-    Graph& graph = rw.graph();
     PassContext& ctx = rw.context();
     EpilogueSpec spec = readSpec(s, m, opset);
     Node* c = spec.compute;
     const bool conv = c->is("Conv");
 
-    Graph::NodeSpec node;
+    NewNode node;
     node.op_type = conv ? "FusedConv" : "FusedGemm";
     node.domain = "fusectl";
     node.inputs = c->inputs();
@@ -356,22 +339,12 @@ class FuseEpiloguePass : public Pass {
       if (!spec.params.empty())
         node.attributes.push_back(Attribute::ofFloats("activation_params", spec.params));
     }
-    const std::string node_name = c->name();
-    if (!node_name.empty()) node.name = graph.uniqueNodeName(node_name);
-    const std::string out_name = spec.output->name();
-    node.output_names = {graph.uniqueValueName(out_name)};
-    Node* f = rw.createNode(std::move(node));
-    f->output(0)->type = spec.output->type;
+    // The fused node takes the Conv's name as its output takes the replaced value's, so the
+    // printed graph reads like the original.
+    node.name = c->name();
+    node.naming = NodeNaming::TakeOver;
+    rw.replaceMatch(s.pattern.name, m, spec.output, std::move(node));
 
-    rw.commitFusion(s.pattern.name, m, spec.output, f, Portability::Fusectl);
-    // The fused output takes the replaced value's name (commitFusion already did so when it
-    // was a graph output), so the printed graph reads like the original.
-    if (f->output(0)->name() != out_name && !graph.findValue(out_name))
-      graph.renameValue(f->output(0), out_name);
-    if (!node_name.empty() && f->name() != node_name && !graph.findNode(node_name))
-      graph.renameNode(f, node_name);
-
-    if (ctx.model().opsetVersion("fusectl") == 0) ctx.model().setOpsetVersion("fusectl", 1);
     ctx.count(conv ? "fused_conv" : "fused_gemm");
     if (spec.residual) ctx.count("fused_residual");
     if (!spec.activation.empty()) ctx.count("fused_activation");

@@ -186,7 +186,7 @@ class FuseGeluPass : public Pass {
 
   std::vector<Pattern> patterns() const override { return {buildPattern(false), buildPattern(true)}; }
 
-  bool run(Graph& graph, PassContext& ctx) override {
+  bool run(const Graph& graph, PassContext& ctx) override {
     const Pattern forms[2] = {buildPattern(false), buildPattern(true)};
     return applyPatterns(graph, ctx, {&forms[0], &forms[1]},
                          [&](Rewriter& rw, size_t form, const Match& m) {
@@ -197,28 +197,17 @@ class FuseGeluPass : public Pass {
 
  private:
   static void fuse(Rewriter& rw, const Pattern& form, const Match& m, bool half_first) {
-    Graph& g = rw.graph();
-    PassContext& ctx = rw.context();
     std::string why;
     Value* x = geluInput(m, half_first, why);
     Node* outer = m.get("outer");
-    Value* y = outer->output(0);
-    const std::string y_name = y->name();
-    const bool standard = ctx.opset() >= 20;
-    Node* gelu = rw.createNode({"Gelu",
-                                standard ? "" : "fusectl",
-                                {x},
-                                {g.uniqueValueName(y_name)},
-                                outer->name(),
-                                {}},
-                               outer);
-    gelu->output(0)->type = y->type;
-    rw.commitFusion(form.name, m, y, gelu,
-                    standard ? Portability::Standard : Portability::Fusectl);
-    adoptReplacedName(g, gelu->output(0), y_name);
-    if (!standard && ctx.model().opsetVersion("fusectl") == 0)
-      ctx.model().setOpsetVersion("fusectl", 1);
-    ctx.count(standard ? "fused_standard_gelu" : "fused_fusectl_gelu");
+    const bool standard = rw.context().opset() >= 20;
+    NewNode gelu;
+    gelu.op_type = "Gelu";
+    gelu.domain = standard ? "" : "fusectl";
+    gelu.inputs = {x};
+    gelu.name = outer->name();
+    rw.replaceMatch(form.name, m, outer->output(0), std::move(gelu));
+    rw.context().count(standard ? "fused_standard_gelu" : "fused_fusectl_gelu");
   }
 };
 

@@ -93,7 +93,7 @@ class FuseMatMulAddPass : public Pass {
 
   std::vector<Pattern> patterns() const override { return {build()}; }
 
-  bool run(Graph& graph, PassContext& ctx) override {
+  bool run(const Graph& graph, PassContext& ctx) override {
     return applyPattern(graph, ctx, build(), [&](Rewriter& rw, const Match& m) {
              fuse(rw, m);
              ctx.count("fused");
@@ -114,28 +114,18 @@ class FuseMatMulAddPass : public Pass {
   }
 
   static void fuse(Rewriter& rw, const Match& m) {
-    Graph& g = rw.graph();
     Node* mm = m.get("matmul");
     Node* add = m.get("add");
-    Value* bias = otherOperand(*add, mm->output(0));
-    Value* y = add->output(0);
-    const std::string y_name = y->name();
-    std::vector<Attribute> attrs;
+    NewNode gemm;
+    gemm.op_type = "Gemm";
+    gemm.inputs = {mm->input(0), mm->input(1), otherOperand(*add, mm->output(0))};
     // Before opset 7 a C smaller than [M, N] needs broadcast=1.
     const int64_t opset = rw.context().opset();
-    if (opset > 0 && opset < 7) attrs.push_back(Attribute::ofInt("broadcast", 1));
+    if (opset > 0 && opset < 7) gemm.attributes.push_back(Attribute::ofInt("broadcast", 1));
+    gemm.name = mm->name();
+    gemm.doc_string = mm->doc_string;  // keeps the history of earlier rewrites
     // The bias may be computed after the MatMul; the Gemm sits where the Add was.
-    Node* gemm = rw.createNode({"Gemm",
-                                "",
-                                {mm->input(0), mm->input(1), bias},
-                                {g.uniqueValueName(y_name)},
-                                mm->name(),
-                                std::move(attrs)},
-                               add);
-    gemm->output(0)->type = y->type;
-    gemm->doc_string = mm->doc_string;  // keeps the history of earlier rewrites
-    rw.commitFusion("matmul-add", m, y, gemm, Portability::Standard);
-    adoptReplacedName(g, gemm->output(0), y_name);
+    rw.replaceMatch("matmul-add", m, add->output(0), std::move(gemm));
   }
 };
 

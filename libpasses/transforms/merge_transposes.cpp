@@ -67,9 +67,9 @@ class MergeTransposesPass : public Pass {
  public:
   const PassInfo& info() const override { return MergeTransposesPassInfo; }
 
-  bool run(Graph& graph, PassContext& ctx) override {
+  bool run(const Graph& graph, PassContext& ctx) override {
     if (graph.nodesOfType("Transpose").empty()) return false;
-    Rewriter rw(graph, ctx);
+    Rewriter rw(ctx);
     bool changed = false;
     // Topological order, so that a chain's first Transpose is merged before the next.
     for (Node* n : graph.nodesSnapshot()) {
@@ -109,8 +109,8 @@ class MergeTransposesPass : public Pass {
     }
     std::vector<int64_t> q(p2->size());
     for (size_t i = 0; i < q.size(); ++i) q[i] = (*p1)[static_cast<size_t>((*p2)[i])];
-    rw.graph().setNodeInput(second, 0, first->input(0));
-    second->setAttr(Attribute::ofInts("perm", q));
+    rw.rewireInput(second, 0, first->input(0));
+    rw.setAttribute(second, Attribute::ofInts("perm", q));
     ctx.count("merged");
     if (!t->hasUses() && !t->isGraphOutput()) rw.eraseWithDeadProducers(first);
     return true;

@@ -6,10 +6,10 @@
 // same node". A matched pair is changed when its op type (or domain), its attributes or its
 // input names differ; unmatched nodes of A are removed, unmatched nodes of B added.
 // Initializers are matched by name and changed when dtype, shape or bytes differ. Fusion sites
-// are read back from the doc strings the Rewriter stamps on replacement nodes
-// ("fusectl <pass>: fused <label>, <label>"); a fusectl-domain node without a stamp is listed
-// too, with no replaced nodes. Only sites new in B count (a stamp A already carries is not a
-// difference). Everything is in graph order (A's for removals, B's otherwise): deterministic.
+// are read back from the stamps the Rewriter writes in replacement nodes' doc strings
+// (fusion_stamp.h); a fusectl-domain node without a stamp is listed too, with no replaced
+// nodes. Only sites new in B count (a stamp A already carries is not a difference). Everything
+// is in graph order (A's for removals, B's otherwise): deterministic.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "fusectl/graph/graph.h"
+#include "fusectl/passes/fusion_stamp.h"  // parseFusionStamp, for readers of diffs
 
 namespace fusectl::passes {
 
@@ -78,10 +79,5 @@ struct GraphDiff {
 };
 
 GraphDiff diffGraphs(const Graph& a, const Graph& b);
-
-// Parses one Rewriter stamp line, "fusectl <pass>: fused <l1>, <l2>"; false when `line` is not
-// one.
-bool parseFusionStamp(const std::string& line, std::string& pass,
-                      std::vector<std::string>& replaced);
 
 }  // namespace fusectl::passes

@@ -1,7 +1,9 @@
 // Passes: one named transformation each, run by the PassManager.
 //
-// A pass is a small class with run(Graph&, PassContext&) that returns whether it changed
-// anything; "unchanged" must mean byte-identical output (tests check it). All passes are listed
+// A pass is a small class with run(const Graph&, PassContext&) that returns whether it changed
+// anything; "unchanged" must mean byte-identical output (tests check it). The graph is a const
+// view: every edit goes through a Rewriter on the context (rewriter.h), which keeps names, the
+// op-type index, opset imports and the report right. All passes are listed
 // once in passes.def, which feeds the registry, `fusectl passes` and docs/passes.md; a pass's
 // info() returns the PassInfo generated from its passes.def line (`<Class>Info`, see
 // libpasses/src/pass_factories.h), and its file defines `create<Class>()`. docs/passes.md has
@@ -33,7 +35,10 @@ class PassContext {
  public:
   PassContext(Model& model, Report& report) : model_(model), report_(report) {}
 
-  Model& model() { return model_; }
+  // The model and the graph the pass runs on (the main graph), read-only: a Rewriter on this
+  // context edits them.
+  const Model& model() const { return model_; }
+  const Graph& graph() const { return *model_.graph; }
   int64_t opset(std::string_view domain = "") const { return model_.opsetVersion(domain); }
   Report& report() { return report_; }
 
@@ -63,6 +68,7 @@ class PassContext {
   void setCurrentPass(std::string p) { current_pass_ = std::move(p); }
 
  private:
+  friend class Rewriter;  // the one writer of model_
   Model& model_;
   Report& report_;
   std::map<std::string, std::string> options_;
@@ -77,8 +83,9 @@ class Pass {
  public:
   virtual ~Pass() = default;
   virtual const PassInfo& info() const = 0;
-  // Returns true when the graph changed.
-  virtual bool run(Graph& graph, PassContext& ctx) = 0;
+  // Returns true when the graph changed. `graph` is ctx.graph(); edit it through
+  // Rewriter(ctx).
+  virtual bool run(const Graph& graph, PassContext& ctx) = 0;
   // The patterns the pass anchors on, for `fusectl match --catalog` and for reporting every
   // candidate; empty for passes that are not pattern based.
   virtual std::vector<Pattern> patterns() const { return {}; }

@@ -1,14 +1,26 @@
-// The Rewriter: how passes edit the graph.
+// The Rewriter: the only way a pass edits the graph.
 //
-// It wraps Graph's mutation API with what passes need on top: the rewrite budget
-// (--max-rewrites), a record of nodes erased during the current sweep (so a driver never
-// touches a match whose nodes are gone), fusion-site reporting, and traceable names (a fused
-// node's doc string lists the nodes it replaced).
+// A pass sees the graph as const (Pass::run(const Graph&, PassContext&)) and makes every edit
+// through a Rewriter on its context, in whole actions: replace the matched nodes with one new
+// node, replace a constant, rewire an input, rename, remove. Each action keeps right what a
+// hand-written edit tends to forget: value and node names stay unique, and a replacement takes
+// over the names its readers know; use lists and the op-type index (Graph's mutation API); the
+// model's opset imports (creating a fusectl-domain node imports domain "fusectl" version 1);
+// the report's fusion sites, with the bytes of intermediates that disappeared; the fused node's
+// doc-string stamp (fusion_stamp.h); and the set of nodes erased in this sweep, so that a driver
+// never touches a match whose nodes are gone. Every action but the two whole-graph sweeps
+// (eraseDeadNodes, eraseUnusedInitializers) costs O(size of the nodes and values it touches):
+// passes run them a million times on large graphs.
+//
+// The Rewriter does not ask the --max-rewrites budget: a pass (or applyPattern) asks
+// ctx.allowRewrite() before a rewrite, which may take several actions.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "fusectl/graph/graph.h"
@@ -18,45 +30,117 @@
 
 namespace fusectl::passes {
 
+// How a node the Rewriter creates is named (node names may repeat in ONNX; "" stays unnamed
+// under every rule).
+enum class NodeNaming {
+  AsGiven,   // the name as given, even when another node has it
+  Unique,    // a fresh variant of the name when it is taken (picked after the output's name)
+  TakeOver,  // a fresh variant while the named node exists, then the name itself once the
+             // replacement erased that node (picked before the output's name)
+};
+
+// A node for the Rewriter to create. Its one output is named and typed by the action.
+struct NewNode {
+  std::string op_type;
+  std::string domain;          // "" for ai.onnx; "fusectl" makes the model import that domain
+  std::vector<Value*> inputs;  // nullptr for an omitted optional input
+  std::vector<Attribute> attributes;
+  std::string name;
+  NodeNaming naming = NodeNaming::AsGiven;
+  // The doc string it starts with: the node it stands for passes its own on, so the stamps of
+  // earlier rewrites stay (the action adds this one's after them).
+  RareString doc_string;
+};
+
 class Rewriter {
  public:
-  Rewriter(Graph& graph, PassContext& ctx) : graph_(graph), ctx_(ctx) {}
+  // Edits the graph `ctx` runs its pass on (PassContext::graph()).
+  explicit Rewriter(PassContext& ctx);
 
-  Graph& graph() { return graph_; }
+  const Graph& graph() const { return graph_; }
   PassContext& context() { return ctx_; }
 
-  // True when none of the match's nodes was erased in this sweep (for drivers that match
-  // everything first and rewrite later, as fuse-epilogue's does).
-  bool stillValid(const Match& m) const;
+  // Whether `n` was erased by an action of this Rewriter (for walks over a snapshot).
   bool erased(const Node* n) const {
     return erased_.find(pointerHash(n), [n](const Node* k) { return k == n; }) != nullptr;
   }
+  // True when none of the match's nodes was erased by this Rewriter.
+  bool stillValid(const Match& m) const;
 
-  Node* createNode(Graph::NodeSpec spec, Node* position = nullptr);
-  Value* addConstant(const std::string& name_hint, Tensor t);  // a new initializer
-  void replaceAllUsesWith(Value* from, Value* to) { graph_.replaceAllUsesWith(from, to); }
-  // Erases `n` (all its outputs must be unused) and then every producer, and every initializer
-  // that is not a graph input, left without uses; remembers the nodes as erased. Read what you
-  // need from those initializers before erasing. Returns the number of nodes erased.
-  size_t eraseWithDeadProducers(Node* n);
-  void eraseNode(Node* n);
+  // ---- Fusions: the matched nodes give way to one node ----
+
+  // Replaces the matched nodes with a new node whose output 0 stands for `replaced` (a value
+  // produced by the match): the node is created right before `replaced`'s producer, its output
+  // takes `replaced`'s type, then its readers and its name (a fresh variant until the old value
+  // is gone); the matched nodes left without readers are erased, with the producers and
+  // constants only they kept alive. The node's doc string gets the stamp naming the replaced
+  // nodes, and the report the fusion site (pattern `pattern`, portability fusectl when the node
+  // is in the fusectl domain) with the bytes of the match's internal values that disappeared.
+  Node* replaceMatch(std::string_view pattern, const Match& m, Value* replaced, NewNode node);
+  // replaceMatch with one of the matched nodes, edited in place, as the replacement: it keeps
+  // its name and place, its output 0 takes `replaced`'s type, readers and name, and it counts
+  // as replaced in the fusion site.
+  void replaceMatchInPlace(std::string_view pattern, const Match& m, Value* replaced,
+                           Node* kept);
+  // A further new node of a replacement (the Mul of a BatchNormalization decomposed into Mul +
+  // Add), inserted before `position`; its one output is named after `output_hint` (unique) and
+  // has type `type`. The last node of the replacement comes from replaceMatch.
+  Node* addNode(NewNode node, std::string_view output_hint, const ValueType& type,
+                Node* position);
+
+  // ---- Constants ----
+
+  // A new initializer named after `name_hint` (unique).
+  Value* addConstant(std::string_view name_hint, Tensor t);
+  // Input `input` of `n` becomes a constant holding `t`: written into the present constant when
+  // `n` is its only reader and it is no graph input or output (it keeps its name and place in
+  // the file), else a new initializer named after `name_hint`; the old constant is removed
+  // when nothing reads it any more.
+  void setConstantInput(Node* n, size_t input, Tensor t, std::string_view name_hint);
+  // Replaces outputs of `n` by constants: each (output, value) pair becomes an initializer that
+  // its readers read and that takes over its name (a graph output stays one, under its name);
+  // then `n` and what only it kept alive are erased. Outputs not listed must be unused.
+  void replaceWithConstants(Node* n, std::vector<std::pair<Value*, Tensor>> outputs);
+  // Every reader of the initializer `constant` reads `by` instead; `constant` is removed. It
+  // must not be a graph input or output.
+  void replaceConstant(Value* constant, Value* by);
+
+  // ---- Inputs, names, attributes ----
+
+  // Input `input` of `n` reads `v` (the input list grows when needed). The value it read
+  // before, when an initializer that nothing reads any more and no graph input or output, is
+  // removed; returns whether it was (its name is then free to take over).
+  bool rewireInput(Node* n, size_t input, Value* v);
+  // Renames; the name must be free (graph().findValue / findNode say whether it is).
+  void renameValue(Value* v, const std::string& name);
+  void renameNode(Node* n, const std::string& name);
+  // Sets an attribute of `n`, replacing one of the same name.
+  void setAttribute(Node* n, Attribute a);
+
+  // ---- Removal ----
+
   // The "remove node" action: every reader of n's output 0 reads n's input `input` instead,
-  // then n is erased. The caller checks that this keeps the graph's interface (n's output
-  // being a graph output while its input is a graph input, for instance, must not be bypassed).
+  // then n is erased. The caller checks that this keeps the graph's interface
+  // (bypassBreaksInterface).
   void bypass(Node* n, size_t input = 0);
+  // `n` computes what `same` computes (output i of one is output i of the other): readers of
+  // n's outputs read same's, and n is erased. When one of n's outputs is a graph output, same's
+  // output takes over its name (the caller checks that same's is not one too).
+  void replaceByEquivalent(Node* n, Node* same);
+  // Erases `n` (all its outputs must be unused) and then every producer, and every initializer
+  // that is not a graph input, left without uses. Read what you need from those initializers
+  // before erasing. Returns the number of nodes erased.
+  size_t eraseWithDeadProducers(Node* n);
+  // Erases every node that no graph output depends on; returns how many. These are not
+  // recorded as erased: call it on its own, not during a walk over a snapshot.
+  size_t eraseDeadNodes();
+  // Removes the initializers nothing reads that are not graph inputs; returns how many.
+  size_t eraseUnusedInitializers();
 
-  // Replaces the matched nodes by `replacement` (a new node, or one of the matched nodes edited
-  // in place, which then counts as replaced but stays): moves it right before the
-  // producer of `replaced_output` (a value produced by the match) so the order stays
-  // topological, rewires that value's readers to the replacement's output 0, erases what became
-  // dead, stamps the replacement's doc string with the replaced node labels, and reports the
-  // site with the bytes of the match's internal tensors that no longer exist.
-  void commitFusion(const std::string& pattern, const Match& m, Value* replaced_output,
-                    Node* replacement, Portability portability);
+  // ---- Reporting ----
 
   // Reports a candidate that did not fuse.
   void reject(const NearMiss& miss) { ctx_.report().addRejection(miss, ctx_.currentPass()); }
-
   // This sweep has up to `sites` candidates: the report makes room for them at the first
   // fusion (Report::expectFusions), not before, so a sweep that fuses nothing reserves nothing.
   void expectFusionSites(size_t sites) { expected_sites_ = sites; }
@@ -64,6 +148,16 @@ class Rewriter {
  private:
   static uint64_t pointerHash(const Node* n) { return reinterpret_cast<uintptr_t>(n); }
   void markErased(const Node* n) { erased_.insert(pointerHash(n), n); }
+  Node* create(NewNode node, std::string_view output_hint, const ValueType& type,
+               Node* position);
+  // Moves `replacement` before the producer of `replaced_output`, rewires that value's readers
+  // to replacement output 0, erases what became dead, stamps the doc string and reports the
+  // site.
+  void commitFusion(std::string_view pattern, const Match& m, Value* replaced_output,
+                    Node* replacement);
+  // After commitFusion: the replacement's output takes `name` (the replaced value's, now gone)
+  // when it is free.
+  void takeOverValueName(Value* v, const std::string& name);
 
   Graph& graph_;
   PassContext& ctx_;
@@ -79,24 +173,39 @@ class Rewriter {
 // output (one value cannot carry two output names).
 std::string bypassBreaksInterface(const Node& n, size_t input = 0);
 
-// Greedy driver for a pattern pass: takes the pattern's anchors (patternAnchors: the root-type
-// nodes as they are now) and visits them in order, matching each on the graph as the earlier
-// rewrites of this sweep left it, and rewriting at once: each site is matched once and edited
-// while its nodes are still in cache (on a 1M-node graph, matching everything first and
-// revisiting it later cost a third of the pass). An anchor erased by an earlier rewrite is
+// How a pattern driver walks its anchors.
+struct DriverOptions {
+  // Structural mismatches are near misses too (MatchOptions::report_structural); when false
+  // only failed conditions and constraints are reported.
+  bool report_structural = true;
+  // Greedy (false): each anchor is matched on the graph as the earlier rewrites of this sweep
+  // left it, and rewritten at once. Snapshot (true): every anchor is matched first, on the graph
+  // as the sweep found it (counters and rejections describe that graph), then each match whose
+  // nodes all survived the earlier rewrites is matched again at its root and rewritten; the
+  // others count as "skipped_overlap".
+  bool match_all_first = false;
+};
+
+// Driver for a pattern pass: takes the pattern's anchors (patternAnchors: the root-type nodes
+// as they are now) and visits them in order. Greedily (the default) each site is matched once
+// and edited while its nodes are still in cache (on a 1M-node graph, matching everything first
+// and revisiting it later cost a third of the pass); an anchor erased by an earlier rewrite is
 // skipped (counter "skipped_overlap"). Before each rewrite it asks ctx.allowRewrite()
 // (--max-rewrites); then `rewrite` edits through the Rewriter and returns true when it changed
 // the graph. Near misses go to the report as rejections.
 // Counters: "candidates", "matches", "rewrites". Returns the number of rewrites.
-size_t applyPattern(Graph& graph, PassContext& ctx, const Pattern& pattern,
-                    const std::function<bool(Rewriter&, const Match&)>& rewrite);
+size_t applyPattern(const Graph& graph, PassContext& ctx, const Pattern& pattern,
+                    const std::function<bool(Rewriter&, const Match&)>& rewrite,
+                    const DriverOptions& driver = {});
 
 // applyPattern for alternative forms of one rewrite whose roots have the same op types (the
 // anchors are the first form's): at each anchor the first form that matches is rewritten, and
 // `rewrite` is told which (its index in `forms`). When none matches, the most telling miss is
 // reported: a failed condition or constraint before a structural mismatch, else the earlier
 // form's.
-size_t applyPatterns(Graph& graph, PassContext& ctx, const std::vector<const Pattern*>& forms,
-                     const std::function<bool(Rewriter&, size_t, const Match&)>& rewrite);
+size_t applyPatterns(const Graph& graph, PassContext& ctx,
+                     const std::vector<const Pattern*>& forms,
+                     const std::function<bool(Rewriter&, size_t, const Match&)>& rewrite,
+                     const DriverOptions& driver = {});
 
 }  // namespace fusectl::passes
