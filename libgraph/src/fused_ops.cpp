@@ -10,10 +10,10 @@ namespace {
 std::vector<ActivationInfo> buildActivations() {
   std::vector<ActivationInfo> t;
   t.push_back({Activation::None, "", 0, {0.f, 0.f}, "y", "", false, ""});
-#define FUSECTL_ACTIVATION(Name, params, default0, default1, computes, params_doc, onnx_op, \
-                           body_doc)                                                          \
-  t.push_back({Activation::Name, #Name, params, {default0, default1}, computes, params_doc,   \
-               onnx_op, body_doc});
+#define FUSECTL_ACTIVATION(Name, Params, Default0, Default1, Computes, ParamsDoc, OnnxOp, \
+                           BodyDoc)                                                         \
+  t.push_back({Activation::Name, #Name, Params, {Default0, Default1}, Computes, ParamsDoc,  \
+               OnnxOp, BodyDoc});
 #include "fusectl/graph/fused_ops.def"
   return t;
 }
@@ -30,18 +30,19 @@ std::vector<FusedOpInfo> buildFusedOps() {
   std::vector<FusedOpInput> { __VA_ARGS__ }
 #define FUSECTL_ATTRIBUTES(...) \
   std::vector<FusedOpAttribute> { __VA_ARGS__ }
-#define FUSECTL_FUSED_OP(Name, op_class, formula, compute, inputs, attributes, shape_rule, notes) \
-  {                                                                                               \
-    FusedOpInfo op;                                                                               \
-    op.name = #Name;                                                                              \
-    op.op_class = OpClass::op_class;                                                              \
-    op.formula = formula;                                                                         \
-    op.compute = compute;                                                                         \
-    op.inputs = inputs;                                                                           \
-    op.attributes = attributes;                                                                   \
-    op.shape_rule = FusedShapeRule::shape_rule;                                                   \
-    op.notes = notes;                                                                             \
-    t.push_back(std::move(op));                                                                   \
+// The parameters are spelled apart from FusedOpInfo's members, which they would replace.
+#define FUSECTL_FUSED_OP(Name, Class, Formula, Compute, Inputs, Attributes, Rule, Notes) \
+  {                                                                                   \
+    FusedOpInfo op;                                                                   \
+    op.name = #Name;                                                                  \
+    op.op_class = OpClass::Class;                                                     \
+    op.formula = Formula;                                                             \
+    op.compute = Compute;                                                             \
+    op.inputs = Inputs;                                                               \
+    op.attributes = Attributes;                                                       \
+    op.shape_rule = FusedShapeRule::Rule;                                             \
+    op.notes = Notes;                                                                 \
+    t.push_back(std::move(op));                                                       \
   }
 #include "fusectl/graph/fused_ops.def"
 #undef FUSECTL_INPUTS
