@@ -29,6 +29,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -375,14 +376,19 @@ std::string ortDisagreement(const fusectl::test::OrtSetup& ort, const fs::path& 
   return "";
 }
 
+// onnxruntime-node, or nullopt after a WARN saying why the check is skipped.
+std::optional<fusectl::test::OrtSetup> ortOrWarn() {
+  fusectl::test::OrtSetup ort = fusectl::test::findOrtSetup();
+  if (ort.found) return ort;
+  WARN(ort.skip_reason);
+  return std::nullopt;
+}
+
 }  // namespace
 
 TEST_CASE("fusectl functions run in onnxruntime", "[.][ort][functions]") {
-  const fusectl::test::OrtSetup ort = fusectl::test::findOrtSetup();
-  if (!ort.found) {
-    WARN(ort.skip_reason);
-    return;
-  }
+  const std::optional<fusectl::test::OrtSetup> ort = ortOrWarn();
+  if (!ort) return;
   const fs::path work = fs::temp_directory_path() / "fusectl_ort_functions";
   fs::remove_all(work);
   int index = 0;
@@ -397,22 +403,37 @@ TEST_CASE("fusectl functions run in onnxruntime", "[.][ort][functions]") {
     saveModel(*exported, model_path);
 
     std::vector<NamedTensor> inputs = makeRandomInputs(*original->graph, 7);
-    CHECK(ortDisagreement(ort, dir, model_path, inputs, runModel(*original, inputs)) == "");
+    CHECK(ortDisagreement(*ort, dir, model_path, inputs, runModel(*original, inputs)) == "");
   }
   fs::remove_all(work);
 }
 
 namespace {
 
-// What a program that links only the libraries does: load, run -O3 through PassManager, save.
-// Returns the path it saved to.
-std::string optimizeWithLibraryOnly(const std::string& model, const fs::path& dir) {
-  auto m = loadModel(model);
+// What a program that links only the libraries does with testdata/models/<name>: load, run -O3
+// through PassManager, save into `dir` (emptied first). The oracle: the unoptimized model on our
+// executor, on seeded inputs.
+struct LibraryRun {
+  std::string saved;
+  std::vector<NamedTensor> inputs;
+  std::vector<NamedTensor> expected;
+};
+
+LibraryRun optimizeWithLibraryOnly(const std::string& name, const fs::path& dir) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string source = std::string(FUSECTL_SOURCE_DIR) + "/testdata/models/" + name;
+  LibraryRun run;
+  auto original = loadModel(source);
+  run.inputs = makeRandomInputs(*original->graph, 7);
+  run.expected = runModel(*original, run.inputs);
+
+  auto m = loadModel(source);
   Report report;
   PassManager().run(*m, Pipeline::forLevel(3), report);
-  const std::string out = (dir / "optimized.onnx").string();
-  saveModel(*m, out);
-  return out;
+  run.saved = (dir / "optimized.onnx").string();
+  saveModel(*m, run.saved);
+  return run;
 }
 
 const char* const kLibraryModels[] = {"resnet_mini.onnx", "mobilenet_mini.onnx",
@@ -425,26 +446,20 @@ TEST_CASE("fusectl functions: a library-only -O3 run saves a model the checker a
   const fs::path work = fs::temp_directory_path() / "fusectl_library_functions";
   for (const char* name : kLibraryModels) {
     INFO(name);
-    fs::remove_all(work);
-    fs::create_directories(work);
-    const std::string source = std::string(FUSECTL_SOURCE_DIR) + "/testdata/models/" + name;
-    const std::string saved = optimizeWithLibraryOnly(source, work);
-    auto optimized = loadModel(saved);
+    const LibraryRun run = optimizeWithLibraryOnly(name, work);
+    auto optimized = loadModel(run.saved);
     size_t fusectl_nodes = 0;
     for (Node* n : optimized->graph->nodes()) fusectl_nodes += n->domain() == "fusectl";
     CHECK(fusectl_nodes > 0);  // else this test would not test the attachment
     CHECK(optimized->functions.size() > 0);
-    onnx::ModelProto proto = toProto(*optimized);
-    std::string problem = checkerProblem(proto);
+    std::string problem = checkerProblem(toProto(*optimized));
     INFO("checker: " << problem);
     CHECK(problem.empty());
 
-    auto original = loadModel(source);
-    std::vector<NamedTensor> inputs = makeRandomInputs(*original->graph, 7);
     Tolerance tol;
     tol.atol = 1e-4;
     tol.rtol = 1e-4;
-    std::string diff = compareOutputs(runModel(*optimized, inputs), runModel(*original, inputs), tol);
+    std::string diff = compareOutputs(runModel(*optimized, run.inputs), run.expected, tol);
     INFO("optimized model on our executor: " << diff);
     CHECK(diff.empty());
   }
@@ -453,21 +468,13 @@ TEST_CASE("fusectl functions: a library-only -O3 run saves a model the checker a
 
 TEST_CASE("fusectl functions: a library-only -O3 run saves a model onnxruntime runs",
           "[.][ort][functions]") {
-  const fusectl::test::OrtSetup ort = fusectl::test::findOrtSetup();
-  if (!ort.found) {
-    WARN(ort.skip_reason);
-    return;
-  }
+  const std::optional<fusectl::test::OrtSetup> ort = ortOrWarn();
+  if (!ort) return;
   const fs::path work = fs::temp_directory_path() / "fusectl_library_ort";
   for (const char* name : kLibraryModels) {
     INFO(name);
-    fs::remove_all(work);
-    fs::create_directories(work);
-    const std::string source = std::string(FUSECTL_SOURCE_DIR) + "/testdata/models/" + name;
-    const std::string saved = optimizeWithLibraryOnly(source, work);
-    auto original = loadModel(source);
-    std::vector<NamedTensor> inputs = makeRandomInputs(*original->graph, 7);
-    CHECK(ortDisagreement(ort, work, saved, inputs, runModel(*original, inputs)) == "");
+    const LibraryRun run = optimizeWithLibraryOnly(name, work);
+    CHECK(ortDisagreement(*ort, work, run.saved, run.inputs, run.expected) == "");
   }
   fs::remove_all(work);
 }

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include <sys/wait.h>
@@ -62,26 +63,26 @@ TEST_CASE("fused ops: every spelling decodes to what it encodes", "[functions][f
 }
 
 TEST_CASE("fused ops: where a spelling takes its bias and residual", "[functions][fused-ops]") {
-  auto plain = fusedOperandSlots("FusedConv");
-  REQUIRE(plain);
-  CHECK(plain->bias == 2u);
-  CHECK(plain->residual == 3u);
-  CHECK(plain->exact_inputs == 0);
-  auto no_bias_add = fusedOperandSlots("FusedConv_NoBias_Add");
-  REQUIRE(no_bias_add);
-  CHECK_FALSE(no_bias_add->bias);
-  CHECK(no_bias_add->residual == 2u);
-  CHECK(no_bias_add->exact_inputs == 3);
-  auto add_relu = fusedOperandSlots("FusedGemm_Add_Relu");
-  REQUIRE(add_relu);
-  CHECK(add_relu->bias == 2u);
-  CHECK(add_relu->residual == 3u);
-  CHECK(add_relu->exact_inputs == 4);
-  auto bare = fusedOperandSlots("FusedGemm_NoBias_Tanh");
-  REQUIRE(bare);
-  CHECK_FALSE(bare->bias);
-  CHECK_FALSE(bare->residual);
-  CHECK(bare->exact_inputs == 2);
+  struct Expected {
+    const char* op_type;
+    std::optional<size_t> bias, residual;
+    size_t exact_inputs;
+  };
+  const Expected cases[] = {
+      {"FusedConv", 2, 3, 0},  // the plain name: positional, either one omitted
+      {"FusedConv_NoBias_Add", std::nullopt, 2, 3},
+      {"FusedGemm_Add_Relu", 2, 3, 4},
+      {"FusedGemm_NoBias_Tanh", std::nullopt, std::nullopt, 2},
+      {"FusedGemm_Sigmoid", 2, std::nullopt, 3},
+  };
+  for (const Expected& e : cases) {
+    INFO(e.op_type);
+    std::optional<FusedOperandSlots> slots = fusedOperandSlots(e.op_type);
+    REQUIRE(slots);
+    CHECK(slots->bias == e.bias);
+    CHECK(slots->residual == e.residual);
+    CHECK(slots->exact_inputs == e.exact_inputs);
+  }
   CHECK_FALSE(fusedOperandSlots("Gelu"));
 }
 
