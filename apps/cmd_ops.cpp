@@ -38,7 +38,8 @@ nlohmann::ordered_json toJson(const FusedOpInfo& op) {
                           {"passed_to", a.by_reference ? std::string(op.compute) : ""}});
   }
   nlohmann::ordered_json activations = nlohmann::ordered_json::array();
-  for (Activation a : op.epilogue_activations) activations.push_back(std::string(activationName(a)));
+  for (Activation a : op.epilogue_activations)
+    activations.push_back(std::string(activationName(a)));
   return {{"domain", std::string(kFusectlDomain)},
           {"name", std::string(op.name)},
           {"formula", std::string(op.formula)},

@@ -55,7 +55,8 @@ TEST_CASE("fused ops: every spelling decodes to what it encodes", "[functions][f
   CHECK_FALSE(s->bias);
   CHECK(s->residual);
   CHECK(s->activation == Activation::LeakyRelu);
-  for (const char* bad : {"FusedConv_Add_NoBias", "FusedConv_Relu_Add", "FusedConv_", "FusedConv_Foo",
+  for (const char* bad : {"FusedConv_Add_NoBias", "FusedConv_Relu_Add", "FusedConv_",
+                          "FusedConv_Foo",
                           "FusedConv_Add_", "FusedConvX", "Gelu", "Conv", "", "FusedGemm_None"}) {
     INFO(bad);
     CHECK_FALSE(decodeFusedSpelling(bad));
@@ -167,7 +168,8 @@ std::vector<std::string> functionLines(const Model& m, const std::string& name) 
 // (bench/check_identical_outputs.sh compares whole files).
 TEST_CASE("fused ops: function bodies keep their node order and names", "[functions][fused-ops]") {
   auto m = parseModelText(R"(<ir_version: 8, opset_import: ["" : 10]>
-g (float[1, 2, 5, 5] X, float[3, 2, 3, 3] W, float[3] B) => (float[1, 3, 3, 3] Y, float[1, 3, 3, 3] S)
+g (float[1, 2, 5, 5] X, float[3, 2, 3, 3] W, float[3] B)
+  => (float[1, 3, 3, 3] Y, float[1, 3, 3, 3] S)
 {
   Y = fusectl.FusedConv <activation = "Clip", activation_params = [0.0, 6.0]> (X, W, B)
   S = fusectl.FusedConv <activation = "HardSigmoid"> (X, W, B)
@@ -247,7 +249,8 @@ Run runFusectl(const std::string& args) {
 TEST_CASE("cli: fusectl ops", "[cli][fused-ops]") {
   Run list = runFusectl("ops");
   CHECK(list.code == 0);
-  CHECK_THAT(list.out, Catch::Contains("fusectl::FusedConv(X, W, [B], [Z])  Y = activation(Conv(X, W, B) + Z)\n"
+  CHECK_THAT(list.out, Catch::Contains("fusectl::FusedConv(X, W, [B], [Z])  "
+                                       "Y = activation(Conv(X, W, B) + Z)\n"
                                        "  attributes:  auto_pad, dilations, group, kernel_shape, "
                                        "pads, strides, activation, activation_params\n"
                                        "  activations: Relu, Clip, LeakyRelu, Sigmoid, "
@@ -260,7 +263,8 @@ TEST_CASE("cli: fusectl ops", "[cli][fused-ops]") {
   REQUIRE(j["ops"].size() == allFusedOps().size());
   CHECK(j["ops"][1]["name"] == "FusedGemm");
   CHECK(j["ops"][1]["op_class"] == "compute");
-  CHECK(j["ops"][1]["inputs"][2] == nlohmann::json({{"name", "C"}, {"type", "T"}, {"optional", true}}));
+  CHECK(j["ops"][1]["inputs"][2] ==
+        nlohmann::json({{"name", "C"}, {"type", "T"}, {"optional", true}}));
   CHECK(j["ops"][1]["attributes"][0] ==
         nlohmann::json({{"name", "alpha"}, {"type", "float"}, {"passed_to", "Gemm"}}));
   CHECK(j["ops"][1]["attributes"].back()["passed_to"] == "");

@@ -89,7 +89,8 @@ class Body {
   template <typename T>
   Value* scalarConstant(DType dtype, T value) {
     Value* out = node("Constant", {});
-    last_->setAttr(Attribute::ofTensor("value", Tensor::fromValues(dtype, {}, std::vector<T>{value})));
+    Tensor scalar = Tensor::fromValues(dtype, {}, std::vector<T>{value});
+    last_->setAttr(Attribute::ofTensor("value", std::move(scalar)));
     return out;
   }
   Value* floatConstant(float value) { return scalarConstant(DType::Float, value); }
