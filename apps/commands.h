@@ -41,5 +41,6 @@ Command addPassesCommand(CLI::App& parent);
 Command addMatchCommand(CLI::App& parent);
 Command addOptimizeCommand(CLI::App& parent);  // cmd_optimize.cpp
 Command addDiffCommand(CLI::App& parent);      // cmd_diff.cpp
+Command addOpsCommand(CLI::App& parent);       // cmd_ops.cpp: the fusectl operators
 
 }  // namespace fusectl::cli

@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
         fusectl::cli::addDiffCommand(app),
         fusectl::cli::addPassesCommand(app),
         fusectl::cli::addMatchCommand(app),
+        fusectl::cli::addOpsCommand(app),  // libgraph's fused-op table (cmd_ops.cpp)
     };
 
     try {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../libkernels/cpu/epilogue.h"
+#include "fusectl/kernels/epilogue.h"
 #include "../libkernels/cpu/gemm_micro.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/graph.h"

@@ -7,7 +7,7 @@
 
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
-#include "fusectl/passes/op_classes.h"
+#include "fusectl/graph/op_classes.h"
 #include "fusectl/passes/pattern.h"
 
 using namespace fusectl;

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "compute_common.h"
-#include "epilogue.h"
+#include "fusectl/kernels/epilogue.h"
 #include "gemm_micro.h"
 
 namespace fusectl::kernels {
@@ -278,7 +278,7 @@ void runConv(KernelContext& ctx, bool fused) {
     ctx.fail("unsupported element type " + std::string(dtypeName(x.dtype())));
   }
   ConvDims d = convDims(ctx, x, w);
-  const FusedOperands operands = fused ? fusedOperands(ctx, "FusedConv")
+  const FusedOperands operands = fused ? fusedOperands(ctx)
                                         : FusedOperands{ctx.input(2), nullptr};
   const HostTensor* b = operands.bias;
   if (b && b->numel() != d.M) ctx.fail("B must have one value per output channel");
@@ -566,8 +566,8 @@ void runQLinearConv(KernelContext& ctx) {
 
 void registerConvKernels(KernelRegistry& r) {
   r.add({"", "Conv", 1, 1000, [](KernelContext& c) { cpu::runConv(c, false); }});
-  // FusedConv and its portable spellings FusedConv[_NoBias][_Add][_<activation>] (epilogue.h).
-  cpu::forEachFusedSpelling("FusedConv", [&r](const std::string& name) {
+  // FusedConv and its portable spellings FusedConv[_NoBias][_Add][_<activation>] (fused_ops.h).
+  forEachFusedSpelling("FusedConv", [&r](const std::string& name) {
     r.add({"fusectl", name, 1, 1000, [](KernelContext& c) { cpu::runConv(c, true); }});
   });
   r.add({"", "ConvTranspose", 1, 1000, cpu::runConvTranspose});

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "compute_common.h"
-#include "epilogue.h"
+#include "fusectl/kernels/epilogue.h"
 #include "gemm_micro.h"
 
 namespace fusectl::kernels {
@@ -41,7 +41,7 @@ void runGemm(KernelContext& ctx, bool fused) {
     ctx.fail("inner dimensions differ: A gives K=" + std::to_string(K) + ", B gives K=" +
              std::to_string(Kb));
   }
-  const FusedOperands operands = fused ? fusedOperands(ctx, "FusedGemm")
+  const FusedOperands operands = fused ? fusedOperands(ctx)
                                         : FusedOperands{ctx.input(2), nullptr};
   const HostTensor* c = operands.bias;
   const bool has_c = c != nullptr;
@@ -341,8 +341,8 @@ void runQLinearMatMul(KernelContext& ctx) {
 
 void registerGemmKernels(KernelRegistry& r) {
   r.add({"", "Gemm", 1, 1000, [](KernelContext& c) { cpu::runGemm(c, false); }});
-  // FusedGemm and its portable spellings FusedGemm[_NoBias][_Add][_<activation>] (epilogue.h).
-  cpu::forEachFusedSpelling("FusedGemm", [&r](const std::string& name) {
+  // FusedGemm and its portable spellings FusedGemm[_NoBias][_Add][_<activation>] (fused_ops.h).
+  forEachFusedSpelling("FusedGemm", [&r](const std::string& name) {
     r.add({"fusectl", name, 1, 1000, [](KernelContext& c) { cpu::runGemm(c, true); }});
   });
   r.add({"", "MatMul", 1, 1000, cpu::runMatMul});

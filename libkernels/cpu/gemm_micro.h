@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "epilogue.h"
+#include "fusectl/kernels/epilogue.h"
 
 namespace fusectl::kernels::cpu {
 

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "fusectl/passes/hash_buckets.h"
-#include "fusectl/passes/op_classes.h"
+#include "fusectl/graph/op_classes.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
 

@@ -37,7 +37,7 @@
 
 #include "fusectl/graph/error.h"
 #include "fusectl/kernels/kernel.h"
-#include "fusectl/passes/op_classes.h"
+#include "fusectl/graph/op_classes.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
 

@@ -1,6 +1,6 @@
 // fuse-epilogue: fold a residual Add and an activation after a Conv or Gemm into one
 // fusectl-domain FusedConv / FusedGemm, whose kernel applies them to each output tile while it
-// is still in cache (libkernels/cpu/epilogue.h).
+// is still in cache (fusectl/kernels/epilogue.h).
 //
 //   X, W, B -> Conv -> c ─┐
 //              Z ───────> Add -> s -> act -> Y      =>   X, W, B, Z -> FusedConv -> Y
@@ -36,7 +36,7 @@
 //     constant scalar inputs), LeakyRelu's alpha, HardSigmoid's alpha/beta; Gelu is the exact
 //     one (approximate="none").
 //  5. Activations with parameters need opset >= 8: the portable ONNX function that
-//     fusectl_functions.h attaches on export applies them with broadcasting ops.
+//     fused_ops.h attaches on export applies them with broadcasting ops.
 // The fused node always carries explicit activation_params for Clip (absent bounds become
 // -FLT_MAX/FLT_MAX, as ONNX defines them), LeakyRelu and HardSigmoid.
 // On the first fusion the model imports domain "fusectl" version 1. With --emit standard the
@@ -47,7 +47,7 @@
 #include <cfloat>
 #include <optional>
 
-#include "fusectl/passes/op_classes.h"
+#include "fusectl/graph/op_classes.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
 

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "fusectl/graph/fused_ops.h"
 #include "shape_rules/rules.h"
 
 namespace fusectl::shape_rules {
@@ -259,8 +260,9 @@ void registerElementwiseRules(RuleRegistry& r) {
   r.add("", "Dropout", dropout);
   // ONNX Runtime's contrib activations keep the input's shape too.
   for (const char* op : {"Gelu", "FastGelu", "QuickGelu"}) r.add("com.microsoft", op, sameAsInput);
-  // fusectl's exact Gelu (docs/ops.md), written by fuse-gelu below opset 20.
-  r.add("fusectl", "Gelu", sameAsInput);
+  // The fusectl ops that declare this rule in fused_ops.def (Gelu).
+  for (const FusedOpInfo& op : allFusedOps())
+    if (op.shape_rule == FusedShapeRule::SameAsInput) r.add(kFusectlDomain, op.name, sameAsInput);
 }
 
 }  // namespace fusectl::shape_rules

@@ -51,6 +51,9 @@ struct PassManagerOptions {
   int64_t max_rewrites = -1;                // -1 unlimited (bisecting aid)
   bool standard_only = false;               // --emit standard
   bool explain = true;                      // record rejected candidates in the report
+  // Attach the ONNX functions that define the fusectl ops left in the model (fused_ops.h), as a
+  // saved model needs; false keeps the nodes as the passes wrote them (golden tests).
+  bool attach_functions = true;
   // Called with one line per pass run when verbose (-v): time, matches, rewrites, nodes and
   // intermediate tensors before/after.
   std::function<void(const std::string&)> log;

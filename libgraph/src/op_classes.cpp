@@ -1,16 +1,32 @@
 // The op-class table. One row per op; keep it sorted within each block for review, the lookup
 // does not depend on order.
-#include "fusectl/passes/op_classes.h"
+#include "fusectl/graph/op_classes.h"
 
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <tuple>
 
-namespace fusectl::passes {
+#include "fusectl/graph/fused_ops.h"
+
+namespace fusectl {
 
 namespace {
 
 using C = OpClass;
+
+// The activation a node of this op hands to an epilogue: a standard op named for one of the
+// table's activations, or a fusectl activation op.
+std::optional<Activation> epilogueActivationOf(std::string_view domain, std::string_view op) {
+  if (domain.empty()) {
+    for (const ActivationInfo& a : allActivations())
+      if (a.onnx_op && a.name == op) return a.activation;
+    return std::nullopt;
+  }
+  const FusedOpInfo* fused = domain == kFusectlDomain ? findFusedOp(op) : nullptr;
+  if (!fused || fused->activation == Activation::None) return std::nullopt;
+  return fused->activation;
+}
 
 std::vector<OpClassInfo> buildTable() {
   std::vector<OpClassInfo> t;
@@ -44,18 +60,13 @@ std::vector<OpClassInfo> buildTable() {
   add("", {"Conv", "ConvInteger", "ConvTranspose", "Gemm", "MatMul", "MatMulInteger",
            "QLinearConv", "QLinearMatMul"},
       C::Compute);
-  add("fusectl", {"FusedConv", "FusedGemm"}, C::Compute);
-  add("fusectl", {"Gelu"}, C::Activation);  // fuse-gelu's exact Gelu below opset 20
+  for (const FusedOpInfo& op : allFusedOps()) t.push_back({kFusectlDomain, op.name, op.op_class});
 
   for (OpClassInfo& r : t) {
-    r.epilogue_activation =
-        (r.domain.empty() && (r.op_type == "Relu" || r.op_type == "Clip" ||
-                              r.op_type == "LeakyRelu" || r.op_type == "Sigmoid" ||
-                              r.op_type == "HardSigmoid" || r.op_type == "HardSwish" ||
-                              r.op_type == "Gelu" || r.op_type == "Tanh")) ||
-        (r.domain == "fusectl" && r.op_type == "Gelu");
+    r.epilogue_activation = epilogueActivationOf(r.domain, r.op_type).has_value();
     r.accepts_epilogue = r.op_type == "Conv" || r.op_type == "Gemm" || r.op_type == "MatMul" ||
-                         r.op_type == "FusedConv" || r.op_type == "FusedGemm";
+                         (r.domain == kFusectlDomain && findFusedOp(r.op_type) &&
+                          findFusedOp(r.op_type)->takesEpilogue());
   }
   std::sort(t.begin(), t.end(), [](const OpClassInfo& a, const OpClassInfo& b) {
     return std::tie(a.domain, a.op_type) < std::tie(b.domain, b.op_type);
@@ -123,4 +134,4 @@ bool isNondeterministic(const Node& n) {
   return std::find(std::begin(kRandom), std::end(kRandom), n.opType()) != std::end(kRandom);
 }
 
-}  // namespace fusectl::passes
+}  // namespace fusectl

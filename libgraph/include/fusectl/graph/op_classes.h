@@ -4,16 +4,20 @@
 // epilogue of a FusedConv/FusedGemm?" here, never from a private list in the pass. Ops not in
 // the table are Opaque: nothing fuses across them.
 //
+// The fusectl-domain rows and the epilogue activations come from the fused-op table
+// (fused_ops.def), so a new fused op or activation needs no edit here.
+//
 // The class says what an op is; attribute- and value-level conditions (Clip bounds constant,
 // Gelu approximate="none", a Cast that keeps the type) stay with the pass that checks them.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 #include <vector>
 
 #include "fusectl/graph/graph.h"
 
-namespace fusectl::passes {
+namespace fusectl {
 
 enum class OpClass : uint8_t {
   ElementwiseUnary,   // y[i] = f(x[i]): Abs, Exp, Sqrt, Cast...
@@ -33,7 +37,7 @@ struct OpClassInfo {
   std::string_view domain;  // "" for ai.onnx
   std::string_view op_type;
   OpClass op_class;
-  // An activation the FusedConv/FusedGemm epilogue implements (libkernels/cpu/epilogue.h).
+  // An activation the FusedConv/FusedGemm epilogue implements (fused_ops.def).
   bool epilogue_activation = false;
   // Compute ops whose output can take a fused bias/residual/activation epilogue.
   bool accepts_epilogue = false;
@@ -59,4 +63,4 @@ bool acceptsEpilogue(const Node& n);
 // Multinomial..., and Dropout, random in training mode): never folded or merged.
 bool isNondeterministic(const Node& n);
 
-}  // namespace fusectl::passes
+}  // namespace fusectl

@@ -1,0 +1,161 @@
+// The fusectl operators (domain "fusectl"): the typed view of fused_ops.def, their portable
+// spellings, and the ONNX functions that define them in a saved model.
+//
+// Kernels register under the names forEachFusedSpelling gives and find their bias and residual
+// with fusedOperandSlots; fusion passes take their activations and op classes from here and
+// op_classes.h; shape inference registers each op's FusedShapeRule; `fusectl ops` and
+// docs/ops.md (fusedOpsMarkdown) print the table. Adding an op is one fused_ops.def entry plus
+// its kernel.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fusectl/graph/attribute.h"
+#include "fusectl/graph/graph.h"
+#include "fusectl/graph/op_classes.h"
+
+namespace fusectl {
+
+inline constexpr std::string_view kFusectlDomain = "fusectl";
+
+// What a fused epilogue applies to its output (fused_ops.def, FUSECTL_ACTIVATION).
+enum class Activation : uint8_t {
+  None,
+#define FUSECTL_ACTIVATION(Name, ...) Name,
+#include "fusectl/graph/fused_ops.def"
+};
+
+struct ActivationInfo {
+  Activation activation = Activation::None;
+  std::string_view name;  // the `activation` attribute value; "" for None
+  size_t num_params = 0;  // length of `activation_params`
+  std::array<float, 2> defaults{};  // the parameters a node leaves out
+  std::string_view computes;        // formula in y, for docs
+  std::string_view params_doc;
+  bool onnx_op = false;  // a standard ONNX op of this name computes it
+  std::string_view body_doc;
+};
+
+// Every activation in enum order, None first.
+const std::vector<ActivationInfo>& allActivations();
+const ActivationInfo& activationInfo(Activation a);
+inline std::string_view activationName(Activation a) { return activationInfo(a).name; }
+// The activation an `activation` attribute names: "", "None" and "Identity" are None; nullopt
+// for an unknown name.
+std::optional<Activation> parseActivation(std::string_view name);
+
+// How shape inference types an op's output.
+enum class FusedShapeRule : uint8_t {
+  None,         // no rule: the pass that writes the node gives it the replaced output's type
+  SameAsInput,  // Y has X's type and shape
+};
+
+struct FusedOpInput {
+  std::string_view name;
+  std::string_view type;  // "T"
+  bool optional = false;
+  std::string_view description;  // Markdown
+};
+
+struct FusedOpAttribute {
+  std::string_view name;
+  AttrKind kind = AttrKind::Undefined;
+  bool by_reference = false;  // passed on to the compute op by the function body
+};
+
+struct FusedOpInfo {
+  std::string_view name;  // op type in kFusectlDomain
+  OpClass op_class = OpClass::Opaque;
+  std::string_view formula;  // "Y = ..."
+  // The standard op whose output the epilogue (bias, residual, activation) is applied to, "Conv"
+  // or "Gemm"; "" for an op that applies one activation to its input.
+  std::string_view compute;
+  std::vector<FusedOpInput> inputs;
+  std::vector<FusedOpAttribute> attributes;  // the compute op's (by reference), then the epilogue's
+  std::vector<Activation> epilogue_activations;  // what an epilogue op may apply (not None)
+  Activation activation = Activation::None;  // what an activation op computes
+  FusedShapeRule shape_rule = FusedShapeRule::None;
+  std::string_view notes;  // Markdown for docs/ops.md
+
+  bool takesEpilogue() const { return !compute.empty(); }
+};
+
+// The ops in fused_ops.def order.
+const std::vector<FusedOpInfo>& allFusedOps();
+// The op of that exact name (a spelling such as "FusedConv_Relu" is not one; see
+// decodeFusedSpelling), or nullptr.
+const FusedOpInfo* findFusedOp(std::string_view op_type);
+
+// ---- Portable spellings of the epilogue ops ----
+//
+// A model-local ONNX function cannot branch on an attribute or on a missing input, so on export
+// (attachFusectlFunctions) each FusedConv/FusedGemm is renamed to the spelling of what it
+// computes, <base>[_NoBias][_Add][_<activation>] ("FusedConv_Add_Relu", "FusedGemm_Silu"), and
+// gets a function of that name; the kernels are registered under every spelling.
+
+struct FusedSpelling {
+  const FusedOpInfo* op = nullptr;  // the base
+  bool bias = true;
+  bool residual = false;
+  Activation activation = Activation::None;
+  // The bare base name: it says nothing of the node's bias and residual, which are then
+  // whichever of inputs 2 and 3 are present (and the fields above are the spelling's defaults).
+  bool plain = false;
+};
+
+std::string fusedSpellingName(std::string_view base, bool bias, bool residual, Activation act);
+// The spelling of an epilogue op's name, or nullopt (another op, an unknown suffix, suffixes out
+// of order).
+std::optional<FusedSpelling> decodeFusedSpelling(std::string_view op_type);
+
+// Calls fn(name) for every name a node of the epilogue op `base` can have: `base` itself and
+// each spelling.
+template <typename Fn>
+void forEachFusedSpelling(std::string_view base, Fn&& fn) {
+  const FusedOpInfo* op = findFusedOp(base);
+  if (!op) return;
+  for (bool bias : {true, false}) {
+    for (bool residual : {false, true}) {
+      fn(fusedSpellingName(base, bias, residual, Activation::None));
+      for (Activation a : op->epilogue_activations)
+        fn(fusedSpellingName(base, bias, residual, a));
+    }
+  }
+}
+
+// Where a node of an epilogue op (any spelling) takes its bias and residual. The plain base
+// name has them at inputs 2 and 3, either one omitted; a spelling lists exactly the inputs its
+// function takes, without gaps (an ONNX function cannot take an omitted input), so
+// "..._NoBias_Add" has Z at input 2.
+struct FusedOperandSlots {
+  std::optional<size_t> bias;
+  std::optional<size_t> residual;
+  size_t exact_inputs = 0;  // a spelling takes exactly this many inputs, none omitted; 0: plain
+};
+std::optional<FusedOperandSlots> fusedOperandSlots(std::string_view op_type);
+
+// ---- ONNX functions (fused_ops_functions.cpp) ----
+
+// For every fusectl op used in the main graph or any subgraph: renames FusedConv/FusedGemm
+// nodes to their spelling, makes their activation_params explicit (and, below opset 12,
+// mirrors them in a tensor attribute `activation_params_tensor` that the function reads), and
+// appends the missing functions to model.functions sorted by name. Adds the imports the
+// functions need ("fusectl": 1; the default domain is the model's) and raises ir_version to 8
+// (model-local functions). Idempotent: a second call changes nothing. Throws
+// fusectl::Error(Unsupported) for a fusectl op it cannot define and the model does not define
+// either, or for a model without a default-domain opset import. PassManager::run calls it.
+void attachFusectlFunctions(Model& model);
+
+// The spelling attachFusectlFunctions gives a FusedConv/FusedGemm node (any of its spellings),
+// e.g. "FusedConv_Add_Relu"; throws fusectl::Error(InvalidInput) for an unknown activation.
+std::string fusedOpSpelling(const Node& node);
+
+// The generated part of docs/ops.md (fused_ops_markdown.cpp); `fusectl ops --markdown`.
+std::string fusedOpsMarkdown();
+
+}  // namespace fusectl

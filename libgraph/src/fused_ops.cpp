@@ -1,0 +1,147 @@
+// The typed fused-op table built from fused_ops.def, and the spelling codec.
+#include "fusectl/graph/fused_ops.h"
+
+#include <cmath>
+
+namespace fusectl {
+
+namespace {
+
+std::vector<ActivationInfo> buildActivations() {
+  std::vector<ActivationInfo> t;
+  t.push_back({Activation::None, "", 0, {0.f, 0.f}, "y", "", false, ""});
+#define FUSECTL_ACTIVATION(Name, Params, Default0, Default1, Computes, ParamsDoc, OnnxOp, \
+                           BodyDoc)                                                         \
+  t.push_back({Activation::Name, #Name, Params, {Default0, Default1}, Computes, ParamsDoc,  \
+               OnnxOp, BodyDoc});
+#include "fusectl/graph/fused_ops.def"
+  return t;
+}
+
+// The epilogue's own attributes, after the compute op's.
+void addEpilogueAttributes(FusedOpInfo& op) {
+  op.attributes.push_back({"activation", AttrKind::String, false});
+  op.attributes.push_back({"activation_params", AttrKind::Floats, false});
+}
+
+std::vector<FusedOpInfo> buildFusedOps() {
+  std::vector<FusedOpInfo> t;
+#define FUSECTL_INPUTS(...) \
+  std::vector<FusedOpInput> { __VA_ARGS__ }
+#define FUSECTL_ATTRIBUTES(...) \
+  std::vector<FusedOpAttribute> { __VA_ARGS__ }
+// The parameters are spelled apart from FusedOpInfo's members, which they would replace.
+#define FUSECTL_FUSED_OP(Name, Class, Formula, Compute, Inputs, Attributes, Rule, Notes) \
+  {                                                                                   \
+    FusedOpInfo op;                                                                   \
+    op.name = #Name;                                                                  \
+    op.op_class = OpClass::Class;                                                     \
+    op.formula = Formula;                                                             \
+    op.compute = Compute;                                                             \
+    op.inputs = Inputs;                                                               \
+    op.attributes = Attributes;                                                       \
+    op.shape_rule = FusedShapeRule::Rule;                                             \
+    op.notes = Notes;                                                                 \
+    t.push_back(std::move(op));                                                       \
+  }
+#include "fusectl/graph/fused_ops.def"
+#undef FUSECTL_INPUTS
+#undef FUSECTL_ATTRIBUTES
+  for (FusedOpInfo& op : t) {
+    for (FusedOpAttribute& a : op.attributes) a.by_reference = true;
+    if (op.takesEpilogue()) {
+      addEpilogueAttributes(op);
+      for (const ActivationInfo& a : allActivations())
+        if (a.activation != Activation::None) op.epilogue_activations.push_back(a.activation);
+    } else {
+      op.activation = parseActivation(op.name).value_or(Activation::None);
+    }
+  }
+  return t;
+}
+
+constexpr std::string_view kNoBias = "_NoBias";
+constexpr std::string_view kAdd = "_Add";
+
+// Removes `prefix` from the front of `s` when it is there.
+bool consume(std::string_view& s, std::string_view prefix) {
+  if (s.substr(0, prefix.size()) != prefix) return false;
+  s.remove_prefix(prefix.size());
+  return true;
+}
+
+}  // namespace
+
+const std::vector<ActivationInfo>& allActivations() {
+  static const std::vector<ActivationInfo> table = buildActivations();
+  return table;
+}
+
+const ActivationInfo& activationInfo(Activation a) {
+  return allActivations()[static_cast<size_t>(a)];
+}
+
+std::optional<Activation> parseActivation(std::string_view name) {
+  if (name == "None" || name == "Identity") return Activation::None;
+  for (const ActivationInfo& a : allActivations())
+    if (a.name == name) return a.activation;
+  return std::nullopt;
+}
+
+const std::vector<FusedOpInfo>& allFusedOps() {
+  static const std::vector<FusedOpInfo> table = buildFusedOps();
+  return table;
+}
+
+const FusedOpInfo* findFusedOp(std::string_view op_type) {
+  for (const FusedOpInfo& op : allFusedOps())
+    if (op.name == op_type) return &op;
+  return nullptr;
+}
+
+std::string fusedSpellingName(std::string_view base, bool bias, bool residual, Activation act) {
+  std::string name(base);
+  if (!bias) name += kNoBias;
+  if (residual) name += kAdd;
+  if (act != Activation::None) name += "_" + std::string(activationName(act));
+  return name;
+}
+
+std::optional<FusedSpelling> decodeFusedSpelling(std::string_view op_type) {
+  const size_t base_end = op_type.find('_');
+  const FusedOpInfo* op = findFusedOp(op_type.substr(0, base_end));
+  if (!op || !op->takesEpilogue()) return std::nullopt;
+  FusedSpelling s;
+  s.op = op;
+  s.plain = base_end == std::string_view::npos;
+  if (s.plain) return s;
+  std::string_view rest = op_type.substr(base_end);
+  s.bias = !consume(rest, kNoBias);
+  s.residual = consume(rest, kAdd);
+  if (rest.empty()) return s;
+  if (!consume(rest, "_")) return std::nullopt;
+  for (Activation a : op->epilogue_activations) {
+    if (activationName(a) == rest) {
+      s.activation = a;
+      return s;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<FusedOperandSlots> fusedOperandSlots(std::string_view op_type) {
+  const std::optional<FusedSpelling> s = decodeFusedSpelling(op_type);
+  if (!s) return std::nullopt;
+  FusedOperandSlots slots;
+  if (s->plain) {
+    slots.bias = 2;
+    slots.residual = 3;
+    return slots;
+  }
+  slots.exact_inputs = 2;
+  if (s->bias) slots.bias = slots.exact_inputs++;
+  if (s->residual) slots.residual = slots.exact_inputs++;
+  return slots;
+}
+
+}  // namespace fusectl

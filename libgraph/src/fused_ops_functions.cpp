@@ -1,0 +1,336 @@
+// Model-local ONNX functions for the fusectl ops (fused_ops.h, docs/ops.md).
+//
+// Each epilogue-op spelling <base>[_NoBias][_Add][_<act>] becomes:
+//   acc = Conv(X, W[, B])           <the compute op's attributes by reference: @strides...>
+//      or Gemm(A, B[, C])           <@alpha, @beta, @transA, @transB>
+//   sum = Add(acc, Z)               (_Add)
+//   Y   = act(sum)                  (_<act>, standard ops only, see activationBody)
+// An attribute the call does not give is absent in the body too (ONNX function semantics), so
+// Conv's defaults apply exactly as for the original Conv. The activation parameters are read
+// from the call's activation_params with Constant<value_floats = @activation_params> (opset 12+)
+// or from the tensor attribute activation_params_tensor (older opsets, whose Constant has only
+// `value`), then taken apart with Gather.
+// An activation op (fusectl::Gelu) becomes the function of its name: Y = act(X).
+//
+// The bodies are IR graphs written by functionToBinary (onnx_function.h). Their bytes are part
+// of every optimized file, so the node order, the fresh names (t0, t1...) and the doc strings
+// stay as they are.
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+
+#include "fusectl/graph/error.h"
+#include "fusectl/graph/fused_ops.h"
+#include "fusectl/graph/onnx_function.h"
+
+namespace fusectl {
+namespace {
+
+// What one spelling computes. An activation op has no compute.
+struct Variant {
+  const FusedOpInfo* op = nullptr;
+  bool bias = true;
+  bool residual = false;
+  Activation activation = Activation::None;
+};
+
+Variant variantOf(const Node& n, const FusedSpelling& s) {
+  Variant v{s.op, s.bias, s.residual, Activation::None};
+  if (s.plain) {
+    v.bias = n.input(2) != nullptr;
+    v.residual = n.input(3) != nullptr;
+  }
+  const std::string act = n.attrString("activation", "");
+  std::optional<Activation> a = parseActivation(act);
+  if (!a) throwInvalid(fmt::format("{}: unknown activation '{}'", n.label(), act));
+  v.activation = *a;
+  return v;
+}
+
+std::string spelling(const Variant& v) {
+  return fusedSpellingName(v.op->name, v.bias, v.residual, v.activation);
+}
+
+// ---- building a body ----
+
+class Body {
+ public:
+  explicit Body(int64_t opset) : graph_(std::make_unique<Graph>()), opset_(opset) {}
+
+  int64_t opset() const { return opset_; }
+  Value* input(std::string_view name) { return graph_->addInput(std::string(name), {}); }
+  std::unique_ptr<Graph> finish(Value* y) {
+    graph_->addOutput(y);
+    return std::move(graph_);
+  }
+
+  // A default-domain node reading `inputs`; returns its output (named `out` or fresh).
+  Value* node(const std::string& op, std::vector<Value*> inputs, std::string out = "") {
+    if (out.empty()) out = fmt::format("t{}", next_++);
+    Graph::NodeSpec spec;
+    spec.op_type = op;
+    spec.inputs = std::move(inputs);
+    spec.output_names = {std::move(out)};
+    last_ = graph_->createNode(std::move(spec));
+    return last_->output(0);
+  }
+  // Adds to the last node an attribute taking the call's attribute `ref`.
+  void refAttr(std::string_view name, std::string_view ref, AttrKind kind) {
+    Attribute a;
+    a.name = std::string(name);
+    a.kind = kind;
+    a.ref_attr_name = std::string(ref);
+    last_->setAttr(std::move(a));
+  }
+  void floatAttr(const std::string& name, float value) {
+    last_->setAttr(Attribute::ofFloat(name, value));
+  }
+  template <typename T>
+  Value* scalarConstant(DType dtype, T value) {
+    Value* out = node("Constant", {});
+    Tensor scalar = Tensor::fromValues(dtype, {}, std::vector<T>{value});
+    last_->setAttr(Attribute::ofTensor("value", std::move(scalar)));
+    return out;
+  }
+  Value* floatConstant(float value) { return scalarConstant(DType::Float, value); }
+  // activation_params[i] as a scalar tensor.
+  Value* param(size_t i) {
+    if (!params_) {
+      params_ = node("Constant", {});
+      if (opset_ >= 12) {
+        refAttr("value_floats", "activation_params", AttrKind::Floats);
+      } else {
+        refAttr("value", "activation_params_tensor", AttrKind::Tensor);
+      }
+    }
+    Value* index = scalarConstant(DType::Int64, static_cast<int64_t>(i));
+    return node("Gather", {params_, index});
+  }
+  // min(max(x, lo), hi), as Clip where Clip takes tensor bounds (opset 11+).
+  Value* clamp(Value* x, Value* lo, Value* hi, const std::string& out) {
+    if (opset_ >= 11) return node("Clip", {x, lo, hi}, out);
+    return node("Min", {node("Max", {x, lo}), hi}, out);
+  }
+
+ private:
+  std::unique_ptr<Graph> graph_;
+  int64_t opset_;
+  Node* last_ = nullptr;
+  Value* params_ = nullptr;
+  int next_ = 0;
+};
+
+// y = act(x), computed as the kernel's epilogue does. Where a node takes two operands made here,
+// the second is made first: the bytes of every exported model depend on that order.
+Value* activationBody(Body& b, Activation act, Value* x, const std::string& y) {
+  switch (act) {
+    case Activation::Relu:
+    case Activation::Sigmoid:
+    case Activation::Tanh: return b.node(std::string(activationName(act)), {x}, y);
+    case Activation::Clip: {
+      Value* hi = b.param(1);
+      Value* lo = b.param(0);
+      return b.clamp(x, lo, hi, y);
+    }
+    case Activation::LeakyRelu:
+      return b.node("PRelu", {x, b.param(0)}, y);  // the same function, with a tensor slope
+    case Activation::HardSigmoid: {
+      Value* lin = b.node("Add", {b.node("Mul", {x, b.param(0)}), b.param(1)});
+      Value* one = b.floatConstant(1.f);
+      Value* zero = b.floatConstant(0.f);
+      return b.clamp(lin, zero, one, y);
+    }
+    case Activation::HardSwish: {
+      if (b.opset() >= 14) return b.node("HardSwish", {x}, y);
+      Value* gate = b.node("HardSigmoid", {x});
+      b.floatAttr("alpha", 1.f / 6.f);
+      b.floatAttr("beta", 0.5f);
+      return b.node("Mul", {x, gate}, y);
+    }
+    case Activation::Silu: return b.node("Mul", {x, b.node("Sigmoid", {x})}, y);
+    case Activation::Gelu: {
+      // 0.5 * x * (1 + erf(x / sqrt(2))), also from opset 20 on: checkers and runtimes that
+      // predate the Gelu op (libonnx 1.12) accept Erf.
+      Value* e = b.node("Erf", {b.node("Mul", {x, b.floatConstant(0.70710678118654752f)})});
+      Value* g = b.node("Mul", {x, b.node("Add", {e, b.floatConstant(1.f)})});
+      return b.node("Mul", {g, b.floatConstant(0.5f)}, y);
+    }
+    case Activation::None: break;
+  }
+  throwInternal(fmt::format("fusectl functions: no body for activation {}",
+                            activationName(act)));
+}
+
+// A fusectl-domain function `name` whose body uses the default domain at `opset`.
+FunctionDef startFunction(const std::string& name, int64_t opset) {
+  FunctionDef f;
+  f.name = name;
+  f.domain = std::string(kFusectlDomain);
+  f.opset_imports.push_back({"", opset});
+  return f;
+}
+
+// Y = act(X) for an activation op.
+std::string buildActivationFunction(const FusedOpInfo& op, int64_t opset) {
+  FunctionDef f = startFunction(std::string(op.name), opset);
+  Body b(opset);
+  Value* x = b.input(op.inputs.at(0).name);
+  f.body = b.finish(activationBody(b, op.activation, x, "Y"));
+  f.doc_string = fmt::format("fusectl {}: {}; see docs/ops.md", op.name, op.formula);
+  return functionToBinary(f);
+}
+
+std::string buildEpilogueFunction(const std::string& name, const Variant& v, int64_t opset) {
+  const FusedOpInfo& op = *v.op;
+  FunctionDef f = startFunction(name, opset);
+  Body b(opset);
+  // The compute op's operands, then the residual: without gaps.
+  std::vector<Value*> compute_inputs;
+  std::vector<std::string> compute_names;
+  for (size_t i = 0; i < 3; ++i) {
+    if (i == 2 && !v.bias) break;
+    compute_names.emplace_back(op.inputs.at(i).name);
+    compute_inputs.push_back(b.input(op.inputs.at(i).name));
+  }
+  Value* z = v.residual ? b.input(op.inputs.at(3).name) : nullptr;
+
+  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  if (opset < 12) f.attributes.emplace_back("activation_params_tensor");
+
+  const bool has_act = v.activation != Activation::None;
+  const bool last_is_compute = !v.residual && !has_act;
+  Value* y = b.node(std::string(op.compute), compute_inputs, last_is_compute ? "Y" : "acc");
+  for (const FusedOpAttribute& a : op.attributes)
+    if (a.by_reference) b.refAttr(a.name, a.name, a.kind);
+  if (v.residual) y = b.node("Add", {y, z}, has_act ? "sum" : "Y");
+  if (has_act) y = activationBody(b, v.activation, y, "Y");
+  f.body = b.finish(y);
+
+  std::string what = fmt::format("{}({})", op.compute, fmt::join(compute_names, ", "));
+  if (v.residual) what += " + Z";
+  if (has_act) what = fmt::format("{}({})", activationName(v.activation), what);
+  f.doc_string = fmt::format("fusectl {}: Y = {}; see docs/ops.md", name, what);
+  return functionToBinary(f);
+}
+
+// Subgraphs first: `fn` may replace the node.
+template <typename Fn>
+void forEachNode(Graph& g, Fn&& fn) {
+  for (Node* n : g.nodesSnapshot()) {
+    for (Attribute& a : n->mutableAttributes()) {
+      if (a.g) forEachNode(*a.g, fn);
+      for (auto& sub : a.graphs)
+        if (sub) forEachNode(*sub, fn);
+    }
+    fn(*n);
+  }
+}
+
+// Gives `n` the op type `name` and exactly the inputs its function takes: a spelled node lists
+// no omitted input (X, W, Z for _NoBias_Add), since ONNX 1.12 cannot bind an omitted input of a
+// function call. The graph has no "remove input" edit, so such a node is rebuilt in place.
+void respell(Node& n, const std::string& name, const Variant& v) {
+  Graph& g = *n.graph();
+  const FusedOperandSlots slots = *fusedOperandSlots(n.opType());
+  std::vector<Value*> inputs = {n.input(0), n.input(1)};
+  if (v.bias) inputs.push_back(n.input(*slots.bias));
+  if (v.residual) inputs.push_back(n.input(*slots.residual));
+  if (inputs == n.inputs()) {
+    if (n.opType() != name) g.setOpType(&n, name, std::string(kFusectlDomain));
+    return;
+  }
+  Value* out = n.output(0);
+  const std::string out_name = out->name();
+  Graph::NodeSpec spec;
+  spec.op_type = name;
+  spec.domain = std::string(kFusectlDomain);
+  spec.inputs = std::move(inputs);
+  spec.output_names = {g.uniqueValueName(out_name)};
+  spec.attributes = n.attributes();
+  Node* rebuilt = g.createNode(std::move(spec), &n);
+  rebuilt->doc_string = n.doc_string;
+  rebuilt->output(0)->type = out->type;
+  rebuilt->output(0)->doc_string = out->doc_string;
+  g.replaceAllUsesWith(out, rebuilt->output(0));
+  const std::string node_name = n.name();
+  g.eraseNode(&n);
+  if (rebuilt->output(0)->name() != out_name) g.renameValue(rebuilt->output(0), out_name);
+  if (!node_name.empty()) g.renameNode(rebuilt, node_name);
+}
+
+// Writes the activation's parameters on the node in full (defaults for those it leaves out),
+// and below opset 12 also as the tensor the body's Constant reads.
+void makeParamsExplicit(Node& n, Activation act, int64_t opset) {
+  const ActivationInfo& info = activationInfo(act);
+  if (info.num_params == 0) return;
+  std::vector<float> params = n.attrFloats("activation_params");
+  for (size_t i = params.size(); i < info.num_params; ++i) params.push_back(info.defaults[i]);
+  params.resize(info.num_params);
+  n.setAttr(Attribute::ofFloats("activation_params", params));
+  if (opset < 12) {
+    n.setAttr(Attribute::ofTensor(
+        "activation_params_tensor",
+        Tensor::fromValues(DType::Float, {static_cast<int64_t>(info.num_params)}, params)));
+  }
+}
+
+}  // namespace
+
+std::string fusedOpSpelling(const Node& node) {
+  std::optional<FusedSpelling> s = decodeFusedSpelling(node.opType());
+  if (!s) throwInvalid(fmt::format("{}: {} is not a fused op with an epilogue", node.label(),
+                                   node.opType()));
+  return spelling(variantOf(node, *s));
+}
+
+void attachFusectlFunctions(Model& model) {
+  const int64_t opset = model.opsetVersion("");
+  std::set<std::pair<std::string, std::string>> defined;  // (domain, name) in model.functions
+  for (const std::string& bytes : model.functions)
+    if (auto id = functionIdOf(bytes)) defined.insert(*id);
+
+  // Sorted: functions are appended in name order. An activation op has no Variant.
+  std::map<std::string, std::optional<Variant>> needed;
+  auto requireOpset = [&] {
+    if (opset <= 0) {
+      throwUnsupported("the model imports no default-domain opset; the fusectl functions need "
+                       "one");
+    }
+  };
+  forEachNode(*model.graph, [&](Node& n) {
+    if (n.domain() != kFusectlDomain) return;
+    const FusedOpInfo* op = findFusedOp(n.opType());
+    if (op && !op->takesEpilogue()) {
+      requireOpset();
+      needed.emplace(n.opType(), std::nullopt);
+      return;
+    }
+    std::optional<FusedSpelling> s = decodeFusedSpelling(n.opType());
+    if (!s) {
+      if (!defined.count({n.domain(), n.opType()})) {
+        throwUnsupported(fmt::format("{}: no portable ONNX function is known for fusectl::{}",
+                                     n.label(), n.opType()));
+      }
+      return;
+    }
+    requireOpset();
+    Variant v = variantOf(n, *s);
+    makeParamsExplicit(n, v.activation, opset);
+    std::string name = spelling(v);
+    needed.emplace(name, v);
+    respell(n, name, v);  // last: it may replace n
+  });
+
+  for (const auto& [name, v] : needed) {
+    if (defined.count({std::string(kFusectlDomain), name})) continue;
+    model.functions.push_back(v ? buildEpilogueFunction(name, *v, opset)
+                                : buildActivationFunction(*findFusedOp(name), opset));
+  }
+  if (!needed.empty()) {
+    if (model.opsetVersion(kFusectlDomain) == 0) model.setOpsetVersion(kFusectlDomain, 1);
+    if (model.ir_version < 8) model.ir_version = 8;
+  }
+}
+
+}  // namespace fusectl
