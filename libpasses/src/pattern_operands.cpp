@@ -211,12 +211,18 @@ std::string leafFailure(const PatternLeaf& leaf, const Node& n, size_t slot, con
   if (c.count() == 0) {
     return fmt::format("{}: '{}' has no elements, the pattern wants {}", at, v->name(), want);
   }
-  const int64_t i = firstDifferent(c, *leaf.equals);
+  // An element as its dtype holds it: a float32 0.1 reads "0.1", not 0.10000000149011612.
+  auto element = [&](int64_t i) {
+    const DType d = c.dtype();
+    const bool single = d == DType::Float || d == DType::Float16 || d == DType::BFloat16;
+    return single ? fmt::format("{}", static_cast<float>(c.at(i))) : fmt::format("{}", c.at(i));
+  };
   if (c.count() == 1) {
-    return fmt::format("{}: '{}' is {}, the pattern wants {}", at, v->name(), c.at(0), want);
+    return fmt::format("{}: '{}' is {}, the pattern wants {}", at, v->name(), element(0), want);
   }
+  const int64_t i = firstDifferent(c, *leaf.equals);
   return fmt::format("{}: '{}' has element {} = {} (of {}), the pattern wants every one {}", at,
-                     v->name(), i, c.at(i), c.count(), want);
+                     v->name(), i, element(i), c.count(), want);
 }
 
 std::string valueOrigin(const Value& v) {
