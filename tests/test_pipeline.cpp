@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "dump_schema_check.h"
 #include "fusectl/graph/error.h"
@@ -270,16 +271,21 @@ TEST_CASE("pipeline: options are declared with the pass and checked when parsed"
   CHECK_THAT(parseErr("test-fuse-double-relu{a=1,zz=2}"),
              Catch::Contains("has no option 'zz' (its options: a, b, k, n, on, x)"));
   // Values are checked against the declared type.
-  CHECK_THAT(parseErr("fold-constants{max-bytes=lots}"),
-             Catch::Contains("option 'max-bytes' of pass 'fold-constants' takes a count (a whole "
-                             "number >= 0), not 'lots'"));
-  CHECK_THAT(parseErr("fold-constants{max-bytes=-1}"), Catch::Contains("not '-1'"));
-  CHECK_THAT(parseErr("fold-constants{max-bytes=99999999999999999999999}"),
-             Catch::Contains("takes a count"));
-  CHECK_THAT(parseErr("test-fuse-double-relu{a=1.5}"), Catch::Contains("takes a whole number"));
-  CHECK_THAT(parseErr("test-fuse-double-relu{x=1.5x}"), Catch::Contains("takes a number"));
-  CHECK_THAT(parseErr("test-fuse-double-relu{on=yes}"), Catch::Contains("takes true or false"));
-  CHECK_THAT(parseErr("test-fuse-double-relu{n=+3}"), Catch::Contains("takes a count"));
+  const std::pair<const char*, const char*> bad_values[] = {
+      {"fold-constants{max-bytes=lots}",
+       "option 'max-bytes' of pass 'fold-constants' takes a count (a whole number >= 0), not "
+       "'lots'"},
+      {"fold-constants{max-bytes=-1}", "not '-1'"},
+      {"fold-constants{max-bytes=99999999999999999999999}", "takes a count"},
+      {"test-fuse-double-relu{a=1.5}", "takes a whole number"},
+      {"test-fuse-double-relu{x=1.5x}", "takes a number"},
+      {"test-fuse-double-relu{on=yes}", "takes true or false"},
+      {"test-fuse-double-relu{n=+3}", "takes a count"},
+  };
+  for (const auto& [text, message] : bad_values) {
+    INFO(text);
+    CHECK_THAT(parseErr(text), Catch::Contains(message));
+  }
   CHECK(Pipeline::parse("test-fuse-double-relu{a=-3,n=0,on=true,x=1e-3,b=w}").str() ==
         "test-fuse-double-relu{a=-3,b=w,n=0,on=true,x=1e-3}");
 

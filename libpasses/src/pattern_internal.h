@@ -1,5 +1,5 @@
 // Internal: what the pattern files share. The pieces of pattern text that the printer
-// (pattern_syntax.cpp) and the matcher's reasons (pattern_matcher.cpp) both write, so a reason
+// (pattern_printer.cpp) and the matcher's reasons (pattern_matcher.cpp) both write, so a reason
 // spells a node as the pattern does; and the checks of a complete binding that are not edges
 // (node conditions, leaf operands: pattern_operands.cpp), each split into a test that formats
 // nothing and the reason, built only when someone listens.

@@ -115,14 +115,7 @@ class Matcher {
       }
       return false;
     }
-    bool found = false;
-    if (plan_.has_operands) {
-      found = enter(p_.root, anchor, 0, -1, -1);
-    } else {
-      bound_[p_.root] = anchor;
-      found = search(0);
-    }
-    if (found) {
+    if (bindAndSearch(p_.root, anchor, 0)) {
       out = Match(p_.nodes.size());
       for (size_t i = 0; i < bound_.size(); ++i) out[i] = result_[i];
       out.setRoot(p_.root);
@@ -210,6 +203,16 @@ class Matcher {
                          have == 1 ? "" : "s", written);
     });
     return false;
+  }
+
+  // Binds pattern node k to n for the search from step `next` on; `position` and `slot` as for
+  // enter().
+  bool bindAndSearch(size_t k, Node* n, size_t next, int position = -1, int slot = -1) {
+    if (plan_.has_operands) return enter(k, n, next, position, slot);
+    bound_[k] = n;  // the plain path: no arity, no orders
+    const bool ok = search(next);
+    bound_[k] = nullptr;
+    return ok;
   }
 
   // Binds pattern node k to n and searches on from `next`. A permuted node is tried in each
@@ -354,15 +357,7 @@ class Matcher {
         tried.push_back(c);
       }
       if (isBound(c) || !want.matchesOp(*c)) continue;
-      bool ok = false;
-      if (plan_.has_operands) {
-        ok = enter(e.to, c, step + 1, any_order ? e.to_input : -1, u.input);
-      } else {
-        bound_[e.to] = c;
-        ok = search(step + 1);
-        bound_[e.to] = nullptr;
-      }
-      if (ok) return true;
+      if (bindAndSearch(e.to, c, step + 1, any_order ? e.to_input : -1, u.input)) return true;
       if (exhausted()) return false;
     }
     failAt(step, prod, [&] { return consumerReason(effective(e), prod, v, want); });
@@ -410,15 +405,7 @@ class Matcher {
       if (!v || !v->producer() || v->producerOutputIndex() != e.from_output) continue;
       Node* p = v->producer();
       if (isBound(p) || !want.matchesOp(*p)) continue;
-      bool ok = false;
-      if (plan_.has_operands) {
-        ok = enter(e.from, p, step + 1, -1, -1);
-      } else {
-        bound_[e.from] = p;
-        ok = search(step + 1);
-        bound_[e.from] = nullptr;
-      }
-      if (ok) return true;
+      if (bindAndSearch(e.from, p, step + 1)) return true;
       if (exhausted()) return false;
     }
     failAt(step, cons, [&] { return producerReason(e, cons, want); });
