@@ -76,7 +76,19 @@ std::string boundText(const Pattern& p, const Match& m) {
     if (label.rfind(n->opType(), 0) != 0) item += " (" + opOf(*n) + ")";
     s += (s.empty() ? "" : ", ") + item;
   }
+  for (size_t i = 0; i < m.values().size(); ++i) {
+    if (p.leaves[i].capture.empty() || !m.values()[i]) continue;
+    s += fmt::format(", ${}='{}'", p.leaves[i].capture, m.values()[i]->name());
+  }
   return s;
+}
+
+// " [benefit 2, produces fusectl::FusedConv]" for what the pass declared; "" when nothing.
+std::string declaredText(const Pattern& p) {
+  std::vector<std::string> parts;
+  if (p.benefit != 1) parts.push_back(fmt::format("benefit {}", p.benefit));
+  if (!p.produces.empty()) parts.push_back(fmt::format("produces {}", fmt::join(p.produces, ", ")));
+  return parts.empty() ? "" : fmt::format(" [{}]", fmt::join(parts, ", "));
 }
 
 int runMatch(const MatchCliOptions& opts) {
@@ -101,10 +113,20 @@ int runMatch(const MatchCliOptions& opts) {
                            {"node", m[i]->label()},
                            {"op", opOf(*m[i])}});
         }
-        jm.push_back({{"pass", src.pass},
-                      {"pattern", src.pattern.name},
-                      {"root", m.root()->label()},
-                      {"nodes", nodes}});
+        nlohmann::ordered_json jmatch = {{"pass", src.pass},
+                                         {"pattern", src.pattern.name},
+                                         {"root", m.root()->label()},
+                                         {"nodes", nodes}};
+        if (!m.values().empty()) {
+          nlohmann::ordered_json values = nlohmann::ordered_json::array();
+          for (size_t i = 0; i < m.values().size(); ++i) {
+            if (src.pattern.leaves[i].capture.empty()) continue;
+            values.push_back({{"capture", src.pattern.leaves[i].capture},
+                              {"value", m.values()[i]->name()}});
+          }
+          jmatch["values"] = values;
+        }
+        jm.push_back(std::move(jmatch));
       }
       for (const NearMiss& miss : r.near_misses) {
         jn.push_back({{"pass", src.pass},
@@ -114,14 +136,17 @@ int runMatch(const MatchCliOptions& opts) {
                       {"node", miss.node},
                       {"reason", miss.reason}});
       }
-      jp.push_back({{"pass", src.pass},
-                    {"name", src.pattern.name},
-                    {"pattern", src.pattern.str()},
-                    {"candidates", r.candidates},
-                    {"matches", r.matches.size()}});
+      nlohmann::ordered_json jpattern = {{"pass", src.pass},
+                                         {"name", src.pattern.name},
+                                         {"pattern", src.pattern.str()},
+                                         {"candidates", r.candidates},
+                                         {"matches", r.matches.size()}};
+      if (src.pattern.benefit != 1) jpattern["benefit"] = src.pattern.benefit;
+      if (!src.pattern.produces.empty()) jpattern["produces"] = src.pattern.produces;
+      jp.push_back(std::move(jpattern));
       continue;
     }
-    const std::string text = src.pattern.str();
+    const std::string text = src.pattern.str() + declaredText(src.pattern);
     std::string title = fmt::format("pattern {}: {}", src.pattern.name, text);  // a catalog's
     if (!src.pass.empty()) {
       title = fmt::format("pattern {} ({}): {}", src.pattern.name, src.pass, text);

@@ -1,4 +1,5 @@
-// `fusectl passes`: list the registered passes (from passes.def) and the -O pipelines.
+// `fusectl passes`: list the registered passes (from passes.def) with their options, and the
+// -O pipelines.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -30,12 +31,23 @@ int runPasses(const PassesOptions& opts) {
     for (const PassInfo& info : allPasses()) {
       nlohmann::ordered_json patterns = nlohmann::ordered_json::array();
       for (const Pattern& p : createPass(info.name)->patterns()) {
-        patterns.push_back({{"name", p.name}, {"pattern", p.str()}});
+        nlohmann::ordered_json jp = {{"name", p.name}, {"pattern", p.str()}};
+        if (p.benefit != 1) jp["benefit"] = p.benefit;
+        if (!p.produces.empty()) jp["produces"] = p.produces;
+        patterns.push_back(std::move(jp));
+      }
+      nlohmann::ordered_json options = nlohmann::ordered_json::array();
+      for (const PassOption& o : passOptions(info.name)) {
+        options.push_back({{"name", std::string(o.name)},
+                           {"type", std::string(optionTypeName(o.type))},
+                           {"default", std::string(o.default_value)},
+                           {"description", std::string(o.description)}});
       }
       list.push_back({{"name", std::string(info.name)},
                       {"level", info.level},
                       {"portability", std::string(portabilityName(info.portability))},
                       {"description", std::string(info.description)},
+                      {"options", options},
                       {"patterns", patterns}});
     }
     j["passes"] = list;
@@ -51,6 +63,10 @@ int runPasses(const PassesOptions& opts) {
     for (const PassInfo& info : allPasses()) {
       std::cout << fmt::format("{:<{}}  -O{}    {:<8}  {}\n", info.name, width, info.level,
                                portabilityName(info.portability), info.description);
+      for (const PassOption& o : passOptions(info.name)) {
+        std::cout << fmt::format("{:<{}}    {{{}={}}}  default {}: {}\n", "", width, o.name,
+                                 optionTypeName(o.type), o.default_value, o.description);
+      }
     }
     std::cout << "\npipelines by -O level:\n";
     for (int level = 1; level <= 3; ++level)
@@ -66,8 +82,10 @@ int runPasses(const PassesOptions& opts) {
 Command addPassesCommand(CLI::App& parent) {
   auto opts = std::make_shared<PassesOptions>();
   CLI::App* cmd = parent.add_subcommand(
-      "passes", "List the optimization passes: name, -O level, output portability, description");
-  cmd->add_flag("--json", opts->json, "JSON, with each pass's patterns and the -O pipelines");
+      "passes",
+      "List the optimization passes: name, -O level, output portability, description, options");
+  cmd->add_flag("--json", opts->json,
+                "JSON, with each pass's options and patterns and the -O pipelines");
   cmd->add_flag("--markdown", opts->markdown, "The Markdown table that docs/passes.md embeds");
   return Command{cmd, [opts] { return runPasses(*opts); }};
 }

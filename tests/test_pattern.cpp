@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
@@ -54,6 +55,33 @@ g (float[1, 2, 4, 4] X, float[1, 2, 4, 4] R) => (float[1, 2, 4, 4] Y, float[1, 2
 #@ node 4 name "Add_7"
 )";
 
+// `text` prints back as written, and the printed text parses to the same structure.
+void checkRoundTrip(const char* text) {
+  INFO(text);
+  Pattern p = Pattern::parse(text);
+  CHECK(p.str() == text);
+  Pattern q = Pattern::parse(p.str());
+  CHECK(q.str() == p.str());
+  REQUIRE(q.nodes.size() == p.nodes.size());
+  REQUIRE(q.edges.size() == p.edges.size());
+  REQUIRE(q.leaves.size() == p.leaves.size());
+  CHECK(q.root == p.root);
+  for (size_t i = 0; i < p.edges.size(); ++i) {
+    CHECK(q.edges[i].from == p.edges[i].from);
+    CHECK(q.edges[i].to == p.edges[i].to);
+    CHECK(q.edges[i].from_output == p.edges[i].from_output);
+    CHECK(q.edges[i].to_input == p.edges[i].to_input);
+    CHECK(q.edges[i].operand == p.edges[i].operand);
+  }
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    CHECK(q.nodes[i].operands.size() == p.nodes[i].operands.size());
+  for (size_t i = 0; i < p.leaves.size(); ++i) {
+    CHECK(q.leaves[i].capture == p.leaves[i].capture);
+    CHECK(q.leaves[i].kind == p.leaves[i].kind);
+    CHECK(q.leaves[i].equals == p.leaves[i].equals);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("pattern: parse and print round trip", "[pattern]") {
@@ -69,22 +97,7 @@ TEST_CASE("pattern: parse and print round trip", "[pattern]") {
       "Conv",
       "a:Conv -> b:Relu -> c:Add ; a -> 0:c",
   };
-  for (const char* t : texts) {
-    INFO(t);
-    Pattern p = Pattern::parse(t);
-    CHECK(p.str() == t);
-    Pattern q = Pattern::parse(p.str());
-    CHECK(q.str() == p.str());
-    REQUIRE(q.nodes.size() == p.nodes.size());
-    REQUIRE(q.edges.size() == p.edges.size());
-    CHECK(q.root == p.root);
-    for (size_t i = 0; i < p.edges.size(); ++i) {
-      CHECK(q.edges[i].from == p.edges[i].from);
-      CHECK(q.edges[i].to == p.edges[i].to);
-      CHECK(q.edges[i].from_output == p.edges[i].from_output);
-      CHECK(q.edges[i].to_input == p.edges[i].to_input);
-    }
-  }
+  for (const char* t : texts) checkRoundTrip(t);
 
   // Spacing is free; printing is canonical.
   CHECK(Pattern::parse("  c : Conv->bn:BatchNormalization ;other:*->bn ").str() ==
@@ -104,9 +117,9 @@ TEST_CASE("pattern: parse and print round trip", "[pattern]") {
 
   // A pattern built in code prints so that it parses back to the same structure.
   Pattern built;
-  built.nodes = {PatternNode{"", {"Relu"}, "", {}}, PatternNode{"", {"Add"}, "", {}},
-                 PatternNode{"", {"Conv"}, "", {}}};
-  built.edges = {PatternEdge{2, 1, 0, 1}, PatternEdge{0, 1, 0, 0}};
+  built.nodes = {PatternNode{"", {"Relu"}, "", {}, {}}, PatternNode{"", {"Add"}, "", {}, {}},
+                 PatternNode{"", {"Conv"}, "", {}, {}}};
+  built.edges = {PatternEdge{2, 1, 0, 1, false}, PatternEdge{0, 1, 0, 0, false}};
   std::string text = built.str();
   Pattern back = Pattern::parse(text);
   INFO(text);
@@ -502,4 +515,273 @@ g (float[1, 2, 4, 4] X, float16[1, 2, 4, 4] H, float16[2, 2, 1, 1] W16)
   REQUIRE(!r.near_misses.empty());
   CHECK(r.near_misses[0].reason ==
         "Conv(a) has no attribute 'strides', and its ONNX schema gives no default");
+}
+
+TEST_CASE("pattern: operands in call form, leaves and numbers", "[pattern]") {
+  for (const char* text : {
+           "m:Mul($x, 0.5)",
+           "Pow(Sub($x, mean:ReduceMean($x)), 2.0)",
+           "Conv($x:input, $w:const) -> Relu",
+           "a:Add(c:Conv.1, $r) -> Relu",
+           "x:Relu -> m:Mul(x, 0.5)",
+           "m:Mul(x:Relu, -1.5e-05) ; x -> Sigmoid",
+           "Div($x, Sqrt(Add(ReduceMean(Pow(Sub($x, ReduceMean($x)), 2.0)), $eps:const)))",
+           "Mul(^r:Relu[dtype=float], 0.5)",
+           "Sum(a:Relu, b:Relu, a)",
+       }) {
+    checkRoundTrip(text);
+  }
+  // Canonical spacing and numbers written so they read back as numbers.
+  CHECK(Pattern::parse("Mul( $x ,0.50 )").str() == "Mul($x, 0.5)");
+  CHECK(Pattern::parse("Pow ($x, 2)").str() == "Pow($x, 2.0)");
+
+  Pattern p = Pattern::parse("m:Mul(r:Relu, $c:const) ; Sub($y:input, r)");
+  REQUIRE(p.nodes.size() == 3);
+  REQUIRE(p.leaves.size() == 2);
+  CHECK(p.leaves[0].capture == "c");
+  CHECK(p.leaves[0].kind == LeafKind::Constant);
+  CHECK_FALSE(p.leaves[0].equals);
+  CHECK(p.leaves[1].kind == LeafKind::GraphInput);
+  CHECK(*p.leafIndexOf("y") == 1);
+  REQUIRE(p.nodes[0].operands.size() == 2);
+  CHECK_FALSE(p.nodes[0].operands[0].leaf);
+  CHECK(p.nodes[0].operands[1].leaf);
+  const PatternEdge& e = p.edges[p.nodes[0].operands[0].index];
+  CHECK((e.from == 1 && e.to == 0 && e.to_input == 0 && e.operand));
+  CHECK(p.nodes[0].commutative());        // Mul
+  CHECK_FALSE(p.nodes[2].commutative());  // Sub
+  CHECK(Pattern::parse("Mul(0.5, 0.5)").leaves[1].equals == 0.5);
+  CHECK_FALSE(Pattern::parse("Add|Sub($x, $y)").nodes[0].commutative());
+  CHECK_FALSE(Pattern::parse("Add($x)").nodes[0].commutative());
+  CHECK_FALSE(Pattern::parse("com.ms::Add($x, $y)").nodes[0].commutative());
+  CHECK(Pattern::parse("Max|Min|Equal|And($x, $y)").nodes[0].commutative());
+
+  const std::pair<const char*, const char*> errors[] = {
+      {"Mul()", "column 5: empty operand list"},
+      {"Mul($x 0.5)", "expected ',' or ')' in the operands"},
+      {"Mul($x:weird)", "unknown leaf kind 'weird'"},
+      {"Mul($x:const, $x:input)", "leaf $x is already defined"},
+      {"Mul($)", "expected a leaf name after '$'"},
+      {"Mul(1:Relu, 0.5)", "column 5: an operand's input slot is its position (0)"},
+      {"Mul($x, 1:Relu)", "its position (1)"},
+      {"m:Mul(m, 1.0)", "a node cannot feed itself"},
+      {"x:Relu -> Add ; x($y)", "'x' is a reference"},
+      {"a:Relu -> Mul($a)", "'a' already names a node"},
+      {"Mul($a, a:Relu)", "'a' already names the leaf $a"},
+      {"Conv -> $x", "found '$'"},  // leaves are operands only
+  };
+  for (const auto& [text, message] : errors) {
+    INFO(text);
+    CHECK_THAT(parseError(text), Catch::Contains(message));
+  }
+}
+
+namespace {
+
+// Mul nodes reading X and a constant in every way a pattern `Mul($x, 0.5)` must tell apart.
+const char* kMulConstants = R"(
+<ir_version: 8, opset_import: ["" : 13]>
+g (float[2] X, float[2] Wi) => (float[2] A, float[2] B, float[2] C, float[2] D, float[2] E,
+                                float[2] F, float[2] G, float[2] H, float[2] I, float[2] J,
+                                float[2] P, float[2] Q)
+<float[1] half = {0.5}, float[1] seven = {0.7}, float[2] halves = {0.5, 0.5},
+ float[2] mixed = {0.5, 0.6}, float[1] Wi = {0.5}, float[1] k = {0.044715},
+ int64[1] two = {2}>
+{
+  A = Mul (X, half)
+  B = Mul (half, X)
+  C = Mul (X, seven)
+  K = Constant <value_float = 0.5> ()
+  D = Mul (X, K)
+  E = Mul (X, halves)
+  F = Mul (X, mixed)
+  G = Mul (X, X)
+  H = Mul (X, Wi)
+  R = Relu (X)
+  I = Mul (half, R)
+  J = Sub (half, R)
+  P = Pow (X, two)
+  Q = Mul (X, k)
+}
+)";
+
+// kMulConstants plus S = Mul(h16, X16), h16 a float16 0.5 rounded up by one step
+// (0.50048828125) and X16 float16 {1, 2}: the text syntax has no float16 literals.
+std::unique_ptr<Model> mulConstantsModel() {
+  std::unique_ptr<Model> m = model(kMulConstants);
+  Graph& g = *m->graph;
+  Value* h16 = g.addInitializer("h16", Tensor::fromValues<uint16_t>(DType::Float16, {1}, {0x3801}));
+  Value* x16 =
+      g.addInitializer("X16", Tensor::fromValues<uint16_t>(DType::Float16, {2}, {0x3C00, 0x4000}));
+  g.createNode({"Mul", "", {h16, x16}, {"S"}, "", {}});
+  return m;
+}
+
+std::vector<std::string> roots(const MatchResult& r) {
+  std::vector<std::string> out;
+  for (const Match& m : r.matches) out.push_back(m.root()->label());
+  return out;
+}
+
+const NearMiss* missAt(const MatchResult& r, const std::string& anchor) {
+  for (const NearMiss& m : r.near_misses)
+    if (m.anchor == anchor) return &m;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("pattern: constant-value operands and commutative ops", "[pattern]") {
+  auto m = mulConstantsModel();
+  Pattern p = Pattern::parse("m:Mul($x, 0.5)", "half");
+  MatchResult r = matchPattern(*m->graph, p);
+  // A: as written; B and I: the other order (Mul is commutative); D: a Constant node's value;
+  // E: every element 0.5; S: float16. H reads a graph input that has an initializer: not a
+  // constant.
+  CHECK(roots(r) == std::vector<std::string>{"Mul(A)", "Mul(B)", "Mul(D)", "Mul(E)", "Mul(I)",
+                                             "Mul(S)"});
+  CHECK(r.matches[4].value("x")->name() == "R");
+  CHECK(r.matches[5].value("x")->name() == "X16");
+  CHECK(r.matches[0].value("x")->name() == "X");
+  CHECK(r.matches[1].value("x")->name() == "X");
+  CHECK(r.matches[1].get("m")->label() == "Mul(B)");
+  CHECK(r.matches[0].value("nope") == nullptr);
+  REQUIRE(missAt(r, "Mul(C)"));
+  CHECK(missAt(r, "Mul(C)")->constraint == "operand:m.1");
+  CHECK(missAt(r, "Mul(C)")->node == "Mul(C)");
+  CHECK(missAt(r, "Mul(C)")->reason == "Mul(C) input 1: 'seven' is 0.7, the pattern wants 0.5");
+  CHECK(missAt(r, "Mul(F)")->reason ==
+        "Mul(F) input 1: 'mixed' has element 1 = 0.6 (of 2), the pattern wants every one 0.5");
+  CHECK(missAt(r, "Mul(G)")->reason == "Mul(G) input 1: 'X' is a graph input, not a constant");
+  CHECK(missAt(r, "Mul(H)")->reason == "Mul(H) input 1: 'Wi' is a graph input, not a constant");
+  CHECK(missAt(r, "Mul(Q)")->reason ==
+        "Mul(Q) input 1: 'k' is 0.044715, the pattern wants 0.5");
+
+  // A node operand of a commutative op, in either order; Sub keeps its order.
+  Pattern relu = Pattern::parse("m:Mul(r:Relu, 0.5)", "relu-half");
+  r = matchPattern(*m->graph, relu);
+  REQUIRE(roots(r) == std::vector<std::string>{"Mul(I)"});
+  CHECK(r.matches[0].get("r")->label() == "Relu(R)");
+  r = matchPattern(*m->graph, Pattern::parse("s:Sub(r:Relu, 0.5)"));
+  CHECK(r.matches.empty());
+  CHECK(r.near_misses.at(0).reason == "Sub(J) input 0 'half' is a constant");
+  CHECK(matchPattern(*m->graph, Pattern::parse("s:Sub(0.5, r:Relu)")).matches.size() == 1);
+
+  // Numbers compare within the rounding of the constant's dtype (float32 0.044715 is not the
+  // double 0.044715), an int64 exponent matches 2.0, and a wrong dtype rounding does not pass.
+  CHECK(roots(matchPattern(*m->graph, Pattern::parse("Mul($x, 0.044715)"))) ==
+        std::vector<std::string>{"Mul(Q)"});
+  CHECK(roots(matchPattern(*m->graph, Pattern::parse("Pow($x, 2.0)"))) ==
+        std::vector<std::string>{"Pow(P)"});
+  CHECK(matchPattern(*m->graph, Pattern::parse("Pow($x, 2.001)")).matches.empty());
+  // float16 within its rounding: 0.50048828125 is 0.5 (and not 0.502); float32 is stricter.
+  CHECK(roots(matchPattern(*m->graph, Pattern::parse("Mul($x, 0.50001)"))) ==
+        std::vector<std::string>{"Mul(S)"});
+  CHECK(matchPattern(*m->graph, Pattern::parse("Mul($x, 0.502)")).matches.empty());
+}
+
+TEST_CASE("pattern: graph inputs and constants as leaves", "[pattern]") {
+  auto m = model(R"(
+<ir_version: 8, opset_import: ["" : 13]>
+g (float[1, 2, 4, 4] X) => (float[1, 2, 4, 4] Y, float[1, 2, 4, 4] Z, float[1, 2, 4, 4] V,
+                           float[1, 2, 4, 4] T)
+<float[2, 2, 1, 1] W = {1, 0, 0, 1}>
+{
+  C = Conv (X, W)
+  Y = Relu (C)
+  R = Relu (X)
+  Z = Conv (R, W)
+  M = ReduceMean <axes = [1]> (X)
+  S = Sub (X, M)
+  T = Sub (Z, M)
+  V = Relu (S)
+}
+)");
+  Pattern p = Pattern::parse("c:Conv($x:input, $w:const) -> Relu", "conv-on-input");
+  MatchResult r = matchPattern(*m->graph, p);
+  REQUIRE(r.matches.size() == 1);
+  CHECK(r.matches[0].value("x")->name() == "X");
+  CHECK(r.matches[0].value("w")->name() == "W");
+  CHECK(r.matches[0].values().size() == 2);
+  Pattern q = Pattern::parse("c:Conv($x:input, $w:const)", "conv-on-input");
+  r = matchPattern(*m->graph, q);
+  REQUIRE(r.matches.size() == 1);
+  REQUIRE(r.near_misses.size() == 1);
+  CHECK(r.near_misses[0].constraint == "operand:c.0");
+  CHECK(r.near_misses[0].reason ==
+        "Conv(Z) input 0: 'R' is computed by Relu(R), not a graph input");
+
+  // $x written twice is one value.
+  Pattern centered = Pattern::parse("s:Sub($x, ReduceMean($x))", "centered");
+  r = matchPattern(*m->graph, centered);
+  REQUIRE(roots(r) == std::vector<std::string>{"Sub(S)"});
+  CHECK(r.matches[0].value("x")->name() == "X");
+  REQUIRE(missAt(r, "Sub(T)"));
+  CHECK_THAT(missAt(r, "Sub(T)")->reason, Catch::Contains("is not $x"));
+
+  // Operands written fix the node's inputs: a commutative node exactly, another at least.
+  r = matchPattern(*m->graph, Pattern::parse("Conv($x, $w, $b)"));
+  CHECK(r.matches.empty());
+  CHECK(r.near_misses.at(0).constraint == "structure");
+  CHECK(r.near_misses.at(0).reason == "Conv(C) has 2 inputs, the pattern writes 3 operands");
+  CHECK(matchPattern(*m->graph, Pattern::parse("Conv($x)")).matches.size() == 2);
+  CHECK(matchPattern(*m->graph, Pattern::parse("Sub($x)")).matches.size() == 2);
+}
+
+TEST_CASE("pattern: constraint failures carry their node; reasons only when listening",
+          "[pattern]") {
+  auto m = model(kConvChains);
+  int formatted = 0;
+  Pattern p = Pattern::parse("conv:Conv -> bn:BatchNormalization", "conv-bn");
+  // The reason does not open with the node's label: the node is data, not read from the text.
+  p.require({"custom", [&formatted](const Match& mt, Why& why) {
+               return why.fail(*mt.get("bn"), [&] {
+                 ++formatted;
+                 return std::string("the statistics are not what we want");
+               });
+             }});
+  MatchResult r = matchPattern(*m->graph, p);
+  REQUIRE(r.near_misses.size() == 2);  // Conv_3's constraint, Conv_6's structure
+  CHECK(r.near_misses[0].constraint == "custom");
+  CHECK(r.near_misses[0].node == "BatchNormalization_4");
+  CHECK(r.near_misses[0].reason == "the statistics are not what we want");
+  CHECK(formatted == 1);
+  MatchOptions quiet;
+  quiet.explain = false;
+  r = matchPattern(*m->graph, p, quiet);
+  CHECK(r.near_misses.empty());
+  CHECK(formatted == 1);  // not formatted when nobody listens
+  Match one;
+  CHECK_FALSE(AnchorMatcher(p).match(*m->graph, m->graph->findNode("Conv_3"), quiet, one,
+                                     nullptr, nullptr));
+  CHECK(formatted == 1);
+
+  // A Why that is not listening keeps the node and no text.
+  Why silent(false);
+  CHECK_FALSE(silent.fail(*m->graph->findNode("Conv_3"), [] { return std::string("x"); }));
+  CHECK(silent.node()->label() == "Conv_3");
+  CHECK(silent.reason().empty());
+
+  // The older form (a check returning the reason) still works; its node is the bound node whose
+  // label opens the reason.
+  Pattern old = Pattern::parse("conv:Conv -> bn:BatchNormalization", "conv-bn");
+  old.require({"old", [](const Match& mt) -> std::string {
+                 return mt.get("bn")->label() + " is old-style";
+               }});
+  r = matchPattern(*m->graph, old);
+  REQUIRE(!r.near_misses.empty());
+  CHECK(r.near_misses[0].node == "BatchNormalization_4");
+  CHECK(r.near_misses[0].reason == "BatchNormalization_4 is old-style");
+}
+
+TEST_CASE("pattern: benefit and produced op types are declared per pattern", "[pattern]") {
+  Pattern plain = Pattern::parse("c:Conv -> r:Relu");
+  CHECK(plain.benefit == 1);
+  CHECK(plain.produces.empty());
+  Pattern p = Pattern::parse("c:Conv -> r:Relu", "conv-relu")
+                  .withBenefit(3)
+                  .producing({"fusectl::FusedConv"});
+  CHECK(p.benefit == 3);
+  CHECK(p.produces == std::vector<std::string>{"fusectl::FusedConv"});
+  CHECK(p.str() == "c:Conv -> r:Relu");  // not part of the text
 }

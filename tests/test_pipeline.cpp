@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "dump_schema_check.h"
 #include "fusectl/graph/error.h"
@@ -137,9 +138,21 @@ class FuseDoubleReluPass : public Pass {
 };
 
 template <typename P>
-void registerOnce() {
-  if (!findPass(P::kInfo.name)) registerPass(P::kInfo, [] { return std::make_unique<P>(); });
+void registerOnce(const std::vector<PassOption>& options = {}) {
+  if (!findPass(P::kInfo.name)) {
+    registerPass(P::kInfo, [] { return std::make_unique<P>(); }, options);
+  }
 }
+
+// The options test-fuse-double-relu declares, one of each kind, for the pipeline grammar tests.
+const std::vector<PassOption> kDoubleReluOptions = {
+    {"", "a", OptionType::Int, "0", "test: an int"},
+    {"", "b", OptionType::String, "x", "test: a word"},
+    {"", "k", OptionType::String, "v", "test: a word the pass records"},
+    {"", "n", OptionType::Count, "1", "test: a count"},
+    {"", "on", OptionType::Bool, "false", "test: a flag"},
+    {"", "x", OptionType::Float, "0.5", "test: a number"},
+};
 
 void registerTestPasses() {
   registerOnce<AlwaysChangesPass>();
@@ -148,7 +161,7 @@ void registerTestPasses() {
   registerOnce<LiesPass>();
   registerOnce<ThrowsPass>();
   registerOnce<FusectlOnlyPass>();
-  registerOnce<FuseDoubleReluPass>();
+  registerOnce<FuseDoubleReluPass>(kDoubleReluOptions);
 }
 
 const char* kIdentities = R"(
@@ -190,11 +203,13 @@ std::string readFile(const std::string& path) {
 }  // namespace
 
 TEST_CASE("pipeline: parse and print round trip", "[pipeline]") {
+  registerTestPasses();
   const char* texts[] = {
       "eliminate-identity",
       "eliminate-identity,fixpoint(dedup-initializers,eliminate-dead-code),eliminate-identity",
-      "eliminate-identity{a=1,b=relu}",
-      "fixpoint(eliminate-identity,fixpoint(eliminate-dead-code{x=-1.5}))",
+      "test-fuse-double-relu{a=1,b=relu}",
+      "fixpoint(eliminate-identity,fixpoint(test-fuse-double-relu{x=-1.5}))",
+      "fold-constants{max-bytes=16}",
   };
   for (const char* t : texts) {
     INFO(t);
@@ -205,11 +220,13 @@ TEST_CASE("pipeline: parse and print round trip", "[pipeline]") {
   CHECK(Pipeline::parse("").empty());
   CHECK(Pipeline::parse("  eliminate-identity , fixpoint( eliminate-dead-code ) ").str() ==
         "eliminate-identity,fixpoint(eliminate-dead-code)");
-  // Options print sorted by key.
-  CHECK(Pipeline::parse("eliminate-identity{b=2, a=1}").str() == "eliminate-identity{a=1,b=2}");
-  Pipeline p = Pipeline::parse("eliminate-identity{act=relu},fixpoint(eliminate-dead-code)");
+  // Options print sorted by key, as given (defaults are not filled in).
+  CHECK(Pipeline::parse("test-fuse-double-relu{b=2, a=1}").str() ==
+        "test-fuse-double-relu{a=1,b=2}");
+  Pipeline p = Pipeline::parse("test-fuse-double-relu{b=relu},fixpoint(eliminate-dead-code)");
   REQUIRE(p.elements.size() == 2);
-  CHECK(p.elements[0].options.at("act") == "relu");
+  CHECK(p.elements[0].options.at("b") == "relu");
+  CHECK(p.elements[0].options.size() == 1);
   CHECK(p.elements[1].isGroup());
   CHECK(p.elements[1].group.at(0).pass == "eliminate-dead-code");
 }
@@ -227,7 +244,9 @@ TEST_CASE("pipeline: errors", "[pipeline]") {
   CHECK_THAT(parseErr("fixpoint()"), Catch::Contains("empty fixpoint group"));
   CHECK_THAT(parseErr("fixpoint"), Catch::Contains("expected '(' after 'fixpoint'"));
   CHECK_THAT(parseErr("eliminate-identity{a}"), Catch::Contains("expected '=' after option 'a'"));
-  CHECK_THAT(parseErr("eliminate-identity{a=1,a=2}"), Catch::Contains("option 'a' given twice"));
+  registerTestPasses();
+  CHECK_THAT(parseErr("test-fuse-double-relu{a=1,a=2}"),
+             Catch::Contains("option 'a' given twice"));
   CHECK_THAT(parseErr("eliminate-identity{}"), Catch::Contains("empty option list"));
   CHECK_THAT(parseErr("eliminate-identity)"), Catch::Contains("')' without a matching"));
   CHECK_THAT(parseErr("eliminate-identity eliminate-dead-code"),
@@ -240,6 +259,58 @@ TEST_CASE("pipeline: errors", "[pipeline]") {
   CHECK(closePassNames("dedup").at(0) == "dedup-initializers");
   CHECK(closePassNames("elim-identity").at(0) == "eliminate-identity");
   CHECK(closePassNames("elim-dead").at(0) == "eliminate-dead-code");
+}
+
+TEST_CASE("pipeline: options are declared with the pass and checked when parsed", "[pipeline]") {
+  registerTestPasses();
+  auto parseErr = [](const char* t) { return usageError([&] { Pipeline::parse(t); }); };
+  // A pass that reads no option refuses one, naming the pass, the key and what it takes.
+  CHECK(parseErr("eliminate-identity,fuse-epilogue{act=relu}") ==
+        "invalid pipeline \"eliminate-identity,fuse-epilogue{act=relu}\" at column 34: pass "
+        "'fuse-epilogue' has no option 'act' (it takes none)");
+  CHECK_THAT(parseErr("fold-constants{max=16}"),
+             Catch::Contains("column 16: pass 'fold-constants' has no option 'max' (its "
+                             "options: max-bytes)"));
+  CHECK_THAT(parseErr("test-fuse-double-relu{a=1,zz=2}"),
+             Catch::Contains("has no option 'zz' (its options: a, b, k, n, on, x)"));
+  // Values are checked against the declared type.
+  const std::pair<const char*, const char*> bad_values[] = {
+      {"fold-constants{max-bytes=lots}",
+       "option 'max-bytes' of pass 'fold-constants' takes a count (a whole number >= 0), not "
+       "'lots'"},
+      {"fold-constants{max-bytes=-1}", "not '-1'"},
+      {"fold-constants{max-bytes=99999999999999999999999}", "takes a count"},
+      {"test-fuse-double-relu{a=1.5}", "takes a whole number"},
+      {"test-fuse-double-relu{x=1.5x}", "takes a number"},
+      {"test-fuse-double-relu{on=yes}", "takes true or false"},
+      {"test-fuse-double-relu{n=+3}", "takes a count"},
+  };
+  for (const auto& [text, message] : bad_values) {
+    INFO(text);
+    CHECK_THAT(parseErr(text), Catch::Contains(message));
+  }
+  CHECK(Pipeline::parse("test-fuse-double-relu{a=-3,n=0,on=true,x=1e-3,b=w}").str() ==
+        "test-fuse-double-relu{a=-3,b=w,n=0,on=true,x=1e-3}");
+
+  // The declarations, and the value a running pass sees: given, else the declared default.
+  std::vector<PassOption> fold = passOptions("fold-constants");
+  REQUIRE(fold.size() == 1);
+  CHECK(fold[0].name == "max-bytes");
+  CHECK(fold[0].type == OptionType::Count);
+  CHECK(fold[0].default_value == "1048576");
+  CHECK(passOptions("fuse-epilogue").empty());
+  CHECK(passOptions("test-fuse-double-relu").size() == kDoubleReluOptions.size());
+  CHECK(passOptions("test-fuse-double-relu")[0].pass == "test-fuse-double-relu");
+  auto m = parseModelText("<ir_version: 8, opset_import: [\"\" : 13]>\ng (float[1] X) => (float[1] Y)\n"
+                          "{\n  Y = Relu (X)\n}\n",
+                          "t");
+  Report report;
+  PassContext ctx(*m, report);
+  ctx.setCurrentPass("fold-constants");
+  CHECK(optionOrDefault(ctx, "max-bytes") == "1048576");
+  ctx.setOptions({{"max-bytes", "16"}});
+  CHECK(optionOrDefault(ctx, "max-bytes") == "16");
+  CHECK(optionOrDefault(ctx, "nope") == "");
 }
 
 TEST_CASE("pipeline: registry from passes.def", "[pipeline]") {
@@ -564,6 +635,7 @@ TEST_CASE("cli: fusectl passes and fusectl match", "[pipeline][cli]") {
   CHECK_THAT(list.out, Catch::Matches("[\\s\\S]*\neliminate-identity +-O1    standard  Remove "
                                       "Identity[\\s\\S]*"));
   CHECK_THAT(list.out, Catch::Contains("-O1  " + Pipeline::forLevel(1).str()));
+  CHECK_THAT(list.out, Catch::Contains("{max-bytes=count}  default 1048576: Fold a node only"));
   CliResult md = runFusectl("passes --markdown");
   CHECK(md.out == passesMarkdownTable());
   CliResult js = runFusectl("passes --json");
@@ -572,6 +644,21 @@ TEST_CASE("cli: fusectl passes and fusectl match", "[pipeline][cli]") {
   CHECK(j["passes"][0]["name"] == "eliminate-identity");
   CHECK(j["passes"][0]["patterns"][0]["pattern"] == "identity:Identity");
   CHECK(j["levels"]["O0"] == "");
+  for (const auto& pass : j["passes"]) {
+    if (pass["name"] != "fold-constants") {
+      CHECK(pass["options"].empty());
+      continue;
+    }
+    REQUIRE(pass["options"].size() == 1);
+    CHECK(pass["options"][0]["name"] == "max-bytes");
+    CHECK(pass["options"][0]["type"] == "count");
+    CHECK(pass["options"][0]["default"] == "1048576");
+  }
+  // An option the pass does not read is a usage error (exit 2), not ignored.
+  CliResult act = runFusectl("optimize '" + fixtures + "conv_bn_relu.onnxtxt' -o /dev/null "
+                             "--passes 'fuse-epilogue{act=relu}'");
+  CHECK(act.code == 2);
+  CHECK_THAT(act.err, Catch::Contains("pass 'fuse-epilogue' has no option 'act' (it takes none)"));
 
   CliResult m = runFusectl("match '" + fixtures + "conv_bn_relu.onnxtxt' --pattern "
                            "'c:Conv -> bn:BatchNormalization -> Relu'");

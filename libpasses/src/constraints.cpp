@@ -1,4 +1,5 @@
-// Reusable pattern constraints. Each reason opens with the label of the node it is about, so
+// Reusable pattern constraints. Each failure names the node it is about (Why) and a reason
+// that opens with that node's label, built only when someone listens, so that
 // `fusectl match --explain` and the report read as "Conv_12 output has 2 consumers: ...".
 #include <fmt/format.h>
 
@@ -10,11 +11,11 @@ namespace fusectl::passes::constraints {
 
 namespace {
 
-// The bound node of `capture`; a missing capture is a bug in the pass, said as a reason so
-// that it shows up in tests rather than crashing.
-Node* captured(const Match& m, const std::string& capture, std::string& why) {
+// The bound node of `capture`; a missing capture is a bug in the pass, said as a reason (about
+// the root) so that it shows up in tests rather than crashing.
+Node* captured(const Match& m, const std::string& capture, Why& why) {
   Node* n = m.get(capture);
-  if (!n) why = fmt::format("pattern has no capture '{}'", capture);
+  if (!n) why.fail(*m.root(), [&] { return fmt::format("pattern has no capture '{}'", capture); });
   return n;
 }
 
@@ -27,159 +28,174 @@ bool dimsProvablyEqual(const Shape& a, const Shape& b) {
   return true;
 }
 
+bool noOutput(Why& why, const Node& n, int output) {
+  return why.fail(n, [&] { return fmt::format("{} has no output {}", n.label(), output); });
+}
+
+bool isGraphOutputOf(Why& why, const Node& n, int output, const Value& v) {
+  return why.fail(n, [&] {
+    return fmt::format("{} {} '{}' is a graph output", n.label(), outputText(output), v.name());
+  });
+}
+
 }  // namespace
 
 Constraint uniqueConsumer(std::string capture, int output) {
-  return {"unique-consumer:" + capture, [capture, output](const Match& m) -> std::string {
-            std::string why;
+  return {"unique-consumer:" + capture, [capture, output](const Match& m, Why& why) {
             Node* n = captured(m, capture, why);
-            if (!n) return why;
+            if (!n) return false;
             Value* v = n->output(output);
-            if (!v) return fmt::format("{} has no output {}", n->label(), output);
-            if (v->isGraphOutput()) {
-              return fmt::format("{} {} '{}' is a graph output", n->label(), outputText(output),
-                                 v->name());
-            }
-            std::vector<Node*> consumers = v->consumers();
-            if (consumers.size() == 1) return "";
-            if (consumers.empty()) {
-              return fmt::format("{} {} '{}' has no consumers", n->label(), outputText(output),
-                                 v->name());
-            }
-            std::string list;
-            for (size_t i = 0; i < consumers.size() && i < 5; ++i)
-              list += (i ? ", " : "") + consumers[i]->label();
-            if (consumers.size() > 5) list += ", ...";
-            return fmt::format("{} {} has {} consumers: {}", n->label(), outputText(output),
-                               consumers.size(), list);
+            if (!v) return noOutput(why, *n, output);
+            if (v->isGraphOutput()) return isGraphOutputOf(why, *n, output, *v);
+            if (v->consumers().size() == 1) return true;
+            return why.fail(*n, [&] {
+              std::vector<Node*> consumers = v->consumers();
+              if (consumers.empty()) {
+                return fmt::format("{} {} '{}' has no consumers", n->label(), outputText(output),
+                                   v->name());
+              }
+              std::string list;
+              for (size_t i = 0; i < consumers.size() && i < 5; ++i)
+                list += (i ? ", " : "") + consumers[i]->label();
+              if (consumers.size() > 5) list += ", ...";
+              return fmt::format("{} {} has {} consumers: {}", n->label(), outputText(output),
+                                 consumers.size(), list);
+            });
           }};
 }
 
 Constraint notGraphOutput(std::string capture, int output) {
-  return {"not-graph-output:" + capture, [capture, output](const Match& m) -> std::string {
-            std::string why;
+  return {"not-graph-output:" + capture, [capture, output](const Match& m, Why& why) {
             Node* n = captured(m, capture, why);
-            if (!n) return why;
+            if (!n) return false;
             Value* v = n->output(output);
-            if (v && v->isGraphOutput()) {
-              return fmt::format("{} {} '{}' is a graph output", n->label(), outputText(output),
-                                 v->name());
-            }
-            return "";
+            if (v && v->isGraphOutput()) return isGraphOutputOf(why, *n, output, *v);
+            return true;
           }};
 }
 
 Constraint constantInput(std::string capture, int input) {
   return {fmt::format("constant-input:{}.{}", capture, input),
-          [capture, input](const Match& m) -> std::string {
-            std::string why;
+          [capture, input](const Match& m, Why& why) {
             Node* n = captured(m, capture, why);
-            if (!n) return why;
+            if (!n) return false;
             Value* v = n->input(input);
-            if (!v) return fmt::format("{} input {} is absent", n->label(), input);
-            if (v->isConstant()) return "";
-            std::string origin;
-            if (v->isInitializer()) {
-              origin = "it is an initializer that is also a graph input, so it can be overridden";
-            } else if (v->isGraphInput()) {
-              origin = "it is a graph input";
-            } else if (v->producer()) {
-              origin = fmt::format("it is computed by {}", v->producer()->label());
-            } else {
-              origin = "it comes from an outer graph";
+            if (!v) {
+              return why.fail(*n, [&] { return fmt::format("{} input {} is absent", n->label(),
+                                                           input); });
             }
-            return fmt::format("{} input '{}' is not a constant ({})", n->label(), v->name(),
-                               origin);
+            if (v->isConstant()) return true;
+            return why.fail(*n, [&] {
+              std::string origin;
+              if (v->isInitializer()) {
+                origin = "it is an initializer that is also a graph input, so it can be overridden";
+              } else if (v->isGraphInput()) {
+                origin = "it is a graph input";
+              } else if (v->producer()) {
+                origin = fmt::format("it is computed by {}", v->producer()->label());
+              } else {
+                origin = "it comes from an outer graph";
+              }
+              return fmt::format("{} input '{}' is not a constant ({})", n->label(), v->name(),
+                                 origin);
+            });
           }};
 }
 
 Constraint batchNormInference(std::string capture) {
-  return {"batchnorm-inference:" + capture, [capture](const Match& m) -> std::string {
-            std::string why;
+  return {"batchnorm-inference:" + capture, [capture](const Match& m, Why& why) {
             Node* n = captured(m, capture, why);
-            if (!n) return why;
+            if (!n) return false;
             if (!n->is("BatchNormalization")) {
-              return fmt::format("{} is {}, not BatchNormalization", n->label(), n->opType());
+              return why.fail(*n, [&] {
+                return fmt::format("{} is {}, not BatchNormalization", n->label(), n->opType());
+              });
             }
             size_t outputs = 0;
             for (Value* v : n->outputs()) outputs += v != nullptr;
             if (outputs > 1) {
-              return fmt::format("{} has {} outputs (training form)", n->label(), outputs);
+              return why.fail(*n, [&] {
+                return fmt::format("{} has {} outputs (training form)", n->label(), outputs);
+              });
             }
             if (n->attrInt("training_mode", 0) != 0) {
-              return fmt::format("{} has training_mode=1 (training form)", n->label());
+              return why.fail(*n, [&] {
+                return fmt::format("{} has training_mode=1 (training form)", n->label());
+              });
             }
             if (n->numInputs() < 5) {
-              return fmt::format("{} has {} inputs, expected 5", n->label(), n->numInputs());
+              return why.fail(*n, [&] {
+                return fmt::format("{} has {} inputs, expected 5", n->label(), n->numInputs());
+              });
             }
-            return "";
+            return true;
           }};
 }
 
 Constraint dtypeIn(std::vector<std::string> captures, std::vector<DType> dtypes) {
   std::string names;
   for (const std::string& c : captures) names += (names.empty() ? "" : ",") + c;
-  return {"dtype:" + names, [captures, dtypes](const Match& m) -> std::string {
-            auto allowed = [&] {
-              std::string s;
-              for (size_t i = 0; i < dtypes.size(); ++i)
-                s += std::string(i ? ", " : "") + std::string(dtypeName(dtypes[i]));
-              return s;
-            };
-            auto check = [&](Node* n, Value* v, const char* side, size_t i) -> std::string {
-              if (!v) return "";
-              if (std::find(dtypes.begin(), dtypes.end(), v->dtype()) != dtypes.end()) return "";
-              std::string_view got =
-                  v->dtype() == DType::Undefined ? "of unknown type" : dtypeName(v->dtype());
-              return fmt::format("{} {} {} '{}' is {}, expected {}", n->label(), side, i,
-                                 v->name(), got, allowed());
+  return {"dtype:" + names, [captures, dtypes](const Match& m, Why& why) {
+            auto fits = [&](Node* n, Value* v, const char* side, size_t i) {
+              if (!v || std::find(dtypes.begin(), dtypes.end(), v->dtype()) != dtypes.end()) {
+                return true;
+              }
+              return why.fail(*n, [&] {
+                std::string allowed;
+                for (size_t k = 0; k < dtypes.size(); ++k)
+                  allowed += std::string(k ? ", " : "") + std::string(dtypeName(dtypes[k]));
+                std::string_view got =
+                    v->dtype() == DType::Undefined ? "of unknown type" : dtypeName(v->dtype());
+                return fmt::format("{} {} {} '{}' is {}, expected {}", n->label(), side, i,
+                                   v->name(), got, allowed);
+              });
             };
             for (const std::string& c : captures) {
-              std::string why;
               Node* n = captured(m, c, why);
-              if (!n) return why;
-              for (size_t i = 0; i < n->numInputs(); ++i) {
-                why = check(n, n->input(i), "input", i);
-                if (!why.empty()) return why;
-              }
-              for (size_t i = 0; i < n->numOutputs(); ++i) {
-                why = check(n, n->output(i), "output", i);
-                if (!why.empty()) return why;
-              }
+              if (!n) return false;
+              for (size_t i = 0; i < n->numInputs(); ++i)
+                if (!fits(n, n->input(i), "input", i)) return false;
+              for (size_t i = 0; i < n->numOutputs(); ++i)
+                if (!fits(n, n->output(i), "output", i)) return false;
             }
-            return "";
+            return true;
           }};
 }
 
 Constraint rankKnown(std::string capture, int output) {
-  return {"rank-known:" + capture, [capture, output](const Match& m) -> std::string {
-            std::string why;
+  return {"rank-known:" + capture, [capture, output](const Match& m, Why& why) {
             Node* n = captured(m, capture, why);
-            if (!n) return why;
+            if (!n) return false;
             Value* v = n->output(output);
-            if (!v) return fmt::format("{} has no output {}", n->label(), output);
-            if (v->shape().hasRank()) return "";
-            return fmt::format("{} {} '{}' has unknown rank", n->label(), outputText(output),
-                               v->name());
+            if (!v) return noOutput(why, *n, output);
+            if (v->shape().hasRank()) return true;
+            return why.fail(*n, [&] {
+              return fmt::format("{} {} '{}' has unknown rank", n->label(), outputText(output),
+                                 v->name());
+            });
           }};
 }
 
 Constraint sameShapeAs(std::string capture, int input, std::string other) {
   return {fmt::format("same-shape:{}.{}={}", capture, input, other),
-          [capture, input, other](const Match& m) -> std::string {
-            std::string why;
+          [capture, input, other](const Match& m, Why& why) {
             Node* n = captured(m, capture, why);
-            if (!n) return why;
+            if (!n) return false;
             Node* o = captured(m, other, why);
-            if (!o) return why;
+            if (!o) return false;
             Value* a = n->input(input);
             Value* b = o->output(0);
-            if (!a) return fmt::format("{} input {} is absent", n->label(), input);
-            if (!b) return fmt::format("{} has no output 0", o->label());
-            if (dimsProvablyEqual(a->shape(), b->shape())) return "";
-            return fmt::format("{} input '{}' has shape {}, not provably the shape {} of {} output",
-                               n->label(), a->name(), a->shape().str(), b->shape().str(),
-                               o->label());
+            if (!a) {
+              return why.fail(*n, [&] { return fmt::format("{} input {} is absent", n->label(),
+                                                           input); });
+            }
+            if (!b) return noOutput(why, *o, 0);
+            if (dimsProvablyEqual(a->shape(), b->shape())) return true;
+            return why.fail(*n, [&] {
+              return fmt::format(
+                  "{} input '{}' has shape {}, not provably the shape {} of {} output", n->label(),
+                  a->name(), a->shape().str(), b->shape().str(), o->label());
+            });
           }};
 }
 

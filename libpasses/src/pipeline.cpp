@@ -123,6 +123,13 @@ class PipelineParser {
         if (!e.options.emplace(key, value).second) {
           fail(key_at, fmt::format("option '{}' given twice", key));
         }
+        // Declared with the pass (passes.def): an option no pass reads is an error here, not
+        // silently ignored at run time.
+        try {
+          checkPassOption(name, key, value);
+        } catch (const Error& err) {
+          fail(key_at, err.what());
+        }
       } while (eat(','));
       if (!eat('}')) fail(pos_, fmt::format("expected ',' or '}}' in options, found {}", here()));
     }

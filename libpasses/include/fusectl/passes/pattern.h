@@ -5,7 +5,8 @@
 // op-type index and walks the edges; it only reads the graph. Legality checks are named
 // Constraints evaluated in declaration order; the first that fails becomes the candidate's
 // reason ("Conv_12 output has 2 consumers: BatchNormalization_13, Concat_40"), so every
-// candidate anchor ends up either matched or explained.
+// candidate anchor ends up either matched or explained. Reasons are formatted only when someone
+// listens (MatchOptions::explain, PassContext::explain()).
 //
 // Textual syntax (docs/patterns.md has the grammar):
 //   Conv -> BatchNormalization -> Relu
@@ -13,14 +14,22 @@
 //   c:Conv -> add:Add ; other:* -> add        (a residual Add: one input from a Conv)
 //   c:Conv.0 -> 1:add:Add                     (output slot 0 of c feeds input slot 1 of add)
 //   c:Conv[group=1, dtype=float] -> Relu      (conditions on a node's attributes and dtype)
+//   m:Mul($x, 0.5)                            (operands: any value x, a constant equal to 0.5)
+//   Pow(Sub($x, mean:ReduceMean($x)), 2.0)    (operands may be nodes; $x is one value twice)
+//   Conv($x:input, $w:const)                  (a graph input and a constant as leaves)
 // A capture defined once can be referred to by name later; `*` matches any op; the first
-// node written is the root unless one is marked with `^` (`^c:Conv`).
+// node written is the root unless one is marked with `^` (`^c:Conv`). Operands of a
+// commutative ONNX op (Add, Mul, Max, Min, Sum, Mean, And, Or, Xor, Equal, BitwiseAnd/Or/Xor)
+// match in any order.
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "fusectl/graph/graph.h"
@@ -39,22 +48,58 @@ struct NodeCondition {
   std::vector<DType> dtypes;
 };
 
+// One operand of a node written in call form, `Mul($x, 0.5)`: the edge from an operand node
+// (index into Pattern::edges) or a leaf (index into Pattern::leaves).
+struct PatternOperand {
+  bool leaf = false;
+  size_t index = 0;
+};
+
 struct PatternNode {
   std::string capture;                // name used by constraints and rewrites
   std::vector<std::string> op_types;  // any of these; empty = any op ("*")
   std::string domain;                 // "" for ai.onnx
   std::vector<NodeCondition> conditions;
+  // Operands written in call form, by position: they bind the node's inputs 0..k-1 (a node
+  // may have more inputs; a commutative one must have exactly k, in any order). Empty for a
+  // node written without parentheses.
+  std::vector<PatternOperand> operands;
   bool matchesOp(const Node& n) const;
+  // Every op type listed is a commutative ONNX op and at least two operands are written: the
+  // matcher then tries the operands in every order (up to 4 operands; more keep their order).
+  bool commutative() const;
 };
 
 struct PatternEdge {
   size_t from = 0;       // producer pattern node
   size_t to = 0;         // consumer pattern node
   int from_output = 0;   // producer output slot
-  int to_input = -1;     // consumer input slot; -1 = any slot
+  int to_input = -1;     // consumer input slot; -1 = any slot. An operand's: its position
+  bool operand = false;  // written as an operand, `to(from, ...)`; its slot may be permuted
 };
 
-// Nodes bound by a match, indexed like Pattern::nodes.
+// What a leaf operand must bind to.
+enum class LeafKind {
+  Any,         // `$x`: any value (a node output, a graph input, a constant)
+  GraphInput,  // `$x:input`: a graph input (one with an initializer default counts)
+  Constant,    // `$c:const`, or a number: an initializer that is not a graph input, or the
+               // output of a Constant node
+};
+
+// A leaf operand: a value a pattern node reads that is not produced by a pattern node.
+// `$x` written twice is one value: every read must be the same graph value.
+struct PatternLeaf {
+  std::string capture;  // "" for a number; Match::value(capture)
+  LeafKind kind = LeafKind::Any;
+  // A number operand (`Mul($x, 0.5)`): a constant with at least one element, every element
+  // equal to it within the rounding of the constant's dtype (relative 1e-6 for float, 1e-3 for
+  // float16, 8e-3 for bfloat16, 1e-12 for double; integers and bools exactly).
+  std::optional<double> equals;
+};
+
+class Pattern;
+
+// Nodes (and leaf values) bound by a match, indexed like Pattern::nodes (Pattern::leaves).
 class Match {
  public:
   explicit Match(size_t n = 0) : nodes_(n, nullptr) {}
@@ -66,17 +111,76 @@ class Match {
   Node* root() const { return nodes_.empty() ? nullptr : nodes_[root_]; }
   void setRoot(size_t r) { root_ = r; }
 
+  // The value bound to leaf `$capture`; nullptr when the pattern has no such leaf.
+  Value* value(std::string_view capture) const;
+  const std::vector<Value*>& values() const { return values_; }  // indexed like Pattern::leaves
+  void bindValues(const std::vector<PatternLeaf>* leaves, std::vector<Value*> values) {
+    leaves_ = leaves;
+    values_ = std::move(values);
+  }
+
  private:
   std::vector<Node*> nodes_;
   const std::vector<PatternNode>* names_ = nullptr;
   size_t root_ = 0;
+  std::vector<Value*> values_;
+  const std::vector<PatternLeaf>* leaves_ = nullptr;
 };
 
-// A named legality condition. `check` returns "" when the match is legal, else the reason,
-// phrased for users and naming the node ("Conv_3 weight 'W' is not a constant").
+// Where a failing check says why: the node the failure is about, as data, and the sentence,
+// built only when someone listens. A check calls `return why.fail(node, reason);` where
+// `reason` is a string or a callable returning one (`[&] { return fmt::format(...); }`), called
+// only when listening() (so the matcher's fast path formats nothing).
+class Why {
+ public:
+  explicit Why(bool listening = true) : listening_(listening) {}
+  bool listening() const { return listening_; }
+
+  // Records the failure; returns false so that a check can `return why.fail(...)`.
+  template <typename Reason>
+  bool fail(const Node& about, Reason&& reason) {
+    node_ = &about;
+    if (listening_) {
+      if constexpr (std::is_invocable_v<Reason&>) {
+        reason_ = reason();
+      } else {
+        reason_ = std::forward<Reason>(reason);
+      }
+    }
+    return false;
+  }
+
+  const Node* node() const { return node_; }  // nullptr until fail()
+  const std::string& reason() const { return reason_; }  // "" unless listening
+
+ private:
+  bool listening_;
+  const Node* node_ = nullptr;
+  std::string reason_;
+};
+
+// A named legality condition.
+//   Constraint{"name", [](const Match& m, Why& why) {
+//     Node* n = m.get("conv");
+//     if (ok(*n)) return true;
+//     return why.fail(*n, [&] { return fmt::format("{} ...", n->label()); });
+//   }}
+// The older form, a check returning "" when legal and else the reason, is still accepted; its
+// reason is built on every failure, and the node it is about is the bound node whose label
+// opens the reason (so phrase it that way). New constraints use the form above.
 struct Constraint {
+  using Test = std::function<bool(const Match&, Why&)>;
+  using Check = std::function<std::string(const Match&)>;
+
+  Constraint() = default;
+  Constraint(std::string n, Test t) : name(std::move(n)), test(std::move(t)) {}
+  Constraint(std::string n, Check c);
+
+  // True when the match is legal; else `why` holds the node and (when listening) the reason.
+  bool holds(const Match& m, Why& why) const { return test(m, why); }
+
   std::string name;
-  std::function<std::string(const Match&)> check;
+  Test test;
 };
 
 class Pattern {
@@ -89,14 +193,30 @@ class Pattern {
   std::string name;
   std::vector<PatternNode> nodes;
   std::vector<PatternEdge> edges;
+  std::vector<PatternLeaf> leaves;
   size_t root = 0;
   std::vector<Constraint> constraints;
+  // Declared by the pass, as in MLIR: how much a rewrite of this pattern is worth, for ordering
+  // alternatives (higher first; 1 unless declared), and the op types a rewrite creates
+  // ("Gemm", "fusectl::FusedConv"). Neither is part of the text; `fusectl match` and
+  // `fusectl passes --json` show them when declared.
+  int benefit = 1;
+  std::vector<std::string> produces;
 
   Pattern& require(Constraint c) {
     constraints.push_back(std::move(c));
     return *this;
   }
+  Pattern& withBenefit(int b) {
+    benefit = b;
+    return *this;
+  }
+  Pattern& producing(std::vector<std::string> op_types) {
+    produces = std::move(op_types);
+    return *this;
+  }
   std::optional<size_t> indexOf(std::string_view capture) const;
+  std::optional<size_t> leafIndexOf(std::string_view capture) const;
 };
 
 // A candidate anchor that did not match, and why.
@@ -104,7 +224,7 @@ struct NearMiss {
   std::string pattern;
   std::string anchor;      // root node label
   std::string constraint;  // "structure" for a shape mismatch, else the Constraint's name
-  std::string node;        // the node the reason is about
+  std::string node;        // label of the node the reason is about (from the failure's data)
   std::string reason;
 };
 
@@ -142,6 +262,10 @@ bool matchAt(const Graph& g, const Pattern& p, Node* anchor, Match& match, NearM
 // snapshot: a driver that rewrites while it walks them visits none of the nodes it creates.
 std::vector<Node*> patternAnchors(const Graph& g, const Pattern& p);
 
+// The order in which the matcher walks a pattern, computed once per pattern (matcher
+// internals; AnchorMatcher keeps one).
+struct SearchPlan;
+
 // matchAt for many anchors of one pattern: the search plan is computed once.
 class AnchorMatcher {
  public:
@@ -154,10 +278,10 @@ class AnchorMatcher {
 
  private:
   const Pattern& pattern_;
-  std::vector<size_t> plan_;
+  std::shared_ptr<const SearchPlan> plan_;
 };
 
-// Reusable constraints. Each returns "" when it holds.
+// Reusable constraints; each failure names its node (Why). In docs/patterns.md's table.
 namespace constraints {
 // The capture's output `output` is read by exactly one node (once or more) and is not a graph
 // output: the intermediate can disappear.

@@ -3,7 +3,7 @@
 // Grammar (docs/passes.md):
 //   pipeline := element ("," element)*
 //   element  := NAME options? | "fixpoint" "(" pipeline ")"
-//   options  := "{" KEY "=" VALUE ("," KEY "=" VALUE)* "}"
+//   options  := "{" KEY "=" VALUE ("," KEY "=" VALUE)* "}"   (keys the pass declares)
 // e.g. `eliminate-identity,fixpoint(fold-conv-bn,fuse-bias-add),fuse-epilogue{act=relu}`.
 // A pipeline prints back to the same text it was parsed from (canonical spacing).
 // -O levels expand to pipelines built from passes.def: cleanup runs before folding before
@@ -32,7 +32,8 @@ struct PipelineElement {
 
 class Pipeline {
  public:
-  // Throws fusectl::Error(Usage) on a syntax error or an unknown pass name.
+  // Throws fusectl::Error(Usage) on a syntax error, an unknown pass name, an option the pass
+  // does not declare (passes.def) or a value not of the option's type.
   static Pipeline parse(std::string_view text);
   // -O0 .. -O3; `disabled` passes are dropped.
   static Pipeline forLevel(int level, const std::vector<std::string>& disabled = {});
