@@ -150,7 +150,7 @@ TEST_CASE("optimize: gates pass and fail as results; bad requests are usage erro
   OptimizeRequest typo;
   typo.level = 1;
   typo.expect = {"fold-conv=1"};
-  CHECK_THAT(error(typo), Catch::StartsWith("--expect 'fold-conv=1': no pass or pattern of that "
+  CHECK_THAT(error(typo), Catch::StartsWith("--expect 'fold-conv': no pass or pattern of that "
                                             "name in the pipeline (known: "));
   OptimizeRequest count;
   count.expect = {"fold-conv-bn=many"};
