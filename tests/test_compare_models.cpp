@@ -160,7 +160,7 @@ TEST_CASE("compareModels: a perturbed initializer, figures against a hand comput
   }
 }
 
-TEST_CASE("compareModels: outputs B lacks; checkSameInterface names the models", "[compare]") {
+TEST_CASE("compareModels: outputs B lacks, and checkSameInterface names the models", "[compare]") {
   auto a = scaleModel(kWText);
   auto only_y =
       model("y_only (float[1, 4] X) => (float[1, 4] Y)\n<float[4] W = {" + kWText + "}>",

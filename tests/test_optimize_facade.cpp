@@ -99,7 +99,7 @@ TEST_CASE("optimize: --passes with --disable, and an empty pipeline", "[optimize
   CHECK(modelToText(*untouched) == before);
 }
 
-TEST_CASE("optimize: gates pass and fail as results; bad requests are usage errors",
+TEST_CASE("optimize: gates pass and fail as results, bad requests are usage errors",
           "[optimize]") {
   OptimizeRequest request;
   request.passes = "fold-conv-bn";
