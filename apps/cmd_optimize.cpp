@@ -2,11 +2,13 @@
 // the optimized model, optionally with a JSON report, a numeric check against the original
 // and gates on the fusion sites.
 //
-// Order of work: check paths and flags (exit 2 before anything is read), load, run the
-// pipeline, attach the ONNX functions that define fusectl-domain ops, --verify in memory, save
-// (atomically; not at all when --verify found drift, since that model is wrong), evaluate the
-// --expect / --fail-if-unfused gates, write the report, print the before/after table. A failed
-// check exits 1 with one line on stderr; the report is still written and says why.
+// The work is the library's (optimize(), libpasses/include/fusectl/passes/optimize.h); this file
+// turns flags into its request and prints. Order of work: check paths and flags
+// (planOptimization: exit 2 before anything is read), load, optimize() (pipeline, function
+// attachment, gates), --verify in memory (verifyOptimized), save (atomically; not at all when
+// --verify found drift, since that model is wrong), hash the files and write the report, print
+// the before/after table. A failed check exits 1 with one line on stderr; the report is still
+// written and says why.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -14,21 +16,15 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
-#include <set>
 
 #include "commands.h"
+#include "file_digest.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
-#include "fusectl/kernels/compare.h"
-#include "fusectl/kernels/executor.h"
-#include "fusectl/passes/fusectl_functions.h"
-#include "fusectl/passes/pipeline.h"
-#include "fusectl/passes/registry.h"
-#include "fusectl/passes/report.h"
+#include "fusectl/passes/optimize.h"
 
 namespace fusectl::cli {
 namespace {
@@ -89,171 +85,41 @@ uint64_t fileSize(const std::string& path) {
   return ec ? 0 : n;
 }
 
-void collectPasses(const std::vector<PipelineElement>& elements, std::vector<std::string>& out) {
-  for (const PipelineElement& e : elements) {
-    if (e.isGroup()) {
-      collectPasses(e.group, out);
-    } else if (std::find(out.begin(), out.end(), e.pass) == out.end()) {
-      out.push_back(e.pass);
-    }
-  }
-}
-
-// --disable also applies to a --passes pipeline: drop the pass, and a group left empty.
-void dropDisabled(std::vector<PipelineElement>& elements, const std::vector<std::string>& off) {
-  std::vector<PipelineElement> kept;
-  for (PipelineElement& e : elements) {
-    if (e.isGroup()) {
-      dropDisabled(e.group, off);
-      if (e.group.empty()) continue;
-    } else if (std::find(off.begin(), off.end(), e.pass) != off.end()) {
-      continue;
-    }
-    kept.push_back(std::move(e));
-  }
-  elements = std::move(kept);
-}
-
-Pipeline buildPipeline(const OptimizeOptions& opts, bool level_given) {
-  if (opts.passes.empty()) return Pipeline::forLevel(opts.level, opts.disable);
-  if (level_given) usage("give either -O LEVEL or --passes PIPELINE, not both");
-  for (const std::string& d : opts.disable) checkPassName(d);
-  Pipeline p = Pipeline::parse(opts.passes);
-  dropDisabled(p.elements, opts.disable);
-  return p;
-}
-
-// The names --expect and --fail-if-unfused accept: the passes that will run and their
-// patterns. Under --emit standard a pass whose output needs the fusectl domain does not run, so
-// a gate on it could never fail: its names go to `skipped` instead, for the error message.
-struct GateNames {
-  std::set<std::string> known;
-  std::set<std::string> skipped;
-};
-
-GateNames gateNames(const std::vector<std::string>& passes, bool standard_only) {
-  GateNames out;
-  for (const std::string& p : passes) {
-    const PassInfo* info = findPass(p);
-    const bool skipped = standard_only && info && info->portability == Portability::Fusectl;
-    std::set<std::string>& names = skipped ? out.skipped : out.known;
-    names.insert(p);
-    for (const Pattern& pattern : createPass(p)->patterns())
-      if (!pattern.name.empty()) names.insert(pattern.name);
-  }
-  return out;
-}
-
-void checkGateName(const std::string& flag, const std::string& name, const GateNames& names) {
-  if (names.known.count(name)) return;
-  if (names.skipped.count(name)) {
-    usage(fmt::format("{} '{}': does not run with --emit standard (its output needs the fusectl "
-                      "domain), so this check could never fail",
-                      flag, name));
-  }
-  const std::set<std::string>& known = names.known;
-  usage(fmt::format("{} '{}': no pass or pattern of that name in the pipeline (known: {})", flag,
-                    name, known.empty() ? std::string("none") : fmt::format("{}",
-                                                                     fmt::join(known, ", "))));
-}
-
-std::vector<Expectation> parseGates(const OptimizeOptions& opts, const GateNames& known) {
-  std::vector<Expectation> out;
-  for (const std::string& spec : opts.expect) {
-    size_t eq = spec.rfind('=');
-    Expectation e;
-    e.kind = "expect";
-    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
-      usage(fmt::format("--expect '{}': expected PATTERN=COUNT, e.g. fold-conv-bn=20", spec));
-    }
-    e.pattern = spec.substr(0, eq);
-    const std::string count = spec.substr(eq + 1);
-    if (count.size() > 9 || count.find_first_not_of("0123456789") != std::string::npos) {
-      usage(fmt::format("--expect '{}': COUNT '{}' is not a non-negative integer", spec, count));
-    }
-    e.expected = std::stoll(count);
-    checkGateName("--expect", e.pattern, known);
-    out.push_back(std::move(e));
-  }
-  for (const std::string& name : opts.fail_if_unfused) {
-    checkGateName("--fail-if-unfused", name, known);
-    Expectation e;
-    e.kind = "fail-if-unfused";
-    e.pattern = name;
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
-void evaluateGates(Report& report) {
-  for (Expectation& e : report.expectations) {
-    if (e.kind == "expect") {
-      e.found = static_cast<int64_t>(report.countFusions(e.pattern));
-      e.passed = e.found == e.expected;
-      e.detail = fmt::format("--expect {}={}: {} fusion site{}", e.pattern, e.expected, e.found,
-                             e.found == 1 ? "" : "s");
-      continue;
-    }
-    std::vector<const Report::Rejection*> left = report.legalityRejections(e.pattern);
-    e.found = static_cast<int64_t>(left.size());
-    e.passed = left.empty();
-    e.detail = e.passed ? fmt::format("--fail-if-unfused {}: every legal candidate fused",
-                                      e.pattern)
-                        : fmt::format("--fail-if-unfused {}: {} candidate{} not fused; first: "
-                                      "{} [{}]: {}",
-                                      e.pattern, left.size(), left.size() == 1 ? "" : "s",
-                                      left[0]->miss.anchor, left[0]->miss.constraint,
-                                      left[0]->miss.reason);
-  }
+// The library's request: the pipeline, the gates and how the passes run.
+OptimizeRequest requestOf(const OptimizeOptions& opts, bool level_given) {
+  OptimizeRequest r;
+  if (level_given) r.level = opts.level;
+  r.passes = opts.passes;
+  r.disable = opts.disable;
+  r.expect = opts.expect;
+  r.fail_if_unfused = opts.fail_if_unfused;
+  PassManagerOptions& pm = r.pass_manager;
+  pm.verify_each = opts.verify_each;
+  pm.print_after = opts.print_after;
+  pm.dump_dir = opts.dump_dir;
+  pm.max_rewrites = opts.max_rewrites;
+  pm.standard_only = opts.emit == "standard";
+  // Rejection reasons are only read in the report (and by --fail-if-unfused, which optimize()
+  // turns on itself).
+  pm.explain = !opts.report.empty();
+  if (opts.verbose) pm.log = [](const std::string& line) { std::cerr << line << "\n"; };
+  return r;
 }
 
 // Runs the original (reloaded from its file) and the optimized model on the same seeded inputs.
 Verification verifyAgainstOriginal(const OptimizeOptions& opts, const Model& optimized,
                                    const std::vector<std::pair<std::string, Shape>>& shapes) {
-  using namespace fusectl::kernels;
-  Verification v;
-  v.ran = true;
-  v.seed = opts.seed;
-  v.atol = opts.atol;
-  v.rtol = opts.rtol;
-  v.min_cosine = opts.min_cosine;
   LoadOptions load;
   load.infer_shapes = false;
   std::unique_ptr<Model> original = loadModel(opts.model, load);
-  Tolerance tol;
+  kernels::ComparisonInputs inputs;
+  inputs.seed = opts.seed;
+  inputs.shapes = shapes;
+  kernels::Tolerance tol;
   tol.atol = opts.atol;
   tol.rtol = opts.rtol;
   tol.min_cosine = opts.min_cosine;
-  const std::vector<NamedTensor> inputs = makeRandomInputs(*original->graph, opts.seed, shapes);
-  const std::vector<NamedTensor> expected = runModel(*original, inputs);
-  const std::vector<NamedTensor> actual = runModel(optimized, inputs);
-  std::map<std::string, const HostTensor*> by_name;
-  for (const NamedTensor& t : actual) by_name[t.name] = &t.tensor;
-  for (const NamedTensor& e : expected) {
-    VerificationOutput o;
-    o.name = e.name;
-    auto it = by_name.find(e.name);
-    if (it == by_name.end()) {
-      o.passed = false;
-      o.detail = "the optimized model has no output of this name";
-    } else {
-      const CompareResult c = compareTensors(*it->second, e.tensor, tol);
-      o.max_abs_error = c.max_abs_error;
-      o.max_rel_error = c.max_rel_error;
-      o.cosine = c.cosine;
-      o.mismatches = c.mismatches;
-      o.passed = c.passed;
-      if (!c.passed) {
-        o.detail = c.shape_match ? c.describe(e.tensor.dims())
-                                 : fmt::format("shape {} vs {} in the original",
-                                               formatDims(it->second->dims()),
-                                               formatDims(e.tensor.dims()));
-      }
-    }
-    v.passed = v.passed && o.passed;
-    v.outputs.push_back(std::move(o));
-  }
-  return v;
+  return verifyOptimized(*original, optimized, inputs, tol);
 }
 
 std::string opSortKey(const std::string& op) {
@@ -352,14 +218,10 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
     usage("--atol, --rtol, --min-cosine and --seed need --verify");
   }
   if (opts.atol < 0 || opts.rtol < 0) usage("tolerances must be >= 0");
-  for (const std::string& p : opts.print_after)
-    if (p != "all") checkPassName(p);
+  checkPrintAfterNames(opts.print_after);
   const auto shapes = parseShapeSpecs(opts.shapes);
-  const Pipeline pipeline = buildPipeline(opts, level_given);
-  std::vector<std::string> pass_names;
-  collectPasses(pipeline.elements, pass_names);
-  std::vector<Expectation> gates =
-      parseGates(opts, gateNames(pass_names, opts.emit == "standard"));
+  const OptimizeRequest request = requestOf(opts, level_given);
+  const Pipeline pipeline = planOptimization(request).pipeline;
   checkFolderExists(opts.output);
   if (!opts.report.empty()) checkFolderExists(opts.report);
 
@@ -369,31 +231,9 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
   std::unique_ptr<Model> model = loadModel(opts.model, load);
   const double load_ms = msSince(start);
 
-  PassManagerOptions pm;
-  pm.verify_each = opts.verify_each;
-  pm.print_after = opts.print_after;
-  pm.dump_dir = opts.dump_dir;
-  pm.max_rewrites = opts.max_rewrites;
-  pm.standard_only = opts.emit == "standard";
-  // Reasons cost string formatting; build them only for someone who reads them.
-  pm.explain = !opts.report.empty() || !opts.fail_if_unfused.empty();
-  if (opts.verbose) pm.log = [](const std::string& line) { std::cerr << line << "\n"; };
-  Report report;
-  report.tool_version = FUSECTL_VERSION;
-  report.input.file = opts.model;
-  report.expectations = std::move(gates);
   const auto passes_start = Clock::now();
-  PassManager(pm).run(*model, pipeline, report);
+  Report report = optimize(*model, request);
   const double passes_ms = msSince(passes_start);
-  // A model with fusectl-domain nodes carries the ONNX functions that define them, so other
-  // runtimes can still execute it. That renames FusedConv to the spelling of what it computes
-  // (FusedConv_Add_Relu...): the "after" figures describe the file as written.
-  const bool has_fusectl_ops =
-      std::any_of(report.after.op_histogram.begin(), report.after.op_histogram.end(),
-                  [](const auto& op) { return op.first.rfind("fusectl::", 0) == 0; });
-  attachFusectlFunctions(*model);
-  // Only fusectl-domain nodes are renamed; on a 1M-node graph a recount is 0.1 s.
-  if (has_fusectl_ops) report.after = GraphFigures::of(*model->graph);
 
   double verify_ms = 0;
   if (opts.verify) {
@@ -410,7 +250,6 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
     output_external_file = saveModel(*model, opts.output);
     save_ms = msSince(t);
   }
-  evaluateGates(report);
 
   const uint64_t in_bytes = fileSize(opts.model);
   const uint64_t out_bytes = drift ? 0 : fileSize(opts.output);

@@ -15,6 +15,7 @@
 #include "fusectl/kernels/executor.h"
 #include "fusectl/kernels/half.h"
 #include "fusectl/kernels/npy.h"
+#include "fusectl/kernels/seeded_inputs.h"
 
 namespace fusectl::cli {
 
@@ -43,10 +44,6 @@ std::string formatBytes(uint64_t bytes) {
   if (bytes < 1024 * 1024) return fmt::format("{:.1f} KiB", bytes / 1024.0);
   if (bytes < 1024ull * 1024 * 1024) return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024));
   return fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024 * 1024));
-}
-
-std::string formatDims(const std::vector<int64_t>& dims) {
-  return fmt::format("[{}]", fmt::join(dims, ","));
 }
 
 namespace {

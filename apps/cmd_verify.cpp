@@ -18,7 +18,6 @@
 
 #include <cmath>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -26,7 +25,6 @@
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/compare.h"
-#include "fusectl/kernels/executor.h"
 
 namespace fusectl::cli {
 namespace {
@@ -46,56 +44,6 @@ struct VerifyOptions {
   int threads = 1;
 };
 
-struct OutputVerdict {
-  std::string name;
-  DType dtype = DType::Undefined;
-  std::vector<int64_t> dims;
-  double max_abs = 0;
-  double max_rel = 0;
-  double cosine = 1;
-  int64_t mismatches = 0;
-  bool passed = true;
-  std::string detail;  // the first failing run's description
-};
-
-// Both graphs must take the same non-initializer inputs with the same dtypes.
-void checkSameInputs(const Graph& a, const Graph& b, const VerifyOptions& opts) {
-  std::map<std::string, const Value*> ins_b;
-  for (const Value* v : b.inputs()) {
-    if (!v->isInitializer()) ins_b[v->name()] = v;
-  }
-  for (const Value* v : a.inputs()) {
-    if (v->isInitializer()) continue;
-    auto it = ins_b.find(v->name());
-    if (it == ins_b.end()) {
-      throwInvalid(fmt::format("input mismatch: '{}' is an input of {} but not of {}", v->name(),
-                               opts.model_a, opts.model_b));
-    }
-    if (it->second->dtype() != v->dtype()) {
-      throwInvalid(fmt::format("input mismatch: '{}' is {} in {} but {} in {}", v->name(),
-                               v->type.str(), opts.model_a, it->second->type.str(), opts.model_b));
-    }
-    ins_b.erase(it);
-  }
-  if (!ins_b.empty()) {
-    throwInvalid(fmt::format("input mismatch: '{}' is an input of {} but not of {}",
-                             ins_b.begin()->first, opts.model_b, opts.model_a));
-  }
-}
-
-void checkSameOutputs(const Graph& a, const Graph& b, const VerifyOptions& opts) {
-  std::map<std::string, int> seen;
-  for (const Value* v : a.outputs()) seen[v->name()] |= 1;
-  for (const Value* v : b.outputs()) seen[v->name()] |= 2;
-  for (const auto& [name, mask] : seen) {
-    if (mask != 3) {
-      throwInvalid(fmt::format("output '{}' of {} is missing from {}", name,
-                               mask == 1 ? opts.model_a : opts.model_b,
-                               mask == 1 ? opts.model_b : opts.model_a));
-    }
-  }
-}
-
 nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
 
 int runVerify(const VerifyOptions& opts) {
@@ -107,61 +55,19 @@ int runVerify(const VerifyOptions& opts) {
   load.infer_shapes = false;
   std::unique_ptr<Model> a = loadModel(opts.model_a, load);
   std::unique_ptr<Model> b = loadModel(opts.model_b, load);
-  checkSameInputs(*a->graph, *b->graph, opts);
-  checkSameOutputs(*a->graph, *b->graph, opts);
+  checkSameInterface(*a->graph, *b->graph, opts.model_a, opts.model_b);
 
-  ExecutorOptions exec;
-  exec.num_threads = opts.threads;
-  Executor run_a(*a, exec);
-  Executor run_b(*b, exec);
-
+  ComparisonInputs inputs;
+  inputs.seed = opts.seed;
+  inputs.runs = opts.runs;
+  inputs.shapes = shapes;
+  inputs.execution.num_threads = opts.threads;
   Tolerance tol;
   tol.atol = opts.atol;
   tol.rtol = opts.rtol;
   tol.min_cosine = opts.min_cosine;
-  std::vector<OutputVerdict> verdicts;
-  for (const Value* v : a->graph->outputs()) {
-    OutputVerdict verdict;
-    verdict.name = v->name();
-    verdicts.push_back(std::move(verdict));
-  }
-
-  for (int r = 0; r < opts.runs; ++r) {
-    const uint64_t seed = opts.seed + static_cast<uint64_t>(r);
-    const std::vector<NamedTensor> inputs = makeRandomInputs(*a->graph, seed, shapes);
-    const std::vector<NamedTensor> out_a = run_a.run(inputs);
-    const std::vector<NamedTensor> out_b = run_b.run(inputs);
-    std::map<std::string, const HostTensor*> by_name;
-    for (const NamedTensor& o : out_b) by_name[o.name] = &o.tensor;
-    for (size_t i = 0; i < out_a.size(); ++i) {
-      OutputVerdict& v = verdicts[i];
-      const HostTensor& ta = out_a[i].tensor;
-      const HostTensor& tb = *by_name.at(out_a[i].name);
-      if (r == 0) {
-        v.dtype = ta.dtype();
-        v.dims = ta.dims();
-      }
-      const CompareResult c = compareTensors(tb, ta, tol);
-      v.max_abs = std::max(v.max_abs, c.max_abs_error);
-      v.max_rel = std::max(v.max_rel, c.max_rel_error);
-      v.cosine = std::min(v.cosine, c.cosine);
-      v.mismatches += c.mismatches;
-      if (!c.passed && v.passed) {
-        v.passed = false;
-        v.detail = c.shape_match ? c.describe(ta.dims())
-                                 : fmt::format("shape {} in B vs {} in A", formatDims(tb.dims()),
-                                               formatDims(ta.dims()));
-        if (!c.dtype_match && c.shape_match) {
-          v.detail = fmt::format("dtype {} in B vs {} in A; {}", dtypeName(tb.dtype()),
-                                 dtypeName(ta.dtype()), v.detail);
-        }
-        if (opts.runs > 1) v.detail = fmt::format("run {} (seed {}): {}", r, seed, v.detail);
-      }
-    }
-  }
-
-  bool all_passed = true;
-  for (const OutputVerdict& v : verdicts) all_passed = all_passed && v.passed;
+  const Comparison comparison = compareModels(*a, *b, inputs, tol);
+  const bool all_passed = comparison.passed;
 
   if (opts.json) {
     nlohmann::json j;
@@ -174,12 +80,12 @@ int runVerify(const VerifyOptions& opts) {
     j["min_cosine"] = opts.min_cosine;
     j["passed"] = all_passed;
     j["outputs"] = nlohmann::json::array();
-    for (const OutputVerdict& v : verdicts) {
+    for (const OutputComparison& v : comparison.outputs) {
       j["outputs"].push_back({{"name", v.name},
                               {"dtype", std::string(dtypeName(v.dtype))},
                               {"shape", v.dims},
-                              {"max_abs_error", number(v.max_abs)},
-                              {"max_rel_error", number(v.max_rel)},
+                              {"max_abs_error", number(v.max_abs_error)},
+                              {"max_rel_error", number(v.max_rel_error)},
                               {"cosine", number(v.cosine)},
                               {"mismatches", v.mismatches},
                               {"passed", v.passed},
@@ -190,15 +96,15 @@ int runVerify(const VerifyOptions& opts) {
     fmt::print("verify {} vs {}: {} run{}, seed {}, atol {:g}, rtol {:g}, min cosine {:g}\n",
                opts.model_a, opts.model_b, opts.runs, opts.runs == 1 ? "" : "s", opts.seed,
                opts.atol, opts.rtol, opts.min_cosine);
-    for (const OutputVerdict& v : verdicts) {
+    for (const OutputComparison& v : comparison.outputs) {
       fmt::print("  {} {}{}: max abs {:.3g}, max rel {:.3g}, cosine {:.8f}: {}\n",
-                 v.passed ? "ok  " : "FAIL", v.name, formatDims(v.dims), v.max_abs, v.max_rel,
-                 v.cosine, v.passed ? "within tolerance" : v.detail);
+                 v.passed ? "ok  " : "FAIL", v.name, formatDims(v.dims), v.max_abs_error,
+                 v.max_rel_error, v.cosine, v.passed ? "within tolerance" : v.detail);
     }
     size_t failed = 0;
-    for (const OutputVerdict& v : verdicts) failed += v.passed ? 0 : 1;
+    for (const OutputComparison& v : comparison.outputs) failed += v.passed ? 0 : 1;
     fmt::print("{}: {} of {} outputs within tolerance\n", all_passed ? "PASS" : "FAIL",
-               verdicts.size() - failed, verdicts.size());
+               comparison.outputs.size() - failed, comparison.outputs.size());
   }
   std::cout.flush();
   if (!std::cout) throwIo("<stdout>: write failed");

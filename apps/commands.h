@@ -31,10 +31,9 @@ Command addRunCommand(CLI::App& parent);
 Command addVerifyCommand(CLI::App& parent);
 Command addConformanceCommand(CLI::App& parent);
 // Shared by run and verify (defined in cmd_run.cpp): "--shape NAME=DIMS" flags (Usage error
-// when malformed or not numeric), byte counts as "1.5 MiB", dims as "[1,3,224,224]".
+// when malformed or not numeric), byte counts as "1.5 MiB" (dims: kernels::formatDims).
 std::vector<std::pair<std::string, Shape>> parseShapeSpecs(const std::vector<std::string>& specs);
 std::string formatBytes(uint64_t bytes);
-std::string formatDims(const std::vector<int64_t>& dims);
 
 // ---- Pass commands (cmd_passes.cpp, cmd_match.cpp, cmd_optimize.cpp, cmd_diff.cpp) ----
 Command addPassesCommand(CLI::App& parent);

@@ -13,6 +13,7 @@
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/executor.h"
 #include "fusectl/kernels/npy.h"
+#include "fusectl/kernels/seeded_inputs.h"
 
 namespace {
 

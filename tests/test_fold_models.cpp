@@ -10,6 +10,7 @@
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/compare.h"
 #include "fusectl/kernels/executor.h"
+#include "fusectl/kernels/seeded_inputs.h"
 #include "fusectl/passes/pipeline.h"
 
 using namespace fusectl;

@@ -29,6 +29,7 @@
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/executor.h"
 #include "fusectl/kernels/npy.h"
+#include "fusectl/kernels/seeded_inputs.h"
 
 using namespace fusectl;
 using namespace fusectl::kernels;

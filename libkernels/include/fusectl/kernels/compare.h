@@ -1,4 +1,5 @@
-// Numeric comparison of two tensors: error statistics and an allclose verdict.
+// Numeric comparison: of two tensors (compareTensors), and of two models run on the same inputs
+// (compareModels, the engine of `fusectl verify`, `optimize --verify` and the pass goldens).
 //
 // The verdict follows numpy.testing.assert_allclose(actual, expected, rtol, atol,
 // equal_nan=True): element-wise |actual - expected| <= atol + rtol * |expected|; NaN matches only
@@ -15,8 +16,13 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "fusectl/graph/graph.h"
+#include "fusectl/kernels/executor.h"
 #include "fusectl/kernels/kernel.h"
+#include "fusectl/kernels/seeded_inputs.h"
 
 namespace fusectl::kernels {
 
@@ -61,5 +67,67 @@ struct TensorSummary {
   double min = 0, max = 0, mean = 0, stddev = 0;  // over finite elements; 0 when there are none
 };
 TensorSummary summarizeTensor(const HostTensor& t);
+
+// Dims as "[1,3,224,224]" ("[]" for a scalar), the spelling of every comparison message.
+std::string formatDims(const std::vector<int64_t>& dims);
+
+// ---- Two models on the same inputs ----
+//
+// A is the reference, B the model checked against it (e.g. the original and the optimized one):
+// each output of A is compared with B's output of the same name, compareTensors(B's, A's).
+
+// What both models run on.
+struct ComparisonInputs {
+  // `runs` input sets made from A's graph with seeds seed, seed + 1, ... (makeRandomInputs);
+  // `shapes` fixes input dims by name (`--shape`).
+  uint64_t seed = 0;
+  int runs = 1;
+  std::vector<std::pair<std::string, Shape>> shapes;
+  // When not empty: these input sets instead, one run each (seed, runs and shapes unused).
+  std::vector<std::vector<NamedTensor>> given;
+  ExecutorOptions execution;  // for both models (threads...)
+};
+
+// One output of A over every run: the worst figures (largest errors, smallest cosine, summed
+// mismatches) and the first failure.
+struct OutputComparison {
+  std::string name;
+  DType dtype = DType::Undefined;  // A's, in the first run
+  std::vector<int64_t> dims;       // A's, in the first run
+  double max_abs_error = 0, max_rel_error = 0, cosine = 1;  // errors may be +inf
+  int64_t mismatches = 0;
+  bool passed = true;
+  bool missing = false;  // B has no output of this name: nothing was compared
+  // The first failing run (-1: none), its seed (seeded runs), compareTensors(B's, A's) in that
+  // run and both tensors' dims there, for callers that word the failure their own way.
+  int failed_run = -1;
+  uint64_t failed_seed = 0;
+  CompareResult failure;
+  DType failed_dtype_b = DType::Undefined;
+  std::vector<int64_t> failed_dims_a, failed_dims_b;
+  // The first failure in words, "" when passed: e.g. "shape [2] in B vs [3] in A", "dtype
+  // int64 in B vs float in A; ...", or CompareResult::describe(); prefixed with "run R (seed
+  // S): " when there was more than one run; "B has no output of this name".
+  std::string detail;
+};
+
+struct Comparison {
+  std::vector<OutputComparison> outputs;  // in A's output order
+  int runs = 0;
+  bool passed = true;  // every output passed
+};
+
+// Runs A and B on the same inputs and compares every output of A with B's. Executors for both
+// are built first (an op without a kernel throws fusectl::Error(Unsupported) naming the node),
+// then each run's inputs are made and both models run. B's outputs that A lacks are ignored;
+// checkSameInterface rejects such pairs up front when that matters.
+Comparison compareModels(const Model& a, const Model& b, const ComparisonInputs& inputs,
+                         const Tolerance& tolerance);
+
+// Both graphs take the same non-initializer inputs (names and dtypes) and have the same output
+// names; else throws fusectl::Error(InvalidInput) naming the models by the labels given, e.g.
+// "input mismatch: 'x' is an input of a.onnx but not of b.onnx".
+void checkSameInterface(const Graph& a, const Graph& b, const std::string& a_label,
+                        const std::string& b_label);
 
 }  // namespace fusectl::kernels

@@ -126,23 +126,4 @@ std::vector<NamedTensor> runModel(const Model& model, const std::vector<NamedTen
                                   const ExecutorOptions& options = {},
                                   ExecutionStats* stats = nullptr);
 
-// ---- Seeded inputs ----
-
-// Concrete dims for a graph input: `override` when given (must be static, and of the declared
-// rank when the rank is declared), else the declared dims with every symbolic or unknown dim
-// set to 1. Throws naming the input for an unknown rank without an override.
-std::vector<int64_t> concreteInputDims(const Value& input, const Shape* override = nullptr);
-
-// Random data for every graph input that is not an initializer, in graph input order.
-// Deterministic on every platform: each input's stream is a PCG32 seeded from (seed, input
-// name), so two graphs with the same input names get the same data whatever their input order.
-// Values: floating types uniform in [-1, 1) (float16/bfloat16 rounded from float32), integers
-// uniform in [0, 10), bool 0/1. `shapes` overrides input dims by name (an unknown name throws).
-// The same data for one input (what makeRandomInputs generates for it).
-HostTensor makeRandomInput(const Value& input, uint64_t seed, const Shape* override = nullptr);
-
-std::vector<NamedTensor> makeRandomInputs(
-    const Graph& graph, uint64_t seed,
-    const std::vector<std::pair<std::string, Shape>>& shapes = {});
-
 }  // namespace fusectl::kernels

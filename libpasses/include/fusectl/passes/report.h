@@ -61,7 +61,7 @@ struct FixpointRun {
 };
 
 // `fusectl optimize --verify`: the original and the optimized model run on the same seeded
-// inputs; per output, the worst figures over all runs (compareTensors, libkernels/compare.h).
+// inputs; per output, the worst figures over all runs (verifyOptimized, optimize.h).
 struct VerificationOutput {
   std::string name;
   double max_abs_error = 0, max_rel_error = 0, cosine = 1;  // may be non-finite
@@ -90,7 +90,8 @@ struct Expectation {
   std::string detail;  // one line for people
 };
 
-// One file of a model: as named in the report, its SHA-256 (lower-case hex) and size.
+// One file of a model: as named in the report, its SHA-256 (lower-case hex) and size. The
+// library computes none of these: whoever reads and writes the files fills them in.
 struct FileDigest {
   std::string file;
   std::string sha256;
@@ -142,15 +143,5 @@ class Report {
  private:
   std::unordered_set<std::string> rejection_keys_;
 };
-
-// Lower-case hex SHA-256 of `bytes`, for the report's input and output hashes (OpenSSL).
-std::string sha256Hex(std::string_view bytes);
-// The file's SHA-256 and size, read in pieces (a model file can be gigabytes); `file` is
-// recorded as given. Throws fusectl::Error(Io) naming the file when it cannot be read.
-FileDigest digestFile(const std::string& path, std::string file);
-// digestFile for each external-data location of the model at `model_path` (locations are
-// relative to its folder, and recorded as given).
-std::vector<FileDigest> digestExternalFiles(const std::string& model_path,
-                                            const std::vector<std::string>& locations);
 
 }  // namespace fusectl::passes

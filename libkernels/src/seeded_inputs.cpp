@@ -1,0 +1,156 @@
+// Seeded inputs: PCG32 streams keyed by (seed, input name), see seeded_inputs.h.
+#include "fusectl/kernels/seeded_inputs.h"
+
+#include <unordered_map>
+
+#include "fusectl/graph/error.h"
+#include "fusectl/kernels/half.h"
+
+namespace fusectl::kernels {
+
+namespace {
+
+// PCG32 (pcg_setseq_64_xsh_rr_32, O'Neill 2014): tiny, fast and identical everywhere.
+class Pcg32 {
+ public:
+  Pcg32(uint64_t seed, uint64_t stream) : inc_((stream << 1) | 1u) {
+    next();
+    state_ += seed;
+    next();
+  }
+  uint32_t next() {
+    const uint64_t old = state_;
+    state_ = old * 6364136223846793005ULL + inc_;
+    const uint32_t xorshifted = static_cast<uint32_t>(((old >> 18) ^ old) >> 27);
+    const uint32_t rot = static_cast<uint32_t>(old >> 59);
+    return (xorshifted >> rot) | (xorshifted << ((32 - rot) & 31));
+  }
+  // Uniform in [-1, 1) on a 2^-23 grid: exact in float32, no libm, no platform rounding.
+  float nextSigned() {
+    const int32_t u = static_cast<int32_t>(next() >> 8) - (1 << 23);
+    return static_cast<float>(u) * (1.0f / 8388608.0f);
+  }
+
+ private:
+  uint64_t state_ = 0;
+  uint64_t inc_;
+};
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+template <typename T>
+void fillInts(HostTensor& t, Pcg32& rng) {
+  T* p = t.mutableData<T>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = static_cast<T>(rng.next() % 10u);
+}
+
+}  // namespace
+
+std::vector<int64_t> concreteInputDims(const Value& input, const Shape* override) {
+  const Shape& declared = input.shape();
+  if (override) {
+    if (!override->isStatic()) {
+      throwInvalid("shape " + override->str() + " for input '" + input.name() +
+                   "' must have only numeric dims");
+    }
+    if (declared.hasRank() && declared.rank() != override->rank()) {
+      throwInvalid("shape " + override->str() + " for input '" + input.name() + "' has rank " +
+                   std::to_string(override->rank()) + " but the graph declares " +
+                   input.type.str());
+    }
+    for (size_t d = 0; declared.hasRank() && d < declared.rank(); ++d) {
+      if (declared[d].isStatic() && declared[d].value() != (*override)[d].value()) {
+        throwInvalid("shape " + override->str() + " for input '" + input.name() +
+                     "' conflicts with the declared " + input.type.str());
+      }
+    }
+    return override->staticDims();
+  }
+  if (!declared.hasRank()) {
+    throwInvalid("input '" + input.name() + "' has an unknown rank; give its shape (--shape " +
+                 input.name() + "=DIMS)");
+  }
+  std::vector<int64_t> dims;
+  for (const Dim& d : declared.dims()) dims.push_back(d.isStatic() ? d.value() : 1);
+  return dims;
+}
+
+HostTensor makeRandomInput(const Value& input, uint64_t seed, const Shape* override) {
+  const std::vector<int64_t> dims = concreteInputDims(input, override);
+  const DType dtype = input.dtype();
+  if (dtype == DType::Undefined || dtype == DType::String || dtype == DType::Complex64 ||
+      dtype == DType::Complex128 || !dtypeIsKnown(static_cast<int32_t>(dtype)) ||
+      dtypeStorageBytes(dtype, 2) != 2 * dtypeSize(dtype)) {
+    throwUnsupported("cannot generate random data for input '" + input.name() + "' of type " +
+                     input.type.str() + "; give it with --input");
+  }
+  HostTensor t(dtype, dims);
+  Pcg32 rng(seed, fnv1a(input.name()));
+  const int64_t n = t.numel();
+  switch (dtype) {
+    case DType::Float: {
+      float* p = t.mutableData<float>();
+      for (int64_t i = 0; i < n; ++i) p[i] = rng.nextSigned();
+      break;
+    }
+    case DType::Double: {
+      double* p = t.mutableData<double>();
+      for (int64_t i = 0; i < n; ++i) p[i] = rng.nextSigned();
+      break;
+    }
+    case DType::Float16: {
+      uint16_t* p = t.mutableData<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) p[i] = floatToHalf(rng.nextSigned());
+      break;
+    }
+    case DType::BFloat16: {
+      uint16_t* p = t.mutableData<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) p[i] = floatToBFloat16(rng.nextSigned());
+      break;
+    }
+    case DType::Bool: {
+      uint8_t* p = t.mutableData<uint8_t>();
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(rng.next() >> 31);
+      break;
+    }
+    case DType::Int8: fillInts<int8_t>(t, rng); break;
+    case DType::UInt8: fillInts<uint8_t>(t, rng); break;
+    case DType::Int16: fillInts<int16_t>(t, rng); break;
+    case DType::UInt16: fillInts<uint16_t>(t, rng); break;
+    case DType::Int32: fillInts<int32_t>(t, rng); break;
+    case DType::UInt32: fillInts<uint32_t>(t, rng); break;
+    case DType::Int64: fillInts<int64_t>(t, rng); break;
+    case DType::UInt64: fillInts<uint64_t>(t, rng); break;
+    default:
+      throwUnsupported("cannot generate random data for input '" + input.name() + "' of type " +
+                       input.type.str() + "; give it with --input");
+  }
+  return t;
+}
+
+std::vector<NamedTensor> makeRandomInputs(const Graph& graph, uint64_t seed,
+                                          const std::vector<std::pair<std::string, Shape>>& shapes) {
+  std::unordered_map<std::string, const Shape*> overrides;
+  for (const auto& [name, shape] : shapes) {
+    const Value* v = graph.findValue(name);
+    if (!v || !v->isGraphInput()) throwInvalid("--shape names '" + name + "', not a graph input");
+    overrides[name] = &shape;
+  }
+  std::vector<NamedTensor> result;
+  for (const Value* v : graph.inputs()) {
+    if (v->isInitializer()) continue;
+    auto it = overrides.find(v->name());
+    result.push_back(
+        {v->name(), makeRandomInput(*v, seed, it == overrides.end() ? nullptr : it->second)});
+  }
+  return result;
+}
+
+}  // namespace fusectl::kernels

@@ -1,0 +1,230 @@
+// optimize(), planOptimization() and verifyOptimized() (optimize.h): pipeline choice, gates,
+// function attachment and the wording of --verify, out of the CLI.
+#include "fusectl/passes/optimize.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "fusectl/graph/error.h"
+#include "fusectl/passes/fusectl_functions.h"
+#include "fusectl/passes/registry.h"
+
+namespace fusectl::passes {
+
+namespace {
+
+[[noreturn]] void usage(const std::string& message) { throw Error(ErrorKind::Usage, message); }
+
+void collectPasses(const std::vector<PipelineElement>& elements, std::vector<std::string>& out) {
+  for (const PipelineElement& e : elements) {
+    if (e.isGroup()) {
+      collectPasses(e.group, out);
+    } else if (std::find(out.begin(), out.end(), e.pass) == out.end()) {
+      out.push_back(e.pass);
+    }
+  }
+}
+
+// `disable` also applies to a pipeline given as text: drop the pass, and a group left empty.
+void dropDisabled(std::vector<PipelineElement>& elements, const std::vector<std::string>& off) {
+  std::vector<PipelineElement> kept;
+  for (PipelineElement& e : elements) {
+    if (e.isGroup()) {
+      dropDisabled(e.group, off);
+      if (e.group.empty()) continue;
+    } else if (std::find(off.begin(), off.end(), e.pass) != off.end()) {
+      continue;
+    }
+    kept.push_back(std::move(e));
+  }
+  elements = std::move(kept);
+}
+
+Pipeline buildPipeline(const OptimizeRequest& request) {
+  if (request.passes.empty()) return Pipeline::forLevel(request.level.value_or(2), request.disable);
+  if (request.level) usage("give either -O LEVEL or --passes PIPELINE, not both");
+  for (const std::string& d : request.disable) checkPassName(d);
+  Pipeline p = Pipeline::parse(request.passes);
+  dropDisabled(p.elements, request.disable);
+  return p;
+}
+
+// The names the gates accept: the passes that will run and their patterns. Under --emit
+// standard a pass whose output needs the fusectl domain does not run, so a gate on it could
+// never fail: its names go to `skipped` instead, for the error message.
+struct GateNames {
+  std::set<std::string> known;
+  std::set<std::string> skipped;
+};
+
+GateNames gateNames(const std::vector<std::string>& passes, bool standard_only) {
+  GateNames out;
+  for (const std::string& p : passes) {
+    const PassInfo* info = findPass(p);
+    const bool skipped = standard_only && info && info->portability == Portability::Fusectl;
+    std::set<std::string>& names = skipped ? out.skipped : out.known;
+    names.insert(p);
+    for (const Pattern& pattern : createPass(p)->patterns())
+      if (!pattern.name.empty()) names.insert(pattern.name);
+  }
+  return out;
+}
+
+void checkGateName(const std::string& flag, const std::string& name, const GateNames& names) {
+  if (names.known.count(name)) return;
+  if (names.skipped.count(name)) {
+    usage(fmt::format("{} '{}': does not run with --emit standard (its output needs the fusectl "
+                      "domain), so this check could never fail",
+                      flag, name));
+  }
+  const std::set<std::string>& known = names.known;
+  usage(fmt::format("{} '{}': no pass or pattern of that name in the pipeline (known: {})", flag,
+                    name, known.empty() ? std::string("none") : fmt::format("{}",
+                                                                     fmt::join(known, ", "))));
+}
+
+std::vector<Expectation> parseGates(const OptimizeRequest& request, const GateNames& known) {
+  std::vector<Expectation> out;
+  for (const std::string& spec : request.expect) {
+    size_t eq = spec.rfind('=');
+    Expectation e;
+    e.kind = "expect";
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+      usage(fmt::format("--expect '{}': expected PATTERN=COUNT, e.g. fold-conv-bn=20", spec));
+    }
+    e.pattern = spec.substr(0, eq);
+    const std::string count = spec.substr(eq + 1);
+    if (count.size() > 9 || count.find_first_not_of("0123456789") != std::string::npos) {
+      usage(fmt::format("--expect '{}': COUNT '{}' is not a non-negative integer", spec, count));
+    }
+    e.expected = std::stoll(count);
+    checkGateName("--expect", e.pattern, known);
+    out.push_back(std::move(e));
+  }
+  for (const std::string& name : request.fail_if_unfused) {
+    checkGateName("--fail-if-unfused", name, known);
+    Expectation e;
+    e.kind = "fail-if-unfused";
+    e.pattern = name;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+void evaluateGates(Report& report) {
+  for (Expectation& e : report.expectations) {
+    if (e.kind == "expect") {
+      e.found = static_cast<int64_t>(report.countFusions(e.pattern));
+      e.passed = e.found == e.expected;
+      e.detail = fmt::format("--expect {}={}: {} fusion site{}", e.pattern, e.expected, e.found,
+                             e.found == 1 ? "" : "s");
+      continue;
+    }
+    std::vector<const Report::Rejection*> left = report.legalityRejections(e.pattern);
+    e.found = static_cast<int64_t>(left.size());
+    e.passed = left.empty();
+    e.detail = e.passed ? fmt::format("--fail-if-unfused {}: every legal candidate fused",
+                                      e.pattern)
+                        : fmt::format("--fail-if-unfused {}: {} candidate{} not fused; first: "
+                                      "{} [{}]: {}",
+                                      e.pattern, left.size(), left.size() == 1 ? "" : "s",
+                                      left[0]->miss.anchor, left[0]->miss.constraint,
+                                      left[0]->miss.reason);
+  }
+}
+
+}  // namespace
+
+void checkPrintAfterNames(const std::vector<std::string>& names) {
+  for (const std::string& p : names)
+    if (p != "all") checkPassName(p);
+}
+
+OptimizePlan planOptimization(const OptimizeRequest& request) {
+  checkPrintAfterNames(request.pass_manager.print_after);
+  OptimizePlan plan;
+  plan.pipeline = buildPipeline(request);
+  std::vector<std::string> pass_names;
+  collectPasses(plan.pipeline.elements, pass_names);
+  plan.gates = parseGates(request, gateNames(pass_names, request.pass_manager.standard_only));
+  return plan;
+}
+
+Report optimize(Model& model, const OptimizeRequest& request) {
+  OptimizePlan plan = planOptimization(request);
+  PassManagerOptions pm = request.pass_manager;
+  // Reasons cost string formatting; they are built only for someone who reads them.
+  pm.explain = pm.explain || !request.fail_if_unfused.empty();
+  Report report;
+  report.tool_version = FUSECTL_VERSION;
+  report.expectations = std::move(plan.gates);
+  PassManager(std::move(pm)).run(model, plan.pipeline, report);
+
+  // ---- Function attachment: here until the merge of issue 11 part 1, which moves it to the
+  // end of PassManager::run (attachFusectlFunctions into libgraph); the lead drops this block
+  // then. ----
+  // A model with fusectl-domain nodes carries the ONNX functions that define them, so other
+  // runtimes can still execute it. That renames FusedConv to the spelling of what it computes
+  // (FusedConv_Add_Relu...): the "after" figures describe the file as written.
+  const bool has_fusectl_ops =
+      std::any_of(report.after.op_histogram.begin(), report.after.op_histogram.end(),
+                  [](const auto& op) { return op.first.rfind("fusectl::", 0) == 0; });
+  attachFusectlFunctions(model);
+  // Only fusectl-domain nodes are renamed; on a 1M-node graph a recount is 0.1 s.
+  if (has_fusectl_ops) report.after = GraphFigures::of(*model.graph);
+  // ---- end of function attachment ----
+
+  evaluateGates(report);
+  return report;
+}
+
+bool gatesPassed(const Report& report) {
+  return std::all_of(report.expectations.begin(), report.expectations.end(),
+                     [](const Expectation& e) { return e.passed; });
+}
+
+Verification verifyOptimized(const Model& original, const Model& optimized,
+                             const kernels::ComparisonInputs& inputs,
+                             const kernels::Tolerance& tolerance) {
+  kernels::ComparisonInputs feed = inputs;
+  if (feed.given.empty()) {
+    for (int r = 0; r < inputs.runs; ++r) {
+      feed.given.push_back(kernels::makeRandomInputs(
+          *original.graph, inputs.seed + static_cast<uint64_t>(r), inputs.shapes));
+    }
+  }
+  const kernels::Comparison comparison =
+      kernels::compareModels(original, optimized, feed, tolerance);
+  Verification v;
+  v.ran = true;
+  v.seed = inputs.seed;
+  v.runs = comparison.runs;
+  v.atol = tolerance.atol;
+  v.rtol = tolerance.rtol;
+  v.min_cosine = tolerance.min_cosine;
+  for (const kernels::OutputComparison& c : comparison.outputs) {
+    VerificationOutput o;
+    o.name = c.name;
+    o.max_abs_error = c.max_abs_error;
+    o.max_rel_error = c.max_rel_error;
+    o.cosine = c.cosine;
+    o.mismatches = c.mismatches;
+    o.passed = c.passed;
+    if (c.missing) {
+      o.detail = "the optimized model has no output of this name";
+    } else if (!c.passed) {
+      o.detail = c.failure.shape_match
+                     ? c.failure.describe(c.failed_dims_a)
+                     : fmt::format("shape {} vs {} in the original",
+                                   kernels::formatDims(c.failed_dims_b),
+                                   kernels::formatDims(c.failed_dims_a));
+    }
+    v.passed = v.passed && o.passed;
+    v.outputs.push_back(std::move(o));
+  }
+  return v;
+}
+
+}  // namespace fusectl::passes
