@@ -8,7 +8,6 @@
 #include <set>
 
 #include "fusectl/graph/error.h"
-#include "fusectl/passes/fusectl_functions.h"
 #include "fusectl/passes/registry.h"
 
 namespace fusectl::passes {
@@ -160,22 +159,8 @@ Report optimize(Model& model, const OptimizeRequest& request) {
   Report report;
   report.tool_version = FUSECTL_VERSION;
   report.expectations = std::move(plan.gates);
+  // The PassManager also attaches the ONNX functions of any fusectl ops it emitted.
   PassManager(std::move(pm)).run(model, plan.pipeline, report);
-
-  // ---- Function attachment: here until the merge of issue 11 part 1, which moves it to the
-  // end of PassManager::run (attachFusectlFunctions into libgraph); the lead drops this block
-  // then. ----
-  // A model with fusectl-domain nodes carries the ONNX functions that define them, so other
-  // runtimes can still execute it. That renames FusedConv to the spelling of what it computes
-  // (FusedConv_Add_Relu...): the "after" figures describe the file as written.
-  const bool has_fusectl_ops =
-      std::any_of(report.after.op_histogram.begin(), report.after.op_histogram.end(),
-                  [](const auto& op) { return op.first.rfind("fusectl::", 0) == 0; });
-  attachFusectlFunctions(model);
-  // Only fusectl-domain nodes are renamed; on a 1M-node graph a recount is 0.1 s.
-  if (has_fusectl_ops) report.after = GraphFigures::of(*model.graph);
-  // ---- end of function attachment ----
-
   evaluateGates(report);
   return report;
 }
