@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "fusectl/graph/error.h"
-#include "fusectl/graph/zeroed_array.h"
+#include "fusectl/support/zeroed_array.h"
 
 namespace fusectl {
 

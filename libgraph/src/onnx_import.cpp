@@ -28,10 +28,10 @@
 
 #include <fmt/format.h>
 
-#include "fusectl/graph/background_prefault.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/graph/shape_inference.h"
+#include "fusectl/support/background_prefault.h"
 #include "onnx_convert.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
