@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "commands.h"
-#include "fusectl/graph/background_prefault.h"
 #include "fusectl/graph/error.h"
-#include "fusectl/graph/huge_page_malloc.h"
+#include "fusectl/support/background_prefault.h"
+#include "fusectl/support/huge_page_malloc.h"
 
 namespace {
 

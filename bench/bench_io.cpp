@@ -9,9 +9,9 @@
 #include <string>
 
 #include "fusectl/graph/error.h"
-#include "fusectl/graph/background_prefault.h"
-#include "fusectl/graph/huge_page_malloc.h"
 #include "fusectl/graph/onnx_io.h"
+#include "fusectl/support/background_prefault.h"
+#include "fusectl/support/huge_page_malloc.h"
 
 namespace {
 

@@ -12,8 +12,8 @@
 #include <unistd.h>
 #endif
 
-#include "fusectl/graph/background_prefault.h"
-#include "fusectl/graph/zeroed_array.h"
+#include "fusectl/support/background_prefault.h"
+#include "fusectl/support/zeroed_array.h"
 
 #if defined(__linux__)
 namespace {

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "fusectl/graph/name_table.h"
+#include "fusectl/support/name_table.h"
 
 namespace {
 struct Named {

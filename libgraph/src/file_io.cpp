@@ -1,4 +1,5 @@
-// Files: whole-file reads, atomic writes (temporary file, fsync, rename) and TensorProto files.
+// Files: whole-file reads, atomic writes (temporary file, fsync, rename), deterministic
+// protobuf bytes. What a file holds and which reader takes it is model_file.cpp's business.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -7,8 +8,8 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <cerrno>
-#include <climits>
 #include <cstring>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -54,14 +55,6 @@ std::string serializeDeterministic(const google::protobuf::MessageLite& message)
   message.SerializeToCodedStream(&coded);
   coded.Trim();
   return out;
-}
-
-bool hasTextExtension(const std::string& path) {
-  auto endsWith = [&](std::string_view suffix) {
-    return path.size() >= suffix.size() &&
-           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return endsWith(".onnxtxt") || endsWith(".txt");
 }
 
 bool escapesFolder(const std::string& location) {
@@ -198,28 +191,6 @@ void writeFileAtomically(const std::string& path, const std::string& bytes) {
   onnx_convert::AtomicFile file(path);
   file.write(bytes.data(), bytes.size());
   file.commit();
-}
-
-Tensor loadTensorFile(const std::string& path, std::string* name) {
-  std::string bytes = onnx_convert::readFile(path);
-  if (bytes.empty()) throwInvalid(path + ": empty file");
-  if (bytes.size() > static_cast<size_t>(INT_MAX))
-    throwInvalid(path + ": larger than 2 GB, the protobuf limit");
-  onnx::TensorProto proto;
-  google::protobuf::io::ArrayInputStream array(bytes.data(), static_cast<int>(bytes.size()));
-  google::protobuf::io::CodedInputStream input(&array);
-  input.SetTotalBytesLimit(INT_MAX);
-  if (!proto.ParseFromCodedStream(&input) || !input.ConsumedEntireMessage())
-    throwInvalid(path + ": not a TensorProto file (truncated or corrupt protobuf)");
-  bytes = std::string();  // the parsed proto holds its own copy
-  if (name) *name = proto.name();
-  return onnx_convert::importTensor(proto, path, onnx_convert::parentDir(path));
-}
-
-void saveTensorFile(const Tensor& t, const std::string& name, const std::string& path) {
-  onnx::TensorProto proto;
-  onnx_convert::exportTensor(t, name, &proto);
-  writeFileAtomically(path, onnx_convert::serializeDeterministic(proto));
 }
 
 }  // namespace fusectl

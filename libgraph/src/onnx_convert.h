@@ -1,5 +1,9 @@
 // Internal bridge between fusectl's IR and ONNX protobuf messages; ONNX types stay out of the
 // public headers, so everything that touches onnx::*Proto meets here.
+//
+// The format readers and writers below never call one another: model_file.cpp (onnx_io.h's
+// entry points) decides which format a file or path holds and composes them, and all of them
+// use the file helpers at the end, which call none of them.
 #pragma once
 
 #include <onnx/onnx_pb.h>
@@ -18,10 +22,25 @@ namespace fusectl::onnx_convert {
 // copied. Messages read "<display_name>: <reason>". `base_dir` resolves external data.
 std::unique_ptr<Model> importModel(onnx::ModelProto& proto, const std::string& display_name,
                                    const std::string& base_dir);
-// Runs what LoadOptions asks for after import (shape inference).
-void finishLoad(Model& model, const LoadOptions& options, const std::string& display_name);
+// Serialized ModelProto bytes -> Model. `owner` keeps `data` alive: the main graph's raw
+// initializer data is referenced in place. Bytes that are no binary model (text among them)
+// fail with the reason.
+std::unique_ptr<Model> importBinaryModel(const uint8_t* data, size_t size,
+                                         const std::shared_ptr<const void>& owner,
+                                         const std::string& display_name,
+                                         const std::string& base_dir);
 // A standalone tensor (a .pb file); `what` names it in messages.
 Tensor importTensor(onnx::TensorProto& proto, const std::string& what, const std::string& base_dir);
+// Serialized TensorProto bytes -> Tensor; `name`, when given, receives the tensor's name.
+Tensor importBinaryTensor(std::string bytes, const std::string& display_name,
+                          const std::string& base_dir, std::string* name);
+
+// ---- ONNX textual syntax (onnx_text.cpp) ----
+
+// Text -> ModelProto, with fusectl's "#@" directives applied; `out` starts empty. Messages read
+// "<display_name>: <reason>".
+void parseText(const std::string& text, const std::string& display_name, onnx::ModelProto* out);
+std::string printText(const onnx::ModelProto& model);
 
 // ---- export (onnx_export.cpp) ----
 
@@ -45,10 +64,18 @@ bool exportType(const ValueType& type, onnx::TypeProto* out);
 // Serialized bytes with deterministic serialization (file_io.cpp).
 std::string serializeDeterministic(const google::protobuf::MessageLite& message);
 
+// Serialized ModelProto, data inline, streamed from the IR without a ModelProto of the graph.
+std::string exportBinaryModel(const Model& model);
+// Writes the binary model to `path` atomically. Tensors of at least options.size_threshold bytes
+// go to `external_location` (relative to path's folder, already checked to stay inside it)
+// unless it is empty.
+void saveBinaryModel(const Model& model, const std::string& path,
+                     const std::string& external_location, const SaveOptions& options);
+// Serialized TensorProto (a .pb file).
+std::string exportBinaryTensor(const Tensor& tensor, const std::string& name);
+
 // ---- files (file_io.cpp) ----
 
-// ".onnxtxt" or ".txt": ONNX textual syntax.
-bool hasTextExtension(const std::string& path);
 // True when a relative location would leave its folder: absolute, or ".." below the start.
 bool escapesFolder(const std::string& location);
 

@@ -14,8 +14,8 @@
 // External data: tensors of at least SaveOptions::size_threshold bytes go to one data file
 // beside the model, each at an offset aligned to 64 bytes (4096 for tensors of a page or more,
 // so that they can be mapped directly). When no external file is named and the inline model
-// would pass ~1.9 GB, saveModel uses "<output file name>.data" by itself, since protobuf
-// cannot hold more than 2 GB.
+// would pass ~1.9 GB, saveModel (model_file.cpp) uses "<output file name>.data" by itself, since
+// protobuf cannot hold more than 2 GB.
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
@@ -794,18 +794,6 @@ void writeModel(const Model& m, Sink& sink, const ExportOptions& options) {
   sink.writeAt(before.size() + graph_size, after.data(), after.size());
 }
 
-void addTensorBytes(const Graph& g, uint64_t& total) {
-  for (const Value* v : g.initializers()) total += v->initializer()->byteSize();
-  for (const Node* n : g.nodes()) {
-    total += 64;  // rough per-node overhead: names, op type, attributes
-    for (const Attribute& a : n->attributes()) {
-      total += a.t.byteSize();
-      for (const Tensor& t : a.tensors) total += t.byteSize();
-    }
-    n->forEachSubgraph([&](const Graph& sub) { addTensorBytes(sub, total); });
-  }
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -902,57 +890,35 @@ void exportModel(const Model& model, onnx::ModelProto* out, const ExportOptions&
   exportModelTail(model, out);
 }
 
-}  // namespace onnx_convert
-
-// ---------------------------------------------------------------------------------------------
-// Entry points
-
-std::string modelToBinary(const Model& model) {
+std::string exportBinaryModel(const Model& model) {
   std::string out;
-  onnx_convert::StringSink sink(out);
-  onnx_convert::writeModel(model, sink, {});
+  StringSink sink(out);
+  writeModel(model, sink, {});
   return out;
 }
 
-std::string saveModel(const Model& model, const std::string& path, const SaveOptions& options) {
-  ModelFormat format = options.format;
-  if (format == ModelFormat::Auto)
-    format = onnx_convert::hasTextExtension(path) ? ModelFormat::Text : ModelFormat::Binary;
-  if (format == ModelFormat::Text) {
-    if (!options.external_data_file.empty())
-      throw Error(ErrorKind::Usage, path + ": external data needs the binary .onnx format");
-    writeFileAtomically(path, modelToText(model));
-    return "";
-  }
-
-  std::string location = options.external_data_file;
-  if (location.empty()) {
-    uint64_t inline_bytes = 0;
-    onnx_convert::addTensorBytes(*model.graph, inline_bytes);
-    if (inline_bytes > 1900ull * 1000 * 1000) {
-      size_t slash = path.find_last_of('/');
-      location = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".data";
-    }
-  }
-  std::unique_ptr<onnx_convert::ExternalDataWriter> external;
-  if (!location.empty()) {
-    if (onnx_convert::escapesFolder(location))
-      throw Error(ErrorKind::Usage, fmt::format("{}: external data file '{}' must be a relative "
-                                                "path inside the model's folder",
-                                                path, location));
-    external = std::make_unique<onnx_convert::ExternalDataWriter>(
-        location, onnx_convert::parentDir(path) + "/" + location, options.size_threshold);
-  }
-  onnx_convert::ExportOptions export_options;
+void saveBinaryModel(const Model& model, const std::string& path,
+                     const std::string& external_location, const SaveOptions& options) {
+  std::unique_ptr<ExternalDataWriter> external;
+  if (!external_location.empty())
+    external = std::make_unique<ExternalDataWriter>(
+        external_location, parentDir(path) + "/" + external_location, options.size_threshold);
+  ExportOptions export_options;
   export_options.write_value_info = options.write_value_info;
   export_options.external = external.get();
 
-  onnx_convert::AtomicFile file(path);
-  onnx_convert::FileSink sink(file);
-  onnx_convert::writeModel(model, sink, export_options);
+  AtomicFile file(path);
+  FileSink sink(file);
+  writeModel(model, sink, export_options);
   if (external) external->commit();
   file.commit();
-  return location;
 }
 
+std::string exportBinaryTensor(const Tensor& tensor, const std::string& name) {
+  onnx::TensorProto proto;
+  exportTensor(tensor, name, &proto);
+  return serializeDeterministic(proto);
+}
+
+}  // namespace onnx_convert
 }  // namespace fusectl

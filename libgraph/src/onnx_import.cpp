@@ -1,9 +1,9 @@
 // ONNX ModelProto -> fusectl::Model, validating everything a later stage would trip over.
 //
-// Weights are never copied. A binary model file is memory-mapped and its main graph read field
-// by field, so raw_data stays in the file's pages and Buffers point at it; external data is
-// mapped the same way (one mapping per file, shared by its tensors); raw_data that protobuf
-// did parse (subgraphs, text) is swapped out of the message into a Buffer.
+// Weights are never copied. A binary model file is memory-mapped (model_file.cpp) and its main
+// graph read field by field, so raw_data stays in the file's pages and Buffers point at it;
+// external data is mapped the same way (one mapping per file, shared by its tensors); raw_data
+// that protobuf did parse (subgraphs, text) is swapped out of the message into a Buffer.
 // Nodes are imported in file order while that order is topological, which is the common case
 // and costs one name lookup per input; the first reference to a value that a later node
 // produces switches the rest of the graph to a stable topological sort, which also finds
@@ -28,10 +28,8 @@
 
 #include <fmt/format.h>
 
-#include "fusectl/graph/background_prefault.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
-#include "fusectl/graph/shape_inference.h"
 #include "onnx_convert.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -1104,6 +1102,22 @@ Tensor importTensor(onnx::TensorProto& proto, const std::string& what,
   });
 }
 
+Tensor importBinaryTensor(std::string bytes, const std::string& display_name,
+                          const std::string& base_dir, std::string* name) {
+  if (bytes.empty()) throwInvalid(display_name + ": empty file");
+  if (bytes.size() > static_cast<size_t>(INT_MAX))
+    throwInvalid(display_name + ": larger than 2 GB, the protobuf limit");
+  onnx::TensorProto proto;
+  google::protobuf::io::ArrayInputStream array(bytes.data(), static_cast<int>(bytes.size()));
+  google::protobuf::io::CodedInputStream input(&array);
+  input.SetTotalBytesLimit(INT_MAX);
+  if (!proto.ParseFromCodedStream(&input) || !input.ConsumedEntireMessage())
+    throwInvalid(display_name + ": not a TensorProto file (truncated or corrupt protobuf)");
+  bytes = std::string();  // the parsed proto holds its own copy
+  if (name) *name = proto.name();
+  return importTensor(proto, display_name, base_dir);
+}
+
 namespace {
 
 // Everything but the graph; fails on an IR version fusectl does not read.
@@ -1174,12 +1188,14 @@ namespace {
                                  : ": not an ONNX model (truncated or corrupt protobuf)"));
 }
 
-// Binary model bytes -> Model. `owner` keeps `data` alive: raw initializer data of the main
-// graph is referenced in place instead of copied, so the weights exist once, in the file's
-// pages. Anything unusual (or malformed) goes through protobuf's own parser instead.
-std::unique_ptr<Model> parseAndImport(const uint8_t* data, size_t size,
-                                      const std::shared_ptr<const void>& owner,
-                                      const std::string& display, const std::string& base_dir) {
+}  // namespace
+
+// Raw initializer data of the main graph is referenced in place instead of copied, so the
+// weights exist once, in the file's pages. Anything unusual (or malformed) goes through
+// protobuf's own parser instead.
+std::unique_ptr<Model> importBinaryModel(const uint8_t* data, size_t size,
+                                         const std::shared_ptr<const void>& owner,
+                                         const std::string& display, const std::string& base_dir) {
   if (size == 0) throwInvalid(display + ": empty file");
   if (size > static_cast<size_t>(INT_MAX))
     throwInvalid(display +
@@ -1236,75 +1252,5 @@ std::unique_ptr<Model> parseAndImport(const uint8_t* data, size_t size,
   return importModel(proto, display, base_dir);
 }
 
-}  // namespace
-
-void finishLoad(Model& model, const LoadOptions& options, const std::string& display_name) {
-  if (!options.infer_shapes) return;
-  try {
-    setInputShapesAndInfer(model, options.input_shapes);
-  } catch (const Error& e) {
-    std::string message = e.what();
-    if (message.compare(0, display_name.size() + 2, display_name + ": ") == 0) throw;
-    throw Error(e.kind(), display_name + ": " + message);
-  }
-}
-
 }  // namespace onnx_convert
-
-std::unique_ptr<Model> parseModelBinary(std::string bytes, const std::string& display_name,
-                                        const std::string& base_dir, const LoadOptions& options) {
-  auto owner = std::make_shared<const std::string>(std::move(bytes));
-  std::unique_ptr<Model> model =
-      onnx_convert::parseAndImport(reinterpret_cast<const uint8_t*>(owner->data()), owner->size(),
-                                   owner, display_name, base_dir);
-  onnx_convert::finishLoad(*model, options, display_name);
-  return model;
-}
-
-namespace {
-
-bool sniffText(const char* data, size_t size) {
-  for (size_t i = 0; i < size; ++i) {
-    char c = data[i];
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
-    return c == '<' || c == '#';
-  }
-  return false;
-}
-
-}  // namespace
-
-std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& options) {
-  ModelFormat format = options.format;
-  if (format == ModelFormat::Auto && onnx_convert::hasTextExtension(path))
-    format = ModelFormat::Text;
-  if (format == ModelFormat::Text)
-    return parseModelText(onnx_convert::readFile(path), path, options);
-  // A regular file is mapped, and the model's weights keep pointing into the mapping; anything
-  // else (a pipe) is read into memory that the weights keep alive instead.
-  std::shared_ptr<const void> owner;
-  const uint8_t* data = nullptr;
-  size_t size = 0;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-    Buffer mapped = Buffer::mapFile(path, 0, static_cast<uint64_t>(st.st_size));
-    prefaultMappingInBackground(mapped.data(), mapped.size());  // read front to back, soon
-    data = mapped.data();
-    size = mapped.size();
-    owner = mapped.owner();
-  } else {
-    auto bytes = std::make_shared<const std::string>(onnx_convert::readFile(path));
-    data = reinterpret_cast<const uint8_t*>(bytes->data());
-    size = bytes->size();
-    owner = std::move(bytes);
-  }
-  if (format == ModelFormat::Auto && sniffText(reinterpret_cast<const char*>(data), size))
-    return parseModelText(std::string(reinterpret_cast<const char*>(data), size), path, options);
-  std::unique_ptr<Model> model =
-      onnx_convert::parseAndImport(data, size, owner, path, onnx_convert::parentDir(path));
-  owner.reset();
-  onnx_convert::finishLoad(*model, options, path);
-  return model;
-}
-
 }  // namespace fusectl

@@ -1,10 +1,11 @@
-// ONNX textual syntax: printing models so that libonnx 1.12's OnnxParser reads them back.
+// ONNX textual syntax: ModelProto <-> text, printed so that libonnx 1.12's OnnxParser reads it
+// back. model_file.cpp converts between the ModelProto and the IR.
 //
 // The 1.12 grammar cannot say everything a model holds: value names must be identifiers,
 // strings cannot contain '"', floats cannot be NaN, infinite or subnormal, float16 tensors
 // have no literal form, nodes have no name or doc string, empty lists and non-tensor types
 // do not parse. The printer writes everything it can as plain syntax and the rest as
-// "#@" directive comments, which any ONNX parser skips and parseModelText() applies after
+// "#@" directive comments, which any ONNX parser skips and parseText() applies after
 // OnnxParser has run:
 //
 //   #@ rename IDENT "original name"        a value name that is not an identifier
@@ -28,7 +29,6 @@
 #include <fmt/format.h>
 
 #include "fusectl/graph/error.h"
-#include "fusectl/graph/onnx_io.h"
 #include "onnx_convert.h"
 
 namespace fusectl {
@@ -939,24 +939,19 @@ std::string oneLineParseError(const std::string& message) {
 
 }  // namespace
 
-std::string modelToText(const Model& model) {
-  onnx::ModelProto proto;
-  onnx_convert::ExportOptions options;
-  onnx_convert::exportModel(model, &proto, options);
-  return Printer().print(proto);
-}
+namespace onnx_convert {
 
-std::unique_ptr<Model> parseModelText(const std::string& text, const std::string& display_name,
-                                      const LoadOptions& options) {
+std::string printText(const onnx::ModelProto& model) { return Printer().print(model); }
+
+void parseText(const std::string& text, const std::string& display_name, onnx::ModelProto* out) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     throwInvalid(display_name + ": empty file");
   if (text.find('\0') != std::string::npos)
     throwInvalid(display_name + ": not ONNX text (the file contains NUL bytes)");
   std::vector<Directive> directives = scanDirectives(text, display_name);
-  onnx::ModelProto proto;
   try {
     onnx::OnnxParser parser(text.c_str());
-    auto status = parser.Parse(proto);
+    auto status = parser.Parse(*out);
     if (!status.IsOK())
       throwInvalid(display_name + ": " + oneLineParseError(status.ErrorMessage()));
     if (!parser.EndOfInput())
@@ -968,11 +963,8 @@ std::unique_ptr<Model> parseModelText(const std::string& text, const std::string
     throwInvalid(
         fmt::format("{}: text syntax error: bad number literal ({})", display_name, e.what()));
   }
-  DirectiveApplier(proto, display_name).apply(directives);
-  std::unique_ptr<Model> model =
-      onnx_convert::importModel(proto, display_name, onnx_convert::parentDir(display_name));
-  onnx_convert::finishLoad(*model, options, display_name);
-  return model;
+  DirectiveApplier(*out, display_name).apply(directives);
 }
 
+}  // namespace onnx_convert
 }  // namespace fusectl

@@ -24,10 +24,10 @@
 
 #include "fusectl/graph/attribute.h"
 #include "fusectl/graph/dtype.h"
-#include "fusectl/graph/name_table.h"
 #include "fusectl/graph/rare_string.h"
 #include "fusectl/graph/shape.h"
 #include "fusectl/graph/tensor.h"
+#include "fusectl/support/name_table.h"
 
 namespace fusectl {
 

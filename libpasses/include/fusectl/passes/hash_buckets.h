@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "fusectl/graph/zeroed_array.h"
+#include "fusectl/support/zeroed_array.h"
 
 namespace fusectl::passes {
 

@@ -13,7 +13,7 @@
 #include <functional>
 #include <string_view>
 
-#include "fusectl/graph/zeroed_array.h"
+#include "fusectl/support/zeroed_array.h"
 
 namespace fusectl {
 

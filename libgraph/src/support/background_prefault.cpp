@@ -1,4 +1,4 @@
-#include "fusectl/graph/background_prefault.h"
+#include "fusectl/support/background_prefault.h"
 
 #include <algorithm>
 #include <atomic>

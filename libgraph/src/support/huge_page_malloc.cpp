@@ -1,4 +1,4 @@
-#include "fusectl/graph/huge_page_malloc.h"
+#include "fusectl/support/huge_page_malloc.h"
 
 #include <algorithm>
 #include <cstdlib>

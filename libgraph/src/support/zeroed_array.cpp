@@ -1,4 +1,4 @@
-#include "fusectl/graph/zeroed_array.h"
+#include "fusectl/support/zeroed_array.h"
 
 #include <cstdlib>
 #include <new>
@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 #endif
 
-#include "fusectl/graph/background_prefault.h"
+#include "fusectl/support/background_prefault.h"
 
 namespace fusectl::zeroed_memory {
 
