@@ -21,6 +21,7 @@
 #include "test_files.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/compare.h"
+#include "fusectl/kernels/seeded_inputs.h"
 #include "fusectl/kernels/executor.h"
 
 using namespace fusectl;
