@@ -5,7 +5,7 @@
 // The work is the library's (optimize(), libpasses/include/fusectl/passes/optimize.h); this file
 // turns flags into its request and prints. Order of work: check paths and flags
 // (planOptimization: exit 2 before anything is read), load, optimize() (pipeline, function
-// attachment, gates), --verify in memory (verifyOptimized), save (atomically; not at all when
+// attachment, gates), --verify in memory (verify_optimized.h), save (atomically; not at all when
 // --verify found drift, since that model is wrong), hash the files and write the report, print
 // the before/after table. A failed check exits 1 with one line on stderr; the report is still
 // written and says why.
@@ -22,6 +22,7 @@
 
 #include "commands.h"
 #include "file_digest.h"
+#include "verify_optimized.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/passes/optimize.h"

@@ -5,8 +5,7 @@
 #  - kernels never rewrite graphs: libkernels includes nothing of libpasses and calls none of
 #    Graph's mutators;
 #  - passes use kernels only to fold constants: in libpasses only the constant-folding files
-#    (named *constant*) include libkernels' headers, and the optimize() facade (optimize*), whose
-#    verification compares two models (compare.h) after the passes have run;
+#    (named *constant*) include libkernels' headers;
 #  - the libraries know no CLI: none includes CLI11 or an apps/ header, or exits the process.
 # Exit 0 when every rule holds, 1 naming each line that breaks one.
 #   check_architecture.sh SOURCE_DIR
@@ -32,9 +31,9 @@ forbid "libkernels includes a pass header" '#include "fusectl/passes/' libkernel
 forbid "libkernels edits a graph (kernels never rewrite graphs)" \
   '\b(createNode|createNodeAfter|eraseNode|eraseNodeAndDeadProducers|eraseDeadNodes|setNodeInput|setOpType|replaceAllUsesWith|renameValue|renameNode|moveBefore|moveAfter|addInitializer|removeInitializer)\(' \
   libkernels
-kernel_users=$(grep -rlE '#include "fusectl/kernels/' libpasses | grep -vE '/[^/]*(constant|optimize)[^/]*$')
+kernel_users=$(grep -rlE '#include "fusectl/kernels/' libpasses | grep -vE '/[^/]*constant[^/]*$')
 if [ -n "$kernel_users" ]; then
-  printf '%s\n%s\n\n' "architecture: libpasses uses libkernels outside constant folding (*constant*) and the optimize() facade (optimize*):" \
+  printf '%s\n%s\n\n' "architecture: libpasses uses libkernels outside constant folding (*constant*):" \
     "$kernel_users" >&2
   status=1
 fi

@@ -424,6 +424,11 @@ TEST_CASE("optimize --verify, --table and --quiet", "[cli][optimize]") {
   CHECK_FALSE(fs::exists(tmp / "drift.onnx"));
   nlohmann::json d = loadJson(tmp / "d.json");
   CHECK(d["verification"]["passed"] == false);
+  // Each output says how the optimized model differs (the wording of apps/verify_optimized.cpp).
+  REQUIRE(d["verification"]["outputs"].size() == 1);
+  CHECK(d["verification"]["outputs"][0]["passed"] == false);
+  CHECK_THAT(d["verification"]["outputs"][0]["detail"].get<std::string>(),
+             Catch::Matches("[0-9]+ of [0-9]+ elements differ \\(first at \\[.*"));
   CHECK(d["output"]["file"] == "");
 
   Run quiet = runFusectl("optimize " + shellQuote(model) + " -o " + shellQuote(tmp / "q.onnx") + " --quiet");

@@ -1,4 +1,4 @@
-// optimize(), planOptimization() and verifyOptimized() (libpasses optimize.h) as library calls,
+// optimize() and planOptimization() (libpasses optimize.h) as library calls,
 // without the CLI: a level, a --passes pipeline with --disable, the gates, and request errors.
 #include <catch2/catch.hpp>
 
@@ -170,37 +170,4 @@ TEST_CASE("optimize: gates pass and fail as results, bad requests are usage erro
   print.passes = "also-no-such-pass";
   CHECK_THAT(error(print), Catch::StartsWith("unknown pass 'no-such-pass'"));  // checked first
   CHECK(modelToText(*keep) == text);
-}
-
-TEST_CASE("verifyOptimized words compareModels' result for the report", "[optimize]") {
-  auto original = identities();
-  auto optimized = identities();
-  OptimizeRequest request;
-  request.level = 2;
-  optimize(*optimized, request);
-  kernels::ComparisonInputs inputs;
-  inputs.seed = 9;
-  Verification ok = verifyOptimized(*original, *optimized, inputs, kernels::Tolerance{});
-  CHECK(ok.ran);
-  CHECK(ok.passed);
-  CHECK(ok.seed == 9);
-  CHECK(ok.runs == 1);
-  REQUIRE(ok.outputs.size() == 2);
-  CHECK(ok.outputs[0].name == "Y");
-  CHECK(ok.outputs[0].max_abs_error == 0);
-
-  // A = {1, 2, 3, 4} perturbed in its last element: Y drifts, Z does not read A.
-  auto drifted = parseModelText(R"(<ir_version: 8, opset_import: ["" : 13]>
-ids (float[1, 4] X) => (float[1, 4] Y)
-<float[4] A = {1, 2, 3, 5}>
-{
-  P = Add (X, A)
-  Y = Mul (P, A)
-})",
-                                "drifted");
-  Verification bad = verifyOptimized(*original, *drifted, inputs, kernels::Tolerance{});
-  CHECK_FALSE(bad.passed);
-  CHECK_FALSE(bad.outputs[0].passed);
-  CHECK_THAT(bad.outputs[0].detail, Catch::StartsWith("1 of 4 elements differ (first at [0,3]"));
-  CHECK(bad.outputs[1].detail == "the optimized model has no output of this name");
 }

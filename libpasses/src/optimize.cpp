@@ -1,5 +1,4 @@
-// optimize(), planOptimization() and verifyOptimized() (optimize.h): pipeline choice, gates,
-// function attachment and the wording of --verify, out of the CLI.
+// optimize() and planOptimization() (optimize.h): pipeline choice and gates, out of the CLI.
 #include "fusectl/passes/optimize.h"
 
 #include <fmt/format.h>
@@ -168,48 +167,6 @@ Report optimize(Model& model, const OptimizeRequest& request) {
 bool gatesPassed(const Report& report) {
   return std::all_of(report.expectations.begin(), report.expectations.end(),
                      [](const Expectation& e) { return e.passed; });
-}
-
-Verification verifyOptimized(const Model& original, const Model& optimized,
-                             const kernels::ComparisonInputs& inputs,
-                             const kernels::Tolerance& tolerance) {
-  kernels::ComparisonInputs feed = inputs;
-  if (feed.given.empty()) {
-    for (int r = 0; r < inputs.runs; ++r) {
-      feed.given.push_back(kernels::makeRandomInputs(
-          *original.graph, inputs.seed + static_cast<uint64_t>(r), inputs.shapes));
-    }
-  }
-  const kernels::Comparison comparison =
-      kernels::compareModels(original, optimized, feed, tolerance);
-  Verification v;
-  v.ran = true;
-  v.seed = inputs.seed;
-  v.runs = comparison.runs;
-  v.atol = tolerance.atol;
-  v.rtol = tolerance.rtol;
-  v.min_cosine = tolerance.min_cosine;
-  for (const kernels::OutputComparison& c : comparison.outputs) {
-    VerificationOutput o;
-    o.name = c.name;
-    o.max_abs_error = c.max_abs_error;
-    o.max_rel_error = c.max_rel_error;
-    o.cosine = c.cosine;
-    o.mismatches = c.mismatches;
-    o.passed = c.passed;
-    if (c.missing) {
-      o.detail = "the optimized model has no output of this name";
-    } else if (!c.passed) {
-      o.detail = c.failure.shape_match
-                     ? c.failure.describe(c.failed_dims_a)
-                     : fmt::format("shape {} vs {} in the original",
-                                   kernels::formatDims(c.failed_dims_b),
-                                   kernels::formatDims(c.failed_dims_a));
-    }
-    v.passed = v.passed && o.passed;
-    v.outputs.push_back(std::move(o));
-  }
-  return v;
 }
 
 }  // namespace fusectl::passes

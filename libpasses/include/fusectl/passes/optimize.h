@@ -12,7 +12,8 @@
 // emitted (renaming FusedConv to the spelling of what it computes; Report::after describes the
 // model as it will be written), and evaluates the gates into Report::expectations. The report
 // then holds everything but the file digests and the verification, which need files: the
-// caller fills Report::input/output (FileDigest) and, after verifyOptimized, verification.
+// caller fills Report::input/output (FileDigest) and, when it compares the two models
+// (kernels::compareModels), Report::verification.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,6 @@
 #include <vector>
 
 #include "fusectl/graph/graph.h"
-#include "fusectl/kernels/compare.h"
 #include "fusectl/passes/pipeline.h"
 #include "fusectl/passes/report.h"
 
@@ -67,13 +67,5 @@ Report optimize(Model& model, const OptimizeRequest& request);
 
 // Whether every gate in report.expectations passed.
 bool gatesPassed(const Report& report);
-
-// `optimize --verify`: runs `original` and `optimized` on the same inputs (compareModels,
-// compare.h) and words the result for the report, each output's detail saying how the
-// optimized model differs from the original. Seeded inputs are made before either model is
-// prepared, so an input that cannot be generated is reported before an op without a kernel.
-Verification verifyOptimized(const Model& original, const Model& optimized,
-                             const kernels::ComparisonInputs& inputs,
-                             const kernels::Tolerance& tolerance);
 
 }  // namespace fusectl::passes
