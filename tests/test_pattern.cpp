@@ -762,16 +762,17 @@ TEST_CASE("pattern: constraint failures carry their node; reasons only when list
   CHECK(silent.node()->label() == "Conv_3");
   CHECK(silent.reason().empty());
 
-  // The older form (a check returning the reason) still works; its node is the bound node whose
-  // label opens the reason.
-  Pattern old = Pattern::parse("conv:Conv -> bn:BatchNormalization", "conv-bn");
-  old.require({"old", [](const Match& mt) -> std::string {
-                 return mt.get("bn")->label() + " is old-style";
-               }});
-  r = matchPattern(*m->graph, old);
+  // A reason that opens with another bound node's label does not move the failure there.
+  Pattern about_bn = Pattern::parse("conv:Conv -> bn:BatchNormalization", "conv-bn");
+  about_bn.require({"about-bn", [](const Match& mt, Why& why) {
+                      return why.fail(*mt.get("bn"), [&] {
+                        return mt.get("conv")->label() + " feeds a statistics node we reject";
+                      });
+                    }});
+  r = matchPattern(*m->graph, about_bn);
   REQUIRE(!r.near_misses.empty());
   CHECK(r.near_misses[0].node == "BatchNormalization_4");
-  CHECK(r.near_misses[0].reason == "BatchNormalization_4 is old-style");
+  CHECK(r.near_misses[0].reason == "Conv_3 feeds a statistics node we reject");
 }
 
 TEST_CASE("pattern: benefit and produced op types are declared per pattern", "[pattern]") {

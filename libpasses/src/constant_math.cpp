@@ -132,30 +132,38 @@ Tensor tensorFromDoubles(DType dtype, std::vector<int64_t> dims,
   return t;
 }
 
-std::string batchNormAffine(const Node& bn, int64_t channels, ChannelAffine* out) {
+bool batchNormAffine(const Node& bn, int64_t channels, ChannelAffine* out, Why& why) {
   static const char* kNames[] = {"", "scale", "B", "mean", "var"};
   if (bn.attrInt("spatial", 1) == 0) {
-    return fmt::format("{} has spatial=0 (statistics per element, not per channel)", bn.label());
+    return why.fail(bn, [&] {
+      return fmt::format("{} has spatial=0 (statistics per element, not per channel)", bn.label());
+    });
   }
   for (size_t i = 1; i <= 4; ++i) {
     Value* v = bn.input(i);
     if (!v || !v->initializer()) {
-      return fmt::format("{} input {} ({}) is not a constant", bn.label(), i, kNames[i]);
+      return why.fail(bn, [&] {
+        return fmt::format("{} input {} ({}) is not a constant", bn.label(), i, kNames[i]);
+      });
     }
     const Tensor& t = *v->initializer();
     if (!isFoldableFloat(t.dtype())) {
-      return fmt::format("{} input '{}' ({}) is {}, expected float, double, float16 or bfloat16",
-                         bn.label(), v->name(), kNames[i], dtypeName(t.dtype()));
+      return why.fail(bn, [&] {
+        return fmt::format("{} input '{}' ({}) is {}, expected float, double, float16 or bfloat16",
+                           bn.label(), v->name(), kNames[i], dtypeName(t.dtype()));
+      });
     }
     if (channels < 0 && t.dims().size() == 1) channels = t.dims()[0];
     if (t.dims().size() != 1 || t.dims()[0] != channels) {
-      return fmt::format(
-          "{} input '{}' ({}) has shape [{}], expected [{}] (one value per "
-          "channel)",
-          bn.label(), v->name(), kNames[i], fmt::join(t.dims(), ","), channels);
+      return why.fail(bn, [&] {
+        return fmt::format(
+            "{} input '{}' ({}) has shape [{}], expected [{}] (one value per "
+            "channel)",
+            bn.label(), v->name(), kNames[i], fmt::join(t.dims(), ","), channels);
+      });
     }
   }
-  if (!out) return "";
+  if (!out) return true;
   const double eps = bn.attrFloat("epsilon", 1e-5f);
   std::vector<double> gamma = constantAsDoubles(*bn.input(1)->initializer());
   std::vector<double> beta = constantAsDoubles(*bn.input(2)->initializer());
@@ -167,27 +175,29 @@ std::string batchNormAffine(const Node& bn, int64_t channels, ChannelAffine* out
     out->scale[c] = gamma[c] / std::sqrt(var[c] + eps);
     out->shift[c] = beta[c] - mean[c] * out->scale[c];
   }
-  return "";
+  return true;
 }
 
 Constraint batchNormTestMode(std::string capture, int64_t opset) {
-  return {"batchnorm-test-mode:" + capture, [capture, opset](const Match& m) -> std::string {
+  return {"batchnorm-test-mode:" + capture, [capture, opset](const Match& m, Why& why) {
             Node* bn = m.get(capture);
-            if (opset > 0 && opset < 7 && bn->attrInt("is_test", 0) == 0) {
+            if (opset <= 0 || opset >= 7 || bn->attrInt("is_test", 0) != 0) return true;
+            return why.fail(*bn, [&] {
               return fmt::format("{} has is_test=0 (training form, opset {})", bn->label(), opset);
-            }
-            return "";
+            });
           }};
 }
 
 Constraint constantIfPresent(std::string capture, size_t input, std::string role) {
   return {fmt::format("constant-input:{}.{}", capture, input),
-          [capture, input, role](const Match& m) -> std::string {
+          [capture, input, role](const Match& m, Why& why) {
             Node* n = m.get(capture);
             Value* v = n->input(input);
-            if (!v || v->isConstant()) return "";
-            return fmt::format("{} {} '{}' is not a constant ({})", n->label(), role, v->name(),
-                               nonConstantOrigin(*v));
+            if (!v || v->isConstant()) return true;
+            return why.fail(*n, [&] {
+              return fmt::format("{} {} '{}' is not a constant ({})", n->label(), role, v->name(),
+                                 nonConstantOrigin(*v));
+            });
           }};
 }
 

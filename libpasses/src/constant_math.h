@@ -47,11 +47,12 @@ struct ChannelAffine {
   std::vector<double> shift;
 };
 
-// Why `bn`'s parameters (inputs 1..4, already known to be constants) cannot be read as one
+// Whether `bn`'s parameters (inputs 1..4, already known to be constants) can be read as one
 // value per channel: each must be a foldable float with shape [channels] (channels < 0: any
-// common length), and `spatial` must not be 0 (opset < 9 per-element statistics). "" when
-// they can; then `out` (when given) holds the per-channel map, computed in double.
-std::string batchNormAffine(const Node& bn, int64_t channels, ChannelAffine* out);
+// common length), and `spatial` must not be 0 (opset < 9 per-element statistics). When they
+// can, `out` (when given) holds the per-channel map, computed in double; else `why` says why
+// (about `bn`). A rewrite that already checked passes a `Why` that is not listening.
+bool batchNormAffine(const Node& bn, int64_t channels, ChannelAffine* out, Why& why);
 
 // Constraints shared by the folding passes.
 //

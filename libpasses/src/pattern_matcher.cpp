@@ -79,22 +79,6 @@ std::string labelList(const std::vector<Node*>& nodes, size_t cap = 5) {
   return s;
 }
 
-// The bound node whose label opens `reason` (the longest such label), else the root: where an
-// older, string-returning constraint's reason is about.
-const Node& nodeOpening(const std::string& reason, const Match& m) {
-  const Node* best = nullptr;
-  size_t best_size = 0;
-  for (Node* n : m.nodes()) {
-    if (!n) continue;
-    const std::string l = n->label();
-    if (reason.compare(0, l.size(), l) == 0 && l.size() > best_size) {
-      best = n;
-      best_size = l.size();
-    }
-  }
-  return best ? *best : *m.root();
-}
-
 class Matcher {
  public:
   Matcher(const Graph& g, const Pattern& p, const SearchPlan& plan, bool explain)
@@ -508,16 +492,6 @@ std::optional<size_t> Pattern::leafIndexOf(std::string_view capture) const {
   for (size_t i = 0; i < leaves.size(); ++i)
     if (leaves[i].capture == capture) return i;
   return std::nullopt;
-}
-
-Constraint::Constraint(std::string n, Check c) : name(std::move(n)) {
-  test = [check = std::move(c)](const Match& m, Why& why) {
-    std::string reason = check(m);
-    if (reason.empty()) return true;
-    if (!why.listening()) return why.fail(*m.root(), "");
-    const Node& about = nodeOpening(reason, m);
-    return why.fail(about, std::move(reason));
-  };
 }
 
 bool matchAt(const Graph& g, const Pattern& p, Node* anchor, Match& match, NearMiss* miss) {

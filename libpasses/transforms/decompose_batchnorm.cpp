@@ -28,20 +28,22 @@ namespace fusectl::passes {
 namespace {
 
 Constraint inputRankKnown() {
-  return {"input-rank:bn", [](const Match& m) -> std::string {
+  return {"input-rank:bn", [](const Match& m, Why& why) {
             Node* bn = m.get("bn");
             Value* x = bn->input(0);
             if (!x->shape().hasRank()) {
-              return fmt::format(
-                  "{} input '{}' has unknown rank; the scale and shift constants "
-                  "need it to broadcast over the channel axis",
-                  bn->label(), x->name());
+              return why.fail(*bn, [&] {
+                return fmt::format(
+                    "{} input '{}' has unknown rank; the scale and shift constants "
+                    "need it to broadcast over the channel axis",
+                    bn->label(), x->name());
+              });
             }
-            if (x->shape().rank() < 2) {
+            if (x->shape().rank() >= 2) return true;
+            return why.fail(*bn, [&] {
               return fmt::format("{} input '{}' has rank {}, expected >= 2", bn->label(), x->name(),
                                  x->shape().rank());
-            }
-            return "";
+            });
           }};
 }
 
@@ -51,17 +53,19 @@ int64_t staticChannels(const Node& bn) {
 }
 
 Constraint foldableParams() {
-  return {"batchnorm-params:bn", [](const Match& m) -> std::string {
+  return {"batchnorm-params:bn", [](const Match& m, Why& why) {
             Node* bn = m.get("bn");
             Value* x = bn->input(0);
             if (!isFoldableFloat(x->dtype())) {
-              return fmt::format(
-                  "{} input '{}' is {}, expected float, double, float16 or "
-                  "bfloat16",
-                  bn->label(), x->name(),
-                  x->dtype() == DType::Undefined ? "of unknown type" : dtypeName(x->dtype()));
+              return why.fail(*bn, [&] {
+                return fmt::format(
+                    "{} input '{}' is {}, expected float, double, float16 or "
+                    "bfloat16",
+                    bn->label(), x->name(),
+                    x->dtype() == DType::Undefined ? "of unknown type" : dtypeName(x->dtype()));
+              });
             }
-            return batchNormAffine(*bn, staticChannels(*bn), nullptr);
+            return batchNormAffine(*bn, staticChannels(*bn), nullptr, why);
           }};
 }
 
@@ -99,7 +103,8 @@ class DecomposeBatchNormPass : public Pass {
     Node* bn = m.get("bn");
     Value* x = bn->input(0);
     ChannelAffine map;
-    batchNormAffine(*bn, staticChannels(*bn), &map);
+    Why checked(false);  // foldableParams held
+    batchNormAffine(*bn, staticChannels(*bn), &map, checked);
     const auto channels = static_cast<int64_t>(map.scale.size());
     std::vector<int64_t> dims{channels};
     dims.resize(x->shape().rank() - 1, 1);

@@ -19,59 +19,70 @@ namespace fusectl::passes {
 namespace {
 
 Constraint keepsInterface(const std::string& capture) {
-  return {"keeps-interface", [capture](const Match& m) -> std::string {
+  return {"keeps-interface", [capture](const Match& m, Why& why) {
             Node* n = m.get(capture);
             Value* x = n->input(0);
             Value* y = n->output(0);
-            if (!x || !y) return fmt::format("{} has no input or no output", n->label());
-            if (!y->isGraphOutput()) return "";
-            if (!x->producer()) {
-              return fmt::format("{} output '{}' is a graph output and its input '{}' is {}; "
-                                 "removing it would change the graph's interface",
-                                 n->label(), y->name(), x->name(),
-                                 x->isGraphInput() ? "a graph input" : "a constant");
+            if (!x || !y) {
+              return why.fail(
+                  *n, [&] { return fmt::format("{} has no input or no output", n->label()); });
             }
-            if (x->isGraphOutput()) {
+            if (!y->isGraphOutput()) return true;
+            if (!x->producer()) {
+              return why.fail(*n, [&] {
+                return fmt::format(
+                    "{} output '{}' is a graph output and its input '{}' is {}; "
+                    "removing it would change the graph's interface",
+                    n->label(), y->name(), x->name(),
+                    x->isGraphInput() ? "a graph input" : "a constant");
+              });
+            }
+            if (!x->isGraphOutput()) return true;
+            return why.fail(*n, [&] {
               return fmt::format("{} output '{}' and its input '{}' are both graph outputs",
                                  n->label(), y->name(), x->name());
-            }
-            return "";
+            });
           }};
 }
 
 Constraint dropoutInference(int64_t opset) {
-  return {"dropout-inference", [opset](const Match& m) -> std::string {
+  return {"dropout-inference", [opset](const Match& m, Why& why) {
             Node* n = m.get("dropout");
             if (Value* mask = n->output(1); mask && (mask->hasUses() || mask->isGraphOutput())) {
-              return fmt::format("{} mask output '{}' is used", n->label(), mask->name());
+              return why.fail(*n, [&] {
+                return fmt::format("{} mask output '{}' is used", n->label(), mask->name());
+              });
             }
             if (Value* t = n->input(2)) {
               const Tensor* c = t->isConstant() ? t->initializer() : nullptr;
               if (!c || c->numel() != 1 || c->valueAsInt64(0) != 0) {
-                return fmt::format("{} input '{}' (training_mode) is not a constant false",
-                                   n->label(), t->name());
+                return why.fail(*n, [&] {
+                  return fmt::format("{} input '{}' (training_mode) is not a constant false",
+                                     n->label(), t->name());
+                });
               }
             }
-            if (opset > 0 && opset < 7 && n->attrInt("is_test", 0) == 0) {
+            if (opset <= 0 || opset >= 7 || n->attrInt("is_test", 0) != 0) return true;
+            return why.fail(*n, [&] {
               return fmt::format("{} has is_test=0 (training form, opset {})", n->label(), opset);
-            }
-            return "";
+            });
           }};
 }
 
 Constraint castToSameType() {
-  return {"cast-same-type", [](const Match& m) -> std::string {
+  return {"cast-same-type", [](const Match& m, Why& why) {
             Node* n = m.get("cast");
             Value* x = n->input(0);
             if (!x || x->dtype() == DType::Undefined) {
-              return fmt::format("{} input has an unknown type", n->label());
+              return why.fail(
+                  *n, [&] { return fmt::format("{} input has an unknown type", n->label()); });
             }
             auto to = static_cast<DType>(n->attrInt("to", 0));
-            if (x->dtype() != to) {
+            if (x->dtype() == to) return true;
+            return why.fail(*n, [&] {
               return fmt::format("{} converts {} to {}", n->label(), dtypeName(x->dtype()),
                                  dtypeName(to));
-            }
-            return "";
+            });
           }};
 }
 

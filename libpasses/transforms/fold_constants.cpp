@@ -38,6 +38,7 @@
 #include "fusectl/graph/error.h"
 #include "fusectl/kernels/kernel.h"
 #include "fusectl/graph/op_classes.h"
+#include "fusectl/passes/registry.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
 
@@ -45,8 +46,6 @@ namespace fusectl::passes {
 namespace {
 
 using kernels::HostTensor;
-
-constexpr uint64_t kDefaultMaxBytes = uint64_t{1} << 20;
 
 // Thrown by CappedAllocator when a kernel asks for more than the cap.
 struct OverCap {
@@ -82,25 +81,13 @@ uint64_t tensorBytes(const Tensor& t) {
   return n;
 }
 
-uint64_t parseMaxBytes(const PassContext& ctx) {
-  uint64_t max_bytes = kDefaultMaxBytes;
-  for (const auto& [key, value] : ctx.options()) {
-    if (key != "max-bytes") {
-      throw Error(ErrorKind::Usage,
-                  fmt::format("unknown option '{}' (options: max-bytes)", key));
-    }
-    size_t used = 0;
-    try {
-      max_bytes = std::stoull(value, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != value.size() || value[0] == '-') {
-      throw Error(ErrorKind::Usage,
-                  fmt::format("max-bytes={} is not a byte count", value));
-    }
-  }
-  return max_bytes;
+// The cap as declared with the pass (passes.def: max-bytes, 1 MiB unless the pipeline says
+// otherwise). The pipeline parser checked the value; a context whose options were set by hand
+// gets the same check here.
+uint64_t maxBytes(const PassContext& ctx) {
+  const std::string value = optionOrDefault(ctx, "max-bytes");
+  checkPassOption(FoldConstantsPassInfo.name, "max-bytes", value);
+  return std::stoull(value);
 }
 
 bool hasSubgraph(const Node& n) {
@@ -116,7 +103,7 @@ class FoldConstantsPass : public Pass {
   const PassInfo& info() const override { return FoldConstantsPassInfo; }
 
   bool run(const Graph& graph, PassContext& ctx) override {
-    const uint64_t max_bytes = parseMaxBytes(ctx);
+    const uint64_t max_bytes = maxBytes(ctx);
     Rewriter rw(ctx);
     bool changed = false;
     for (Node* n : graph.nodesSnapshot()) {

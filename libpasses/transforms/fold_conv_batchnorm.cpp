@@ -39,76 +39,77 @@
 namespace fusectl::passes {
 namespace {
 
-// Output channels of a Conv/ConvTranspose from its constant weight; fills `why` when W's shape
-// or the group does not allow folding.
-int64_t outputChannels(const Node& conv, std::string& why) {
+// Output channels of a Conv/ConvTranspose from its constant weight; -1 (and `why`, about the
+// Conv) when W's shape or the group does not allow folding.
+int64_t outputChannels(const Node& conv, Why& why) {
   const Tensor& w = *conv.input(1)->initializer();
   const std::vector<int64_t>& d = w.dims();
+  auto fail = [&](auto reason) {
+    why.fail(conv, reason);
+    return int64_t{-1};
+  };
   if (d.size() < 3) {
-    why = fmt::format("{} weight '{}' has rank {}, expected >= 3", conv.label(),
-                      conv.input(1)->name(), d.size());
-    return -1;
+    return fail([&] {
+      return fmt::format("{} weight '{}' has rank {}, expected >= 3", conv.label(),
+                         conv.input(1)->name(), d.size());
+    });
   }
   const int64_t group = conv.attrInt("group", 1);
-  if (group <= 0) {
-    why = fmt::format("{} has group={}", conv.label(), group);
-    return -1;
-  }
-  if (conv.is("Conv")) {
-    if (d[0] % group != 0) {
-      why = fmt::format("{} group={} does not divide the weight's {} output channels", conv.label(),
-                        group, d[0]);
-      return -1;
-    }
-    return d[0];
-  }
+  if (group <= 0) return fail([&] { return fmt::format("{} has group={}", conv.label(), group); });
+  // Conv's W is [C_out, ...], ConvTranspose's [C_in, ...]: either way dim 0 splits into groups.
   if (d[0] % group != 0) {
-    why = fmt::format("{} group={} does not divide the weight's {} input channels", conv.label(),
-                      group, d[0]);
-    return -1;
+    return fail([&] {
+      return fmt::format("{} group={} does not divide the weight's {} {} channels", conv.label(),
+                         group, d[0], conv.is("Conv") ? "output" : "input");
+    });
   }
-  return d[1] * group;
+  return conv.is("Conv") ? d[0] : d[1] * group;
 }
 
 Constraint foldableWeights() {
-  return {"foldable-weights:conv", [](const Match& m) -> std::string {
+  return {"foldable-weights:conv", [](const Match& m, Why& why) {
             Node* conv = m.get("conv");
             Value* w = conv->input(1);
             if (!isFoldableFloat(w->dtype())) {
-              return fmt::format(
-                  "{} weight '{}' is {}, expected float, double, float16 or "
-                  "bfloat16",
-                  conv->label(), w->name(), dtypeName(w->dtype()));
+              return why.fail(*conv, [&] {
+                return fmt::format(
+                    "{} weight '{}' is {}, expected float, double, float16 or "
+                    "bfloat16",
+                    conv->label(), w->name(), dtypeName(w->dtype()));
+              });
             }
-            std::string why;
             int64_t channels = outputChannels(*conv, why);
-            if (channels < 0) return why;
+            if (channels < 0) return false;
             if (Value* b = conv->input(2)) {
               const Tensor& t = *b->initializer();
               if (t.dtype() != w->dtype()) {
-                return fmt::format("{} bias '{}' is {} but its weight is {}", conv->label(),
-                                   b->name(), dtypeName(t.dtype()), dtypeName(w->dtype()));
+                return why.fail(*conv, [&] {
+                  return fmt::format("{} bias '{}' is {} but its weight is {}", conv->label(),
+                                     b->name(), dtypeName(t.dtype()), dtypeName(w->dtype()));
+                });
               }
               if (t.dims() != std::vector<int64_t>{channels}) {
-                return fmt::format("{} bias '{}' has shape [{}], expected [{}]", conv->label(),
-                                   b->name(), fmt::join(t.dims(), ","), channels);
+                return why.fail(*conv, [&] {
+                  return fmt::format("{} bias '{}' has shape [{}], expected [{}]", conv->label(),
+                                     b->name(), fmt::join(t.dims(), ","), channels);
+                });
               }
             }
-            Value* y = m.get("bn")->output(0);
-            if (y->dtype() != DType::Undefined && y->dtype() != w->dtype()) {
-              return fmt::format("{} output '{}' is {} but the weight is {}", m.get("bn")->label(),
+            Node* bn = m.get("bn");
+            Value* y = bn->output(0);
+            if (y->dtype() == DType::Undefined || y->dtype() == w->dtype()) return true;
+            return why.fail(*bn, [&] {
+              return fmt::format("{} output '{}' is {} but the weight is {}", bn->label(),
                                  y->name(), dtypeName(y->dtype()), dtypeName(w->dtype()));
-            }
-            return "";
+            });
           }};
 }
 
 Constraint batchNormPerChannel() {
-  return {"batchnorm-params:bn", [](const Match& m) -> std::string {
-            std::string why;
+  return {"batchnorm-params:bn", [](const Match& m, Why& why) {
             int64_t channels = outputChannels(*m.get("conv"), why);
-            if (channels < 0) return why;
-            return batchNormAffine(*m.get("bn"), channels, nullptr);
+            if (channels < 0) return false;
+            return batchNormAffine(*m.get("bn"), channels, nullptr, why);
           }};
 }
 
@@ -230,10 +231,10 @@ class FoldConvBatchNormPass : public Pass {
   static void fold(Rewriter& rw, const Match& m) {
     Node* conv = m.get("conv");
     Node* bn = m.get("bn");
-    std::string why;
-    const int64_t channels = outputChannels(*conv, why);
+    Why checked(false);  // foldableWeights and batchNormPerChannel held
+    const int64_t channels = outputChannels(*conv, checked);
     ChannelAffine bnmap;
-    batchNormAffine(*bn, channels, &bnmap);
+    batchNormAffine(*bn, channels, &bnmap, checked);
 
     Value* b = conv->input(2);
     const DType dtype = conv->input(1)->dtype();

@@ -46,76 +46,96 @@ int64_t columns(const Node& g) {
 }
 
 Constraint constantMulOperand() {
-  return {"constant-operand:mul", [](const Match& m) -> std::string {
+  return {"constant-operand:mul", [](const Match& m, Why& why) {
             Node* mul = m.get("mul");
             Value* s = otherOperand(*mul, m.get("g")->output(0));
-            if (!s) return fmt::format("{} squares {} output", mul->label(), m.get("g")->label());
-            if (s->isConstant()) return "";
-            return fmt::format("{} operand '{}' is not a constant ({})", mul->label(), s->name(),
-                               nonConstantOrigin(*s));
+            if (!s) {
+              return why.fail(*mul, [&] {
+                return fmt::format("{} squares {} output", mul->label(), m.get("g")->label());
+              });
+            }
+            if (s->isConstant()) return true;
+            return why.fail(*mul, [&] {
+              return fmt::format("{} operand '{}' is not a constant ({})", mul->label(), s->name(),
+                                 nonConstantOrigin(*s));
+            });
           }};
 }
 
 Constraint foldableWeight(const std::string& other) {
-  return {"foldable-weight:g", [other](const Match& m) -> std::string {
+  return {"foldable-weight:g", [other](const Match& m, Why& why) {
             Node* g = m.get("g");
             Value* w = g->input(1);
             const Tensor& t = *w->initializer();
             if (!isFoldableFloat(t.dtype())) {
-              return fmt::format(
-                  "{} weight '{}' is {}, expected float, double, float16 or "
-                  "bfloat16",
-                  g->label(), w->name(), dtypeName(t.dtype()));
+              return why.fail(*g, [&] {
+                return fmt::format(
+                    "{} weight '{}' is {}, expected float, double, float16 or "
+                    "bfloat16",
+                    g->label(), w->name(), dtypeName(t.dtype()));
+              });
             }
             if (t.dims().size() != 2) {
-              return fmt::format("{} weight '{}' has rank {}, expected 2", g->label(), w->name(),
-                                 t.dims().size());
+              return why.fail(*g, [&] {
+                return fmt::format("{} weight '{}' has rank {}, expected 2", g->label(), w->name(),
+                                   t.dims().size());
+              });
             }
             if (Value* c = g->is("Gemm") ? g->input(2) : nullptr) {
               if (c->dtype() != t.dtype()) {
-                return fmt::format("{} input C '{}' is {} but the weight is {}", g->label(),
-                                   c->name(), dtypeName(c->dtype()), dtypeName(t.dtype()));
+                return why.fail(*g, [&] {
+                  return fmt::format("{} input C '{}' is {} but the weight is {}", g->label(),
+                                     c->name(), dtypeName(c->dtype()), dtypeName(t.dtype()));
+                });
               }
               const std::vector<int64_t>& cd = c->initializer()->dims();
               if (cd.size() > 2 || (!cd.empty() && cd.back() != 1 && cd.back() != columns(*g))) {
-                return fmt::format("{} input C '{}' {} does not broadcast to [M,{}]", g->label(),
-                                   c->name(), dimsText(cd), columns(*g));
+                return why.fail(*g, [&] {
+                  return fmt::format("{} input C '{}' {} does not broadcast to [M,{}]", g->label(),
+                                     c->name(), dimsText(cd), columns(*g));
+                });
               }
             }
             if (other == "mul") {
               Node* mul = m.get("mul");
               Value* s = otherOperand(*mul, g->output(0));
               if (s->dtype() != t.dtype()) {
-                return fmt::format("{} operand '{}' is {} but {} weight is {}", mul->label(),
-                                   s->name(), dtypeName(s->dtype()), g->label(),
-                                   dtypeName(t.dtype()));
+                return why.fail(*mul, [&] {
+                  return fmt::format("{} operand '{}' is {} but {} weight is {}", mul->label(),
+                                     s->name(), dtypeName(s->dtype()), g->label(),
+                                     dtypeName(t.dtype()));
+                });
               }
             }
-            return "";
+            return true;
           }};
 }
 
 Constraint batchNormOverColumns() {
-  return {"batchnorm-over-columns:bn", [](const Match& m) -> std::string {
+  return {"batchnorm-over-columns:bn", [](const Match& m, Why& why) {
             Node* g = m.get("g");
             Node* bn = m.get("bn");
             const Shape& s = bn->input(0)->shape();
             if (!s.hasRank()) {
-              return fmt::format("{} input '{}' has unknown rank; folding needs rank 2 [M,N]",
-                                 bn->label(), bn->input(0)->name());
+              return why.fail(*bn, [&] {
+                return fmt::format("{} input '{}' has unknown rank; folding needs rank 2 [M,N]",
+                                   bn->label(), bn->input(0)->name());
+              });
             }
             if (s.rank() != 2) {
-              return fmt::format(
-                  "{} input '{}' has rank {}; only a rank-2 [M,N] input "
-                  "normalizes {} output columns (channel axis 1 = N)",
-                  bn->label(), bn->input(0)->name(), s.rank(), g->label());
+              return why.fail(*bn, [&] {
+                return fmt::format(
+                    "{} input '{}' has rank {}; only a rank-2 [M,N] input "
+                    "normalizes {} output columns (channel axis 1 = N)",
+                    bn->label(), bn->input(0)->name(), s.rank(), g->label());
+              });
             }
-            return batchNormAffine(*bn, columns(*g), nullptr);
+            return batchNormAffine(*bn, columns(*g), nullptr, why);
           }};
 }
 
 Constraint perColumnScale() {
-  return {"per-column:mul", [](const Match& m) -> std::string {
+  return {"per-column:mul", [](const Match& m, Why& why) {
             Node* g = m.get("g");
             Node* mul = m.get("mul");
             Value* s = otherOperand(*mul, g->output(0));
@@ -124,21 +144,25 @@ Constraint perColumnScale() {
             for (size_t i = 0; i < d.size(); ++i) {
               const bool last = i + 1 == d.size();
               if (d[i] == 1 || (last && d[i] == n)) continue;
-              return fmt::format(
-                  "{} operand '{}' {} is not a per-column scale of {} output "
-                  "({} columns): dim {} has {}",
-                  mul->label(), s->name(), dimsText(d), g->label(), n, i, d[i]);
+              return why.fail(*mul, [&] {
+                return fmt::format(
+                    "{} operand '{}' {} is not a per-column scale of {} output "
+                    "({} columns): dim {} has {}",
+                    mul->label(), s->name(), dimsText(d), g->label(), n, i, d[i]);
+              });
             }
             const Shape& out = g->output(0)->shape();
             const size_t out_rank = g->is("Gemm") ? 2 : out.hasRank() ? out.rank() : 1;
             if (d.size() > out_rank) {
-              return fmt::format(
-                  "{} operand '{}' {} has rank {}, more than {} output {}; the "
-                  "Mul broadcasts the output to a larger shape",
-                  mul->label(), s->name(), dimsText(d), d.size(), g->label(),
-                  g->is("Gemm") ? "[M,N]" : out.str());
+              return why.fail(*mul, [&] {
+                return fmt::format(
+                    "{} operand '{}' {} has rank {}, more than {} output {}; the "
+                    "Mul broadcasts the output to a larger shape",
+                    mul->label(), s->name(), dimsText(d), d.size(), g->label(),
+                    g->is("Gemm") ? "[M,N]" : out.str());
+              });
             }
-            return "";
+            return true;
           }};
 }
 
@@ -261,7 +285,8 @@ class FoldGemmBatchNormPass : public Pass {
     Node* bn = m.get("bn");
     const int64_t n = columns(*g);
     ChannelAffine map;
-    batchNormAffine(*bn, n, &map);
+    Why checked(false);  // batchNormOverColumns held
+    batchNormAffine(*bn, n, &map, checked);
     Value* w = scaledWeight(rw, g, map.scale);
     Value* y = bn->output(0);
     DoubleTensor s{{n}, map.scale}, t{{n}, map.shift};

@@ -32,52 +32,64 @@ std::string dimsText(const std::vector<int64_t>& d) {
 }
 
 Constraint constantAddend(const std::string& producer) {
-  return {"constant-addend:add", [producer](const Match& m) -> std::string {
+  return {"constant-addend:add", [producer](const Match& m, Why& why) {
             Node* add = m.get("add");
             Value* k = otherOperand(*add, m.get(producer)->output(0));
             if (!k) {
-              return fmt::format("{} adds {} output to itself", add->label(),
-                                 m.get(producer)->label());
+              return why.fail(*add, [&] {
+                return fmt::format("{} adds {} output to itself", add->label(),
+                                   m.get(producer)->label());
+              });
             }
-            if (k->isConstant()) return "";
-            return fmt::format("{} operand '{}' is not a constant ({})", add->label(), k->name(),
-                               nonConstantOrigin(*k));
+            if (k->isConstant()) return true;
+            return why.fail(*add, [&] {
+              return fmt::format("{} operand '{}' is not a constant ({})", add->label(), k->name(),
+                                 nonConstantOrigin(*k));
+            });
           }};
 }
 
 Constraint sameDType(const std::string& producer, size_t bias_input) {
-  return {"dtype:" + producer + ",add", [producer, bias_input](const Match& m) -> std::string {
+  return {"dtype:" + producer + ",add", [producer, bias_input](const Match& m, Why& why) {
             Node* p = m.get(producer);
             Node* add = m.get("add");
             Value* out = p->output(0);
             const Tensor& k = *otherOperand(*add, out)->initializer();
             DType t = out->dtype() != DType::Undefined ? out->dtype() : p->input(0)->dtype();
             if (!isFoldableFloat(t)) {
-              return fmt::format(
-                  "{} output '{}' is {}, expected float, double, float16 or "
-                  "bfloat16",
-                  p->label(), out->name(),
-                  t == DType::Undefined ? "of unknown type" : dtypeName(t));
+              return why.fail(*p, [&] {
+                return fmt::format(
+                    "{} output '{}' is {}, expected float, double, float16 or "
+                    "bfloat16",
+                    p->label(), out->name(),
+                    t == DType::Undefined ? "of unknown type" : dtypeName(t));
+              });
             }
             if (k.dtype() != t) {
-              return fmt::format("{} operand is {} but {} output is {}", add->label(),
-                                 dtypeName(k.dtype()), p->label(), dtypeName(t));
+              return why.fail(*add, [&] {
+                return fmt::format("{} operand is {} but {} output is {}", add->label(),
+                                   dtypeName(k.dtype()), p->label(), dtypeName(t));
+              });
             }
             if (Value* b = p->input(bias_input); b && b->dtype() != t) {
-              return fmt::format("{} bias '{}' is {} but its output is {}", p->label(), b->name(),
-                                 dtypeName(b->dtype()), dtypeName(t));
+              return why.fail(*p, [&] {
+                return fmt::format("{} bias '{}' is {} but its output is {}", p->label(), b->name(),
+                                   dtypeName(b->dtype()), dtypeName(t));
+              });
             }
-            return "";
+            return true;
           }};
 }
 
-// Conv: output rank and channels from W's static shape; -1 and `why` when unknown.
-int64_t convChannels(const Node& conv, size_t& rank, std::string& why) {
+// Conv: output rank and channels from W's static shape; -1 (and `why`) when unknown.
+int64_t convChannels(const Node& conv, size_t& rank, Why& why) {
   const Shape& w = conv.input(1)->shape();
   const size_t channel_dim = conv.is("Conv") ? 0 : 1;
   if (!w.hasRank() || w.rank() < 3 || !w[channel_dim].isStatic()) {
-    why = fmt::format("{} weight '{}' has shape {}: its output channels are not known",
-                      conv.label(), conv.input(1)->name(), w.str());
+    why.fail(conv, [&] {
+      return fmt::format("{} weight '{}' has shape {}: its output channels are not known",
+                         conv.label(), conv.input(1)->name(), w.str());
+    });
     return -1;
   }
   rank = w.rank();
@@ -86,73 +98,85 @@ int64_t convChannels(const Node& conv, size_t& rank, std::string& why) {
 }
 
 Constraint perChannelAddend() {
-  return {"per-channel-bias:add", [](const Match& m) -> std::string {
+  return {"per-channel-bias:add", [](const Match& m, Why& why) {
             Node* conv = m.get("conv");
             Node* add = m.get("add");
             Value* kv = otherOperand(*add, conv->output(0));
             const std::vector<int64_t>& k = kv->initializer()->dims();
-            std::string why;
             size_t rank = 0;
             const int64_t channels = convChannels(*conv, rank, why);
-            if (channels < 0) return why;
+            if (channels < 0) return false;
             if (k.size() > rank) {
-              return fmt::format(
-                  "{} operand '{}' {} has rank {}, more than {} output's {}; "
-                  "adding it changes the output shape",
-                  add->label(), kv->name(), dimsText(k), k.size(), conv->label(), rank);
+              return why.fail(*add, [&] {
+                return fmt::format(
+                    "{} operand '{}' {} has rank {}, more than {} output's {}; "
+                    "adding it changes the output shape",
+                    add->label(), kv->name(), dimsText(k), k.size(), conv->label(), rank);
+              });
             }
             for (size_t i = 0; i < k.size(); ++i) {
               const size_t axis = rank - k.size() + i;
               if (k[i] == 1 || (axis == 1 && k[i] == channels)) continue;
-              return fmt::format(
-                  "{} operand '{}' {} is not a per-channel bias of {} output "
-                  "(rank {}, {} channels): dim {} has {}",
-                  add->label(), kv->name(), dimsText(k), conv->label(), rank, channels, axis, k[i]);
+              return why.fail(*add, [&] {
+                return fmt::format(
+                    "{} operand '{}' {} is not a per-channel bias of {} output "
+                    "(rank {}, {} channels): dim {} has {}",
+                    add->label(), kv->name(), dimsText(k), conv->label(), rank, channels, axis,
+                    k[i]);
+              });
             }
             if (Value* b = conv->input(2);
                 b && b->initializer()->dims() != std::vector<int64_t>{channels}) {
-              return fmt::format("{} bias '{}' has shape {}, expected [{}]", conv->label(),
-                                 b->name(), dimsText(b->initializer()->dims()), channels);
+              return why.fail(*conv, [&] {
+                return fmt::format("{} bias '{}' has shape {}, expected [{}]", conv->label(),
+                                   b->name(), dimsText(b->initializer()->dims()), channels);
+              });
             }
-            return "";
+            return true;
           }};
 }
 
-// k (and C) of rank <= 2 with each dim 1 or equal to Gemm's output dim.
-std::string gemmBroadcastable(const Node& gemm, const Value& v, const std::string& role) {
+// Whether k (or C) has rank <= 2 with each dim 1 or equal to Gemm's output dim; else `why`.
+bool gemmBroadcastable(const Node& gemm, const Value& v, const char* role, Why& why) {
   const Shape& out = gemm.output(0)->shape();
   const std::vector<int64_t>& d = v.initializer()->dims();
   if (d.size() > 2) {
-    return fmt::format("{} {} '{}' {} has rank {}; adding it changes the [M,N] output shape",
-                       gemm.label(), role, v.name(), dimsText(d), d.size());
+    return why.fail(gemm, [&] {
+      return fmt::format("{} {} '{}' {} has rank {}; adding it changes the [M,N] output shape",
+                         gemm.label(), role, v.name(), dimsText(d), d.size());
+    });
   }
   for (size_t i = 0; i < d.size(); ++i) {
     if (d[i] == 1) continue;
     const size_t axis = 2 - d.size() + i;
     if (!out.hasRank() || out.rank() != 2) {
-      return fmt::format(
-          "{} output '{}' has shape {}: cannot tell whether {} '{}' {} "
-          "broadcasts to it",
-          gemm.label(), gemm.output(0)->name(), out.str(), role, v.name(), dimsText(d));
+      return why.fail(gemm, [&] {
+        return fmt::format(
+            "{} output '{}' has shape {}: cannot tell whether {} '{}' {} "
+            "broadcasts to it",
+            gemm.label(), gemm.output(0)->name(), out.str(), role, v.name(), dimsText(d));
+      });
     }
     if (!out[axis].isStatic() || out[axis].value() != d[i]) {
-      return fmt::format(
-          "{} {} '{}' {} does not broadcast to the output shape {} without "
-          "changing it (dim {})",
-          gemm.label(), role, v.name(), dimsText(d), out.str(), axis);
+      return why.fail(gemm, [&] {
+        return fmt::format(
+            "{} {} '{}' {} does not broadcast to the output shape {} without "
+            "changing it (dim {})",
+            gemm.label(), role, v.name(), dimsText(d), out.str(), axis);
+      });
     }
   }
-  return "";
+  return true;
 }
 
 Constraint gemmAddendBroadcast() {
-  return {"gemm-broadcast:add", [](const Match& m) -> std::string {
+  return {"gemm-broadcast:add", [](const Match& m, Why& why) {
             Node* gemm = m.get("gemm");
             Node* add = m.get("add");
-            std::string why =
-                gemmBroadcastable(*gemm, *otherOperand(*add, gemm->output(0)), "addend");
-            if (why.empty() && gemm->input(2)) why = gemmBroadcastable(*gemm, *gemm->input(2), "C");
-            return why;
+            if (!gemmBroadcastable(*gemm, *otherOperand(*add, gemm->output(0)), "addend", why)) {
+              return false;
+            }
+            return !gemm->input(2) || gemmBroadcastable(*gemm, *gemm->input(2), "C", why);
           }};
 }
 
@@ -220,9 +244,9 @@ class FuseBiasAddPass : public Pass {
   static void fuseConv(Rewriter& rw, const Match& m) {
     Node* conv = m.get("conv");
     const Tensor& k = *otherOperand(*m.get("add"), conv->output(0))->initializer();
-    std::string why;
+    Why checked(false);  // perChannelAddend held
     size_t rank = 0;
-    const auto channels = static_cast<size_t>(convChannels(*conv, rank, why));
+    const auto channels = static_cast<size_t>(convChannels(*conv, rank, checked));
     std::vector<double> kv = constantAsDoubles(k);
     std::vector<double> bias(channels, 0.0);
     if (Value* b = conv->input(2)) bias = constantAsDoubles(*b->initializer());

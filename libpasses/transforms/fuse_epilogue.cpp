@@ -85,67 +85,83 @@ bool dimsProvablyEqual(const Shape& a, const Shape& b) {
 // graph output. SiLU's x feeds both the Sigmoid and the Mul, so uniqueConsumer cannot say it.
 Constraint readOnlyBy(std::string capture, std::vector<std::string> readers) {
   std::string name = "read-only-by:" + capture;
-  return {name, [capture, readers](const Match& m) -> std::string {
+  return {name, [capture, readers](const Match& m, Why& why) {
             Node* n = m.get(capture);
             Value* v = n->output(0);
             if (v->isGraphOutput()) {
-              return fmt::format("{} output '{}' is a graph output", n->label(), v->name());
+              return why.fail(*n, [&] {
+                return fmt::format("{} output '{}' is a graph output", n->label(), v->name());
+              });
             }
             std::vector<Node*> allowed;
             for (const std::string& r : readers) allowed.push_back(m.get(r));
             for (Node* c : v->consumers()) {
               if (std::find(allowed.begin(), allowed.end(), c) == allowed.end()) {
-                return fmt::format("{} output '{}' is also read by {}", n->label(), v->name(),
-                                   c->label());
+                return why.fail(*n, [&] {
+                  return fmt::format("{} output '{}' is also read by {}", n->label(), v->name(),
+                                     c->label());
+                });
               }
             }
-            return "";
+            return true;
           }};
 }
 
 Constraint residualLegal(std::string compute, std::string add) {
-  return {"residual:" + add, [compute, add](const Match& m) -> std::string {
+  return {"residual:" + add, [compute, add](const Match& m, Why& why) {
             Node* c = m.get(compute);
             Node* a = m.get(add);
             Value* z = residualOf(a, c);
             if (!z) {
-              return fmt::format("{} adds {} output to itself; there is no residual", a->label(),
-                                 c->label());
+              return why.fail(*a, [&] {
+                return fmt::format("{} adds {} output to itself; there is no residual", a->label(),
+                                   c->label());
+              });
             }
             if (z->isConstant()) {
-              return fmt::format("{} residual '{}' is a constant (a per-channel constant is "
-                                 "fuse-bias-add's job)",
-                                 a->label(), z->name());
+              return why.fail(*a, [&] {
+                return fmt::format(
+                    "{} residual '{}' is a constant (a per-channel constant is "
+                    "fuse-bias-add's job)",
+                    a->label(), z->name());
+              });
             }
             Value* co = c->output(0);
             if (!dimsProvablyEqual(z->shape(), co->shape())) {
-              return fmt::format("{} residual '{}' has shape {}, not provably the shape {} of {} "
-                                 "output (the fused residual is not broadcast)",
-                                 a->label(), z->name(), z->shape().str(), co->shape().str(),
-                                 c->label());
+              return why.fail(*a, [&] {
+                return fmt::format(
+                    "{} residual '{}' has shape {}, not provably the shape {} of {} "
+                    "output (the fused residual is not broadcast)",
+                    a->label(), z->name(), z->shape().str(), co->shape().str(), c->label());
+              });
             }
-            return "";
+            return true;
           }};
 }
 
-// The float of a constant scalar input; nullopt (with `why`) otherwise.
-std::optional<float> constantScalar(Node* n, size_t input, const char* what, std::string& why) {
+// The float of a constant scalar input; nullopt (with `why`, about `n`) otherwise.
+std::optional<float> constantScalar(Node* n, size_t input, const char* what, Why& why) {
   Value* v = n->input(input);
   if (!v->isConstant()) {
-    why = fmt::format("{} {} '{}' is not a constant", n->label(), what, v->name());
+    why.fail(*n, [&] {
+      return fmt::format("{} {} '{}' is not a constant", n->label(), what, v->name());
+    });
     return std::nullopt;
   }
   const Tensor* t = v->initializer();
   if (t->numel() != 1) {
-    why = fmt::format("{} {} '{}' has {} elements, expected a scalar", n->label(), what, v->name(),
-                      t->numel());
+    why.fail(*n, [&] {
+      return fmt::format("{} {} '{}' has {} elements, expected a scalar", n->label(), what,
+                         v->name(), t->numel());
+    });
     return std::nullopt;
   }
   return static_cast<float>(t->valueAsDouble(0));
 }
 
-// Fills spec.activation and spec.params from an activation node; "" or why it cannot fuse.
-std::string readActivation(Node* act, int64_t opset, EpilogueSpec& spec) {
+// Fills spec.activation and spec.params from an activation node; false (with `why`, about
+// `act`) when it cannot fuse.
+bool readActivation(Node* act, int64_t opset, EpilogueSpec& spec, Why& why) {
   const std::string& op = act->opType();
   spec.activation = op;
   spec.params.clear();
@@ -155,15 +171,14 @@ std::string readActivation(Node* act, int64_t opset, EpilogueSpec& spec) {
       lo = act->attrFloat("min", lo);
       hi = act->attrFloat("max", hi);
     } else {
-      std::string why;
       if (act->input(1)) {
         std::optional<float> v = constantScalar(act, 1, "min", why);
-        if (!v) return why;
+        if (!v) return false;
         lo = *v;
       }
       if (act->input(2)) {
         std::optional<float> v = constantScalar(act, 2, "max", why);
-        if (!v) return why;
+        if (!v) return false;
         hi = *v;
       }
     }
@@ -175,26 +190,33 @@ std::string readActivation(Node* act, int64_t opset, EpilogueSpec& spec) {
   } else if (op == "Gelu") {
     std::string approximate = act->attrString("approximate", "none");
     if (approximate != "none") {
-      return fmt::format("{} has approximate='{}'; the fused epilogue computes the exact Gelu",
-                         act->label(), approximate);
+      return why.fail(*act, [&] {
+        return fmt::format("{} has approximate='{}'; the fused epilogue computes the exact Gelu",
+                           act->label(), approximate);
+      });
     }
   }
   if (!spec.params.empty() && opset > 0 && opset < 8) {
-    return fmt::format("{} has parameters, which need opset >= 8 to be exported portably "
-                       "(broadcasting Max/Min/PRelu); the model imports opset {}",
-                       act->label(), opset);
+    return why.fail(*act, [&] {
+      return fmt::format(
+          "{} has parameters, which need opset >= 8 to be exported portably "
+          "(broadcasting Max/Min/PRelu); the model imports opset {}",
+          act->label(), opset);
+    });
   }
-  return "";
+  return true;
 }
 
 Constraint activationLegal(std::string capture, int64_t opset) {
-  return {"activation:" + capture, [capture, opset](const Match& m) -> std::string {
+  return {"activation:" + capture, [capture, opset](const Match& m, Why& why) {
             Node* act = m.get(capture);
             if (!isEpilogueActivation(*act)) {
-              return fmt::format("{} is not an epilogue activation", act->label());
+              return why.fail(*act, [&] {
+                return fmt::format("{} is not an epilogue activation", act->label());
+              });
             }
             EpilogueSpec spec;
-            return readActivation(act, opset, spec);
+            return readActivation(act, opset, spec, why);
           }};
 }
 
@@ -281,7 +303,8 @@ EpilogueSpec readSpec(const Form& s, const Match& m, int64_t opset) {
     spec.output = spec.act->output(0);
   } else if (s.activation) {
     spec.act = m.get("act");
-    readActivation(spec.act, opset, spec);  // legal: the constraint passed
+    Why checked(false);  // activationLegal held
+    readActivation(spec.act, opset, spec, checked);
     spec.output = spec.act->output(0);
   }
   return spec;

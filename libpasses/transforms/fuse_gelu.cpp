@@ -69,23 +69,30 @@ std::string describeOperand(const Value* v) {
 
 // The x that the scaling node divides by sqrt(2) (or multiplies by 1/sqrt(2)); nullptr with
 // `why` when it is not such a node.
-Value* scaledInput(Node* s, std::string& why) {
+Value* scaledInput(Node* s, Why& why) {
   if (s->numInputs() != 2) {
-    why = fmt::format("{} has {} inputs, expected 2", s->label(), s->numInputs());
+    why.fail(*s, [&] {
+      return fmt::format("{} has {} inputs, expected 2", s->label(), s->numInputs());
+    });
     return nullptr;
   }
   if (s->is("Div")) {
     std::optional<double> d = scalarConstant(s->input(1));
     if (d && approximately(*d, kSqrt2, s->input(1)->dtype())) return s->input(0);
-    why = fmt::format("{} divides by {}, not by sqrt(2)", s->label(), describeOperand(s->input(1)));
+    why.fail(*s, [&] {
+      return fmt::format("{} divides by {}, not by sqrt(2)", s->label(),
+                         describeOperand(s->input(1)));
+    });
     return nullptr;
   }
   for (size_t i : {size_t{1}, size_t{0}}) {
     std::optional<double> c = scalarConstant(s->input(i));
     if (c && approximately(*c, 1.0 / kSqrt2, s->input(i)->dtype())) return s->input(1 - i);
   }
-  why = fmt::format("{} multiplies {} by {}, neither of them 1/sqrt(2)", s->label(),
-                    describeOperand(s->input(0)), describeOperand(s->input(1)));
+  why.fail(*s, [&] {
+    return fmt::format("{} multiplies {} by {}, neither of them 1/sqrt(2)", s->label(),
+                       describeOperand(s->input(0)), describeOperand(s->input(1)));
+  });
   return nullptr;
 }
 
@@ -96,7 +103,7 @@ bool isScalar(const Value* v, double want) {
 }
 
 // The chain's x, or nullptr with `why` (condition 1). `half_first` selects the form.
-Value* geluInput(const Match& m, bool half_first, std::string& why) {
+Value* geluInput(const Match& m, bool half_first, Why& why) {
   Node* s = m.get("s");
   Node* erf = m.get("e");
   Node* one = m.get("one");
@@ -105,8 +112,10 @@ Value* geluInput(const Match& m, bool half_first, std::string& why) {
   if (!x) return nullptr;
   Value* added = otherOperand(*one, erf->output(0));
   if (!added || !isScalar(added, 1.0)) {
-    why = fmt::format("{} adds {} to {} output, not 1", one->label(),
-                      added ? describeOperand(added) : "it", erf->label());
+    why.fail(*one, [&] {
+      return fmt::format("{} adds {} to {} output, not 1", one->label(),
+                         added ? describeOperand(added) : "it", erf->label());
+    });
     return nullptr;
   }
   if (half_first) {
@@ -115,9 +124,11 @@ Value* geluInput(const Match& m, bool half_first, std::string& why) {
     const bool halves_x = (half->input(0) == x && isScalar(half->input(1), 0.5)) ||
                           (half->input(1) == x && isScalar(half->input(0), 0.5));
     if (!halves_x) {
-      why = fmt::format("{} does not multiply '{}' by 0.5 (it reads {} and {})", half->label(),
-                        x->name(), describeOperand(half->input(0)),
-                        describeOperand(half->input(1)));
+      why.fail(*half, [&] {
+        return fmt::format("{} does not multiply '{}' by 0.5 (it reads {} and {})", half->label(),
+                           x->name(), describeOperand(half->input(0)),
+                           describeOperand(half->input(1)));
+      });
       return nullptr;
     }
     return x;
@@ -126,39 +137,44 @@ Value* geluInput(const Match& m, bool half_first, std::string& why) {
   Value* a = otherOperand(*inner, one->output(0));
   Value* b = otherOperand(*outer, inner->output(0));
   if (a && b && ((a == x && isScalar(b, 0.5)) || (b == x && isScalar(a, 0.5)))) return x;
-  why = fmt::format("{} and {} multiply by {} and {}, not by '{}' and 0.5", inner->label(),
-                    outer->label(), a ? describeOperand(a) : "its own input",
-                    b ? describeOperand(b) : "its own input", x->name());
+  why.fail(*inner, [&] {
+    return fmt::format("{} and {} multiply by {} and {}, not by '{}' and 0.5", inner->label(),
+                       outer->label(), a ? describeOperand(a) : "its own input",
+                       b ? describeOperand(b) : "its own input", x->name());
+  });
   return nullptr;
 }
 
 Constraint geluForm(bool half_first) {
-  return {"gelu-constants", [half_first](const Match& m) -> std::string {
-            std::string why;
-            geluInput(m, half_first, why);
-            return why;
+  return {"gelu-constants", [half_first](const Match& m, Why& why) {
+            return geluInput(m, half_first, why) != nullptr;
           }};
 }
 
 Constraint outputKeepsInputShape(bool half_first) {
-  return {"same-shape:x", [half_first](const Match& m) -> std::string {
-            std::string why;
-            const Value* x = geluInput(m, half_first, why);  // holds: checked before
+  return {"same-shape:x", [half_first](const Match& m, Why& why) {
+            Why checked(false);  // geluForm held
+            const Value* x = geluInput(m, half_first, checked);
             Node* outer = m.get("outer");
             const Shape& in = x->shape();
             const Shape& out = outer->output(0)->shape();
             if (!in.hasRank() || !out.hasRank()) {
-              return fmt::format("{} output '{}' or its input '{}' has unknown shape, so it is not "
-                                 "provably Gelu's (a constant could broadcast it)",
-                                 outer->label(), outer->output(0)->name(), x->name());
+              return why.fail(*outer, [&] {
+                return fmt::format(
+                    "{} output '{}' or its input '{}' has unknown shape, so it is not "
+                    "provably Gelu's (a constant could broadcast it)",
+                    outer->label(), outer->output(0)->name(), x->name());
+              });
             }
             bool equal = in.rank() == out.rank();
             for (size_t i = 0; equal && i < in.rank(); ++i) equal = in[i].provablyEqual(out[i]);
-            if (equal) return "";
-            return fmt::format("{} output '{}' has shape {}, not provably the shape {} of '{}' "
-                               "(a constant broadcasts it; Gelu would not)",
-                               outer->label(), outer->output(0)->name(), out.str(), in.str(),
-                               x->name());
+            if (equal) return true;
+            return why.fail(*outer, [&] {
+              return fmt::format(
+                  "{} output '{}' has shape {}, not provably the shape {} of '{}' "
+                  "(a constant broadcasts it; Gelu would not)",
+                  outer->label(), outer->output(0)->name(), out.str(), in.str(), x->name());
+            });
           }};
 }
 
@@ -197,8 +213,8 @@ class FuseGeluPass : public Pass {
 
  private:
   static void fuse(Rewriter& rw, const Pattern& form, const Match& m, bool half_first) {
-    std::string why;
-    Value* x = geluInput(m, half_first, why);
+    Why checked(false);  // geluForm held
+    Value* x = geluInput(m, half_first, checked);
     Node* outer = m.get("outer");
     const bool standard = rw.context().opset() >= 20;
     NewNode gelu;

@@ -23,34 +23,46 @@ namespace fusectl::passes {
 namespace {
 
 Constraint operandRank(size_t input, const char* name) {
-  return {fmt::format("rank-2:matmul.{}", input), [input, name](const Match& m) -> std::string {
+  return {fmt::format("rank-2:matmul.{}", input), [input, name](const Match& m, Why& why) {
             Node* mm = m.get("matmul");
             const Shape& s = mm->input(input)->shape();
             if (!s.hasRank()) {
-              return fmt::format("{} input {} '{}' has unknown rank; Gemm needs rank 2",
-                                 mm->label(), name, mm->input(input)->name());
+              return why.fail(*mm, [&] {
+                return fmt::format("{} input {} '{}' has unknown rank; Gemm needs rank 2",
+                                   mm->label(), name, mm->input(input)->name());
+              });
             }
             if (s.rank() != 2) {
-              return fmt::format("{} input {} has rank {}; Gemm needs rank 2", mm->label(), name,
-                                 s.rank());
+              return why.fail(*mm, [&] {
+                return fmt::format("{} input {} has rank {}; Gemm needs rank 2", mm->label(), name,
+                                   s.rank());
+              });
             }
-            return "";
+            return true;
           }};
 }
 
 Constraint biasBroadcast() {
-  return {"gemm-broadcast:add", [](const Match& m) -> std::string {
+  return {"gemm-broadcast:add", [](const Match& m, Why& why) {
             Node* mm = m.get("matmul");
             Node* add = m.get("add");
             Value* bias = otherOperand(*add, mm->output(0));
-            if (!bias) return fmt::format("{} adds {} output to itself", add->label(), mm->label());
+            if (!bias) {
+              return why.fail(*add, [&] {
+                return fmt::format("{} adds {} output to itself", add->label(), mm->label());
+              });
+            }
             const Shape& b = bias->shape();
             if (!b.hasRank()) {
-              return fmt::format("{} operand '{}' has unknown shape", add->label(), bias->name());
+              return why.fail(*add, [&] {
+                return fmt::format("{} operand '{}' has unknown shape", add->label(), bias->name());
+              });
             }
             if (b.rank() > 2) {
-              return fmt::format("{} operand '{}' {} has rank {}; Gemm's C has rank <= 2",
-                                 add->label(), bias->name(), b.str(), b.rank());
+              return why.fail(*add, [&] {
+                return fmt::format("{} operand '{}' {} has rank {}; Gemm's C has rank <= 2",
+                                   add->label(), bias->name(), b.str(), b.rank());
+              });
             }
             // The output [M, N] from A [M, K] and B [K, N].
             const Dim out[2] = {mm->input(0)->shape()[0], mm->input(1)->shape()[1]};
@@ -58,17 +70,19 @@ Constraint biasBroadcast() {
               const size_t axis = 2 - b.rank() + i;
               if (b[i].isStatic() && b[i].value() == 1) continue;
               if (b[i].provablyEqual(out[axis])) continue;
-              return fmt::format(
-                  "{} operand '{}' {} does not broadcast to the MatMul output "
-                  "[{},{}] without changing it (dim {})",
-                  add->label(), bias->name(), b.str(), out[0].str(), out[1].str(), axis);
+              return why.fail(*add, [&] {
+                return fmt::format(
+                    "{} operand '{}' {} does not broadcast to the MatMul output "
+                    "[{},{}] without changing it (dim {})",
+                    add->label(), bias->name(), b.str(), out[0].str(), out[1].str(), axis);
+              });
             }
-            return "";
+            return true;
           }};
 }
 
 Constraint floatTypes() {
-  return {"dtype:matmul,add", [](const Match& m) -> std::string {
+  return {"dtype:matmul,add", [](const Match& m, Why& why) {
             Node* mm = m.get("matmul");
             Node* add = m.get("add");
             const std::pair<Node*, Value*> values[] = {{mm, mm->input(0)},
@@ -76,14 +90,18 @@ Constraint floatTypes() {
                                                        {add, add->input(0)},
                                                        {add, add->input(1)},
                                                        {add, add->output(0)}};
-            for (const auto& [node, v] : values) {
+            for (const std::pair<Node*, Value*>& read : values) {
+              Node* node = read.first;  // named, not bound: the lambda below captures them
+              Value* v = read.second;
               if (isFoldableFloat(v->dtype())) continue;
-              return fmt::format(
-                  "{} {} '{}' is {}, expected float, double, float16 or bfloat16", node->label(),
-                  v->producer() == node ? "output" : "input", v->name(),
-                  v->dtype() == DType::Undefined ? "of unknown type" : dtypeName(v->dtype()));
+              return why.fail(*node, [&] {
+                return fmt::format(
+                    "{} {} '{}' is {}, expected float, double, float16 or bfloat16", node->label(),
+                    v->producer() == node ? "output" : "input", v->name(),
+                    v->dtype() == DType::Undefined ? "of unknown type" : dtypeName(v->dtype()));
+              });
             }
-            return "";
+            return true;
           }};
 }
 

@@ -165,16 +165,11 @@ class Why {
 //     if (ok(*n)) return true;
 //     return why.fail(*n, [&] { return fmt::format("{} ...", n->label()); });
 //   }}
-// The older form, a check returning "" when legal and else the reason, is still accepted; its
-// reason is built on every failure, and the node it is about is the bound node whose label
-// opens the reason (so phrase it that way). New constraints use the form above.
 struct Constraint {
   using Test = std::function<bool(const Match&, Why&)>;
-  using Check = std::function<std::string(const Match&)>;
 
   Constraint() = default;
   Constraint(std::string n, Test t) : name(std::move(n)), test(std::move(t)) {}
-  Constraint(std::string n, Check c);
 
   // True when the match is legal; else `why` holds the node and (when listening) the reason.
   bool holds(const Match& m, Why& why) const { return test(m, why); }
