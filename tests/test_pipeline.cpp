@@ -306,11 +306,12 @@ TEST_CASE("pipeline: options are declared with the pass and checked when parsed"
                           "t");
   Report report;
   PassContext ctx(*m, report);
-  ctx.setCurrentPass("fold-constants");
-  CHECK(optionOrDefault(ctx, "max-bytes") == "1048576");
+  CHECK(optionOrDefault(ctx, "fold-constants", "max-bytes") == "1048576");
+  // A pass run directly, with no PassManager to set the current pass, gets its defaults too.
+  CHECK_NOTHROW(createPass("fold-constants")->run(ctx.graph(), ctx));
   ctx.setOptions({{"max-bytes", "16"}});
-  CHECK(optionOrDefault(ctx, "max-bytes") == "16");
-  CHECK(optionOrDefault(ctx, "nope") == "");
+  CHECK(optionOrDefault(ctx, "fold-constants", "max-bytes") == "16");
+  CHECK(optionOrDefault(ctx, "fold-constants", "nope") == "");
 }
 
 TEST_CASE("pipeline: registry from passes.def", "[pipeline]") {

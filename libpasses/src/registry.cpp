@@ -185,10 +185,10 @@ void checkPassOption(std::string_view pass, std::string_view key, std::string_vi
                                         : fmt::format("its options: {}", fmt::join(known, ", "))));
 }
 
-std::string optionOrDefault(const PassContext& ctx, std::string_view key) {
+std::string optionOrDefault(const PassContext& ctx, std::string_view pass, std::string_view key) {
   auto given = ctx.options().find(std::string(key));
   if (given != ctx.options().end()) return given->second;
-  for (const PassOption& o : passOptions(ctx.currentPass()))
+  for (const PassOption& o : passOptions(pass))
     if (o.name == key) return std::string(o.default_value);
   return "";
 }

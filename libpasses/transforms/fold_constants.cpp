@@ -85,7 +85,7 @@ uint64_t tensorBytes(const Tensor& t) {
 // otherwise). The pipeline parser checked the value; a context whose options were set by hand
 // gets the same check here.
 uint64_t maxBytes(const PassContext& ctx) {
-  const std::string value = optionOrDefault(ctx, "max-bytes");
+  const std::string value = optionOrDefault(ctx, FoldConstantsPassInfo.name, "max-bytes");
   checkPassOption(FoldConstantsPassInfo.name, "max-bytes", value);
   return std::stoull(value);
 }

@@ -37,9 +37,10 @@ std::vector<PassOption> passOptions(std::string_view pass);
 // Throws fusectl::Error(Usage) unless `key` is an option of `pass` and `value` is of its type:
 // "pass 'fuse-epilogue' has no option 'act' (it takes none)".
 void checkPassOption(std::string_view pass, std::string_view key, std::string_view value);
-// The value of option `key` for the running pass: as given in the pipeline, else the declared
-// default ("" when the pass declares no such option).
-std::string optionOrDefault(const PassContext& ctx, std::string_view key);
+// The value of `pass`'s option `key`: as the pipeline gave it (ctx.options()), else the default
+// declared with the pass ("" when it declares no such option). The pass names itself, so a pass
+// run directly, outside a PassManager, gets its defaults too.
+std::string optionOrDefault(const PassContext& ctx, std::string_view pass, std::string_view key);
 
 // Every registered pass: passes.def order, then passes registered at run time.
 const std::vector<PassInfo>& allPasses();
