@@ -16,6 +16,7 @@
 #include "fusectl/kernels/conformance.h"
 #include "fusectl/passes/pipeline.h"
 #include "fusectl/passes/report.h"
+#include "test_files.h"
 
 using namespace fusectl;
 using namespace fusectl::kernels;
@@ -117,7 +118,7 @@ TEST_CASE("conformance: every test still passes after -O3") {
 
 TEST_CASE("conformance: binds inputs by name, else by position, and reports mismatches") {
   namespace fs = std::filesystem;
-  const fs::path root = fs::temp_directory_path() / "fusectl_test_conformance";
+  const fs::path root = fusectl::testing::processTempPath("fusectl_test_conformance");
   fs::remove_all(root);
   const fs::path test = root / "node" / "test_identity_pair";
   fs::create_directories(test / "test_data_set_0");

@@ -22,6 +22,7 @@
 #include "fusectl/kernels/executor.h"
 #include "fusectl/kernels/half.h"
 #include "fusectl/kernels/npy.h"
+#include "test_files.h"
 
 using namespace fusectl;
 using namespace fusectl::kernels;
@@ -520,7 +521,7 @@ TEST_CASE("ort differential: fusectl run matches onnxruntime on testdata/models"
   const std::string& node = ort.node;
   const std::string& ort_dir = ort.dir;
   const std::string source = FUSECTL_SOURCE_DIR;
-  const fs::path work = fs::temp_directory_path() / "fusectl_ort_differential";
+  const fs::path work = fusectl::testing::processTempPath("fusectl_ort_differential");
   fs::remove_all(work);
 
   std::vector<fs::path> models;

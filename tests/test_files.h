@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -13,6 +14,13 @@
 #include <vector>
 
 namespace fusectl::testing {
+
+// A path of this test process's own under the system's temporary directory (<name>-<pid>), for
+// tests that remove and refill a fixed folder: two test runs at once on one machine (parallel
+// checkouts, a developer beside CI) then never clobber each other's files.
+inline std::filesystem::path processTempPath(const std::string& name) {
+  return std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
+}
 
 struct TempDir {
   std::filesystem::path path;

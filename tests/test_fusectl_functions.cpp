@@ -389,7 +389,7 @@ std::optional<fusectl::test::OrtSetup> ortOrWarn() {
 TEST_CASE("fusectl functions run in onnxruntime", "[.][ort][functions]") {
   const std::optional<fusectl::test::OrtSetup> ort = ortOrWarn();
   if (!ort) return;
-  const fs::path work = fs::temp_directory_path() / "fusectl_ort_functions";
+  const fs::path work = fusectl::testing::processTempPath("fusectl_ort_functions");
   fs::remove_all(work);
   int index = 0;
   for (const FusedCase& c : allCases()) {
@@ -443,7 +443,7 @@ const char* const kLibraryModels[] = {"resnet_mini.onnx", "mobilenet_mini.onnx",
 
 TEST_CASE("fusectl functions: a library-only -O3 run saves a model the checker accepts",
           "[passes][functions]") {
-  const fs::path work = fs::temp_directory_path() / "fusectl_library_functions";
+  const fs::path work = fusectl::testing::processTempPath("fusectl_library_functions");
   for (const char* name : kLibraryModels) {
     INFO(name);
     const LibraryRun run = optimizeWithLibraryOnly(name, work);
@@ -470,7 +470,7 @@ TEST_CASE("fusectl functions: a library-only -O3 run saves a model onnxruntime r
           "[.][ort][functions]") {
   const std::optional<fusectl::test::OrtSetup> ort = ortOrWarn();
   if (!ort) return;
-  const fs::path work = fs::temp_directory_path() / "fusectl_library_ort";
+  const fs::path work = fusectl::testing::processTempPath("fusectl_library_ort");
   for (const char* name : kLibraryModels) {
     INFO(name);
     const LibraryRun run = optimizeWithLibraryOnly(name, work);

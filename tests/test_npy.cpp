@@ -9,6 +9,7 @@
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/half.h"
 #include "fusectl/kernels/npy.h"
+#include "test_files.h"
 
 using namespace fusectl;
 using namespace fusectl::kernels;
@@ -46,7 +47,7 @@ std::string errorOf(const std::function<void()>& f) {
 }
 
 std::string tempDir() {
-  auto dir = std::filesystem::temp_directory_path() / "fusectl_test_npy";
+  auto dir = fusectl::testing::processTempPath("fusectl_test_npy");
   std::filesystem::create_directories(dir);
   return dir.string();
 }

@@ -121,7 +121,7 @@ TEST_CASE("ort optimize: fusectl -O3 beats ORT's node count and matches its accu
   const std::string source = FUSECTL_SOURCE_DIR;
   const std::string fusectl = FUSECTL_BINARY;
   const std::string env = "FUSECTL_ORT_DIR=" + shellQuote(ort_dir) + " ";
-  const fs::path work = fs::temp_directory_path() / "fusectl_ort_optimize";
+  const fs::path work = fusectl::testing::processTempPath("fusectl_ort_optimize");
   fs::remove_all(work);
 
   auto sh = [](const std::string& cmd) {
@@ -229,7 +229,7 @@ TEST_CASE("ort optimize: bert_layer's Erf Gelu fuses and still runs in ORT", "[.
   const std::string source = FUSECTL_SOURCE_DIR;
   const std::string fusectl = FUSECTL_BINARY;
   const std::string env = "FUSECTL_ORT_DIR=" + shellQuote(ort.dir) + " ";
-  const fs::path dir = fs::temp_directory_path() / "fusectl_ort_optimize_bert";
+  const fs::path dir = fusectl::testing::processTempPath("fusectl_ort_optimize_bert");
   fs::remove_all(dir);
   fs::create_directories(dir / "in");
   const std::string log = " > " + shellQuote((dir / "log.txt").string()) + " 2>&1";
