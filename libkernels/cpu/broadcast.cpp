@@ -25,7 +25,7 @@ std::vector<int64_t> broadcastDims(const KernelContext& ctx,
         continue;
       }
       std::string all;
-      for (const auto* t : shapes) all += (all.empty() ? "" : " and ") + dimsStr(*t);
+      for (const auto* t : shapes) all += (all.empty() ? "" : " and ") + formatDims(*t);
       ctx.fail(fmt::format("shapes {} cannot be broadcast together", all));
     }
   }

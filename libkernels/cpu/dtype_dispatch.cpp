@@ -133,10 +133,6 @@ int64_t normalizeAxis(const KernelContext& ctx, int64_t axis, int64_t rank, cons
   return axis < 0 ? axis + rank : axis;
 }
 
-std::string dimsStr(const std::vector<int64_t>& dims) {
-  return fmt::format("[{}]", fmt::join(dims, ","));
-}
-
 int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < dims.size() && i < end; ++i) p *= dims[i];

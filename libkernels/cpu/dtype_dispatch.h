@@ -122,7 +122,6 @@ double readScalar(const KernelContext& ctx, const HostTensor& t);
 // `axis` in [-rank, rank) mapped to [0, rank); fails naming the node otherwise.
 int64_t normalizeAxis(const KernelContext& ctx, int64_t axis, int64_t rank,
                       const char* what = "axis");
-std::string dimsStr(const std::vector<int64_t>& dims);  // "[2,3,4]"
 int64_t product(const std::vector<int64_t>& dims, size_t begin = 0, size_t end = SIZE_MAX);
 
 }  // namespace fusectl::kernels::kutil

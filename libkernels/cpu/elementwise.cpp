@@ -95,8 +95,8 @@ HostTensor legacyAligned(const KernelContext& ctx, const HostTensor& a, const Ho
   const int64_t axis = normalizeAxis(ctx, ctx.attrInt("axis", 0), static_cast<int64_t>(a.rank()));
   const int64_t trailing = static_cast<int64_t>(a.rank()) - axis - static_cast<int64_t>(b.rank());
   if (trailing < 0)
-    ctx.fail(fmt::format("B {} does not fit in A {} from axis {}", dimsStr(b.dims()),
-                         dimsStr(a.dims()), axis));
+    ctx.fail(fmt::format("B {} does not fit in A {} from axis {}", formatDims(b.dims()),
+                         formatDims(a.dims()), axis));
   std::vector<int64_t> dims = b.dims();
   dims.insert(dims.end(), static_cast<size_t>(trailing), 1);
   return b.reshaped(std::move(dims));

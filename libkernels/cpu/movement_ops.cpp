@@ -42,14 +42,14 @@ void transposeKernel(KernelContext& ctx) {
   if (perm.empty())
     for (size_t i = 0; i < rank; ++i) perm.push_back(static_cast<int64_t>(rank - 1 - i));
   if (perm.size() != rank)
-    ctx.fail(fmt::format("perm {} does not match rank {}", dimsStr(perm), rank));
+    ctx.fail(fmt::format("perm {} does not match rank {}", formatDims(perm), rank));
   std::vector<bool> seen(rank, false);
   const std::vector<int64_t> in_strides = contiguousStrides(x.dims());
   std::vector<int64_t> dims(rank), strides(rank);
   for (size_t i = 0; i < rank; ++i) {
     const size_t p =
         static_cast<size_t>(normalizeAxis(ctx, perm[i], static_cast<int64_t>(rank), "perm"));
-    if (seen[p]) ctx.fail(fmt::format("perm {} is not a permutation", dimsStr(perm)));
+    if (seen[p]) ctx.fail(fmt::format("perm {} is not a permutation", formatDims(perm)));
     seen[p] = true;
     dims[i] = x.dim(p);
     strides[i] = in_strides[p];
@@ -73,8 +73,8 @@ void concatKernel(KernelContext& ctx) {
     for (size_t d = 0; ok && d < first.rank(); ++d) ok = d == axis || t->dim(d) == first.dim(d);
     if (!ok)
       ctx.fail(fmt::format("inputs {} {} and {} {} cannot be concatenated on axis {}",
-                           dtypeName(first.dtype()), dimsStr(first.dims()),
-                           dtypeName(t->dtype()), dimsStr(t->dims()), axis));
+                           dtypeName(first.dtype()), formatDims(first.dims()),
+                           dtypeName(t->dtype()), formatDims(t->dims()), axis));
     dims[axis] += t->dim(axis);
   }
   HostTensor& out = ctx.allocateOutput(0, first.dtype(), dims);
@@ -125,14 +125,14 @@ void splitKernel(KernelContext& ctx) {
       ctx.fail(fmt::format("axis of size {} cannot be split into {} chunks", dim, parts));
   }
   if (static_cast<int64_t>(split.size()) != n)
-    ctx.fail(fmt::format("split {} does not match the {} outputs", dimsStr(split), n));
+    ctx.fail(fmt::format("split {} does not match the {} outputs", formatDims(split), n));
   int64_t total = 0;
   for (int64_t s : split) {
-    if (s < 0) ctx.fail(fmt::format("split {} has a negative size", dimsStr(split)));
+    if (s < 0) ctx.fail(fmt::format("split {} has a negative size", formatDims(split)));
     total += s;
   }
   if (total != dim)
-    ctx.fail(fmt::format("split {} does not sum to the axis size {}", dimsStr(split), dim));
+    ctx.fail(fmt::format("split {} does not sum to the axis size {}", formatDims(split), dim));
   const std::vector<int64_t> strides = contiguousStrides(x.dims());
   int64_t start = 0;
   for (size_t i = 0; i < split.size(); ++i) {
@@ -169,7 +169,7 @@ void sliceKernel(KernelContext& ctx) {
   int64_t offset = 0;
   for (size_t k = 0; k < starts.size(); ++k) {
     const size_t a = static_cast<size_t>(normalizeAxis(ctx, axes[k], rank, "axes"));
-    if (seen[a]) ctx.fail(fmt::format("axes {} repeat an axis", dimsStr(axes)));
+    if (seen[a]) ctx.fail(fmt::format("axes {} repeat an axis", formatDims(axes)));
     seen[a] = true;
     const int64_t d = x.dim(a);
     const int64_t step = steps[k];
@@ -289,11 +289,11 @@ void tileKernel(KernelContext& ctx) {
     reps = readInts(ctx, ctx.requireInput(1));
   }
   if (reps.size() != x.rank())
-    ctx.fail(fmt::format("repeats {} do not match rank {}", dimsStr(reps), x.rank()));
+    ctx.fail(fmt::format("repeats {} do not match rank {}", formatDims(reps), x.rank()));
   const std::vector<int64_t> xs = contiguousStrides(x.dims());
   std::vector<int64_t> view_dims, view_strides, out_dims;
   for (size_t i = 0; i < x.rank(); ++i) {
-    if (reps[i] < 0) ctx.fail(fmt::format("repeats {} has a negative value", dimsStr(reps)));
+    if (reps[i] < 0) ctx.fail(fmt::format("repeats {} has a negative value", formatDims(reps)));
     view_dims.insert(view_dims.end(), {reps[i], x.dim(i)});
     view_strides.insert(view_strides.end(), {0, xs[i]});
     out_dims.push_back(reps[i] * x.dim(i));
@@ -356,7 +356,7 @@ void padKernel(KernelContext& ctx) {
   if (axes.empty())
     for (size_t i = 0; i < rank; ++i) axes.push_back(static_cast<int64_t>(i));
   if (pads.size() != 2 * axes.size())
-    ctx.fail(fmt::format("pads {} must hold two values per padded axis ({})", dimsStr(pads),
+    ctx.fail(fmt::format("pads {} must hold two values per padded axis ({})", formatDims(pads),
                          axes.size()));
   std::vector<int64_t> before(rank, 0), after(rank, 0);
   for (size_t k = 0; k < axes.size(); ++k) {
@@ -369,7 +369,7 @@ void padKernel(KernelContext& ctx) {
   std::vector<std::vector<int64_t>> maps(rank);
   for (size_t i = 0; i < rank; ++i) {
     dims[i] = x.dim(i) + before[i] + after[i];
-    if (dims[i] < 0) ctx.fail(fmt::format("pads {} remove more than the input has", dimsStr(pads)));
+    if (dims[i] < 0) ctx.fail(fmt::format("pads {} remove more than the input has", formatDims(pads)));
     if (mode != "constant" && x.dim(i) == 0 && dims[i] > 0)
       ctx.fail(fmt::format("mode '{}' cannot pad an empty axis", mode));
     maps[i] = padMap(x.dim(i), before[i], dims[i], mode);

@@ -34,26 +34,26 @@ void reshapeKernel(KernelContext& ctx) {
     int64_t d = shape[i];
     if (d == 0 && !allowzero) {
       if (i >= x.rank())
-        ctx.fail(fmt::format("shape {} copies dim {} of a rank-{} input", dimsStr(shape), i,
+        ctx.fail(fmt::format("shape {} copies dim {} of a rank-{} input", formatDims(shape), i,
                              x.rank()));
       d = x.dim(i);
     }
     if (d == -1) {
-      if (infer >= 0) ctx.fail(fmt::format("shape {} has more than one -1", dimsStr(shape)));
+      if (infer >= 0) ctx.fail(fmt::format("shape {} has more than one -1", formatDims(shape)));
       infer = static_cast<int64_t>(i);
       continue;
     }
-    if (d < 0) ctx.fail(fmt::format("shape {} has a negative dim", dimsStr(shape)));
+    if (d < 0) ctx.fail(fmt::format("shape {} has a negative dim", formatDims(shape)));
     dims[i] = d;
     known *= d;
   }
   if (infer >= 0) {
     if (known == 0 || x.numel() % known != 0)
-      ctx.fail(fmt::format("cannot reshape {} to {}", dimsStr(x.dims()), dimsStr(shape)));
+      ctx.fail(fmt::format("cannot reshape {} to {}", formatDims(x.dims()), formatDims(shape)));
     dims[static_cast<size_t>(infer)] = x.numel() / known;
   } else if (known != x.numel()) {
-    ctx.fail(fmt::format("cannot reshape {} ({} elements) to {}", dimsStr(x.dims()), x.numel(),
-                         dimsStr(dims)));
+    ctx.fail(fmt::format("cannot reshape {} ({} elements) to {}", formatDims(x.dims()), x.numel(),
+                         formatDims(dims)));
   }
   ctx.setOutput(0, x.reshaped(std::move(dims)));
 }
@@ -106,7 +106,7 @@ void unsqueezeKernel(KernelContext& ctx) {
   std::vector<bool> inserted(static_cast<size_t>(out_rank), false);
   for (int64_t a : axes) {
     const size_t i = static_cast<size_t>(normalizeAxis(ctx, a, out_rank, "axes"));
-    if (inserted[i]) ctx.fail(fmt::format("axes {} repeat an axis", dimsStr(axes)));
+    if (inserted[i]) ctx.fail(fmt::format("axes {} repeat an axis", formatDims(axes)));
     inserted[i] = true;
   }
   std::vector<int64_t> dims;
@@ -173,7 +173,7 @@ void constantKernel(KernelContext& ctx) {
 void constantOfShapeKernel(KernelContext& ctx) {
   const std::vector<int64_t> dims = readInts(ctx, ctx.requireInput(0));
   for (int64_t d : dims)
-    if (d < 0) ctx.fail(fmt::format("shape {} has a negative dim", dimsStr(dims)));
+    if (d < 0) ctx.fail(fmt::format("shape {} has a negative dim", formatDims(dims)));
   const Attribute* a = ctx.node().attr("value");
   if (!a) {
     ctx.allocateOutput(0, DType::Float, dims);

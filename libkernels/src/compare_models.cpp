@@ -29,12 +29,6 @@ std::string failureText(const OutputComparison& o, const ComparisonInputs& input
 
 }  // namespace
 
-std::string formatDims(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
 Comparison compareModels(const Model& a, const Model& b, const ComparisonInputs& inputs,
                          const Tolerance& tolerance) {
   Executor run_a(a, inputs.execution);

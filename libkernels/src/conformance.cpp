@@ -130,12 +130,6 @@ std::vector<fs::path> indexedFiles(const fs::path& dir, const std::string& prefi
   return files;
 }
 
-std::string dimsText(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
 // "" when the data set passes, else why not.
 std::string runDataSet(Executor& executor, const Graph& graph, const fs::path& data_dir,
                        const ConformanceTest& test) {
@@ -178,8 +172,8 @@ std::string runDataSet(Executor& executor, const Graph& graph, const fs::path& d
              std::string(dtypeName(expected.dtype()));
     }
     if (actual.dims() != expected.dims()) {
-      return what + " has shape " + dimsText(actual.dims()) + ", expected " +
-             dimsText(expected.dims());
+      return what + " has shape " + formatDims(actual.dims()) + ", expected " +
+             formatDims(expected.dims());
     }
     const CompareResult r = compareTensors(actual, expected, tol);
     if (!r.passed) return what + ": " + r.describe(expected.dims());

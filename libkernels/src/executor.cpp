@@ -23,14 +23,8 @@ using Clock = std::chrono::steady_clock;
 
 std::string nodePrefix(const Node& n) { return "node '" + n.label() + "' (" + n.opType() + "): "; }
 
-std::string dimsText(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
 std::string typeText(DType dtype, const std::vector<int64_t>& dims) {
-  return std::string(dtypeName(dtype)) + dimsText(dims);
+  return std::string(dtypeName(dtype)) + formatDims(dims);
 }
 
 // A symbolic dim that is one plain name ("batch"), as opposed to an expression ("2*batch").
@@ -67,7 +61,7 @@ class Executor::Allocator : public OutputAllocator {
     for (int64_t d : dims) {
       if (d < 0) throwInvalid("negative dimension " + std::to_string(d));
       if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) {
-        throwInvalid("element count of " + dimsText(dims) + " overflows int64");
+        throwInvalid("element count of " + formatDims(dims) + " overflows int64");
       }
       n *= d;
     }
@@ -218,7 +212,7 @@ void Executor::bindInputs(const std::vector<NamedTensor>& inputs,
         if (dim.isStatic() && dim.value() != t.dim(d)) ok = false;
       }
       if (!ok) {
-        throwInvalid(what + " has shape " + dimsText(t.dims()) + " but the graph declares " +
+        throwInvalid(what + " has shape " + formatDims(t.dims()) + " but the graph declares " +
                      v->type.str());
       }
       for (size_t d = 0; d < shape.rank(); ++d) {

@@ -125,4 +125,10 @@ HostTensor OutputAllocator::wrap(DType dtype, std::vector<int64_t> dims, void* d
   return t;
 }
 
+std::string formatDims(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
 }  // namespace fusectl::kernels

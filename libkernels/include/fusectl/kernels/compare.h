@@ -68,9 +68,6 @@ struct TensorSummary {
 };
 TensorSummary summarizeTensor(const HostTensor& t);
 
-// Dims as "[1,3,224,224]" ("[]" for a scalar), the spelling of every comparison message.
-std::string formatDims(const std::vector<int64_t>& dims);
-
 // ---- Two models on the same inputs ----
 //
 // A is the reference, B the model checked against it (e.g. the original and the optimized one):

@@ -21,6 +21,10 @@
 
 namespace fusectl::kernels {
 
+// Dims as "[1,3,224,224]" ("[]" for a scalar): the one spelling of dims in kernel errors,
+// executor and conformance messages and comparisons.
+std::string formatDims(const std::vector<int64_t>& dims);
+
 // A tensor at run time: concrete dims, contiguous row-major bytes. Either owns its storage or
 // borrows it (an initializer's bytes, a slice of the executor's arena).
 class HostTensor {
