@@ -148,6 +148,7 @@ void Executor::resolveKernels() {
     }
     kernels_.push_back(it->second.kernel);
     opsets_.push_back(opset);
+    kernel_states_.emplace_back();
     if (may_fall_back) {
       on_cpu_.push_back(it->second.on_cpu);
       fallback_steps_ += it->second.on_cpu ? 1 : 0;
@@ -291,11 +292,13 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
   }
 
   std::vector<const HostTensor*> args;
+  uint64_t activation_bytes_written = 0;
   for (size_t step = 0; step < plan_.order.size(); ++step) {
     const Node& node = *plan_.order[step];
     const bool on_cpu = transfers && on_cpu_[step];
     std::vector<HostTensor>& side = on_cpu ? host : slots;
     args.assign(node.numInputs(), nullptr);
+    uint64_t constant_inputs = 0;
     for (size_t i = 0; i < node.numInputs(); ++i) {
       const Value* v = node.input(i);
       if (!v) continue;
@@ -307,10 +310,12 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
                      "') was not produced by its node");
       }
       args[i] = &t;
+      if (i < 64 && isInitializer(s, t)) constant_inputs |= uint64_t{1} << i;
     }
 
     KernelContext ctx(node, opsets_[step], args, on_cpu ? host_allocator : allocator,
                       num_threads_);
+    ctx.bindPersistentState(&kernel_states_[step], constant_inputs);
     const auto node_start = options_.profile ? Clock::now() : Clock::time_point();
     try {
       kernels_[step]->fn(ctx);
@@ -322,11 +327,26 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
     } catch (const std::exception& e) {
       throw Error(ErrorKind::Internal, nodePrefix(node) + "kernel failed: " + e.what());
     }
+    const double node_seconds =
+        options_.profile ? std::chrono::duration<double>(Clock::now() - node_start).count() : 0;
+    uint64_t written = 0;
+    for (size_t i = 0; i < node.numOutputs(); ++i) {
+      const HostTensor& out = ctx.outputs()[i];
+      if (out.dtype() == DType::Undefined || out.dtype() == DType::String) continue;
+      bool aliases = false;
+      for (const HostTensor* in : args) aliases = aliases || (in && in->raw() == out.raw());
+      if (!aliases) written += out.byteSize();
+    }
+    activation_bytes_written += written;
     if (options_.profile && stats) {
-      stats->node_times.push_back(
-          {node.label(), node.opType(),
-           std::chrono::duration<double>(Clock::now() - node_start).count(),
-           on_cpu ? Device::Cpu : backend_->device()});
+      NodeTime t{node.label(), node.opType(), node_seconds,
+                 on_cpu ? Device::Cpu : backend_->device()};
+      t.input_dims.reserve(args.size());
+      for (const HostTensor* in : args) t.input_dims.push_back(in ? in->dims() : std::vector<int64_t>{});
+      t.output_dims.reserve(node.numOutputs());
+      for (const HostTensor& out : ctx.outputs()) t.output_dims.push_back(out.dims());
+      t.output_bytes = written;
+      stats->node_times.push_back(std::move(t));
     }
 
     for (size_t i = 0; i < node.numOutputs(); ++i) {
@@ -378,6 +398,7 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
     stats->buffer_reuses = after.reuses - before.reuses;
     stats->intermediate_tensors = plan_.intermediate_tensors;
     stats->nodes_run = plan_.order.size();
+    stats->activation_bytes_written = activation_bytes_written;
     stats->fallback_nodes = fallback_steps_;
     stats->copies_to_device = copies.copies_to_device;
     stats->copies_to_host = copies.copies_to_host;

@@ -49,6 +49,11 @@ struct NodeTime {
   std::string op_type;
   double seconds = 0;
   Device device = Device::Cpu;  // where it ran (Cpu for a fallback from another device)
+  // What the node read and wrote: dims per input and output (empty for an omitted one), and
+  // the bytes of the outputs it wrote itself (an output aliasing an input counts nothing).
+  std::vector<std::vector<int64_t>> input_dims;
+  std::vector<std::vector<int64_t>> output_dims;
+  uint64_t output_bytes = 0;
 };
 
 struct ExecutionStats {
@@ -58,7 +63,11 @@ struct ExecutionStats {
   uint64_t pool_reserved_bytes = 0;  // bytes the pool holds from the system after the run
   uint64_t buffer_reuses = 0;        // activation requests served from a released buffer
   size_t intermediate_tensors = 0;   // node outputs that are not graph outputs
-  size_t nodes_run = 0;
+  size_t nodes_run = 0;               // kernel invocations
+  // Bytes of node outputs written during the run (graph outputs included; an output that
+  // aliases an input's bytes, such as Reshape's, writes nothing): the activation traffic that
+  // fusion removes.
+  uint64_t activation_bytes_written = 0;
   double seconds = 0;                // wall time of run()
   std::vector<NodeTime> node_times;  // in execution order, when ExecutorOptions::profile
 
@@ -113,6 +122,7 @@ class Executor {
   std::vector<const KernelInfo*> kernels_;  // per step
   std::vector<int64_t> opsets_;             // per step
   std::vector<HostTensor> initializers_;    // per slot (empty for non-initializers)
+  std::vector<std::unique_ptr<KernelState>> kernel_states_;  // per step, kept across runs
   BufferPool pool_;                         // the backend's arena
   // Only when the backend's memory is not the host's:
   std::vector<bool> on_cpu_;                   // per step: a CPU fallback

@@ -82,6 +82,13 @@ class OutputAllocator {
                          std::shared_ptr<const void> storage);
 };
 
+// What a kernel keeps between runs of one node inside one executor: weights packed for its
+// GEMM, an algorithm it chose for the shapes. Derive from it; the executor owns it.
+class KernelState {
+ public:
+  virtual ~KernelState() = default;
+};
+
 class KernelContext {
  public:
   KernelContext(const Node& node, int64_t opset, std::vector<const HostTensor*> inputs,
@@ -116,6 +123,22 @@ class KernelContext {
     return node_.attrFloats(name, std::move(def));
   }
 
+  // Whether input `i` is one of the model's initializers (not overridden by a run's input), so
+  // that its bytes and address stay the same for every run of this executor: what makes it
+  // safe to keep work derived from it (packed weights) in state().
+  bool inputIsConstant(size_t i) const { return i < 64 && ((constant_inputs_ >> i) & 1u); }
+  // This node's state from earlier runs of the same executor (nullptr on the first run, and
+  // always when a kernel is called outside an executor); setState() keeps a new one.
+  KernelState* state() const { return state_slot_ ? state_slot_->get() : local_state_.get(); }
+  void setState(std::unique_ptr<KernelState> state) {
+    (state_slot_ ? *state_slot_ : local_state_) = std::move(state);
+  }
+  // Called by the executor: the node's persistent state slot and which inputs are constant.
+  void bindPersistentState(std::unique_ptr<KernelState>* slot, uint64_t constant_inputs) {
+    state_slot_ = slot;
+    constant_inputs_ = constant_inputs;
+  }
+
   // Throws fusectl::Error(InvalidInput) "node 'X' (Op): <message>".
   [[noreturn]] void fail(const std::string& message) const;
 
@@ -126,6 +149,9 @@ class KernelContext {
   std::vector<HostTensor> outputs_;
   OutputAllocator& allocator_;
   int num_threads_;
+  std::unique_ptr<KernelState>* state_slot_ = nullptr;
+  std::unique_ptr<KernelState> local_state_;
+  uint64_t constant_inputs_ = 0;
 };
 
 using KernelFn = std::function<void(KernelContext&)>;
