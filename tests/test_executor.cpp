@@ -48,6 +48,12 @@ struct Recorded {
   int threads = 0;
 };
 Recorded g_recorded;
+int g_preparations = 0;
+std::vector<int> g_constant_flags;  // per Prepared call: bit 0 input 0 constant, bit 1 input 1
+
+std::vector<float> valuesOfRaw(const HostTensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
 
 void unary(KernelContext& ctx, float (*f)(float)) {
   const HostTensor& x = ctx.requireInput(0);
@@ -85,6 +91,28 @@ const KernelRegistry& testRegistry() {
                unary(ctx, [](float v) { return v; });
              }});
     reg.add({"test", "Silent", 1, 1000, [](KernelContext&) {}});  // produces nothing
+    // y = x + w, where the "prepared" copy of w (standing in for packed weights) is kept in
+    // the node's state when w is constant, and rebuilt on every call otherwise.
+    reg.add({"test", "Prepared", 1, 1000, [](KernelContext& ctx) {
+               struct Prep : KernelState {
+                 std::vector<float> w;
+               };
+               const HostTensor& x = ctx.requireInput(0);
+               const HostTensor& w = ctx.requireInput(1);
+               auto* prep = static_cast<Prep*>(ctx.state());
+               if (!prep || !ctx.inputIsConstant(1)) {
+                 auto fresh = std::make_unique<Prep>();
+                 fresh->w = valuesOfRaw(w);
+                 prep = fresh.get();
+                 ++g_preparations;
+                 ctx.setState(std::move(fresh));
+               }
+               g_constant_flags.push_back(ctx.inputIsConstant(0) * 1 + ctx.inputIsConstant(1) * 2);
+               HostTensor& y = ctx.allocateOutput(0, DType::Float, x.dims());
+               for (int64_t i = 0; i < x.numel(); ++i) {
+                 y.mutableData<float>()[i] = x.data<float>()[i] + prep->w[i];
+               }
+             }});
     return reg;
   }();
   return r;
@@ -213,6 +241,50 @@ TEST_CASE("executor: an initializer listed as an input may be overridden") {
   Executor ex(*m, testOptions());
   CHECK(valuesOf(ex.run({})[0].tensor) == std::vector<float>{2, 4});
   CHECK(valuesOf(ex.run({{"w", floats({2}, {5, 6})}})[0].tensor) == std::vector<float>{10, 12});
+}
+
+TEST_CASE("executor: kernel state persists across runs only while its inputs are constant") {
+  auto m = newModel();
+  Graph& g = *m->graph;
+  Value* x = g.addInput("x", floatType({2}));
+  Value* w = g.addInitializer("w", Tensor::fromValues<float>(DType::Float, {2}, {1, 2}));
+  g.markInitializerAsInput(w);
+  g.addOutput(op(g, "Prepared", {x, w}, "y")->output(0));
+  g_preparations = 0;
+  g_constant_flags.clear();
+  Executor ex(*m, testOptions());
+  CHECK(valuesOf(ex.run({{"x", floats({2}, {10, 20})}})[0].tensor) == std::vector<float>{11, 22});
+  CHECK(valuesOf(ex.run({{"x", floats({2}, {30, 40})}})[0].tensor) == std::vector<float>{31, 42});
+  CHECK(g_preparations == 1);  // prepared once, reused by the second run
+  // Overriding the initializer makes w an ordinary input: not constant, so prepared afresh.
+  CHECK(valuesOf(ex.run({{"x", floats({2}, {0, 0})}, {"w", floats({2}, {5, 6})}})[0].tensor) ==
+        std::vector<float>{5, 6});
+  CHECK(g_preparations == 2);
+  CHECK(g_constant_flags == std::vector<int>{2, 2, 0});
+  // A second executor over the same model starts without state.
+  Executor other(*m, testOptions());
+  other.run({{"x", floats({2}, {0, 0})}});
+  CHECK(g_preparations == 3);
+}
+
+TEST_CASE("executor: activation bytes written count outputs, not aliases") {
+  auto m = newModel();
+  Graph& g = *m->graph;
+  Value* x = g.addInput("x", floatType({4}));
+  Value* a = op(g, "Double", {x}, "a")->output(0);
+  Value* b = op(g, "Alias", {a}, "b")->output(0);
+  g.addOutput(op(g, "Double", {b}, "y")->output(0));
+  ExecutorOptions o = testOptions();
+  o.profile = true;
+  ExecutionStats stats;
+  Executor(*m, o).run({{"x", floats({4}, {1, 2, 3, 4})}}, &stats);
+  CHECK(stats.nodes_run == 3);
+  CHECK(stats.activation_bytes_written == 2 * 4 * sizeof(float));  // a and y; b aliases a
+  REQUIRE(stats.node_times.size() == 3);
+  CHECK(stats.node_times[1].output_bytes == 0);
+  CHECK(stats.node_times[1].input_dims == std::vector<std::vector<int64_t>>{{4}});
+  CHECK(stats.node_times[1].output_dims == std::vector<std::vector<int64_t>>{{4}});
+  CHECK(stats.node_times[2].output_bytes == 4 * sizeof(float));
 }
 
 TEST_CASE("executor: an output aliasing its input keeps the input's buffer alive") {
