@@ -57,6 +57,7 @@ Node* Rewriter::replaceMatch(std::string_view pattern, const Match& m, Value* re
   takeOverValueName(n->output(0), replaced_name);
   if (take_over_node_name && n->name() != node_name && !graph_.findNode(node_name))
     graph_.renameNode(n, node_name);
+  recordFinalLabel(n);
   return n;
 }
 
@@ -70,6 +71,14 @@ void Rewriter::replaceMatchInPlace(std::string_view pattern, const Match& m, Val
   kept->output(0)->type = replaced->type;
   commitFusion(pattern, m, replaced, kept);
   takeOverValueName(kept->output(0), replaced_name);
+  recordFinalLabel(kept);
+}
+
+// The site was recorded before the replacement took over the replaced value's and node's
+// names; the report must name the node as it is in the written model (an unnamed node's label
+// is its first output's name, which only now is the replaced one).
+void Rewriter::recordFinalLabel(const Node* replacement) {
+  if (!ctx_.report().fusions.empty()) ctx_.report().fusions.back().new_node = replacement->label();
 }
 
 void Rewriter::takeOverValueName(Value* v, const std::string& name) {

@@ -158,6 +158,7 @@ class Rewriter {
   // After commitFusion: the replacement's output takes `name` (the replaced value's, now gone)
   // when it is free.
   void takeOverValueName(Value* v, const std::string& name);
+  void recordFinalLabel(const Node* replacement);
 
   Graph& graph_;
   PassContext& ctx_;
