@@ -61,12 +61,15 @@ std::vector<FusionSiteProfile> timeFusionSites(const std::vector<FusionSiteInput
       }
     }
     // A fusion that only removed nodes leaves nothing running in their place.
-    const NodeProfile* fused_node = p.site.fused_node.empty() ? nullptr
-                                                              : fused.find(p.site.finalNode());
-    p.fused_found = p.site.fused_node.empty() || fused_node;
+    // A superseded site's label now names the node that superseded it: it has no node.
+    const bool superseded = !p.superseded_by.empty();
+    const NodeProfile* fused_node = p.site.fused_node.empty() || superseded
+                                        ? nullptr
+                                        : fused.find(p.site.finalNode());
+    p.fused_found = (p.site.fused_node.empty() && !superseded) || fused_node;
     p.fused_seconds = fused_node ? fused_node->median_seconds : 0;
     p.fused_op_run = fused_node ? fused_node->op_type : "";
-    if (!p.superseded_by.empty()) {
+    if (superseded) {
       p.status = "superseded";
     } else if (!p.fused_found || !p.missing_nodes.empty()) {
       p.status = "unmatched";
