@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -194,13 +195,17 @@ std::vector<FusionSiteInput> sitesOf(const passes::Report& report, const Model& 
   return sites;
 }
 
-// "\rprofile: fused 7/20" on a terminal, overwritten run by run and cleared at the end.
+// "\rprofile: fused 7/20" on a terminal, overwritten and cleared at the end. At most ten
+// updates a second: a write between two timed runs is a pause the machine did not need.
 class ProgressLine {
  public:
   explicit ProgressLine(bool enabled) : enabled_(enabled) {}
   ~ProgressLine() { clear(); }
   void show(const ProfileProgress& p) {
     if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (width_ > 0 && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
     std::string line = fmt::format("profile: {} {}{}/{}", p.side, p.warmup ? "warmup " : "",
                                    p.done + 1, p.total);
     width_ = std::max(width_, line.size());
@@ -217,6 +222,7 @@ class ProgressLine {
  private:
   bool enabled_;
   size_t width_ = 0;
+  std::chrono::steady_clock::time_point last_;
 };
 
 double ms(double seconds) { return seconds * 1e3; }
