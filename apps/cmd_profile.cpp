@@ -206,7 +206,8 @@ class ProgressLine {
     const auto now = std::chrono::steady_clock::now();
     if (width_ > 0 && now - last_ < std::chrono::milliseconds(100)) return;
     last_ = now;
-    std::string line = fmt::format("profile: {} {}{}/{}", p.side, p.warmup ? "warmup " : "",
+    std::string line = fmt::format("profile: {} {}{}{}/{}", p.side,
+                                   p.node_times ? "per-node " : "", p.warmup ? "warmup " : "",
                                    p.done + 1, p.total);
     width_ = std::max(width_, line.size());
     std::fprintf(stderr, "\r%-*s", static_cast<int>(width_), line.c_str());
@@ -255,7 +256,10 @@ Json sideJson(const SideProfile& s, int top) {
   Json runs = Json::array();
   for (double r : s.run_seconds) runs.push_back(ms(r));
   j["runs_ms"] = runs;
-  j["median_run"] = s.median_run;
+  Json node_runs = Json::array();
+  for (double r : s.node_run_seconds) node_runs.push_back(ms(r));
+  j["node_runs_ms"] = node_runs;
+  j["trace_run"] = s.trace_run;
   j["graph_nodes"] = s.graph_nodes;
   j["kernel_invocations"] = s.kernel_invocations;
   j["activation_bytes_written"] = s.activation_bytes_written;
@@ -347,7 +351,7 @@ Json reportJson(const ProfileCliOptions& opts, const ProfileResult& r, const std
   return j;
 }
 
-// ---- Chrome trace-event JSON: the median run of each side, one "X" event per kernel ----
+// ---- Chrome trace-event JSON: each side's median per-node run, one "X" event per kernel ----
 
 Json traceJson(const ProfileResult& r) {
   Json events = Json::array();
@@ -361,11 +365,11 @@ Json traceJson(const ProfileResult& r) {
                       {"ph", "M"},
                       {"pid", pid},
                       {"tid", 0},
-                      {"args", {{"name", fmt::format("run {} (the median)", s.median_run)}}}});
+                      {"args", {{"name", fmt::format("per-node run {} (the median)", s.trace_run)}}}});
     // Kernels back to back: node_times hold durations only, so the executor's time between
     // kernels is left out and each event starts where the one before ended.
     double ts = 0;
-    for (const NodeTime& t : s.median_run_nodes) {
+    for (const NodeTime& t : s.trace_run_nodes) {
       const double dur = t.seconds * 1e6;
       events.push_back({{"name", t.node},
                         {"cat", t.op_type},
@@ -392,7 +396,8 @@ void printSummary(const ProfileCliOptions& opts, const ProfileResult& r,
                   const std::string& pipeline_name, const std::vector<NamedTensor>& inputs,
                   const std::vector<std::string>& sources, const Tolerance& tol) {
   const SideProfile& any = r.fused ? *r.fused : *r.unfused;
-  fmt::print("profile {}: {}, cpu, {} thread{}, {} warmup + {} timed run{} per side{}\n",
+  fmt::print("profile {}: {}, cpu, {} thread{}, {} warmup + {} timed run{} per side{}, then as "
+             "many recording per-node times\n",
              opts.model,
              opts.only.empty() ? "unfused vs fused (" + pipeline_name + ")"
                                : opts.only + " only" +

@@ -142,6 +142,8 @@ TEST_CASE("profile: each testdata model, JSON by the schema, trace, annotated mo
       CHECK(fused["graph_nodes"] == fused_nodes);
       for (const json* side : {&unfused, &fused}) {
         CHECK((*side)["runs_ms"].size() == 3);
+        CHECK((*side)["node_runs_ms"].size() == 3);
+        CHECK((*side)["trace_run"] < 3);
         CHECK((*side)["top_nodes"].size() == std::min<size_t>(4, (*side)["graph_nodes"]));
         size_t calls = 0;
         double share = 0;

@@ -13,20 +13,41 @@ namespace fusectl::kernels {
 
 namespace {
 
-// A side being measured: its executor and every timed run's statistics.
+// A side being measured: its executor in the current pass and every measured run's statistics.
 struct SideRun {
   const char* name;
   const Model* model;
   std::unique_ptr<Executor> executor;
-  std::vector<ExecutionStats> timed;
+  std::vector<ExecutionStats> timed;     // pass 1
+  std::vector<ExecutionStats> profiled;  // pass 2
+  int threads = 1;                       // as the executor resolved it (0 = all cores)
 };
 
-void runOnce(SideRun& side, const std::vector<NamedTensor>& inputs, bool warmup, int done,
-             int total, const ProfileOptions& options) {
-  if (options.progress) options.progress(ProfileProgress{side.name, warmup, done, total});
-  ExecutionStats stats;
-  side.executor->run(inputs, &stats);
-  if (!warmup) side.timed.push_back(std::move(stats));
+// One pass over both sides (profile.h): executors built, warmup, measured runs alternating,
+// executors released.
+void runPass(std::vector<SideRun>& sides, const std::vector<NamedTensor>& inputs,
+             bool node_times, const ProfileOptions& options) {
+  ExecutorOptions exec = options.execution;
+  exec.profile = node_times;
+  for (SideRun& side : sides) {
+    side.executor = std::make_unique<Executor>(*side.model, exec);
+    side.threads = side.executor->numThreads();
+  }
+  const int total = options.warmup + options.runs;
+  for (int r = 0; r < total; ++r) {
+    const bool warmup = r < options.warmup;
+    for (SideRun& side : sides) {
+      if (options.progress) {
+        options.progress(ProfileProgress{side.name, node_times, warmup,
+                                         warmup ? r : r - options.warmup,
+                                         warmup ? options.warmup : options.runs});
+      }
+      ExecutionStats stats;
+      side.executor->run(inputs, &stats);
+      if (!warmup) (node_times ? side.profiled : side.timed).push_back(std::move(stats));
+    }
+  }
+  for (SideRun& side : sides) side.executor.reset();
 }
 
 // The index of the run whose wall time is the median: the lower middle one for an even count,
@@ -45,23 +66,26 @@ SideProfile summarize(SideRun& run) {
   SideProfile side;
   side.name = run.name;
   side.graph_nodes = run.model->graph->numNodes();
-  side.threads = run.executor->numThreads();
+  side.threads = run.threads;
   for (const ExecutionStats& s : run.timed) side.run_seconds.push_back(s.seconds);
   side.latency = SampleSummary::of(side.run_seconds);
-  side.median_run = medianRunIndex(side.run_seconds);
-  ExecutionStats& median = run.timed[side.median_run];
-  side.kernel_invocations = median.nodes_run;
-  side.activation_bytes_written = median.activation_bytes_written;
-  side.peak_activation_bytes = median.peak_activation_bytes;
+  const ExecutionStats& first = run.timed.front();
+  side.kernel_invocations = first.nodes_run;
+  side.activation_bytes_written = first.activation_bytes_written;
+  for (const ExecutionStats& s : run.timed)
+    side.peak_activation_bytes = std::max(side.peak_activation_bytes, s.peak_activation_bytes);
 
+  for (const ExecutionStats& s : run.profiled) side.node_run_seconds.push_back(s.seconds);
+  side.trace_run = medianRunIndex(side.node_run_seconds);
+  ExecutionStats& traced = run.profiled[side.trace_run];
   // Every run calls the same kernels in the same order; a node's figure is its median.
-  const size_t steps = median.node_times.size();
+  const size_t steps = traced.node_times.size();
   double total = 0;
   for (size_t i = 0; i < steps; ++i) {
-    const NodeTime& t = median.node_times[i];
+    const NodeTime& t = traced.node_times[i];
     std::vector<double> samples;
-    samples.reserve(run.timed.size());
-    for (const ExecutionStats& s : run.timed) {
+    samples.reserve(run.profiled.size());
+    for (const ExecutionStats& s : run.profiled) {
       if (i < s.node_times.size()) samples.push_back(s.node_times[i].seconds);
     }
     NodeProfile n;
@@ -91,7 +115,7 @@ SideProfile summarize(SideRun& run) {
                    [](const OpTypeProfile& a, const OpTypeProfile& b) {
                      return a.seconds > b.seconds;
                    });
-  side.median_run_nodes = std::move(median.node_times);
+  side.trace_run_nodes = std::move(traced.node_times);
   return side;
 }
 
@@ -126,28 +150,19 @@ ProfileResult profileModels(const Model* unfused, const Model* fused,
     throw Error(ErrorKind::Internal, "profileModels: a side to run has no model");
   }
 
-  ExecutorOptions exec = options.execution;
-  exec.profile = true;
   std::vector<SideRun> sides;  // unfused first: A/B order
-  if (run_unfused) sides.push_back({"unfused", unfused, std::make_unique<Executor>(*unfused, exec), {}});
-  if (run_fused) sides.push_back({"fused", fused, std::make_unique<Executor>(*fused, exec), {}});
-
-  for (int w = 0; w < options.warmup; ++w) {
-    for (SideRun& side : sides) runOnce(side, inputs, true, w, options.warmup, options);
-  }
-  for (int r = 0; r < options.runs; ++r) {
-    for (SideRun& side : sides) runOnce(side, inputs, false, r, options.runs, options);
-  }
+  if (run_unfused) sides.push_back({"unfused", unfused, nullptr, {}, {}, 1});
+  if (run_fused) sides.push_back({"fused", fused, nullptr, {}, {}, 1});
+  runPass(sides, inputs, false, options);
+  runPass(sides, inputs, true, options);
 
   ProfileResult result;
   result.warmup = options.warmup;
   result.runs = options.runs;
   for (SideRun& side : sides) {
-    (side.model == unfused && std::string(side.name) == "unfused" ? result.unfused
-                                                                   : result.fused) =
+    (std::string(side.name) == "unfused" ? result.unfused : result.fused) =
         summarize(side);
   }
-  // The executors' memory goes back before the comparison builds two more.
   sides.clear();
 
   if (result.unfused && result.fused) {

@@ -1,14 +1,21 @@
 // Fused against unfused, measured: the engine of `fusectl profile`.
 //
 // profileModels() runs a model as given ("unfused") and as the optimizer left it ("fused") on
-// the same inputs, each on one Executor built once: `warmup` untimed runs per side, then `runs`
-// timed runs alternating unfused, fused, unfused, fused... so that both sides see the same
-// drift of the machine (frequency, other processes, caches). Every timed run records per-node
-// times (ExecutorOptions::profile); a node's figure is its median over the runs. The result
-// says how long each side took, what it wrote, how the two compare (a speedup with a bootstrap
-// confidence interval over the paired runs), whether their outputs agree (compareModels, the
-// comparison `fusectl verify` makes) and, per fusion site of the optimizer, whether the fused
-// node is faster than the nodes it replaced were.
+// the same inputs, in two passes over both sides:
+//  1. timing: one Executor per side, built once; `warmup` untimed runs per side, then `runs`
+//     timed runs alternating unfused, fused, unfused, fused... so that both sides see the same
+//     drift of the machine (frequency, other processes, caches). Latency, kernel invocations
+//     and memory figures come from these runs.
+//  2. per node: the same again on executors that record per-node times
+//     (ExecutorOptions::profile). A node's figure is its median over these runs. They are kept
+//     apart from the timing runs because recording costs per node (its label, its shapes):
+//     about 0.15 us a node here, a third of a 95-node model's 37 us run, and more of the
+//     side with more nodes, which would bias the comparison towards the fused side.
+// The executors of one pass are released before the next pass builds its own, so at most two
+// exist at a time. The result says how long each side took, what it wrote, how the two compare
+// (a speedup with a bootstrap confidence interval over the paired runs), whether their outputs
+// agree (compareModels, the comparison `fusectl verify` makes) and, per fusion site of the
+// optimizer, whether the fused node is faster than the nodes it replaced were.
 //
 // This library knows no optimizer: the caller passes the fusion sites as plain data (from
 // libpasses' Report, see apps/cmd_profile.cpp) and the fused model already optimized.
@@ -47,9 +54,10 @@ struct FusionSiteInput {
 enum class ProfiledSides { Both, UnfusedOnly, FusedOnly };
 
 // Where a run stands, for a progress line: side is "unfused" or "fused"; `done` of `total`
-// runs of that side, warmup runs counted apart from timed ones.
+// runs of that side in this pass, warmup runs counted apart from measured ones.
 struct ProfileProgress {
   const char* side = "";
+  bool node_times = false;  // the second pass (per-node times)
   bool warmup = false;
   int done = 0;
   int total = 0;
@@ -102,14 +110,16 @@ struct SideProfile {
   SampleSummary latency;            // of run_seconds
   size_t kernel_invocations = 0;    // ExecutionStats::nodes_run of one run
   uint64_t activation_bytes_written = 0;
-  uint64_t peak_activation_bytes = 0;
+  uint64_t peak_activation_bytes = 0;  // the largest of the timed runs
   int threads = 1;                     // the executor's
+  // The per-node pass: each run's wall time (recording included), and per node the median.
+  std::vector<double> node_run_seconds;
   std::vector<NodeProfile> nodes;      // execution order
   std::vector<OpTypeProfile> per_op;   // slowest first (ties: op type name)
-  // The timed run whose wall time is the median (the lower of the two middle ones for an even
-  // count), and its per-node times as recorded: what a trace shows.
-  size_t median_run = 0;
-  std::vector<NodeTime> median_run_nodes;
+  // The per-node run whose wall time is the median (the lower of the two middle ones for an
+  // even count), and its per-node times as recorded: what a trace shows.
+  size_t trace_run = 0;
+  std::vector<NodeTime> trace_run_nodes;
 
   // The `n` slowest nodes (ties: earlier first).
   std::vector<const NodeProfile*> slowest(size_t n) const;
