@@ -302,7 +302,8 @@ void printProfile(const ProfileRequestInfo& info, const ProfileResult& r) {
                                      s.fused_op_run.empty() ? s.site.fused_op : s.fused_op_run,
                                      fmt::join(s.compared_nodes, ", "));
       if (!s.superseded_by.empty()) tail += fmt::format("; fused again into {}", s.superseded_by);
-      if (!s.fused_found) tail += "; the fused node did not run on the fused side";
+      if (!s.fused_found && s.superseded_by.empty())
+        tail += "; the fused node did not run on the fused side";
       if (!s.missing_nodes.empty()) {
         tail += fmt::format("; not in the unfused run: {}", fmt::join(s.missing_nodes, ", "));
       }

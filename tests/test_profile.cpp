@@ -125,6 +125,9 @@ TEST_CASE("profile: each testdata model, JSON by the schema, trace, annotated mo
       CHECK(r.err.empty());  // no progress line: stderr is not a terminal
       CHECK(r.out.find("speedup: ") != std::string::npos);
       CHECK(r.out.find("outputs agree: yes") != std::string::npos);
+      CHECK(r.out.find("\nfusion sites: ") != std::string::npos);
+      CHECK(r.out.find("per op type, unfused") != std::string::npos);
+      CHECK(r.out.find("slowest 4 nodes, fused") != std::string::npos);
 
       const json report = json::parse(slurp(json_path));
       CHECK(schemaProblem(report) == "");
