@@ -25,7 +25,7 @@ Json number(double v) { return std::isfinite(v) ? Json(v) : Json(); }
 
 std::string shapesText(const std::vector<std::vector<int64_t>>& dims) {
   std::vector<std::string> parts;
-  for (const auto& d : dims) parts.push_back(d.empty() ? "-" : formatDims(d));
+  for (const auto& d : dims) parts.push_back(formatDims(d));  // [] also for an omitted input
   return fmt::format("{}", fmt::join(parts, ","));
 }
 
