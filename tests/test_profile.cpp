@@ -17,6 +17,7 @@
 #include "dump_schema_check.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/profile.h"
+#include "fusectl/kernels/seeded_inputs.h"
 #include "fusectl/passes/optimize.h"
 #include "onnx_checker.h"
 #include "shell_util.h"
@@ -319,6 +320,26 @@ TEST_CASE("profile: errors are one line with the documented exit code", "[profil
   CHECK(lines(over.err) == 1);
 }
 
+TEST_CASE("profile: fusion chains of unnamed nodes are followed", "[profile]") {
+  TempDir tmp("profile");
+  const std::string j = tmp / "p.json";
+  const CliResult r = runFusectl("profile " +
+                                 shellQuote(kSource + "/testdata/fixtures/conv_bn_relu.onnxtxt") +
+                                 " --runs 2 --warmup 0 --json " + shellQuote(j));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const json sites = json::parse(slurp(j))["fusion_sites"];
+  REQUIRE(sites.size() == 2);
+  CHECK(sites[0]["status"] == "superseded");
+  CHECK(sites[0]["superseded_by"] == "FusedConv_Relu(Y)");
+  CHECK(sites[1]["fused_node"] == "FusedConv_Relu(Y)");
+  CHECK(sites[1]["compared_nodes"] ==
+        json::array({"Conv(C)", "BatchNormalization(N)", "Relu(Y)"}));
+  CHECK(sites[1]["missing_nodes"].empty());
+  CHECK(sites[1]["fused_ms"].is_number());
+  CHECK(sites[1]["paid"].is_boolean());
+}
+
 // ---- The library's statistics, against figures worked out by hand ----
 
 TEST_CASE("profile statistics: median, p90, min, max", "[profile]") {
@@ -404,6 +425,101 @@ TEST_CASE("profile fusion sites: chains, missing nodes, did not pay", "[profile]
   CHECK(timed[3].status == "unmatched");
   CHECK(timed[3].missing_nodes ==
         std::vector<std::string>{"gone", "(a node without a label)"});
+}
+
+// ---- The library on its own: profileModels on Conv -> BatchNormalization -> Relu ----
+
+TEST_CASE("profileModels: two passes over both sides, counts, agreement, sites", "[profile]") {
+  const std::string path = kSource + "/testdata/fixtures/conv_bn_relu.onnxtxt";
+  auto unfused = fusectl::loadModel(path);
+  auto fused = fusectl::loadModel(path);
+  fusectl::passes::OptimizeRequest request;
+  request.level = 3;
+  const fusectl::passes::Report report = fusectl::passes::optimize(*fused, request);
+  REQUIRE(fused->graph->numNodes() == 1);  // Conv+BN folded, then fused with the Relu
+  REQUIRE(report.fusions.size() == 2);
+  // The sites as `fusectl profile` hands them over (apps/cmd_profile.cpp sitesOf): the folded
+  // Conv by the label the second fusion knows it by (it took over N), the fused node by its
+  // label in the fused model.
+  std::vector<kernels::FusionSiteInput> sites = {
+      {"fold-conv-bn", "conv-bn", "Conv(N)", "", "Conv", report.fusions[0].replaced_nodes},
+      {"fuse-epilogue", "conv-act", report.fusions[1].new_node,
+       fused->graph->firstNode()->label(), "fusectl::FusedConv",
+       report.fusions[1].replaced_nodes}};
+  CHECK(sites[1].replaced_nodes == std::vector<std::string>{"Conv(N)", "Relu(Y)"});
+
+  kernels::ProfileOptions options;
+  options.warmup = 2;
+  options.runs = 5;
+  std::map<std::string, int> calls;  // "<side> <pass> <warmup>" -> progress calls
+  options.progress = [&](const kernels::ProfileProgress& p) {
+    calls[std::string(p.side) + (p.node_times ? " nodes" : " timing") +
+          (p.warmup ? " warmup" : "")]++;
+    CHECK(p.done < p.total);
+  };
+  const std::vector<kernels::NamedTensor> inputs = kernels::makeRandomInputs(*unfused->graph, 7);
+  const kernels::ProfileResult r =
+      kernels::profileModels(unfused.get(), fused.get(), inputs, sites, options);
+
+  for (const char* side : {"unfused", "fused"}) {
+    for (const char* pass : {" timing", " nodes"}) {
+      CHECK(calls[std::string(side) + pass] == 5);
+      CHECK(calls[std::string(side) + pass + " warmup"] == 2);
+    }
+  }
+  REQUIRE(r.unfused);
+  REQUIRE(r.fused);
+  CHECK(r.unfused->run_seconds.size() == 5);
+  CHECK(r.unfused->node_run_seconds.size() == 5);
+  CHECK(r.unfused->kernel_invocations == 3);
+  CHECK(r.fused->kernel_invocations == 1);
+  CHECK(r.unfused->nodes.size() == 3);
+  CHECK(r.unfused->trace_run_nodes.size() == 3);
+  CHECK(r.fused->per_op.size() == 1);
+  // Bytes written: Conv, BN and Relu each write 1x2x4x4 floats; the fused node once.
+  CHECK(r.unfused->activation_bytes_written == 3 * 32 * 4);
+  CHECK(r.fused->activation_bytes_written == 32 * 4);
+  REQUIRE(r.agreement);
+  CHECK(r.agreement->passed);
+  REQUIRE(r.speedup);
+  CHECK(r.speedup->ci_low <= r.speedup->ci_high);
+  REQUIRE(r.fusion_sites.size() == report.fusions.size());
+  const kernels::FusionSiteProfile& last = r.fusion_sites.back();
+  CHECK(last.comparable());
+  CHECK(last.compared_nodes.size() == 3);  // Conv, BN and Relu of the unfused side
+  for (size_t i = 0; i + 1 < r.fusion_sites.size(); ++i)
+    CHECK(r.fusion_sites[i].status == "superseded");
+
+  kernels::ProfileOptions one = options;
+  one.sides = kernels::ProfiledSides::FusedOnly;
+  const kernels::ProfileResult only = kernels::profileModels(nullptr, fused.get(), inputs, {}, one);
+  CHECK_FALSE(only.unfused);
+  CHECK(only.fused);
+  CHECK_FALSE(only.speedup);
+  CHECK_FALSE(only.agreement);
+}
+
+TEST_CASE("annotateModel: one line per node, a summary, annotating twice changes nothing more",
+          "[profile]") {
+  auto model = fusectl::loadModel(kSource + "/testdata/fixtures/conv_bn_relu.onnxtxt");
+  kernels::SideProfile side = sideOf({{"Conv(C)", 0.002}, {"BatchNormalization(N)", 0.001}});
+  side.nodes[0].share = 2.0 / 3;
+  side.nodes[1].share = 1.0 / 3;
+  model->graph->firstNode()->doc_string = "from the exporter";
+  kernels::annotateModel(*model, side, "first");
+  kernels::annotateModel(*model, side, "second");
+  std::vector<std::string> docs;
+  for (const fusectl::Node* n : model->graph->nodes()) docs.push_back(n->doc_string);
+  CHECK(docs == std::vector<std::string>{
+                    "from the exporter\nfusectl profile: 2.0000 ms median, 66.7% of the run",
+                    "fusectl profile: 1.0000 ms median, 33.3% of the run", ""});
+  size_t summaries = 0;
+  for (const auto& [key, value] : model->metadata_props) {
+    if (key != "fusectl.profile") continue;
+    ++summaries;
+    CHECK(value == "second");
+  }
+  CHECK(summaries == 1);
 }
 
 }  // namespace
