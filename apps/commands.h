@@ -41,5 +41,8 @@ Command addMatchCommand(CLI::App& parent);
 Command addOptimizeCommand(CLI::App& parent);  // cmd_optimize.cpp
 Command addDiffCommand(CLI::App& parent);      // cmd_diff.cpp
 Command addOpsCommand(CLI::App& parent);       // cmd_ops.cpp: the fusectl operators
+// The model as given against its optimized form, timed (cmd_profile.cpp; libkernels' profile.h
+// measures, libpasses' optimize() optimizes).
+Command addProfileCommand(CLI::App& parent);
 
 }  // namespace fusectl::cli

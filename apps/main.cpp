@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
         fusectl::cli::addPassesCommand(app),
         fusectl::cli::addMatchCommand(app),
         fusectl::cli::addOpsCommand(app),  // libgraph's fused-op table (cmd_ops.cpp)
+        fusectl::cli::addProfileCommand(app),  // fused vs unfused, timed (cmd_profile.cpp)
     };
 
     try {

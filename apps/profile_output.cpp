@@ -1,0 +1,336 @@
+// How `fusectl profile` shows a result: the text on stdout, the JSON report
+// (docs/schemas/profile.schema.json), the Chrome trace and the annotated model's summary.
+#include "profile_output.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+
+namespace fusectl::cli {
+
+using namespace fusectl::kernels;
+
+const char* const kProfileSchema = "fusectl.profile/1";
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+double ms(double seconds) { return seconds * 1e3; }
+Json number(double v) { return std::isfinite(v) ? Json(v) : Json(); }
+
+std::string shapesText(const std::vector<std::vector<int64_t>>& dims) {
+  std::vector<std::string> parts;
+  for (const auto& d : dims) parts.push_back(formatDims(d));  // [] also for an omitted input
+  return fmt::format("{}", fmt::join(parts, ","));
+}
+
+// ---- JSON (docs/schemas/profile.schema.json) ----
+
+Json nodeJson(const NodeProfile& n) {
+  return Json{{"node", n.node},
+              {"op", n.op_type},
+              {"ms", ms(n.median_seconds)},
+              {"share", n.share},
+              {"input_shapes", n.input_dims},
+              {"output_shapes", n.output_dims},
+              {"output_bytes", n.output_bytes}};
+}
+
+Json sideJson(const SideProfile& s, int top) {
+  Json j;
+  j["median_ms"] = ms(s.latency.median);
+  j["min_ms"] = ms(s.latency.min);
+  j["max_ms"] = ms(s.latency.max);
+  j["p90_ms"] = ms(s.latency.p90);
+  Json runs = Json::array();
+  for (double r : s.run_seconds) runs.push_back(ms(r));
+  j["runs_ms"] = runs;
+  Json node_runs = Json::array();
+  for (double r : s.node_run_seconds) node_runs.push_back(ms(r));
+  j["node_runs_ms"] = node_runs;
+  j["trace_run"] = s.trace_run;
+  j["graph_nodes"] = s.graph_nodes;
+  j["kernel_invocations"] = s.kernel_invocations;
+  j["activation_bytes_written"] = s.activation_bytes_written;
+  j["peak_activation_bytes"] = s.peak_activation_bytes;
+  Json per_op = Json::array();
+  for (const OpTypeProfile& op : s.per_op) {
+    per_op.push_back(
+        {{"op", op.op_type}, {"ms", ms(op.seconds)}, {"share", op.share}, {"calls", op.calls}});
+  }
+  j["per_op"] = per_op;
+  Json top_nodes = Json::array();
+  for (const NodeProfile* n : s.slowest(static_cast<size_t>(top)))
+    top_nodes.push_back(nodeJson(*n));
+  j["top_nodes"] = top_nodes;
+  return j;
+}
+
+Json reportJson(const ProfileRequestInfo& info, const ProfileResult& r) {
+  const std::vector<NamedTensor>& inputs = *info.inputs;
+  const std::vector<std::string>& sources = info.sources;
+  const Tolerance& tol = info.tolerance;
+  Json j;
+  j["schema"] = kProfileSchema;
+  j["tool_version"] = FUSECTL_VERSION;
+  j["model"] = info.model;
+  j["pipeline"] = info.pipeline;
+  j["device"] = info.device;
+  j["threads"] = (r.fused ? *r.fused : *r.unfused).threads;
+  j["warmup"] = r.warmup;
+  j["runs"] = r.runs;
+  j["order"] = "alternating";
+  j["only"] = info.only.empty() ? Json() : Json(info.only);
+  Json ins = Json::array();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ins.push_back({{"name", inputs[i].name},
+                   {"dtype", std::string(dtypeName(inputs[i].tensor.dtype()))},
+                   {"shape", inputs[i].tensor.dims()},
+                   {"source", sources[i]}});
+  }
+  j["inputs"] = ins;
+  Json sides = Json::object();
+  if (r.unfused) sides["unfused"] = sideJson(*r.unfused, info.top);
+  if (r.fused) sides["fused"] = sideJson(*r.fused, info.top);
+  j["sides"] = sides;
+  if (r.speedup) {
+    j["speedup"] = {{"median", r.speedup->median},
+                    {"ci_low", r.speedup->ci_low},
+                    {"ci_high", r.speedup->ci_high},
+                    {"confidence", r.speedup->confidence},
+                    {"method", r.speedup->method},
+                    {"resamples", r.speedup->resamples},
+                    {"seed", r.speedup->seed}};
+  }
+  if (r.agreement) {
+    j["outputs_agree"] = r.agreement->passed;
+    Json outs = Json::array();
+    for (const OutputComparison& o : r.agreement->outputs) {
+      outs.push_back({{"name", o.name},
+                      {"max_abs_error", number(o.max_abs_error)},
+                      {"max_rel_error", number(o.max_rel_error)},
+                      {"cosine", number(o.cosine)},
+                      {"mismatches", o.mismatches},
+                      {"passed", o.passed},
+                      {"detail", o.detail}});
+    }
+    j["comparison"] = {
+        {"atol", tol.atol}, {"rtol", tol.rtol}, {"min_cosine", tol.min_cosine}, {"outputs", outs}};
+  } else {
+    j["outputs_agree"] = Json();
+    j["comparison"] = Json();
+  }
+  Json sites = Json::array();
+  for (const FusionSiteProfile& s : r.fusion_sites) {
+    sites.push_back({{"pass", s.site.pass},
+                     {"pattern", s.site.pattern},
+                     {"fused_node", s.site.finalNode()},
+                     {"report_fused_node", s.site.fused_node},
+                     {"fused_op", s.fused_op_run.empty() ? s.site.fused_op : s.fused_op_run},
+                     {"replaced_nodes", s.site.replaced_nodes},
+                     {"compared_nodes", s.compared_nodes},
+                     {"missing_nodes", s.missing_nodes},
+                     {"superseded_by", s.superseded_by.empty() ? Json() : Json(s.superseded_by)},
+                     {"fused_ms", s.fused_found && s.superseded_by.empty()
+                                      ? Json(ms(s.fused_seconds))
+                                      : Json()},
+                     {"replaced_ms", ms(s.replaced_seconds)},
+                     {"paid", s.comparable() ? Json(s.status == "paid") : Json()},
+                     {"status", s.status}});
+  }
+  j["fusion_sites"] = sites;
+  return j;
+}
+
+// ---- Chrome trace-event JSON: each side's median per-node run, one "X" event per kernel ----
+
+Json traceJson(const ProfileResult& r) {
+  Json events = Json::array();
+  int pid = 1;
+  for (const std::optional<SideProfile>* side : {&r.unfused, &r.fused}) {
+    if (!*side) continue;
+    const SideProfile& s = **side;
+    events.push_back({{"name", "process_name"},
+                      {"ph", "M"},
+                      {"pid", pid},
+                      {"tid", 0},
+                      {"args", {{"name", s.name}}}});
+    events.push_back(
+        {{"name", "thread_name"},
+         {"ph", "M"},
+         {"pid", pid},
+         {"tid", 0},
+         {"args", {{"name", fmt::format("per-node run {} (the median)", s.trace_run)}}}});
+    // Kernels back to back: node_times hold durations only, so the executor's time between
+    // kernels is left out and each event starts where the one before ended.
+    double ts = 0;
+    for (const NodeTime& t : s.trace_run_nodes) {
+      const double dur = t.seconds * 1e6;
+      events.push_back({{"name", t.node},
+                        {"cat", t.op_type},
+                        {"ph", "X"},
+                        {"ts", ts},
+                        {"dur", dur},
+                        {"pid", pid},
+                        {"tid", 0},
+                        {"args",
+                         {{"op", t.op_type},
+                          {"input_shapes", t.input_dims},
+                          {"output_shapes", t.output_dims},
+                          {"output_bytes", t.output_bytes}}}});
+      ts += dur;
+    }
+    ++pid;
+  }
+  return Json{{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+}
+
+// ---- Text ----
+
+}  // namespace
+
+void printProfile(const ProfileRequestInfo& info, const ProfileResult& r) {
+  const std::vector<NamedTensor>& inputs = *info.inputs;
+  const std::vector<std::string>& sources = info.sources;
+  const Tolerance& tol = info.tolerance;
+  const std::string& pipeline_name = info.pipeline_name;
+  const SideProfile& any = r.fused ? *r.fused : *r.unfused;
+  fmt::print("profile {}: {}, cpu, {} thread{}, {} warmup + {} timed run{} per side{}, then as "
+             "many recording per-node times\n",
+             info.model,
+             info.only.empty() ? "unfused vs fused (" + pipeline_name + ")"
+                               : info.only + " only" +
+                                     (info.only == "fused" ? " (" + pipeline_name + ")" : ""),
+             any.threads, any.threads == 1 ? "" : "s", r.warmup, r.runs, r.runs == 1 ? "" : "s",
+             info.only.empty() ? ", alternating" : "");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    fmt::print("input {}: {}{} ({})\n", inputs[i].name, dtypeName(inputs[i].tensor.dtype()),
+               formatDims(inputs[i].tensor.dims()), sources[i]);
+  }
+  std::vector<const SideProfile*> sides;
+  if (r.unfused) sides.push_back(&*r.unfused);
+  if (r.fused) sides.push_back(&*r.fused);
+  fmt::print("\n{:<22}", "");
+  for (const SideProfile* s : sides) fmt::print("{:>14}", s->name);
+  fmt::print("\n");
+  auto row = [&](const char* label, auto&& cell) {
+    fmt::print("{:<22}", label);
+    for (const SideProfile* s : sides) fmt::print("{:>14}", cell(*s));
+    fmt::print("\n");
+  };
+  auto msCell = [](double s) { return fmt::format("{:.3f} ms", ms(s)); };
+  row("median", [&](const SideProfile& s) { return msCell(s.latency.median); });
+  row("p90", [&](const SideProfile& s) { return msCell(s.latency.p90); });
+  row("min", [&](const SideProfile& s) { return msCell(s.latency.min); });
+  row("max", [&](const SideProfile& s) { return msCell(s.latency.max); });
+  row("kernel invocations",
+      [](const SideProfile& s) { return std::to_string(s.kernel_invocations); });
+  row("activations written",
+      [](const SideProfile& s) { return formatBytes(s.activation_bytes_written); });
+  row("peak activations",
+      [](const SideProfile& s) { return formatBytes(s.peak_activation_bytes); });
+  if (r.speedup) {
+    fmt::print(
+        "speedup: {:.3f}x (unfused median / fused median; {:.0f}% interval {:.3f}x to "
+        "{:.3f}x, bootstrap over {} paired runs)\n",
+        r.speedup->median, r.speedup->confidence * 100, r.speedup->ci_low, r.speedup->ci_high,
+        r.runs);
+  }
+  if (r.agreement) {
+    double max_abs = 0, min_cos = 1;
+    for (const OutputComparison& o : r.agreement->outputs) {
+      max_abs = std::max(max_abs, o.max_abs_error);
+      min_cos = std::min(min_cos, o.cosine);
+    }
+    fmt::print("outputs agree: {} (atol {:g}, rtol {:g}, min cosine {:g}; max abs error {:.3g}, "
+               "cosine {:.8f})\n",
+               r.agreement->passed ? "yes" : "NO", tol.atol, tol.rtol, tol.min_cosine, max_abs,
+               min_cos);
+    for (const OutputComparison& o : r.agreement->outputs) {
+      if (!o.passed) fmt::print("  output {}: {}\n", o.name, o.detail);
+    }
+  }
+
+  for (const SideProfile* s : sides) {
+    fmt::print("\nper op type, {} (median per node, summed; calls per run)\n", s->name);
+    fmt::print("  {:<28} {:>10} {:>7} {:>6}\n", "op", "ms", "share", "calls");
+    for (const OpTypeProfile& op : s->per_op) {
+      fmt::print("  {:<28} {:>10.4f} {:>6.1f}% {:>6}\n", op.op_type, ms(op.seconds),
+                 op.share * 100, op.calls);
+    }
+  }
+  for (const SideProfile* s : sides) {
+    const auto slowest = s->slowest(static_cast<size_t>(info.top));
+    if (slowest.empty()) continue;
+    fmt::print("\nslowest {} node{}, {} (median)\n", slowest.size(),
+               slowest.size() == 1 ? "" : "s", s->name);
+    for (const NodeProfile* n : slowest) {
+      fmt::print("  {:>10.4f} ms {:>6.1f}%  {} ({}) {} -> {}\n", ms(n->median_seconds),
+                 n->share * 100, n->node, n->op_type, shapesText(n->input_dims),
+                 shapesText(n->output_dims));
+    }
+  }
+
+  if (r.unfused && r.fused) {
+    size_t counts[4] = {0, 0, 0, 0};  // paid, did not pay, superseded, unmatched
+    for (const FusionSiteProfile& s : r.fusion_sites) {
+      counts[s.status == "paid"          ? 0
+             : s.status == "did-not-pay" ? 1
+             : s.status == "superseded"  ? 2
+                                         : 3]++;
+    }
+    fmt::print(
+        "\nfusion sites: {} in the optimizer's report: {} paid, {} did not pay, {} "
+        "superseded by a later fusion, {} unmatched\n",
+        r.fusion_sites.size(), counts[0], counts[1], counts[2], counts[3]);
+    if (!r.fusion_sites.empty()) {
+      fmt::print("  {:<12} {:>10} {:>11}  {}\n", "", "fused ms", "replaced ms",
+                 "pass: fused node (op) <- unfused nodes");
+    }
+    for (const FusionSiteProfile& s : r.fusion_sites) {
+      const std::string fused_node =
+          s.site.fused_node.empty() ? "(nothing)" : s.site.finalNode();
+      std::string status = s.status == "did-not-pay" ? "DID NOT PAY" : s.status;
+      std::string fused_ms =
+          s.comparable() ? fmt::format("{:.4f}", ms(s.fused_seconds)) : std::string("-");
+      std::string tail = fmt::format("{}: {} ({}) <- {}", s.site.pass, fused_node,
+                                     s.fused_op_run.empty() ? s.site.fused_op : s.fused_op_run,
+                                     fmt::join(s.compared_nodes, ", "));
+      if (!s.superseded_by.empty()) tail += fmt::format("; fused again into {}", s.superseded_by);
+      if (!s.fused_found && s.superseded_by.empty())
+        tail += "; the fused node did not run on the fused side";
+      if (!s.missing_nodes.empty()) {
+        tail += fmt::format("; not in the unfused run: {}", fmt::join(s.missing_nodes, ", "));
+      }
+      fmt::print("  {:<12} {:>10} {:>11.4f}  {}\n", status, fused_ms, ms(s.replaced_seconds), tail);
+    }
+  }
+}
+
+std::string profileAnnotation(const ProfileResult& r, const SideProfile& side,
+                              const std::string& pipeline_name) {
+  std::string s = fmt::format("{} median {:.4f} ms over {} runs ({} warmup), {} kernels, {} "
+                              "thread{}, pipeline {}",
+                              side.name, ms(side.latency.median), r.runs, r.warmup,
+                              side.kernel_invocations, side.threads,
+                              side.threads == 1 ? "" : "s", pipeline_name);
+  if (r.speedup && r.unfused) {
+    s += fmt::format("; unfused median {:.4f} ms, speedup {:.3f}x ({:.3f}-{:.3f})",
+                     ms(r.unfused->latency.median), r.speedup->median, r.speedup->ci_low,
+                     r.speedup->ci_high);
+  }
+  return s;
+}
+
+std::string profileReportJson(const ProfileRequestInfo& info, const ProfileResult& r) {
+  return reportJson(info, r).dump(2) + "\n";
+}
+
+std::string profileTraceJson(const ProfileResult& r) { return traceJson(r).dump() + "\n"; }
+
+}  // namespace fusectl::cli

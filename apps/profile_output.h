@@ -1,0 +1,42 @@
+// How `fusectl profile` shows a kernels::ProfileResult (profile_output.cpp): text on stdout, the
+// JSON report (docs/schemas/profile.schema.json), the Chrome trace, the annotation summary.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fusectl/kernels/profile.h"
+
+namespace fusectl::cli {
+
+extern const char* const kProfileSchema;  // "fusectl.profile/1", the report's "schema"
+
+// How the run was asked for: what the report says besides the result.
+struct ProfileRequestInfo {
+  std::string model;          // as given on the command line
+  std::string pipeline;       // the fused side's pipeline text
+  std::string pipeline_name;  // "-O3" or "--passes ..."
+  std::string device;         // "cpu"
+  std::string only;           // "", "fused" or "unfused"
+  int top = 10;               // slowest nodes listed per side
+  const std::vector<kernels::NamedTensor>* inputs = nullptr;
+  std::vector<std::string> sources;  // per input: its file, or "random, seed N"
+  kernels::Tolerance tolerance;
+};
+
+// The text report on stdout: the header, both sides' figures, the speedup, the output
+// comparison, per-op tables, the slowest nodes and the fusion sites.
+void printProfile(const ProfileRequestInfo& info, const kernels::ProfileResult& result);
+
+// The JSON report, indented, with a final newline.
+std::string profileReportJson(const ProfileRequestInfo& info, const kernels::ProfileResult& result);
+
+// Chrome trace-event JSON: each side a process ("unfused", "fused"), its median per-node run
+// one complete ("X") event per kernel invocation, laid back to back.
+std::string profileTraceJson(const kernels::ProfileResult& result);
+
+// One line for the annotated model's "fusectl.profile" metadata.
+std::string profileAnnotation(const kernels::ProfileResult& result,
+                              const kernels::SideProfile& side, const std::string& pipeline_name);
+
+}  // namespace fusectl::cli

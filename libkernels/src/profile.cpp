@@ -1,0 +1,182 @@
+// profileModels (profile.h): the A/B runner. Statistics live in profile_statistics.cpp, the
+// fusion-site accounting in profile_sites.cpp, the model annotation in profile_annotate.cpp.
+#include "fusectl/kernels/profile.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "fusectl/graph/error.h"
+
+namespace fusectl::kernels {
+
+namespace {
+
+// A side being measured: its executor in the current pass and every measured run's statistics.
+struct SideRun {
+  const char* name;
+  const Model* model;
+  std::unique_ptr<Executor> executor;
+  std::vector<ExecutionStats> timed;     // pass 1
+  std::vector<ExecutionStats> profiled;  // pass 2
+  int threads = 1;                       // as the executor resolved it (0 = all cores)
+};
+
+// One pass over both sides (profile.h): executors built, warmup, measured runs alternating,
+// executors released.
+void runPass(std::vector<SideRun>& sides, const std::vector<NamedTensor>& inputs,
+             bool node_times, const ProfileOptions& options) {
+  ExecutorOptions exec = options.execution;
+  exec.profile = node_times;
+  for (SideRun& side : sides) {
+    side.executor = std::make_unique<Executor>(*side.model, exec);
+    side.threads = side.executor->numThreads();
+  }
+  const int total = options.warmup + options.runs;
+  for (int r = 0; r < total; ++r) {
+    const bool warmup = r < options.warmup;
+    for (SideRun& side : sides) {
+      if (options.progress) {
+        options.progress(ProfileProgress{side.name, node_times, warmup,
+                                         warmup ? r : r - options.warmup,
+                                         warmup ? options.warmup : options.runs});
+      }
+      ExecutionStats stats;
+      side.executor->run(inputs, &stats);
+      if (!warmup) (node_times ? side.profiled : side.timed).push_back(std::move(stats));
+    }
+  }
+  for (SideRun& side : sides) side.executor.reset();
+}
+
+// The index of the run whose wall time is the median: the lower middle one for an even count,
+// so that it is a run that happened.
+size_t medianRunIndex(const std::vector<double>& seconds) {
+  std::vector<size_t> order(seconds.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return seconds[a] < seconds[b]; });
+  return order[(order.size() - 1) / 2];
+}
+
+double medianOf(std::vector<double> v) { return SampleSummary::of(std::move(v)).median; }
+
+SideProfile summarize(SideRun& run) {
+  SideProfile side;
+  side.name = run.name;
+  side.graph_nodes = run.model->graph->numNodes();
+  side.threads = run.threads;
+  for (const ExecutionStats& s : run.timed) side.run_seconds.push_back(s.seconds);
+  side.latency = SampleSummary::of(side.run_seconds);
+  const ExecutionStats& first = run.timed.front();
+  side.kernel_invocations = first.nodes_run;
+  side.activation_bytes_written = first.activation_bytes_written;
+  for (const ExecutionStats& s : run.timed)
+    side.peak_activation_bytes = std::max(side.peak_activation_bytes, s.peak_activation_bytes);
+
+  for (const ExecutionStats& s : run.profiled) side.node_run_seconds.push_back(s.seconds);
+  side.trace_run = medianRunIndex(side.node_run_seconds);
+  ExecutionStats& traced = run.profiled[side.trace_run];
+  // Every run calls the same kernels in the same order; a node's figure is its median.
+  const size_t steps = traced.node_times.size();
+  double total = 0;
+  for (size_t i = 0; i < steps; ++i) {
+    const NodeTime& t = traced.node_times[i];
+    std::vector<double> samples;
+    samples.reserve(run.profiled.size());
+    for (const ExecutionStats& s : run.profiled) {
+      if (i < s.node_times.size()) samples.push_back(s.node_times[i].seconds);
+    }
+    NodeProfile n;
+    n.node = t.node;
+    n.op_type = t.op_type;
+    n.median_seconds = medianOf(std::move(samples));
+    n.input_dims = t.input_dims;
+    n.output_dims = t.output_dims;
+    n.output_bytes = t.output_bytes;
+    total += n.median_seconds;
+    side.nodes.push_back(std::move(n));
+  }
+  std::map<std::string, OpTypeProfile> by_op;
+  for (NodeProfile& n : side.nodes) {
+    n.share = total > 0 ? n.median_seconds / total : 0;
+    OpTypeProfile& op = by_op[n.op_type];
+    op.op_type = n.op_type;
+    op.seconds += n.median_seconds;
+    op.calls += 1;
+  }
+  for (auto& [name, op] : by_op) {
+    op.share = total > 0 ? op.seconds / total : 0;
+    side.per_op.push_back(op);
+  }
+  // by_op is sorted by name, so a stable sort by time breaks ties by name.
+  std::stable_sort(side.per_op.begin(), side.per_op.end(),
+                   [](const OpTypeProfile& a, const OpTypeProfile& b) {
+                     return a.seconds > b.seconds;
+                   });
+  side.trace_run_nodes = std::move(traced.node_times);
+  return side;
+}
+
+}  // namespace
+
+std::vector<const NodeProfile*> SideProfile::slowest(size_t n) const {
+  std::vector<const NodeProfile*> all;
+  for (const NodeProfile& p : nodes) all.push_back(&p);
+  std::stable_sort(all.begin(), all.end(), [](const NodeProfile* a, const NodeProfile* b) {
+    return a->median_seconds > b->median_seconds;
+  });
+  if (all.size() > n) all.resize(n);
+  return all;
+}
+
+const NodeProfile* SideProfile::find(const std::string& label) const {
+  for (const NodeProfile& p : nodes) {
+    if (p.node == label) return &p;
+  }
+  return nullptr;
+}
+
+ProfileResult profileModels(const Model* unfused, const Model* fused,
+                            const std::vector<NamedTensor>& inputs,
+                            const std::vector<FusionSiteInput>& sites,
+                            const ProfileOptions& options) {
+  if (options.runs < 1) throw Error(ErrorKind::Usage, "profile: runs must be at least 1");
+  if (options.warmup < 0) throw Error(ErrorKind::Usage, "profile: warmup must be >= 0");
+  const bool run_unfused = options.sides != ProfiledSides::FusedOnly;
+  const bool run_fused = options.sides != ProfiledSides::UnfusedOnly;
+  if ((run_unfused && !unfused) || (run_fused && !fused)) {
+    throw Error(ErrorKind::Internal, "profileModels: a side to run has no model");
+  }
+
+  std::vector<SideRun> sides;  // unfused first: A/B order
+  if (run_unfused) sides.push_back({"unfused", unfused, nullptr, {}, {}, 1});
+  if (run_fused) sides.push_back({"fused", fused, nullptr, {}, {}, 1});
+  runPass(sides, inputs, false, options);
+  runPass(sides, inputs, true, options);
+
+  ProfileResult result;
+  result.warmup = options.warmup;
+  result.runs = options.runs;
+  for (SideRun& side : sides) {
+    (std::string(side.name) == "unfused" ? result.unfused : result.fused) =
+        summarize(side);
+  }
+  sides.clear();
+
+  if (result.unfused && result.fused) {
+    result.speedup =
+        estimateSpeedup(result.unfused->run_seconds, result.fused->run_seconds,
+                        options.bootstrap_resamples, options.bootstrap_seed, options.confidence);
+    ComparisonInputs feed;
+    feed.given.push_back(inputs);
+    feed.execution = options.execution;
+    feed.execution.profile = false;
+    result.agreement = compareModels(*unfused, *fused, feed, options.tolerance);
+    result.fusion_sites = timeFusionSites(sites, *result.unfused, *result.fused);
+  }
+  return result;
+}
+
+}  // namespace fusectl::kernels

@@ -1,0 +1,83 @@
+// timeFusionSites (profile.h): did each fusion pay? The fused node's median on the fused side
+// against the summed medians, on the unfused side, of the nodes it stands for.
+//
+// Fusions chain: fold-conv-bn turns Conv(c1)+BN(b1) into a Conv that keeps the label c1, then
+// fuse-epilogue turns that Conv and Relu(r1) into FusedConv(c1_7). Only the last node runs on
+// the fused side, and it stands for c1, b1 and r1 of the unfused side; comparing it with c1 and
+// r1 alone would forget b1. So a replaced node that an earlier, not yet superseded site
+// produced is expanded into what that site compared, and that site is marked superseded.
+#include <algorithm>
+
+#include "fusectl/kernels/profile.h"
+
+namespace fusectl::kernels {
+
+namespace {
+
+void appendUnique(std::vector<std::string>& list, const std::string& item) {
+  if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
+}
+
+}  // namespace
+
+std::vector<FusionSiteProfile> timeFusionSites(const std::vector<FusionSiteInput>& sites,
+                                               const SideProfile& unfused,
+                                               const SideProfile& fused) {
+  std::vector<FusionSiteProfile> out;
+  out.reserve(sites.size());
+  for (const FusionSiteInput& site : sites) {
+    FusionSiteProfile p;
+    p.site = site;
+    for (const std::string& replaced : site.replaced_nodes) {
+      // The latest earlier site that produced this label and still stands.
+      FusionSiteProfile* producer = nullptr;
+      for (auto it = out.rbegin(); it != out.rend(); ++it) {
+        if (it->superseded_by.empty() && !it->site.fused_node.empty() &&
+            it->site.fused_node == replaced) {
+          producer = &*it;
+          break;
+        }
+      }
+      if (!producer) {
+        appendUnique(p.compared_nodes, replaced);
+        continue;
+      }
+      for (const std::string& n : producer->compared_nodes) appendUnique(p.compared_nodes, n);
+      producer->superseded_by = site.fused_node.empty() ? "(removed)" : site.finalNode();
+      producer->status = "superseded";
+    }
+    out.push_back(std::move(p));
+  }
+
+  for (FusionSiteProfile& p : out) {
+    p.missing_nodes.clear();
+    p.replaced_seconds = 0;
+    for (const std::string& n : p.compared_nodes) {
+      const NodeProfile* found = n.empty() ? nullptr : unfused.find(n);
+      if (found) {
+        p.replaced_seconds += found->median_seconds;
+      } else {
+        p.missing_nodes.push_back(n.empty() ? "(a node without a label)" : n);
+      }
+    }
+    // A fusion that only removed nodes leaves nothing running in their place.
+    // A superseded site's label now names the node that superseded it: it has no node.
+    const bool superseded = !p.superseded_by.empty();
+    const NodeProfile* fused_node = p.site.fused_node.empty() || superseded
+                                        ? nullptr
+                                        : fused.find(p.site.finalNode());
+    p.fused_found = (p.site.fused_node.empty() && !superseded) || fused_node;
+    p.fused_seconds = fused_node ? fused_node->median_seconds : 0;
+    p.fused_op_run = fused_node ? fused_node->op_type : "";
+    if (superseded) {
+      p.status = "superseded";
+    } else if (!p.fused_found || !p.missing_nodes.empty()) {
+      p.status = "unmatched";
+    } else {
+      p.status = p.fused_seconds <= p.replaced_seconds ? "paid" : "did-not-pay";
+    }
+  }
+  return out;
+}
+
+}  // namespace fusectl::kernels
