@@ -24,6 +24,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "input_binding.h"
 #include "profile_output.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
@@ -113,59 +114,6 @@ void checkOutputPath(const std::string& flag, const std::string& path,
   if (isSameFile(path, opts.model)) {
     usage(fmt::format("{}: {} would overwrite the input model", path, flag));
   }
-}
-
-// Graph inputs by name from --input (NAME=FILE, or FILE for the next input in order, as
-// `fusectl run` binds them), the rest seeded.
-std::vector<NamedTensor> profileInputs(const Graph& graph, const ProfileCliOptions& opts,
-                                       const std::vector<std::pair<std::string, Shape>>& shapes,
-                                       std::vector<std::string>& sources) {
-  std::vector<const Value*> positional;
-  for (const Value* v : graph.inputs()) {
-    if (!v->isInitializer()) positional.push_back(v);
-  }
-  std::map<std::string, std::pair<HostTensor, std::string>> given;
-  size_t next = 0;
-  for (const std::string& spec : opts.inputs) {
-    std::string name, path = spec;
-    const size_t eq = spec.find('=');
-    if (eq != std::string::npos && eq > 0) {
-      const Value* v = graph.findValue(spec.substr(0, eq));
-      if (v && v->isGraphInput()) {
-        name = v->name();
-        path = spec.substr(eq + 1);
-      }
-    }
-    if (name.empty()) {
-      if (next >= positional.size()) {
-        usage(fmt::format("--input '{}': no graph input left to bind it to; use NAME=FILE", spec));
-      }
-      name = positional[next++]->name();
-    }
-    if (given.count(name)) usage(fmt::format("--input: '{}' given twice", name));
-    given[name] = {readTensorFile(path), path};
-  }
-  std::map<std::string, const Shape*> overrides;
-  for (const auto& [name, shape] : shapes) overrides[name] = &shape;
-  std::vector<NamedTensor> inputs;
-  for (const Value* v : positional) {
-    auto it = given.find(v->name());
-    if (it != given.end()) {
-      inputs.push_back({v->name(), std::move(it->second.first)});
-      sources.push_back(it->second.second);
-      given.erase(it);
-      continue;
-    }
-    auto ov = overrides.find(v->name());
-    inputs.push_back({v->name(), makeRandomInput(*v, opts.seed,
-                                                 ov == overrides.end() ? nullptr : ov->second)});
-    sources.push_back(fmt::format("random, seed {}", opts.seed));
-  }
-  for (auto& [name, t] : given) {  // overridden initializers
-    inputs.push_back({name, std::move(t.first)});
-    sources.push_back(t.second);
-  }
-  return inputs;
 }
 
 // The report's fusion sites as plain data, with the fused nodes' labels as they ended up.
@@ -299,8 +247,9 @@ int runProfile(const ProfileCliOptions& opts, bool level_given) {
     sites = sitesOf(report, *unfused, *fused);
   }
 
-  std::vector<std::string> sources;
-  const std::vector<NamedTensor> inputs = profileInputs(*unfused->graph, opts, shapes, sources);
+  BoundInputs bound = bindInputs(*unfused->graph, opts.inputs, opts.seed, shapes);
+  const std::vector<NamedTensor>& inputs = bound.tensors;
+  std::vector<std::string>& sources = bound.sources;
 
   ProfileOptions options;
   options.warmup = opts.warmup;

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "commands.h"
+#include "input_binding.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/compare.h"
@@ -81,66 +82,6 @@ HostTensor bfloat16AsFloat(const HostTensor& t) {
   return f;
 }
 
-std::vector<NamedTensor> gatherInputs(const Graph& graph, const RunOptions& opts,
-                                      const std::vector<std::pair<std::string, Shape>>& shapes,
-                                      std::map<std::string, std::string>& source) {
-  std::vector<const Value*> positional;
-  for (const Value* v : graph.inputs()) {
-    if (!v->isInitializer()) positional.push_back(v);
-  }
-  std::map<std::string, HostTensor> given;
-  size_t next_positional = 0;
-  for (const std::string& spec : opts.inputs) {
-    // NAME=FILE when NAME is a graph input, else FILE bound to the next non-initializer input.
-    std::string name, path = spec;
-    const size_t eq = spec.find('=');
-    if (eq != std::string::npos && eq > 0) {
-      const Value* v = graph.findValue(spec.substr(0, eq));
-      if (v && v->isGraphInput()) {
-        name = v->name();
-        path = spec.substr(eq + 1);
-      }
-    }
-    if (name.empty()) {
-      if (next_positional >= positional.size()) {
-        throw Error(ErrorKind::Usage,
-                    fmt::format("--input '{}': no graph input left to bind it to; use NAME=FILE",
-                                spec));
-      }
-      name = positional[next_positional++]->name();
-    }
-    if (given.count(name)) {
-      throw Error(ErrorKind::Usage, fmt::format("--input: '{}' given twice", name));
-    }
-    given[name] = readTensorFile(path);
-    source[name] = path;
-  }
-
-  std::map<std::string, const Shape*> overrides;
-  for (const auto& [name, shape] : shapes) {
-    const Value* v = graph.findValue(name);
-    if (!v || !v->isGraphInput()) {
-      throw Error(ErrorKind::Usage, fmt::format("--shape names '{}', not a graph input", name));
-    }
-    overrides[name] = &shape;
-  }
-  std::vector<NamedTensor> inputs;
-  for (const Value* v : positional) {
-    auto it = given.find(v->name());
-    if (it != given.end()) {
-      inputs.push_back({v->name(), std::move(it->second)});
-      given.erase(it);
-      continue;
-    }
-    auto ov = overrides.find(v->name());
-    inputs.push_back({v->name(), makeRandomInput(*v, opts.seed,
-                                                 ov == overrides.end() ? nullptr : ov->second)});
-    source[v->name()] = fmt::format("random, seed {}", opts.seed);
-  }
-  for (auto& [name, t] : given) inputs.push_back({name, std::move(t)});  // overridden initializers
-  return inputs;
-}
-
 int runRun(const RunOptions& opts) {
   TensorFileFormat format;
   if (opts.output_format == "npy") format = TensorFileFormat::Npy;
@@ -154,8 +95,8 @@ int runRun(const RunOptions& opts) {
   std::unique_ptr<Model> model = loadModel(opts.model, load);
   const Graph& graph = *model->graph;
 
-  std::map<std::string, std::string> source;
-  std::vector<NamedTensor> inputs = gatherInputs(graph, opts, shapes, source);
+  BoundInputs bound = bindInputs(graph, opts.inputs, opts.seed, shapes);
+  std::vector<NamedTensor>& inputs = bound.tensors;
 
   ExecutorOptions exec;
   exec.num_threads = opts.threads;
@@ -164,9 +105,10 @@ int runRun(const RunOptions& opts) {
   ExecutionStats stats;
   std::vector<NamedTensor> outputs = executor.run(inputs, &stats);
 
-  for (const NamedTensor& in : inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const NamedTensor& in = inputs[i];
     fmt::print("input  {}: {}{} ({})\n", in.name, dtypeName(in.tensor.dtype()),
-               formatDims(in.tensor.dims()), source[in.name]);
+               formatDims(in.tensor.dims()), bound.sources[i]);
   }
   for (const NamedTensor& out : outputs) {
     const HostTensor& t = out.tensor;

@@ -1,0 +1,76 @@
+#include "input_binding.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "fusectl/graph/error.h"
+#include "fusectl/kernels/npy.h"
+#include "fusectl/kernels/seeded_inputs.h"
+
+namespace fusectl::cli {
+
+using kernels::HostTensor;
+
+BoundInputs bindInputs(const Graph& graph, const std::vector<std::string>& specs, uint64_t seed,
+                       const std::vector<std::pair<std::string, Shape>>& shapes) {
+  std::vector<const Value*> positional;
+  for (const Value* v : graph.inputs()) {
+    if (!v->isInitializer()) positional.push_back(v);
+  }
+  std::map<std::string, std::pair<HostTensor, std::string>> given;
+  size_t next_positional = 0;
+  for (const std::string& spec : specs) {
+    std::string name, path = spec;
+    const size_t eq = spec.find('=');
+    if (eq != std::string::npos && eq > 0) {
+      const Value* v = graph.findValue(spec.substr(0, eq));
+      if (v && v->isGraphInput()) {
+        name = v->name();
+        path = spec.substr(eq + 1);
+      }
+    }
+    if (name.empty()) {
+      if (next_positional >= positional.size()) {
+        throw Error(ErrorKind::Usage,
+                    fmt::format("--input '{}': no graph input left to bind it to; use NAME=FILE",
+                                spec));
+      }
+      name = positional[next_positional++]->name();
+    }
+    if (given.count(name)) {
+      throw Error(ErrorKind::Usage, fmt::format("--input: '{}' given twice", name));
+    }
+    given[name] = {kernels::readTensorFile(path), path};
+  }
+
+  std::map<std::string, const Shape*> overrides;
+  for (const auto& [name, shape] : shapes) {
+    const Value* v = graph.findValue(name);
+    if (!v || !v->isGraphInput()) {
+      throw Error(ErrorKind::Usage, fmt::format("--shape names '{}', not a graph input", name));
+    }
+    overrides[name] = &shape;
+  }
+  BoundInputs bound;
+  for (const Value* v : positional) {
+    auto it = given.find(v->name());
+    if (it != given.end()) {
+      bound.tensors.push_back({v->name(), std::move(it->second.first)});
+      bound.sources.push_back(std::move(it->second.second));
+      given.erase(it);
+      continue;
+    }
+    auto ov = overrides.find(v->name());
+    bound.tensors.push_back(
+        {v->name(), kernels::makeRandomInput(*v, seed, ov == overrides.end() ? nullptr : ov->second)});
+    bound.sources.push_back(fmt::format("random, seed {}", seed));
+  }
+  for (auto& [name, t] : given) {  // overridden initializers
+    bound.tensors.push_back({name, std::move(t.first)});
+    bound.sources.push_back(std::move(t.second));
+  }
+  return bound;
+}
+
+}  // namespace fusectl::cli

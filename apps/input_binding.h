@@ -1,0 +1,26 @@
+// How `run` and `profile` turn their --input and --shape flags into the graph's inputs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fusectl/graph/graph.h"
+#include "fusectl/kernels/executor.h"
+
+namespace fusectl::cli {
+
+struct BoundInputs {
+  std::vector<kernels::NamedTensor> tensors;  // every non-initializer input in graph order,
+                                              // then overridden initializers
+  std::vector<std::string> sources;           // per tensor: its file, or "random, seed N"
+};
+
+// Each spec is NAME=FILE when NAME is a graph input, else FILE for the next non-initializer
+// input in order (.npy or .pb, readTensorFile); inputs no spec names are seeded
+// (makeRandomInput, with the --shape override for symbolic dims). Usage errors name the spec.
+BoundInputs bindInputs(const Graph& graph, const std::vector<std::string>& specs, uint64_t seed,
+                       const std::vector<std::pair<std::string, Shape>>& shapes);
+
+}  // namespace fusectl::cli
