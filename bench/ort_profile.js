@@ -2,11 +2,14 @@
 // ONNX Runtime's side of bench/run_profile_bench.sh and bench/run_kernel_bench.sh: latency of
 // one model at one or more graph optimization levels, measured in one process, A/B/A/B.
 //
-//   node bench/ort_profile.js MODEL INPUTS_DIR [--threads N] [--runs R] [--warmup W]
-//                             [--levels disabled,all] [--label TEXT]
+//   node bench/ort_profile.js MODEL INPUTS [--threads N] [--runs R] [--warmup W]
+//                             [--levels disabled,all] [--label TEXT] [--preallocate 0|1]
 //
-// INPUTS_DIR holds <input name>.npy for every graph input (left in place, unlike
-// bench/ort_latency.js). One session per level, each warmed up W times (default 3), then R
+// INPUTS is a folder holding <input name>.npy for every graph input (left in place, unlike
+// bench/ort_latency.js), or `random:SEED` for seeded float32 data uniform in [-1, 1) shaped
+// by the model's static input dims (the single-op models of bench/make_kernel_models.py).
+// --preallocate 1 binds outputs allocated once (static output dims needed), so a kernel
+// benchmark times the kernel, not the copy of its result into a new JavaScript array. One session per level, each warmed up W times (default 3), then R
 // rounds (default 20) that run every session once in turn, so that the levels see the same
 // machine noise, as `fusectl profile` does for its two sides. Sequential execution, intra-op
 // threads N (fusectl's --threads), inter-op 1. One JSON line per level on stdout: median, min,
@@ -29,6 +32,24 @@ function percentile(sorted, p) {
   return sorted[rank];
 }
 
+// Seeded data without a dependency: xorshift32 is plenty for benchmark inputs.
+function randomFloats(count, seed) {
+  const a = new Float32Array(count);
+  let x = (seed >>> 0) || 1;
+  for (let i = 0; i < count; ++i) {
+    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+    a[i] = x / 2147483648 - 1;
+  }
+  return a;
+}
+
+function staticDims(meta, what) {
+  if (!meta.shape.every((d) => typeof d === 'number')) {
+    throw new Error(`${what} '${meta.name}' has symbolic dims [${meta.shape}]`);
+  }
+  return meta.shape;
+}
+
 function median(sorted) {
   const n = sorted.length;
   return n % 2 ? sorted[(n - 1) / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
@@ -38,7 +59,8 @@ async function main() {
   const args = process.argv.slice(2);
   if (args.length < 2 || args[0].startsWith('--') || args[1].startsWith('--')) usage();
   const [model, inputsDir] = args;
-  const opt = { threads: '1', runs: '20', warmup: '3', levels: 'disabled,all', label: '' };
+  const opt = { threads: '1', runs: '20', warmup: '3', levels: 'disabled,all', label: '',
+                preallocate: '0' };
   for (let i = 2; i < args.length; i += 2) {
     const key = args[i].replace(/^--/, '');
     if (!(key in opt) || i + 1 >= args.length) usage();
@@ -59,16 +81,35 @@ async function main() {
     }));
   }
   const feeds = {};
-  for (const name of sessions[0].inputNames) {
-    const t = readNpy(path.join(inputsDir, name + '.npy'));
-    feeds[name] = new ort.Tensor(t.type, t.data, t.dims);
-  }
-  for (const s of sessions) for (let i = 0; i < warmup; ++i) await s.run(feeds);
+  const seed = /^random:(\d+)$/.exec(inputsDir);
+  sessions[0].inputMetadata.forEach((meta, k) => {
+    if (seed) {
+      const dims = staticDims(meta, 'input');
+      const count = dims.reduce((a, b) => a * b, 1);
+      feeds[meta.name] = new ort.Tensor('float32', randomFloats(count, Number(seed[1]) + k), dims);
+    } else {
+      const t = readNpy(path.join(inputsDir, meta.name + '.npy'));
+      feeds[meta.name] = new ort.Tensor(t.type, t.data, t.dims);
+    }
+  });
+  const fetches = sessions.map((s) => {
+    if (opt.preallocate !== '1') return undefined;
+    const f = {};
+    for (const meta of s.outputMetadata) {
+      const dims = staticDims(meta, 'output');
+      if (meta.type !== 'float32') throw new Error(`--preallocate: output '${meta.name}' is ${meta.type}`);
+      f[meta.name] = new ort.Tensor(meta.type, new Float32Array(dims.reduce((a, b) => a * b, 1)),
+                                    dims);
+    }
+    return f;
+  });
+  const run = (k) => (fetches[k] ? sessions[k].run(feeds, fetches[k]) : sessions[k].run(feeds));
+  for (let k = 0; k < sessions.length; ++k) for (let i = 0; i < warmup; ++i) await run(k);
   const ms = levels.map(() => []);
   for (let r = 0; r < runs; ++r) {
     for (let k = 0; k < sessions.length; ++k) {
       const t0 = process.hrtime.bigint();
-      await sessions[k].run(feeds);
+      await run(k);
       ms[k].push(Number(process.hrtime.bigint() - t0) / 1e6);
     }
   }
