@@ -3,13 +3,11 @@
 // one model at one or more graph optimization levels, measured in one process, A/B/A/B.
 //
 //   node bench/ort_profile.js MODEL INPUTS [--threads N] [--runs R] [--warmup W]
-//                             [--levels disabled,all] [--label TEXT] [--preallocate 0|1]
+//                             [--levels disabled,all] [--label TEXT]
 //
 // INPUTS is a folder holding <input name>.npy for every graph input (left in place, unlike
 // bench/ort_latency.js), or `random:SEED` for seeded float32 data uniform in [-1, 1) shaped
-// by the model's static input dims (the single-op models of bench/make_kernel_models.py).
-// --preallocate 1 binds outputs allocated once (static output dims needed), so a kernel
-// benchmark times the kernel, not the copy of its result into a new JavaScript array. One session per level, each warmed up W times (default 3), then R
+// by the model's static input dims (the single-op models of bench/make_kernel_models.py). One session per level, each warmed up W times (default 3), then R
 // rounds (default 20) that run every session once in turn, so that the levels see the same
 // machine noise, as `fusectl profile` does for its two sides. Sequential execution, intra-op
 // threads N (fusectl's --threads), inter-op 1. One JSON line per level on stdout: median, min,
@@ -59,8 +57,7 @@ async function main() {
   const args = process.argv.slice(2);
   if (args.length < 2 || args[0].startsWith('--') || args[1].startsWith('--')) usage();
   const [model, inputsDir] = args;
-  const opt = { threads: '1', runs: '20', warmup: '3', levels: 'disabled,all', label: '',
-                preallocate: '0' };
+  const opt = { threads: '1', runs: '20', warmup: '3', levels: 'disabled,all', label: '' };
   for (let i = 2; i < args.length; i += 2) {
     const key = args[i].replace(/^--/, '');
     if (!(key in opt) || i + 1 >= args.length) usage();
@@ -92,18 +89,7 @@ async function main() {
       feeds[meta.name] = new ort.Tensor(t.type, t.data, t.dims);
     }
   });
-  const fetches = sessions.map((s) => {
-    if (opt.preallocate !== '1') return undefined;
-    const f = {};
-    for (const meta of s.outputMetadata) {
-      const dims = staticDims(meta, 'output');
-      if (meta.type !== 'float32') throw new Error(`--preallocate: output '${meta.name}' is ${meta.type}`);
-      f[meta.name] = new ort.Tensor(meta.type, new Float32Array(dims.reduce((a, b) => a * b, 1)),
-                                    dims);
-    }
-    return f;
-  });
-  const run = (k) => (fetches[k] ? sessions[k].run(feeds, fetches[k]) : sessions[k].run(feeds));
+  const run = (k) => sessions[k].run(feeds);
   for (let k = 0; k < sessions.length; ++k) for (let i = 0; i < warmup; ++i) await run(k);
   const ms = levels.map(() => []);
   for (let r = 0; r < runs; ++r) {
