@@ -9,7 +9,7 @@ group it belongs to, and what one run moves or computes (bytes of every input an
 or FLOPs), so that run_kernel_bench.sh turns ORT's median time into the same unit.
 
 Shapes mirror fusectl's benchmarks: GEMM 1024x1024x1024 and skinny M = 1..16 against a
-K x N weight; memory-bound kernels on 2^24 floats shaped as bench_bandwidth shapes them
+K x N weight; ResNet-50's convolution shapes; memory-bound kernels on 2^24 floats shaped as bench_bandwidth shapes them
 (per-channel cases with 64 channels, last-axis cases with rows of 1024); a chain of 10,000
 Relu nodes on 16 floats for the executor's fixed cost per node. Weights (GEMM B, norm and
 BN parameters, small broadcast operands) are initializers, as in a real model, so ORT may
@@ -27,6 +27,13 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 SEED = 13
+# (C, H, M, k, stride): the convolution shapes bench_gemm times, ResNet-50's distinct layers.
+RESNET50_CONVS = [(3, 224, 64, 7, 2), (64, 56, 64, 1, 1), (64, 56, 64, 3, 1), (64, 56, 256, 1, 1),
+                  (256, 56, 64, 1, 1), (256, 56, 128, 1, 1), (128, 56, 128, 3, 2),
+                  (128, 28, 512, 1, 1), (512, 28, 128, 1, 1), (128, 28, 128, 3, 1),
+                  (256, 28, 256, 3, 2), (256, 14, 1024, 1, 1), (1024, 14, 256, 1, 1),
+                  (256, 14, 256, 3, 1), (512, 14, 512, 3, 2), (512, 7, 2048, 1, 1),
+                  (2048, 7, 512, 1, 1), (512, 7, 512, 3, 1)]
 
 
 def make(path, nodes, inputs, output, initializers=(), opset=17):
@@ -72,6 +79,17 @@ def cases(n, skinny_k, skinny_n):
         add(name, "gemm", [helper.make_node("MatMul", ["A", "B"], ["Y"])],
             [("A", [m, k])], ("Y", [m, nn]), [("B", f32(k, nn))],
             work=dict(flops=2 * m * k * nn, weight_bytes=4 * k * nn, m=m, k=k, n=nn))
+
+    # ResNet-50's convolutions as bench_gemm times them: square input, pad k/2, with bias.
+    for cin, h, cout, k, stride in RESNET50_CONVS:
+        pad, oh = k // 2, (h + 2 * (k // 2) - k) // stride + 1
+        add(f"conv_c{cin}_h{h}_m{cout}_k{k}_s{stride}", "conv",
+            [helper.make_node("Conv", ["X", "W", "bias"], ["Y"], kernel_shape=[k, k],
+                              strides=[stride, stride], pads=[pad] * 4)],
+            [("X", [1, cin, h, h])], ("Y", [1, cout, oh, oh]),
+            [("W", f32(cout, cin, k, k)), ("bias", f32(cout))],
+            work=dict(flops=2 * cout * oh * oh * cin * k * k, x=[1, cin, h, h],
+                      w=[cout, cin, k, k], stride=stride))
 
     # Memory-bound kernels, named as bench_bandwidth names them.
     def bw(name, op, shapes, out_shape, consts=(), attrs=None, opset=17, consts_first=False):
