@@ -9,7 +9,9 @@
 # ONNX Runtime times single-op models of the same shapes (bench/make_kernel_models.py, written
 # once to KERNEL_MODELS) through bench/ort_profile.js on seeded inputs, median of RUNS (>= 10)
 # runs, levels `disabled` and `all` alternating in one process, 1 and 2 intra-op threads.
-# A fusectl binary that is not built is reported as missing; the ORT side is printed anyway.
+# A fusectl benchmark binary that is not built is reported as missing, and its cases are timed
+# instead through the executor, on the very models ORT runs (bench_latency; marked "(e)" in the
+# tables: they include the executor's per-run allocation and, for GEMM, packing B every run).
 # Env: THREADS ("1 2"), RUNS (10), WARMUP (2), ONLY (substring of the case names to keep),
 # KERNEL_MODELS ($FUSECTL_BENCH_MODELS/kernels, default /work/bench-models/kernels),
 # FUSECTL_ORT_DIR (/work/ort), PIN (1: 1-thread ORT runs and fusectl runs that take a thread
@@ -64,9 +66,32 @@ if built bench_executor_overhead; then
       --repeat "$runs" >>"$out/fusectl.jsonl"
   done
 fi
+# Groups whose dedicated benchmark is missing: the same single-op models through the executor.
+: >"$out/fusectl_models.jsonl"
+fallback_groups=()
 for m in "${missing[@]+"${missing[@]}"}"; do
-  echo "run_kernel_bench: missing $build/bench/$m (cmake --build $build --target $m); its fusectl column stays empty" >&2
+  case $m in
+    bench_gemm) fallback_groups+=(gemm conv) ;;
+    bench_bandwidth) fallback_groups+=(bandwidth) ;;
+    bench_executor_overhead) fallback_groups+=(overhead) ;;
+  esac
+  echo "run_kernel_bench: missing $build/bench/$m (cmake --build $build --target $m)" >&2
 done
+if [ ${#fallback_groups[@]} -gt 0 ]; then
+  if [ -x "$build/bench/bench_latency" ]; then
+    echo "run_kernel_bench: timing ${fallback_groups[*]} through the executor instead (bench_latency)" >&2
+    fallback_cases=$(python3 -c 'import json,sys; print("\n".join(c["name"] for c in json.load(open(sys.argv[1])) if c["group"] in sys.argv[2:]))' "$models/cases.json" "${fallback_groups[@]}")
+    for c in $fallback_cases; do
+      [ -z "$only" ] || [[ $c == *"$only"* ]] || continue
+      for t in $threads; do
+        pinned "$t" "$build/bench/bench_latency" "$models/$c.onnx" --threads "$t" --repeat "$runs" \
+          --warmup "$warmup" >>"$out/fusectl_models.jsonl"
+      done
+    done
+  else
+    echo "run_kernel_bench: no $build/bench/bench_latency either: fusectl columns of ${fallback_groups[*]} stay empty" >&2
+  fi
+fi
 
 : >"$out/ort.jsonl"
 cases=$(python3 -c 'import json,sys; print("\n".join(c["name"] for c in json.load(open(sys.argv[1]))))' "$models/cases.json")
@@ -89,10 +114,24 @@ for line in open(f"{out}/ort.jsonl"):
     r = json.loads(line)
     ort[(r["label"], r["threads"], r["level"])] = r["median_ms"] / 1e3
 fus = [json.loads(l) for l in open(f"{out}/fusectl.jsonl") if l.startswith("{")]
+by_model = {c["model"]: n for n, c in cases.items()}
+# Through the executor (bench_latency on the ORT models), used where a benchmark binary is missing.
+executor = {}
+for line in open(f"{out}/fusectl_models.jsonl"):
+    r = json.loads(line)
+    executor[(by_model.get(r["model"]), r["threads"])] = r["median_ms"] / 1e3
+
+def via_executor(name, t, per_second):
+    s = executor.get((name, t))
+    return None if s is None else per_second(cases[name]) / s
 threads = sorted({t for _, t, _ in ort})
 
 def f(x, fmt="{:.1f}"):
     return "-" if x is None else fmt.format(x)
+
+def cell(d, key, fmt="{:.1f}"):
+    """d[key] formatted, marked (e) when it was timed through the executor."""
+    return f(d.get(key), fmt) + (" (e)" if d.get("e") and d.get(key) is not None else "")
 
 def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
@@ -121,11 +160,14 @@ rows = []
 for t in threads:
     od, oa = ort_rate("gemm_1024", t, "disabled", gflops), ort_rate("gemm_1024", t, "all", gflops)
     lines = [l for l in fus if l.get("bench") == "gemm" and l.get("threads") == t]
+    e = via_executor("gemm_1024", t, gflops)
+    if not lines and e is not None:
+        lines = [{"kernel": "executor", "gflops": e, "b_prepacked": False, "e": True}]
     for l in lines or [{}]:
         g = l.get("gflops")
         rows.append([str(t), l.get("kernel", "(not built)"),
                      "prepacked" if l.get("b_prepacked") else ("packed per call" if l else "-"),
-                     f(g), f(od), f(oa), f(ratio(g, max(od or 0, oa or 0) or None), "{:.2f}x")])
+                     cell(l, "gflops"), f(od), f(oa), f(ratio(g, max(od or 0, oa or 0) or None), "{:.2f}x")])
 table("GEMM 1024x1024x1024 fp32, GFLOP/s (fusectl: bench_gemm; ORT: MatMul with a constant B)",
       ["threads", "fusectl kernel", "B", "fusectl GFLOP/s", "ORT disabled", "ORT all",
        "fusectl / best ORT"], rows, keys=3)
@@ -140,14 +182,18 @@ for name, c in cases.items():
                                  and l.get("N") == c["n"] and l.get("K") == c["k"]
                                  and l.get("threads") == t and l.get("b_prepacked") == pre), {})
         pre, per_call = pick(True), pick(False)
+        e = via_executor(name, t, gbps_b)
+        if not pre and not per_call and e is not None:
+            per_call = {"b_gbps": e, "e": True}
         od = ort_rate(name, t, "disabled", gbps_b)
         oa = ort_rate(name, t, "all", gbps_b)
-        rows.append([str(c["m"]), f"{c['k']}x{c['n']}", str(t), f(pre.get("b_gbps")),
-                     f(per_call.get("b_gbps")), f(od), f(oa),
-                     f(ratio(pre.get("b_gbps"), max(od or 0, oa or 0) or None), "{:.2f}x")])
+        best = pre.get("b_gbps") or per_call.get("b_gbps")
+        rows.append([str(c["m"]), f"{c['k']}x{c['n']}", str(t), cell(pre, "b_gbps"),
+                     cell(per_call, "b_gbps"), f(od), f(oa),
+                     f(ratio(best, max(od or 0, oa or 0) or None), "{:.2f}x")])
 table("Skinny GEMM (decode case), GB/s of B streamed", ["M", "K x N", "threads",
       "fusectl prepacked", "fusectl packed per call", "ORT disabled", "ORT all",
-      "fusectl prepacked / best ORT"], rows, keys=3)
+      "fusectl (prepacked if built) / best ORT"], rows, keys=3)
 
 # Convolutions.
 rows = []
@@ -158,9 +204,11 @@ for name, c in cases.items():
         l = next((l for l in fus if l.get("bench") == "conv" and l.get("x") == c["x"]
                   and l.get("w") == c["w"] and l.get("stride") == c["stride"]
                   and l.get("threads") == t), {})
+        if not l and via_executor(name, t, gflops) is not None:
+            l = {"gflops": via_executor(name, t, gflops), "e": True}
         od, oa = ort_rate(name, t, "disabled", gflops), ort_rate(name, t, "all", gflops)
         rows.append([f"{c['x'][1]}x{c['x'][2]}² -> {c['w'][0]}, {c['w'][2]}x{c['w'][3]} s{c['stride']}",
-                     str(t), f(l.get("gflops")), f(od), f(oa),
+                     str(t), cell(l, "gflops"), f(od), f(oa),
                      f(ratio(l.get("gflops"), max(od or 0, oa or 0) or None), "{:.2f}x")])
 table("ResNet-50 convolutions, GFLOP/s (ORT all may switch to its NCHWc layout, "
       "reorders included)", ["C x H² -> M, k s", "threads", "fusectl", "ORT disabled", "ORT all",
@@ -176,9 +224,11 @@ for t in threads:
         if c["group"] != "bandwidth":
             continue
         l = next((l for l in fus if l.get("kernel") == name and l.get("threads") == t), {})
+        if not l and via_executor(name, t, gbps) is not None:
+            l = {"gb_per_s": via_executor(name, t, gbps), "e": True}
         o = ort_rate(name, t, "disabled", gbps)
         g = l.get("gb_per_s")
-        rows.append([name, str(t), f(g), f(ratio(g, triad.get(t)), "{:.2f}"), f(o),
+        rows.append([name, str(t), cell(l, "gb_per_s"), f(ratio(g, triad.get(t)), "{:.2f}"), f(o),
                      f(ratio(o, triad.get(t)), "{:.2f}"), f(ratio(g, o), "{:.2f}x")])
 table(f"Memory-bound kernels on {cases['Relu']['bytes'] // 8 // 2**20}M floats, GB/s of inputs + output "
       "(ORT: level disabled)", ["kernel", "threads", "fusectl GB/s", "fusectl / triad", "ORT GB/s",
@@ -189,12 +239,18 @@ rows = []
 c = cases["executor_overhead"]
 for t in threads:
     l = next((l for l in fus if l.get("bench") == "executor_overhead" and l.get("threads") == t), {})
+    if not l and executor.get(("executor_overhead", t)) is not None:
+        l = {"ns_per_node": executor[("executor_overhead", t)] * 1e9 / c["nodes"], "e": True}
     s = ort.get(("executor_overhead", t, "disabled"))
     o = None if s is None else s * 1e9 / c["nodes"]
-    rows.append([str(t), f(l.get("ns_per_node")), f(l.get("executor_ns_per_node")),
+    rows.append([str(t), cell(l, "ns_per_node"), f(l.get("executor_ns_per_node")),
                  f(l.get("kernel_ns_per_call")), f(o), f(ratio(l.get("ns_per_node"), o), "{:.2f}x")])
 table(f"Executor cost per node, chain of {c['nodes']} Relu on {c['elements']} floats, ns",
       ["threads", "fusectl ns/node", "fusectl executor only", "fusectl kernel alone",
        "ORT ns/node (disabled)", "fusectl / ORT"], rows)
+if executor:
+    print("\n(e): timed through the executor (bench_latency on the model ORT runs: includes the "
+          "per-run output allocation, and for GEMM and Conv the packing of the constant weight "
+          "on every run), because the dedicated fusectl benchmark was not built.")
 EOF
 echo "run_kernel_bench: raw results in $out" >&2
