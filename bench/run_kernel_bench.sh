@@ -11,7 +11,7 @@
 # runs, levels `disabled` and `all` alternating in one process, 1 and 2 intra-op threads.
 # A fusectl benchmark binary that is not built is reported as missing, and its cases are timed
 # instead through the executor, on the very models ORT runs (bench_latency; marked "(e)" in the
-# tables: they include the executor's per-run allocation and, for GEMM, packing B every run).
+# tables: they include the executor's per-run allocation and any per-run weight packing).
 # Env: THREADS ("1 2"), RUNS (10), WARMUP (2), ONLY (substring of the case names to keep),
 # KERNEL_MODELS ($FUSECTL_BENCH_MODELS/kernels, default /work/bench-models/kernels),
 # FUSECTL_ORT_DIR (/work/ort), PIN (1: 1-thread ORT runs and fusectl runs that take a thread
@@ -250,7 +250,7 @@ table(f"Executor cost per node, chain of {c['nodes']} Relu on {c['elements']} fl
        "ORT ns/node (disabled)", "fusectl / ORT"], rows)
 if executor:
     print("\n(e): timed through the executor (bench_latency on the model ORT runs: includes the "
-          "per-run output allocation, and for GEMM and Conv the packing of the constant weight "
-          "on every run), because the dedicated fusectl benchmark was not built.")
+          "per-run output allocation and whatever weight packing the kernels redo each run), "
+          "because the dedicated fusectl benchmark was not built.")
 EOF
 echo "run_kernel_bench: raw results in $out" >&2
