@@ -85,8 +85,12 @@ for m in $models; do
     echo "run_profile_bench: $m, $t thread(s)" >&2
     if [ "$mode" = profile ]; then
       mapfile -t args < <(input_args "$inputs")
+      # Exit 1 means a check failed (outputs differ): the report is still written, and the
+      # table says so; anything else is an error.
+      rc=0
       pinned "$t" "$fusectl" profile "$model" "${args[@]}" --threads "$t" --runs "$runs" \
-        --warmup "$warmup" --json "$out/fusectl-$m-t$t.json" >"$out/fusectl-$m-t$t.txt"
+        --warmup "$warmup" --json "$out/fusectl-$m-t$t.json" >"$out/fusectl-$m-t$t.txt" || rc=$?
+      [ "$rc" -le 1 ] && [ -f "$out/fusectl-$m-t$t.json" ] || die "fusectl profile $model failed (exit $rc)"
     else
       for block in 1 2 3; do
         fallback_side "$model" "$t" "$inputs" >>"$out/fallback-$m-t$t-unfused.jsonl"
@@ -107,7 +111,12 @@ done
 # count of peak activation bytes.
 if [ -n "$memory_model" ]; then
   [ -f "$models_dir/tiny_relu.onnx" ] || die "$models_dir/tiny_relu.onnx missing (export_profile_models.py writes it)"
-  rss_kib() { /usr/bin/time -f '%M' -o "$out/time.tmp" "$@" >"$out/rss-cmd.out" 2>&1 || { cat "$out/rss-cmd.out" >&2; die "failed: $*"; }; cat "$out/time.tmp"; }
+  rss_kib() {  # COMMAND... -> its max RSS in KiB; exit 1 (a failed check in profile) is fine here
+    local rc=0
+    /usr/bin/time -f '%M' -o "$out/time.tmp" "$@" >"$out/rss-cmd.out" 2>&1 || rc=$?
+    [ "$rc" -le 1 ] || { cat "$out/rss-cmd.out" >&2; die "failed (exit $rc): $*"; }
+    tail -n 1 "$out/time.tmp"
+  }
   mem_row() {  # NAME MODEL INPUTS
     local args peak=""
     mapfile -t args < <(input_args "$3")
@@ -139,38 +148,39 @@ for line in open(os.path.join(out, "ort.jsonl")):
     ort[(r["label"], r["threads"], r["level"])] = r["median_ms"]
 
 def fusectl_side(m, t):
-    """(unfused ms, fused ms, fused/unfused gain, unfused calls, fused calls)."""
+    """(unfused ms, fused ms, fused/unfused gain, unfused calls, fused calls, outputs agree)."""
     if mode == "profile":
         j = json.load(open(os.path.join(out, f"fusectl-{m}-t{t}.json")))
         u, f = j["sides"]["unfused"], j["sides"]["fused"]
+        agree = {True: "yes", False: "NO"}.get(j.get("outputs_agree"), "-")
         return (u["median_ms"], f["median_ms"], j["speedup"]["median"],
-                u["kernel_invocations"], f["kernel_invocations"])
+                u["kernel_invocations"], f["kernel_invocations"], agree)
     med = lambda side: statistics.median(
         json.loads(l)["median_ms"] for l in open(os.path.join(out, f"fallback-{m}-t{t}-{side}.jsonl")))
     fig = json.load(open(os.path.join(out, f"fallback-{m}-t{t}-figures.json")))
     u, f = med("unfused"), med("fused")
-    return u, f, u / f, fig["unfused_nodes"], fig["fused_nodes"]
+    return u, f, u / f, fig["unfused_nodes"], fig["fused_nodes"], "-"
 
 def ms(x):
     return f"{x:.1f}" if x >= 10 else f"{x:.3g}"
 
 head = ["model", "threads", "fusectl unfused ms", "fusectl fused (-O3) ms", "fused/unfused gain",
         "ORT disabled ms", "ORT all ms", "ORT gain", "fused / ORT all", "goal met",
-        "kernels unfused -> fused"]
+        "kernels unfused -> fused", "outputs agree"]
 print(f"\nfusectl ({'profile' if mode == 'profile' else 'optimize -O3 + bench_latency, fallback'}) "
       f"vs ONNX Runtime, medians, batch 1; goal: fused <= 0.9x ORT all and fusectl gain >= ORT gain\n")
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
 for m in os.environ["MODELS_LIST"].split():
     for t in map(int, os.environ["THREADS_LIST"].split()):
-        u, f, gain, uc, fc = fusectl_side(m, t)
+        u, f, gain, uc, fc, agree = fusectl_side(m, t)
         od, oa = ort[(m, t, "disabled")], ort[(m, t, "all")]
         ratio, ort_gain = f / oa, od / oa
         lat_ok, gain_ok = ratio <= 0.9, gain >= ort_gain
         goal = "yes" if lat_ok and gain_ok else \
             "no (" + ", ".join(w for w, ok in (("latency", lat_ok), ("gain", gain_ok)) if not ok) + ")"
         print(f"| {m} | {t} | {ms(u)} | {ms(f)} | {gain:.2f}x | {ms(od)} | {ms(oa)} | "
-              f"{ort_gain:.2f}x | {ratio:.2f}x | {goal} | {uc} -> {fc} |")
+              f"{ort_gain:.2f}x | {ratio:.2f}x | {goal} | {uc} -> {fc} | {agree} |")
 
 mem = os.path.join(out, "memory.jsonl")
 if os.path.exists(mem):
