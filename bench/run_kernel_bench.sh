@@ -228,8 +228,12 @@ for t in threads:
             l = {"gb_per_s": via_executor(name, t, gbps), "e": True}
         o = ort_rate(name, t, "disabled", gbps)
         g = l.get("gb_per_s")
-        rows.append([name, str(t), cell(l, "gb_per_s"), f(ratio(g, triad.get(t)), "{:.2f}"), f(o),
-                     f(ratio(o, triad.get(t)), "{:.2f}"), f(ratio(g, o), "{:.2f}x")])
+        # bench_bandwidth may pair each kernel with its own triad pass (triad_gb_per_s): then
+        # both runtimes' ratios use that one, measured right beside the kernel.
+        ref = l.get("triad_gb_per_s") or triad.get(t)
+        own = l.get("ratio_to_triad") if "triad_gb_per_s" in l else ratio(g, ref)
+        rows.append([name, str(t), cell(l, "gb_per_s"), f(own, "{:.2f}"), f(o),
+                     f(ratio(o, ref), "{:.2f}"), f(ratio(g, o), "{:.2f}x")])
 table(f"Memory-bound kernels on {cases['Relu']['bytes'] // 8 // 2**20}M floats, GB/s of inputs + output "
       "(ORT: level disabled)", ["kernel", "threads", "fusectl GB/s", "fusectl / triad", "ORT GB/s",
       "ORT / triad", "fusectl / ORT"], rows)
@@ -248,6 +252,10 @@ for t in threads:
 table(f"Executor cost per node, chain of {c['nodes']} Relu on {c['elements']} floats, ns",
       ["threads", "fusectl ns/node", "fusectl executor only", "fusectl kernel alone",
        "ORT ns/node (disabled)", "fusectl / ORT"], rows)
+for l in fus:
+    if l.get("bench") == "parallel_region":
+        print(f"\nfusectl parallel region ({l['threads']} threads): {l['us_per_region']} us per "
+              f"region, {l['us_overhead']} us over half the serial time")
 if executor:
     print("\n(e): timed through the executor (bench_latency on the model ORT runs: includes the "
           "per-run output allocation and whatever weight packing the kernels redo each run), "
