@@ -1,0 +1,268 @@
+#!/usr/bin/python3
+"""Exports the issue-13 benchmark models and their inputs for bench/run_profile_bench.sh.
+
+    /usr/bin/python3 bench/export_profile_models.py [OUT_DIR] [--only NAME,...] [--opset17] [--force]
+
+OUT_DIR defaults to $FUSECTL_BENCH_MODELS or /work/bench-models (keep it out of git: the
+models are 14-420 MB). For each model it writes OUT_DIR/NAME.onnx and OUT_DIR/inputs/NAME/
+<input name>.npy (seeded, so every runtime in the bench sees the same bytes), then checks
+the export three ways: onnx.checker, the node counts it must have (one BatchNormalization
+node per BatchNorm module of the CNN: none folded), and one run in ONNX Runtime (npm, through tests/ort_reference.js) compared
+with torch's own output.
+
+Models: torchvision ResNet-50, MobileNetV2 and EfficientNet-B0 (opset 13, batch 1,
+3x224x224, random weights) and a BERT-base-sized encoder written here in plain torch
+(12 layers, hidden 768, 12 heads, FFN 3072, exact-erf GELU, sequence 128). --opset17 adds
+bert_base_op17, the same encoder with LayerNormalization as one op. It also writes
+tiny_relu.onnx (one Relu on 16 floats), the baseline run_profile_bench.sh subtracts from
+each runtime's peak RSS.
+
+Why the exports look the way they do:
+- BatchNormalization is kept on purpose: folding it into Conv is one of the fusions
+  fusectl's optimizer is measured on. In eval mode torch.onnx.export folds BN into the
+  preceding Conv (its eval peephole pass); TrainingMode.PRESERVE with the model in eval
+  mode skips that pass while still exporting inference-mode BN.
+- Random weights would leave every BN at mean 0 / var 1, so folding would be nearly an
+  identity and activations would drift in scale through 50 layers. The running statistics
+  are therefore calibrated on a few seeded random batches, which keeps the outputs finite
+  and the folded weights non-trivial.
+- Needs Debian's python3-torch 1.13 / torchvision 0.14 (bench/install-bench-deps.sh), hence
+  /usr/bin/python3 rather than whatever python3 is first on PATH.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+
+import numpy as np
+import onnx
+import torch
+import torch.nn as nn
+import torchvision
+
+SEED = 13
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_OUT = os.environ.get("FUSECTL_BENCH_MODELS", "/work/bench-models")
+ORT_DIR = os.environ.get("FUSECTL_ORT_DIR", "/work/ort")
+
+
+# ---- BERT-base-sized encoder (no HF dependency) ----
+
+class EncoderLayer(nn.Module):
+    def __init__(self, hidden, heads, ffn):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = hidden // heads
+        self.query = nn.Linear(hidden, hidden)
+        self.key = nn.Linear(hidden, hidden)
+        self.value = nn.Linear(hidden, hidden)
+        self.attn_out = nn.Linear(hidden, hidden)
+        self.attn_norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.ffn_in = nn.Linear(hidden, ffn)
+        self.gelu = nn.GELU()  # approximate='none': exported as the erf formula
+        self.ffn_out = nn.Linear(ffn, hidden)
+        self.ffn_norm = nn.LayerNorm(hidden, eps=1e-12)
+
+    def split_heads(self, x):
+        b, s, _ = x.shape
+        return x.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x, mask_bias):
+        b, s, h = x.shape
+        q = self.split_heads(self.query(x))
+        k = self.split_heads(self.key(x))
+        v = self.split_heads(self.value(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / (self.head_dim ** 0.5) + mask_bias
+        ctx = torch.matmul(torch.softmax(scores, dim=-1), v)
+        ctx = ctx.transpose(1, 2).reshape(b, s, h)
+        x = self.attn_norm(x + self.attn_out(ctx))
+        return self.ffn_norm(x + self.ffn_out(self.gelu(self.ffn_in(x))))
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, vocab=30522, max_pos=512, hidden=768, heads=12, ffn=3072, layers=12):
+        super().__init__()
+        self.word = nn.Embedding(vocab, hidden)
+        self.position = nn.Embedding(max_pos, hidden)
+        self.token_type = nn.Embedding(2, hidden)
+        self.embed_norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.layers = nn.ModuleList(EncoderLayer(hidden, heads, ffn) for _ in range(layers))
+
+    def forward(self, input_ids, attention_mask):
+        seq = input_ids.shape[1]
+        positions = torch.arange(seq, dtype=torch.int64).unsqueeze(0)
+        x = self.word(input_ids) + self.position(positions) + self.token_type(
+            torch.zeros_like(input_ids))
+        x = self.embed_norm(x)
+        # [1, 1, 1, seq]: 0 where attended, -10000 where masked (BERT's additive mask).
+        mask_bias = (1.0 - attention_mask[:, None, None, :].to(torch.float32)) * -10000.0
+        for layer in self.layers:
+            x = layer(x, mask_bias)
+        return x
+
+
+# ---- model table ----
+
+def calibrate_batchnorm(model, shape, batches=2, batch=8):
+    """Sets BN running statistics from seeded random batches (see the module docstring)."""
+    g = torch.Generator().manual_seed(SEED + 1)
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.reset_running_stats()
+            m.momentum = None  # cumulative average over the calibration batches
+    model.train()
+    with torch.no_grad():
+        for _ in range(batches):
+            model(torch.randn((batch,) + shape[1:], generator=g))
+    model.eval()
+
+
+def vision(ctor):
+    def build():
+        torch.manual_seed(SEED)
+        model = ctor(weights=None)
+        calibrate_batchnorm(model, (1, 3, 224, 224))
+        rng = np.random.default_rng(SEED)
+        image = rng.standard_normal((1, 3, 224, 224), dtype=np.float32)
+        return model, {"input": image}, ["output"]
+    # The BatchNormalization count is raised to the module's own count at export time.
+    return build, {"BatchNormalization": 1, "Conv": 1}
+
+
+def bert(opset):
+    def build():
+        torch.manual_seed(SEED)
+        model = BertEncoder().eval()
+        rng = np.random.default_rng(SEED)
+        ids = rng.integers(0, 30522, size=(1, 128), dtype=np.int64)
+        mask = np.ones((1, 128), dtype=np.int64)
+        return model, {"input_ids": ids, "attention_mask": mask}, ["last_hidden_state"]
+    required = {"MatMul": 12 * 6, "Softmax": 12, "Erf": 12}
+    if opset >= 17:
+        required["LayerNormalization"] = 25
+    return build, required
+
+
+# name -> (opset, build() -> (module, inputs, output names), {op: minimum count})
+MODELS = {
+    "resnet50": (13, *vision(torchvision.models.resnet50)),
+    "mobilenet_v2": (13, *vision(torchvision.models.mobilenet_v2)),
+    "efficientnet_b0": (13, *vision(torchvision.models.efficientnet_b0)),
+    "bert_base": (13, *bert(13)),
+}
+OPTIONAL = {"bert_base_op17": (17, *bert(17))}
+
+
+# ---- export and checks ----
+
+def export(name, opset, build, out_dir):
+    model, inputs, output_names = build()
+    path = os.path.join(out_dir, name + ".onnx")
+    args = tuple(torch.from_numpy(a) for a in inputs.values())
+    # PRESERVE + constant folding draws a warning meant for models in training mode; ours is
+    # in eval mode, and check_in_ort compares the export's output with torch's anyway.
+    warnings.filterwarnings("ignore", message="It is recommended that constant folding")
+    torch.onnx.export(model, args, path, opset_version=opset,
+                      input_names=list(inputs), output_names=output_names,
+                      training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=True)
+    input_dir = os.path.join(out_dir, "inputs", name)
+    os.makedirs(input_dir, exist_ok=True)
+    for k, a in inputs.items():
+        np.save(os.path.join(input_dir, k + ".npy"), a)
+    with torch.no_grad():
+        expected = model(*args).numpy()
+    bn_modules = sum(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    return path, input_dir, expected, bn_modules
+
+
+def check_structure(name, path, required):
+    onnx.checker.check_model(path)  # by path: works above the 2 GB in-memory limit too
+    graph = onnx.load(path, load_external_data=False).graph
+    counts = {}
+    for n in graph.node:
+        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    for op, at_least in required.items():
+        if counts.get(op, 0) < at_least:
+            raise SystemExit(f"{path}: expected >= {at_least} {op} nodes, found "
+                             f"{counts.get(op, 0)} (op counts: {counts})")
+    return len(graph.node), counts
+
+
+def check_in_ort(path, input_dir, expected):
+    """One run in onnxruntime-node; returns the max abs difference from torch's output."""
+    with tempfile.TemporaryDirectory() as out:
+        feeds = [f"{f[:-4]}={os.path.join(input_dir, f)}" for f in sorted(os.listdir(input_dir))]
+        env = dict(os.environ, FUSECTL_ORT_DIR=ORT_DIR)
+        r = subprocess.run(["node", os.path.join(REPO, "tests", "ort_reference.js"), path, out]
+                           + feeds, env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"{path}: ONNX Runtime failed (exit {r.returncode}): "
+                             f"{r.stderr.strip().splitlines()[-1:]}")
+        got = np.load(os.path.join(out, sorted(os.listdir(out))[0]))
+    if got.shape != expected.shape:
+        raise SystemExit(f"{path}: ORT output shape {got.shape}, torch {expected.shape}")
+    return float(np.max(np.abs(got - expected))), float(np.max(np.abs(expected)))
+
+
+def write_memory_baseline(out_dir):
+    """tiny_relu.onnx: one Relu on 16 floats, the process-overhead baseline that
+    run_profile_bench.sh subtracts from each runtime's peak RSS."""
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 16])
+    y = helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 16])
+    graph = helper.make_graph([helper.make_node("Relu", ["input"], ["output"])], "tiny_relu",
+                              [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    onnx.save(model, os.path.join(out_dir, "tiny_relu.onnx"))
+    input_dir = os.path.join(out_dir, "inputs", "tiny_relu")
+    os.makedirs(input_dir, exist_ok=True)
+    np.save(os.path.join(input_dir, "input.npy"),
+            np.random.default_rng(SEED).standard_normal((1, 16), dtype=np.float32))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir", nargs="?", default=DEFAULT_OUT)
+    ap.add_argument("--only", help="comma-separated model names")
+    ap.add_argument("--opset17", action="store_true", help="also export bert_base_op17")
+    ap.add_argument("--force", action="store_true", help="re-export models that exist")
+    opts = ap.parse_args()
+
+    table = dict(MODELS)
+    if opts.opset17:
+        table.update(OPTIONAL)
+    names = opts.only.split(",") if opts.only else list(table)
+    unknown = [n for n in names if n not in table and n not in OPTIONAL]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {unknown}; known: {list(MODELS) + list(OPTIONAL)}")
+    os.makedirs(opts.out_dir, exist_ok=True)
+    torch.set_num_threads(2)
+    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
+          f"onnx {onnx.__version__} -> {opts.out_dir}", flush=True)
+    write_memory_baseline(opts.out_dir)
+    for name in names:
+        opset, build, required = table[name] if name in table else OPTIONAL[name]
+        path = os.path.join(opts.out_dir, name + ".onnx")
+        if os.path.exists(path) and not opts.force:
+            print(f"{name}: exists, skipped (--force re-exports)", flush=True)
+            continue
+        path, input_dir, expected, bn_modules = export(name, opset, build, opts.out_dir)
+        if bn_modules:  # every BatchNorm module must survive as its own node
+            required = dict(required, BatchNormalization=bn_modules)
+        nodes, counts = check_structure(name, path, required)
+        diff, scale = check_in_ort(path, input_dir, expected)
+        if not np.isfinite(diff) or diff > 1e-3 * max(1.0, scale):
+            raise SystemExit(f"{path}: ORT and torch differ by {diff:g} (output scale {scale:g})")
+        shown = {k: counts[k] for k in sorted(required)}
+        print(f"{name}: opset {opset}, {nodes} nodes {shown}, "
+              f"{os.path.getsize(path) / 2**20:.1f} MiB; checker ok; "
+              f"ORT vs torch max |diff| {diff:.2e} (output max |y| {scale:.3g})", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what bench/export_profile_models.py needs from Debian's archive:
+# torch and torchvision to build the models, onnx to check them, numpy for the
+# seeded inputs. Idempotent: apt-get runs only when a package is missing, so a
+# second call costs a dpkg query and nothing else.
+#
+# The exporter must run with the Debian interpreter (/usr/bin/python3), which is
+# the one these packages install into; a pyenv or venv python3 will not see them.
+set -euo pipefail
+
+packages=(python3-torch python3-torchvision python3-onnx python3-numpy)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-bench-deps: all present (${packages[*]})"
+  exit 0
+fi
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+
+echo "install-bench-deps: installing ${missing[*]}"
+"${sudo_cmd[@]}" apt-get update -q
+DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+/usr/bin/python3 -c 'import torch, torchvision, onnx, numpy; print("install-bench-deps: torch", torch.__version__, "torchvision", torchvision.__version__, "onnx", onnx.__version__)'

@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# Issue 13's model table: fusectl unfused vs fused (-O3) next to ONNX Runtime `disabled` vs
+# `all`, on the same inputs, 1 and 2 threads, all in one run; then peak memory on ResNet-50.
+#
+#   bench/run_profile_bench.sh [BUILD_DIR] [MODELS_DIR]
+#
+# BUILD_DIR defaults to build, MODELS_DIR to $FUSECTL_BENCH_MODELS or /work/bench-models (made by
+# bench/export_profile_models.py: NAME.onnx plus inputs/NAME/<input>.npy).
+# Env: MODELS (default "resnet50 mobilenet_v2 efficientnet_b0 bert_base"), THREADS ("1 2"),
+# RUNS (20), WARMUP (3), MEMORY_MODEL (resnet50; empty skips the memory section),
+# FUSECTL_ORT_DIR (/work/ort: the folder holding node_modules/onnxruntime-node),
+# PIN (1: 1-thread runs under `taskset -c 1`), OUT (bench/out/profile-<UTC time>: raw JSON kept).
+#
+# fusectl's side comes from `fusectl profile` (A/B/A/B in one process, JSON report) when the
+# binary has that subcommand. Older binaries fall back to `fusectl optimize -O3` and
+# build/bench/bench_latency, alternating unfused/fused blocks of RUNS/3 runs in separate
+# processes (the median of the block medians is reported); that path times fusectl on
+# bench_latency's seeded inputs, which it also hands to ONNX Runtime, so both runtimes still
+# see the same bytes. ONNX Runtime alternates its two sessions the same way (bench/ort_profile.js).
+set -euo pipefail
+
+build=${1:-build}
+models_dir=${2:-${FUSECTL_BENCH_MODELS:-/work/bench-models}}
+models=${MODELS:-resnet50 mobilenet_v2 efficientnet_b0 bert_base}
+threads=${THREADS:-1 2}
+runs=${RUNS:-20}
+warmup=${WARMUP:-3}
+memory_model=${MEMORY_MODEL-resnet50}
+pin=${PIN:-1}
+export FUSECTL_ORT_DIR=${FUSECTL_ORT_DIR:-/work/ort}
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-$here/out/profile-$(date -u +%Y%m%dT%H%M%SZ)}
+fusectl=$build/apps/fusectl
+
+die() { echo "run_profile_bench: $*" >&2; exit 2; }
+[ -x "$fusectl" ] || die "$fusectl not found (cmake --build $build --target fusectl)"
+command -v node >/dev/null || die "node not found (ONNX Runtime runs from npm)"
+for m in $models; do
+  [ -f "$models_dir/$m.onnx" ] || die "$models_dir/$m.onnx missing: run bench/install-bench-deps.sh, then /usr/bin/python3 bench/export_profile_models.py $models_dir"
+done
+mkdir -p "$out"
+
+if "$fusectl" --help | grep -qE '^ +profile +'; then
+  mode=profile
+else
+  mode=fallback
+  [ -x "$build/bench/bench_latency" ] || die "$fusectl has no 'profile' and $build/bench/bench_latency is missing"
+  echo "run_profile_bench: $fusectl has no 'profile' subcommand; using optimize -O3 + bench_latency" >&2
+fi
+
+# `taskset -c 1` for one thread: the other core keeps the OS and other processes off it.
+pinned() {
+  local t=$1; shift
+  if [ "$pin" = 1 ] && [ "$t" = 1 ] && command -v taskset >/dev/null; then taskset -c 1 "$@"; else "$@"; fi
+}
+
+input_args() {  # --input NAME=FILE for each .npy in $1
+  local f
+  for f in "$1"/*.npy; do printf -- '--input\n%s=%s\n' "$(basename "$f" .npy)" "$f"; done
+}
+
+# fallback: kernel invocations and peak activation bytes from one `fusectl run` (its summary line)
+run_figures() {  # MODEL INPUTS_DIR -> "NODES PEAK_BYTES"
+  local line
+  mapfile -t args < <(input_args "$2")
+  line=$("$fusectl" run "$1" "${args[@]}" | grep '^peak activation bytes:')
+  echo "$(sed -E 's/.*; nodes: ([0-9]+);.*/\1/' <<<"$line") $(sed -E 's/^peak activation bytes: ([0-9]+).*/\1/' <<<"$line")"
+}
+
+fallback_side() {  # MODEL T INPUTS_DIR -> appends bench_latency lines for one model file
+  pinned "$2" "$build/bench/bench_latency" "$1" --threads "$2" --repeat "$block_runs" --warmup "$warmup" --inputs-dir "$3"
+}
+
+echo "run_profile_bench: mode $mode, models in $models_dir, threads $threads, runs $runs, warmup $warmup, raw output in $out" >&2
+for m in $models; do
+  model=$models_dir/$m.onnx
+  inputs=$models_dir/inputs/$m
+  if [ "$mode" = fallback ]; then
+    fused=$out/$m.O3.onnx
+    "$fusectl" optimize "$model" -o "$fused" -O3 >/dev/null
+    inputs=$out/inputs/$m   # bench_latency's seeded inputs (seed 1), shared with ONNX Runtime
+    block_runs=$(( (runs + 2) / 3 ))
+  fi
+  for t in $threads; do
+    echo "run_profile_bench: $m, $t thread(s)" >&2
+    if [ "$mode" = profile ]; then
+      mapfile -t args < <(input_args "$inputs")
+      # Exit 1 means a check failed (outputs differ): the report is still written, and the
+      # table says so; anything else is an error.
+      rc=0
+      pinned "$t" "$fusectl" profile "$model" "${args[@]}" --threads "$t" --runs "$runs" \
+        --warmup "$warmup" --json "$out/fusectl-$m-t$t.json" >"$out/fusectl-$m-t$t.txt" || rc=$?
+      [ "$rc" -le 1 ] && [ -f "$out/fusectl-$m-t$t.json" ] || die "fusectl profile $model failed (exit $rc)"
+    else
+      for block in 1 2 3; do
+        fallback_side "$model" "$t" "$inputs" >>"$out/fallback-$m-t$t-unfused.jsonl"
+        fallback_side "$fused" "$t" "$inputs" >>"$out/fallback-$m-t$t-fused.jsonl"
+      done
+      read -r un_nodes un_peak < <(run_figures "$model" "$inputs")
+      read -r fu_nodes fu_peak < <(run_figures "$fused" "$inputs")
+      printf '{"unfused_nodes": %s, "unfused_peak": %s, "fused_nodes": %s, "fused_peak": %s}\n' \
+        "$un_nodes" "$un_peak" "$fu_nodes" "$fu_peak" >"$out/fallback-$m-t$t-figures.json"
+    fi
+    pinned "$t" node "$here/ort_profile.js" "$model" "$inputs" --threads "$t" --runs "$runs" \
+      --warmup "$warmup" --levels disabled,all --label "$m" >>"$out/ort.jsonl"
+  done
+done
+
+# Peak memory: each runtime's max RSS running the model once, minus the same process running
+# tiny_relu.onnx (the executable, its libraries and, for ORT, node itself), plus fusectl's own
+# count of peak activation bytes.
+if [ -n "$memory_model" ]; then
+  [ -f "$models_dir/tiny_relu.onnx" ] || die "$models_dir/tiny_relu.onnx missing (export_profile_models.py writes it)"
+  rss_kib() {  # COMMAND... -> its max RSS in KiB; exit 1 (a failed check in profile) is fine here
+    local rc=0
+    /usr/bin/time -f '%M' -o "$out/time.tmp" "$@" >"$out/rss-cmd.out" 2>&1 || rc=$?
+    [ "$rc" -le 1 ] || { cat "$out/rss-cmd.out" >&2; die "failed (exit $rc): $*"; }
+    tail -n 1 "$out/time.tmp"
+  }
+  mem_row() {  # NAME MODEL INPUTS
+    local args peak=""
+    mapfile -t args < <(input_args "$3")
+    local f_rss o_rss
+    f_rss=$(rss_kib "$fusectl" run "$2" "${args[@]}")
+    peak=$(sed -nE 's/^peak activation bytes: ([0-9]+).*/\1/p' "$out/rss-cmd.out")
+    o_rss=$(rss_kib node "$here/ort_profile.js" "$2" "$3" --runs 1 --warmup 0 --levels all)
+    local p_rss=null p_peak=null
+    if [ "$mode" = profile ]; then
+      p_rss=$(rss_kib "$fusectl" profile "$2" "${args[@]}" --runs 1 --warmup 0 --json "$out/mem-profile-$1.json")
+      p_peak=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["sides"]; print(max(v["peak_activation_bytes"] for v in s.values()))' "$out/mem-profile-$1.json")
+    fi
+    printf '{"model": "%s", "fusectl_run_rss_kib": %s, "fusectl_peak_activation_bytes": %s, "ort_all_rss_kib": %s, "fusectl_profile_rss_kib": %s, "fusectl_profile_peak_activation_bytes": %s}\n' \
+      "$1" "$f_rss" "${peak:-null}" "$o_rss" "$p_rss" "$p_peak"
+  }
+  mem_row tiny_relu "$models_dir/tiny_relu.onnx" "$models_dir/inputs/tiny_relu" >"$out/memory.jsonl"
+  mem_row "$memory_model" "$models_dir/$memory_model.onnx" "$models_dir/inputs/$memory_model" >>"$out/memory.jsonl"
+  rm -f "$out/time.tmp" "$out/rss-cmd.out"
+fi
+
+MODE=$mode MODELS_LIST=$models THREADS_LIST=$threads python3 - "$out" <<'EOF'
+import glob, json, os, statistics, sys
+
+out = sys.argv[1]
+mode = os.environ["MODE"]
+ort = {}
+for line in open(os.path.join(out, "ort.jsonl")):
+    r = json.loads(line)
+    ort[(r["label"], r["threads"], r["level"])] = r["median_ms"]
+
+def fusectl_side(m, t):
+    """(unfused ms, fused ms, fused/unfused gain, unfused calls, fused calls, outputs agree)."""
+    if mode == "profile":
+        j = json.load(open(os.path.join(out, f"fusectl-{m}-t{t}.json")))
+        u, f = j["sides"]["unfused"], j["sides"]["fused"]
+        agree = {True: "yes", False: "NO"}.get(j.get("outputs_agree"), "-")
+        return (u["median_ms"], f["median_ms"], j["speedup"]["median"],
+                u["kernel_invocations"], f["kernel_invocations"], agree)
+    med = lambda side: statistics.median(
+        json.loads(l)["median_ms"] for l in open(os.path.join(out, f"fallback-{m}-t{t}-{side}.jsonl")))
+    fig = json.load(open(os.path.join(out, f"fallback-{m}-t{t}-figures.json")))
+    u, f = med("unfused"), med("fused")
+    return u, f, u / f, fig["unfused_nodes"], fig["fused_nodes"], "-"
+
+def ms(x):
+    return f"{x:.1f}" if x >= 10 else f"{x:.3g}"
+
+head = ["model", "threads", "fusectl unfused ms", "fusectl fused (-O3) ms", "fused/unfused gain",
+        "ORT disabled ms", "ORT all ms", "ORT gain", "fused / ORT all", "goal met",
+        "kernels unfused -> fused", "outputs agree"]
+print(f"\nfusectl ({'profile' if mode == 'profile' else 'optimize -O3 + bench_latency, fallback'}) "
+      f"vs ONNX Runtime, medians, batch 1; goal: fused <= 0.9x ORT all and fusectl gain >= ORT gain\n")
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
+for m in os.environ["MODELS_LIST"].split():
+    for t in map(int, os.environ["THREADS_LIST"].split()):
+        u, f, gain, uc, fc, agree = fusectl_side(m, t)
+        od, oa = ort[(m, t, "disabled")], ort[(m, t, "all")]
+        ratio, ort_gain = f / oa, od / oa
+        lat_ok, gain_ok = ratio <= 0.9, gain >= ort_gain
+        goal = "yes" if lat_ok and gain_ok else \
+            "no (" + ", ".join(w for w, ok in (("latency", lat_ok), ("gain", gain_ok)) if not ok) + ")"
+        print(f"| {m} | {t} | {ms(u)} | {ms(f)} | {gain:.2f}x | {ms(od)} | {ms(oa)} | "
+              f"{ort_gain:.2f}x | {ratio:.2f}x | {goal} | {uc} -> {fc} | {agree} |")
+
+mem = os.path.join(out, "memory.jsonl")
+if os.path.exists(mem):
+    rows = [json.loads(l) for l in open(mem)]
+    base, r = rows[0], rows[1]
+    mib = lambda kib: kib / 1024
+    print(f"\npeak memory, {r['model']}, 1 run, 1 thread (max RSS; 'net' subtracts the same "
+          f"process running tiny_relu.onnx); goal: fusectl <= ORT\n")
+    print("| process | max RSS MiB | baseline MiB | net MiB | peak activation MiB (fusectl's plan) |")
+    print("|---|---|---|---|---|")
+    def row(name, key, peak=None):
+        if r[key] is None:
+            return
+        p = f"{peak / 2**20:.1f}" if peak is not None else "-"
+        print(f"| {name} | {mib(r[key]):.1f} | {mib(base[key]):.1f} | "
+              f"{mib(r[key] - base[key]):.1f} | {p} |")
+    row("fusectl run", "fusectl_run_rss_kib", r["fusectl_peak_activation_bytes"])
+    row("fusectl profile (both sides)", "fusectl_profile_rss_kib",
+        r["fusectl_profile_peak_activation_bytes"])
+    row("ONNX Runtime (node, all)", "ort_all_rss_kib")
+    net_f = r["fusectl_run_rss_kib"] - base["fusectl_run_rss_kib"]
+    net_o = r["ort_all_rss_kib"] - base["ort_all_rss_kib"]
+    print(f"\nfusectl run / ONNX Runtime, net: {net_f / net_o:.2f}x "
+          f"({'goal met' if net_f <= net_o else 'goal missed'})")
+EOF
+echo "run_profile_bench: raw results in $out" >&2
