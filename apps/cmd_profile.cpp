@@ -242,7 +242,7 @@ int runProfile(const ProfileCliOptions& opts, bool level_given) {
   std::unique_ptr<Model> fused;
   std::vector<FusionSiteInput> sites;
   if (opts.only != "unfused") {
-    fused = loadModel(opts.model, load);
+    fused = unfused->clone();  // one set of weights in memory; the passes copy what they change
     const passes::Report report = passes::optimize(*fused, request);
     sites = sitesOf(report, *unfused, *fused);
   }

@@ -4,6 +4,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
@@ -170,4 +172,36 @@ TEST_CASE("optimize: gates pass and fail as results, bad requests are usage erro
   print.passes = "also-no-such-pass";
   CHECK_THAT(error(print), Catch::StartsWith("unknown pass 'no-such-pass'"));  // checked first
   CHECK(modelToText(*keep) == text);
+}
+
+TEST_CASE("optimize: a model's clone optimizes without touching the original", "[optimize]") {
+  // fusectl profile optimizes a clone whose initializers share the original's bytes: every
+  // pass that changes a weight (fold-conv-bn here) must copy it first.
+  for (const char* name : {"testdata/models/resnet_mini.onnx", "testdata/models/bert_layer.onnx",
+                           "testdata/models/mobilenet_mini.onnx"}) {
+    CAPTURE(name);
+    std::unique_ptr<Model> original = testModel(name);
+    std::vector<std::pair<std::string, std::vector<uint8_t>>> before;
+    for (const Value* v : original->graph->initializers()) {
+      const Tensor& t = *v->initializer();
+      before.emplace_back(v->name(), std::vector<uint8_t>(t.bytes(), t.bytes() + t.byteSize()));
+    }
+    const size_t nodes_before = original->graph->numNodes();
+    std::unique_ptr<Model> copy = original->clone();
+    OptimizeRequest request;
+    request.level = 3;
+    const Report report = optimize(*copy, request);
+    CHECK(!report.fusions.empty());
+    CHECK(copy->graph->numNodes() < nodes_before);
+    CHECK(original->graph->numNodes() == nodes_before);
+    REQUIRE(original->graph->initializers().size() == before.size());
+    size_t i = 0;
+    for (const Value* v : original->graph->initializers()) {
+      const Tensor& t = *v->initializer();
+      CHECK(v->name() == before[i].first);
+      CHECK(std::vector<uint8_t>(t.bytes(), t.bytes() + t.byteSize()) == before[i].second);
+      ++i;
+    }
+    CHECK(original->graph->verify() == "");
+  }
 }

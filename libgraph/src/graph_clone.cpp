@@ -89,4 +89,21 @@ std::unique_ptr<Graph> Graph::clone(Graph* parent) const {
   return out;
 }
 
+std::unique_ptr<Model> Model::clone() const {
+  auto out = std::make_unique<Model>();
+  out->ir_version = ir_version;
+  out->opset_imports = opset_imports;
+  out->producer_name = producer_name;
+  out->producer_version = producer_version;
+  out->domain = domain;
+  out->model_version = model_version;
+  out->doc_string = doc_string;
+  out->metadata_props = metadata_props;
+  out->functions = functions;
+  out->training_info = training_info;
+  out->graph = graph->clone();
+  out->external_data_files = external_data_files;
+  return out;
+}
+
 }  // namespace fusectl

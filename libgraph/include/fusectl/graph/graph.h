@@ -462,6 +462,10 @@ class Model {
   // Version of `domain` imported by the model ("" and "ai.onnx" are the same); 0 when absent.
   int64_t opsetVersion(std::string_view domain = "") const;
   void setOpsetVersion(std::string_view domain, int64_t version);
+
+  // A deep copy (Graph::clone) whose initializers share their bytes with this model's until
+  // either side writes them: two versions of one model cost one set of weights.
+  std::unique_ptr<Model> clone() const;
 };
 
 }  // namespace fusectl
