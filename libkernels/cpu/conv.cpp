@@ -28,6 +28,7 @@
 
 #include "compute_common.h"
 #include "fusectl/kernels/epilogue.h"
+#include "conv_depthwise.h"
 #include "gemm_micro.h"
 #include "gemm_packed_state.h"
 
@@ -233,13 +234,17 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
   ep.ld_residual = P;
   if (d.N == 0 || d.M == 0 || P == 0) return;
 
-  // Depthwise: direct loop, parallel over (image, output channel).
+  // Depthwise: direct loop, parallel over (image, output channel); AVX-512 rows with the
+  // epilogue in registers where the CPU has it (conv_depthwise.h).
   if (Cg == 1 && d.win.rank() <= 2) {
     parallelFor(d.N * d.M, threads, 4, [&](int64_t b, int64_t e) {
       for (int64_t nm = b; nm < e; ++nm) {
         const int64_t n = nm / d.M, m = nm % d.M, g = m / Mg;
         float* yp = y + nm * P;
-        depthwise2d(x + (n * d.C + g) * in_pixels, w + m * taps, yp, d.win);
+        const float* xp = x + (n * d.C + g) * in_pixels;
+        const float* zp = residual ? residual + nm * P : nullptr;
+        if (depthwisePlaneAvx512(xp, w + m * taps, yp, d.win, ep, m, zp)) continue;
+        depthwise2d(xp, w + m * taps, yp, d.win);
         Epilogue e2 = ep;
         e2.residual = residual ? residual + n * d.M * P : nullptr;
         if (!e2.empty()) e2.apply(yp, P, m, 0, 1, P);
