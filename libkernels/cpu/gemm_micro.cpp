@@ -353,7 +353,14 @@ void gemm(const GemmParams& p, int num_threads) {
   const double flops = 2.0 * static_cast<double>(p.M) * p.N * p.K;
   int threads = std::max(1, num_threads);
   threads = static_cast<int>(std::min<double>(threads, std::max(1.0, flops / 4e6)));
-  const bool split_cols = p.N >= p.M;
+  // Each thread packs the operand it does not split. A prepacked operand is shared, so split the
+  // other one: then no thread packs the same panels as another.
+  const bool a_packed = p.packed_a && p.packed_a->kernel == &s && p.alpha == 1.f;
+  const bool b_packed = p.packed_b && p.packed_b->kernel == &s;
+  const int64_t enough = int64_t{4} * threads;  // panels per thread worth splitting along
+  bool split_cols = p.N >= p.M;
+  if (b_packed && !a_packed && p.M >= enough * s.mr) split_cols = false;
+  if (a_packed && !b_packed && p.N >= enough * s.nr) split_cols = true;
   const int64_t extent = split_cols ? p.N : p.M;
   const int64_t unit = split_cols ? s.nr : s.mr;
   const int64_t units = (extent + unit - 1) / unit;
