@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -149,7 +150,9 @@ void freeAligned(float* p) { std::free(p); }
 
 std::unique_ptr<float[], void (*)(float*)> allocAligned(int64_t floats) {
   const size_t bytes = roundUp(std::max<int64_t>(floats, 16) * sizeof(float), 64);
-  return {static_cast<float*>(std::aligned_alloc(64, bytes)), freeAligned};
+  float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+  if (!p) throw std::bad_alloc();
+  return {p, freeAligned};
 }
 
 // A thread's pack buffers, 64-byte aligned, grown on demand and kept.
