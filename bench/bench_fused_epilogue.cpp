@@ -46,9 +46,12 @@ using Dims = std::vector<int64_t>;
 class ReusingAllocator : public OutputAllocator {
  public:
   HostTensor allocate(DType dtype, const std::vector<int64_t>& dims) override {
-    HostTensor t(dtype, dims);
+    int64_t count = 1;
+    for (int64_t d : dims) count *= d;
     auto& slot = buffers_[next_++];
-    if (!slot || slot->byteSize() != t.byteSize()) slot = std::make_shared<HostTensor>(t);
+    if (!slot || slot->byteSize() != count * fusectl::dtypeSize(dtype)) {
+      slot = std::make_shared<HostTensor>(dtype, dims);
+    }
     return HostTensor::borrow(dtype, dims, slot->raw(), slot);
   }
   void rewind() { next_ = 0; }

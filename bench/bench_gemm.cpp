@@ -111,8 +111,11 @@ void benchSkinny(int repeat) {
 class ReusingAllocator : public OutputAllocator {
  public:
   HostTensor allocate(DType dtype, const std::vector<int64_t>& dims) override {
-    HostTensor t(dtype, dims);
-    if (!buffer_ || buffer_->byteSize() != t.byteSize()) buffer_ = std::make_shared<HostTensor>(t);
+    int64_t count = 1;
+    for (int64_t d : dims) count *= d;
+    if (!buffer_ || buffer_->byteSize() != count * dtypeSize(dtype)) {
+      buffer_ = std::make_shared<HostTensor>(dtype, dims);
+    }
     return HostTensor::borrow(dtype, dims, buffer_->raw(), buffer_);
   }
 
