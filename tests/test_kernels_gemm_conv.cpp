@@ -139,7 +139,7 @@ TEST_CASE("gemm: every micro-kernel, packing and thread count matches a double r
   EachKernel kernels;
   REQUIRE(!kernels.names.empty());
   const int64_t outer[] = {1, 7, 17, 33, 100};
-  const int64_t depth[] = {1, 17, 100, 300};  // 300 crosses a KC block
+  const int64_t depth[] = {1, 17, 100, 300, 530};  // 300 and 530 cross KC blocks (256, 512)
   uint32_t seed = 100;
   for (int64_t M : outer) {
     for (int64_t N : outer) {
@@ -179,7 +179,7 @@ TEST_CASE("gemm: the fused epilogue equals Epilogue::apply on the plain product"
     int64_t M, N, K;
   };
   // A full-tile case, ragged edges on both sides, and the skinny (decode) path.
-  const Shape shapes[] = {{37, 83, 29}, {64, 64, 260}, {3, 70, 50}, {1, 33, 17}};
+  const Shape shapes[] = {{37, 83, 29}, {64, 64, 530}, {3, 70, 50}, {1, 33, 17}};
   for (const Shape& s : shapes) {
     GemmCase g = makeGemmCase(s.M, s.N, s.K, false, false, 7);
     const std::vector<float> bias = randomFloats(std::max(s.M, s.N), 8);
@@ -235,7 +235,7 @@ TEST_CASE("gemm: skinny products (M = 1..16) read B in place and stay exact",
   EachKernel kernels;
   for (int64_t M = 1; M <= 16; ++M) {
     for (int64_t N : {5, 32, 77}) {
-      GemmCase g = makeGemmCase(M, N, 300, false, false, static_cast<uint32_t>(M * 10 + N));
+      GemmCase g = makeGemmCase(M, N, 530, false, false, static_cast<uint32_t>(M * 10 + N));
       const std::vector<double> want = g.reference();
       for (const std::string& isa : kernels.names) {
         REQUIRE(gemmForceKernel(isa.c_str()));
