@@ -2,6 +2,7 @@
 // a masked load (the masks cover the padding, so no bounds checks in the loop), stride 2 by
 // loading 32 inputs and keeping the even lanes. The epilogue runs on the row still in registers.
 #include "conv_depthwise.h"
+#include "gemm_kernels.h"
 #include "gemm_vector_epilogue.h"
 
 namespace fusectl::kernels::cpu {
@@ -16,11 +17,7 @@ FUSECTL_AVX512 void depthwiseRows(const float* x, const float* w, float* y, cons
   const int64_t KH = win.kernel[0], KW = win.kernel[1], SH = win.strides[0];
   const int64_t DH = win.dilations[0], DW = win.dilations[1];
   const int64_t PH = win.pad_begin[0], PW = win.pad_begin[1];
-  const bool vector_act = ep.activation == Activation::None || ep.activation == Activation::Relu ||
-                          ep.activation == Activation::Clip ||
-                          ep.activation == Activation::LeakyRelu ||
-                          ep.activation == Activation::HardSigmoid ||
-                          ep.activation == Activation::HardSwish;
+  const bool vector_act = hasVectorActivation(ep.activation);
   const Activation act = vector_act ? ep.activation : Activation::None;
   const __m512 bias = _mm512_set1_ps(ep.bias ? ep.bias[channel] : 0.f);
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
