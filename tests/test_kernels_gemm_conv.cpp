@@ -230,6 +230,38 @@ TEST_CASE("gemm: the fused epilogue equals Epilogue::apply on the plain product"
   }
 }
 
+TEST_CASE("gemm: vector Sigmoid and Silu agree with the scalar epilogue over the whole range",
+          "[kernels][gemm]") {
+  EachKernel kernels;
+  // C = 1 * B (K = 1) puts chosen values through the epilogue: tiny, huge, both signs, zeros.
+  std::vector<float> values = {0.f, -0.f, 1e-30f, -1e-30f, 1e-7f, -1e-7f, 88.f, -88.f, 89.f,
+                               -89.f, 100.f, -100.f, 103.9f, -103.9f, 103.98f, -103.98f, 104.f, -104.f,
+                               120.f, -120.f, 1e30f, -1e30f};
+  for (int i = -2000; i <= 2000; ++i) values.push_back(static_cast<float>(i) * 0.0137f);
+  const int64_t N = static_cast<int64_t>(values.size());
+  const std::vector<float> one = {1.f};
+  for (const std::string& isa : kernels.names) {
+    REQUIRE(gemmForceKernel(isa.c_str()));
+    for (Activation act : {Activation::Sigmoid, Activation::Silu}) {
+      Epilogue ep;
+      ep.setActivation(act, nullptr, 0);
+      std::vector<float> got(static_cast<size_t>(N)), want = values;
+      GemmParams p = gemmParams(1, N, 1, one.data(), 1, false, values.data(), N, false,
+                                got.data(), N);
+      p.epilogue = &ep;
+      gemm(p, 1);
+      ep.activate(want.data(), N);
+      for (int64_t j = 0; j < N; ++j) {
+        INFO("kernel " << isa << " activation " << activationInfo(act).name << " x = "
+                       << values[j] << ": got " << got[j] << ", want " << want[j]);
+        REQUIRE(std::abs(got[j] - want[j]) <= 1e-44 + 4e-7 * std::abs(want[j]));
+        // (The product itself turns -0 into +0: 0 + 1 * -0 = +0.)
+        if (values[j] != 0.f) REQUIRE(std::signbit(got[j]) == std::signbit(want[j]));
+      }
+    }
+  }
+}
+
 TEST_CASE("gemm: skinny products (M = 1..16) read B in place and stay exact",
           "[kernels][gemm]") {
   EachKernel kernels;

@@ -17,7 +17,7 @@ FUSECTL_AVX512 void depthwiseRows(const float* x, const float* w, float* y, cons
   const int64_t KH = win.kernel[0], KW = win.kernel[1], SH = win.strides[0];
   const int64_t DH = win.dilations[0], DW = win.dilations[1];
   const int64_t PH = win.pad_begin[0], PW = win.pad_begin[1];
-  const bool vector_act = hasVectorActivation(ep.activation);
+  const bool vector_act = hasVectorActivation(ep.activation, true);
   const Activation act = vector_act ? ep.activation : Activation::None;
   const __m512 bias = _mm512_set1_ps(ep.bias ? ep.bias[channel] : 0.f);
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);

@@ -42,11 +42,13 @@ struct GemmKernelSpec {
   int64_t mr, nr;      // register tile
   int64_t kc, mc, nc;  // cache blocking: A panel + B panel in L1, A block in L2, B block in L3
   TileKernel tile;
+  bool vector_exp;  // Sigmoid and Silu in registers (hasVectorActivation)
 };
 
-// Which activations the vector kernels compute in registers (the others run the scalar
-// Epilogue::activate on the stored tile, still in L1).
-inline bool hasVectorActivation(Activation a) {
+// Which activations a vector kernel computes in registers (the others run the scalar
+// Epilogue::activate on the stored tile, still in L1). Kernels with a vector exp also take
+// Sigmoid and Silu; Gelu (erf) and Tanh stay scalar.
+inline bool hasVectorActivation(Activation a, bool vector_exp) {
   switch (a) {
     case Activation::None:
     case Activation::Relu:
@@ -55,6 +57,9 @@ inline bool hasVectorActivation(Activation a) {
     case Activation::HardSigmoid:
     case Activation::HardSwish:
       return true;
+    case Activation::Sigmoid:
+    case Activation::Silu:
+      return vector_exp;
     default:
       return false;
   }

@@ -70,7 +70,7 @@ void tilePortable(const TileArgs& t) {
 }
 
 const GemmKernelSpec kPortableSpec = {"portable", kMrPortable, kNrPortable, 256, 144, 4096,
-                                      tilePortable};
+                                      tilePortable, false};
 
 // ---- kernel choice ----
 
@@ -192,7 +192,7 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
     tep.bias_per_row = ep->bias_per_row;
     tep.ld_residual = ep->ld_residual;
     tep.full = ep;
-    tep.vector_activation = hasVectorActivation(ep->activation);
+    tep.vector_activation = hasVectorActivation(ep->activation, s.vector_exp);
   }
   TileArgs t;
   t.ldc = p.ldc;

@@ -15,6 +15,35 @@
 
 namespace fusectl::kernels::cpu {
 
+// exp(x) to about 1 ulp: x = n ln2 + r with |r| <= ln2/2, e^r by the Cephes expf polynomial,
+// 2^n by scalef (which also gives the subnormals and 0 far below, +inf far above).
+FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 exp512(__m512 x) {
+  // Below ln(2^-150) expf rounds to 0; the clamp keeps n in scalef's useful range.
+  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.972f), _CMP_LT_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.f)), _mm512_set1_ps(88.8f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.f));
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), _mm512_scalef_ps(y, n));
+}
+
+// Epilogue::sigmoid's split by sign (exp never overflows): 1/(1+e^-x) for x >= 0, else
+// e^x/(1+e^x).
+FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 sigmoid512(__m512 x) {
+  const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+  const __m512 denom = _mm512_add_ps(_mm512_set1_ps(1.f), e);
+  const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+  return _mm512_div_ps(_mm512_mask_blend_ps(neg, _mm512_set1_ps(1.f), e), denom);
+}
+
 // The activations of Epilogue::activate, in the same operation order (max/min operand order
 // chosen so that NaN and -0 come out as the scalar ternaries give them).
 FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 activate512(__m512 v, Activation act,
@@ -38,6 +67,10 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 activate512(__m512 v
           _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.f / 6.f)), _mm512_set1_ps(0.5f));
       return _mm512_mul_ps(v, _mm512_min_ps(_mm512_set1_ps(1.f), _mm512_max_ps(zero, t)));
     }
+    case Activation::Sigmoid:
+      return sigmoid512(v);
+    case Activation::Silu:
+      return _mm512_mul_ps(v, sigmoid512(v));
     default:
       return v;
   }
