@@ -160,7 +160,8 @@ struct ConvShape {
 
 void benchConv(const ConvShape& s, bool residual, int threads, int repeat) {
   const int64_t pad = s.k / 2;
-  const int64_t OH = (s.H + 2 * pad - s.k) / s.stride + 1, OW = (s.W + 2 * pad - s.k) / s.stride + 1;
+  const int64_t OH = (s.H + 2 * pad - s.k) / s.stride + 1;
+  const int64_t OW = (s.W + 2 * pad - s.k) / s.stride + 1;
   HostTensor x = randomTensor({1, s.C, s.H, s.W}, 1);
   HostTensor w = randomTensor({s.M, s.C / s.group, s.k, s.k}, 2, -0.1f, 0.1f);
   HostTensor bias = randomTensor({s.M}, 3);
@@ -168,7 +169,8 @@ void benchConv(const ConvShape& s, bool residual, int threads, int repeat) {
   HostTensor mean = randomTensor({s.M}, 6), var = randomTensor({s.M}, 7, 0.5f, 1.5f);
   HostTensor z = randomTensor({1, s.M, OH, OW}, 8);
   const std::vector<Attribute> conv_attrs = {
-      Attribute::ofInts("kernel_shape", {s.k, s.k}), Attribute::ofInts("strides", {s.stride, s.stride}),
+      Attribute::ofInts("kernel_shape", {s.k, s.k}),
+      Attribute::ofInts("strides", {s.stride, s.stride}),
       Attribute::ofInts("pads", {pad, pad, pad, pad}), Attribute::ofInt("group", s.group)};
 
   NodeRunner conv("", "Conv", {&x, &w}, 0b10, conv_attrs, threads);

@@ -151,7 +151,8 @@ void benchConv(int repeat) {
       }
       Node* node = g.createNode(
           {"Conv", "", ins, {"y"}, "conv",
-           {Attribute::ofInts("kernel_shape", {s.k, s.k}), Attribute::ofInts("strides", {s.stride, s.stride}),
+           {Attribute::ofInts("kernel_shape", {s.k, s.k}),
+            Attribute::ofInts("strides", {s.stride, s.stride}),
             Attribute::ofInts("pads", {pad, pad, pad, pad})}});
       g.addOutput(node->output(0));
       ReusingAllocator alloc;

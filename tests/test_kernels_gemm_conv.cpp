@@ -234,9 +234,10 @@ TEST_CASE("gemm: vector Sigmoid and Silu agree with the scalar epilogue over the
           "[kernels][gemm]") {
   EachKernel kernels;
   // C = 1 * B (K = 1) puts chosen values through the epilogue: tiny, huge, both signs, zeros.
-  std::vector<float> values = {0.f, -0.f, 1e-30f, -1e-30f, 1e-7f, -1e-7f, 88.f, -88.f, 89.f,
-                               -89.f, 100.f, -100.f, 103.9f, -103.9f, 103.98f, -103.98f, 104.f, -104.f,
-                               120.f, -120.f, 1e30f, -1e30f};
+  std::vector<float> values = {0.f,    -0.f,    1e-30f,  -1e-30f, 1e-7f,   -1e-7f,
+                               88.f,   -88.f,   89.f,    -89.f,   100.f,   -100.f,
+                               103.9f, -103.9f, 103.98f, -103.98f, 104.f,  -104.f,
+                               120.f,  -120.f,  1e30f,   -1e30f};
   for (int i = -2000; i <= 2000; ++i) values.push_back(static_cast<float>(i) * 0.0137f);
   const int64_t N = static_cast<int64_t>(values.size());
   const std::vector<float> one = {1.f};
@@ -372,7 +373,9 @@ TEST_CASE("Gemm and MatMul pack a constant B once and repack when it changes",
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
         double acc = bias ? cv[j] : 0.0;
-        for (int64_t k = 0; k < K; ++k) acc += double(av[i * K + k]) * (trans_b ? b[j * K + k] : b[k * N + j]);
+        for (int64_t k = 0; k < K; ++k) {
+          acc += double(av[i * K + k]) * (trans_b ? b[j * K + k] : b[k * N + j]);
+        }
         y[i * N + j] = acc;
       }
     return y;
@@ -518,7 +521,9 @@ TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][ge
       for (const Activation act : {Activation::Relu, Activation::Clip, Activation::Sigmoid}) {
         std::vector<Attribute> attrs = convAttrs(c);
         attrs.push_back(Attribute::ofString("activation", std::string(activationInfo(act).name)));
-        if (act == Activation::Clip) attrs.push_back(Attribute::ofFloats("activation_params", {0.f, 6.f}));
+        if (act == Activation::Clip) {
+          attrs.push_back(Attribute::ofFloats("activation_params", {0.f, 6.f}));
+        }
         StatefulNode fused("fusectl", "FusedConv", 4, attrs, 0b110);
         const std::vector<double> want = convReference(c, xv, wv, bv, &zv, act);
         for (int threads : {1, 2, 3}) {

@@ -43,7 +43,8 @@ FUSECTL_AVX512 void depthwiseRows(const float* x, const float* w, float* y, cons
                                  _mm512_cmplt_epi32_mask(pos, width) & out_mask;
             in = _mm512_maskz_loadu_ps(ok, row + base);
           } else {
-            const __m512i pos_lo = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)), lane);
+            const __m512i pos_lo =
+                _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)), lane);
             const __m512i pos_hi = _mm512_add_epi32(pos_lo, _mm512_set1_epi32(16));
             const __mmask16 ok_lo =
                 _mm512_cmpge_epi32_mask(pos_lo, zero_i) & _mm512_cmplt_epi32_mask(pos_lo, width);
@@ -57,7 +58,9 @@ FUSECTL_AVX512 void depthwiseRows(const float* x, const float* w, float* y, cons
         }
       }
       if (ep.bias) acc = _mm512_add_ps(acc, bias);
-      if (residual) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(out_mask, residual + oh * OW + ow0));
+      if (residual) {
+        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(out_mask, residual + oh * OW + ow0));
+      }
       if (act != Activation::None) acc = activate512(acc, act, ep.alpha, ep.beta);
       _mm512_mask_storeu_ps(yrow + ow0, out_mask, acc);
     }

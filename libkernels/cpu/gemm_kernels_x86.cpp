@@ -58,8 +58,9 @@ FUSECTL_AVX512 void tile512(const TileArgs& t) {
   }
   const int cols = t.cols;
   const __mmask16 m0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
-  const __mmask16 m1 =
-      cols >= 32 ? __mmask16(0xFFFF) : cols <= 16 ? __mmask16(0) : __mmask16((1u << (cols - 16)) - 1);
+  const __mmask16 m1 = cols >= 32   ? __mmask16(0xFFFF)
+                       : cols <= 16 ? __mmask16(0)
+                                    : __mmask16((1u << (cols - 16)) - 1);
   const Activation act = ep && ep->vector_activation ? ep->full->activation : Activation::None;
   const float alpha = ep ? ep->full->alpha : 0.f, beta = ep ? ep->full->beta : 0.f;
 #pragma GCC unroll 8

@@ -184,7 +184,9 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
   const bool direct_b = !pb && p.b_cs == 1 && i1 - i0 <= 2 * MR;
   thread_local ScratchBuffer abuf, bbuf, edgebuf;
   float* apack = pa ? nullptr : abuf.get(std::min(MC, roundUp(i1 - i0, MR)) * std::min(K, KC));
-  float* bpack = pb || direct_b ? nullptr : bbuf.get(std::min(K, KC) * std::min(NC, roundUp(j1 - j0, NR)));
+  float* bpack = pb || direct_b
+                     ? nullptr
+                     : bbuf.get(std::min(K, KC) * std::min(NC, roundUp(j1 - j0, NR)));
   float* edge = direct_b ? edgebuf.get(std::min(K, KC) * NR) : nullptr;
   const Epilogue* ep = p.epilogue && !p.epilogue->empty() ? p.epilogue : nullptr;
   TileEpilogue tep;
