@@ -42,12 +42,12 @@ struct GemmKernelSpec {
   int64_t mr, nr;      // register tile
   int64_t kc, mc, nc;  // cache blocking: A panel + B panel in L1, A block in L2, B block in L3
   TileKernel tile;
-  bool vector_exp;  // Sigmoid and Silu in registers (hasVectorActivation)
+  bool vector_exp;  // Sigmoid, Silu, Tanh and Gelu in registers (hasVectorActivation)
 };
 
 // Which activations a vector kernel computes in registers (the others run the scalar
 // Epilogue::activate on the stored tile, still in L1). Kernels with a vector exp also take
-// Sigmoid and Silu; Gelu (erf) and Tanh stay scalar.
+// Sigmoid, Silu, Tanh and Gelu.
 inline bool hasVectorActivation(Activation a, bool vector_exp) {
   switch (a) {
     case Activation::None:
@@ -59,10 +59,11 @@ inline bool hasVectorActivation(Activation a, bool vector_exp) {
       return true;
     case Activation::Sigmoid:
     case Activation::Silu:
+    case Activation::Tanh:
+    case Activation::Gelu:
       return vector_exp;
-    default:
-      return false;
   }
+  return false;
 }
 
 // Null when the CPU (or the build) lacks the instructions.
