@@ -5,7 +5,9 @@
 //   Y_g[Mg x P] = W_g[Mg x Cg*k] * col[Cg*k x P]   (P output pixels, k kernel taps)
 // with two shortcuts: a 1x1/stride-1/unpadded conv multiplies X directly (no im2col), and a
 // depthwise 2-D conv (one input channel per group) runs a direct loop. The bias, and for
-// FusedConv the residual and activation, are the GEMM's epilogue.
+// FusedConv the residual and activation, are the GEMM's epilogue, applied in the micro-kernel's
+// registers: a fused conv runs the same loops as the plain one. Constant weights are packed
+// once per session into the GEMM's A panels (gemm_packed_state.h).
 // ConvTranspose = GEMM then col2im: col[Mg*k x P_in] = W_g^T * X_g, scattered into Y.
 // The integer convs subtract the zero points into int32 operands and use the int32 GEMM.
 //
@@ -26,7 +28,9 @@
 
 #include "compute_common.h"
 #include "fusectl/kernels/epilogue.h"
+#include "conv_depthwise.h"
 #include "gemm_micro.h"
+#include "gemm_packed_state.h"
 
 namespace fusectl::kernels {
 namespace cpu {
@@ -211,9 +215,17 @@ void depthwise2d(const float* x, const float* w, float* y, const Window& win) {
   }
 }
 
+// An im2col chunk's scratch, reused by the thread across calls (im2col writes every element).
+float* im2colScratch(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < static_cast<size_t>(floats)) buffer.resize(static_cast<size_t>(floats));
+  return buffer.data();
+}
+
 // Float convolution with an epilogue (bias per output channel, residual laid out like Y).
+// `packed_w`, when set, holds each group's W_g packed as the GEMM's A operand.
 void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epilogue ep,
-               int threads) {
+               int threads, const PackedWeights* packed_w) {
   const int64_t Cg = d.C / d.group, Mg = d.M / d.group;
   const int64_t taps = d.kernelTaps(), K = Cg * taps;
   const int64_t in_pixels = d.inPixels(), P = d.outPixels();
@@ -222,13 +234,17 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
   ep.ld_residual = P;
   if (d.N == 0 || d.M == 0 || P == 0) return;
 
-  // Depthwise: direct loop, parallel over (image, output channel).
+  // Depthwise: direct loop, parallel over (image, output channel); AVX-512 rows with the
+  // epilogue in registers where the CPU has it (conv_depthwise.h).
   if (Cg == 1 && d.win.rank() <= 2) {
     parallelFor(d.N * d.M, threads, 4, [&](int64_t b, int64_t e) {
       for (int64_t nm = b; nm < e; ++nm) {
         const int64_t n = nm / d.M, m = nm % d.M, g = m / Mg;
         float* yp = y + nm * P;
-        depthwise2d(x + (n * d.C + g) * in_pixels, w + m * taps, yp, d.win);
+        const float* xp = x + (n * d.C + g) * in_pixels;
+        const float* zp = residual ? residual + nm * P : nullptr;
+        if (depthwisePlaneAvx512(xp, w + m * taps, yp, d.win, ep, m, zp)) continue;
+        depthwise2d(xp, w + m * taps, yp, d.win);
         Epilogue e2 = ep;
         e2.residual = residual ? residual + n * d.M * P : nullptr;
         if (!e2.empty()) e2.apply(yp, P, m, 0, 1, P);
@@ -238,14 +254,20 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
   }
 
   // Tasks are (image, group, pixel chunk). With enough of them, each thread takes whole tasks
-  // and runs single-threaded GEMMs; otherwise the GEMM itself is split across threads.
+  // and runs single-threaded GEMMs; otherwise the GEMM itself is split across threads. The
+  // chunk count is rounded up to a multiple of the thread count so that no thread idles.
   const bool pointwise = isPointwise(d.win);
-  const int64_t chunk = pointwise ? P : im2colChunk(K, P);
-  const int64_t chunks = (P + chunk - 1) / chunk;
+  int64_t chunk = pointwise ? P : im2colChunk(K, P);
+  int64_t chunks = (P + chunk - 1) / chunk;
+  const bool task_parallel = d.N * d.group * chunks >= threads;
+  if (!pointwise && task_parallel && threads > 1 && (d.N * d.group) % threads != 0) {
+    const int64_t even = (chunks + threads - 1) / threads * threads;
+    chunk = std::max<int64_t>(16, (P + even - 1) / even);
+    chunks = (P + chunk - 1) / chunk;
+  }
   const int64_t tasks = d.N * d.group * chunks;
-  const bool task_parallel = tasks >= threads;
   parallelFor(tasks, task_parallel ? threads : 1, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<float> col(pointwise ? 0 : static_cast<size_t>(K * std::min(chunk, P)));
+    float* col = pointwise ? nullptr : im2colScratch(K * std::min(chunk, P));
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n = t / (d.group * chunks), g = (t / chunks) % d.group;
       const int64_t p0 = (t % chunks) * chunk, p1 = std::min(P, p0 + chunk);
@@ -255,8 +277,8 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
       const float* bmat = xg + p0;
       int64_t ldb = P;
       if (!pointwise) {
-        im2col(xg, Cg, d.win, p0, p1, col.data());
-        bmat = col.data();
+        im2col(xg, Cg, d.win, p0, p1, col);
+        bmat = col;
         ldb = p1 - p0;
       }
       GemmParams p = gemmParams(Mg, p1 - p0, K, w + g * Mg * K, K, false, bmat, ldb, false,
@@ -264,6 +286,7 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
       p.epilogue = &en;
       p.epilogue_row0 = g * Mg;
       p.epilogue_col0 = p0;
+      if (packed_w) p.packed_a = &packed_w->parts[static_cast<size_t>(g)];
       gemm(p, task_parallel ? 1 : threads);
     }
   });
@@ -300,7 +323,17 @@ void runConv(KernelContext& ctx, bool fused) {
   }
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), ydims);
   FloatSink ys(y);
-  convFloat(xf.data(), wf.data(), ys.data(), d, ep, ctx.numThreads());
+  // The weights, as the GEMM's A operand of each group, packed once per session.
+  const int64_t Cg = d.C / d.group, Mg = d.M / d.group, K = Cg * d.kernelTaps();
+  const bool gemm_path = !(Cg == 1 && d.win.rank() <= 2);
+  const PackedWeights* packed =
+      gemm_path ? cachedPackedWeights(ctx, 1, d.group, [&](PackedWeights& pw) {
+        for (int64_t g = 0; g < d.group; ++g) {
+          pw.parts.push_back(packGemmA(Mg, K, wf.data() + g * Mg * K, K, 1));
+        }
+      })
+                : nullptr;
+  convFloat(xf.data(), wf.data(), ys.data(), d, ep, ctx.numThreads(), packed);
   ys.commit();
 }
 

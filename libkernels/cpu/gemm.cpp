@@ -1,9 +1,10 @@
 // Gemm, MatMul, MatMulInteger, QLinearMatMul and the fused FusedGemm (domain "fusectl").
 //
-// All float products run on the packed GEMM (gemm_micro.h). Gemm's C is applied either as the
-// epilogue's per-column bias (a [N] or [1,N] C with beta 1, the common Linear layer) or by
-// filling Y with beta*C and accumulating. MatMul broadcasts batch dims numpy-style; a batched A
-// against a plain 2-D B is folded into one tall GEMM.
+// All float products run on the packed GEMM (gemm_micro.h); a constant B (an initializer) is
+// packed once per session and kept in the node's state (gemm_packed_state.h). Gemm's C is
+// applied either as the epilogue's per-column bias (a [N] or [1,N] C with beta 1, the common
+// Linear layer) or by filling Y with beta*C and accumulating. MatMul broadcasts batch dims
+// numpy-style; a batched A against a plain 2-D B is folded into one tall GEMM.
 //
 // FusedGemm (domain "fusectl", since_opset 1): Y = activation(alpha*A'*B' + beta*C + Z)
 //   inputs:  A, B, C (optional, broadcast to [M,N] as in Gemm), Z (optional residual, [M,N])
@@ -21,6 +22,7 @@
 #include "compute_common.h"
 #include "fusectl/kernels/epilogue.h"
 #include "gemm_micro.h"
+#include "gemm_packed_state.h"
 
 namespace fusectl::kernels {
 namespace cpu {
@@ -90,6 +92,10 @@ void runGemm(KernelContext& ctx, bool fused) {
   p.alpha = alpha;
   p.accumulate = accumulate;
   p.epilogue = &ep;
+  const PackedWeights* packed = cachedPackedWeights(ctx, 1, tb, [&](PackedWeights& w) {
+    w.parts.push_back(packGemmB(K, N, p.B, p.b_rs, p.b_cs));
+  });
+  if (packed) p.packed_b = &packed->parts[0];
   gemm(p, ctx.numThreads());
   ys.commit();
 }
@@ -212,18 +218,27 @@ void runMatMul(KernelContext& ctx) {
     ys.commit();
     return;
   }
+  // A weight matrix shared by every batch is packed once per session.
+  const PackedWeights* packed =
+      p.b_shared ? cachedPackedWeights(ctx, 1, 0, [&](PackedWeights& w) {
+        w.parts.push_back(packGemmB(K, N, bf.data(), N, 1));
+      })
+                 : nullptr;
+  const PackedMatrix* packed_b = packed ? &packed->parts[0] : nullptr;
   if (p.b_shared && p.a_contiguous_batches) {  // one tall GEMM: [batches*M, K] x [K, N]
-    gemm(gemmParams(batches * M, N, K, af.data(), K, false, bf.data(), N, false, yp, N),
-         ctx.numThreads());
+    GemmParams g = gemmParams(batches * M, N, K, af.data(), K, false, bf.data(), N, false, yp, N);
+    g.packed_b = packed_b;
+    gemm(g, ctx.numThreads());
   } else {
     // Many small products run one per thread; big ones use the GEMM's own threads.
     const bool per_batch_threads = batches >= ctx.numThreads() && 2.0 * M * N * K < 4e6;
     const int inner_threads = per_batch_threads ? 1 : ctx.numThreads();
     parallelFor(batches, per_batch_threads ? ctx.numThreads() : 1, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t t = b0; t < b1; ++t) {
-        gemm(gemmParams(M, N, K, af.data() + p.a_off[t], K, false, bf.data() + p.b_off[t], N,
-                        false, yp + t * M * N, N),
-             inner_threads);
+        GemmParams g = gemmParams(M, N, K, af.data() + p.a_off[t], K, false,
+                                  bf.data() + p.b_off[t], N, false, yp + t * M * N, N);
+        g.packed_b = packed_b;
+        gemm(g, inner_threads);
       }
     });
   }

@@ -1,31 +1,24 @@
-// Packed, cache-blocked float GEMM with a 6x16 register-tiled micro-kernel (see gemm_micro.h).
+// Packed, cache-blocked float GEMM driver (see gemm_micro.h); the ISA tile kernels are in
+// gemm_kernels_x86.cpp, the portable one is here.
 #include "gemm_micro.h"
+#include "gemm_kernels.h"
 #include "thread_pool.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
-#include <thread>
+#include <new>
+#include <string>
 #include <vector>
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define FUSECTL_GEMM_X86 1
-#endif
 
 namespace fusectl::kernels::cpu {
 namespace {
 
-constexpr int64_t MR = 6;
-constexpr int64_t NR = 16;
-constexpr int64_t KC = 256;   // A panel (6 x KC) + B panel (KC x 16) stay in L1
-constexpr int64_t MC = 144;   // packed A block (MC x KC) stays in L2
-constexpr int64_t NC = 2048;  // packed B block (KC x NC) stays in L3
+// ---- portable kernel: 6 x 16, GCC/Clang vector extensions ----
 
-// The micro-kernel computes a full MR x NR tile of acc = sum_k a[k][0..MR) * b[k][0..NR) from
-// packed panels, then c = acc (+ c when load_c). alpha was folded into the A pack.
-using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
-                             bool load_c);
+constexpr int64_t kMrPortable = 6;
+constexpr int64_t kNrPortable = 16;
 
 typedef float v4f __attribute__((vector_size(16)));
 
@@ -34,18 +27,17 @@ inline v4f load4(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store4(float* p, v4f v) { std::memcpy(p, &v, sizeof v); }
 
-// Portable kernel: 4-wide vectors (SSE2 on x86-64), the 16 columns done as two 6x8 halves so
-// that the 12 accumulators, 2 B vectors and 1 broadcast fit in 16 registers.
-void microKernelPortable(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
-                         bool load_c) {
+// The 16 columns as two 6x8 halves, so that 12 accumulators, 2 B vectors and 1 broadcast fit in
+// 16 SSE registers; the tile goes through a small buffer and the scalar epilogue.
+void tilePortable(const TileArgs& t) {
+  alignas(64) float tile[kMrPortable * kNrPortable];
   for (int half = 0; half < 2; ++half) {
-    const float* bp = b + half * 8;
+    const float* bp = t.b + half * 8;
     v4f c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {};
     v4f c30 = {}, c31 = {}, c40 = {}, c41 = {}, c50 = {}, c51 = {};
-    const float* ap = a;
-    for (int64_t k = 0; k < kc; ++k) {
+    const float* ap = t.a;
+    for (int64_t k = 0; k < t.kc; ++k) {
       const v4f b0 = load4(bp);
       const v4f b1 = load4(bp + 4);
       v4f av;
@@ -55,184 +47,224 @@ void microKernelPortable(int64_t kc, const float* a, const float* b, float* c, i
       av = v4f{} + ap[3]; c30 += av * b0; c31 += av * b1;
       av = v4f{} + ap[4]; c40 += av * b0; c41 += av * b1;
       av = v4f{} + ap[5]; c50 += av * b0; c51 += av * b1;
-      ap += MR;
-      bp += NR;
+      ap += kMrPortable;
+      bp += t.b_stride;
     }
-    const v4f acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
-                            {c30, c31}, {c40, c41}, {c50, c51}};
-    for (int64_t i = 0; i < MR; ++i) {
-      float* row = c + i * ldc + half * 8;
-      if (load_c) {
-        store4(row, load4(row) + acc[i][0]);
-        store4(row + 4, load4(row + 4) + acc[i][1]);
-      } else {
-        store4(row, acc[i][0]);
-        store4(row + 4, acc[i][1]);
-      }
+    const v4f acc[kMrPortable][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+                                     {c30, c31}, {c40, c41}, {c50, c51}};
+    for (int64_t i = 0; i < kMrPortable; ++i) {
+      std::memcpy(tile + i * kNrPortable + half * 8, &acc[i][0], sizeof(v4f));
+      std::memcpy(tile + i * kNrPortable + half * 8 + 4, &acc[i][1], sizeof(v4f));
     }
   }
-}
-
-#ifdef FUSECTL_GEMM_X86
-// AVX2+FMA kernel: 12 ymm accumulators hold the whole 6x16 tile.
-__attribute__((target("avx2,fma"))) void microKernelAvx2(int64_t kc, const float* a,
-                                                         const float* b, float* c, int64_t ldc,
-                                                         bool load_c) {
-  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(b);
-    const __m256 b1 = _mm256_loadu_ps(b + 8);
-    __m256 av;
-    av = _mm256_broadcast_ss(a + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01);
-    av = _mm256_broadcast_ss(a + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11);
-    av = _mm256_broadcast_ss(a + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21);
-    av = _mm256_broadcast_ss(a + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31);
-    av = _mm256_broadcast_ss(a + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41);
-    av = _mm256_broadcast_ss(a + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51);
-    a += MR;
-    b += NR;
-  }
-  const __m256 acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
-                             {c30, c31}, {c40, c41}, {c50, c51}};
-  for (int64_t i = 0; i < MR; ++i) {
-    float* row = c + i * ldc;
-    if (load_c) {
-      _mm256_storeu_ps(row, _mm256_add_ps(_mm256_loadu_ps(row), acc[i][0]));
-      _mm256_storeu_ps(row + 8, _mm256_add_ps(_mm256_loadu_ps(row + 8), acc[i][1]));
+  for (int i = 0; i < t.rows; ++i) {
+    float* dst = t.c + i * t.ldc;
+    const float* src = tile + i * kNrPortable;
+    if (t.load_c) {
+      for (int j = 0; j < t.cols; ++j) dst[j] = dst[j] + src[j];
     } else {
-      _mm256_storeu_ps(row, acc[i][0]);
-      _mm256_storeu_ps(row + 8, acc[i][1]);
+      for (int j = 0; j < t.cols; ++j) dst[j] = src[j];
     }
   }
+  if (t.ep) t.ep->full->apply(t.c, t.ldc, t.ep->row0, t.ep->col0, t.rows, t.cols);
 }
-#endif
 
-std::atomic<bool> g_force_portable{false};
+const GemmKernelSpec kPortableSpec = {"portable", kMrPortable, kNrPortable, 256, 144, 4096,
+                                      tilePortable, false};
 
-MicroKernel pickKernel() {
-#ifdef FUSECTL_GEMM_X86
-  static const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (has_avx2 && !g_force_portable.load(std::memory_order_relaxed)) return microKernelAvx2;
-#endif
-  return microKernelPortable;
+// ---- kernel choice ----
+
+std::atomic<const GemmKernelSpec*> g_forced{nullptr};
+
+const GemmKernelSpec& bestKernel() {
+  static const GemmKernelSpec* best = [] {
+    if (const GemmKernelSpec* s = avx512KernelSpec()) return s;
+    if (const GemmKernelSpec* s = avx2KernelSpec()) return s;
+    return &kPortableSpec;
+  }();
+  return *best;
 }
+
+const GemmKernelSpec& currentKernel() {
+  const GemmKernelSpec* forced = g_forced.load(std::memory_order_relaxed);
+  return forced ? *forced : bestKernel();
+}
+
+// ---- packing ----
+
+int64_t roundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // Packs rows [0, mc) x depth [0, kc) of A (already offset) into MR-tall panels, k-major inside a
 // panel, scaled by alpha; rows past mc are zero.
-void packA(int64_t mc, int64_t kc, const float* A, int64_t rs, int64_t cs, float alpha,
-           float* out) {
-  for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+void packA(const GemmKernelSpec& s, int64_t mc, int64_t kc, const float* A, int64_t rs,
+           int64_t cs, float alpha, float* out) {
+  const int64_t MR = s.mr;
+  for (int64_t i0 = 0; i0 < mc; i0 += MR, out += MR * kc) {
     const int64_t mr = std::min(MR, mc - i0);
-    if (mr == MR && rs == 1) {  // transposed A: the MR values of one k are contiguous
+    if (rs == 1) {  // transposed A: the MR values of one k are contiguous
       for (int64_t k = 0; k < kc; ++k) {
         const float* src = A + i0 + k * cs;
-        for (int64_t r = 0; r < MR; ++r) out[r] = alpha * src[r];
-        out += MR;
+        int64_t r = 0;
+        for (; r < mr; ++r) out[k * MR + r] = alpha * src[r];
+        for (; r < MR; ++r) out[k * MR + r] = 0.f;
       }
       continue;
     }
-    for (int64_t k = 0; k < kc; ++k) {
-      const float* src = A + i0 * rs + k * cs;
-      int64_t r = 0;
-      for (; r < mr; ++r) out[r] = alpha * src[r * rs];
-      for (; r < MR; ++r) out[r] = 0.f;
-      out += MR;
+    // Row by row: contiguous reads when cs == 1, strided writes that stay in L1.
+    for (int64_t r = 0; r < mr; ++r) {
+      const float* src = A + (i0 + r) * rs;
+      for (int64_t k = 0; k < kc; ++k) out[k * MR + r] = alpha * src[k * cs];
+    }
+    for (int64_t r = mr; r < MR; ++r) {
+      for (int64_t k = 0; k < kc; ++k) out[k * MR + r] = 0.f;
     }
   }
 }
 
 // Packs depth [0, kc) x columns [0, nc) of B into NR-wide panels, k-major inside a panel;
 // columns past nc are zero.
-void packB(int64_t kc, int64_t nc, const float* B, int64_t rs, int64_t cs, float* out) {
-  for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+void packB(const GemmKernelSpec& s, int64_t kc, int64_t nc, const float* B, int64_t rs,
+           int64_t cs, float* out) {
+  const int64_t NR = s.nr;
+  for (int64_t j0 = 0; j0 < nc; j0 += NR, out += NR * kc) {
     const int64_t nr = std::min(NR, nc - j0);
-    if (nr == NR && cs == 1) {
+    if (cs == 1) {
       for (int64_t k = 0; k < kc; ++k) {
-        std::memcpy(out, B + k * rs + j0, NR * sizeof(float));
-        out += NR;
+        std::memcpy(out + k * NR, B + k * rs + j0, nr * sizeof(float));
+        std::fill(out + k * NR + nr, out + (k + 1) * NR, 0.f);
       }
       continue;
     }
-    for (int64_t k = 0; k < kc; ++k) {
-      const float* src = B + k * rs + j0 * cs;
-      int64_t j = 0;
-      for (; j < nr; ++j) out[j] = src[j * cs];
-      for (; j < NR; ++j) out[j] = 0.f;
-      out += NR;
+    // Transposed B (Linear weights): one column at a time reads contiguous memory.
+    for (int64_t j = 0; j < nr; ++j) {
+      const float* src = B + (j0 + j) * cs;
+      for (int64_t k = 0; k < kc; ++k) out[k * NR + j] = src[k * rs];
+    }
+    for (int64_t j = nr; j < NR; ++j) {
+      for (int64_t k = 0; k < kc; ++k) out[k * NR + j] = 0.f;
     }
   }
 }
 
-struct PackBuffers {
-  std::vector<float> a, b;
+void freeAligned(float* p) { std::free(p); }
+
+std::unique_ptr<float[], void (*)(float*)> allocAligned(int64_t floats) {
+  const size_t bytes = roundUp(std::max<int64_t>(floats, 16) * sizeof(float), 64);
+  float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+  if (!p) throw std::bad_alloc();
+  return {p, freeAligned};
+}
+
+// A thread's pack buffers, 64-byte aligned, grown on demand and kept.
+struct ScratchBuffer {
+  std::unique_ptr<float[], void (*)(float*)> data{nullptr, freeAligned};
+  int64_t size = 0;
+  float* get(int64_t floats) {
+    if (floats > size) {
+      data = allocAligned(floats);
+      size = floats;
+    }
+    return data.get();
+  }
 };
 
-void gemmSerial(const GemmParams& p, MicroKernel kernel) {
-  const int64_t M = p.M, N = p.N, K = p.K;
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {  // empty sum: C = 0 (or unchanged), then the epilogue
-    for (int64_t i = 0; i < M; ++i) {
-      if (!p.accumulate) std::fill(p.C + i * p.ldc, p.C + i * p.ldc + N, 0.f);
-    }
-    if (p.epilogue && !p.epilogue->empty()) {
-      p.epilogue->apply(p.C, p.ldc, p.epilogue_row0, p.epilogue_col0, M, N);
-    }
-    return;
-  }
-  thread_local PackBuffers buffers;
-  const int64_t kc_max = std::min(K, KC);
-  const int64_t mc_max = std::min((M + MR - 1) / MR * MR, MC);
-  const int64_t nc_max = std::min((N + NR - 1) / NR * NR, NC);
-  if (buffers.a.size() < static_cast<size_t>(mc_max * kc_max)) buffers.a.resize(mc_max * kc_max);
-  if (buffers.b.size() < static_cast<size_t>(kc_max * nc_max)) buffers.b.resize(kc_max * nc_max);
-  float* pa = buffers.a.data();
-  float* pb = buffers.b.data();
-  const bool has_epilogue = p.epilogue && !p.epilogue->empty();
-  alignas(64) float tile[MR * NR];
+// ---- the blocked product over one region of C ----
 
-  for (int64_t jc = 0; jc < N; jc += NC) {
-    const int64_t nc = std::min(NC, N - jc);
+// Computes C[i0:i1, j0:j1] of p; i0 and j0 are multiples of MR and NR (the packed operands'
+// panels are addressed by global row and column).
+void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_t i1, int64_t j0,
+                int64_t j1) {
+  const int64_t K = p.K, MR = s.mr, NR = s.nr, KC = s.kc, MC = s.mc, NC = s.nc;
+  const PackedMatrix* pa =
+      p.packed_a && p.packed_a->kernel == &s && p.alpha == 1.f ? p.packed_a : nullptr;
+  const PackedMatrix* pb = p.packed_b && p.packed_b->kernel == &s ? p.packed_b : nullptr;
+  const float* A = p.A ? p.A : p.packed_a ? p.packed_a->source : nullptr;
+  const float* B = p.B ? p.B : p.packed_b ? p.packed_b->source : nullptr;
+  // Skinny products (the decode case) read a row-major B in place: streamed once, never packed.
+  const bool direct_b = !pb && p.b_cs == 1 && i1 - i0 <= 2 * MR;
+  thread_local ScratchBuffer abuf, bbuf, edgebuf;
+  float* apack = pa ? nullptr : abuf.get(std::min(MC, roundUp(i1 - i0, MR)) * std::min(K, KC));
+  float* bpack = pb || direct_b
+                     ? nullptr
+                     : bbuf.get(std::min(K, KC) * std::min(NC, roundUp(j1 - j0, NR)));
+  float* edge = direct_b ? edgebuf.get(std::min(K, KC) * NR) : nullptr;
+  const Epilogue* ep = p.epilogue && !p.epilogue->empty() ? p.epilogue : nullptr;
+  TileEpilogue tep;
+  if (ep) {
+    tep.bias_per_row = ep->bias_per_row;
+    tep.ld_residual = ep->ld_residual;
+    tep.full = ep;
+    tep.vector_activation = hasVectorActivation(ep->activation, s.vector_exp);
+  }
+  TileArgs t;
+  t.ldc = p.ldc;
+
+  for (int64_t jc = j0; jc < j1; jc += NC) {
+    const int64_t nc = std::min(NC, j1 - jc);
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int64_t kc = std::min(KC, K - pc);
-      const bool load_c = p.accumulate || pc > 0;
+      t.kc = kc;
+      t.load_c = p.accumulate || pc > 0;
       const bool last_k = pc + kc == K;
-      packB(kc, nc, p.B + pc * p.b_rs + jc * p.b_cs, p.b_rs, p.b_cs, pb);
-      for (int64_t ic = 0; ic < M; ic += MC) {
-        const int64_t mc = std::min(MC, M - ic);
-        packA(mc, kc, p.A + ic * p.a_rs + pc * p.a_cs, p.a_rs, p.a_cs, p.alpha, pa);
+      const float* bblock = nullptr;
+      if (pb) {
+        bblock = pb->data.get() + pc * pb->padded + jc * kc;
+      } else if (!direct_b) {
+        packB(s, kc, nc, B + pc * p.b_rs + jc * p.b_cs, p.b_rs, p.b_cs, bpack);
+        bblock = bpack;
+      }
+      for (int64_t ic = i0; ic < i1; ic += MC) {
+        const int64_t mc = std::min(MC, i1 - ic);
+        const float* ablock;
+        if (pa) {
+          ablock = pa->data.get() + pc * pa->padded + ic * kc;
+        } else {
+          packA(s, mc, kc, A + ic * p.a_rs + pc * p.a_cs, p.a_rs, p.a_cs, p.alpha, apack);
+          ablock = apack;
+        }
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int64_t nr = std::min(NR, nc - jr);
-          const float* bpanel = pb + jr * kc;
+          const int64_t col = jc + jr;
+          if (direct_b && nr == NR) {
+            t.b = B + pc * p.b_rs + col;
+            t.b_stride = p.b_rs;
+          } else if (direct_b) {  // the ragged last panel, zero-padded
+            packB(s, kc, nr, B + pc * p.b_rs + col, p.b_rs, 1, edge);
+            t.b = edge;
+            t.b_stride = NR;
+          } else {
+            t.b = bblock + jr * kc;
+            t.b_stride = NR;
+          }
+          t.cols = static_cast<int>(nr);
           for (int64_t ir = 0; ir < mc; ir += MR) {
-            const int64_t mr = std::min(MR, mc - ir);
-            const int64_t row = ic + ir, col = jc + jr;
-            float* c = p.C + row * p.ldc + col;
-            if (mr == MR && nr == NR) {
-              kernel(kc, pa + ir * kc, bpanel, c, p.ldc, load_c);
-            } else {
-              kernel(kc, pa + ir * kc, bpanel, tile, NR, false);
-              for (int64_t i = 0; i < mr; ++i) {
-                float* dst = c + i * p.ldc;
-                const float* src = tile + i * NR;
-                if (load_c) {
-                  for (int64_t j = 0; j < nr; ++j) dst[j] += src[j];
-                } else {
-                  for (int64_t j = 0; j < nr; ++j) dst[j] = src[j];
-                }
-              }
+            const int64_t row = ic + ir;
+            t.rows = static_cast<int>(std::min(MR, mc - ir));
+            t.a = ablock + ir * kc;
+            t.c = p.C + row * p.ldc + col;
+            t.ep = nullptr;
+            if (last_k && ep) {
+              const int64_t grow = p.epilogue_row0 + row, gcol = p.epilogue_col0 + col;
+              tep.bias = ep->bias ? ep->bias + (ep->bias_per_row ? grow : gcol) : nullptr;
+              tep.residual = ep->residual ? ep->residual + grow * ep->ld_residual + gcol : nullptr;
+              tep.row0 = grow;
+              tep.col0 = gcol;
+              t.ep = &tep;
             }
-            if (last_k && has_epilogue) {
-              p.epilogue->apply(c, p.ldc, p.epilogue_row0 + row, p.epilogue_col0 + col, mr, nr);
-            }
+            s.tile(t);
           }
         }
       }
     }
+  }
+}
+
+void gemmEmptyK(const GemmParams& p) {  // empty sum: C = 0 (or unchanged), then the epilogue
+  for (int64_t i = 0; i < p.M; ++i) {
+    if (!p.accumulate) std::fill(p.C + i * p.ldc, p.C + i * p.ldc + p.N, 0.f);
+  }
+  if (p.epilogue && !p.epilogue->empty()) {
+    p.epilogue->apply(p.C, p.ldc, p.epilogue_row0, p.epilogue_col0, p.M, p.N);
   }
 }
 
@@ -255,50 +287,104 @@ GemmParams gemmParams(int64_t M, int64_t N, int64_t K, const float* A, int64_t l
   return p;
 }
 
-void gemmForcePortableKernel(bool force) { g_force_portable.store(force); }
-
-const char* gemmKernelName() {
-#ifdef FUSECTL_GEMM_X86
-  if (pickKernel() == microKernelAvx2) return "avx2-fma";
-#endif
-  return "portable";
+PackedMatrix packGemmA(int64_t M, int64_t K, const float* A, int64_t rs, int64_t cs) {
+  const GemmKernelSpec& s = currentKernel();
+  PackedMatrix m;
+  m.kernel = &s;
+  m.outer = M;
+  m.depth = K;
+  m.padded = roundUp(M, s.mr);
+  m.data = allocAligned(m.padded * K);
+  m.source = A;
+  m.rs = rs;
+  m.cs = cs;
+  for (int64_t pc = 0; pc < K; pc += s.kc) {
+    packA(s, M, std::min(s.kc, K - pc), A + pc * cs, rs, cs, 1.f, m.data.get() + pc * m.padded);
+  }
+  return m;
 }
 
+PackedMatrix packGemmB(int64_t K, int64_t N, const float* B, int64_t rs, int64_t cs) {
+  const GemmKernelSpec& s = currentKernel();
+  PackedMatrix m;
+  m.kernel = &s;
+  m.outer = N;
+  m.depth = K;
+  m.padded = roundUp(N, s.nr);
+  m.data = allocAligned(m.padded * K);
+  m.source = B;
+  m.rs = rs;
+  m.cs = cs;
+  for (int64_t pc = 0; pc < K; pc += s.kc) {
+    packB(s, std::min(s.kc, K - pc), N, B + pc * rs, rs, cs, m.data.get() + pc * m.padded);
+  }
+  return m;
+}
+
+bool packedForCurrentKernel(const PackedMatrix& packed) {
+  return packed.kernel == &currentKernel();
+}
+
+bool gemmForceKernel(const char* name) {
+  const std::string n = name ? name : "";
+  const GemmKernelSpec* s = nullptr;
+  if (n.empty() || n == "auto") {
+    s = nullptr;
+  } else if (n == "avx512") {
+    if (!(s = avx512KernelSpec())) return false;
+  } else if (n == "avx2" || n == "avx2-fma") {
+    if (!(s = avx2KernelSpec())) return false;
+  } else if (n == "portable") {
+    s = &kPortableSpec;
+  } else {
+    return false;
+  }
+  g_forced.store(s);
+  return true;
+}
+
+void gemmForcePortableKernel(bool force) { gemmForceKernel(force ? "portable" : "auto"); }
+
+const char* gemmKernelName() { return currentKernel().name; }
+
 void gemm(const GemmParams& p, int num_threads) {
-  const MicroKernel kernel = pickKernel();
-  // A thread costs tens of microseconds to start: give each at least ~4 MFLOP of work.
-  const double flops = 2.0 * static_cast<double>(p.M) * p.N * std::max<int64_t>(p.K, 1);
-  int threads = std::max(1, num_threads);
-  threads = static_cast<int>(std::min<double>(threads, std::max(1.0, flops / 4e6)));
-  const bool split_cols = p.N >= p.M;
-  const int64_t extent = split_cols ? p.N : p.M;
-  const int64_t unit = split_cols ? NR : MR;
-  threads = static_cast<int>(std::min<int64_t>(threads, (extent + unit - 1) / unit));
-  if (threads <= 1) {
-    gemmSerial(p, kernel);
+  if (p.M <= 0 || p.N <= 0) return;
+  if (p.K <= 0) {
+    gemmEmptyK(p);
     return;
   }
-  // Static partition in whole tiles: slice t covers units [t*units/T, (t+1)*units/T).
+  const GemmKernelSpec& s = currentKernel();
+  // A thread costs microseconds to wake: give each at least ~4 MFLOP of work.
+  const double flops = 2.0 * static_cast<double>(p.M) * p.N * p.K;
+  int threads = std::max(1, num_threads);
+  threads = static_cast<int>(std::min<double>(threads, std::max(1.0, flops / 4e6)));
+  // Each thread packs the operand it does not split. A prepacked operand is shared, so split the
+  // other one: then no thread packs the same panels as another.
+  const bool a_packed = p.packed_a && p.packed_a->kernel == &s && p.alpha == 1.f;
+  const bool b_packed = p.packed_b && p.packed_b->kernel == &s;
+  const int64_t enough = int64_t{4} * threads;  // panels per thread worth splitting along
+  bool split_cols = p.N >= p.M;
+  if (b_packed && !a_packed && p.M >= enough * s.mr) split_cols = false;
+  if (a_packed && !b_packed && p.N >= enough * s.nr) split_cols = true;
+  const int64_t extent = split_cols ? p.N : p.M;
+  const int64_t unit = split_cols ? s.nr : s.mr;
   const int64_t units = (extent + unit - 1) / unit;
-  auto slice = [&](int t) {
+  threads = static_cast<int>(std::min<int64_t>(threads, units));
+  if (threads <= 1) {
+    gemmRegion(p, s, 0, p.M, 0, p.N);
+    return;
+  }
+  // Static partition in whole panels: slice t covers units [t*units/T, (t+1)*units/T).
+  runOnWorkers(threads, [&](int t) {
     const int64_t begin = units * t / threads * unit;
     const int64_t end = std::min(extent, units * (t + 1) / threads * unit);
     if (begin >= end) return;
-    GemmParams q = p;
     if (split_cols) {
-      q.N = end - begin;
-      q.B = p.B + begin * p.b_cs;
-      q.C = p.C + begin;
-      q.epilogue_col0 = p.epilogue_col0 + begin;
+      gemmRegion(p, s, 0, p.M, begin, end);
     } else {
-      q.M = end - begin;
-      q.A = p.A + begin * p.a_rs;
-      q.C = p.C + begin * p.ldc;
-      q.epilogue_row0 = p.epilogue_row0 + begin;
+      gemmRegion(p, s, begin, end, 0, p.N);
     }
-    gemmSerial(q, kernel);
-  };
-  runOnWorkers(threads, slice);
+  });
 }
 
 namespace {

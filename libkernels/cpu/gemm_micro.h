@@ -1,19 +1,41 @@
 // The float GEMM behind Conv, ConvTranspose, Gemm and MatMul: packed, cache-blocked, with a
-// register-tiled 6x16 micro-kernel and the epilogue applied per finished tile.
+// register-tiled micro-kernel that applies the epilogue to the tile before storing it.
 //
 // Blocking follows BLIS: for each NC-wide column block and KC-deep slice, B is packed into
-// 16-wide panels; for each MC-tall row block A is packed into 6-tall panels; the micro-kernel
-// then streams both panels over k with 12 accumulators of 8 floats. Edges are zero-padded in the
-// packs, so the kernel only ever sees full tiles. An AVX2+FMA kernel is picked at run time when
-// the CPU has it; the portable kernel uses GCC/Clang vector extensions (SSE2 at -O2).
-// Threads split the output into static column (or row) slices, each packing its own panels.
+// NR-wide panels; for each MC-tall row block A is packed into MR-tall panels; the micro-kernel
+// streams both panels over k with the whole MR x NR tile in registers. Edge tiles use masked
+// loads and stores (the packs are zero-padded), so no tile goes through a scratch copy.
+// Micro-kernels, chosen at run time: AVX-512 (8x32), AVX2+FMA (6x16), portable vector
+// extensions (6x16, SSE2 at -O2). Threads split the output into static column (or row) slices
+// in whole panels, so every element sums in the same order whatever the thread count.
+//
+// Weights that stay the same across runs are packed once (packGemmA/packGemmB) and passed as
+// GemmParams::packed_a / packed_b; gemm_packed_state.h keeps them in a kernel's state.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "fusectl/kernels/epilogue.h"
 
 namespace fusectl::kernels::cpu {
+
+struct GemmKernelSpec;  // gemm_kernels.h
+
+// One GEMM operand packed into a micro-kernel's panel format: for each KC-deep slice of the
+// shared dimension, the panels of the whole matrix side by side (MR-tall panels of A, or NR-wide
+// panels of B), zero-padded to a whole panel. Only valid for the kernel it was packed for; gemm()
+// falls back to the source operand when another kernel is in use (tests force kernels).
+struct PackedMatrix {
+  const GemmKernelSpec* kernel = nullptr;
+  int64_t outer = 0;   // rows of A (M) or columns of B (N)
+  int64_t depth = 0;   // K
+  int64_t padded = 0;  // outer rounded up to whole panels
+  std::unique_ptr<float[], void (*)(float*)> data{nullptr, nullptr};
+  // The operand it was packed from (element strides as in GemmParams), kept for the fallback.
+  const float* source = nullptr;
+  int64_t rs = 0, cs = 0;
+};
 
 // C = alpha * A * B (+ C when accumulate), then the epilogue, for A: M x K and B: K x N given by
 // element strides, so transposed operands cost nothing: A(i,k) = A[i*a_rs + k*a_cs].
@@ -31,18 +53,32 @@ struct GemmParams {
   // Global coordinates of C(0,0) for the epilogue's bias and residual (Conv groups, slices).
   int64_t epilogue_row0 = 0;
   int64_t epilogue_col0 = 0;
+  // Prepacked operands (packGemmA/B of exactly this A or B); when set, A or B is not read
+  // unless the packed one was made for another micro-kernel. A packed A carries no alpha:
+  // alpha must be 1 with packed_a.
+  const PackedMatrix* packed_a = nullptr;
+  const PackedMatrix* packed_b = nullptr;
 };
 
 // Row-major convenience: A is M x K (K x M when trans_a) with leading dimension lda, etc.
 GemmParams gemmParams(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool trans_a,
                       const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc);
 
+// Packs A (M x K, strides rs/cs) or B (K x N) for the micro-kernel in use now.
+PackedMatrix packGemmA(int64_t M, int64_t K, const float* A, int64_t rs, int64_t cs);
+PackedMatrix packGemmB(int64_t K, int64_t N, const float* B, int64_t rs, int64_t cs);
+// Whether `packed` was made for the micro-kernel gemm() uses now.
+bool packedForCurrentKernel(const PackedMatrix& packed);
+
 // Runs p on up to num_threads threads (small problems run on the calling thread).
 void gemm(const GemmParams& p, int num_threads = 1);
 
-// Forces the portable micro-kernel even on AVX2 machines (tests compare both paths).
+// Forces a micro-kernel by name ("avx512", "avx2", "portable"; "" or "auto" restores the
+// run-time choice). Returns false, changing nothing, for a name this CPU cannot run.
+bool gemmForceKernel(const char* name);
+// Forces the portable micro-kernel (true) or restores the run-time choice (false).
 void gemmForcePortableKernel(bool force);
-// "avx2-fma" or "portable": the micro-kernel gemm() uses now.
+// "avx512", "avx2-fma" or "portable": the micro-kernel gemm() uses now.
 const char* gemmKernelName();
 
 // Integer GEMM for the quantized ops: C(int32) = A(int32, M x K, row-major, lda) *

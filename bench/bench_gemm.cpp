@@ -1,0 +1,197 @@
+// GEMM and convolution throughput: GFLOP/s of 1024^3 per micro-kernel ISA at 1 and 2 threads
+// (packed per call and with B prepacked), skinny products M = 1..16 as GB/s of B streamed, and
+// ResNet-50's convolution shapes (GFLOP/s through the registered Conv kernel, weights prepacked
+// in its state as in a session).
+//
+//   bench_gemm [--repeat R] [--only gemm|skinny|conv] [--clock wall|cpu]
+//
+// One JSON line per measurement, the median of R runs after a warm-up; no assertions.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fusectl/graph/graph.h"
+#include "fusectl/kernels/kernel.h"
+#include "gemm_micro.h"
+
+namespace {
+
+using namespace fusectl;
+using namespace fusectl::kernels;
+using namespace fusectl::kernels::cpu;
+
+// Wall time, or with --clock cpu the process's CPU time: on a shared machine that leaves out
+// the time other processes held the core (1-thread figures only; threads add up).
+bool g_cpu_clock = false;
+
+double now() {
+  if (!g_cpu_clock) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+double medianSeconds(int repeat, const std::function<void()>& f) {
+  f();
+  std::vector<double> s;
+  for (int r = 0; r < repeat; ++r) {
+    const double t0 = now();
+    f();
+    s.push_back(now() - t0);
+  }
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
+}
+
+std::vector<float> randomFloats(int64_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+void benchSquare(int repeat) {
+  const int64_t n = 1024;
+  std::vector<float> a = randomFloats(n * n, 1), b = randomFloats(n * n, 2), c(n * n);
+  for (const char* isa : {"avx512", "avx2", "portable"}) {
+    if (!gemmForceKernel(isa)) continue;
+    const PackedMatrix pb = packGemmB(n, n, b.data(), n, 1);
+    for (int threads : {1, 2}) {
+      for (bool prepacked : {false, true}) {
+        GemmParams p = gemmParams(n, n, n, a.data(), n, false, b.data(), n, false, c.data(), n);
+        if (prepacked) p.packed_b = &pb;
+        const double s = medianSeconds(repeat, [&] { gemm(p, threads); });
+        std::printf("{\"bench\":\"gemm\",\"M\":%lld,\"N\":%lld,\"K\":%lld,\"kernel\":\"%s\","
+                    "\"threads\":%d,\"b_prepacked\":%s,\"ms\":%.3f,\"gflops\":%.1f}\n",
+                    (long long)n, (long long)n, (long long)n, gemmKernelName(), threads,
+                    prepacked ? "true" : "false", s * 1e3, 2.0 * n * n * n / s * 1e-9);
+        std::fflush(stdout);
+      }
+    }
+  }
+  gemmForceKernel("auto");
+}
+
+// The decode case: a few rows against a large weight matrix, which must stream at bandwidth.
+void benchSkinny(int repeat) {
+  const int64_t K = 4096, N = 4096;
+  std::vector<float> b = randomFloats(K * N, 3);
+  const PackedMatrix pb = packGemmB(K, N, b.data(), N, 1);
+  for (int64_t m : {1, 2, 4, 8, 16}) {
+    std::vector<float> a = randomFloats(m * K, 4), c(m * N);
+    for (int threads : {1, 2}) {
+      for (bool prepacked : {false, true}) {
+        GemmParams p = gemmParams(m, N, K, a.data(), K, false, b.data(), N, false, c.data(), N);
+        if (prepacked) p.packed_b = &pb;
+        const double s = medianSeconds(repeat, [&] { gemm(p, threads); });
+        std::printf("{\"bench\":\"skinny\",\"M\":%lld,\"N\":%lld,\"K\":%lld,\"kernel\":\"%s\","
+                    "\"threads\":%d,\"b_prepacked\":%s,\"ms\":%.3f,\"b_gbps\":%.1f,"
+                    "\"gflops\":%.1f}\n",
+                    (long long)m, (long long)N, (long long)K, gemmKernelName(), threads,
+                    prepacked ? "true" : "false", s * 1e3, K * N * 4.0 / s * 1e-9,
+                    2.0 * m * N * K / s * 1e-9);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
+class ReusingAllocator : public OutputAllocator {
+ public:
+  HostTensor allocate(DType dtype, const std::vector<int64_t>& dims) override {
+    int64_t count = 1;
+    for (int64_t d : dims) count *= d;
+    if (!buffer_ || buffer_->byteSize() != count * dtypeSize(dtype)) {
+      buffer_ = std::make_shared<HostTensor>(dtype, dims);
+    }
+    return HostTensor::borrow(dtype, dims, buffer_->raw(), buffer_);
+  }
+
+ private:
+  std::shared_ptr<HostTensor> buffer_;
+};
+
+void benchConv(int repeat) {
+  struct Shape {
+    int64_t C, H, M, k, stride;
+  };
+  const Shape shapes[] = {{3, 224, 64, 7, 2},    {64, 56, 64, 1, 1},    {64, 56, 64, 3, 1},
+                          {64, 56, 256, 1, 1},   {256, 56, 64, 1, 1},   {256, 56, 128, 1, 1},
+                          {128, 56, 128, 3, 2},  {128, 28, 512, 1, 1},  {512, 28, 128, 1, 1},
+                          {128, 28, 128, 3, 1},  {256, 28, 256, 3, 2},  {256, 14, 1024, 1, 1},
+                          {1024, 14, 256, 1, 1}, {256, 14, 256, 3, 1},  {512, 14, 512, 3, 2},
+                          {512, 7, 2048, 1, 1},  {2048, 7, 512, 1, 1},  {512, 7, 512, 3, 1}};
+  const KernelInfo* conv = KernelRegistry::global().find("", "Conv", 17);
+  for (int threads : {1, 2}) {
+    for (const Shape& s : shapes) {
+      const int64_t pad = s.k / 2, OH = (s.H + 2 * pad - s.k) / s.stride + 1;
+      HostTensor x(DType::Float, {1, s.C, s.H, s.H}), w(DType::Float, {s.M, s.C, s.k, s.k});
+      HostTensor bias(DType::Float, {s.M});
+      std::vector<float> xv = randomFloats(x.numel(), 5), wv = randomFloats(w.numel(), 6);
+      std::copy(xv.begin(), xv.end(), x.mutableData<float>());
+      std::copy(wv.begin(), wv.end(), w.mutableData<float>());
+      Graph g("bench");
+      std::vector<Value*> ins;
+      for (int i = 0; i < 3; ++i) {
+        ValueType vt;
+        vt.dtype = DType::Float;
+        ins.push_back(g.addInput("in" + std::to_string(i), vt));
+      }
+      Node* node = g.createNode(
+          {"Conv", "", ins, {"y"}, "conv",
+           {Attribute::ofInts("kernel_shape", {s.k, s.k}),
+            Attribute::ofInts("strides", {s.stride, s.stride}),
+            Attribute::ofInts("pads", {pad, pad, pad, pad})}});
+      g.addOutput(node->output(0));
+      ReusingAllocator alloc;
+      std::unique_ptr<KernelState> state;
+      const double sec = medianSeconds(repeat, [&] {
+        KernelContext ctx(*node, 17, {&x, &w, &bias}, alloc, threads);
+        ctx.bindPersistentState(&state, 0b110);
+        conv->fn(ctx);
+      });
+      const double flops = 2.0 * s.M * OH * OH * s.C * s.k * s.k;
+      std::printf("{\"bench\":\"conv\",\"x\":[1,%lld,%lld,%lld],\"w\":[%lld,%lld,%lld,%lld],"
+                  "\"stride\":%lld,\"kernel\":\"%s\",\"threads\":%d,\"ms\":%.3f,"
+                  "\"gflops\":%.1f}\n",
+                  (long long)s.C, (long long)s.H, (long long)s.H, (long long)s.M, (long long)s.C,
+                  (long long)s.k, (long long)s.k, (long long)s.stride, gemmKernelName(), threads,
+                  sec * 1e3, flops / sec * 1e-9);
+      std::fflush(stdout);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int repeat = 9;
+  std::string only;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--repeat") repeat = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--only") only = argv[i + 1];
+    else if (a == "--clock") g_cpu_clock = std::string(argv[i + 1]) == "cpu";
+    else {
+      std::fprintf(stderr,
+                   "usage: bench_gemm [--repeat R] [--only gemm|skinny|conv] [--clock wall|cpu]\n");
+      return 2;
+    }
+  }
+  if (only.empty() || only == "gemm") benchSquare(repeat);
+  if (only.empty() || only == "skinny") benchSkinny(repeat);
+  if (only.empty() || only == "conv") benchConv(repeat);
+  return 0;
+}

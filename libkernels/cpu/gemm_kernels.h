@@ -1,0 +1,74 @@
+// The micro-kernel interface shared by the GEMM driver (gemm_micro.cpp) and the ISA-specific
+// tile kernels (gemm_kernels_x86.cpp, and the portable one in gemm_micro.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "fusectl/kernels/epilogue.h"
+
+namespace fusectl::kernels::cpu {
+
+// The epilogue of one tile, its pointers already at the tile's element (0,0).
+struct TileEpilogue {
+  const float* bias = nullptr;  // bias_per_row: bias[r]; else bias[j]
+  bool bias_per_row = false;
+  const float* residual = nullptr;  // residual[r * ld_residual + j]
+  int64_t ld_residual = 0;
+  const Epilogue* full = nullptr;  // the whole epilogue: activation kind and parameters
+  bool vector_activation = false;  // the kernel applies the activation in registers
+  int64_t row0 = 0, col0 = 0;      // global coordinates, for full->apply (portable kernel)
+};
+
+// One tile: C[0:rows, 0:cols] = A-panel * B-panel over kc (+ C when load_c), then the epilogue
+// when ep is set. a: MR-tall packed panel (k-major, MR floats per k); b: NR floats per k, b_stride
+// floats apart (NR for a packed panel, ldb for a row-major B read in place: only the first cols
+// of each row are read then).
+struct TileArgs {
+  int64_t kc = 0;
+  const float* a = nullptr;
+  const float* b = nullptr;
+  int64_t b_stride = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  int rows = 0, cols = 0;
+  bool load_c = false;
+  const TileEpilogue* ep = nullptr;
+};
+
+using TileKernel = void (*)(const TileArgs&);
+
+struct GemmKernelSpec {
+  const char* name;
+  int64_t mr, nr;      // register tile
+  int64_t kc, mc, nc;  // cache blocking: A panel + B panel in L1, A block in L2, B block in L3
+  TileKernel tile;
+  bool vector_exp;  // Sigmoid, Silu, Tanh and Gelu in registers (hasVectorActivation)
+};
+
+// Which activations a vector kernel computes in registers (the others run the scalar
+// Epilogue::activate on the stored tile, still in L1). Kernels with a vector exp also take
+// Sigmoid, Silu, Tanh and Gelu.
+inline bool hasVectorActivation(Activation a, bool vector_exp) {
+  switch (a) {
+    case Activation::None:
+    case Activation::Relu:
+    case Activation::Clip:
+    case Activation::LeakyRelu:
+    case Activation::HardSigmoid:
+    case Activation::HardSwish:
+      return true;
+    case Activation::Sigmoid:
+    case Activation::Silu:
+    case Activation::Tanh:
+    case Activation::Gelu:
+      return vector_exp;
+  }
+  return false;
+}
+
+// Null when the CPU (or the build) lacks the instructions.
+const GemmKernelSpec* avx512KernelSpec();
+const GemmKernelSpec* avx2KernelSpec();
+const GemmKernelSpec* portableKernelSpec();
+
+}  // namespace fusectl::kernels::cpu

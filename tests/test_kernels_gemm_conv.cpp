@@ -1,0 +1,560 @@
+// The GEMM and convolution kernels on every path (each micro-kernel ISA forced, prepacked or
+// packed per call, each epilogue, 1/2/3 threads, the skinny M path) against naive
+// double-precision loops written here from the definitions.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../libkernels/cpu/gemm_micro.h"
+#include "fusectl/graph/graph.h"
+#include "fusectl/kernels/epilogue.h"
+#include "fusectl/kernels/kernel.h"
+
+using namespace fusectl;
+using namespace fusectl::kernels;
+using namespace fusectl::kernels::cpu;
+using Dims = std::vector<int64_t>;
+
+namespace {
+
+std::vector<float> randomFloats(int64_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// The ISAs this CPU can run, portable always among them; restores the automatic choice after.
+struct EachKernel {
+  std::vector<std::string> names;
+  EachKernel() {
+    for (const char* n : {"avx512", "avx2", "portable"}) {
+      if (gemmForceKernel(n)) names.push_back(n);
+    }
+    gemmForceKernel("auto");
+  }
+  ~EachKernel() { gemmForceKernel("auto"); }
+};
+
+double activationRef(Activation act, double x, float alpha, float beta) {
+  switch (act) {
+    case Activation::None: return x;
+    case Activation::Relu: return std::max(x, 0.0);
+    case Activation::Clip: return std::min(std::max(x, double(alpha)), double(beta));
+    case Activation::LeakyRelu: return x < 0 ? alpha * x : x;
+    case Activation::Sigmoid: return 1 / (1 + std::exp(-x));
+    case Activation::HardSigmoid: return std::min(1.0, std::max(0.0, alpha * x + beta));
+    case Activation::HardSwish: return x * std::min(1.0, std::max(0.0, x / 6 + 0.5));
+    case Activation::Silu: return x / (1 + std::exp(-x));
+    case Activation::Gelu: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case Activation::Tanh: return std::tanh(x);
+  }
+  return x;
+}
+
+const Activation kAllActivations[] = {
+    Activation::None,        Activation::Relu,      Activation::Clip, Activation::LeakyRelu,
+    Activation::Sigmoid,     Activation::HardSigmoid, Activation::HardSwish, Activation::Silu,
+    Activation::Gelu,        Activation::Tanh};
+
+void requireNear(const std::vector<float>& got, const std::vector<double>& want, double atol,
+                 double rtol) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::abs(got[i] - want[i]) > atol + rtol * std::abs(want[i])) {
+      INFO("index " << i << ": got " << got[i] << ", want " << want[i]);
+      REQUIRE(std::abs(got[i] - want[i]) <= atol + rtol * std::abs(want[i]));
+    }
+  }
+}
+
+// ---- GEMM ----
+
+struct GemmCase {
+  int64_t M, N, K;
+  bool ta, tb;
+  std::vector<float> a, b, c0;
+  float alpha = 1.f;
+  bool accumulate = false;
+
+  GemmParams params(float* c) const {
+    GemmParams p = gemmParams(M, N, K, a.data(), ta ? M : K, ta, b.data(), tb ? K : N, tb, c, N);
+    p.alpha = alpha;
+    p.accumulate = accumulate;
+    return p;
+  }
+  double aAt(int64_t i, int64_t k) const { return ta ? a[k * M + i] : a[i * K + k]; }
+  double bAt(int64_t k, int64_t j) const { return tb ? b[j * K + k] : b[k * N + j]; }
+  // alpha * A * B (+ C0), before any epilogue.
+  std::vector<double> reference() const {
+    std::vector<double> want(static_cast<size_t>(M * N));
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += aAt(i, k) * bAt(k, j);
+        want[i * N + j] = alpha * acc + (accumulate ? c0[i * N + j] : 0.0);
+      }
+    }
+    return want;
+  }
+};
+
+GemmCase makeGemmCase(int64_t M, int64_t N, int64_t K, bool ta, bool tb, uint32_t seed) {
+  GemmCase g{M, N, K, ta, tb, randomFloats(M * K, seed), randomFloats(K * N, seed + 1),
+             randomFloats(M * N, seed + 2)};
+  return g;
+}
+
+enum class Packing { None, A, B };
+
+// Runs the case on the current kernel with the given packing; C starts as c0.
+std::vector<float> runGemm(const GemmCase& g, Packing packing, int threads,
+                           const Epilogue* ep = nullptr) {
+  std::vector<float> c = g.c0;
+  GemmParams p = g.params(c.data());
+  p.epilogue = ep;
+  PackedMatrix pa, pb;
+  if (packing == Packing::A) {
+    pa = packGemmA(g.M, g.K, g.a.data(), p.a_rs, p.a_cs);
+    p.packed_a = &pa;
+  } else if (packing == Packing::B) {
+    pb = packGemmB(g.K, g.N, g.b.data(), p.b_rs, p.b_cs);
+    p.packed_b = &pb;
+  }
+  gemm(p, threads);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("gemm: every micro-kernel, packing and thread count matches a double reference",
+          "[kernels][gemm]") {
+  EachKernel kernels;
+  REQUIRE(!kernels.names.empty());
+  const int64_t outer[] = {1, 7, 17, 33, 100};
+  const int64_t depth[] = {1, 17, 100, 300, 530};  // 300 and 530 cross KC blocks (256, 512)
+  uint32_t seed = 100;
+  for (int64_t M : outer) {
+    for (int64_t N : outer) {
+      for (int64_t K : depth) {
+        const int trans = static_cast<int>(seed % 4);
+        GemmCase g = makeGemmCase(M, N, K, trans & 1, trans & 2, seed);
+        g.alpha = seed % 3 == 0 ? 0.75f : 1.f;
+        g.accumulate = seed % 2 == 0;
+        ++seed;
+        const std::vector<double> want = g.reference();
+        std::vector<float> first;
+        for (const std::string& isa : kernels.names) {
+          REQUIRE(gemmForceKernel(isa.c_str()));
+          for (Packing packing : {Packing::None, Packing::A, Packing::B}) {
+            // A packed A carries no alpha: gemm falls back to the source operand.
+            for (int threads : {1, 2, 3}) {
+              INFO("M=" << M << " N=" << N << " K=" << K << " trans=" << trans << " alpha="
+                        << g.alpha << " accumulate=" << g.accumulate << " kernel=" << isa
+                        << " packing=" << int(packing) << " threads=" << threads);
+              const std::vector<float> got = runGemm(g, packing, threads);
+              requireNear(got, want, 1e-5 * (K + 1), 1e-5);
+              // Threads split whole panels, so each element sums in the same order.
+              if (threads == 1) first = got;
+              if (threads > 1) REQUIRE(got == first);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm: the fused epilogue equals Epilogue::apply on the plain product",
+          "[kernels][gemm]") {
+  EachKernel kernels;
+  struct Shape {
+    int64_t M, N, K;
+  };
+  // A full-tile case, ragged edges on both sides, and the skinny (decode) path.
+  const Shape shapes[] = {{37, 83, 29}, {64, 64, 530}, {3, 70, 50}, {1, 33, 17}};
+  for (const Shape& s : shapes) {
+    GemmCase g = makeGemmCase(s.M, s.N, s.K, false, false, 7);
+    const std::vector<float> bias = randomFloats(std::max(s.M, s.N), 8);
+    const std::vector<float> residual = randomFloats(s.M * s.N, 9);
+    for (const std::string& isa : kernels.names) {
+      REQUIRE(gemmForceKernel(isa.c_str()));
+      const std::vector<float> plain = runGemm(g, Packing::None, 1);
+      for (Activation act : kAllActivations) {
+        for (int variant = 0; variant < 6; ++variant) {
+          Epilogue ep;
+          ep.bias = variant % 3 == 0 ? nullptr : bias.data();
+          ep.bias_per_row = variant % 3 == 2;
+          ep.residual = variant >= 3 ? residual.data() : nullptr;
+          ep.ld_residual = s.N;
+          const float clip[] = {-0.3f, 0.4f}, leaky[] = {0.1f}, hsig[] = {0.3f, 0.4f};
+          const float* params = act == Activation::Clip        ? clip
+                                : act == Activation::LeakyRelu   ? leaky
+                                : act == Activation::HardSigmoid ? hsig
+                                                                 : nullptr;
+          ep.setActivation(act, params, params ? (act == Activation::LeakyRelu ? 1 : 2) : 0);
+          std::vector<float> expected = plain;
+          ep.apply(expected.data(), s.N, 0, 0, s.M, s.N);
+          std::vector<double> want(expected.begin(), expected.end());
+          // Independently: act(acc + bias + residual) in double.
+          const std::vector<double> acc = g.reference();
+          std::vector<double> direct(acc.size());
+          for (int64_t i = 0; i < s.M; ++i) {
+            for (int64_t j = 0; j < s.N; ++j) {
+              double v = acc[i * s.N + j];
+              if (ep.bias) v += ep.bias_per_row ? bias[i] : bias[j];
+              if (ep.residual) v += residual[i * s.N + j];
+              direct[i * s.N + j] = activationRef(act, v, ep.alpha, ep.beta);
+            }
+          }
+          for (Packing packing : {Packing::None, Packing::B}) {
+            for (int threads : {1, 2}) {
+              INFO("shape " << s.M << "x" << s.N << "x" << s.K << " kernel " << isa
+                            << " activation " << activationInfo(act).name << " variant "
+                            << variant << " packing " << int(packing) << " threads " << threads);
+              const std::vector<float> got = runGemm(g, packing, threads, &ep);
+              requireNear(got, want, 1e-6, 1e-6);
+              requireNear(got, direct, 1e-5 * s.K, 1e-4);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm: vector Sigmoid, Silu, Tanh and Gelu agree with the scalar epilogue",
+          "[kernels][gemm]") {
+  EachKernel kernels;
+  // C = 1 * B (K = 1) puts chosen values through the epilogue: tiny, huge, both signs, zeros.
+  std::vector<float> values = {0.f,    -0.f,    1e-30f,  -1e-30f, 1e-7f,   -1e-7f,
+                               88.f,   -88.f,   89.f,    -89.f,   100.f,   -100.f,
+                               103.9f, -103.9f, 103.98f, -103.98f, 104.f,  -104.f,
+                               120.f,  -120.f,  1e30f,   -1e30f};
+  for (int i = -2000; i <= 2000; ++i) values.push_back(static_cast<float>(i) * 0.0137f);
+  // +-inf; not Gelu(-inf): 0.5 * -inf * 0 is NaN in the scalar form, 0 in the vector one.
+  values.push_back(INFINITY);
+  const float negative_infinity = -INFINITY;
+  const std::vector<float> one = {1.f};
+  for (const std::string& isa : kernels.names) {
+    REQUIRE(gemmForceKernel(isa.c_str()));
+    for (Activation act :
+         {Activation::Sigmoid, Activation::Silu, Activation::Tanh, Activation::Gelu}) {
+      Epilogue ep;
+      ep.setActivation(act, nullptr, 0);
+      std::vector<float> inputs = values;
+      if (act != Activation::Gelu) inputs.push_back(negative_infinity);
+      const int64_t N = static_cast<int64_t>(inputs.size());
+      std::vector<float> got(static_cast<size_t>(N)), want = inputs;
+      GemmParams p = gemmParams(1, N, 1, one.data(), 1, false, inputs.data(), N, false,
+                                got.data(), N);
+      p.epilogue = &ep;
+      gemm(p, 1);
+      ep.activate(want.data(), N);
+      for (int64_t j = 0; j < N; ++j) {
+        INFO("kernel " << isa << " activation " << activationInfo(act).name << " x = "
+                       << inputs[j] << ": got " << got[j] << ", want " << want[j]);
+        if (std::isnan(want[j])) {  // Silu(-inf) = -inf * 0
+          REQUIRE(std::isnan(got[j]));
+          continue;
+        }
+        if (std::isinf(want[j])) {
+          REQUIRE(got[j] == want[j]);
+          continue;
+        }
+        // exp-based: a few ulp. Gelu: its erfc fit is 1.2e-7 relative, but below x = -5.5 the
+        // scalar 1 + erf(x) rounds to 0 while the vector form keeps the true, tiny values
+        // (< 1e-8): there the tolerance is ONNX's absolute 1e-7.
+        const double atol = act == Activation::Gelu ? 1e-7 : 1e-37;
+        REQUIRE(std::abs(got[j] - want[j]) <= atol + 1e-6 * std::abs(want[j]));
+        // (The product itself turns -0 into +0: 0 + 1 * -0 = +0.)
+        if (inputs[j] != 0.f) REQUIRE(std::signbit(got[j]) == std::signbit(want[j]));
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm: skinny products (M = 1..16) read B in place and stay exact",
+          "[kernels][gemm]") {
+  EachKernel kernels;
+  for (int64_t M = 1; M <= 16; ++M) {
+    for (int64_t N : {5, 32, 77}) {
+      GemmCase g = makeGemmCase(M, N, 530, false, false, static_cast<uint32_t>(M * 10 + N));
+      const std::vector<double> want = g.reference();
+      for (const std::string& isa : kernels.names) {
+        REQUIRE(gemmForceKernel(isa.c_str()));
+        for (Packing packing : {Packing::None, Packing::B}) {
+          INFO("M=" << M << " N=" << N << " kernel " << isa << " packing " << int(packing));
+          const std::vector<float> one = runGemm(g, packing, 1);
+          requireNear(one, want, 3e-3, 1e-5);
+          REQUIRE(runGemm(g, packing, 2) == one);
+          REQUIRE(runGemm(g, packing, 3) == one);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm: a matrix packed for one micro-kernel still works under another",
+          "[kernels][gemm]") {
+  EachKernel kernels;
+  if (kernels.names.size() < 2) return;
+  GemmCase g = makeGemmCase(20, 40, 50, false, true, 3);
+  const std::vector<double> want = g.reference();
+  REQUIRE(gemmForceKernel(kernels.names[0].c_str()));
+  const PackedMatrix pb = packGemmB(g.K, g.N, g.b.data(), 1, g.K);
+  REQUIRE(packedForCurrentKernel(pb));
+  REQUIRE(gemmForceKernel(kernels.names[1].c_str()));
+  REQUIRE_FALSE(packedForCurrentKernel(pb));
+  std::vector<float> c(static_cast<size_t>(g.M * g.N));
+  GemmParams p = g.params(c.data());
+  p.packed_b = &pb;
+  gemm(p, 1);
+  requireNear(c, want, 1e-4, 1e-5);
+}
+
+// ---- kernels through the registry, with a persistent state slot as the executor gives ----
+
+namespace {
+
+HostTensor floatTensor(const Dims& dims, const std::vector<float>& v) {
+  HostTensor t(DType::Float, dims);
+  std::copy(v.begin(), v.end(), t.mutableData<float>());
+  return t;
+}
+
+std::vector<float> valuesOf(const HostTensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+class FreshAllocator : public OutputAllocator {
+ public:
+  HostTensor allocate(DType dtype, const std::vector<int64_t>& dims) override {
+    return HostTensor(dtype, dims);
+  }
+};
+
+// One node whose kernel keeps its state across run() calls, with `constant` marking inputs
+// that are initializers.
+class StatefulNode {
+ public:
+  StatefulNode(const std::string& domain, const std::string& op, size_t inputs,
+               std::vector<Attribute> attrs, uint64_t constant)
+      : constant_(constant), domain_(domain) {
+    std::vector<Value*> ins;
+    for (size_t i = 0; i < inputs; ++i) {
+      ValueType vt;
+      vt.dtype = DType::Float;
+      ins.push_back(graph_.addInput("in" + std::to_string(i), vt));
+    }
+    node_ = graph_.createNode({op, domain, ins, {"y"}, "node", std::move(attrs)});
+    graph_.addOutput(node_->output(0));
+    kernel_ = KernelRegistry::global().find(domain, op, opset());
+    REQUIRE(kernel_ != nullptr);
+  }
+  HostTensor run(const std::vector<const HostTensor*>& inputs, int threads = 1) {
+    FreshAllocator alloc;
+    KernelContext ctx(*node_, opset(), inputs, alloc, threads);
+    ctx.bindPersistentState(&state_, constant_);
+    kernel_->fn(ctx);
+    return ctx.outputs()[0];
+  }
+  bool hasState() const { return state_ != nullptr; }
+
+ private:
+  int64_t opset() const { return domain_.empty() ? 17 : 1; }
+  Graph graph_{"t"};
+  Node* node_ = nullptr;
+  const KernelInfo* kernel_ = nullptr;
+  std::unique_ptr<KernelState> state_;
+  uint64_t constant_;
+  std::string domain_;
+};
+
+}  // namespace
+
+TEST_CASE("Gemm and MatMul pack a constant B once and repack when it changes",
+          "[kernels][gemm]") {
+  EachKernel kernels;
+  const int64_t M = 9, K = 40, N = 35;
+  const std::vector<float> av = randomFloats(M * K, 1), bv = randomFloats(N * K, 2),
+                           bv2 = randomFloats(N * K, 3), cv = randomFloats(N, 4);
+  auto reference = [&](const std::vector<float>& b, bool trans_b, bool bias) {
+    std::vector<double> y(static_cast<size_t>(M * N));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = bias ? cv[j] : 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+          acc += double(av[i * K + k]) * (trans_b ? b[j * K + k] : b[k * N + j]);
+        }
+        y[i * N + j] = acc;
+      }
+    return y;
+  };
+  HostTensor a = floatTensor({M, K}, av), c = floatTensor({N}, cv);
+  HostTensor b1 = floatTensor({N, K}, bv), b2 = floatTensor({N, K}, bv2);
+  StatefulNode gemmNode("", "Gemm", 3, {Attribute::ofInt("transB", 1)}, 0b110);
+  requireNear(valuesOf(gemmNode.run({&a, &b1, &c})), reference(bv, true, true), 1e-4, 1e-5);
+  REQUIRE(gemmNode.hasState());
+  requireNear(valuesOf(gemmNode.run({&a, &b1, &c}, 2)), reference(bv, true, true), 1e-4, 1e-5);
+  // Another weight tensor (another address): the state must not serve the old packing.
+  requireNear(valuesOf(gemmNode.run({&a, &b2, &c})), reference(bv2, true, true), 1e-4, 1e-5);
+  // Another micro-kernel: repacked for it.
+  for (const std::string& isa : kernels.names) {
+    REQUIRE(gemmForceKernel(isa.c_str()));
+    requireNear(valuesOf(gemmNode.run({&a, &b2, &c})), reference(bv2, true, true), 1e-4, 1e-5);
+  }
+
+  HostTensor bm = floatTensor({K, N}, bv);
+  HostTensor a3 = floatTensor({1, M, K}, av);
+  StatefulNode matmul("", "MatMul", 2, {}, 0b10);
+  for (int run = 0; run < 2; ++run) {
+    const HostTensor y = matmul.run({&a3, &bm}, run + 1);
+    REQUIRE(y.dims() == Dims{1, M, N});
+    requireNear(valuesOf(y), reference(bv, false, false), 1e-4, 1e-5);
+  }
+  REQUIRE(matmul.hasState());
+}
+
+// ---- convolution ----
+
+namespace {
+
+struct ConvSpec {
+  Dims x;  // N, C, spatial...
+  int64_t M;
+  Dims k, strides, dilations, pads;  // pads: begins then ends
+  int64_t group = 1;
+};
+
+Dims convOutDims(const ConvSpec& c) {
+  const size_t r = c.k.size();
+  Dims y = {c.x[0], c.M};
+  for (size_t i = 0; i < r; ++i) {
+    y.push_back((c.x[2 + i] + c.pads[i] + c.pads[i + r] - (c.k[i] - 1) * c.dilations[i] - 1) /
+                    c.strides[i] + 1);
+  }
+  return y;
+}
+
+// act(conv(x, w) + b + z) by the definition, in double.
+std::vector<double> convReference(const ConvSpec& c, const std::vector<float>& x,
+                                  const std::vector<float>& w, const std::vector<float>& b,
+                                  const std::vector<float>* z, Activation act) {
+  const size_t r = c.k.size();
+  const Dims yd = convOutDims(c);
+  const int64_t N = c.x[0], C = c.x[1], Cg = C / c.group, Mg = c.M / c.group;
+  int64_t P = 1, taps = 1, in_pixels = 1;
+  for (size_t i = 0; i < r; ++i) {
+    P *= yd[2 + i];
+    taps *= c.k[i];
+    in_pixels *= c.x[2 + i];
+  }
+  std::vector<double> y(static_cast<size_t>(N * c.M * P));
+  Dims op(r), kp(r);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < c.M; ++m)
+      for (int64_t p = 0; p < P; ++p) {
+        for (int64_t rem = p, i = static_cast<int64_t>(r) - 1; i >= 0; --i) {
+          op[i] = rem % yd[2 + i];
+          rem /= yd[2 + i];
+        }
+        double acc = b[m];
+        const int64_t g = m / Mg;
+        for (int64_t cc = 0; cc < Cg; ++cc)
+          for (int64_t t = 0; t < taps; ++t) {
+            for (int64_t rem = t, i = static_cast<int64_t>(r) - 1; i >= 0; --i) {
+              kp[i] = rem % c.k[i];
+              rem /= c.k[i];
+            }
+            int64_t idx = 0;
+            bool inside = true;
+            for (size_t i = 0; i < r && inside; ++i) {
+              const int64_t pos = op[i] * c.strides[i] - c.pads[i] + kp[i] * c.dilations[i];
+              inside = pos >= 0 && pos < c.x[2 + i];
+              idx = idx * c.x[2 + i] + pos;
+            }
+            if (!inside) continue;
+            acc += double(x[(n * C + g * Cg + cc) * in_pixels + idx]) *
+                   w[(m * Cg + cc) * taps + t];
+          }
+        const int64_t o = (n * c.M + m) * P + p;
+        if (z) acc += (*z)[o];
+        y[o] = activationRef(act, acc, 0.f, 6.f);  // Clip runs as [0, 6] (ReLU6)
+      }
+  return y;
+}
+
+std::vector<Attribute> convAttrs(const ConvSpec& c) {
+  return {Attribute::ofInts("kernel_shape", c.k), Attribute::ofInts("strides", c.strides),
+          Attribute::ofInts("dilations", c.dilations), Attribute::ofInts("pads", c.pads),
+          Attribute::ofInt("group", c.group)};
+}
+
+}  // namespace
+
+TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][gemm]") {
+  EachKernel kernels;
+  const std::vector<ConvSpec> cases = {
+      {{1, 3, 9, 9}, 5, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {{2, 7, 11, 10}, 17, {3, 3}, {2, 2}, {1, 1}, {1, 0, 1, 2}},       // odd sizes, stride
+      {{1, 33, 8, 8}, 7, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},         // pointwise
+      {{1, 16, 13, 13}, 33, {1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}},      // strided 1x1
+      {{1, 8, 12, 12}, 8, {3, 3}, {1, 1}, {2, 2}, {2, 2, 2, 2}},        // dilation
+      {{1, 12, 10, 9}, 18, {3, 3}, {1, 2}, {1, 1}, {1, 1, 1, 1}, 3},    // groups
+      {{1, 16, 14, 14}, 16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 16},  // depthwise 3x3 s1
+      {{1, 24, 15, 15}, 24, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 24},  // depthwise 3x3 s2
+      {{1, 10, 17, 16}, 10, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 10},  // depthwise 5x5 s1
+      {{1, 10, 17, 16}, 10, {5, 5}, {2, 2}, {1, 1}, {2, 2, 2, 2}, 10},  // depthwise 5x5 s2
+      {{1, 6, 11, 11}, 12, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 6},    // depthwise x2
+      {{2, 5, 23}, 9, {4}, {2}, {1}, {1, 2}},                           // 1-D
+      {{1, 4, 5, 6, 7}, 6, {3, 2, 3}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1, 1, 1, 2}, 2},  // 3-D
+      {{1, 64, 20, 20}, 40, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},  // K > KC, several chunks
+  };
+  int id = 0;
+  for (const ConvSpec& c : cases) {
+    ++id;
+    Dims wd = {c.M, c.x[1] / c.group};
+    wd.insert(wd.end(), c.k.begin(), c.k.end());
+    const Dims yd = convOutDims(c);
+    const int64_t xn = std::accumulate(c.x.begin(), c.x.end(), int64_t{1}, std::multiplies<>());
+    const int64_t wn = std::accumulate(wd.begin(), wd.end(), int64_t{1}, std::multiplies<>());
+    const int64_t yn = std::accumulate(yd.begin(), yd.end(), int64_t{1}, std::multiplies<>());
+    const std::vector<float> xv = randomFloats(xn, 10 + id), wv = randomFloats(wn, 20 + id),
+                             bv = randomFloats(c.M, 30 + id), zv = randomFloats(yn, 40 + id);
+    HostTensor x = floatTensor(c.x, xv), w = floatTensor(wd, wv), b = floatTensor({c.M}, bv),
+               z = floatTensor(yd, zv);
+    const double atol = 2e-5 * (wn / c.M + 1);
+    for (const std::string& isa : kernels.names) {
+      REQUIRE(gemmForceKernel(isa.c_str()));
+      StatefulNode conv("", "Conv", 3, convAttrs(c), 0b110);
+      const std::vector<double> plain = convReference(c, xv, wv, bv, nullptr, Activation::None);
+      for (const Activation act : {Activation::Relu, Activation::Clip, Activation::Sigmoid}) {
+        std::vector<Attribute> attrs = convAttrs(c);
+        attrs.push_back(Attribute::ofString("activation", std::string(activationInfo(act).name)));
+        if (act == Activation::Clip) {
+          attrs.push_back(Attribute::ofFloats("activation_params", {0.f, 6.f}));
+        }
+        StatefulNode fused("fusectl", "FusedConv", 4, attrs, 0b110);
+        const std::vector<double> want = convReference(c, xv, wv, bv, &zv, act);
+        for (int threads : {1, 2, 3}) {
+          for (int run = 0; run < 2; ++run) {  // the second run uses the packed weights
+            INFO("case " << id << " kernel " << isa << " activation "
+                         << activationInfo(act).name << " threads " << threads << " run " << run);
+            const HostTensor y = conv.run({&x, &w, &b}, threads);
+            REQUIRE(y.dims() == yd);
+            requireNear(valuesOf(y), plain, atol, 1e-4);
+            requireNear(valuesOf(fused.run({&x, &w, &b, &z}, threads)), want, atol, 1e-4);
+          }
+        }
+      }
+    }
+  }
+}
