@@ -74,7 +74,13 @@ inline vf vexp(vf x) {
   return y * s1 * s2;
 }
 
-inline vf vsigmoid(vf x) { return 1.0f / (1.0f + vexp(-x)); }
+// exp of -|x| only, so that a large negative x gives e / (1 + e) down in the subnormals
+// instead of 1 / (1 + inf).
+inline vf vsigmoid(vf x) {
+  const vf e = vexp(-vabs(x));
+  const vf r = 1.0f / (1.0f + e);
+  return x >= 0.0f ? r : e * r;
+}
 
 inline vf vtanh(vf x) {
   const vf ax = vabs(x);
@@ -261,14 +267,19 @@ struct ExpShiftF {
   vf operator()(vf x) const { return vexp(x - shift); }
 };
 
+struct ShiftTwiceF {
+  float first, second;
+  vf operator()(vf x) const { return (x - first) - second; }
+};
+
 void softmaxRow(const float* x, float* y, int64_t n, bool log_softmax) {
   if (n <= 0) return;
   // A NaN or +inf in the row, or a row of -inf, makes every output NaN, as in the reference.
   const float m = max(x, n);
   if (log_softmax) {
+    // (x - m) - log(s), not x - (m + log(s)): m is as large as x and would round log(s) away.
     const double s = blockedSum(x, n, ExpShiftF{m});
-    const float shift = m + static_cast<float>(std::log(s));
-    mapLoop(x, y, n, AffineF{1.0f, -shift});
+    mapLoop(x, y, n, ShiftTwiceF{m, static_cast<float>(std::log(s))});
     return;
   }
   mapLoop(x, y, n, ExpShiftF{m});
@@ -302,9 +313,10 @@ void softmaxColumns(const float* x, float* y, int64_t rows, int64_t cols, bool l
     }
   }
   if (log_softmax) {
-    for (int64_t c = 0; c < cols; ++c) colsum[c] = colmax[c] + std::log(colsum[c]);
+    for (int64_t c = 0; c < cols; ++c) colsum[c] = std::log(colsum[c]);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = x[r * cols + c] - colsum[c];
+      for (int64_t c = 0; c < cols; ++c)
+        y[r * cols + c] = (x[r * cols + c] - colmax[c]) - colsum[c];
   } else {
     for (int64_t c = 0; c < cols; ++c) colsum[c] = 1.0f / colsum[c];
     for (int64_t r = 0; r < rows; ++r)
