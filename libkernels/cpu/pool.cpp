@@ -81,13 +81,14 @@ void pool2d(const Pool3d& p, const float* x, float* y, int64_t planes, int threa
   const int64_t span = (out_w - 1) * sw + (kw - 1) * dw + 1;
   const int64_t padded = std::max(span, pad_w + in_w);
   const float fill = is_max ? -std::numeric_limits<float>::infinity() : 0.f;
-  // Per output column: taps inside the input and inside the padded extent (AveragePool's divisor).
-  std::vector<float> cols(static_cast<size_t>(out_w));
+  // Per output column, 1 / the taps counted (inside the input, or inside the padded extent with
+  // count_include_pad); 0 where none is, which gives AveragePool's 0 for an empty window.
+  std::vector<float> inv_cols(static_cast<size_t>(out_w));
   for (int64_t ow = 0; ow < out_w; ++ow) {
     int64_t w0, w1;
     if (include_pad) tapRange(p, 2, ow, -p.pb[2], in_w + p.pe[2], &w0, &w1);
     else tapRange(p, 2, ow, 0, in_w, &w0, &w1);
-    cols[static_cast<size_t>(ow)] = static_cast<float>(w1 - w0);
+    inv_cols[static_cast<size_t>(ow)] = w1 > w0 ? 1.f / static_cast<float>(w1 - w0) : 0.f;
   }
   parallelFor(planes * out_h, threads, std::max<int64_t>(1, 4096 / std::max<int64_t>(out_w, 1)),
               [&](int64_t b, int64_t e) {
@@ -116,11 +117,9 @@ void pool2d(const Pool3d& p, const float* x, float* y, int64_t planes, int threa
       vec::windowSum(row.data(), sw, kw, dw, yo, out_w);
       int64_t ph0 = h0, ph1 = h1;
       if (include_pad) tapRange(p, 1, oh, -p.pb[1], in_h + p.pe[1], &ph0, &ph1);
-      const float rows_counted = static_cast<float>(ph1 - ph0);
-      for (int64_t ow = 0; ow < out_w; ++ow) {
-        const float count = rows_counted * cols[static_cast<size_t>(ow)];
-        yo[ow] = count > 0 ? yo[ow] / count : 0.f;
-      }
+      const float inv_rows = ph1 > ph0 ? 1.f / static_cast<float>(ph1 - ph0) : 0.f;
+      const float* __restrict ic = inv_cols.data();
+      for (int64_t ow = 0; ow < out_w; ++ow) yo[ow] *= inv_rows * ic[ow];
     }
   });
 }

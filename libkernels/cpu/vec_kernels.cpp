@@ -25,6 +25,7 @@ namespace portable {
 #ifdef FUSECTL_VEC_X86
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#pragma GCC optimize("fp-contract=fast")  // a * b + c as one FMA: half the polynomial work
 namespace avx2 {
 #define FUSECTL_VEC_BYTES 32
 #include "vec_impl.h"
@@ -34,6 +35,7 @@ namespace avx2 {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
+#pragma GCC optimize("fp-contract=fast")
 namespace avx512 {
 #define FUSECTL_VEC_BYTES 64
 #include "vec_impl.h"
