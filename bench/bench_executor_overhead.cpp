@@ -1,7 +1,9 @@
 // The executor's fixed cost per node: a chain of N tiny Relu nodes built in memory, run
 // repeatedly; ns per node of the whole run, minus the ns the Relu kernel itself takes when
 // called directly on the same tensor, is what the executor adds around each kernel call.
-// Prints one JSON line. No assertions: the targets are read off by people (issue 13: < 1 us).
+// Prints one JSON line, then one for the cost of a parallel region of the kernels' worker pool
+// (2 threads, empty tasks). No assertions: the targets are read off by people (issue 13: under
+// 1 us per node, a few us per region).
 //
 //   bench_executor_overhead [--nodes N] [--repeat R] [--elements E] [--threads T]
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../libkernels/cpu/thread_pool.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/kernels/executor.h"
 
@@ -112,5 +115,31 @@ int main(int argc, char** argv) {
       nodes, static_cast<long long>(elements), threads, repeat, median(run_ns) / 1e6,
       *std::min_element(run_ns.begin(), run_ns.end()) / 1e6, per_node, per_kernel,
       per_node - per_kernel);
+
+  // A region of two tasks of ~2 us each, against the same two tasks run back to back on the
+  // calling thread: the region's cost is its time minus half the serial time.
+  const int regions = 5000;
+  auto work = [](int) {
+    volatile float acc = 0;
+    for (int i = 0; i < 2000; ++i) acc = acc + 1.0f;
+  };
+  std::vector<double> region_ns, serial_ns;
+  for (int r = 0; r < 5; ++r) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < regions; ++i) cpu::runOnWorkers(2, work);
+    region_ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
+                        regions);
+    t0 = Clock::now();
+    for (int i = 0; i < regions; ++i) {
+      work(0);
+      work(1);
+    }
+    serial_ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
+                        regions);
+  }
+  std::printf("{\"bench\":\"parallel_region\",\"threads\":2,\"regions\":%d,"
+              "\"us_per_region\":%.2f,\"us_serial\":%.2f,\"us_overhead\":%.2f}\n",
+              regions, median(region_ns) / 1e3, median(serial_ns) / 1e3,
+              (median(region_ns) - median(serial_ns) / 2) / 1e3);
   return 0;
 }
