@@ -2,7 +2,10 @@
 // comparisons and logic, variadic Max/Min/Sum/Mean, Where, Clip, Cast, Identity and Dropout.
 //
 // Every op is a scalar function plugged into one of a few loop templates (unary, binary with
-// broadcasting, variadic fold); the loops come from broadcast.h and vectorize. float16/bfloat16
+// broadcasting, variadic fold); the loops come from broadcast.h and vectorize. The float32
+// activations and transcendentals (Relu, Sigmoid, Tanh, Exp, Erf, Gelu...) run instead the
+// hand-vectorised loops of vec_kernels.h: the compiler cannot vectorise std::exp and friends,
+// which left them 20-100x below memory bandwidth. float16/bfloat16
 // inputs are computed in float32 (dtype_dispatch.h). Integer Div truncates toward zero (ONNX's
 // reference casts numpy's true division back to the integer type); integer division by zero
 // yields 0 instead of trapping. Integer Mod with fmod=0 takes the divisor's sign, as Python does.
