@@ -356,7 +356,19 @@ void layerNormRow(const float* x, float* y, int64_t n, const float* scale, const
 // ---------------------------------------------------------------------------------------------
 // Pool passes: plain loops, vectorised by the compiler for this region's target.
 
+// Three rows (a 3-tap window, the common case) in one pass instead of a copy and two updates.
 void maxRows(const float* const* rows, int k, float* out, int64_t n) {
+  if (k == 3) {
+    const float* __restrict a = rows[0];
+    const float* __restrict b = rows[1];
+    const float* __restrict c = rows[2];
+    float* __restrict o = out;
+    for (int64_t i = 0; i < n; ++i) {
+      const float m = b[i] > a[i] ? b[i] : a[i];
+      o[i] = c[i] > m ? c[i] : m;
+    }
+    return;
+  }
   std::memcpy(out, rows[0], static_cast<size_t>(n) * sizeof(float));
   for (int r = 1; r < k; ++r) {
     const float* __restrict in = rows[r];
@@ -366,6 +378,14 @@ void maxRows(const float* const* rows, int k, float* out, int64_t n) {
 }
 
 void sumRows(const float* const* rows, int k, float* out, int64_t n) {
+  if (k == 3) {
+    const float* __restrict a = rows[0];
+    const float* __restrict b = rows[1];
+    const float* __restrict c = rows[2];
+    float* __restrict o = out;
+    for (int64_t i = 0; i < n; ++i) o[i] = (a[i] + b[i]) + c[i];
+    return;
+  }
   std::memcpy(out, rows[0], static_cast<size_t>(n) * sizeof(float));
   for (int r = 1; r < k; ++r) {
     const float* __restrict in = rows[r];
@@ -377,6 +397,15 @@ void sumRows(const float* const* rows, int k, float* out, int64_t n) {
 void windowMax(const float* in, int64_t stride, int64_t k, int64_t dilation, float* out,
                int64_t n) {
   float* __restrict o = out;
+  if (stride == 1 && k == 3) {
+    const float* __restrict b = in + dilation;
+    const float* __restrict c = in + 2 * dilation;
+    for (int64_t i = 0; i < n; ++i) {
+      const float m = b[i] > in[i] ? b[i] : in[i];
+      o[i] = c[i] > m ? c[i] : m;
+    }
+    return;
+  }
   if (stride == 1) {
     std::memcpy(o, in, static_cast<size_t>(n) * sizeof(float));
     for (int64_t j = 1; j < k; ++j) {
@@ -411,6 +440,12 @@ void windowMax(const float* in, int64_t stride, int64_t k, int64_t dilation, flo
 void windowSum(const float* in, int64_t stride, int64_t k, int64_t dilation, float* out,
                int64_t n) {
   float* __restrict o = out;
+  if (stride == 1 && k == 3) {
+    const float* __restrict b = in + dilation;
+    const float* __restrict c = in + 2 * dilation;
+    for (int64_t i = 0; i < n; ++i) o[i] = (in[i] + b[i]) + c[i];
+    return;
+  }
   if (stride == 1) {
     std::memcpy(o, in, static_cast<size_t>(n) * sizeof(float));
     for (int64_t j = 1; j < k; ++j) {
