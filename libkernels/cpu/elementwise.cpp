@@ -2,7 +2,10 @@
 // comparisons and logic, variadic Max/Min/Sum/Mean, Where, Clip, Cast, Identity and Dropout.
 //
 // Every op is a scalar function plugged into one of a few loop templates (unary, binary with
-// broadcasting, variadic fold); the loops come from broadcast.h and vectorize. float16/bfloat16
+// broadcasting, variadic fold); the loops come from broadcast.h and vectorize. The float32
+// activations and transcendentals (Relu, Sigmoid, Tanh, Exp, Erf, Gelu...) run instead the
+// hand-vectorised loops of vec_kernels.h: the compiler cannot vectorise std::exp and friends,
+// which left them 20-100x below memory bandwidth. float16/bfloat16
 // inputs are computed in float32 (dtype_dispatch.h). Integer Div truncates toward zero (ONNX's
 // reference casts numpy's true division back to the integer type); integer division by zero
 // yields 0 instead of trapping. Integer Mod with fmod=0 takes the divisor's sign, as Python does.
@@ -10,6 +13,7 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -20,6 +24,7 @@
 #include "dtype_dispatch.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/kernels/kernel.h"
+#include "vec_kernels.h"
 
 namespace fusectl::kernels {
 namespace {
@@ -29,9 +34,15 @@ using namespace kutil;
 // ---------------------------------------------------------------------------------------------
 // Loop templates
 
-// y = f(x), same dtype. f is generic over the element type.
+// y = f(x), same dtype. f is generic over the element type; float32 (and the float16/bfloat16
+// staged as float32) runs `fast` instead when given: the same function, vectorised.
+struct VecUnary {
+  vec::Unary op;
+  float alpha = 0, beta = 0;
+};
+
 template <unsigned Set, typename F>
-void unaryOp(KernelContext& ctx, F f) {
+void unaryOp(KernelContext& ctx, F f, std::optional<VecUnary> fast = std::nullopt) {
   const HostTensor& x0 = ctx.requireInput(0);
   HostTensor hx;
   const HostTensor* x = stageIn(&x0, hx);
@@ -40,6 +51,15 @@ void unaryOp(KernelContext& ctx, F f) {
     using T = typename decltype(tag)::type;
     const T* src = x->data<T>();
     T* dst = out.compute().template mutableData<T>();
+    if constexpr (std::is_same_v<T, float>) {
+      if (fast) {
+        cpu::parallelFor(x->numel(), ctx.numThreads(), kParallelGrain,
+                         [&](int64_t b, int64_t e) {
+                           vec::unary(fast->op, src + b, dst + b, e - b, fast->alpha, fast->beta);
+                         });
+        return;
+      }
+    }
     cpu::parallelFor(x->numel(), ctx.numThreads(), kParallelGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) dst[i] = static_cast<T>(f(src[i]));
     });
@@ -426,8 +446,9 @@ void add(KernelRegistry& r, const char* op, KernelFn fn) {
 }
 
 template <typename F>
-void addFloatUnary(KernelRegistry& r, const char* op, F f) {
-  add(r, op, [f](KernelContext& ctx) { unaryOp<kFloats>(ctx, f); });
+void addFloatUnary(KernelRegistry& r, const char* op, F f,
+                   std::optional<VecUnary> fast = std::nullopt) {
+  add(r, op, [f, fast](KernelContext& ctx) { unaryOp<kFloats>(ctx, f, fast); });
 }
 
 }  // namespace
@@ -436,11 +457,12 @@ void registerElementwiseKernels(KernelRegistry& r) {
   // Unary math, float types only.
   addFloatUnary(r, "Sqrt", [](auto x) { return std::sqrt(x); });
   addFloatUnary(r, "Reciprocal", [](auto x) { return decltype(x)(1) / x; });
-  addFloatUnary(r, "Exp", [](auto x) { return std::exp(x); });
+  addFloatUnary(r, "Exp", [](auto x) { return std::exp(x); }, VecUnary{vec::Unary::Exp});
   addFloatUnary(r, "Log", [](auto x) { return std::log(x); });
-  addFloatUnary(r, "Erf", [](auto x) { return std::erf(x); });
-  addFloatUnary(r, "Tanh", [](auto x) { return std::tanh(x); });
-  addFloatUnary(r, "Sigmoid", [](auto x) { return sigmoid(x); });
+  addFloatUnary(r, "Erf", [](auto x) { return std::erf(x); }, VecUnary{vec::Unary::Erf});
+  addFloatUnary(r, "Tanh", [](auto x) { return std::tanh(x); }, VecUnary{vec::Unary::Tanh});
+  addFloatUnary(r, "Sigmoid", [](auto x) { return sigmoid(x); },
+                VecUnary{vec::Unary::Sigmoid});
   addFloatUnary(r, "Sin", [](auto x) { return std::sin(x); });
   addFloatUnary(r, "Cos", [](auto x) { return std::cos(x); });
   addFloatUnary(r, "Tan", [](auto x) { return std::tan(x); });
@@ -456,7 +478,8 @@ void registerElementwiseKernels(KernelRegistry& r) {
   addFloatUnary(r, "Ceil", [](auto x) { return std::ceil(x); });
   addFloatUnary(r, "Round", [](auto x) { return std::nearbyint(x); });  // half to even
   addFloatUnary(r, "Softplus", [](auto x) { return softplus(x); });
-  addFloatUnary(r, "Softsign", [](auto x) { return x / (decltype(x)(1) + std::abs(x)); });
+  addFloatUnary(r, "Softsign", [](auto x) { return x / (decltype(x)(1) + std::abs(x)); },
+                VecUnary{vec::Unary::Softsign});
   addFloatUnary(r, "Mish", [](auto x) { return x * std::tanh(softplus(x)); });
 
   // Unary ops over signed / all numeric types.
@@ -470,7 +493,8 @@ void registerElementwiseKernels(KernelRegistry& r) {
     });
   });
   add(r, "Relu", [](KernelContext& ctx) {
-    unaryOp<kFloats | kSigned>(ctx, [](auto x) { return x > 0 ? x : decltype(x)(0); });
+    unaryOp<kFloats | kSigned>(ctx, [](auto x) { return x > 0 ? x : decltype(x)(0); },
+                               VecUnary{vec::Unary::Relu});
   });
   add(r, "Sign", [](KernelContext& ctx) {
     unaryOp<kNumeric>(ctx, [](auto x) {
@@ -496,11 +520,13 @@ void registerElementwiseKernels(KernelRegistry& r) {
   // Activations with attributes.
   add(r, "LeakyRelu", [](KernelContext& ctx) {
     const float alpha = ctx.attrFloat("alpha", 0.01f);
-    unaryOp<kFloats>(ctx, [=](auto x) { return x < 0 ? x * alpha : x; });
+    unaryOp<kFloats>(ctx, [=](auto x) { return x < 0 ? x * alpha : x; },
+                     VecUnary{vec::Unary::LeakyRelu, alpha});
   });
   add(r, "Elu", [](KernelContext& ctx) {
     const float alpha = ctx.attrFloat("alpha", 1.0f);
-    unaryOp<kFloats>(ctx, [=](auto x) { return x < 0 ? alpha * (std::exp(x) - 1) : x; });
+    unaryOp<kFloats>(ctx, [=](auto x) { return x < 0 ? alpha * (std::exp(x) - 1) : x; },
+                     VecUnary{vec::Unary::Elu, alpha});
   });
   add(r, "Celu", [](KernelContext& ctx) {
     const float alpha = ctx.attrFloat("alpha", 1.0f);
@@ -514,7 +540,7 @@ void registerElementwiseKernels(KernelRegistry& r) {
     const float gamma = ctx.attrFloat("gamma", 1.05070102214813232421875f);
     unaryOp<kFloats>(ctx, [=](auto x) {
       return x > 0 ? gamma * x : gamma * (alpha * std::exp(x) - alpha);
-    });
+    }, VecUnary{vec::Unary::Selu, alpha, gamma});
   });
   add(r, "ThresholdedRelu", [](KernelContext& ctx) {
     const float alpha = ctx.attrFloat("alpha", 1.0f);
@@ -526,13 +552,13 @@ void registerElementwiseKernels(KernelRegistry& r) {
     unaryOp<kFloats>(ctx, [=](auto x) {
       using T = decltype(x);
       return std::max(T(0), std::min(T(1), static_cast<T>(alpha * x + beta)));
-    });
+    }, VecUnary{vec::Unary::HardSigmoid, alpha, beta});
   });
   add(r, "HardSwish", [](KernelContext& ctx) {
     unaryOp<kFloats>(ctx, [](auto x) {
       using T = decltype(x);
       return x * std::max(T(0), std::min(T(1), static_cast<T>(x / T(6) + T(0.5))));
-    });
+    }, VecUnary{vec::Unary::HardSwish});
   });
   const auto exact_gelu = [](auto x) {
     using T = decltype(x);
@@ -545,9 +571,9 @@ void registerElementwiseKernels(KernelRegistry& r) {
         using T = decltype(x);
         const T k = static_cast<T>(0.7978845608028654);  // sqrt(2/pi)
         return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
-      });
+      }, VecUnary{vec::Unary::GeluTanh});
     } else if (approx == "none") {
-      unaryOp<kFloats>(ctx, exact_gelu);
+      unaryOp<kFloats>(ctx, exact_gelu, VecUnary{vec::Unary::Gelu});
     } else {
       ctx.fail(fmt::format("unknown approximate '{}'", approx));
     }
@@ -555,7 +581,9 @@ void registerElementwiseKernels(KernelRegistry& r) {
   // fusectl::Gelu (docs/ops.md): the exact Gelu, which fuse-gelu writes for the Erf spelling
   // in models older than opset 20.
   r.add({"fusectl", "Gelu", 1, 1000,
-         [exact_gelu](KernelContext& ctx) { unaryOp<kFloats>(ctx, exact_gelu); }});
+         [exact_gelu](KernelContext& ctx) {
+           unaryOp<kFloats>(ctx, exact_gelu, VecUnary{vec::Unary::Gelu});
+         }});
   add(r, "Shrink", [](KernelContext& ctx) {
     const float bias = ctx.attrFloat("bias", 0.0f);
     const float lambd = ctx.attrFloat("lambd", 0.5f);

@@ -1,6 +1,7 @@
 // BatchNormalization, LayerNormalization and InstanceNormalization.
 //
-// Statistics are accumulated in double, the normalization itself runs in float.
+// Statistics are accumulated in double (float lanes over short blocks, vec_kernels.h), the
+// normalization itself runs in float, vectorised.
 // BatchNormalization in inference form folds each channel into y = x * a + b with
 // a = scale / sqrt(var + eps), b = B - mean * a. Its training form (training_mode=1 at opset 14+,
 // or the extra outputs of opsets 1-9) normalizes with the batch statistics and returns the
@@ -12,10 +13,18 @@
 #include <vector>
 
 #include "compute_common.h"
+#include "vec_kernels.h"
 
 namespace fusectl::kernels {
 namespace cpu {
 namespace {
+
+// Rows of `row_elements` per thread worth a parallel region: about 32K elements, so that a
+// region's few microseconds stay small beside the work (a per-sample grain left ResNet's
+// [1,64,112,112] BatchNormalization on one thread).
+int64_t grainFor(int64_t row_elements) {
+  return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(row_elements, 1));
+}
 
 void requireFloat(const KernelContext& ctx, const HostTensor& x) {
   if (!isFloatComputeType(x.dtype())) {
@@ -138,14 +147,11 @@ void runBatchNorm(KernelContext& ctx) {
   }
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), x.dims());
   FloatSink ys(y);
-  parallelFor(N * groups, ctx.numThreads(), 64, [&](int64_t b0, int64_t b1) {
+  parallelFor(N * groups, ctx.numThreads(), grainFor(per_group), [&](int64_t b0, int64_t b1) {
     for (int64_t t = b0; t < b1; ++t) {
       const int64_t n = t / groups, g = t % groups;
       const int64_t off = n * C * inner + g * per_group;
-      const float* __restrict src = xf.data() + off;
-      float* __restrict dst = ys.data() + off;
-      const float ag = a[g], bg = b[g];
-      for (int64_t i = 0; i < per_group; ++i) dst[i] = src[i] * ag + bg;
+      vec::affine(xf.data() + off, ys.data() + off, per_group, a[g], b[g]);
     }
   });
   ys.commit();
@@ -174,24 +180,10 @@ void runLayerNorm(KernelContext& ctx) {
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), x.dims());
   FloatSink ys(y);
   std::vector<float> means(static_cast<size_t>(rows)), inv_std(static_cast<size_t>(rows));
-  parallelFor(rows, ctx.numThreads(), 16, [&](int64_t r0, int64_t r1) {
+  parallelFor(rows, ctx.numThreads(), grainFor(cols), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const float* __restrict src = xf.data() + r * cols;
-      float* __restrict dst = ys.data() + r * cols;
-      double s = 0;
-      for (int64_t i = 0; i < cols; ++i) s += src[i];
-      const double m = cols > 0 ? s / cols : 0.0;
-      double s2 = 0;
-      for (int64_t i = 0; i < cols; ++i) s2 += (src[i] - m) * (src[i] - m);
-      const double inv = 1.0 / std::sqrt((cols > 0 ? s2 / cols : 0.0) + eps);
-      const float mf = static_cast<float>(m), invf = static_cast<float>(inv);
-      means[r] = mf;
-      inv_std[r] = invf;
-      if (bias.empty()) {
-        for (int64_t i = 0; i < cols; ++i) dst[i] = (src[i] - mf) * invf * scale[i];
-      } else {
-        for (int64_t i = 0; i < cols; ++i) dst[i] = (src[i] - mf) * invf * scale[i] + bias[i];
-      }
+      vec::layerNormRow(xf.data() + r * cols, ys.data() + r * cols, cols, scale.data(),
+                        bias.empty() ? nullptr : bias.data(), eps, &means[r], &inv_std[r]);
     }
   });
   ys.commit();
@@ -214,20 +206,16 @@ void runInstanceNorm(KernelContext& ctx) {
   }
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), x.dims());
   FloatSink ys(y);
-  parallelFor(N * C, ctx.numThreads(), 16, [&](int64_t b0, int64_t b1) {
+  parallelFor(N * C, ctx.numThreads(), grainFor(inner), [&](int64_t b0, int64_t b1) {
     for (int64_t t = b0; t < b1; ++t) {
       const int64_t c = t % C;
-      const float* __restrict src = xf.data() + t * inner;
-      float* __restrict dst = ys.data() + t * inner;
-      double s = 0;
-      for (int64_t i = 0; i < inner; ++i) s += src[i];
-      const double m = inner > 0 ? s / inner : 0.0;
-      double s2 = 0;
-      for (int64_t i = 0; i < inner; ++i) s2 += (src[i] - m) * (src[i] - m);
+      const float* src = xf.data() + t * inner;
+      const double m = inner > 0 ? vec::sum(src, inner) / inner : 0.0;
+      const double s2 = vec::sumSquaredDeviations(src, inner, static_cast<float>(m));
       const double var = inner > 0 ? s2 / inner : 0.0;
       const float a = static_cast<float>(scale[c] / std::sqrt(var + eps));
       const float b = static_cast<float>(bias[c] - m * a);
-      for (int64_t i = 0; i < inner; ++i) dst[i] = src[i] * a + b;
+      vec::affine(src, ys.data() + t * inner, inner, a, b);
     }
   });
   ys.commit();

@@ -6,12 +6,19 @@
 // (ceil_mode's overhang past the end padding never counts, as in PyTorch and ONNX Runtime).
 // MaxPool's Indices are offsets into the whole input tensor, row-major, or with storage_order=1
 // column-major within each spatial plane.
+//
+// 1-D and 2-D MaxPool (without Indices) and AveragePool take a separable path: for each output
+// row, the window's valid input rows are combined elementwise into one row (contiguous, so it
+// vectorises for any stride), which is padded with the identity (-inf or 0) on both sides; the
+// horizontal pass then reduces k taps at stride s along that row. The window geometry is the
+// same as the general path's, so both give the same values.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "compute_common.h"
+#include "vec_kernels.h"
 
 namespace fusectl::kernels {
 namespace cpu {
@@ -65,6 +72,73 @@ std::vector<int64_t> pooledDims(const HostTensor& x, const Window& w) {
   return dims;
 }
 
+// The separable 1-D/2-D path (see the top of the file); `is_max` picks MaxPool, else
+// AveragePool with or without count_include_pad.
+void pool2d(const Pool3d& p, const float* x, float* y, int64_t planes, int threads, bool is_max,
+            bool include_pad) {
+  const int64_t in_h = p.in[1], in_w = p.in[2], out_h = p.out[1], out_w = p.out[2];
+  const int64_t kh = p.k[1], kw = p.k[2], sw = p.s[2], dw = p.d[2], pad_w = p.pb[2];
+  const int64_t span = (out_w - 1) * sw + (kw - 1) * dw + 1;
+  const int64_t padded = std::max(span, pad_w + in_w);
+  const float fill = is_max ? -std::numeric_limits<float>::infinity() : 0.f;
+  // Per output column, 1 / the taps counted (inside the input, or inside the padded extent with
+  // count_include_pad); 0 where none is, which gives AveragePool's 0 for an empty window.
+  std::vector<float> inv_cols(static_cast<size_t>(out_w));
+  for (int64_t ow = 0; ow < out_w; ++ow) {
+    int64_t w0, w1;
+    if (include_pad) tapRange(p, 2, ow, -p.pb[2], in_w + p.pe[2], &w0, &w1);
+    else tapRange(p, 2, ow, 0, in_w, &w0, &w1);
+    inv_cols[static_cast<size_t>(ow)] = w1 > w0 ? 1.f / static_cast<float>(w1 - w0) : 0.f;
+  }
+  parallelFor(planes * out_h, threads, std::max<int64_t>(1, 4096 / std::max<int64_t>(out_w, 1)),
+              [&](int64_t b, int64_t e) {
+    std::vector<float> row(static_cast<size_t>(padded), fill);
+    std::vector<const float*> taps(static_cast<size_t>(kh));
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t pl = t / out_h, oh = t % out_h;
+      const float* xs = x + pl * in_h * in_w;
+      float* yo = y + t * out_w;
+      int64_t h0, h1;
+      tapRange(p, 1, oh, 0, in_h, &h0, &h1);
+      int k = 0;
+      for (int64_t jh = h0; jh < h1; ++jh)
+        taps[static_cast<size_t>(k++)] = xs + (oh * p.s[1] - p.pb[1] + jh * p.d[1]) * in_w;
+      if (k == 0) {
+        std::fill(yo, yo + out_w, is_max ? fill : 0.f);
+        continue;
+      }
+      // The next output row's input rows are short streams (a few KB) that the hardware
+      // prefetcher picks up too late; asking for them now hides most of their latency.
+      if (t + 1 < e && (t + 1) % out_h != 0) {
+        int64_t nh0, nh1;
+        tapRange(p, 1, oh + 1, 0, in_h, &nh0, &nh1);
+        for (int64_t jh = nh0; jh < nh1; ++jh) {
+          const char* next = reinterpret_cast<const char*>(
+              xs + ((oh + 1) * p.s[1] - p.pb[1] + jh * p.d[1]) * in_w);
+          for (int64_t off = 0; off < in_w * static_cast<int64_t>(sizeof(float)); off += 64)
+            __builtin_prefetch(next + off);
+        }
+      }
+      float* inner = row.data() + pad_w;
+      if (is_max) {
+        vec::maxRows(taps.data(), k, inner, in_w);
+        vec::windowMax(row.data(), sw, kw, dw, yo, out_w);
+        continue;
+      }
+      vec::sumRows(taps.data(), k, inner, in_w);
+      vec::windowSum(row.data(), sw, kw, dw, yo, out_w);
+      int64_t ph0 = h0, ph1 = h1;
+      if (include_pad) tapRange(p, 1, oh, -p.pb[1], in_h + p.pe[1], &ph0, &ph1);
+      const float inv_rows = ph1 > ph0 ? 1.f / static_cast<float>(ph1 - ph0) : 0.f;
+      const float* __restrict ic = inv_cols.data();
+      for (int64_t ow = 0; ow < out_w; ++ow) yo[ow] *= inv_rows * ic[ow];
+    }
+  });
+}
+
+// Whether pool2d covers this pool: at most two spatial dims (after to3d's padding).
+bool separable(const Pool3d& p) { return p.in[0] == 1 && p.out[0] == 1 && p.k[0] == 1; }
+
 void runMaxPool(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
   Window w = poolWindow(ctx, x);
@@ -80,6 +154,11 @@ void runMaxPool(KernelContext& ctx) {
   FloatSink ys(y);
   float* yp = ys.data();
   const int64_t planes = x.dim(0) * x.dim(1);
+  if (!ind && separable(p)) {
+    pool2d(p, xf.data(), yp, planes, ctx.numThreads(), true, false);
+    ys.commit();
+    return;
+  }
   const int64_t in_plane = p.in[0] * p.in[1] * p.in[2];
   const int64_t out_plane = p.out[0] * p.out[1] * p.out[2];
   parallelFor(planes, ctx.numThreads(), 8, [&](int64_t b, int64_t e) {
@@ -143,6 +222,11 @@ void runAveragePool(KernelContext& ctx) {
   FloatSink ys(y);
   float* yp = ys.data();
   const int64_t planes = x.dim(0) * x.dim(1);
+  if (separable(p)) {
+    pool2d(p, xf.data(), yp, planes, ctx.numThreads(), false, include_pad);
+    ys.commit();
+    return;
+  }
   const int64_t in_plane = p.in[0] * p.in[1] * p.in[2];
   const int64_t out_plane = p.out[0] * p.out[1] * p.out[2];
   parallelFor(planes, ctx.numThreads(), 8, [&](int64_t b, int64_t e) {
@@ -192,18 +276,17 @@ void runGlobalPool(KernelContext& ctx, bool is_max) {
   FloatView xf(x);
   FloatSink ys(y);
   const int64_t planes = x.dim(0) * x.dim(1), plane = product(x.dims(), 2);
-  for (int64_t pl = 0; pl < planes; ++pl) {
-    const float* xs = xf.data() + pl * plane;
-    if (is_max) {
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t i = 0; i < plane; ++i) m = std::max(m, xs[i]);
-      ys.data()[pl] = m;
-    } else {
-      double s = 0;
-      for (int64_t i = 0; i < plane; ++i) s += xs[i];
-      ys.data()[pl] = plane > 0 ? static_cast<float>(s / plane) : 0.f;
+  parallelFor(planes, ctx.numThreads(), std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(plane, 1)),
+              [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; ++pl) {
+      const float* xs = xf.data() + pl * plane;
+      if (is_max) {
+        ys.data()[pl] = vec::max(xs, plane);
+      } else {
+        ys.data()[pl] = plane > 0 ? static_cast<float>(vec::sum(xs, plane) / plane) : 0.f;
+      }
     }
-  }
+  });
   ys.commit();
 }
 

@@ -20,6 +20,7 @@
 #include "compute_common.h"
 #include "dtype_dispatch.h"
 #include "fusectl/kernels/kernel.h"
+#include "vec_kernels.h"
 
 namespace fusectl::kernels {
 namespace {
@@ -332,6 +333,14 @@ enum class SoftmaxKind { Softmax, LogSoftmax, Hardmax };
 template <typename T>
 void softmaxSlice(SoftmaxKind kind, const T* p, T* po, int64_t n, int64_t inner,
                   std::vector<T>& mx, std::vector<T>& sum, std::vector<int64_t>& arg) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (kind != SoftmaxKind::Hardmax) {
+      const bool log = kind == SoftmaxKind::LogSoftmax;
+      if (inner == 1) vec::softmaxRow(p, po, n, log);
+      else vec::softmaxColumns(p, po, n, inner, log, mx.data(), sum.data());
+      return;
+    }
+  }
   if (inner == 1 && kind != SoftmaxKind::Hardmax) {  // one contiguous row
     T m = -std::numeric_limits<T>::infinity();
     for (int64_t j = 0; j < n; ++j) m = p[j] > m ? p[j] : m;

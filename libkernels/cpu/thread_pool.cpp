@@ -1,6 +1,7 @@
 #include "thread_pool.h"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -12,6 +13,31 @@ namespace fusectl::kernels::cpu {
 namespace {
 
 thread_local bool t_inside_task = false;
+
+// Waking a sleeping thread costs tens of microseconds, more than the regions of the small
+// tensors of a real model, so workers spin this long after a region before they sleep, and
+// the caller spins this long for the workers' chunks before it sleeps. The spins only shorten
+// the waits: every decision is still taken under mutex_, as without them.
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spins until done() or kSpin has passed; true when done() held.
+template <typename Done>
+bool spinUntil(Done done) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      cpuRelax();
+    }
+    if (std::chrono::steady_clock::now() >= until) return false;
+  }
+}
 
 class WorkerPool {
  public:
@@ -34,11 +60,16 @@ class WorkerPool {
       next_.store(0, std::memory_order_relaxed);
       pending_.store(count, std::memory_order_relaxed);
       ++generation_;
+      published_.store(generation_, std::memory_order_release);
     }
     wake_.notify_all();
     work();
     // The caller helped; now wait for the chunks other workers took, and for every worker to
     // leave work(), so that none reads task_ or count_ once the next region rewrites them.
+    spinUntil([&] {
+      return pending_.load(std::memory_order_acquire) == 0 &&
+             working_.load(std::memory_order_acquire) == 0;
+    });
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0 && in_work_ == 0; });
     task_ = nullptr;
@@ -77,15 +108,18 @@ class WorkerPool {
   void loop() {
     uint64_t seen = 0;
     for (;;) {
+      spinUntil([&] { return published_.load(std::memory_order_acquire) != seen; });
       {
         std::unique_lock<std::mutex> lock(mutex_);
         wake_.wait(lock, [&] { return generation_ != seen && task_ != nullptr; });
         seen = generation_;
         ++in_work_;
+        working_.store(in_work_, std::memory_order_release);
       }
       work();
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--in_work_ == 0) done_.notify_all();
+      working_.store(--in_work_, std::memory_order_release);
+      if (in_work_ == 0) done_.notify_all();
     }
   }
 
@@ -98,6 +132,9 @@ class WorkerPool {
   int count_ = 0;
   uint64_t generation_ = 0;
   int in_work_ = 0;  // workers inside work(), guarded by mutex_
+  // Mirrors of generation_ and in_work_ for the spins, written under mutex_.
+  std::atomic<uint64_t> published_{0};
+  std::atomic<int> working_{0};
   std::exception_ptr error_;  // the first exception a task threw, rethrown to the caller
   std::atomic<int> next_{0};
   std::atomic<int> pending_{0};

@@ -1,0 +1,463 @@
+// The bodies of the vec_kernels.h loops for one ISA. vec_kernels.cpp includes this file once per
+// ISA, each time inside its own namespace, under its own `#pragma GCC target` and with
+// FUSECTL_VEC_BYTES set to the vector width; hence no include guard.
+//
+// The code is written with GCC's generic vectors (vector_size), which the compiler lowers to
+// the widest registers the region's target has, so the three ISAs share one source.
+// A row's tail (n % W elements) goes through the same vector code on a partial vector, so
+// every element of a row gets bit-identical arithmetic whatever its position.
+//
+// Approximations (constants from Cephes' single-precision library unless noted):
+//   exp:  n = round(x log2 e), r = x - n ln2 (two-part ln2), exp(r) by a degree-6 polynomial,
+//         times 2^n applied as two factors so that results down in the subnormals and up to
+//         the overflow threshold come out right (max error about 1 ulp).
+//   tanh: x + x^3 P(x^2) below |x| = 0.625, else 1 - 2 / (exp(2|x|) + 1) with x's sign.
+//   erf:  x + x Q(x^2) below |x| = 0.9277, else 1 - exp(R(|x|)) with x's sign (N. Juffa's
+//         minimax fits, about 1 ulp in float with FMA, a few without).
+
+constexpr int W = FUSECTL_VEC_BYTES / 4;
+typedef float vf __attribute__((vector_size(FUSECTL_VEC_BYTES)));
+typedef int32_t vi __attribute__((vector_size(FUSECTL_VEC_BYTES)));
+typedef uint32_t vu __attribute__((vector_size(FUSECTL_VEC_BYTES)));
+typedef float vf_unaligned __attribute__((vector_size(FUSECTL_VEC_BYTES), aligned(4), may_alias));
+
+inline vf load(const float* p) { return *reinterpret_cast<const vf_unaligned*>(p); }
+inline void store(float* p, vf v) { *reinterpret_cast<vf_unaligned*>(p) = v; }
+inline vf splat(float x) { return vf{} + x; }
+inline vf loadPartial(const float* p, int64_t n, float fill) {
+  vf v = splat(fill);
+  std::memcpy(&v, p, static_cast<size_t>(n) * sizeof(float));
+  return v;
+}
+inline void storePartial(float* p, vf v, int64_t n) {
+  std::memcpy(p, &v, static_cast<size_t>(n) * sizeof(float));
+}
+
+inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+inline vf vmin(vf a, vf b) { return a < b ? a : b; }
+inline vf vabs(vf x) { return (vf)((vu)x & 0x7fffffffu); }
+inline vf copySign(vf magnitude, vf sign) {
+  return (vf)(((vu)magnitude & 0x7fffffffu) | ((vu)sign & 0x80000000u));
+}
+inline float hsum(vf v) {
+  float s = 0;
+  for (int i = 0; i < W; ++i) s += v[i];
+  return s;
+}
+inline float hmax(vf v) {
+  float m = v[0];
+  for (int i = 1; i < W; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+inline vf vexp(vf x) {
+  x = x > 88.8f ? splat(88.8f) : x;  // NaN compares false and passes through
+  x = x < -104.0f ? splat(-104.0f) : x;
+  const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const vf t = x * 1.44269504088896341f + magic;
+  const vf n = t - magic;
+  const vi ni = (vi)t - (vi)splat(magic);
+  vf r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  vf p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const vf y = p * (r * r) + r + 1.0f;
+  // n is in [-150, 128]; each half stays a normal power of two.
+  const vi n1 = ni >> 1;
+  const vi n2 = ni - n1;
+  const vf s1 = (vf)((vu)(n1 + 127) << 23);
+  const vf s2 = (vf)((vu)(n2 + 127) << 23);
+  return y * s1 * s2;
+}
+
+// exp of -|x| only, so that a large negative x gives e / (1 + e) down in the subnormals
+// instead of 1 / (1 + inf).
+inline vf vsigmoid(vf x) {
+  const vf e = vexp(-vabs(x));
+  const vf r = 1.0f / (1.0f + e);
+  return x >= 0.0f ? r : e * r;
+}
+
+inline vf vtanh(vf x) {
+  const vf ax = vabs(x);
+  const vf z = x * x;
+  vf p = splat(-5.70498872745e-3f);
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const vf small = x + x * z * p;
+  const vf e = vexp(ax + ax);
+  const vf large = copySign(1.0f - 2.0f / (e + 1.0f), x);
+  return ax < 0.625f ? small : large;
+}
+
+inline vf verf(vf x) {
+  const vf t = vabs(x);
+  const vf s = x * x;
+  vf q = splat(-5.96761703e-4f);
+  q = q * s + 4.99119423e-3f;
+  q = q * s - 2.67681349e-2f;
+  q = q * s + 1.12819925e-1f;
+  q = q * s - 3.76125336e-1f;
+  q = q * s + 1.28379166e-1f;
+  const vf small = q * x + x;
+  vf r = splat(-1.72853470e-5f) * t + 3.83197126e-4f;
+  const vf u = splat(-3.88396438e-3f) * t + 2.42546219e-2f;
+  r = r * s + u;
+  r = r * t - 1.06777877e-1f;
+  r = r * t - 6.34846687e-1f;
+  r = r * t - 1.28717512e-1f;
+  r = r * t - t;
+  const vf large = copySign(1.0f - vexp(r), x);
+  return t > 0.927734375f ? large : small;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise
+
+template <typename F>
+inline void mapLoop(const float* x, float* y, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W) {
+    const vf a = load(x + i), b = load(x + i + W), c = load(x + i + 2 * W),
+             d = load(x + i + 3 * W);
+    store(y + i, f(a));
+    store(y + i + W, f(b));
+    store(y + i + 2 * W, f(c));
+    store(y + i + 3 * W, f(d));
+  }
+  for (; i + W <= n; i += W) store(y + i, f(load(x + i)));
+  if (i < n) storePartial(y + i, f(loadPartial(x + i, n - i, 0.0f)), n - i);
+}
+
+struct ReluF { vf operator()(vf x) const { return x > 0.0f ? x : vf{}; } };
+struct LeakyReluF {
+  float alpha;
+  vf operator()(vf x) const { return x < 0.0f ? x * alpha : x; }
+};
+struct SigmoidF { vf operator()(vf x) const { return vsigmoid(x); } };
+struct TanhF { vf operator()(vf x) const { return vtanh(x); } };
+struct ExpF { vf operator()(vf x) const { return vexp(x); } };
+struct ErfF { vf operator()(vf x) const { return verf(x); } };
+struct GeluF {
+  vf operator()(vf x) const { return 0.5f * x * (1.0f + verf(x * 0.7071067811865476f)); }
+};
+struct GeluTanhF {
+  vf operator()(vf x) const {
+    return 0.5f * x * (1.0f + vtanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  }
+};
+struct EluF {
+  float alpha;
+  vf operator()(vf x) const { return x < 0.0f ? alpha * (vexp(x) - 1.0f) : x; }
+};
+struct SeluF {
+  float alpha, gamma;
+  vf operator()(vf x) const { return x > 0.0f ? gamma * x : gamma * (alpha * vexp(x) - alpha); }
+};
+// std::max(0, std::min(1, v)), NaN handling included.
+inline vf clamp01(vf v) {
+  const vf m = v < 1.0f ? v : splat(1.0f);
+  return 0.0f < m ? m : vf{};
+}
+struct HardSigmoidF {
+  float alpha, beta;
+  vf operator()(vf x) const { return clamp01(alpha * x + beta); }
+};
+struct HardSwishF {
+  vf operator()(vf x) const { return x * clamp01(x / 6.0f + 0.5f); }
+};
+struct SoftsignF { vf operator()(vf x) const { return x / (1.0f + vabs(x)); } };
+
+void unary(Unary op, const float* x, float* y, int64_t n, float alpha, float beta) {
+  switch (op) {
+    case Unary::Relu: return mapLoop(x, y, n, ReluF{});
+    case Unary::LeakyRelu: return mapLoop(x, y, n, LeakyReluF{alpha});
+    case Unary::Sigmoid: return mapLoop(x, y, n, SigmoidF{});
+    case Unary::Tanh: return mapLoop(x, y, n, TanhF{});
+    case Unary::Exp: return mapLoop(x, y, n, ExpF{});
+    case Unary::Erf: return mapLoop(x, y, n, ErfF{});
+    case Unary::Gelu: return mapLoop(x, y, n, GeluF{});
+    case Unary::GeluTanh: return mapLoop(x, y, n, GeluTanhF{});
+    case Unary::Elu: return mapLoop(x, y, n, EluF{alpha});
+    case Unary::Selu: return mapLoop(x, y, n, SeluF{alpha, beta});
+    case Unary::HardSigmoid: return mapLoop(x, y, n, HardSigmoidF{alpha, beta});
+    case Unary::HardSwish: return mapLoop(x, y, n, HardSwishF{});
+    case Unary::Softsign: return mapLoop(x, y, n, SoftsignF{});
+  }
+}
+
+struct AffineF {
+  float scale, shift;
+  vf operator()(vf x) const { return x * scale + shift; }
+};
+
+void affine(const float* x, float* y, int64_t n, float scale, float shift) {
+  mapLoop(x, y, n, AffineF{scale, shift});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions: float lanes over blocks short enough that their rounding error stays at a few
+// ulp, the block totals added in double.
+
+constexpr int64_t kSumBlock = 1024;
+
+template <typename F>
+inline double blockedSum(const float* x, int64_t n, F f) {
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t e = std::min(n, b + kSumBlock);
+    vf a0 = vf{}, a1 = vf{}, a2 = vf{}, a3 = vf{};
+    int64_t i = b;
+    for (; i + 4 * W <= e; i += 4 * W) {
+      a0 += f(load(x + i));
+      a1 += f(load(x + i + W));
+      a2 += f(load(x + i + 2 * W));
+      a3 += f(load(x + i + 3 * W));
+    }
+    for (; i + W <= e; i += W) a0 += f(load(x + i));
+    vf tail = vf{};
+    if (i < e) {
+      const vf v = f(loadPartial(x + i, e - i, 0.0f));
+      for (int64_t j = 0; j < e - i; ++j) tail[j] = v[j];
+    }
+    total += static_cast<double>(hsum((a0 + a1) + (a2 + a3) + tail));
+  }
+  return total;
+}
+
+struct IdentityF { vf operator()(vf x) const { return x; } };
+struct SquaredDeviationF {
+  float mean;
+  vf operator()(vf x) const {
+    const vf d = x - mean;
+    return d * d;
+  }
+};
+
+double sum(const float* x, int64_t n) { return blockedSum(x, n, IdentityF{}); }
+
+double sumSquaredDeviations(const float* x, int64_t n, float mean) {
+  return blockedSum(x, n, SquaredDeviationF{mean});
+}
+
+float max(const float* x, int64_t n) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  vf m0 = splat(ninf), m1 = m0;
+  int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    m0 = vmax(load(x + i), m0);  // a NaN element loses against the running max
+    m1 = vmax(load(x + i + W), m1);
+  }
+  for (; i + W <= n; i += W) m0 = vmax(load(x + i), m0);
+  if (i < n) m1 = vmax(loadPartial(x + i, n - i, ninf), m1);
+  return hmax(vmax(m0, m1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Softmax and LayerNorm
+
+struct ExpShiftF {
+  float shift;
+  vf operator()(vf x) const { return vexp(x - shift); }
+};
+
+struct ShiftTwiceF {
+  float first, second;
+  vf operator()(vf x) const { return (x - first) - second; }
+};
+
+void softmaxRow(const float* x, float* y, int64_t n, bool log_softmax) {
+  if (n <= 0) return;
+  // A NaN or +inf in the row, or a row of -inf, makes every output NaN, as in the reference.
+  const float m = max(x, n);
+  if (log_softmax) {
+    // (x - m) - log(s), not x - (m + log(s)): m is as large as x and would round log(s) away.
+    const double s = blockedSum(x, n, ExpShiftF{m});
+    mapLoop(x, y, n, ShiftTwiceF{m, static_cast<float>(std::log(s))});
+    return;
+  }
+  mapLoop(x, y, n, ExpShiftF{m});
+  const double s = sum(y, n);
+  mapLoop(y, y, n, AffineF{static_cast<float>(1.0 / s), 0.0f});
+}
+
+void softmaxColumns(const float* x, float* y, int64_t rows, int64_t cols, bool log_softmax,
+                    float* colmax, float* colsum) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t c = 0; c < cols; ++c) colmax[c] = ninf;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * cols;
+    for (int64_t c = 0; c < cols; ++c) colmax[c] = row[c] > colmax[c] ? row[c] : colmax[c];
+  }
+  for (int64_t c = 0; c < cols; ++c) colsum[c] = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * cols;
+    float* out = y + r * cols;
+    int64_t c = 0;
+    for (; c + W <= cols; c += W) {
+      const vf e = vexp(load(row + c) - load(colmax + c));
+      store(colsum + c, load(colsum + c) + e);
+      if (!log_softmax) store(out + c, e);
+    }
+    if (c < cols) {
+      const int64_t k = cols - c;
+      const vf e = vexp(loadPartial(row + c, k, 0.0f) - loadPartial(colmax + c, k, 0.0f));
+      storePartial(colsum + c, loadPartial(colsum + c, k, 0.0f) + e, k);
+      if (!log_softmax) storePartial(out + c, e, k);
+    }
+  }
+  if (log_softmax) {
+    for (int64_t c = 0; c < cols; ++c) colsum[c] = std::log(colsum[c]);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        y[r * cols + c] = (x[r * cols + c] - colmax[c]) - colsum[c];
+  } else {
+    for (int64_t c = 0; c < cols; ++c) colsum[c] = 1.0f / colsum[c];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) y[r * cols + c] *= colsum[c];
+  }
+}
+
+void layerNormRow(const float* x, float* y, int64_t n, const float* scale, const float* bias,
+                  float eps, float* mean, float* inv_std) {
+  const double m = n > 0 ? sum(x, n) / static_cast<double>(n) : 0.0;
+  const float mf = static_cast<float>(m);
+  const double var = n > 0 ? sumSquaredDeviations(x, n, mf) / static_cast<double>(n) : 0.0;
+  const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+  *mean = mf;
+  *inv_std = inv;
+  int64_t i = 0;
+  if (bias) {
+    for (; i + W <= n; i += W)
+      store(y + i, (load(x + i) - mf) * inv * load(scale + i) + load(bias + i));
+    if (i < n) {
+      const int64_t k = n - i;
+      storePartial(y + i,
+                   (loadPartial(x + i, k, 0.0f) - mf) * inv * loadPartial(scale + i, k, 0.0f) +
+                       loadPartial(bias + i, k, 0.0f),
+                   k);
+    }
+  } else {
+    for (; i + W <= n; i += W) store(y + i, (load(x + i) - mf) * inv * load(scale + i));
+    if (i < n) {
+      const int64_t k = n - i;
+      storePartial(y + i, (loadPartial(x + i, k, 0.0f) - mf) * inv * loadPartial(scale + i, k, 0.0f),
+                   k);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pool passes: plain loops, vectorised by the compiler for this region's target.
+
+// Three rows (a 3-tap window, the common case) in one pass instead of a copy and two updates.
+void maxRows(const float* const* rows, int k, float* out, int64_t n) {
+  if (k == 3) {
+    const float* __restrict a = rows[0];
+    const float* __restrict b = rows[1];
+    const float* __restrict c = rows[2];
+    float* __restrict o = out;
+    for (int64_t i = 0; i < n; ++i) {
+      const float m = b[i] > a[i] ? b[i] : a[i];
+      o[i] = c[i] > m ? c[i] : m;
+    }
+    return;
+  }
+  std::memcpy(out, rows[0], static_cast<size_t>(n) * sizeof(float));
+  for (int r = 1; r < k; ++r) {
+    const float* __restrict in = rows[r];
+    float* __restrict o = out;
+    for (int64_t i = 0; i < n; ++i) o[i] = in[i] > o[i] ? in[i] : o[i];
+  }
+}
+
+void sumRows(const float* const* rows, int k, float* out, int64_t n) {
+  if (k == 3) {
+    const float* __restrict a = rows[0];
+    const float* __restrict b = rows[1];
+    const float* __restrict c = rows[2];
+    float* __restrict o = out;
+    for (int64_t i = 0; i < n; ++i) o[i] = (a[i] + b[i]) + c[i];
+    return;
+  }
+  std::memcpy(out, rows[0], static_cast<size_t>(n) * sizeof(float));
+  for (int r = 1; r < k; ++r) {
+    const float* __restrict in = rows[r];
+    float* __restrict o = out;
+    for (int64_t i = 0; i < n; ++i) o[i] += in[i];
+  }
+}
+
+void windowMax(const float* in, int64_t stride, int64_t k, int64_t dilation, float* out,
+               int64_t n) {
+  float* __restrict o = out;
+  if (stride == 1 && k == 3) {
+    const float* __restrict b = in + dilation;
+    const float* __restrict c = in + 2 * dilation;
+    for (int64_t i = 0; i < n; ++i) {
+      const float m = b[i] > in[i] ? b[i] : in[i];
+      o[i] = c[i] > m ? c[i] : m;
+    }
+    return;
+  }
+  if (stride == 1) {
+    std::memcpy(o, in, static_cast<size_t>(n) * sizeof(float));
+    for (int64_t j = 1; j < k; ++j) {
+      const float* __restrict tap = in + j * dilation;
+      for (int64_t i = 0; i < n; ++i) o[i] = tap[i] > o[i] ? tap[i] : o[i];
+    }
+    return;
+  }
+  if (stride == 2 && k == 3 && dilation == 1) {  // ResNet's stem pool
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = in[2 * i], b = in[2 * i + 1], c = in[2 * i + 2];
+      const float m = b > a ? b : a;
+      o[i] = c > m ? c : m;
+    }
+    return;
+  }
+  if (stride == 2 && k == 2 && dilation == 1) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = in[2 * i], b = in[2 * i + 1];
+      o[i] = b > a ? b : a;
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float* w = in + i * stride;
+    float m = w[0];
+    for (int64_t j = 1; j < k; ++j) m = w[j * dilation] > m ? w[j * dilation] : m;
+    o[i] = m;
+  }
+}
+
+void windowSum(const float* in, int64_t stride, int64_t k, int64_t dilation, float* out,
+               int64_t n) {
+  float* __restrict o = out;
+  if (stride == 1 && k == 3) {
+    const float* __restrict b = in + dilation;
+    const float* __restrict c = in + 2 * dilation;
+    for (int64_t i = 0; i < n; ++i) o[i] = (in[i] + b[i]) + c[i];
+    return;
+  }
+  if (stride == 1) {
+    std::memcpy(o, in, static_cast<size_t>(n) * sizeof(float));
+    for (int64_t j = 1; j < k; ++j) {
+      const float* __restrict tap = in + j * dilation;
+      for (int64_t i = 0; i < n; ++i) o[i] += tap[i];
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float* w = in + i * stride;
+    float s = 0;
+    for (int64_t j = 0; j < k; ++j) s += w[j * dilation];
+    o[i] = s;
+  }
+}

@@ -1,0 +1,177 @@
+// The three builds of vec_impl.h (AVX-512, AVX2+FMA, portable) and the run-time choice
+// between them.
+#include "vec_kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+namespace fusectl::kernels::vec {
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define FUSECTL_VEC_X86 1
+#endif
+
+namespace portable {
+#define FUSECTL_VEC_BYTES 16
+#include "vec_impl.h"
+#undef FUSECTL_VEC_BYTES
+}  // namespace portable
+
+#ifdef FUSECTL_VEC_X86
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#pragma GCC optimize("fp-contract=fast")  // a * b + c as one FMA: half the polynomial work
+namespace avx2 {
+#define FUSECTL_VEC_BYTES 32
+#include "vec_impl.h"
+#undef FUSECTL_VEC_BYTES
+}  // namespace avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
+#pragma GCC optimize("fp-contract=fast")
+namespace avx512 {
+#define FUSECTL_VEC_BYTES 64
+#include "vec_impl.h"
+#undef FUSECTL_VEC_BYTES
+}  // namespace avx512
+#pragma GCC pop_options
+#endif
+
+namespace {
+
+struct Table {
+  void (*unary)(Unary, const float*, float*, int64_t, float, float);
+  void (*affine)(const float*, float*, int64_t, float, float);
+  double (*sum)(const float*, int64_t);
+  double (*sumSquaredDeviations)(const float*, int64_t, float);
+  float (*max)(const float*, int64_t);
+  void (*softmaxRow)(const float*, float*, int64_t, bool);
+  void (*softmaxColumns)(const float*, float*, int64_t, int64_t, bool, float*, float*);
+  void (*layerNormRow)(const float*, float*, int64_t, const float*, const float*, float, float*,
+                       float*);
+  void (*maxRows)(const float* const*, int, float*, int64_t);
+  void (*sumRows)(const float* const*, int, float*, int64_t);
+  void (*windowMax)(const float*, int64_t, int64_t, int64_t, float*, int64_t);
+  void (*windowSum)(const float*, int64_t, int64_t, int64_t, float*, int64_t);
+};
+
+#define FUSECTL_VEC_TABLE(ns)                                                            \
+  Table {                                                                                \
+    ns::unary, ns::affine, ns::sum, ns::sumSquaredDeviations, ns::max, ns::softmaxRow,   \
+        ns::softmaxColumns, ns::layerNormRow, ns::maxRows, ns::sumRows, ns::windowMax,   \
+        ns::windowSum                                                                    \
+  }
+
+const Table kPortable = FUSECTL_VEC_TABLE(portable);
+#ifdef FUSECTL_VEC_X86
+const Table kAvx2 = FUSECTL_VEC_TABLE(avx2);
+const Table kAvx512 = FUSECTL_VEC_TABLE(avx512);
+#endif
+
+Isa detect() {
+#ifdef FUSECTL_VEC_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    return Isa::Avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
+#endif
+  return Isa::Portable;
+}
+
+// The environment may only narrow the choice: asking for more than the CPU has is ignored.
+Isa fromEnvironment(Isa best) {
+  const char* env = std::getenv("FUSECTL_ISA");
+  if (!env) return best;
+  const std::string want = env;
+  Isa isa = best;
+  if (want == "portable") isa = Isa::Portable;
+  else if (want == "avx2") isa = Isa::Avx2;
+  else if (want == "avx512") isa = Isa::Avx512;
+  return std::min(isa, best);
+}
+
+std::atomic<int> g_forced{-1};
+
+const Table& table() {
+  static const Isa automatic = fromEnvironment(bestSupportedIsa());
+  const int forced = g_forced.load(std::memory_order_relaxed);
+  const Isa isa = forced >= 0 ? static_cast<Isa>(forced) : automatic;
+#ifdef FUSECTL_VEC_X86
+  if (isa == Isa::Avx512) return kAvx512;
+  if (isa == Isa::Avx2) return kAvx2;
+#endif
+  return kPortable;
+}
+
+}  // namespace
+
+Isa bestSupportedIsa() {
+  static const Isa best = detect();
+  return best;
+}
+
+Isa activeIsa() {
+  const int forced = g_forced.load(std::memory_order_relaxed);
+  return forced >= 0 ? static_cast<Isa>(forced) : fromEnvironment(bestSupportedIsa());
+}
+
+void forceIsa(std::optional<Isa> isa) {
+  g_forced.store(isa ? static_cast<int>(std::min(*isa, bestSupportedIsa())) : -1,
+                 std::memory_order_relaxed);
+}
+
+const char* isaName(Isa isa) {
+  switch (isa) {
+    case Isa::Portable: return "portable";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+void unary(Unary op, const float* x, float* y, int64_t n, float alpha, float beta) {
+  table().unary(op, x, y, n, alpha, beta);
+}
+void affine(const float* x, float* y, int64_t n, float scale, float shift) {
+  table().affine(x, y, n, scale, shift);
+}
+double sum(const float* x, int64_t n) { return table().sum(x, n); }
+double sumSquaredDeviations(const float* x, int64_t n, float mean) {
+  return table().sumSquaredDeviations(x, n, mean);
+}
+float max(const float* x, int64_t n) { return table().max(x, n); }
+void softmaxRow(const float* x, float* y, int64_t n, bool log_softmax) {
+  table().softmaxRow(x, y, n, log_softmax);
+}
+void softmaxColumns(const float* x, float* y, int64_t rows, int64_t cols, bool log_softmax,
+                    float* colmax, float* colsum) {
+  table().softmaxColumns(x, y, rows, cols, log_softmax, colmax, colsum);
+}
+void layerNormRow(const float* x, float* y, int64_t n, const float* scale, const float* bias,
+                  float eps, float* mean, float* inv_std) {
+  table().layerNormRow(x, y, n, scale, bias, eps, mean, inv_std);
+}
+void maxRows(const float* const* rows, int k, float* out, int64_t n) {
+  table().maxRows(rows, k, out, n);
+}
+void sumRows(const float* const* rows, int k, float* out, int64_t n) {
+  table().sumRows(rows, k, out, n);
+}
+void windowMax(const float* in, int64_t stride, int64_t k, int64_t dilation, float* out,
+               int64_t n) {
+  table().windowMax(in, stride, k, dilation, out, n);
+}
+void windowSum(const float* in, int64_t stride, int64_t k, int64_t dilation, float* out,
+               int64_t n) {
+  table().windowSum(in, stride, k, dilation, out, n);
+}
+
+}  // namespace fusectl::kernels::vec

@@ -1,0 +1,79 @@
+// Vectorised float32 loops for the memory-bound kernels (elementwise, softmax, norms, pools).
+//
+// Each loop exists three times, compiled for AVX-512, AVX2+FMA and the portable baseline
+// (vec_impl.h under a different `#pragma GCC target` each time); the widest one the CPU
+// supports is chosen on first use. FUSECTL_ISA=portable|avx2|avx512 in the environment, or
+// forceIsa() in tests, picks a narrower one. Transcendentals are polynomial approximations
+// within a few ulp of the correctly rounded float result (tests/test_kernels_vectorized.cpp
+// holds them to that against double precision); every ISA runs the same formulas, so the
+// results differ between ISAs only in the rounding of FMA contraction.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace fusectl::kernels::vec {
+
+enum class Isa { Portable, Avx2, Avx512 };
+
+Isa bestSupportedIsa();
+Isa activeIsa();
+// Tests: run every later call on `isa` (ignored when the CPU lacks it); nullopt restores the
+// automatic choice.
+void forceIsa(std::optional<Isa> isa);
+const char* isaName(Isa isa);
+
+enum class Unary {
+  Relu,
+  LeakyRelu,    // alpha
+  Sigmoid,
+  Tanh,
+  Exp,
+  Erf,
+  Gelu,         // exact: 0.5 x (1 + erf(x / sqrt 2))
+  GeluTanh,     // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  Elu,          // alpha
+  Selu,         // alpha, beta = gamma
+  HardSigmoid,  // alpha, beta
+  HardSwish,
+  Softsign,
+};
+
+// y[i] = op(x[i]) for i < n; y may equal x.
+void unary(Unary op, const float* x, float* y, int64_t n, float alpha = 0, float beta = 0);
+
+// y[i] = x[i] * scale + shift (inference BatchNormalization, InstanceNormalization).
+void affine(const float* x, float* y, int64_t n, float scale, float shift);
+
+// Sum of x[0..n) in double, accumulated in float lanes over short blocks.
+double sum(const float* x, int64_t n);
+// Sum of (x[i] - mean)^2 in double, as sum().
+double sumSquaredDeviations(const float* x, int64_t n, float mean);
+// Largest element (-inf for n == 0); NaN elements are skipped.
+float max(const float* x, int64_t n);
+
+// One row of Softmax (log_softmax false) or LogSoftmax, numerically stable (the row's maximum
+// is subtracted before exp). y may equal x.
+void softmaxRow(const float* x, float* y, int64_t n, bool log_softmax);
+
+// Columns of a [rows][cols] block, softmax along rows (the non-innermost axis case).
+// colmax and colsum are scratch of `cols` floats.
+void softmaxColumns(const float* x, float* y, int64_t rows, int64_t cols, bool log_softmax,
+                    float* colmax, float* colsum);
+
+// y = (x - mean) * inv_std * scale (+ bias when not null) over one row; returns mean and
+// inv_std = 1 / sqrt(var + eps) (population variance, two passes over the row).
+void layerNormRow(const float* x, float* y, int64_t n, const float* scale, const float* bias,
+                  float eps, float* mean, float* inv_std);
+
+// out[i] = max (or sum) over the k rows of rows[r][i], i < n.
+void maxRows(const float* const* rows, int k, float* out, int64_t n);
+void sumRows(const float* const* rows, int k, float* out, int64_t n);
+// out[o] = max (or sum) over j < k of in[o * stride + j * dilation], o < n: the horizontal
+// pass of a 2-D pool over a row already padded (with -inf or 0) on both sides.
+void windowMax(const float* in, int64_t stride, int64_t k, int64_t dilation, float* out,
+               int64_t n);
+void windowSum(const float* in, int64_t stride, int64_t k, int64_t dilation, float* out,
+               int64_t n);
+
+}  // namespace fusectl::kernels::vec

@@ -1,0 +1,572 @@
+// The vectorised memory-bound kernels (libkernels/cpu/vec_kernels.h and the kernels that use
+// them) against naive references written here, in double precision where rounding matters:
+// every ISA this CPU has is forced in turn, on odd sizes (1, 7, 17, 1000003 elements), every
+// broadcast pattern in both operand orders, softmax on large magnitudes, and pools with padding,
+// strides, dilations and ceil_mode.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../libkernels/cpu/vec_kernels.h"
+#include "fusectl/graph/graph.h"
+#include "fusectl/kernels/kernel.h"
+
+namespace {
+
+using namespace fusectl;
+using namespace fusectl::kernels;
+
+std::vector<vec::Isa> isasHere() {
+  std::vector<vec::Isa> isas;
+  for (vec::Isa i : {vec::Isa::Portable, vec::Isa::Avx2, vec::Isa::Avx512})
+    if (i <= vec::bestSupportedIsa()) isas.push_back(i);
+  return isas;
+}
+
+struct ForcedIsa {
+  explicit ForcedIsa(vec::Isa isa) { vec::forceIsa(isa); }
+  ~ForcedIsa() { vec::forceIsa(std::nullopt); }
+};
+
+// Distance in representable floats; NaN against NaN is 0, NaN against a number is huge.
+int64_t ulpDistance(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b) ? 0 : INT64_MAX;
+  auto ordered = [](float f) {
+    int32_t i;
+    std::memcpy(&i, &f, sizeof i);
+    return i < 0 ? -static_cast<int64_t>(i & 0x7fffffff) : static_cast<int64_t>(i);
+  };
+  return std::llabs(ordered(a) - ordered(b));
+}
+
+std::vector<float> randomValues(size_t n, uint32_t seed, float lo, float hi) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+HostTensor floatTensor(std::vector<int64_t> dims, const std::vector<float>& v) {
+  HostTensor t(DType::Float, std::move(dims));
+  REQUIRE(static_cast<size_t>(t.numel()) == v.size());
+  if (!v.empty()) std::memcpy(t.mutableRaw(), v.data(), v.size() * sizeof(float));
+  return t;
+}
+
+std::vector<float> valuesOf(const HostTensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+class PlainAllocator : public OutputAllocator {
+ public:
+  HostTensor allocate(DType dtype, const std::vector<int64_t>& dims) override {
+    return HostTensor(dtype, dims);
+  }
+};
+
+// Runs one node of the global registry's kernel (every built-in kernel) on `inputs`.
+std::vector<HostTensor> runNode(const std::string& op, int64_t opset,
+                                const std::vector<HostTensor>& inputs,
+                                std::vector<Attribute> attrs = {}, int threads = 1) {
+  Graph g("t");
+  Graph::NodeSpec spec;
+  spec.op_type = op;
+  spec.name = "node_" + op;
+  std::vector<const HostTensor*> args;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ValueType vt;
+    vt.dtype = inputs[i].dtype();
+    spec.inputs.push_back(g.addInput("in" + std::to_string(i), vt));
+    args.push_back(&inputs[i]);
+  }
+  spec.output_names = {"out"};
+  spec.attributes = std::move(attrs);
+  Node* node = g.createNode(std::move(spec));
+  const KernelInfo* info = KernelRegistry::global().find("", op, opset);
+  REQUIRE(info != nullptr);
+  PlainAllocator plain;
+  KernelContext ctx(*node, opset, args, plain, threads);
+  info->fn(ctx);
+  return ctx.outputs();
+}
+
+void requireClose(const std::vector<float>& got, const std::vector<double>& want, double rtol,
+                  double atol) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) {
+      INFO("element " << i);
+      REQUIRE(std::isnan(got[i]));
+      continue;
+    }
+    if (std::abs(got[i] - want[i]) > atol + rtol * std::abs(want[i])) {
+      FAIL("element " << i << ": got " << got[i] << ", want " << want[i]);
+    }
+  }
+}
+
+const std::vector<int64_t> kOddSizes = {1, 7, 17, 1000003};
+
+// ---------------------------------------------------------------------------------------------
+// Transcendentals
+
+struct UlpCase {
+  vec::Unary op;
+  double (*ref)(double);
+  int64_t max_ulp;
+};
+
+double sigmoidRef(double x) { return 1 / (1 + std::exp(-x)); }
+double expRef(double x) { return std::exp(x); }
+double tanhRef(double x) { return std::tanh(x); }
+double erfRef(double x) { return std::erf(x); }
+
+std::vector<float> transcendentalInputs() {
+  std::vector<float> v = randomValues(200000, 11, -12, 12);
+  const std::vector<float> wide = randomValues(50000, 12, -104, 89);
+  v.insert(v.end(), wide.begin(), wide.end());
+  for (float x = -1e-3f; x < 1e-3f; x += 1.7e-6f) v.push_back(x);  // near zero: relative error
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float x : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-40f, 0.625f, -0.625f, 0.927734375f, 88.72f,
+                  88.73f, -87.3f, -103.9f, -150.0f, 200.0f, inf, -inf})
+    v.push_back(x);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("vectorised exp, sigmoid, tanh and erf stay within a few ulp of double precision",
+          "[kernels][vectorized]") {
+  const std::vector<float> x = transcendentalInputs();
+  const UlpCase cases[] = {
+      {vec::Unary::Exp, expRef, 2},
+      {vec::Unary::Sigmoid, sigmoidRef, 3},
+      {vec::Unary::Tanh, tanhRef, 2},
+      {vec::Unary::Erf, erfRef, 2},
+  };
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (const UlpCase& c : cases) {
+      std::vector<float> y(x.size());
+      vec::unary(c.op, x.data(), y.data(), static_cast<int64_t>(x.size()));
+      int64_t worst = 0;
+      float worst_x = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float want = static_cast<float>(c.ref(static_cast<double>(x[i])));
+        const int64_t d = ulpDistance(y[i], want);
+        if (d > worst) {
+          worst = d;
+          worst_x = x[i];
+        }
+      }
+      INFO(vec::isaName(isa) << " op " << static_cast<int>(c.op) << ": " << worst
+                             << " ulp at x = " << worst_x);
+      CHECK(worst <= c.max_ulp);
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (vec::Unary op : {vec::Unary::Exp, vec::Unary::Sigmoid, vec::Unary::Tanh, vec::Unary::Erf}) {
+      float y = 0;
+      vec::unary(op, &nan, &y, 1);
+      CHECK(std::isnan(y));
+    }
+  }
+}
+
+TEST_CASE("unary kernels match double references on odd sizes, every ISA, 1 and 2 threads",
+          "[kernels][vectorized]") {
+  struct Case {
+    std::string op;
+    int64_t opset;
+    std::vector<Attribute> attrs;
+    double (*ref)(double);
+  };
+  const std::vector<Case> cases = {
+      {"Relu", 14, {}, [](double v) { return v > 0 ? v : 0.0; }},
+      {"LeakyRelu", 16, {Attribute::ofFloat("alpha", 0.1f)},
+       [](double v) { return v < 0 ? v * static_cast<double>(0.1f) : v; }},
+      {"Sigmoid", 13, {}, sigmoidRef},
+      {"Tanh", 13, {}, tanhRef},
+      {"Exp", 13, {}, expRef},
+      {"Erf", 13, {}, erfRef},
+      {"Gelu", 20, {}, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }},
+      {"Gelu", 20, {Attribute::ofString("approximate", "tanh")},
+       [](double v) {
+         return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+       }},
+      {"Elu", 6, {Attribute::ofFloat("alpha", 0.5f)},
+       [](double v) { return v < 0 ? 0.5 * std::expm1(v) : v; }},
+      {"Selu", 6, {},
+       [](double v) {
+         const double a = 1.67326319217681884765625, g = 1.05070102214813232421875;
+         return v > 0 ? g * v : g * a * std::expm1(v);
+       }},
+      {"HardSigmoid", 6, {}, [](double v) { return std::clamp(0.2 * v + 0.5, 0.0, 1.0); }},
+      {"HardSwish", 14, {}, [](double v) { return v * std::clamp(v / 6 + 0.5, 0.0, 1.0); }},
+      {"Softsign", 1, {}, [](double v) { return v / (1 + std::abs(v)); }},
+  };
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (int64_t n : kOddSizes) {
+      const std::vector<float> x = randomValues(static_cast<size_t>(n), 3, -9, 9);
+      const HostTensor in = floatTensor({n}, x);
+      for (const Case& c : cases) {
+        for (int threads : {1, 2}) {
+          INFO(vec::isaName(isa) << " " << c.op << " n=" << n << " threads=" << threads);
+          const std::vector<float> got = valuesOf(runNode(c.op, c.opset, {in}, c.attrs, threads)[0]);
+          std::vector<double> want(x.size());
+          for (size_t i = 0; i < x.size(); ++i) want[i] = c.ref(x[i]);
+          requireClose(got, want, 4e-6, 2e-7);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("binary arithmetic hits every broadcast pattern in both operand orders",
+          "[kernels][vectorized]") {
+  struct Shapes {
+    std::vector<int64_t> a, b;
+  };
+  const std::vector<Shapes> patterns = {
+      {{1000003}, {1000003}},         // same shape
+      {{17}, {17}},
+      {{2, 3, 7, 5}, {}},             // scalar
+      {{2, 3, 7, 5}, {1}},
+      {{2, 17, 9, 7}, {17, 1, 1}},    // per channel, NCHW bias
+      {{1, 64, 56, 56}, {1, 64, 1, 1}},
+      {{3, 5, 17}, {17}},             // last-axis vector [batch, seq, hidden] + [hidden]
+      {{2, 7, 1000}, {1000}},
+      {{2, 1, 5, 1}, {3, 1, 6}},      // general N-D: both sides broadcast
+      {{4, 1, 7}, {1, 3, 1}},
+  };
+  const std::vector<std::pair<std::string, double (*)(double, double)>> ops = {
+      {"Add", [](double a, double b) { return a + b; }},
+      {"Sub", [](double a, double b) { return a - b; }},
+      {"Mul", [](double a, double b) { return a * b; }},
+      {"Div", [](double a, double b) { return a / b; }},
+  };
+  auto numel = [](const std::vector<int64_t>& d) {
+    int64_t n = 1;
+    for (int64_t v : d) n *= v;
+    return n;
+  };
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (const Shapes& s : patterns) {
+      for (int order = 0; order < 2; ++order) {
+        const std::vector<int64_t>& da = order ? s.b : s.a;
+        const std::vector<int64_t>& db = order ? s.a : s.b;
+        const std::vector<float> va = randomValues(static_cast<size_t>(numel(da)), 5, 0.5f, 3);
+        const std::vector<float> vb = randomValues(static_cast<size_t>(numel(db)), 6, 0.5f, 3);
+        // Output dims and each operand's index per output element, the long way.
+        const size_t rank = std::max(da.size(), db.size());
+        std::vector<int64_t> out(rank);
+        auto dimOf = [&](const std::vector<int64_t>& d, size_t i) {
+          const size_t lead = rank - d.size();
+          return i < lead ? int64_t{1} : d[i - lead];
+        };
+        for (size_t i = 0; i < rank; ++i) out[i] = std::max(dimOf(da, i), dimOf(db, i));
+        const int64_t total = numel(out);
+        auto index = [&](const std::vector<int64_t>& d, int64_t flat) {
+          int64_t idx = 0, stride = 1;
+          for (size_t i = rank; i-- > 0;) {
+            const int64_t coord = flat % out[i];
+            flat /= out[i];
+            const int64_t dim = dimOf(d, i);
+            if (dim != 1) idx += coord * stride;
+            stride *= dim;
+          }
+          return idx;
+        };
+        for (const auto& [op, f] : ops) {
+          for (int threads : {1, 2}) {
+            INFO(vec::isaName(isa) << " " << op << " " << formatDims(da) << " with "
+                                   << formatDims(db) << " threads=" << threads);
+            const HostTensor r =
+                runNode(op, 14, {floatTensor(da, va), floatTensor(db, vb)}, {}, threads)[0];
+            REQUIRE(r.dims() == out);
+            const float* got = r.data<float>();
+            for (int64_t i = 0; i < total; ++i) {
+              // One correctly rounded float operation: double then float is exact.
+              const float want = static_cast<float>(f(va[index(da, i)], vb[index(db, i)]));
+              if (got[i] != want) FAIL("element " << i << ": got " << got[i] << ", want " << want);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// Softmax (or LogSoftmax) of x [outer][n][inner] along n, in double.
+std::vector<double> softmaxRef(const std::vector<float>& x, int64_t outer, int64_t n,
+                               int64_t inner, bool log) {
+  std::vector<double> y(x.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      auto at = [&](int64_t j) { return static_cast<size_t>((o * n + j) * inner + i); };
+      double m = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<double>(x[at(j)]));
+      double s = 0;
+      for (int64_t j = 0; j < n; ++j) s += std::exp(x[at(j)] - m);
+      for (int64_t j = 0; j < n; ++j)
+        y[at(j)] = log ? x[at(j)] - m - std::log(s) : std::exp(x[at(j)] - m) / s;
+    }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("softmax and log-softmax are stable on large magnitudes, last and middle axes",
+          "[kernels][vectorized]") {
+  struct Shape {
+    int64_t outer, n, inner;
+  };
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (Shape s : {Shape{1, 1, 1}, Shape{3, 7, 1}, Shape{5, 17, 1}, Shape{2, 1000, 1},
+                    Shape{1, 1000003, 1}, Shape{2, 7, 17}, Shape{3, 5, 1}, Shape{1, 17, 7}}) {
+      for (float magnitude : {3.0f, 1000.0f, 60000.0f}) {
+        const std::vector<float> x = randomValues(static_cast<size_t>(s.outer * s.n * s.inner), 8,
+                                                  -magnitude, magnitude);
+        for (bool log : {false, true}) {
+          for (int threads : {1, 2}) {
+            INFO(vec::isaName(isa) << (log ? " LogSoftmax" : " Softmax") << " [" << s.outer << ","
+                                   << s.n << "," << s.inner << "] magnitude " << magnitude
+                                   << " threads=" << threads);
+            const std::vector<int64_t> dims = {s.outer, s.n, s.inner};
+            const HostTensor r = runNode(log ? "LogSoftmax" : "Softmax", 13,
+                                         {floatTensor(dims, x)}, {Attribute::ofInt("axis", 1)},
+                                         threads)[0];
+            const std::vector<float> got = valuesOf(r);
+            for (float v : got) REQUIRE(std::isfinite(v));
+            // LogSoftmax of values ~6e4 apart: relative to the value, float's own spacing.
+            requireClose(got, softmaxRef(x, s.outer, s.n, s.inner, log), 2e-6, 1e-6);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("LayerNormalization, BatchNormalization and InstanceNormalization match double "
+          "references",
+          "[kernels][vectorized]") {
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (int64_t cols : {1, 7, 17, 1000}) {
+      for (float offset : {0.0f, 1000.0f}) {  // a large mean with a small spread: stability
+        const int64_t rows = 5;
+        std::vector<float> x = randomValues(static_cast<size_t>(rows * cols), 9, -1, 1);
+        for (float& v : x) v += offset;
+        const std::vector<float> scale = randomValues(static_cast<size_t>(cols), 10, 0.5f, 2);
+        const std::vector<float> bias = randomValues(static_cast<size_t>(cols), 11, -1, 1);
+        for (bool with_bias : {false, true}) {
+          std::vector<HostTensor> in = {floatTensor({rows, cols}, x), floatTensor({cols}, scale)};
+          if (with_bias) in.push_back(floatTensor({cols}, bias));
+          INFO(vec::isaName(isa) << " LayerNorm cols=" << cols << " offset=" << offset);
+          const std::vector<float> got = valuesOf(runNode("LayerNormalization", 17, in)[0]);
+          std::vector<double> want(x.size());
+          for (int64_t r = 0; r < rows; ++r) {
+            double m = 0, v = 0;
+            for (int64_t c = 0; c < cols; ++c) m += x[static_cast<size_t>(r * cols + c)];
+            m /= cols;
+            for (int64_t c = 0; c < cols; ++c) {
+              const double d = x[static_cast<size_t>(r * cols + c)] - m;
+              v += d * d;
+            }
+            v /= cols;
+            for (int64_t c = 0; c < cols; ++c) {
+              const size_t i = static_cast<size_t>(r * cols + c);
+              want[i] = (x[i] - m) / std::sqrt(v + 1e-5) * scale[static_cast<size_t>(c)] +
+                        (with_bias ? bias[static_cast<size_t>(c)] : 0.0);
+            }
+          }
+          // The float input itself carries 6e-5 of rounding at offset 1000.
+          requireClose(got, want, 1e-5, offset > 0 ? 2e-3 : 1e-5);
+        }
+      }
+    }
+
+    const int64_t n = 2, c = 3, h = 7, w = 5;
+    const std::vector<float> x = randomValues(static_cast<size_t>(n * c * h * w), 12, -3, 3);
+    const std::vector<float> scale = {0.5f, 1.5f, -2.0f}, b = {0.1f, -0.2f, 0.3f},
+                             mean = {0.2f, -0.1f, 0.05f}, var = {1.5f, 0.25f, 4.0f};
+    const std::vector<float> got = valuesOf(
+        runNode("BatchNormalization", 15,
+                {floatTensor({n, c, h, w}, x), floatTensor({c}, scale), floatTensor({c}, b),
+                 floatTensor({c}, mean), floatTensor({c}, var)})[0]);
+    std::vector<double> want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const size_t ch = (i / static_cast<size_t>(h * w)) % static_cast<size_t>(c);
+      want[i] = (x[i] - mean[ch]) / std::sqrt(var[ch] + 1e-5) * scale[ch] + b[ch];
+    }
+    INFO(vec::isaName(isa) << " BatchNormalization");
+    requireClose(got, want, 1e-5, 1e-6);
+
+    const std::vector<float> inorm = valuesOf(runNode(
+        "InstanceNormalization", 6,
+        {floatTensor({n, c, h, w}, x), floatTensor({c}, scale), floatTensor({c}, b)})[0]);
+    for (int64_t p = 0; p < n * c; ++p) {
+      const size_t ch = static_cast<size_t>(p % c);
+      double m = 0, v = 0;
+      for (int64_t i = 0; i < h * w; ++i) m += x[static_cast<size_t>(p * h * w + i)];
+      m /= h * w;
+      for (int64_t i = 0; i < h * w; ++i) {
+        const double d = x[static_cast<size_t>(p * h * w + i)] - m;
+        v += d * d;
+      }
+      v /= h * w;
+      for (int64_t i = 0; i < h * w; ++i) {
+        const size_t k = static_cast<size_t>(p * h * w + i);
+        want[k] = (x[k] - m) / std::sqrt(v + 1e-5) * scale[ch] + b[ch];
+      }
+    }
+    INFO(vec::isaName(isa) << " InstanceNormalization");
+    requireClose(inorm, want, 1e-5, 1e-5);
+  }
+}
+
+namespace {
+
+struct PoolSpec {
+  std::vector<int64_t> in;  // N, C, spatial...
+  std::vector<int64_t> kernel, strides, dilations, pads;
+  bool ceil_mode = false;
+  bool include_pad = false;
+};
+
+// MaxPool / AveragePool by the ONNX definition, one output element at a time.
+std::vector<double> poolRef(const PoolSpec& s, const std::vector<float>& x, bool is_max,
+                            std::vector<int64_t>* out_dims) {
+  const size_t r = s.kernel.size();
+  std::vector<int64_t> out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t in = s.in[2 + i], pb = s.pads[i], pe = s.pads[i + r];
+    const int64_t span = (s.kernel[i] - 1) * s.dilations[i] + 1;
+    const int64_t avail = in + pb + pe - span;
+    out[i] = (s.ceil_mode ? (avail + s.strides[i] - 1) / s.strides[i] : avail / s.strides[i]) + 1;
+    if (s.ceil_mode && (out[i] - 1) * s.strides[i] >= in + pb) --out[i];
+  }
+  *out_dims = {s.in[0], s.in[1]};
+  out_dims->insert(out_dims->end(), out.begin(), out.end());
+  const int64_t planes = s.in[0] * s.in[1];
+  const int64_t ih = r == 2 ? s.in[2] : 1, iw = s.in[r == 2 ? 3 : 2];
+  const int64_t oh = r == 2 ? out[0] : 1, ow = out[r - 1];
+  auto geo = [&](size_t axis_from_end, int64_t o, int64_t j) {
+    const size_t i = r - 1 - axis_from_end;
+    return o * s.strides[i] - s.pads[i] + j * s.dilations[i];
+  };
+  std::vector<double> y;
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t a = 0; a < oh; ++a)
+      for (int64_t b = 0; b < ow; ++b) {
+        double best = -INFINITY, sum = 0;
+        int64_t count = 0, padded_count = 0;
+        const int64_t kh = r == 2 ? s.kernel[0] : 1, kw = s.kernel[r - 1];
+        for (int64_t jh = 0; jh < kh; ++jh)
+          for (int64_t jw = 0; jw < kw; ++jw) {
+            const int64_t hh = r == 2 ? geo(1, a, jh) : 0, ww = geo(0, b, jw);
+            const bool h_in_pads = r == 2 ? hh >= -s.pads[0] && hh < ih + s.pads[2] : true;
+            const bool w_in_pads = ww >= -s.pads[r - 1] && ww < iw + s.pads[2 * r - 1];
+            if (h_in_pads && w_in_pads) ++padded_count;
+            if (hh < 0 || hh >= ih || ww < 0 || ww >= iw) continue;
+            const double v = x[static_cast<size_t>((p * ih + hh) * iw + ww)];
+            best = std::max(best, v);
+            sum += v;
+            ++count;
+          }
+        const int64_t divisor = s.include_pad ? padded_count : count;
+        y.push_back(is_max ? best : (divisor > 0 ? sum / divisor : 0.0));
+      }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("MaxPool and AveragePool match the definition with padding, strides, dilations and "
+          "ceil_mode",
+          "[kernels][vectorized]") {
+  const std::vector<PoolSpec> specs = {
+      {{1, 3, 112, 112}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},  // ResNet's stem
+      {{2, 5, 17, 13}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, true},
+      {{1, 2, 9, 11}, {2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}},
+      {{1, 2, 9, 11}, {2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}, true},
+      {{1, 3, 10, 12}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, false, true},
+      {{1, 3, 10, 12}, {3, 2}, {2, 3}, {2, 2}, {2, 1, 1, 0}, true},
+      {{1, 2, 13, 13}, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}},  // YOLO's SPP
+      {{2, 3, 8, 9}, {3, 3}, {3, 2}, {1, 2}, {1, 0, 2, 1}, true, true},
+      {{2, 4, 1}, {1}, {1}, {1}, {0, 0}},
+      {{2, 4, 17}, {3}, {2}, {1}, {1, 1}, true},  // 1-D
+      {{1, 3, 23}, {4}, {3}, {2}, {2, 1}, false, true},
+  };
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (const PoolSpec& s : specs) {
+      int64_t n = 1;
+      for (int64_t d : s.in) n *= d;
+      const std::vector<float> x = randomValues(static_cast<size_t>(n), 13, -5, 5);
+      for (bool is_max : {true, false}) {
+        for (int threads : {1, 2}) {
+          std::vector<Attribute> attrs = {
+              Attribute::ofInts("kernel_shape", s.kernel), Attribute::ofInts("strides", s.strides),
+              Attribute::ofInts("pads", s.pads), Attribute::ofInt("ceil_mode", s.ceil_mode)};
+          if (is_max) attrs.push_back(Attribute::ofInts("dilations", s.dilations));
+          else attrs.push_back(Attribute::ofInt("count_include_pad", s.include_pad));
+          PoolSpec used = s;
+          if (!is_max) used.dilations.assign(s.kernel.size(), 1);  // AveragePool-19 has them too
+          std::vector<int64_t> want_dims;
+          const std::vector<double> want = poolRef(used, x, is_max, &want_dims);
+          INFO(vec::isaName(isa) << (is_max ? " MaxPool " : " AveragePool ") << formatDims(s.in)
+                                 << " k" << formatDims(s.kernel) << " s" << formatDims(s.strides)
+                                 << " d" << formatDims(used.dilations) << " p"
+                                 << formatDims(s.pads) << " ceil=" << s.ceil_mode
+                                 << " include_pad=" << s.include_pad << " threads=" << threads);
+          const HostTensor r = runNode(is_max ? "MaxPool" : "AveragePool", is_max ? 12 : 11,
+                                       {floatTensor(s.in, x)}, attrs, threads)[0];
+          REQUIRE(r.dims() == want_dims);
+          requireClose(valuesOf(r), want, is_max ? 0.0 : 1e-5, is_max ? 0.0 : 1e-6);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("GlobalAveragePool and GlobalMaxPool match double references", "[kernels][vectorized]") {
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (std::vector<int64_t> dims : std::vector<std::vector<int64_t>>{
+             {1, 1, 1, 1}, {2, 3, 7, 1}, {1, 17, 7, 7}, {1, 2, 1000003}, {2, 5}}) {
+      int64_t n = 1;
+      for (int64_t d : dims) n *= d;
+      const std::vector<float> x = randomValues(static_cast<size_t>(n), 14, -2, 6);
+      const int64_t planes = dims[0] * dims[1], plane = n / planes;
+      for (bool is_max : {true, false}) {
+        INFO(vec::isaName(isa) << (is_max ? " GlobalMaxPool " : " GlobalAveragePool ")
+                               << formatDims(dims));
+        const std::vector<float> got = valuesOf(
+            runNode(is_max ? "GlobalMaxPool" : "GlobalAveragePool", 1, {floatTensor(dims, x)})[0]);
+        std::vector<double> want;
+        for (int64_t p = 0; p < planes; ++p) {
+          double best = -INFINITY, sum = 0;
+          for (int64_t i = 0; i < plane; ++i) {
+            best = std::max(best, static_cast<double>(x[static_cast<size_t>(p * plane + i)]));
+            sum += x[static_cast<size_t>(p * plane + i)];
+          }
+          want.push_back(is_max ? best : sum / plane);
+        }
+        requireClose(got, want, 1e-6, 1e-7);
+      }
+    }
+  }
+}
