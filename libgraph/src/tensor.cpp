@@ -1,5 +1,6 @@
 // Buffer and Tensor: shared immutable weight bytes, memory-mapped or heap-owned, copy on write.
 #include "fusectl/graph/tensor.h"
+#include "fusectl/graph/buffer_residency.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -111,6 +112,12 @@ Buffer Buffer::slice(size_t offset, size_t length) const {
   return Buffer(owner_, data_ + offset, length);
 }
 
+// A named type, so that releaseResidentPages can tell a file mapping from other owners.
+struct MappedFileDeleter {
+  size_t length;
+  void operator()(const void* p) const { ::munmap(const_cast<void*>(p), length); }
+};
+
 Buffer Buffer::mapFile(const std::string& path, uint64_t offset,
                                               uint64_t length) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -139,8 +146,7 @@ Buffer Buffer::mapFile(const std::string& path, uint64_t offset,
   int err = errno;
   ::close(fd);  // the mapping keeps the file alive
   if (base == MAP_FAILED) throwIo(fmt::format("{}: cannot map: {}", path, std::strerror(err)));
-  std::shared_ptr<const void> owner(
-      base, [map_length](const void* p) { ::munmap(const_cast<void*>(p), map_length); });
+  std::shared_ptr<const void> owner(base, MappedFileDeleter{map_length});
   return Buffer(std::move(owner), static_cast<const uint8_t*>(base) + (offset - aligned),
                 static_cast<size_t>(length));
 }
@@ -317,6 +323,16 @@ int64_t Tensor::valueAsInt64(int64_t index) const {
       throwUnsupported(
           fmt::format("{} tensor values cannot be read as numbers", dtypeName(dtype_)));
   }
+}
+
+bool releaseResidentPages(const Buffer& buffer) {
+  if (buffer.size() == 0 || !std::get_deleter<MappedFileDeleter>(buffer.owner())) return false;
+  // Whole pages around the bytes: neighbours' pages are file pages too, so dropping them costs
+  // at most a re-read.
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(buffer.data()) / page * page;
+  const auto end = (reinterpret_cast<uintptr_t>(buffer.data()) + buffer.size() + page - 1) / page * page;
+  return ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) == 0;
 }
 
 }  // namespace fusectl

@@ -12,12 +12,13 @@
 #include <memory>
 #include <vector>
 
+#include "fusectl/kernels/copied_inputs.h"
 #include "fusectl/kernels/kernel.h"
 #include "gemm_micro.h"
 
 namespace fusectl::kernels::cpu {
 
-struct PackedWeights : KernelState {
+struct PackedWeights : CopiedConstantInputs {
   const void* source = nullptr;
   std::vector<int64_t> dims;
   int64_t variant = 0;
@@ -39,6 +40,7 @@ inline const PackedWeights* cachedPackedWeights(KernelContext& ctx, size_t input
   packed->source = t->raw();
   packed->dims = t->dims();
   packed->variant = variant;
+  packed->copied_inputs = input < 64 ? uint64_t{1} << input : 0;
   pack(*packed);
   const PackedWeights* result = packed.get();
   ctx.setState(std::move(packed));

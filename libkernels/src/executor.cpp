@@ -2,6 +2,9 @@
 // its host/device copies.
 #include "fusectl/kernels/executor.h"
 
+#include "fusectl/graph/buffer_residency.h"
+#include "fusectl/kernels/copied_inputs.h"
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -37,6 +40,19 @@ bool isPlainSymbol(const std::string& s) {
     }
   }
   return true;
+}
+
+// Once a kernel keeps its own copy of constant inputs (packed weights), their file pages need
+// not stay resident (see copied_inputs.h).
+void releaseCopiedWeights(const Node& node, const KernelState* state, uint64_t constant_inputs) {
+  const auto* copied = dynamic_cast<const CopiedConstantInputs*>(state);
+  if (!copied) return;
+  const uint64_t bits = copied->copied_inputs & constant_inputs;
+  for (size_t i = 0; i < node.numInputs() && i < 64; ++i) {
+    if (!((bits >> i) & 1u)) continue;
+    const Value* v = node.input(i);
+    if (v && v->initializer()) releaseResidentPages(v->initializer()->buffer());
+  }
 }
 
 }  // namespace
@@ -316,6 +332,7 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
     KernelContext ctx(node, opsets_[step], args, on_cpu ? host_allocator : allocator,
                       num_threads_);
     ctx.bindPersistentState(&kernel_states_[step], constant_inputs);
+    const KernelState* state_before = kernel_states_[step].get();
     const auto node_start = options_.profile ? Clock::now() : Clock::time_point();
     try {
       kernels_[step]->fn(ctx);
@@ -327,6 +344,7 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
     } catch (const std::exception& e) {
       throw Error(ErrorKind::Internal, nodePrefix(node) + "kernel failed: " + e.what());
     }
+    if (kernel_states_[step].get() != state_before) releaseCopiedWeights(node, kernel_states_[step].get(), constant_inputs);
     const double node_seconds =
         options_.profile ? std::chrono::duration<double>(Clock::now() - node_start).count() : 0;
     uint64_t written = 0;
