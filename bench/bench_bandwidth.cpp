@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_clock.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/kernels/kernel.h"
 
@@ -27,10 +28,7 @@ using Clock = std::chrono::steady_clock;
 using namespace fusectl;
 using namespace fusectl::kernels;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using fusectl::bench::median;
 
 // Keeps one buffer per output shape, so every call after the first writes warm pages.
 class ReusingAllocator : public OutputAllocator {

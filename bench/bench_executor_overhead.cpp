@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../libkernels/cpu/thread_pool.h"
+#include "bench_clock.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/kernels/executor.h"
 
@@ -23,10 +24,7 @@ using Clock = std::chrono::steady_clock;
 using namespace fusectl;
 using namespace fusectl::kernels;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using fusectl::bench::median;
 
 std::unique_ptr<Model> reluChain(int nodes, int64_t elements) {
   auto model = std::make_unique<Model>();

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_clock.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/kernels/kernel.h"
 
@@ -111,19 +112,8 @@ class NodeRunner {
   HostTensor output_;
 };
 
-// Wall time, or with --clock cpu the process's CPU time: on a shared machine that leaves out
-// the time other processes held the core (1-thread figures only; threads add up).
-bool g_cpu_clock = false;
-
-double now() {
-  if (!g_cpu_clock) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-  timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return t.tv_sec + 1e-9 * t.tv_nsec;
-}
+using fusectl::bench::g_cpu_clock;
+using fusectl::bench::now;
 
 double seconds(const std::function<void()>& f) {
   const double t0 = now();
@@ -131,10 +121,7 @@ double seconds(const std::function<void()>& f) {
   return now() - t0;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using fusectl::bench::median;
 
 struct Timing {
   double unfused_ms, fused_ms;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_clock.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/kernels/kernel.h"
 #include "gemm_micro.h"
@@ -28,19 +29,8 @@ using namespace fusectl;
 using namespace fusectl::kernels;
 using namespace fusectl::kernels::cpu;
 
-// Wall time, or with --clock cpu the process's CPU time: on a shared machine that leaves out
-// the time other processes held the core (1-thread figures only; threads add up).
-bool g_cpu_clock = false;
-
-double now() {
-  if (!g_cpu_clock) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-  timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return t.tv_sec + 1e-9 * t.tv_nsec;
-}
+using fusectl::bench::g_cpu_clock;
+using fusectl::bench::now;
 
 double medianSeconds(int repeat, const std::function<void()>& f) {
   f();

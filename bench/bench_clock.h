@@ -1,0 +1,31 @@
+// The clock and the statistic every kernel benchmark reports with.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <vector>
+
+namespace fusectl::bench {
+
+// Wall time, or with --clock cpu the process's CPU time: on a shared machine that leaves out
+// the time other processes held the core (1-thread figures only; threads add up).
+inline bool g_cpu_clock = false;
+
+inline double now() {
+  if (!g_cpu_clock) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+// The upper median (v.size() / 2 after sorting), as all bench/ figures use.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace fusectl::bench
