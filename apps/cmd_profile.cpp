@@ -19,7 +19,6 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -116,59 +115,25 @@ void checkOutputPath(const std::string& flag, const std::string& path,
   }
 }
 
-// The report's fusion sites as plain data, with the fused nodes' labels as they ended up.
-//
-// A site names its fused node by the label it had when the fusion was committed, before the
-// Rewriter gave it the replaced node's name and output name (Rewriter::replaceMatch). Two
-// consequences, until the report records the label after that:
-//  - in the fused model the node has another label. Its fusion stamp (fusion_stamp.h) stays on
-//    it, so that is how it is found (final_node).
-//  - a later site that fuses the node again names it by its new label. For a named node the
-//    name did not change; an unnamed one is labelled "<op>(<first output>)" and took over the
-//    output of the match's last node, so a later site calls the Conv that fold-conv-bn made of
-//    Conv(C) and BatchNormalization(N) "Conv(N)", not "Conv(C)". When a later site names such a
-//    node, and no node of the model as given has that label, it is this site's node.
-std::vector<FusionSiteInput> sitesOf(const passes::Report& report, const Model& unfused,
-                                     const Model& fused) {
+// The report's fusion sites as plain data. A site names its fused node by the label it had
+// when the fusion was committed; a later pass may still relabel it (an unnamed node is labelled
+// by its first output, which can be renamed), so the node is also looked up by its fusion stamp
+// (fusion_stamp.h), which stays on it, and final_node set when the label moved.
+std::vector<FusionSiteInput> sitesOf(const passes::Report& report, const Model& fused) {
   std::map<std::string, std::string> label_of_stamp;
   for (const Node* n : fused.graph->nodes()) {
     for (const std::string& line : passes::fusionStampLines(n->doc_string)) {
       label_of_stamp.emplace(line, n->label());
     }
   }
-  std::set<std::string> original_labels;
-  for (const Node* n : unfused.graph->nodes()) original_labels.insert(n->label());
-  auto outputOfLabel = [](const std::string& label) {
-    const size_t open = label.find('(');
-    if (open == std::string::npos || label.empty() || label.back() != ')') return std::string();
-    return label.substr(open + 1, label.size() - open - 2);
-  };
-
   std::vector<FusionSiteInput> sites;
-  for (size_t k = 0; k < report.fusions.size(); ++k) {
-    const passes::FusionSite& f = report.fusions[k];
+  for (const passes::FusionSite& f : report.fusions) {
     FusionSiteInput s;
     s.pass = f.pass;
     s.pattern = f.pattern;
     s.fused_node = f.new_node;
     s.fused_op = f.new_op;
     s.replaced_nodes = f.replaced_nodes;
-    if (!f.new_node.empty() && !f.replaced_nodes.empty() &&
-        !outputOfLabel(f.new_node).empty()) {
-      const std::string op = f.new_op.substr(f.new_op.rfind("::") == std::string::npos
-                                                 ? 0
-                                                 : f.new_op.rfind("::") + 2);
-      const std::string output = outputOfLabel(f.replaced_nodes.back());
-      const std::string renamed = op + "(" + output + ")";
-      bool named_later = false;
-      for (size_t j = k + 1; j < report.fusions.size() && !named_later; ++j) {
-        const auto& later = report.fusions[j].replaced_nodes;
-        named_later = std::find(later.begin(), later.end(), renamed) != later.end();
-      }
-      if (!output.empty() && named_later && !original_labels.count(renamed)) {
-        s.fused_node = renamed;
-      }
-    }
     auto it = label_of_stamp.find(passes::formatFusionStamp(f.pass, f.replaced_nodes));
     if (!s.fused_node.empty() && it != label_of_stamp.end() && it->second != s.fused_node) {
       s.final_node = it->second;
@@ -244,7 +209,7 @@ int runProfile(const ProfileCliOptions& opts, bool level_given) {
   if (opts.only != "unfused") {
     fused = unfused->clone();  // one set of weights in memory; the passes copy what they change
     const passes::Report report = passes::optimize(*fused, request);
-    sites = sitesOf(report, *unfused, *fused);
+    sites = sitesOf(report, *fused);
   }
 
   BoundInputs bound = bindInputs(*unfused->graph, opts.inputs, opts.seed, shapes);

@@ -2,7 +2,7 @@
 // against the summed medians, on the unfused side, of the nodes it stands for.
 //
 // Fusions chain: fold-conv-bn turns Conv(c1)+BN(b1) into a Conv that keeps the label c1, then
-// fuse-epilogue turns that Conv and Relu(r1) into FusedConv(c1_7). Only the last node runs on
+// fuse-epilogue turns that Conv and Relu(r1) into a FusedConv labelled c1. Only the last node runs on
 // the fused side, and it stands for c1, b1 and r1 of the unfused side; comparing it with c1 and
 // r1 alone would forget b1. So a replaced node that an earlier, not yet superseded site
 // produced is expanded into what that site compared, and that site is marked superseded.

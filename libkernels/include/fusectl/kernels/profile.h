@@ -43,8 +43,8 @@ struct FusionSiteInput {
   // The fused node's label when it was made ("" when the fusion only removed nodes): what a
   // later site's replaced_nodes name it by.
   std::string fused_node;
-  // Its label in the fused model when the caller knows it is another (a node that took over a
-  // replaced node's name afterwards); "" means fused_node.
+  // Its label in the fused model when the caller knows it is another (a later pass relabelled
+  // it); "" means fused_node.
   std::string final_node;
   std::string fused_op;
   std::vector<std::string> replaced_nodes;
