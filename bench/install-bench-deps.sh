@@ -10,23 +10,6 @@ set -euo pipefail
 
 packages=(python3-torch python3-torchvision python3-onnx python3-numpy)
 
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-bench-deps: all present (${packages[*]})"
-  exit 0
-fi
-
-sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
-
-echo "install-bench-deps: installing ${missing[*]}"
-"${sudo_cmd[@]}" apt-get update -q
-DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/apt-install-missing.sh" install-bench-deps "${packages[@]}"
 
 /usr/bin/python3 -c 'import torch, torchvision, onnx, numpy; print("install-bench-deps: torch", torch.__version__, "torchvision", torchvision.__version__, "onnx", onnx.__version__)'
