@@ -348,7 +348,7 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
     const double node_seconds =
         options_.profile ? std::chrono::duration<double>(Clock::now() - node_start).count() : 0;
     uint64_t written = 0;
-    for (size_t i = 0; i < node.numOutputs(); ++i) {
+    for (size_t i = 0; stats && i < node.numOutputs(); ++i) {  // only a caller with stats reads it
       const HostTensor& out = ctx.outputs()[i];
       if (out.dtype() == DType::Undefined || out.dtype() == DType::String) continue;
       bool aliases = false;
@@ -357,8 +357,11 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
     }
     activation_bytes_written += written;
     if (options_.profile && stats) {
-      NodeTime t{node.label(), node.opType(), node_seconds,
-                 on_cpu ? Device::Cpu : backend_->device()};
+      NodeTime t;
+      t.node = node.label();
+      t.op_type = node.opType();
+      t.seconds = node_seconds;
+      t.device = on_cpu ? Device::Cpu : backend_->device();
       t.input_dims.reserve(args.size());
       for (const HostTensor* in : args) t.input_dims.push_back(in ? in->dims() : std::vector<int64_t>{});
       t.output_dims.reserve(node.numOutputs());
