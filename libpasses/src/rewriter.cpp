@@ -266,7 +266,7 @@ void Rewriter::commitFusion(std::string_view pattern, const Match& m, Value* rep
     site.replaced_nodes.push_back(b.label);
     site.activation_bytes_saved += b.internal_bytes;
   }
-  site.new_node = replacement->label();
+  // new_node is set by recordFinalLabel, once the replacement has its final names.
   site.new_op = replacement->domain().empty() ? replacement->opType()
                                               : replacement->domain() + "::" +
                                                     replacement->opType();
