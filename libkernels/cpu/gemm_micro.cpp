@@ -287,17 +287,29 @@ GemmParams gemmParams(int64_t M, int64_t N, int64_t K, const float* A, int64_t l
   return p;
 }
 
-PackedMatrix packGemmA(int64_t M, int64_t K, const float* A, int64_t rs, int64_t cs) {
-  const GemmKernelSpec& s = currentKernel();
+namespace {
+
+// The storage of a packed operand with `outer` rows of A or columns of B, padded to whole
+// panels of `panel`, for the kernel `s`; filled by the caller.
+PackedMatrix packedStorage(const GemmKernelSpec& s, int64_t outer, int64_t depth, int64_t panel,
+                           const float* source, int64_t rs, int64_t cs) {
   PackedMatrix m;
   m.kernel = &s;
-  m.outer = M;
-  m.depth = K;
-  m.padded = roundUp(M, s.mr);
-  m.data = allocAligned(m.padded * K);
-  m.source = A;
+  m.outer = outer;
+  m.depth = depth;
+  m.padded = roundUp(outer, panel);
+  m.data = allocAligned(m.padded * depth);
+  m.source = source;
   m.rs = rs;
   m.cs = cs;
+  return m;
+}
+
+}  // namespace
+
+PackedMatrix packGemmA(int64_t M, int64_t K, const float* A, int64_t rs, int64_t cs) {
+  const GemmKernelSpec& s = currentKernel();
+  PackedMatrix m = packedStorage(s, M, K, s.mr, A, rs, cs);
   for (int64_t pc = 0; pc < K; pc += s.kc) {
     packA(s, M, std::min(s.kc, K - pc), A + pc * cs, rs, cs, 1.f, m.data.get() + pc * m.padded);
   }
@@ -306,15 +318,7 @@ PackedMatrix packGemmA(int64_t M, int64_t K, const float* A, int64_t rs, int64_t
 
 PackedMatrix packGemmB(int64_t K, int64_t N, const float* B, int64_t rs, int64_t cs) {
   const GemmKernelSpec& s = currentKernel();
-  PackedMatrix m;
-  m.kernel = &s;
-  m.outer = N;
-  m.depth = K;
-  m.padded = roundUp(N, s.nr);
-  m.data = allocAligned(m.padded * K);
-  m.source = B;
-  m.rs = rs;
-  m.cs = cs;
+  PackedMatrix m = packedStorage(s, N, K, s.nr, B, rs, cs);
   for (int64_t pc = 0; pc < K; pc += s.kc) {
     packB(s, std::min(s.kc, K - pc), N, B + pc * rs, rs, cs, m.data.get() + pc * m.padded);
   }
