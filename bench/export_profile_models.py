@@ -50,37 +50,9 @@ ORT_DIR = os.environ.get("FUSECTL_ORT_DIR", "/work/ort")
 
 
 # ---- BERT-base-sized encoder (no HF dependency) ----
-
-class EncoderLayer(nn.Module):
-    def __init__(self, hidden, heads, ffn):
-        super().__init__()
-        self.heads = heads
-        self.head_dim = hidden // heads
-        self.query = nn.Linear(hidden, hidden)
-        self.key = nn.Linear(hidden, hidden)
-        self.value = nn.Linear(hidden, hidden)
-        self.attn_out = nn.Linear(hidden, hidden)
-        self.attn_norm = nn.LayerNorm(hidden, eps=1e-12)
-        self.ffn_in = nn.Linear(hidden, ffn)
-        self.gelu = nn.GELU()  # approximate='none': exported as the erf formula
-        self.ffn_out = nn.Linear(ffn, hidden)
-        self.ffn_norm = nn.LayerNorm(hidden, eps=1e-12)
-
-    def split_heads(self, x):
-        b, s, _ = x.shape
-        return x.view(b, s, self.heads, self.head_dim).transpose(1, 2)
-
-    def forward(self, x, mask_bias):
-        b, s, h = x.shape
-        q = self.split_heads(self.query(x))
-        k = self.split_heads(self.key(x))
-        v = self.split_heads(self.value(x))
-        scores = torch.matmul(q, k.transpose(-1, -2)) / (self.head_dim ** 0.5) + mask_bias
-        ctx = torch.matmul(torch.softmax(scores, dim=-1), v)
-        ctx = ctx.transpose(1, 2).reshape(b, s, h)
-        x = self.attn_norm(x + self.attn_out(ctx))
-        return self.ffn_norm(x + self.ffn_out(self.gelu(self.ffn_in(x))))
-
+# The layer is testdata's bert_layer (testdata/gen/export_models.py), at BERT-base sizes.
+sys.path.insert(0, os.path.join(REPO, "testdata", "gen"))
+from export_models import BertLayer  # noqa: E402
 
 class BertEncoder(nn.Module):
     def __init__(self, vocab=30522, max_pos=512, hidden=768, heads=12, ffn=3072, layers=12):
@@ -89,7 +61,7 @@ class BertEncoder(nn.Module):
         self.position = nn.Embedding(max_pos, hidden)
         self.token_type = nn.Embedding(2, hidden)
         self.embed_norm = nn.LayerNorm(hidden, eps=1e-12)
-        self.layers = nn.ModuleList(EncoderLayer(hidden, heads, ffn) for _ in range(layers))
+        self.layers = nn.ModuleList(BertLayer(hidden, heads, ffn) for _ in range(layers))
 
     def forward(self, input_ids, attention_mask):
         seq = input_ids.shape[1]
