@@ -9,8 +9,9 @@ namespace fusectl::kernels {
 
 namespace {
 
-// The first failure of one run, in the words of `fusectl verify`.
-std::string failureText(const OutputComparison& o, const ComparisonInputs& inputs, int runs) {
+// The first failure of one run, in the words of `fusectl verify`; `seeded`: the runs' inputs
+// were made from seeds, which the words then name.
+std::string failureText(const OutputComparison& o, bool seeded, int runs) {
   const CompareResult& c = o.failure;
   std::string d = c.shape_match ? c.describe(o.failed_dims_a)
                                 : "shape " + formatDims(o.failed_dims_b) + " in B vs " +
@@ -21,10 +22,64 @@ std::string failureText(const OutputComparison& o, const ComparisonInputs& input
   }
   if (runs > 1) {
     d = "run " + std::to_string(o.failed_run) +
-        (inputs.given.empty() ? " (seed " + std::to_string(o.failed_seed) + ")" : "") + ": " +
-        d;
+        (seeded ? " (seed " + std::to_string(o.failed_seed) + ")" : "") + ": " + d;
   }
   return d;
+}
+
+// An OutputComparison per output of A, named, nothing compared yet.
+Comparison emptyComparison(const std::vector<std::string>& names, int runs) {
+  Comparison result;
+  result.runs = runs;
+  for (const std::string& name : names) {
+    OutputComparison o;
+    o.name = name;
+    result.outputs.push_back(std::move(o));
+  }
+  return result;
+}
+
+// Adds run `r`'s outputs (out_a in A's output order) to `result`.
+void compareRun(Comparison& result, int r, uint64_t seed, bool seeded,
+                const std::vector<NamedTensor>& out_a, const std::vector<NamedTensor>& out_b,
+                const Tolerance& tolerance) {
+  std::map<std::string, const HostTensor*> by_name;
+  for (const NamedTensor& t : out_b) by_name[t.name] = &t.tensor;
+  for (size_t i = 0; i < out_a.size(); ++i) {
+    OutputComparison& o = result.outputs[i];
+    const HostTensor& ta = out_a[i].tensor;
+    if (r == 0) {
+      o.dtype = ta.dtype();
+      o.dims = ta.dims();
+    }
+    auto it = by_name.find(out_a[i].name);
+    if (it == by_name.end()) {
+      if (o.passed) o.detail = "B has no output of this name";
+      o.passed = false;
+      o.missing = true;
+      continue;
+    }
+    const HostTensor& tb = *it->second;
+    const CompareResult c = compareTensors(tb, ta, tolerance);
+    o.max_abs_error = std::max(o.max_abs_error, c.max_abs_error);
+    o.max_rel_error = std::max(o.max_rel_error, c.max_rel_error);
+    o.cosine = std::min(o.cosine, c.cosine);
+    o.mismatches += c.mismatches;
+    if (!c.passed && o.passed) {
+      o.passed = false;
+      o.failed_run = r;
+      o.failed_seed = seed;
+      o.failure = c;
+      o.failed_dtype_b = tb.dtype();
+      o.failed_dims_a = ta.dims();
+      o.failed_dims_b = tb.dims();
+      o.detail = failureText(o, seeded, result.runs);
+    }
+  }
+}
+
+void finish(Comparison& result) {
+  for (const OutputComparison& o : result.outputs) result.passed = result.passed && o.passed;
 }
 
 }  // namespace
@@ -33,57 +88,29 @@ Comparison compareModels(const Model& a, const Model& b, const ComparisonInputs&
                          const Tolerance& tolerance) {
   Executor run_a(a, inputs.execution);
   Executor run_b(b, inputs.execution);
-  Comparison result;
-  result.runs = inputs.given.empty() ? inputs.runs : static_cast<int>(inputs.given.size());
-  for (const Value* v : a.graph->outputs()) {
-    OutputComparison o;
-    o.name = v->name();
-    result.outputs.push_back(std::move(o));
-  }
-
+  std::vector<std::string> names;
+  for (const Value* v : a.graph->outputs()) names.push_back(v->name());
+  const bool seeded = inputs.given.empty();
+  Comparison result =
+      emptyComparison(names, seeded ? inputs.runs : static_cast<int>(inputs.given.size()));
   for (int r = 0; r < result.runs; ++r) {
     const uint64_t seed = inputs.seed + static_cast<uint64_t>(r);
-    const std::vector<NamedTensor> seeded =
-        inputs.given.empty() ? makeRandomInputs(*a.graph, seed, inputs.shapes)
-                             : std::vector<NamedTensor>{};
-    const std::vector<NamedTensor>& feed = inputs.given.empty() ? seeded : inputs.given[r];
-    const std::vector<NamedTensor> out_a = run_a.run(feed);
-    const std::vector<NamedTensor> out_b = run_b.run(feed);
-    std::map<std::string, const HostTensor*> by_name;
-    for (const NamedTensor& t : out_b) by_name[t.name] = &t.tensor;
-    for (size_t i = 0; i < out_a.size(); ++i) {
-      OutputComparison& o = result.outputs[i];
-      const HostTensor& ta = out_a[i].tensor;
-      if (r == 0) {
-        o.dtype = ta.dtype();
-        o.dims = ta.dims();
-      }
-      auto it = by_name.find(out_a[i].name);
-      if (it == by_name.end()) {
-        if (o.passed) o.detail = "B has no output of this name";
-        o.passed = false;
-        o.missing = true;
-        continue;
-      }
-      const HostTensor& tb = *it->second;
-      const CompareResult c = compareTensors(tb, ta, tolerance);
-      o.max_abs_error = std::max(o.max_abs_error, c.max_abs_error);
-      o.max_rel_error = std::max(o.max_rel_error, c.max_rel_error);
-      o.cosine = std::min(o.cosine, c.cosine);
-      o.mismatches += c.mismatches;
-      if (!c.passed && o.passed) {
-        o.passed = false;
-        o.failed_run = r;
-        o.failed_seed = seed;
-        o.failure = c;
-        o.failed_dtype_b = tb.dtype();
-        o.failed_dims_a = ta.dims();
-        o.failed_dims_b = tb.dims();
-        o.detail = failureText(o, inputs, result.runs);
-      }
-    }
+    const std::vector<NamedTensor> made =
+        seeded ? makeRandomInputs(*a.graph, seed, inputs.shapes) : std::vector<NamedTensor>{};
+    const std::vector<NamedTensor>& feed = seeded ? made : inputs.given[r];
+    compareRun(result, r, seed, seeded, run_a.run(feed), run_b.run(feed), tolerance);
   }
-  for (const OutputComparison& o : result.outputs) result.passed = result.passed && o.passed;
+  finish(result);
+  return result;
+}
+
+Comparison compareRunOutputs(const std::vector<NamedTensor>& a, const std::vector<NamedTensor>& b,
+                          const Tolerance& tolerance) {
+  std::vector<std::string> names;
+  for (const NamedTensor& t : a) names.push_back(t.name);
+  Comparison result = emptyComparison(names, 1);
+  compareRun(result, 0, 0, false, a, b, tolerance);
+  finish(result);
   return result;
 }
 

@@ -21,6 +21,7 @@ struct SideRun {
   std::vector<ExecutionStats> timed;     // pass 1
   std::vector<ExecutionStats> profiled;  // pass 2
   int threads = 1;                       // as the executor resolved it (0 = all cores)
+  std::vector<NamedTensor> outputs;      // of the last timed run, for the agreement check
 };
 
 // One pass over both sides (profile.h): executors built, warmup, measured runs alternating,
@@ -43,8 +44,10 @@ void runPass(std::vector<SideRun>& sides, const std::vector<NamedTensor>& inputs
                                          warmup ? options.warmup : options.runs});
       }
       ExecutionStats stats;
-      side.executor->run(inputs, &stats);
-      if (!warmup) (node_times ? side.profiled : side.timed).push_back(std::move(stats));
+      std::vector<NamedTensor> outputs = side.executor->run(inputs, &stats);
+      if (warmup) continue;
+      (node_times ? side.profiled : side.timed).push_back(std::move(stats));
+      if (!node_times) side.outputs = std::move(outputs);
     }
   }
   for (SideRun& side : sides) side.executor.reset();
@@ -151,8 +154,8 @@ ProfileResult profileModels(const Model* unfused, const Model* fused,
   }
 
   std::vector<SideRun> sides;  // unfused first: A/B order
-  if (run_unfused) sides.push_back({"unfused", unfused, nullptr, {}, {}, 1});
-  if (run_fused) sides.push_back({"fused", fused, nullptr, {}, {}, 1});
+  if (run_unfused) sides.push_back({"unfused", unfused, nullptr, {}, {}, 1, {}});
+  if (run_fused) sides.push_back({"fused", fused, nullptr, {}, {}, 1, {}});
   runPass(sides, inputs, false, options);
   runPass(sides, inputs, true, options);
 
@@ -163,17 +166,13 @@ ProfileResult profileModels(const Model* unfused, const Model* fused,
     (std::string(side.name) == "unfused" ? result.unfused : result.fused) =
         summarize(side);
   }
-  sides.clear();
 
   if (result.unfused && result.fused) {
     result.speedup =
         estimateSpeedup(result.unfused->run_seconds, result.fused->run_seconds,
                         options.bootstrap_resamples, options.bootstrap_seed, options.confidence);
-    ComparisonInputs feed;
-    feed.given.push_back(inputs);
-    feed.execution = options.execution;
-    feed.execution.profile = false;
-    result.agreement = compareModels(*unfused, *fused, feed, options.tolerance);
+    // sides[0] is the unfused one, the reference.
+    result.agreement = compareRunOutputs(sides[0].outputs, sides[1].outputs, options.tolerance);
     result.fusion_sites = timeFusionSites(sites, *result.unfused, *result.fused);
   }
   return result;

@@ -121,6 +121,12 @@ struct Comparison {
 Comparison compareModels(const Model& a, const Model& b, const ComparisonInputs& inputs,
                          const Tolerance& tolerance);
 
+// compareModels' comparison for outputs a caller already has: `a` (A's outputs, in its output
+// order) and `b` from one run of each model on the same inputs. fusectl profile compares the
+// outputs of its timed runs this way instead of running both models again.
+Comparison compareRunOutputs(const std::vector<NamedTensor>& a, const std::vector<NamedTensor>& b,
+                          const Tolerance& tolerance);
+
 // Both graphs take the same non-initializer inputs (names and dtypes) and have the same output
 // names; else throws fusectl::Error(InvalidInput) naming the models by the labels given, e.g.
 // "input mismatch: 'x' is an input of a.onnx but not of b.onnx".

@@ -15,7 +15,8 @@
 // The executors of one pass are released before the next pass builds its own, so at most two
 // exist at a time. The result says how long each side took, what it wrote, how the two compare
 // (a speedup with a bootstrap confidence interval over the paired runs), whether their outputs
-// agree (compareModels, the comparison `fusectl verify` makes) and, per fusion site of the
+// agree (the comparison `fusectl verify` makes, on the outputs of the last timed run of each
+// side: compareRunOutputs) and, per fusion site of the
 // optimizer, whether the fused node is faster than the nodes it replaced were.
 //
 // This library knows no optimizer: the caller passes the fusion sites as plain data (from
@@ -163,7 +164,8 @@ struct ProfileResult {
   int warmup = 0, runs = 0;
   std::optional<SideProfile> unfused, fused;
   std::optional<SpeedupEstimate> speedup;  // both sides only
-  std::optional<Comparison> agreement;     // both sides only: compareModels(unfused, fused)
+  // Both sides only: compareRunOutputs on the outputs of each side's last timed run.
+  std::optional<Comparison> agreement;
   std::vector<FusionSiteProfile> fusion_sites;  // in the order given; empty unless both sides
 };
 
