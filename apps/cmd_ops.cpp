@@ -37,14 +37,22 @@ nlohmann::ordered_json toJson(const FusedOpInfo& op) {
                           {"type", std::string(attrKindName(a.kind))},
                           {"passed_to", a.by_reference ? std::string(op.compute) : ""}});
   }
+  nlohmann::ordered_json outputs = nlohmann::ordered_json::array();
+  for (const FusedOpOutput& out : op.outputs) {
+    outputs.push_back({{"name", std::string(out.name)},
+                       {"type", std::string(out.type)},
+                       {"optional", out.optional}});
+  }
   nlohmann::ordered_json activations = nlohmann::ordered_json::array();
   for (Activation a : op.epilogue_activations)
     activations.push_back(std::string(activationName(a)));
   return {{"domain", std::string(kFusectlDomain)},
           {"name", std::string(op.name)},
+          {"kind", op.isComposite() ? "composite" : op.takesEpilogue() ? "epilogue" : "activation"},
           {"formula", std::string(op.formula)},
           {"op_class", std::string(opClassName(op.op_class))},
           {"inputs", inputs},
+          {"outputs", outputs},
           {"attributes", attributes},
           {"activations", activations}};
 }

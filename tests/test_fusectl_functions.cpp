@@ -2,8 +2,8 @@
 // the ONNX 1.12 full checker, still runs in our executor (the kernels answer to every spelling),
 // and each function body computes what the fused kernel computes.
 //
-// Models: every positive case of testdata/passes/fuse-epilogue/ and fuse-gelu/ after
-// `fixpoint(fuse-gelu,fuse-epilogue)` (those left with a fusectl node), plus one
+// Models: every positive golden case of testdata/passes/*/ after its own `# RUN:` pipeline
+// (those left with a fusectl node), plus one
 // synthetic FusedConv/FusedGemm per (activation, residual, bias, opset) so that every body shape
 // (opset 10 Max/Min and tensor-attribute params, 13, 20 with Gelu) is covered.
 //
@@ -57,15 +57,16 @@ struct FusedCase {
 
 using fusectl::testing::slurp;
 
-// The positive golden cases of fuse-epilogue and fuse-gelu, run through the fusectl passes;
-// cases left without a fusectl node (fuse-gelu's standard Gelu from opset 20) have nothing to
-// export here.
+// The positive golden cases of every pass folder (testdata/passes/*/), each run through its own
+// `# RUN:` pipeline (which applies to its case and the ones after it, as in the golden runner);
+// the cases left with a fusectl node are the models to export. So a new fusion pass that writes
+// a fusectl op has its function bodies checked here by adding golden cases, not code.
 std::vector<FusedCase> goldenCases() {
   std::vector<FusedCase> out;
   std::vector<fs::path> files;
-  for (const char* pass : {"fuse-epilogue", "fuse-gelu"}) {
-    fs::path dir = fs::path(FUSECTL_SOURCE_DIR) / "testdata" / "passes" / pass;
-    for (const auto& e : fs::directory_iterator(dir))
+  for (const auto& dir : fs::directory_iterator(fs::path(FUSECTL_SOURCE_DIR) / "testdata" / "passes")) {
+    if (!dir.is_directory()) continue;
+    for (const auto& e : fs::directory_iterator(dir.path()))
       if (e.path().extension() == ".onnxtxt") files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
@@ -73,23 +74,36 @@ std::vector<FusedCase> goldenCases() {
     std::string content = slurp(f);
     size_t start = 0;
     int index = 0;
+    std::string pipeline;
     while (start < content.size()) {
       size_t sep = content.find("# -----", start);
       std::string text = content.substr(start, sep == std::string::npos ? std::string::npos
                                                                         : sep - start);
       start = sep == std::string::npos ? content.size() : content.find('\n', sep) + 1;
       ++index;
-      if (text.find("CHECK-UNCHANGED") != std::string::npos) continue;
+      std::istringstream lines(text);
+      for (std::string line; std::getline(lines, line);) {
+        const size_t at = line.find("# RUN:");
+        if (at == std::string::npos) continue;
+        pipeline = line.substr(at + 6);
+        pipeline.erase(0, pipeline.find_first_not_of(" \t"));
+        pipeline.erase(pipeline.find_last_not_of(" \t\r") + 1);
+      }
+      if (pipeline.empty() || text.find("CHECK-UNCHANGED") != std::string::npos) continue;
       auto model = parseModelText(text, f.string());
       Report report;
       PassManagerOptions options;
       options.attach_functions = false;  // the cases are the fused models before export
-      PassManager(options).run(*model, Pipeline::parse("fixpoint(fuse-gelu,fuse-epilogue)"),
-                               report);
+      const bool level = pipeline.size() == 3 && pipeline.compare(0, 2, "-O") == 0;
+      PassManager(options).run(
+          *model, level ? Pipeline::forLevel(pipeline[2] - '0') : Pipeline::parse(pipeline),
+          report);
       bool has_fusectl_node = false;
       for (Node* n : model->graph->nodes()) has_fusectl_node |= n->domain() == "fusectl";
       if (!has_fusectl_node) continue;
-      out.push_back({fmt::format("{}#{}", f.filename().string(), index), modelToText(*model)});
+      out.push_back({fmt::format("{}/{}#{}", f.parent_path().filename().string(),
+                                 f.filename().string(), index),
+                     modelToText(*model)});
     }
   }
   return out;
@@ -177,7 +191,10 @@ onnx::ModelProto inlineFunctions(const onnx::ModelProto& model) {
     const onnx::FunctionProto& f = *it->second;
     std::map<std::string, std::string> rename;
     for (int i = 0; i < f.input_size(); ++i) rename[f.input(i)] = i < n.input_size() ? n.input(i) : "";
-    for (int i = 0; i < f.output_size(); ++i) rename[f.output(i)] = n.output(i);
+    // An output the call leaves off (a composite op's optional sum) stays internal.
+    for (int i = 0; i < f.output_size(); ++i) {
+      if (i < n.output_size() && !n.output(i).empty()) rename[f.output(i)] = n.output(i);
+    }
     auto bound = [&](const std::string& name) {
       if (name.empty()) return name;
       auto r = rename.find(name);

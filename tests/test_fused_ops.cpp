@@ -19,6 +19,7 @@
 #include "fusectl/graph/onnx_function.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/graph/op_classes.h"
+#include "fusectl/kernels/kernel.h"
 #include "shell_util.h"
 #include "test_files.h"
 
@@ -111,6 +112,32 @@ TEST_CASE("fused ops: activations carry ONNX's names and defaults", "[functions]
   CHECK(activationInfo(Activation::HardSigmoid).defaults == std::array<float, 2>{0.2f, 0.5f});
   CHECK(activationInfo(Activation::Relu).num_params == 0);
   CHECK_FALSE(activationInfo(Activation::Silu).onnx_op);
+}
+
+// A composite op is usable only with all three: the CPU kernel runs it, the function body lets
+// other runtimes run an exported model, and the outputs say what a node may leave off.
+TEST_CASE("fused ops: every composite op has a kernel, a function body and outputs",
+          "[functions][fused-ops]") {
+  for (const FusedOpInfo& op : allFusedOps()) {
+    INFO(op.name);
+    REQUIRE_FALSE(op.outputs.empty());
+    if (!op.isComposite()) {
+      CHECK(op.outputs.size() == 1);
+      continue;
+    }
+    CHECK(op.compute.empty());
+    CHECK(op.epilogue_activations.empty());
+    CHECK(hasCompositeFunctionBody(op.name));
+    CHECK(fusectl::kernels::KernelRegistry::global().find(kFusectlDomain, op.name, 1) !=
+          nullptr);
+    // Only trailing outputs may be left off by a node.
+    bool optional_seen = false;
+    for (const FusedOpOutput& out : op.outputs) {
+      CHECK((out.optional || !optional_seen));
+      optional_seen |= out.optional;
+    }
+    for (const FusedOpAttribute& a : op.attributes) CHECK_FALSE(a.by_reference);
+  }
 }
 
 TEST_CASE("fused ops: the op classes come from the table", "[functions][fused-ops][pattern]") {

@@ -42,12 +42,32 @@ std::vector<FusedOpInfo> buildFusedOps() {
     op.attributes = Attributes;                                                       \
     op.shape_rule = FusedShapeRule::Rule;                                             \
     op.notes = Notes;                                                                 \
+    op.kind = op.compute.empty() ? FusedOpKind::Activation : FusedOpKind::Epilogue;  \
+    op.outputs = {{"Y", "T", false, ""}};                                            \
     t.push_back(std::move(op));                                                       \
   }
+#define FUSECTL_OUTPUTS(...) \
+  std::vector<FusedOpOutput> { __VA_ARGS__ }
+#define FUSECTL_COMPOSITE_OP(Name, Class, Formula, Inputs, Outputs, Attributes, Rule, Notes) \
+  {                                                                                        \
+    FusedOpInfo op;                                                                        \
+    op.name = #Name;                                                                       \
+    op.kind = FusedOpKind::Composite;                                                      \
+    op.op_class = OpClass::Class;                                                          \
+    op.formula = Formula;                                                                  \
+    op.inputs = Inputs;                                                                    \
+    op.outputs = Outputs;                                                                  \
+    op.attributes = Attributes;                                                            \
+    op.shape_rule = FusedShapeRule::Rule;                                                  \
+    op.notes = Notes;                                                                      \
+    t.push_back(std::move(op));                                                            \
+  }
 #include "fusectl/graph/fused_ops.def"
+#undef FUSECTL_OUTPUTS
 #undef FUSECTL_INPUTS
 #undef FUSECTL_ATTRIBUTES
   for (FusedOpInfo& op : t) {
+    if (op.isComposite()) continue;
     for (FusedOpAttribute& a : op.attributes) a.by_reference = true;
     if (op.takesEpilogue()) {
       addEpilogueAttributes(op);

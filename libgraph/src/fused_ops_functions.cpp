@@ -10,7 +10,8 @@
 // from the call's activation_params with Constant<value_floats = @activation_params> (opset 12+)
 // or from the tensor attribute activation_params_tensor (older opsets, whose Constant has only
 // `value`), then taken apart with Gather.
-// An activation op (fusectl::Gelu) becomes the function of its name: Y = act(X).
+// An activation op (fusectl::Gelu) becomes the function of its name: Y = act(X). A composite op
+// (LayerNorm, Attention...) becomes the function its builder in fused_ops_composite.cpp writes.
 //
 // The bodies are IR graphs written by functionToBinary (onnx_function.h). Their bytes are part
 // of every optimized file, so the node order, the fresh names (t0, t1...) and the doc strings
@@ -23,103 +24,10 @@
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/fused_ops.h"
 #include "fusectl/graph/onnx_function.h"
+#include "fused_op_body.h"
+#include "fused_ops_composite.h"
 
 namespace fusectl {
-namespace {
-
-// What one spelling computes. An activation op has no compute.
-struct Variant {
-  const FusedOpInfo* op = nullptr;
-  bool bias = true;
-  bool residual = false;
-  Activation activation = Activation::None;
-};
-
-Variant variantOf(const Node& n, const FusedSpelling& s) {
-  Variant v{s.op, s.bias, s.residual, Activation::None};
-  if (s.plain) {
-    v.bias = n.input(2) != nullptr;
-    v.residual = n.input(3) != nullptr;
-  }
-  const std::string act = n.attrString("activation", "");
-  std::optional<Activation> a = parseActivation(act);
-  if (!a) throwInvalid(fmt::format("{}: unknown activation '{}'", n.label(), act));
-  v.activation = *a;
-  return v;
-}
-
-std::string spelling(const Variant& v) {
-  return fusedSpellingName(v.op->name, v.bias, v.residual, v.activation);
-}
-
-// ---- building a body ----
-
-class Body {
- public:
-  explicit Body(int64_t opset) : graph_(std::make_unique<Graph>()), opset_(opset) {}
-
-  int64_t opset() const { return opset_; }
-  Value* input(std::string_view name) { return graph_->addInput(std::string(name), {}); }
-  std::unique_ptr<Graph> finish(Value* y) {
-    graph_->addOutput(y);
-    return std::move(graph_);
-  }
-
-  // A default-domain node reading `inputs`; returns its output (named `out` or fresh).
-  Value* node(const std::string& op, std::vector<Value*> inputs, std::string out = "") {
-    if (out.empty()) out = fmt::format("t{}", next_++);
-    Graph::NodeSpec spec;
-    spec.op_type = op;
-    spec.inputs = std::move(inputs);
-    spec.output_names = {std::move(out)};
-    last_ = graph_->createNode(std::move(spec));
-    return last_->output(0);
-  }
-  // Adds to the last node an attribute taking the call's attribute `ref`.
-  void refAttr(std::string_view name, std::string_view ref, AttrKind kind) {
-    Attribute a;
-    a.name = std::string(name);
-    a.kind = kind;
-    a.ref_attr_name = std::string(ref);
-    last_->setAttr(std::move(a));
-  }
-  void floatAttr(const std::string& name, float value) {
-    last_->setAttr(Attribute::ofFloat(name, value));
-  }
-  template <typename T>
-  Value* scalarConstant(DType dtype, T value) {
-    Value* out = node("Constant", {});
-    Tensor scalar = Tensor::fromValues(dtype, {}, std::vector<T>{value});
-    last_->setAttr(Attribute::ofTensor("value", std::move(scalar)));
-    return out;
-  }
-  Value* floatConstant(float value) { return scalarConstant(DType::Float, value); }
-  // activation_params[i] as a scalar tensor.
-  Value* param(size_t i) {
-    if (!params_) {
-      params_ = node("Constant", {});
-      if (opset_ >= 12) {
-        refAttr("value_floats", "activation_params", AttrKind::Floats);
-      } else {
-        refAttr("value", "activation_params_tensor", AttrKind::Tensor);
-      }
-    }
-    Value* index = scalarConstant(DType::Int64, static_cast<int64_t>(i));
-    return node("Gather", {params_, index});
-  }
-  // min(max(x, lo), hi), as Clip where Clip takes tensor bounds (opset 11+).
-  Value* clamp(Value* x, Value* lo, Value* hi, const std::string& out) {
-    if (opset_ >= 11) return node("Clip", {x, lo, hi}, out);
-    return node("Min", {node("Max", {x, lo}), hi}, out);
-  }
-
- private:
-  std::unique_ptr<Graph> graph_;
-  int64_t opset_;
-  Node* last_ = nullptr;
-  Value* params_ = nullptr;
-  int next_ = 0;
-};
 
 // y = act(x), computed as the kernel's epilogue does. Where a node takes two operands made here,
 // the second is made first: the bytes of every exported model depend on that order.
@@ -162,13 +70,31 @@ Value* activationBody(Body& b, Activation act, Value* x, const std::string& y) {
                             activationName(act)));
 }
 
-// A fusectl-domain function `name` whose body uses the default domain at `opset`.
-FunctionDef startFunction(const std::string& name, int64_t opset) {
-  FunctionDef f;
-  f.name = name;
-  f.domain = std::string(kFusectlDomain);
-  f.opset_imports.push_back({"", opset});
-  return f;
+namespace {
+
+// What one spelling computes. An activation op has no compute.
+struct Variant {
+  const FusedOpInfo* op = nullptr;
+  bool bias = true;
+  bool residual = false;
+  Activation activation = Activation::None;
+};
+
+Variant variantOf(const Node& n, const FusedSpelling& s) {
+  Variant v{s.op, s.bias, s.residual, Activation::None};
+  if (s.plain) {
+    v.bias = n.input(2) != nullptr;
+    v.residual = n.input(3) != nullptr;
+  }
+  const std::string act = n.attrString("activation", "");
+  std::optional<Activation> a = parseActivation(act);
+  if (!a) throwInvalid(fmt::format("{}: unknown activation '{}'", n.label(), act));
+  v.activation = *a;
+  return v;
+}
+
+std::string spelling(const Variant& v) {
+  return fusedSpellingName(v.op->name, v.bias, v.residual, v.activation);
 }
 
 // Y = act(X) for an activation op.
@@ -324,8 +250,20 @@ void attachFusectlFunctions(Model& model) {
 
   for (const auto& [name, v] : needed) {
     if (defined.count({std::string(kFusectlDomain), name})) continue;
-    model.functions.push_back(v ? buildEpilogueFunction(name, *v, opset)
-                                : buildActivationFunction(*findFusedOp(name), opset));
+    if (v) {
+      model.functions.push_back(buildEpilogueFunction(name, *v, opset));
+      continue;
+    }
+    const FusedOpInfo& op = *findFusedOp(name);
+    if (!op.isComposite()) {
+      model.functions.push_back(buildActivationFunction(op, opset));
+      continue;
+    }
+    CompositeBodyBuilder build = findCompositeBodyBuilder(name);
+    if (!build) {
+      throwUnsupported(fmt::format("no portable ONNX function is known for fusectl::{}", name));
+    }
+    model.functions.push_back(build(op, opset));
   }
   if (!needed.empty()) {
     if (model.opsetVersion(kFusectlDomain) == 0) model.setOpsetVersion(kFusectlDomain, 1);

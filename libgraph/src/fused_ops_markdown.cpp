@@ -19,7 +19,25 @@ std::string inputTable(const FusedOpInfo& op) {
   return out;
 }
 
+// Epilogue and activation ops have the one output `Y`, which their formula names.
+std::string outputTable(const FusedOpInfo& op) {
+  if (!op.isComposite()) return "";
+  std::string out = "| output | | |\n|---|---|---|\n";
+  for (const FusedOpOutput& o : op.outputs) {
+    out += fmt::format("| `{}` | {}{} | {} |\n", o.name, o.type, o.optional ? ", optional" : "",
+                       o.description);
+  }
+  return out + "\n";
+}
+
 std::string attributeLine(const FusedOpInfo& op) {
+  if (op.isComposite()) {
+    std::vector<std::string> attrs;
+    for (const FusedOpAttribute& a : op.attributes)
+      attrs.push_back(fmt::format("`{}` ({})", a.name, attrKindName(a.kind)));
+    if (attrs.empty()) return "Attributes: none.\n";
+    return fmt::format("Attributes: {}.\n", fmt::join(attrs, ", "));
+  }
   std::vector<std::string> by_reference, own;
   for (const FusedOpAttribute& a : op.attributes)
     (a.by_reference ? by_reference : own).push_back(quoted(a.name));
@@ -59,7 +77,7 @@ std::string fusedOpsMarkdown() {
   std::string out;
   for (const FusedOpInfo& op : allFusedOps()) {
     out += fmt::format("## {}\n\n`{}`\n\n", op.name, op.formula);
-    out += inputTable(op) + "\n" + attributeLine(op);
+    out += inputTable(op) + "\n" + outputTable(op) + attributeLine(op);
     if (!op.notes.empty()) out += "\n" + std::string(op.notes);
     out += "\n";
   }

@@ -63,6 +63,7 @@ const RuleRegistry& ruleRegistry() {
     registerQuantizeRules(r);
     registerMiscRules(r);
     registerControlFlowRules(r);
+    registerFusectlOpRules(r);
     return r;
   }();
   return registry;

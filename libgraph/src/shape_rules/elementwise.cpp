@@ -260,9 +260,6 @@ void registerElementwiseRules(RuleRegistry& r) {
   r.add("", "Dropout", dropout);
   // ONNX Runtime's contrib activations keep the input's shape too.
   for (const char* op : {"Gelu", "FastGelu", "QuickGelu"}) r.add("com.microsoft", op, sameAsInput);
-  // The fusectl ops that declare this rule in fused_ops.def (Gelu).
-  for (const FusedOpInfo& op : allFusedOps())
-    if (op.shape_rule == FusedShapeRule::SameAsInput) r.add(kFusectlDomain, op.name, sameAsInput);
 }
 
 }  // namespace fusectl::shape_rules

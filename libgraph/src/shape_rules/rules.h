@@ -59,6 +59,7 @@ void registerReduceRules(RuleRegistry& r);
 void registerQuantizeRules(RuleRegistry& r);
 void registerMiscRules(RuleRegistry& r);
 void registerControlFlowRules(RuleRegistry& r);
+void registerFusectlOpRules(RuleRegistry& r);
 const RuleRegistry& ruleRegistry();
 
 // Driver state shared by every node of one inferShapes call, subgraphs included.

@@ -55,6 +55,13 @@ enum class FusedShapeRule : uint8_t {
   SameAsInput,  // Y has X's type and shape
 };
 
+// What kind of op a fused_ops.def entry is, which decides how it is exported and documented.
+enum class FusedOpKind : uint8_t {
+  Epilogue,    // FusedConv, FusedGemm: a compute op plus bias, residual and activation
+  Activation,  // one activation applied to its input (fusectl::Gelu)
+  Composite,   // anything else, with a function body of its own (fused_ops_composite.cpp)
+};
+
 struct FusedOpInput {
   std::string_view name;
   std::string_view type;  // "T"
@@ -68,21 +75,29 @@ struct FusedOpAttribute {
   bool by_reference = false;  // passed on to the compute op by the function body
 };
 
+// An output of a fusectl op; a node may leave off optional outputs at the end.
+using FusedOpOutput = FusedOpInput;
+
 struct FusedOpInfo {
   std::string_view name;  // op type in kFusectlDomain
+  FusedOpKind kind = FusedOpKind::Epilogue;
   OpClass op_class = OpClass::Opaque;
   std::string_view formula;  // "Y = ..."
   // The standard op whose output the epilogue (bias, residual, activation) is applied to, "Conv"
   // or "Gemm"; "" for an op that applies one activation to its input.
   std::string_view compute;
   std::vector<FusedOpInput> inputs;
-  std::vector<FusedOpAttribute> attributes;  // the compute op's (by reference), then the epilogue's
+  std::vector<FusedOpOutput> outputs;  // epilogue and activation ops have one, `Y`
+  // An epilogue op's: the compute op's (by reference), then the epilogue's. A composite op's:
+  // its own.
+  std::vector<FusedOpAttribute> attributes;
   std::vector<Activation> epilogue_activations;  // what an epilogue op may apply (not None)
   Activation activation = Activation::None;  // what an activation op computes
   FusedShapeRule shape_rule = FusedShapeRule::None;
   std::string_view notes;  // Markdown for docs/ops.md
 
-  bool takesEpilogue() const { return !compute.empty(); }
+  bool takesEpilogue() const { return kind == FusedOpKind::Epilogue; }
+  bool isComposite() const { return kind == FusedOpKind::Composite; }
 };
 
 // The ops in fused_ops.def order.
@@ -150,6 +165,10 @@ std::optional<FusedOperandSlots> fusedOperandSlots(std::string_view op_type);
 // fusectl::Error(Unsupported) for a fusectl op it cannot define and the model does not define
 // either, or for a model without a default-domain opset import. PassManager::run calls it.
 void attachFusectlFunctions(Model& model);
+
+// True when fused_ops_composite.cpp has a function body for the composite op `op_type`
+// (tests hold that every composite op has one).
+bool hasCompositeFunctionBody(std::string_view op_type);
 
 // The spelling attachFusectlFunctions gives a FusedConv/FusedGemm node (any of its spellings),
 // e.g. "FusedConv_Add_Relu"; throws fusectl::Error(InvalidInput) for an unknown activation.

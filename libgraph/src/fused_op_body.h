@@ -1,0 +1,136 @@
+// Internal to libgraph: how the ONNX function bodies of the fusectl ops are written
+// (fused_ops_functions.cpp for the epilogue and activation ops, fused_ops_composite.cpp and
+// fused_bodies/ for the composite ops).
+//
+// The bodies are IR graphs written by functionToBinary (onnx_function.h). Their bytes are part
+// of every optimized file that uses the op, so a body builder must be deterministic: the same
+// node order and the same fresh names (t0, t1...) every time.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fusectl/graph/fused_ops.h"
+#include "fusectl/graph/graph.h"
+#include "fusectl/graph/onnx_function.h"
+#include "fusectl/graph/tensor.h"
+
+namespace fusectl {
+
+// A function body under construction: default-domain nodes over named inputs.
+class Body {
+ public:
+  explicit Body(int64_t opset) : graph_(std::make_unique<Graph>()), opset_(opset) {}
+
+  int64_t opset() const { return opset_; }
+  Value* input(std::string_view name) { return graph_->addInput(std::string(name), {}); }
+  std::unique_ptr<Graph> finish(Value* y) { return finish(std::vector<Value*>{y}); }
+  // A body with several outputs (a composite op's outputs, in fused_ops.def order).
+  std::unique_ptr<Graph> finish(const std::vector<Value*>& outputs) {
+    for (Value* y : outputs) graph_->addOutput(y);
+    return std::move(graph_);
+  }
+
+  // A default-domain node reading `inputs`; returns its output (named `out` or fresh).
+  Value* node(const std::string& op, std::vector<Value*> inputs, std::string out = "") {
+    if (out.empty()) out = fmt::format("t{}", next_++);
+    Graph::NodeSpec spec;
+    spec.op_type = op;
+    spec.inputs = std::move(inputs);
+    spec.output_names = {std::move(out)};
+    last_ = graph_->createNode(std::move(spec));
+    return last_->output(0);
+  }
+  // A node with several outputs, named `outs` (fresh names where a name is "").
+  std::vector<Value*> multiNode(const std::string& op, std::vector<Value*> inputs,
+                                std::vector<std::string> outs) {
+    for (std::string& o : outs)
+      if (o.empty()) o = fmt::format("t{}", next_++);
+    Graph::NodeSpec spec;
+    spec.op_type = op;
+    spec.inputs = std::move(inputs);
+    spec.output_names = std::move(outs);
+    last_ = graph_->createNode(std::move(spec));
+    return last_->outputs();
+  }
+  // The node made last, for attributes this class has no helper for.
+  Node* last() { return last_; }
+  // Adds to the last node an attribute taking the call's attribute `ref`.
+  void refAttr(std::string_view name, std::string_view ref, AttrKind kind) {
+    Attribute a;
+    a.name = std::string(name);
+    a.kind = kind;
+    a.ref_attr_name = std::string(ref);
+    last_->setAttr(std::move(a));
+  }
+  void floatAttr(const std::string& name, float value) {
+    last_->setAttr(Attribute::ofFloat(name, value));
+  }
+  void intAttr(const std::string& name, int64_t value) {
+    last_->setAttr(Attribute::ofInt(name, value));
+  }
+  void intsAttr(const std::string& name, std::vector<int64_t> values) {
+    last_->setAttr(Attribute::ofInts(name, std::move(values)));
+  }
+  // A Constant node holding `t`.
+  Value* tensorConstant(Tensor t) {
+    Value* out = node("Constant", {});
+    last_->setAttr(Attribute::ofTensor("value", std::move(t)));
+    return out;
+  }
+  Value* intsConstant(std::vector<int64_t> values) {
+    const int64_t n = static_cast<int64_t>(values.size());
+    return tensorConstant(Tensor::fromValues(DType::Int64, {n}, std::move(values)));
+  }
+  template <typename T>
+  Value* scalarConstant(DType dtype, T value) {
+    Value* out = node("Constant", {});
+    Tensor scalar = Tensor::fromValues(dtype, {}, std::vector<T>{value});
+    last_->setAttr(Attribute::ofTensor("value", std::move(scalar)));
+    return out;
+  }
+  Value* floatConstant(float value) { return scalarConstant(DType::Float, value); }
+  // activation_params[i] as a scalar tensor.
+  Value* param(size_t i) {
+    if (!params_) {
+      params_ = node("Constant", {});
+      if (opset_ >= 12) {
+        refAttr("value_floats", "activation_params", AttrKind::Floats);
+      } else {
+        refAttr("value", "activation_params_tensor", AttrKind::Tensor);
+      }
+    }
+    Value* index = scalarConstant(DType::Int64, static_cast<int64_t>(i));
+    return node("Gather", {params_, index});
+  }
+  // min(max(x, lo), hi), as Clip where Clip takes tensor bounds (opset 11+).
+  Value* clamp(Value* x, Value* lo, Value* hi, const std::string& out) {
+    if (opset_ >= 11) return node("Clip", {x, lo, hi}, out);
+    return node("Min", {node("Max", {x, lo}), hi}, out);
+  }
+
+ private:
+  std::unique_ptr<Graph> graph_;
+  int64_t opset_;
+  Node* last_ = nullptr;
+  Value* params_ = nullptr;
+  int next_ = 0;
+};
+
+// A fusectl-domain function `name` whose body uses the default domain at `opset`.
+inline FunctionDef startFunction(const std::string& name, int64_t opset) {
+  FunctionDef f;
+  f.name = name;
+  f.domain = std::string(kFusectlDomain);
+  f.opset_imports.push_back({"", opset});
+  return f;
+}
+
+// y = act(x) from standard ops, as the kernels' epilogue computes it (fused_ops_functions.cpp).
+Value* activationBody(Body& b, Activation act, Value* x, const std::string& y);
+
+}  // namespace fusectl

@@ -1,0 +1,26 @@
+// The list of composite-op function-body builders (fused_ops_composite.h). One line per op;
+// the builders live in fused_bodies/<family>.cpp.
+#include "fused_ops_composite.h"
+
+namespace fusectl {
+
+// Declared here rather than in a header per family: this list is their only caller.
+// (Families add their declarations and entries below.)
+
+const std::vector<CompositeBody>& compositeBodyBuilders() {
+  static const std::vector<CompositeBody> table = {
+  };
+  return table;
+}
+
+CompositeBodyBuilder findCompositeBodyBuilder(std::string_view op) {
+  for (const CompositeBody& b : compositeBodyBuilders())
+    if (b.op == op) return b.build;
+  return nullptr;
+}
+
+bool hasCompositeFunctionBody(std::string_view op_type) {
+  return findCompositeBodyBuilder(op_type) != nullptr;
+}
+
+}  // namespace fusectl

@@ -1,0 +1,33 @@
+// Internal to libgraph: the function-body builders of the composite fusectl ops
+// (fused_ops.def, FUSECTL_COMPOSITE_OP).
+//
+// Each family of ops writes its builders in a file of its own under fused_bodies/ (norms.cpp,
+// attention.cpp...) and lists them once in compositeBodyBuilders() (fused_ops_composite.cpp),
+// explicitly rather than by static initialisers, because libgraph is a static library and the
+// linker would drop a file nothing refers to.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fusectl/graph/fused_ops.h"
+
+namespace fusectl {
+
+// Returns the serialized FunctionDef (functionToBinary) named `op.name` in kFusectlDomain, whose
+// body computes the op from standard ops at `opset`: every input of op.inputs in order, every
+// output of op.outputs in order, attributes by reference (refAttr) where the op has them.
+using CompositeBodyBuilder = std::string (*)(const FusedOpInfo& op, int64_t opset);
+
+struct CompositeBody {
+  std::string_view op;  // the composite op's name
+  CompositeBodyBuilder build;
+};
+
+const std::vector<CompositeBody>& compositeBodyBuilders();
+// nullptr when `op` has no builder.
+CompositeBodyBuilder findCompositeBodyBuilder(std::string_view op);
+
+}  // namespace fusectl
