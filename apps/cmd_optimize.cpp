@@ -22,6 +22,8 @@
 
 #include "commands.h"
 #include "file_digest.h"
+#include "input_binding.h"
+#include "optimize_bisect.h"
 #include "verify_optimized.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
@@ -58,6 +60,8 @@ struct OptimizeOptions {
   std::vector<std::string> shapes;
   bool quiet = false;
   bool table = false;
+  bool bisect = false;
+  std::vector<std::string> inputs;  // --input specs for --verify and --bisect
 };
 
 [[noreturn]] void usage(const std::string& message) { throw Error(ErrorKind::Usage, message); }
@@ -116,6 +120,8 @@ Verification verifyAgainstOriginal(const OptimizeOptions& opts, const Model& opt
   kernels::ComparisonInputs inputs;
   inputs.seed = opts.seed;
   inputs.shapes = shapes;
+  if (!opts.inputs.empty())
+    inputs.given.push_back(bindInputs(*original->graph, opts.inputs, opts.seed, shapes).tensors);
   kernels::Tolerance tol;
   tol.atol = opts.atol;
   tol.rtol = opts.rtol;
@@ -202,7 +208,37 @@ double msSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
+// --bisect: the flags it cannot combine with are refused; -o is optional.
+int runBisect(const OptimizeOptions& opts, bool level_given) {
+  if (!opts.report.empty() || opts.verify || !opts.expect.empty() ||
+      !opts.fail_if_unfused.empty() || opts.max_rewrites >= 0 || opts.table) {
+    usage("--bisect does not combine with --report, --verify, --expect, --fail-if-unfused, "
+          "--max-rewrites or --table");
+  }
+  if (!opts.output.empty()) {
+    if (isSameFile(opts.model, opts.output)) {
+      usage(fmt::format("{}: output is the input file; write to another path", opts.output));
+    }
+    checkFolderExists(opts.output);
+  }
+  if (opts.atol < 0 || opts.rtol < 0) usage("tolerances must be >= 0");
+  BisectOptions b;
+  b.model = opts.model;
+  b.output = opts.output;
+  b.request = requestOf(opts, level_given);
+  planOptimization(b.request);  // a bad pipeline is a usage error before anything is read
+  b.inputs = opts.inputs;
+  b.seed = opts.seed;
+  b.shapes = parseShapeSpecs(opts.shapes);
+  b.tolerance.atol = opts.atol;
+  b.tolerance.rtol = opts.rtol;
+  b.tolerance.min_cosine = opts.min_cosine;
+  b.quiet = opts.quiet;
+  return runOptimizeBisect(b);
+}
+
 int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_given) {
+  if (opts.bisect) return runBisect(opts, level_given);
   if (opts.output.empty()) usage("-o OUT is required: optimize never overwrites its input");
   if (isSameFile(opts.model, opts.output)) {
     usage(fmt::format("{}: output is the input file; write to another path", opts.output));
@@ -215,8 +251,8 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
       usage(fmt::format("{}: --report and -o name the same file", opts.report));
     }
   }
-  if (tolerance_given && !opts.verify) {
-    usage("--atol, --rtol, --min-cosine and --seed need --verify");
+  if ((tolerance_given || !opts.inputs.empty()) && !opts.verify) {
+    usage("--atol, --rtol, --min-cosine, --seed and --input need --verify or --bisect");
   }
   if (opts.atol < 0 || opts.rtol < 0) usage("tolerances must be >= 0");
   checkPrintAfterNames(opts.print_after);
@@ -312,9 +348,8 @@ Command addOptimizeCommand(CLI::App& parent) {
       ->required();
   cmd->add_option("-o,--output", opts->output,
                   "Output model; .onnxtxt or .txt writes ONNX text, anything else binary. "
-                  "Never the input itself")
-      ->type_name("OUT")
-      ->required();
+                  "Never the input itself; required except with --bisect")
+      ->type_name("OUT");
   CLI::Option* level = cmd->add_option("-O", opts->level,
                                        "Optimization level 0-3 (docs/passes.md), e.g. -O3")
                            ->type_name("LEVEL")
@@ -365,6 +400,15 @@ Command addOptimizeCommand(CLI::App& parent) {
                   "Stop after N rewrites in total (to bisect a bad rewrite)")
       ->type_name("N")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--bisect", opts->bisect,
+                "Find the first rewrite after which the model differs from the original beyond "
+                "--atol/--rtol/--min-cosine (halving --max-rewrites); -o then gets the model "
+                "with the rewrites before it");
+  cmd->add_option("--input", opts->inputs,
+                  "With --verify or --bisect: NAME=FILE (.npy or .pb) for a graph input instead "
+                  "of seeded data (repeatable)")
+      ->type_name("NAME=FILE")
+      ->allow_extra_args(false);
   cmd->add_flag("-v,--verbose", opts->verbose, "One line per pass run on stderr");
   cmd->add_option("--shape", opts->shapes,
                   "Fix an input's shape before optimizing, e.g. input=1x3x224x224")
@@ -376,7 +420,8 @@ Command addOptimizeCommand(CLI::App& parent) {
   cmd->footer(
       "Without --passes the pipeline is the -O level's (default -O2); 'fusectl passes' lists "
       "both.\nExit codes: 0 done; 1 --verify found drift (OUT not written) or an --expect / "
-      "--fail-if-unfused gate failed (OUT and the report written); 2 usage, including OUT or "
+      "--fail-if-unfused gate failed (OUT and the report written), or --bisect found a rewrite "
+      "that breaks the outputs; 2 usage, including OUT or "
       "the report naming the input; 3 invalid model; 4 I/O error; 5 unsupported op (--verify).");
   return Command{cmd, [opts, level, atol, rtol, cosine, seed] {
                    bool tolerance_given = atol->count() + rtol->count() + cosine->count() +

@@ -13,7 +13,8 @@ with torch's own output.
 Models: torchvision ResNet-50, MobileNetV2 and EfficientNet-B0 (opset 13, batch 1,
 3x224x224, random weights) and a BERT-base-sized encoder written here in plain torch
 (12 layers, hidden 768, 12 heads, FFN 3072, exact-erf GELU, sequence 128). --opset17 adds
-bert_base_op17, the same encoder with LayerNormalization as one op. It also writes
+bert_base_op17, the same encoder with LayerNormalization as one op. `--only llama_8l` exports
+issue 12's LLaMA-sized decoder (8 layers, hidden 2048, sequence 128, 1.6 GB). It also writes
 tiny_relu.onnx (one Relu on 16 floats), the baseline run_profile_bench.sh subtracts from
 each runtime's peak RSS.
 
@@ -52,7 +53,7 @@ ORT_DIR = os.environ.get("FUSECTL_ORT_DIR", "/work/ort")
 # ---- BERT-base-sized encoder (no HF dependency) ----
 # The layer is testdata's bert_layer (testdata/gen/export_models.py), at BERT-base sizes.
 sys.path.insert(0, os.path.join(REPO, "testdata", "gen"))
-from export_models import BertLayer  # noqa: E402
+from export_models import BertLayer, LlamaLayer, rope_tables  # noqa: E402
 
 class BertEncoder(nn.Module):
     def __init__(self, vocab=30522, max_pos=512, hidden=768, heads=12, ffn=3072, layers=12):
@@ -118,6 +119,38 @@ def bert(opset):
     return build, required
 
 
+class LlamaDecoder(nn.Module):
+    """Issue 12's LLaMA-sized benchmark: testdata's llama_layer stacked at LLaMA sizes (hidden
+    2048, 16 heads, SwiGLU 5504, RMSNorm, rotate_half RoPE), fed hidden states and the RoPE
+    tables, so that no embedding table inflates the file."""
+
+    def __init__(self, hidden=2048, heads=16, inter=5504, layers=8):
+        super().__init__()
+        self.layers = nn.ModuleList(LlamaLayer(hidden, heads, inter) for _ in range(layers))
+
+    def forward(self, hidden, cos, sin):
+        for layer in self.layers:
+            hidden = layer(hidden, cos, sin)
+        return hidden
+
+
+def llama(seq=128, hidden=2048, heads=16):
+    def build():
+        torch.manual_seed(SEED)
+        model = LlamaDecoder(hidden, heads).eval()
+        # Random Linear weights at this width grow activations layer by layer; scale them
+        # down so that eight layers stay in a float range where comparisons mean something.
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() == 2:
+                    p.mul_(0.5)
+        rng = np.random.default_rng(SEED)
+        x = rng.standard_normal((1, seq, hidden), dtype=np.float32)
+        cos, sin = rope_tables(seq, hidden // heads)
+        return model, {"hidden": x, "cos": cos.numpy(), "sin": sin.numpy()}, ["output"]
+    return build, {"MatMul": 8 * 9, "Softmax": 8}
+
+
 # name -> (opset, build() -> (module, inputs, output names), {op: minimum count})
 MODELS = {
     "resnet50": (13, *vision(torchvision.models.resnet50)),
@@ -125,7 +158,7 @@ MODELS = {
     "efficientnet_b0": (13, *vision(torchvision.models.efficientnet_b0)),
     "bert_base": (13, *bert(13)),
 }
-OPTIONAL = {"bert_base_op17": (17, *bert(17))}
+OPTIONAL = {"bert_base_op17": (17, *bert(17)), "llama_8l": (13, *llama())}
 
 
 # ---- export and checks ----

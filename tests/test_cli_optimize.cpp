@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,6 +20,7 @@
 #include "dump_schema_check.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
+#include "fusectl/passes/bisect.h"
 #include "fusectl/passes/graph_diff.h"
 #include "fusectl/passes/report.h"
 #include "test_files.h"
@@ -542,4 +545,96 @@ g (float[1, 2, 4, 4] X, float[2, 2, 1, 1] W) => (float[1, 2, 4, 4] Y)
   CHECK(replaced == std::vector<std::string>{"BatchNormalization(N)"});
   CHECK_FALSE(passes::parseFusionStamp("fused by hand: Conv", pass, replaced));
   CHECK_FALSE(passes::parseFusionStamp("fusectl two words: fused X", pass, replaced));
+}
+
+// ---- --bisect (bisect.h) ----
+
+TEST_CASE("bisectRewrites finds the first rewrite a check rejects", "[optimize][bisect]") {
+  using namespace fusectl::passes;
+  const auto original = fusectl::loadModel(std::string(FUSECTL_SOURCE_DIR) +
+                                           "/testdata/models/resnet_mini.onnx");
+  auto fusedConvs = [](const fusectl::Model& m) {
+    size_t n = 0;
+    for (fusectl::Node* node : m.graph->nodes()) n += node->opType().rfind("FusedConv", 0) == 0;
+    return n;
+  };
+  OptimizeRequest request;
+  request.level = 3;
+  // A check with a known answer: the model is "bad" from its third FusedConv on.
+  BisectCheck check = [&](const fusectl::Model& m) {
+    const size_t n = fusedConvs(m);
+    return BisectProbe{n < 3, std::to_string(n) + " FusedConv"};
+  };
+  BisectResult r = bisectRewrites(*original, request, check);
+  REQUIRE(r.total_rewrites > 10);
+  REQUIRE(r.first_bad > 0);
+  CHECK(r.first_bad <= r.total_rewrites);
+  CHECK(fusedConvs(*r.last_good) == 2);
+  CHECK(r.pass == "fuse-epilogue");
+  REQUIRE(r.sites.size() == 1);
+  CHECK(r.sites[0].new_op.find("FusedConv") != std::string::npos);
+  CHECK(r.bad_probe.detail == "3 FusedConv");
+  // Halving: the full run, the run without rewrites, then about log2(N) probes.
+  CHECK(r.steps.size() <= 2 + static_cast<size_t>(std::ceil(std::log2(r.total_rewrites))) + 1);
+  // The numbering is --max-rewrites': an independent run with that budget agrees.
+  for (int64_t budget : {r.first_bad - 1, r.first_bad}) {
+    auto m = original->clone();
+    request.pass_manager.max_rewrites = budget;
+    optimize(*m, request);
+    CHECK(fusedConvs(*m) == (budget == r.first_bad ? 3u : 2u));
+  }
+
+  // A check every model passes, and one no model passes.
+  request.pass_manager.max_rewrites = -1;
+  BisectResult all_good = bisectRewrites(*original, request, [](const fusectl::Model&) {
+    return BisectProbe{true, ""};
+  });
+  CHECK(all_good.first_bad == 0);
+  CHECK(all_good.steps.size() == 1);
+  CHECK(fusedConvs(*all_good.last_good) > 3);
+  BisectResult none_good = bisectRewrites(*original, request, [](const fusectl::Model&) {
+    return BisectProbe{false, "never"};
+  });
+  CHECK(none_good.first_bad == -1);
+  CHECK(none_good.steps.size() == 2);
+}
+
+TEST_CASE("optimize --bisect names the first rewrite that changes the numbers", "[cli][optimize][bisect]") {
+  Scratch dir;
+  const std::string model = std::string(FUSECTL_SOURCE_DIR) + "/testdata/models/resnet_mini.onnx";
+  // With zero tolerance the first rewrite that rounds differently is "bad": folding a
+  // BatchNormalization into a Conv does (cleanup rewrites before it are exact).
+  Run r = runFusectl("optimize " + shellQuote(model) + " --shape input=1x3x32x32 -O3 --bisect --atol 0 "
+                     "--rtol 0 --min-cosine 0 -o " + dir / "good.onnx");
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 1);
+  CHECK(r.out.find("first bad rewrite: ") != std::string::npos);
+  CHECK(r.out.find("check: output ") != std::string::npos);
+  const size_t at = r.out.find("first bad rewrite: ") + 19;
+  const long bad = std::stol(r.out.substr(at));
+  REQUIRE(bad > 0);
+  CHECK(r.out.find(fmt::format("wrote {} with the first {} rewrite(s)", dir / "good.onnx",
+                               bad - 1)) != std::string::npos);
+  // Independently: --max-rewrites bad-1 verifies exactly, bad does not.
+  const std::string exact = " --shape input=1x3x32x32 -O3 --verify --atol 0 --rtol 0 "
+                            "--min-cosine 0 -q --max-rewrites ";
+  CHECK(runFusectl("optimize " + shellQuote(model) + " -o " + dir / "a.onnx" + exact + std::to_string(bad - 1))
+            .code == 0);
+  CHECK(runFusectl("optimize " + shellQuote(model) + " -o " + dir / "b.onnx" + exact + std::to_string(bad))
+            .code == 1);
+  // The written prefix model is what --max-rewrites bad-1 writes.
+  CHECK(slurp(dir / "good.onnx") == slurp(dir / "a.onnx"));
+
+  // Default tolerances: nothing to find; exit 0.
+  Run ok = runFusectl("optimize " + shellQuote(model) + " --shape input=1x3x32x32 -O3 --bisect");
+  INFO(ok.out << ok.err);
+  CHECK(ok.code == 0);
+  CHECK(ok.out.find("every rewrite keeps the outputs within tolerance") != std::string::npos);
+
+  // Flags it does not combine with, and an input file that does not exist.
+  CHECK(runFusectl("optimize " + shellQuote(model) + " -O3 --bisect --report " + dir / "r.json").code == 2);
+  CHECK(runFusectl("optimize " + shellQuote(model) + " -O3 -o " + dir / "c.onnx" + " --input x.npy").code == 2);
+  Run missing = runFusectl("optimize " + shellQuote(model) + " -O3 --bisect --input input=" + dir / "none.npy");
+  CHECK(missing.code == 4);
+  CHECK(missing.err.find("none.npy") != std::string::npos);
 }

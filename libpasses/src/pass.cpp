@@ -9,9 +9,9 @@ std::string PassContext::option(const std::string& key, const std::string& def) 
 }
 
 bool PassContext::allowRewrite() {
-  if (rewrite_budget_ < 0) return true;
   if (rewrite_budget_ == 0) return false;
-  --rewrite_budget_;
+  if (rewrite_budget_ > 0) --rewrite_budget_;
+  ++rewrites_allowed_;
   return true;
 }
 

@@ -196,6 +196,8 @@ class Runner {
     return changed;
   }
 
+  int64_t rewritesMade() const { return ctx_.rewritesAllowed(); }
+
   void dump(const std::string& stem) {
     if (o_.dump_dir.empty()) return;
     std::filesystem::path base = std::filesystem::path(o_.dump_dir) / stem;
@@ -400,6 +402,7 @@ bool PassManager::run(Model& model, const Pipeline& pipeline, Report& report) {
   Runner runner(options_, model, report);
   runner.dump("00-input");
   bool changed = runner.runList(pipeline.elements, 1);
+  rewrites_made_ = runner.rewritesMade();
   report.after = GraphFigures::of(*model.graph);
   report.pruneRejectionsFusedLater();
   if (options_.attach_functions) attachFunctionsForFusectlOps(model, report);

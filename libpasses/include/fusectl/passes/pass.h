@@ -54,6 +54,8 @@ class PassContext {
   // --max-rewrites=N bisects a bad rewrite: every rewrite asks first; false once N are spent.
   bool allowRewrite();
   void setRewriteBudget(int64_t n) { rewrite_budget_ = n; }
+  // Rewrites allowed so far: what --max-rewrites counts (bisect.h numbers rewrites by it).
+  int64_t rewritesAllowed() const { return rewrites_allowed_; }
 
   // Whether near-miss reasons are wanted (they cost string formatting).
   bool explain() const { return explain_; }
@@ -75,6 +77,7 @@ class PassContext {
   std::map<std::string, int64_t> counters_;
   std::string current_pass_;
   int64_t rewrite_budget_ = -1;  // -1: unlimited
+  int64_t rewrites_allowed_ = 0;
   bool standard_only_ = false;
   bool explain_ = true;
 };

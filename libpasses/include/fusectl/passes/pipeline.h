@@ -70,9 +70,12 @@ class PassManager {
   // fusions, rejections, before/after figures). Returns true when anything changed.
   // With verify_each, a broken invariant throws fusectl::Error(Internal) naming the pass.
   bool run(Model& model, const Pipeline& pipeline, Report& report);
+  // The rewrites the last run() made (each counted as --max-rewrites counts them).
+  int64_t rewritesMade() const { return rewrites_made_; }
 
  private:
   PassManagerOptions options_;
+  int64_t rewrites_made_ = 0;
 };
 
 }  // namespace fusectl::passes
