@@ -14,6 +14,9 @@ void registerQuantizeKernels(KernelRegistry& r);
 void registerElementwiseKernels(KernelRegistry& r);
 void registerReduceKernels(KernelRegistry& r);
 void registerTensorKernels(KernelRegistry& r);
+// Ops of the wider ONNX node-test suite, one family per file (losses.cpp, ...).
+void registerLossKernels(KernelRegistry& r);
+void registerScatterGatherKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -25,6 +28,8 @@ void registerAllKernels(KernelRegistry& r) {
   registerElementwiseKernels(r);
   registerReduceKernels(r);
   registerTensorKernels(r);
+  registerLossKernels(r);
+  registerScatterGatherKernels(r);
 }
 
 }  // namespace fusectl::kernels
