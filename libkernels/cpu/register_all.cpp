@@ -17,6 +17,7 @@ void registerTensorKernels(KernelRegistry& r);
 // Ops of the wider ONNX node-test suite, one family per file (losses.cpp, ...).
 void registerLossKernels(KernelRegistry& r);
 void registerScatterGatherKernels(KernelRegistry& r);
+void registerGridSampleKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -30,6 +31,7 @@ void registerAllKernels(KernelRegistry& r) {
   registerTensorKernels(r);
   registerLossKernels(r);
   registerScatterGatherKernels(r);
+  registerGridSampleKernels(r);
 }
 
 }  // namespace fusectl::kernels
