@@ -18,6 +18,8 @@ void registerTensorKernels(KernelRegistry& r);
 void registerLossKernels(KernelRegistry& r);
 void registerScatterGatherKernels(KernelRegistry& r);
 void registerGridSampleKernels(KernelRegistry& r);
+void registerNmsKernels(KernelRegistry& r);
+void registerSignalKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -32,6 +34,8 @@ void registerAllKernels(KernelRegistry& r) {
   registerLossKernels(r);
   registerScatterGatherKernels(r);
   registerGridSampleKernels(r);
+  registerNmsKernels(r);
+  registerSignalKernels(r);
 }
 
 }  // namespace fusectl::kernels
