@@ -20,6 +20,7 @@ void registerScatterGatherKernels(KernelRegistry& r);
 void registerGridSampleKernels(KernelRegistry& r);
 void registerNmsKernels(KernelRegistry& r);
 void registerSignalKernels(KernelRegistry& r);
+void registerLpKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -36,6 +37,7 @@ void registerAllKernels(KernelRegistry& r) {
   registerGridSampleKernels(r);
   registerNmsKernels(r);
   registerSignalKernels(r);
+  registerLpKernels(r);
 }
 
 }  // namespace fusectl::kernels
