@@ -21,6 +21,7 @@ void registerGridSampleKernels(KernelRegistry& r);
 void registerNmsKernels(KernelRegistry& r);
 void registerSignalKernels(KernelRegistry& r);
 void registerLpKernels(KernelRegistry& r);
+void registerUniqueKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -38,6 +39,7 @@ void registerAllKernels(KernelRegistry& r) {
   registerNmsKernels(r);
   registerSignalKernels(r);
   registerLpKernels(r);
+  registerUniqueKernels(r);
 }
 
 }  // namespace fusectl::kernels
