@@ -22,6 +22,8 @@ void registerNmsKernels(KernelRegistry& r);
 void registerSignalKernels(KernelRegistry& r);
 void registerLpKernels(KernelRegistry& r);
 void registerUniqueKernels(KernelRegistry& r);
+void registerCenterCropPadKernels(KernelRegistry& r);
+void registerCol2ImKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -40,6 +42,8 @@ void registerAllKernels(KernelRegistry& r) {
   registerSignalKernels(r);
   registerLpKernels(r);
   registerUniqueKernels(r);
+  registerCenterCropPadKernels(r);
+  registerCol2ImKernels(r);
 }
 
 }  // namespace fusectl::kernels
