@@ -24,6 +24,7 @@ void registerLpKernels(KernelRegistry& r);
 void registerUniqueKernels(KernelRegistry& r);
 void registerCenterCropPadKernels(KernelRegistry& r);
 void registerCol2ImKernels(KernelRegistry& r);
+void registerRecurrentKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -44,6 +45,7 @@ void registerAllKernels(KernelRegistry& r) {
   registerUniqueKernels(r);
   registerCenterCropPadKernels(r);
   registerCol2ImKernels(r);
+  registerRecurrentKernels(r);
 }
 
 }  // namespace fusectl::kernels
