@@ -25,6 +25,12 @@ void registerUniqueKernels(KernelRegistry& r);
 void registerCenterCropPadKernels(KernelRegistry& r);
 void registerCol2ImKernels(KernelRegistry& r);
 void registerRecurrentKernels(KernelRegistry& r);
+void registerChannelNormKernels(KernelRegistry& r);
+void registerIndexKernels(KernelRegistry& r);
+void registerDetKernels(KernelRegistry& r);
+void registerDynamicQuantizeKernels(KernelRegistry& r);
+void registerTrainingOptimizerKernels(KernelRegistry& r);
+void registerStringKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -46,6 +52,12 @@ void registerAllKernels(KernelRegistry& r) {
   registerCenterCropPadKernels(r);
   registerCol2ImKernels(r);
   registerRecurrentKernels(r);
+  registerChannelNormKernels(r);
+  registerIndexKernels(r);
+  registerDetKernels(r);
+  registerDynamicQuantizeKernels(r);
+  registerTrainingOptimizerKernels(r);
+  registerStringKernels(r);
 }
 
 }  // namespace fusectl::kernels
