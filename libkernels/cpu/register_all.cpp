@@ -31,6 +31,9 @@ void registerDetKernels(KernelRegistry& r);
 void registerDynamicQuantizeKernels(KernelRegistry& r);
 void registerTrainingOptimizerKernels(KernelRegistry& r);
 void registerStringKernels(KernelRegistry& r);
+void registerBoolReductionKernels(KernelRegistry& r);
+void registerLabelEncoderKernels(KernelRegistry& r);
+void registerRoiAlignKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -58,6 +61,9 @@ void registerAllKernels(KernelRegistry& r) {
   registerDynamicQuantizeKernels(r);
   registerTrainingOptimizerKernels(r);
   registerStringKernels(r);
+  registerBoolReductionKernels(r);
+  registerLabelEncoderKernels(r);
+  registerRoiAlignKernels(r);
 }
 
 }  // namespace fusectl::kernels
