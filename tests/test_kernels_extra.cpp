@@ -518,7 +518,7 @@ g (float[4,3,5] x, float[2,6,5] w, float[2,6,6] r, float[2,12] b, int32[3] lens,
                   lens);
 }
 
-TEST_CASE("GridSample, ScatterND, GatherND, NMS, LpPool and Col2Im agree with onnxruntime",
+TEST_CASE("GridSample, RoiAlign, ScatterND, GatherND, NMS, LpPool and Col2Im agree with onnxruntime",
           "[.][ort][kernels_extra]") {
   // The grid is scaled past [-1, 1] so that every padding mode has work to do. Not bicubic with
   // border padding: there ONNX Runtime clamps each tap (as PyTorch does) where the ONNX
@@ -536,6 +536,12 @@ g (float[2,3,5,4] x, float[2,6,7,2] grid) => (float[2,3,6,7] y)
   y = GridSample <mode = "{}", padding_mode = "{}", align_corners = {}> (x, grid_scaled)
 }})",
                                     mode, pad, align));
+  for (const char* mode : {"avg", "max"})
+    checkAgainstOrt(std::string("roi_align_") + mode, fmt::format(R"(<ir_version: 8, opset_import: ["" : 16]>
+g (float[2,3,10,12] x) => (float[3,3,3,4] y)
+<float[3,4] rois = {{0.5, 1.0, 7.5, 8.25, 2.0, 0.0, 11.0, 9.0, -1.0, 3.5, 4.0, 12.0}}, int64[3] bi = {{0, 1, 1}}>
+{{ y = RoiAlign <mode = "{}", output_height = 3, output_width = 4, spatial_scale = 0.9> (x, rois, bi) }})",
+                                                                  mode));
   checkAgainstOrt("gathernd_b1", R"(<ir_version: 8, opset_import: ["" : 13]>
 g (float[2,3,4,5] x) => (float[2,2,5] y)
 <int64[2,2,2] i = {0, 1, 2, 3, 1, 0, 0, 2}>
