@@ -82,7 +82,9 @@ g (float[3,4,2] x, int64[3,2] t, float[4] w) => (float[] loss, float[3,4,2] logp
           for (int64_t d = 0; d < D; ++d) {
             const int64_t t = labels[static_cast<size_t>(n * D + d)];
             double mx = -1e30, se = 0;
-            auto at = [&](int64_t c) { return static_cast<double>(x.data<float>()[(n * C + c) * D + d]); };
+            auto at = [&](int64_t c) {
+              return static_cast<double>(x.data<float>()[(n * C + c) * D + d]);
+            };
             for (int64_t c = 0; c < C; ++c) mx = std::max(mx, at(c));
             for (int64_t c = 0; c < C; ++c) se += std::exp(at(c) - mx);
             if (t < 0) {
@@ -95,10 +97,10 @@ g (float[3,4,2] x, int64[3,2] t, float[4] w) => (float[] loss, float[3,4,2] logp
             sum += l;
             wsum += wt;
           }
-        std::vector<double> expected =
-            std::string(reduction) == "none" ? losses
-            : std::string(reduction) == "sum" ? std::vector<double>{sum}
-                                              : std::vector<double>{sum / wsum};
+        std::vector<double> expected = std::string(reduction) == "none" ? losses
+                                       : std::string(reduction) == "sum"
+                                           ? std::vector<double>{sum}
+                                           : std::vector<double>{sum / wsum};
         requireClose(out[0].tensor, expected);
         requireClose(out[2].tensor, expected);
       }
@@ -110,10 +112,10 @@ TEST_CASE("NegativeLogLikelihoodLoss: a target outside [0, C) names the node",
           "[kernels_extra][losses]") {
   const std::string text = R"(<ir_version: 8, opset_import: ["" : 13]>
 g (float[2,3] x, int64[2] t) => (float[] y) { y = NegativeLogLikelihoodLoss (x, t) })";
-  CHECK_THROWS_WITH(runText(text, {{"x", floats({2, 3}, {0, 0, 0, 0, 0, 0})},
-                                   {"t", int64s({2}, {1, 3})}}),
-                    Catch::Contains("NegativeLogLikelihoodLoss") &&
-                        Catch::Contains("target 3 is outside [0, 3)"));
+  CHECK_THROWS_WITH(
+      runText(text, {{"x", floats({2, 3}, {0, 0, 0, 0, 0, 0})}, {"t", int64s({2}, {1, 3})}}),
+      Catch::Contains("NegativeLogLikelihoodLoss") &&
+          Catch::Contains("target 3 is outside [0, 3)"));
 }
 
 // ---- scatter / gather ----
@@ -127,11 +129,10 @@ TEST_CASE("ScatterND applies duplicate indices in order for every reduction",
     const char* reduction;
     std::vector<double> expected;
   };
-  for (const Case& c : {Case{"none", {1, 2, 2, 3, 5, 6, 30, 40}},
-                        Case{"add", {1, 2, 15, 27, 5, 6, 37, 48}},
-                        Case{"mul", {1, 2, 60, 240, 5, 6, 210, 320}},
-                        Case{"max", {1, 2, 10, 20, 5, 6, 30, 40}},
-                        Case{"min", {1, 2, 2, 3, 5, 6, 7, 8}}}) {
+  for (const Case& c :
+       {Case{"none", {1, 2, 2, 3, 5, 6, 30, 40}}, Case{"add", {1, 2, 15, 27, 5, 6, 37, 48}},
+        Case{"mul", {1, 2, 60, 240, 5, 6, 210, 320}}, Case{"max", {1, 2, 10, 20, 5, 6, 30, 40}},
+        Case{"min", {1, 2, 2, 3, 5, 6, 7, 8}}}) {
     DYNAMIC_SECTION(c.reduction) {
       const std::string text = fmt::format(R"(<ir_version: 8, opset_import: ["" : 18]>
 g (float[4,2] d, int64[3,1] i, float[3,2] u) => (float[4,2] y)
@@ -185,8 +186,8 @@ TEST_CASE("GatherND with batch_dims, OneHot and Compress follow the spec example
   SECTION("GatherND batch_dims=1") {
     const std::string text = R"(<ir_version: 8, opset_import: ["" : 13]>
 g (float[2,2,2] d, int64[2,1] i) => (float[2,2] y) { y = GatherND <batch_dims = 1> (d, i) })";
-    const auto out = runText(text, {{"d", floats({2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7})},
-                                    {"i", int64s({2, 1}, {1, 0})}});
+    const auto out = runText(
+        text, {{"d", floats({2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7})}, {"i", int64s({2, 1}, {1, 0})}});
     requireClose(out[0].tensor, {2, 3, 4, 5});
   }
   SECTION("OneHot: negative indices wrap, out-of-range rows stay off, axis 0") {
@@ -194,9 +195,8 @@ g (float[2,2,2] d, int64[2,1] i) => (float[2,2] y) { y = GatherND <batch_dims = 
 g (int64[4] i, int64[] depth, float[2] v) => (float[3,4] y) { y = OneHot <axis = 0> (i, depth, v) })";
     HostTensor depth(DType::Int64, {});
     depth.mutableData<int64_t>()[0] = 3;
-    const auto out = runText(text, {{"i", int64s({4}, {0, -1, 3, 1})},
-                                    {"depth", depth},
-                                    {"v", floats({2}, {-1, 5})}});
+    const auto out = runText(
+        text, {{"i", int64s({4}, {0, -1, 3, 1})}, {"depth", depth}, {"v", floats({2}, {-1, 5})}});
     requireClose(out[0].tensor, {5, -1, -1, -1, -1, -1, -1, 5, -1, 5, -1, -1});
   }
   SECTION("Compress along an axis and flattened") {
@@ -291,15 +291,18 @@ g (float[1,2,3,4] x, float[1,3,4,2] grid) => (float[1,2,3,4] y)
 TEST_CASE("NonMaxSuppression: the ONNX spec example, per-class and with a score threshold",
           "[kernels_extra][nms]") {
   // [y1, x1, y2, x2]: boxes 0-2 overlap each other (IoU > 0.5), as do 3-4; 5 stands alone.
-  const HostTensor boxes = floats({1, 6, 4}, {0, 0, 1, 1, 0, 0.1f, 1, 1.1f, 0, -0.1f, 1, 0.9f,
-                                              0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100, 1, 101});
+  const HostTensor boxes = floats({1, 6, 4}, {0, 0,  1, 1,  0, 0.1f,  1, 1.1f,  0, -0.1f, 1, 0.9f,
+                                              0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100,   1, 101});
   const HostTensor scores = floats({1, 1, 6}, {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f});
   auto run = [&](int64_t max_out, float score_threshold) {
     const std::string text = R"(<ir_version: 8, opset_import: ["" : 11]>
 g (float[1,6,4] b, float[1,1,6] s, int64[1] m, float[1] iou, float[1] st) => (int64[N,3] y)
 { y = NonMaxSuppression <center_point_box = 0> (b, s, m, iou, st) })";
     HostTensor m = int64s({1}, {max_out});
-    return runText(text, {{"b", boxes}, {"s", scores}, {"m", m}, {"iou", floats({1}, {0.5f})},
+    return runText(text, {{"b", boxes},
+                          {"s", scores},
+                          {"m", m},
+                          {"iou", floats({1}, {0.5f})},
                           {"st", floats({1}, {score_threshold})}})[0]
         .tensor;
   };
@@ -337,7 +340,8 @@ TEST_CASE("DFT of a cosine has energy in its two bins only", "[kernels_extra][si
   const int64_t n = 16;
   HostTensor x(DType::Float, {1, n, 1});
   for (int64_t t = 0; t < n; ++t)
-    x.mutableData<float>()[t] = static_cast<float>(std::cos(2 * M_PI * 3 * static_cast<double>(t) / n));
+    x.mutableData<float>()[t] =
+        static_cast<float>(std::cos(2 * M_PI * 3 * static_cast<double>(t) / n));
   const std::string text = R"(<ir_version: 8, opset_import: ["" : 17]>
 g (float[1,16,1] x) => (float[1,16,2] y) { y = DFT <axis = 1> (x) })";
   const HostTensor y = runText(text, {{"x", x}})[0].tensor;
@@ -399,8 +403,8 @@ g (float[6] x) => (float[N] y, int64[N] idx, int64[6] inv, int64[N] cnt)
 TEST_CASE("CenterCropPad crops one axis and pads another, centred", "[kernels_extra][crop]") {
   const std::string text = R"(<ir_version: 8, opset_import: ["" : 18]>
 g (float[5,2] x, int64[2] s) => (float[2,5] y) { y = CenterCropPad (x, s) })";
-  const auto out = runText(text, {{"x", floats({5, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9})},
-                                  {"s", int64s({2}, {2, 5})}});
+  const auto out = runText(
+      text, {{"x", floats({5, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9})}, {"s", int64s({2}, {2, 5})}});
   // Rows 1-2 kept ((5-2)/2 = 1); columns padded with 1 zero before ((5-2)/2) and 2 after.
   requireClose(out[0].tensor, {0, 2, 3, 0, 0, 0, 4, 5, 0, 0});
 }
@@ -424,16 +428,17 @@ TEST_CASE("RNN with sequence_lens: padded steps give zeros and Y_h keeps the las
 g (float[3,2,1] x, int32[2] lens) => (float[3,1,2,1] y, float[1,2,1] yh)
 <float[1,1,1] w = {1.0}, float[1,1,1] r = {0.5}>
 { y, yh = RNN <hidden_size = 1> (x, w, r, , lens) })";
-  const auto out = runText(
-      text, {{"x", floats({3, 2, 1}, {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f})},
-             {"lens", fusectl::testing::tensorOf<int32_t>(DType::Int32, {2}, {3, 1})}});
+  const auto out =
+      runText(text, {{"x", floats({3, 2, 1}, {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f})},
+                     {"lens", fusectl::testing::tensorOf<int32_t>(DType::Int32, {2}, {3, 1})}});
   const double a0 = std::tanh(0.1), a1 = std::tanh(0.3 + 0.5 * a0), a2 = std::tanh(0.5 + 0.5 * a1);
   const double b0 = std::tanh(0.2);
   requireClose(out[0].tensor, {a0, b0, a1, 0, a2, 0});
   requireClose(out[1].tensor, {a2, b0});
 }
 
-TEST_CASE("Recurrent ops reject weights that do not fit hidden_size", "[kernels_extra][recurrent]") {
+TEST_CASE("Recurrent ops reject weights that do not fit hidden_size",
+          "[kernels_extra][recurrent]") {
   const std::string text = R"(<ir_version: 8, opset_import: ["" : 14]>
 g (float[3,2,1] x) => (float[3,1,2,2] y)
 <float[1,4,1] w = {1.0, 1.0, 1.0, 1.0}, float[1,4,2] r = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}>
@@ -503,11 +508,12 @@ g (float[4,3,5] x, float[2,24,5] w, float[2,24,6] r, float[2,48] b, int32[3] len
 g (float[4,3,5] x, float[1,24,5] w, float[1,24,6] r) => (float[4,1,3,6] y, float[1,3,6] yh)
 { y, yh = LSTM <hidden_size = 6, clip = 0.3, input_forget = 1, direction = "reverse"> (x, w, r) })");
   for (int lbr : {0, 1}) {
-    checkAgainstOrt("gru_" + std::to_string(lbr), fmt::format(R"(<ir_version: 8, opset_import: ["" : 14]>
+    checkAgainstOrt("gru_" + std::to_string(lbr),
+                    fmt::format(R"(<ir_version: 8, opset_import: ["" : 14]>
 g (float[4,3,5] x, float[2,18,5] w, float[2,18,6] r, float[2,36] b, int32[3] lens, float[2,3,6] h0)
   => (float[4,2,3,6] y, float[2,3,6] yh)
 {{ y, yh = GRU <hidden_size = 6, direction = "bidirectional", linear_before_reset = {}> (x, w, r, b, lens, h0) }})",
-                                                          lbr),
+                                lbr),
                     lens);
   }
   // (ONNX Runtime's CPU RNNs reject layout=1; the node suite's batchwise tests cover it.)
@@ -518,8 +524,9 @@ g (float[4,3,5] x, float[2,6,5] w, float[2,6,6] r, float[2,12] b, int32[3] lens,
                   lens);
 }
 
-TEST_CASE("GridSample, RoiAlign, ScatterND, GatherND, NMS, LpPool and Col2Im agree with onnxruntime",
-          "[.][ort][kernels_extra]") {
+TEST_CASE(
+    "GridSample, RoiAlign, ScatterND, GatherND, NMS, LpPool and Col2Im agree with onnxruntime",
+    "[.][ort][kernels_extra]") {
   // The grid is scaled past [-1, 1] so that every padding mode has work to do. Not bicubic with
   // border padding: there ONNX Runtime clamps each tap (as PyTorch does) where the ONNX
   // reference, which the node suite checks and these kernels follow, clamps the coordinate.
@@ -528,20 +535,21 @@ TEST_CASE("GridSample, RoiAlign, ScatterND, GatherND, NMS, LpPool and Col2Im agr
       for (int align : {0, 1})
         if (std::string(mode) != "bicubic" || std::string(pad) != "border")
           checkAgainstOrt(fmt::format("grid_{}_{}_{}", mode, pad, align),
-                        fmt::format(R"(<ir_version: 8, opset_import: ["" : 16]>
+                          fmt::format(R"(<ir_version: 8, opset_import: ["" : 16]>
 g (float[2,3,5,4] x, float[2,6,7,2] grid) => (float[2,3,6,7] y)
 <float[1] k = {{1.6}}>
 {{
   grid_scaled = Mul (grid, k)
   y = GridSample <mode = "{}", padding_mode = "{}", align_corners = {}> (x, grid_scaled)
 }})",
-                                    mode, pad, align));
+                                      mode, pad, align));
   for (const char* mode : {"avg", "max"})
-    checkAgainstOrt(std::string("roi_align_") + mode, fmt::format(R"(<ir_version: 8, opset_import: ["" : 16]>
+    checkAgainstOrt(std::string("roi_align_") + mode,
+                    fmt::format(R"(<ir_version: 8, opset_import: ["" : 16]>
 g (float[2,3,10,12] x) => (float[3,3,3,4] y)
 <float[3,4] rois = {{0.5, 1.0, 7.5, 8.25, 2.0, 0.0, 11.0, 9.0, -1.0, 3.5, 4.0, 12.0}}, int64[3] bi = {{0, 1, 1}}>
 {{ y = RoiAlign <mode = "{}", output_height = 3, output_width = 4, spatial_scale = 0.9> (x, rois, bi) }})",
-                                                                  mode));
+                                mode));
   checkAgainstOrt("gathernd_b1", R"(<ir_version: 8, opset_import: ["" : 13]>
 g (float[2,3,4,5] x) => (float[2,2,5] y)
 <int64[2,2,2] i = {0, 1, 2, 3, 1, 0, 0, 2}>

@@ -32,8 +32,10 @@ void boolReduceKernel(KernelContext& ctx, bool is_max) {
   const bool keepdims = ctx.attrInt("keepdims", 1) != 0;
   std::vector<int64_t> out_dims, kept_dims;
   for (size_t i = 0; i < x.rank(); ++i) {
-    if (!reduced[i]) out_dims.push_back(x.dim(i));
-    else if (keepdims) out_dims.push_back(1);
+    if (!reduced[i])
+      out_dims.push_back(x.dim(i));
+    else if (keepdims)
+      out_dims.push_back(1);
     kept_dims.push_back(reduced[i] ? 1 : x.dim(i));
   }
   HostTensor& out = ctx.allocateOutput(0, DType::Bool, out_dims);
@@ -46,8 +48,10 @@ void boolReduceKernel(KernelContext& ctx, bool is_max) {
   for (int64_t e = 0; e < x.numel(); ++e) {
     int64_t oi = 0;
     for (size_t a = 0; a < x.rank(); ++a) oi = oi * kept_dims[a] + (reduced[a] ? 0 : pos[a]);
-    if (is_max) o[oi] = o[oi] || p[e] != 0;
-    else o[oi] = o[oi] && p[e] != 0;
+    if (is_max)
+      o[oi] = o[oi] || p[e] != 0;
+    else
+      o[oi] = o[oi] && p[e] != 0;
     for (size_t a = x.rank(); a-- > 0;) {
       if (++pos[a] < x.dim(a)) break;
       pos[a] = 0;

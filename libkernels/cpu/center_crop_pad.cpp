@@ -29,8 +29,10 @@ void centerCropPadKernel(KernelContext& ctx) {
     const size_t a = static_cast<size_t>(normalizeAxis(ctx, axes[j], rank, "axes"));
     const int64_t t = shape[j];
     if (t < 0) ctx.fail(fmt::format("target length {} is negative", t));
-    if (t < x.dim(a)) in_start[a] = (x.dim(a) - t) / 2;
-    else out_start[a] = (t - x.dim(a)) / 2;
+    if (t < x.dim(a))
+      in_start[a] = (x.dim(a) - t) / 2;
+    else
+      out_start[a] = (t - x.dim(a)) / 2;
     dims[a] = t;
   }
   HostTensor& out = ctx.allocateOutput(0, x.dtype(), dims);

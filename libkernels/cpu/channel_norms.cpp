@@ -86,7 +86,8 @@ void meanVarianceNormalizationKernel(KernelContext& ctx) {
   const int64_t rank = static_cast<int64_t>(x.rank());
   std::vector<bool> reduced(x.rank(), false);
   for (int64_t a : ctx.attrInts("axes", {0, 2, 3})) {
-    if (a < -rank || a >= rank) ctx.fail(fmt::format("axis {} is out of range for rank {}", a, rank));
+    if (a < -rank || a >= rank)
+      ctx.fail(fmt::format("axis {} is out of range for rank {}", a, rank));
     reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
   }
   // Each output element's group: its index with the reduced axes zeroed.
@@ -103,7 +104,8 @@ void meanVarianceNormalizationKernel(KernelContext& ctx) {
     }
   }
   FloatView xv(x);
-  std::vector<double> sum(static_cast<size_t>(total), 0.0), sq(sum.size(), 0.0), cnt(sum.size(), 0.0);
+  std::vector<double> sum(static_cast<size_t>(total), 0.0), sq(sum.size(), 0.0),
+      cnt(sum.size(), 0.0);
   for (int64_t e = 0; e < total; ++e) {
     const size_t g = static_cast<size_t>(group[static_cast<size_t>(e)]);
     sum[g] += xv[e];

@@ -77,8 +77,10 @@ Taps axisTaps(double g, const Axis& a, Mode mode, Padding pad, bool align_corner
                            : ((g + 1) * static_cast<double>(a.size) - 1) / 2;
   if (mode == Mode::Nearest) x = std::nearbyint(x);
   if (x < a.lo || x > a.hi) {
-    if (pad == Padding::Border) x = std::clamp(x, 0.0, static_cast<double>(a.size - 1));
-    else if (pad == Padding::Reflection) x = reflect(x, a.lo, a.hi);
+    if (pad == Padding::Border)
+      x = std::clamp(x, 0.0, static_cast<double>(a.size - 1));
+    else if (pad == Padding::Reflection)
+      x = reflect(x, a.lo, a.hi);
   }
   Taps t;
   if (mode == Mode::Nearest) {
@@ -170,8 +172,10 @@ void gridSampleKernel(KernelContext& ctx) {
           for (size_t i = 0; i < r; ++i) {
             const int64_t idx = taps[i].index[static_cast<size_t>(pos[i])];
             w *= taps[i].weight[static_cast<size_t>(pos[i])];
-            if (idx < 0) zero = true;
-            else off += idx * in_strides[i];
+            if (idx < 0)
+              zero = true;
+            else
+              off += idx * in_strides[i];
           }
           if (!zero) acc += w * plane[off];
           size_t i = r;
@@ -194,7 +198,8 @@ void gridSampleKernel(KernelContext& ctx) {
 void affineGridKernel(KernelContext& ctx) {
   const HostTensor& theta = ctx.requireInput(0);
   const std::vector<int64_t> size = kutil::readInts(ctx, ctx.requireInput(1));
-  if (size.size() != 4 && size.size() != 5) ctx.fail("size must be [N, C, H, W] or [N, C, D, H, W]");
+  if (size.size() != 4 && size.size() != 5)
+    ctx.fail("size must be [N, C, H, W] or [N, C, D, H, W]");
   const size_t r = size.size() - 2;
   if (!isFloatComputeType(theta.dtype())) ctx.fail("theta must be a float tensor");
   if (theta.rank() != 3 || theta.dim(0) != size[0] || theta.dim(1) != static_cast<int64_t>(r) ||
@@ -207,7 +212,8 @@ void affineGridKernel(KernelContext& ctx) {
   for (size_t i = 0; i < r; ++i) {
     const int64_t len = size[i + 2];
     for (int64_t k = 0; k < len; ++k) {
-      double v = len == 1 ? -1.0 : -1.0 + 2.0 * static_cast<double>(k) / static_cast<double>(len - 1);
+      double v =
+          len == 1 ? -1.0 : -1.0 + 2.0 * static_cast<double>(k) / static_cast<double>(len - 1);
       if (!align) v *= static_cast<double>(len - 1) / static_cast<double>(len);
       base[i].push_back(v);
     }

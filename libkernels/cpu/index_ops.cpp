@@ -47,8 +47,10 @@ void reverseSequenceKernel(KernelContext& ctx) {
   const std::vector<int64_t> lens = readInts(ctx, ctx.requireInput(1));
   const int64_t rank = static_cast<int64_t>(x.rank());
   if (rank < 2) ctx.fail("input must have rank >= 2");
-  const size_t batch_axis = static_cast<size_t>(normalizeAxis(ctx, ctx.attrInt("batch_axis", 1), rank));
-  const size_t time_axis = static_cast<size_t>(normalizeAxis(ctx, ctx.attrInt("time_axis", 0), rank));
+  const size_t batch_axis =
+      static_cast<size_t>(normalizeAxis(ctx, ctx.attrInt("batch_axis", 1), rank));
+  const size_t time_axis =
+      static_cast<size_t>(normalizeAxis(ctx, ctx.attrInt("time_axis", 0), rank));
   if (batch_axis == time_axis) ctx.fail("batch_axis and time_axis must differ");
   if (static_cast<int64_t>(lens.size()) != x.dim(batch_axis))
     ctx.fail("sequence_lens must have one value per batch entry");
@@ -78,7 +80,8 @@ void reverseSequenceKernel(KernelContext& ctx) {
 void eyeLikeKernel(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
   if (x.rank() != 2) ctx.fail("input must be 2-D");
-  const DType t = ctx.node().hasAttr("dtype") ? static_cast<DType>(ctx.attrInt("dtype", 1)) : x.dtype();
+  const DType t =
+      ctx.node().hasAttr("dtype") ? static_cast<DType>(ctx.attrInt("dtype", 1)) : x.dtype();
   const int64_t k = ctx.attrInt("k", 0), rows = x.dim(0), cols = x.dim(1);
   HostTensor& out = ctx.allocateOutput(0, t, x.dims());
   std::memset(out.mutableRaw(), 0, out.byteSize());
@@ -123,7 +126,8 @@ void maxUnpoolKernel(KernelContext& ctx) {
     using T = typename decltype(tag)::type;
     for (size_t i = 0; i < idx.size(); ++i) {
       if (idx[i] < 0 || idx[i] >= total)
-        ctx.fail(fmt::format("index {} is outside the unpooled shape {}", idx[i], formatDims(natural)));
+        ctx.fail(
+            fmt::format("index {} is outside the unpooled shape {}", idx[i], formatDims(natural)));
       int64_t rest = idx[i], off = 0, scale = 1;
       bool inside = true;
       for (size_t a = natural.size(); a-- > 0;) {

@@ -64,8 +64,7 @@ void gatherLoss(KernelContext& ctx, const std::vector<double>& logp, const LossS
       const size_t i = static_cast<size_t>(n * s.d + d);
       const int64_t cls = t[i];
       if (has_ignore && cls == ignore) continue;
-      if (cls < 0 || cls >= s.c)
-        ctx.fail(fmt::format("target {} is outside [0, {})", cls, s.c));
+      if (cls < 0 || cls >= s.c) ctx.fail(fmt::format("target {} is outside [0, {})", cls, s.c));
       const double wi = weight ? w[static_cast<size_t>(cls)] : 1.0;
       loss[i] = -logp[static_cast<size_t>((n * s.c + cls) * s.d + d)] * wi;
       loss_sum += loss[i];

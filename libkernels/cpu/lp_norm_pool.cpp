@@ -73,7 +73,8 @@ void lpNormalizationKernel(KernelContext& ctx) {
   const int64_t p = ctx.attrInt("p", 2);
   if (p != 1 && p != 2) ctx.fail(fmt::format("p must be 1 or 2, got {}", p));
   const size_t ax = static_cast<size_t>(axis);
-  const int64_t outer = product(x.dims(), 0, ax), len = x.dim(ax), inner = product(x.dims(), ax + 1);
+  const int64_t outer = product(x.dims(), 0, ax), len = x.dim(ax),
+                inner = product(x.dims(), ax + 1);
   FloatView xv(x);
   HostTensor& out = ctx.allocateOutput(0, x.dtype(), x.dims());
   FloatSink sink(out);

@@ -32,9 +32,8 @@ Column tensorColumn(const KernelContext& ctx, const Tensor& t) {
   }
   const HostTensor h = HostTensor::fromTensor(t);
   for (int64_t i = 0; i < h.numel(); ++i) {
-    HostTensor one = HostTensor::borrow(t.dtype(), {},
-                                        static_cast<const char*>(h.raw()) + i * dtypeSize(t.dtype()),
-                                        nullptr);
+    HostTensor one = HostTensor::borrow(
+        t.dtype(), {}, static_cast<const char*>(h.raw()) + i * dtypeSize(t.dtype()), nullptr);
     c.numbers.push_back(kutil::readScalar(ctx, one));
   }
   return c;
@@ -92,16 +91,19 @@ void labelEncoderKernel(KernelContext& ctx) {
   if (x.dtype() == DType::String) {
     if (!keys.is_string) ctx.fail("string input needs string keys");
     std::map<std::string, int64_t> index;
-    for (size_t i = 0; i < keys.strings.size(); ++i) index.emplace(keys.strings[i], static_cast<int64_t>(i));
+    for (size_t i = 0; i < keys.strings.size(); ++i)
+      index.emplace(keys.strings[i], static_cast<int64_t>(i));
     for (size_t i = 0; i < row.size(); ++i)
       if (auto it = index.find(x.strings()[i]); it != index.end()) row[i] = it->second;
   } else {
     if (keys.is_string) ctx.fail("numeric input needs numeric keys");
     std::map<double, int64_t> index;
-    for (size_t i = 0; i < keys.numbers.size(); ++i) index.emplace(keys.numbers[i], static_cast<int64_t>(i));
+    for (size_t i = 0; i < keys.numbers.size(); ++i)
+      index.emplace(keys.numbers[i], static_cast<int64_t>(i));
     HostTensor one;
     for (size_t i = 0; i < row.size(); ++i) {
-      one = HostTensor::borrow(x.dtype(), {}, static_cast<const char*>(x.raw()) + i * dtypeSize(x.dtype()), nullptr);
+      one = HostTensor::borrow(
+          x.dtype(), {}, static_cast<const char*>(x.raw()) + i * dtypeSize(x.dtype()), nullptr);
       if (auto it = index.find(kutil::readScalar(ctx, one)); it != index.end()) row[i] = it->second;
     }
   }
@@ -114,7 +116,8 @@ void labelEncoderKernel(KernelContext& ctx) {
   }
   HostTensor staged(DType::Double, x.dims());
   for (size_t i = 0; i < row.size(); ++i)
-    staged.mutableData<double>()[i] = row[i] < 0 ? default_number : values.numbers[static_cast<size_t>(row[i])];
+    staged.mutableData<double>()[i] =
+        row[i] < 0 ? default_number : values.numbers[static_cast<size_t>(row[i])];
   kutil::convertTensor(ctx, staged, out);
 }
 

@@ -30,8 +30,7 @@ Box readBox(const float* b, bool center) {
     const float xc = b[0], yc = b[1], w = b[2], h = b[3];
     return {yc - h / 2, xc - w / 2, yc + h / 2, xc + w / 2};
   }
-  return {std::min(b[0], b[2]), std::min(b[1], b[3]), std::max(b[0], b[2]),
-          std::max(b[1], b[3])};
+  return {std::min(b[0], b[2]), std::min(b[1], b[3]), std::max(b[0], b[2]), std::max(b[1], b[3])};
 }
 
 bool suppresses(const Box& a, const Box& b, float iou_threshold) {

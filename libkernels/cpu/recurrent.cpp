@@ -57,16 +57,16 @@ std::vector<Activation> readActivations(const KernelContext& ctx, size_t per_dir
   if (names.empty())
     for (size_t d = 0; d < dirs; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
   if (names.size() != per_dir * dirs)
-    ctx.fail(fmt::format("activations lists {} functions, expected {}", names.size(),
-                         per_dir * dirs));
+    ctx.fail(
+        fmt::format("activations lists {} functions, expected {}", names.size(), per_dir * dirs));
   const std::vector<float> alphas = ctx.attrFloats("activation_alpha");
   const std::vector<float> betas = ctx.attrFloats("activation_beta");
   size_t ai = 0, bi = 0;
   std::vector<Activation> acts;
   for (std::string n : names) {
-    static const char* kKnown[] = {"Tanh",       "Sigmoid",    "Relu",        "Affine",
-                                   "LeakyRelu",  "ThresholdedRelu", "ScaledTanh", "HardSigmoid",
-                                   "Elu",        "Softsign",   "Softplus"};
+    static const char* kKnown[] = {"Tanh",      "Sigmoid",         "Relu",       "Affine",
+                                   "LeakyRelu", "ThresholdedRelu", "ScaledTanh", "HardSigmoid",
+                                   "Elu",       "Softsign",        "Softplus"};
     std::string canonical;
     for (const char* k : kKnown) {
       std::string lk = k, ln = n;
@@ -81,7 +81,7 @@ std::vector<Activation> readActivations(const KernelContext& ctx, size_t per_dir
                              canonical == "HardSigmoid" || canonical == "Elu";
     const bool takes_beta =
         canonical == "Affine" || canonical == "ScaledTanh" || canonical == "HardSigmoid";
-    const float def_alpha = canonical == "LeakyRelu" ? 0.01f
+    const float def_alpha = canonical == "LeakyRelu"     ? 0.01f
                             : canonical == "HardSigmoid" ? 0.2f
                                                          : 1.0f;
     const float def_beta = canonical == "HardSigmoid" ? 0.5f : 0.0f;
@@ -144,7 +144,8 @@ void recurrentKernel(KernelContext& ctx, Cell cell) {
   const HostTensor* h0_t = optional(5);
   const HostTensor* c0_t = cell == Cell::Lstm ? optional(6) : nullptr;
   const HostTensor* p_t = cell == Cell::Lstm ? optional(7) : nullptr;
-  if (b_t && b_t->numel() != dirs * 2 * gates * hidden) ctx.fail("B must have shape [dirs, 2*G*hidden]");
+  if (b_t && b_t->numel() != dirs * 2 * gates * hidden)
+    ctx.fail("B must have shape [dirs, 2*G*hidden]");
   if (p_t && p_t->numel() != dirs * 3 * hidden) ctx.fail("P must have shape [dirs, 3*hidden]");
   const int64_t state_size = dirs * batch * hidden;
   if (h0_t && h0_t->numel() != state_size) ctx.fail("initial_h has the wrong size");
@@ -152,7 +153,8 @@ void recurrentKernel(KernelContext& ctx, Cell cell) {
   std::vector<int64_t> lens(static_cast<size_t>(batch), seq);
   if (lens_t) {
     lens = kutil::readInts(ctx, *lens_t);
-    if (static_cast<int64_t>(lens.size()) != batch) ctx.fail("sequence_lens must have shape [batch]");
+    if (static_cast<int64_t>(lens.size()) != batch)
+      ctx.fail("sequence_lens must have shape [batch]");
     for (int64_t l : lens)
       if (l < 0 || l > seq) ctx.fail(fmt::format("sequence length {} is outside [0, {}]", l, seq));
   }
@@ -205,14 +207,17 @@ void recurrentKernel(KernelContext& ctx, Cell cell) {
         for (int64_t b = 0; b < batch; ++b)
           for (int64_t j = 0; j < hidden; ++j) {
             const int64_t g = b * gh + hidden + j;
-            const float r = act[0](clipped(xg[g] + hg[g] + (Wb ? Wb[hidden + j] + Rb[hidden + j] : 0)));
-            rh[static_cast<size_t>(b * hidden + j)] = r * hprev[static_cast<size_t>(b * hidden + j)];
+            const float r =
+                act[0](clipped(xg[g] + hg[g] + (Wb ? Wb[hidden + j] + Rb[hidden + j] : 0)));
+            rh[static_cast<size_t>(b * hidden + j)] =
+                r * hprev[static_cast<size_t>(b * hidden + j)];
           }
         std::vector<float> rhh(static_cast<size_t>(batch * hidden), 0.0f);
         matmulT(rh.data(), R + 2 * hidden * hidden, rhh.data(), batch, hidden, hidden);
         for (int64_t b = 0; b < batch; ++b)
           for (int64_t j = 0; j < hidden; ++j)
-            hg[static_cast<size_t>(b * gh + 2 * hidden + j)] = rhh[static_cast<size_t>(b * hidden + j)];
+            hg[static_cast<size_t>(b * gh + 2 * hidden + j)] =
+                rhh[static_cast<size_t>(b * hidden + j)];
       }
       for (int64_t b = 0; b < batch; ++b) {
         const int64_t len = lens[static_cast<size_t>(b)];
@@ -242,8 +247,9 @@ void recurrentKernel(KernelContext& ctx, Cell cell) {
           } else {
             const float cprev = C[s];
             const float i = act[0](clipped(pre(0) + (P ? P[j] * cprev : 0.0f)));
-            const float f = input_forget ? 1 - i
-                                         : act[0](clipped(pre(2) + (P ? P[2 * hidden + j] * cprev : 0.0f)));
+            const float f = input_forget
+                                ? 1 - i
+                                : act[0](clipped(pre(2) + (P ? P[2 * hidden + j] * cprev : 0.0f)));
             const float cc = act[1](clipped(pre(3)));
             const float cnew = f * cprev + i * cc;
             const float o = act[0](clipped(pre(1) + (P ? P[hidden + j] * cnew : 0.0f)));
@@ -267,16 +273,19 @@ void recurrentKernel(KernelContext& ctx, Cell cell) {
       for (int64_t d = 0; d < dirs; ++d)
         for (int64_t b = 0; b < batch; ++b)
           for (int64_t j = 0; j < hidden; ++j)
-            tmp[static_cast<size_t>(stateIndex(d, b, j))] = v[static_cast<size_t>((d * batch + b) * hidden + j)];
+            tmp[static_cast<size_t>(stateIndex(d, b, j))] =
+                v[static_cast<size_t>((d * batch + b) * hidden + j)];
     } else {
       tmp = v;
     }
     fromFloat(tmp.data(), x_t.dtype(), out.mutableRaw(), out.numel());
   };
-  write(0, y, layout ? std::vector<int64_t>{batch, seq, dirs, hidden}
-                     : std::vector<int64_t>{seq, dirs, batch, hidden}, false);
-  const std::vector<int64_t> state_dims =
-      layout ? std::vector<int64_t>{batch, dirs, hidden} : std::vector<int64_t>{dirs, batch, hidden};
+  write(0, y,
+        layout ? std::vector<int64_t>{batch, seq, dirs, hidden}
+               : std::vector<int64_t>{seq, dirs, batch, hidden},
+        false);
+  const std::vector<int64_t> state_dims = layout ? std::vector<int64_t>{batch, dirs, hidden}
+                                                 : std::vector<int64_t>{dirs, batch, hidden};
   write(1, h, state_dims, true);
   if (cell == Cell::Lstm) write(2, c, state_dims, true);
 }

@@ -31,8 +31,8 @@ void roiAlignKernel(KernelContext& ctx) {
     ctx.fail("batch_indices must have one entry per roi");
   const std::string mode = ctx.attrString("mode", "avg");
   if (mode != "avg" && mode != "max") ctx.fail(fmt::format("unknown mode '{}'", mode));
-  const std::string ctm = ctx.attrString(
-      "coordinate_transformation_mode", ctx.opset() >= 16 ? "half_pixel" : "output_half_pixel");
+  const std::string ctm = ctx.attrString("coordinate_transformation_mode",
+                                         ctx.opset() >= 16 ? "half_pixel" : "output_half_pixel");
   if (ctm != "half_pixel" && ctm != "output_half_pixel")
     ctx.fail(fmt::format("unknown coordinate_transformation_mode '{}'", ctm));
   const bool half_pixel = ctm == "half_pixel";
@@ -54,9 +54,14 @@ void roiAlignKernel(KernelContext& ctx) {
       roi_w = std::max(roi_w, 1.0);
       roi_h = std::max(roi_h, 1.0);
     }
-    const double bin_h = roi_h / static_cast<double>(out_h), bin_w = roi_w / static_cast<double>(out_w);
-    const int64_t grid_h = sampling > 0 ? sampling : static_cast<int64_t>(std::ceil(roi_h / static_cast<double>(out_h)));
-    const int64_t grid_w = sampling > 0 ? sampling : static_cast<int64_t>(std::ceil(roi_w / static_cast<double>(out_w)));
+    const double bin_h = roi_h / static_cast<double>(out_h),
+                 bin_w = roi_w / static_cast<double>(out_w);
+    const int64_t grid_h =
+        sampling > 0 ? sampling
+                     : static_cast<int64_t>(std::ceil(roi_h / static_cast<double>(out_h)));
+    const int64_t grid_w =
+        sampling > 0 ? sampling
+                     : static_cast<int64_t>(std::ceil(roi_w / static_cast<double>(out_w)));
     const double count = static_cast<double>(std::max<int64_t>(grid_h * grid_w, 1));
     for (int64_t c = 0; c < channels; ++c) {
       const float* plane = xv.data() + (b * channels + c) * height * width;
@@ -72,7 +77,8 @@ void roiAlignKernel(KernelContext& ctx) {
               if (!(yy < -1.0 || yy > height || xx < -1.0 || xx > width)) {
                 yy = std::max(yy, 0.0);
                 xx = std::max(xx, 0.0);
-                int64_t y_lo = static_cast<int64_t>(yy), x_lo = static_cast<int64_t>(xx), y_hi, x_hi;
+                int64_t y_lo = static_cast<int64_t>(yy), x_lo = static_cast<int64_t>(xx), y_hi,
+                        x_hi;
                 if (y_lo >= height - 1) {
                   y_hi = y_lo = height - 1;
                   yy = static_cast<double>(y_lo);
@@ -85,7 +91,8 @@ void roiAlignKernel(KernelContext& ctx) {
                 } else {
                   x_hi = x_lo + 1;
                 }
-                const double ly = yy - static_cast<double>(y_lo), lx = xx - static_cast<double>(x_lo);
+                const double ly = yy - static_cast<double>(y_lo),
+                             lx = xx - static_cast<double>(x_lo);
                 const double hy = 1 - ly, hx = 1 - lx;
                 v[0] = hy * hx * plane[y_lo * width + x_lo];
                 v[1] = hy * lx * plane[y_lo * width + x_hi];

@@ -34,11 +34,21 @@ Reduction readReduction(const KernelContext& ctx) {
 template <typename T>
 void combine(T& dst, T src, Reduction r) {
   switch (r) {
-    case Reduction::None: dst = src; break;
-    case Reduction::Add: dst = static_cast<T>(dst + src); break;
-    case Reduction::Mul: dst = static_cast<T>(dst * src); break;
-    case Reduction::Max: dst = std::max(dst, src); break;
-    case Reduction::Min: dst = std::min(dst, src); break;
+    case Reduction::None:
+      dst = src;
+      break;
+    case Reduction::Add:
+      dst = static_cast<T>(dst + src);
+      break;
+    case Reduction::Mul:
+      dst = static_cast<T>(dst * src);
+      break;
+    case Reduction::Max:
+      dst = std::max(dst, src);
+      break;
+    case Reduction::Min:
+      dst = std::min(dst, src);
+      break;
   }
 }
 
@@ -195,7 +205,8 @@ void oneHotKernel(KernelContext& ctx) {
   dims.insert(dims.begin() + static_cast<std::ptrdiff_t>(axis), depth);
   // Float indices are truncated toward zero, as a cast to int64 would.
   std::vector<int64_t> idx(static_cast<size_t>(indices.numel()));
-  if (indices.dtype() == DType::Float || indices.dtype() == DType::Double || isHalf(indices.dtype())) {
+  if (indices.dtype() == DType::Float || indices.dtype() == DType::Double ||
+      isHalf(indices.dtype())) {
     HostTensor staged;
     const HostTensor* f = stageIn(&indices, staged);
     dispatch<kFloats>(ctx, f->dtype(), [&](auto tag) {

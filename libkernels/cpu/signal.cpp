@@ -2,10 +2,10 @@
 //
 // DFT transforms one axis of a real ([..., 1]) or complex ([..., 2]) signal:
 // X[k] = sum_t x[t] exp(-2 pi i k t / n), inverse with +i and a 1/n scale. dft_length n pads
-// with zeros or truncates the axis; onesided keeps bins [0, n/2] (with inverse: irfft, below). The transform is the direct
-// O(n^2) sum in double, with k*t reduced mod n before the angle is formed, so long signals keep
-// their precision; the node-test and exporter sizes are small. STFT is the same transform over
-// frames of frame_length at frame_step, each multiplied by the window.
+// with zeros or truncates the axis; onesided keeps bins [0, n/2] (with inverse: irfft, below). The
+// transform is the direct O(n^2) sum in double, with k*t reduced mod n before the angle is formed,
+// so long signals keep their precision; the node-test and exporter sizes are small. STFT is the
+// same transform over frames of frame_length at frame_step, each multiplied by the window.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -27,7 +27,8 @@ void dft(const double* in, int64_t n, int64_t bins, bool inverse, double* out) {
   for (int64_t k = 0; k < bins; ++k) {
     double re = 0, im = 0;
     for (int64_t t = 0; t < n; ++t) {
-      const double angle = sign * 2 * kPi * static_cast<double>((k * t) % n) / static_cast<double>(n);
+      const double angle =
+          sign * 2 * kPi * static_cast<double>((k * t) % n) / static_cast<double>(n);
       const double c = std::cos(angle), s = std::sin(angle);
       re += in[2 * t] * c - in[2 * t + 1] * s;
       im += in[2 * t] * s + in[2 * t + 1] * c;
@@ -135,7 +136,8 @@ void stftKernel(KernelContext& ctx) {
       }
       dft(sig.data(), frame, bins, false, spec.data());
       float* q = sink.data() + (b * frames + f) * bins * 2;
-      for (int64_t k = 0; k < 2 * bins; ++k) q[k] = static_cast<float>(spec[static_cast<size_t>(k)]);
+      for (int64_t k = 0; k < 2 * bins; ++k)
+        q[k] = static_cast<float>(spec[static_cast<size_t>(k)]);
     }
   }
   sink.commit();
@@ -188,9 +190,8 @@ void melWeightMatrixKernel(KernelContext& ctx) {
   std::vector<int64_t> bin(static_cast<size_t>(points));
   for (int64_t i = 0; i < points; ++i) {
     const double hz = 700 * (std::pow(10.0, (static_cast<double>(i) * step + low_mel) / 2595) - 1);
-    bin[static_cast<size_t>(i)] =
-        static_cast<int64_t>(std::floor(static_cast<double>(dft_length + 1) * hz /
-                                        static_cast<double>(sample_rate)));
+    bin[static_cast<size_t>(i)] = static_cast<int64_t>(
+        std::floor(static_cast<double>(dft_length + 1) * hz / static_cast<double>(sample_rate)));
   }
   std::vector<float> m(static_cast<size_t>(spec_bins * mel_bins), 0.0f);
   auto at = [&](int64_t j, int64_t i) -> float& {

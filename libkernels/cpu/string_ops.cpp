@@ -135,7 +135,8 @@ void stringSplitKernel(KernelContext& ctx) {
   HostTensor& y = ctx.allocateOutput(0, DType::String, dims);
   y.strings().assign(split.size() * widest, "");
   for (size_t i = 0; i < split.size(); ++i)
-    std::copy(split[i].begin(), split[i].end(), y.strings().begin() + static_cast<std::ptrdiff_t>(i * widest));
+    std::copy(split[i].begin(), split[i].end(),
+              y.strings().begin() + static_cast<std::ptrdiff_t>(i * widest));
   if (ctx.numOutputs() > 1 && ctx.outputWanted(1)) {
     HostTensor& z = ctx.allocateOutput(1, DType::Int64, x.dims());
     for (size_t i = 0; i < split.size(); ++i)
@@ -168,13 +169,14 @@ void stringNormalizerKernel(KernelContext& ctx) {
     std::string v = s;
     if (action == "LOWER") v = lowered(v);
     if (action == "UPPER")
-      std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::toupper(c); });
+      std::transform(v.begin(), v.end(), v.begin(),
+                     [](unsigned char c) { return std::toupper(c); });
     kept.push_back(v);
   }
   if (kept.empty()) kept.push_back("");
   const int64_t c = static_cast<int64_t>(kept.size());
-  HostTensor& y = ctx.allocateOutput(0, DType::String,
-                                     x.rank() == 1 ? std::vector<int64_t>{c} : std::vector<int64_t>{1, c});
+  HostTensor& y = ctx.allocateOutput(
+      0, DType::String, x.rank() == 1 ? std::vector<int64_t>{c} : std::vector<int64_t>{1, c});
   y.strings() = std::move(kept);
 }
 

@@ -42,13 +42,15 @@ std::vector<Slot> readSlots(const KernelContext& ctx, size_t states) {
     if (slots[i].g.size() != slots[i].x.size())
       ctx.fail(fmt::format("X{} and its gradient differ in size", i));
     for (const auto& st : slots[i].state)
-      if (st.size() != slots[i].x.size()) ctx.fail(fmt::format("X{} and its state differ in size", i));
+      if (st.size() != slots[i].x.size())
+        ctx.fail(fmt::format("X{} and its state differ in size", i));
   }
   return slots;
 }
 
 // Output k * n + i from input 2 + k * n + i's dims and dtype.
-void writeOutput(KernelContext& ctx, size_t out_index, size_t like_input, const std::vector<double>& v) {
+void writeOutput(KernelContext& ctx, size_t out_index, size_t like_input,
+                 const std::vector<double>& v) {
   if (out_index >= ctx.numOutputs() || !ctx.outputWanted(out_index)) return;
   const HostTensor& like = ctx.requireInput(like_input);
   HostTensor& out = ctx.allocateOutput(out_index, like.dtype(), like.dims());

@@ -45,7 +45,8 @@ void uniqueKernel(KernelContext& ctx) {
     std::vector<int64_t> first_of(static_cast<size_t>(len));
     for (size_t i = 0; i < order.size(); ++i) {
       const bool starts = i == 0 || !equal(order[i - 1], order[i]);
-      first_of[static_cast<size_t>(order[i])] = starts ? order[i] : first_of[static_cast<size_t>(order[i - 1])];
+      first_of[static_cast<size_t>(order[i])] =
+          starts ? order[i] : first_of[static_cast<size_t>(order[i - 1])];
     }
     std::vector<int64_t> uniques;  // first-occurrence indices, in output order
     if (sorted) {
@@ -56,7 +57,8 @@ void uniqueKernel(KernelContext& ctx) {
         if (first_of[static_cast<size_t>(k)] == k) uniques.push_back(k);
     }
     std::vector<int64_t> slot(static_cast<size_t>(len), 0);
-    for (size_t u = 0; u < uniques.size(); ++u) slot[static_cast<size_t>(uniques[u])] = static_cast<int64_t>(u);
+    for (size_t u = 0; u < uniques.size(); ++u)
+      slot[static_cast<size_t>(uniques[u])] = static_cast<int64_t>(u);
     const int64_t count = static_cast<int64_t>(uniques.size());
     std::vector<int64_t> dims = has_axis ? x.dims() : std::vector<int64_t>{count};
     if (has_axis) dims[axis] = count;
@@ -65,9 +67,11 @@ void uniqueKernel(KernelContext& ctx) {
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t u = 0; u < count; ++u)
         for (int64_t i = 0; i < inner; ++i)
-          dst[(o * count + u) * inner + i] = src[(o * len + uniques[static_cast<size_t>(u)]) * inner + i];
+          dst[(o * count + u) * inner + i] =
+              src[(o * len + uniques[static_cast<size_t>(u)]) * inner + i];
     std::vector<int64_t> counts(static_cast<size_t>(count), 0);
-    for (int64_t k = 0; k < len; ++k) ++counts[static_cast<size_t>(slot[static_cast<size_t>(first_of[static_cast<size_t>(k)])])];
+    for (int64_t k = 0; k < len; ++k)
+      ++counts[static_cast<size_t>(slot[static_cast<size_t>(first_of[static_cast<size_t>(k)])])];
     auto write = [&](size_t i, const std::vector<int64_t>& v) {
       if (ctx.numOutputs() <= i || !ctx.outputWanted(i)) return;
       HostTensor& t = ctx.allocateOutput(i, DType::Int64, {static_cast<int64_t>(v.size())});
