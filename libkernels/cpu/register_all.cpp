@@ -14,6 +14,26 @@ void registerQuantizeKernels(KernelRegistry& r);
 void registerElementwiseKernels(KernelRegistry& r);
 void registerReduceKernels(KernelRegistry& r);
 void registerTensorKernels(KernelRegistry& r);
+// Ops of the wider ONNX node-test suite, one family per file (losses.cpp, ...).
+void registerLossKernels(KernelRegistry& r);
+void registerScatterGatherKernels(KernelRegistry& r);
+void registerGridSampleKernels(KernelRegistry& r);
+void registerNmsKernels(KernelRegistry& r);
+void registerSignalKernels(KernelRegistry& r);
+void registerLpKernels(KernelRegistry& r);
+void registerUniqueKernels(KernelRegistry& r);
+void registerCenterCropPadKernels(KernelRegistry& r);
+void registerCol2ImKernels(KernelRegistry& r);
+void registerRecurrentKernels(KernelRegistry& r);
+void registerChannelNormKernels(KernelRegistry& r);
+void registerIndexKernels(KernelRegistry& r);
+void registerDetKernels(KernelRegistry& r);
+void registerDynamicQuantizeKernels(KernelRegistry& r);
+void registerTrainingOptimizerKernels(KernelRegistry& r);
+void registerStringKernels(KernelRegistry& r);
+void registerBoolReductionKernels(KernelRegistry& r);
+void registerLabelEncoderKernels(KernelRegistry& r);
+void registerRoiAlignKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -25,6 +45,25 @@ void registerAllKernels(KernelRegistry& r) {
   registerElementwiseKernels(r);
   registerReduceKernels(r);
   registerTensorKernels(r);
+  registerLossKernels(r);
+  registerScatterGatherKernels(r);
+  registerGridSampleKernels(r);
+  registerNmsKernels(r);
+  registerSignalKernels(r);
+  registerLpKernels(r);
+  registerUniqueKernels(r);
+  registerCenterCropPadKernels(r);
+  registerCol2ImKernels(r);
+  registerRecurrentKernels(r);
+  registerChannelNormKernels(r);
+  registerIndexKernels(r);
+  registerDetKernels(r);
+  registerDynamicQuantizeKernels(r);
+  registerTrainingOptimizerKernels(r);
+  registerStringKernels(r);
+  registerBoolReductionKernels(r);
+  registerLabelEncoderKernels(r);
+  registerRoiAlignKernels(r);
 }
 
 }  // namespace fusectl::kernels
