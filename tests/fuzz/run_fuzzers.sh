@@ -47,13 +47,16 @@ names=$(grep -oh 'FUSECTL_PASS("[a-z0-9-]*' "$root/libpasses/include/fusectl/pas
   sed 's/FUSECTL_PASS("//' | sort -u)
 printf '%s' "$(echo $names | tr ' ' ',')" >"$work/corpus/fuzz_pipeline/all"
 printf 'cleanup,fold-conv-bn,fuse-epilogue{act=relu},dce' >"$work/corpus/fuzz_pipeline/doc"
-# Two small .npy files: float32 [2,3] (format 1.0) and int64 [4] (format 2.0).
-printf "\x93NUMPY\x01\x00\x76\x00{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }%*s\n" \
-  52 '' >"$work/corpus/fuzz_npy/f32"
-head -c 24 /dev/zero >>"$work/corpus/fuzz_npy/f32"
-printf "\x93NUMPY\x02\x00\x74\x00\x00\x00{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }%*s\n" \
-  52 '' >"$work/corpus/fuzz_npy/i64"
-head -c 32 /dev/zero >>"$work/corpus/fuzz_npy/i64"
+# Two small .npy files (format 1.0): float32 [2,3] and int64 [4], header padded to 64 bytes.
+npy_seed() {
+  local dict="{'descr': '$2', 'fortran_order': False, 'shape': $3, }"
+  local pad=$(( (64 - (10 + ${#dict} + 1) % 64) % 64 ))
+  local len=$(( ${#dict} + pad + 1 ))
+  { printf '\x93NUMPY\x01\x00'; printf "\\x$(printf %02x $((len % 256)))\\x$(printf %02x $((len / 256)))"
+    printf '%s%*s\n' "$dict" "$pad" ''; head -c "$4" /dev/zero; } >"$work/corpus/fuzz_npy/$1"
+}
+npy_seed f32 '<f4' '(2, 3)' 24
+npy_seed i64 '<i8' '(4,)' 32
 
 status=0
 printf '%-18s %12s %8s %s\n' target executions seconds result
