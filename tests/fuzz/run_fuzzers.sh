@@ -15,26 +15,22 @@ findings="$build/findings"
 rm -rf "$work"
 mkdir -p "$work" "$findings"
 
-# seed TARGET FILE...: copies the files (at most 256 KiB each, larger ones only slow libFuzzer
-# down) into TARGET's corpus under unique names.
+# seed TARGET FIND-ARGS...: copies the files find selects (at most 256 KiB each: larger ones only
+# slow libFuzzer down) into TARGET's corpus in one cp; equal names get numbered backups.
 seed() {
-  local dir="$work/corpus/$1" i=0
+  local dir="$work/corpus/$1"
   shift
   mkdir -p "$dir"
-  for f in "$@"; do
-    [ -f "$f" ] && [ "$(stat -c %s "$f")" -le 262144 ] || continue
-    cp "$f" "$dir/seed_$((i++))"
-  done
+  find "$@" -type f -size -257k -print0 2>/dev/null | xargs -0 -r cp --backup=numbered -t "$dir"
 }
-mapfile -t binary_models < <(find "$root/testdata/models" "$root/testdata/bad" -name '*.onnx'; \
-  [ -d "$shared" ] && find "$shared" -name '*.onnx' | sort)
-mapfile -t text_models < <(find "$root/testdata/fixtures" "$root/testdata/bad" \
-  "$root/testdata/passes" -name '*.onnxtxt' | sort)
-mapfile -t tensors < <([ -d "$shared" ] && find "$shared" -name '*.pb' | sort | head -2000)
-seed fuzz_onnx_loader "${binary_models[@]}"
-seed fuzz_optimizer "${binary_models[@]}"
-seed fuzz_onnx_text "${text_models[@]}"
-seed fuzz_tensor_pb "${tensors[@]}"
+models=("$root/testdata/models" "$root/testdata/bad")
+[ -d "$shared" ] && models+=("$shared")
+seed fuzz_onnx_loader "${models[@]}" -name '*.onnx'
+seed fuzz_optimizer "${models[@]}" -name '*.onnx'
+seed fuzz_onnx_text "$root/testdata/fixtures" "$root/testdata/bad" "$root/testdata/passes" \
+  -name '*.onnxtxt'
+mkdir -p "$work/corpus/fuzz_tensor_pb"
+[ -d "$shared" ] && seed fuzz_tensor_pb "$shared" -name '*.pb'
 # Patterns as the passes spell them, and pipelines built from the registered pass names.
 mkdir -p "$work/corpus/fuzz_pattern" "$work/corpus/fuzz_pipeline" "$work/corpus/fuzz_npy"
 grep -oh 'Pattern::parse("[^"]*"' "$root"/libpasses/transforms/*.cpp |
