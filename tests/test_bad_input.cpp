@@ -1,15 +1,23 @@
 // Malformed models: each is refused with one fusectl::Error (InvalidInput) whose message names
 // the file and the precise reason. Inputs are in testdata/bad/ (testdata/gen/make_bad_inputs.py).
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
+#include "fusectl/passes/optimize.h"
+#include "shell_util.h"
+#include "test_files.h"
 
 namespace fs = std::filesystem;
 
@@ -244,5 +252,157 @@ TEST_CASE("bad input: damaged binary models fail cleanly", "[onnx_io][bad_input]
     std::string bytes = good;
     bytes[seed % bytes.size()] ^= static_cast<char>(1 + (seed >> 24) % 255);
     attempt(std::move(bytes));
+  }
+}
+
+// ---- Nodes that break their op's schema (libgraph/src/schema_check.cpp) ----
+
+namespace {
+
+struct SchemaCase {
+  const char* file;
+  const char* reason;
+};
+
+// Each once crashed `optimize -O3` (bn_without_x in decompose-batchnorm) or was accepted by dump,
+// convert and optimize although no kernel can run it.
+const SchemaCase kSchemaCases[] = {
+    {"empty_required_input.onnx",
+     "node 'div_without_dividend' (Div): input 0 ('A') is required by Div-13 but empty"},
+    {"batchnorm_empty_input.onnx",
+     "node 'bn_without_x' (BatchNormalization): input 0 ('X') is required by "
+     "BatchNormalization-9 but empty"},
+    {"conv_one_input.onnx",
+     "node 'conv_without_weight' (Conv): 1 input, but Conv-11 takes 2 to 3"},
+    {"conv_bad_strides.onnx",
+     "node 'conv_string_strides' (Conv): attribute 'strides' is string, but Conv-11 wants ints"},
+    {"too_many_inputs.onnx", "node 'relu_two_inputs' (Relu): 2 inputs, but Relu-13 takes 1"},
+    {"missing_required_attribute.onnx",
+     "node 'cast_without_to' (Cast): attribute 'to' is required by Cast-13 but missing"},
+    {"empty_variadic_input.onnx",
+     "node 'concat_with_hole' (Concat): input 1 (variadic 'inputs') of Concat-13 is empty"},
+    {"fused_conv_one_input.onnx",
+     "node 'fused_without_weight' (FusedConv): 1 input, but fusectl.FusedConv takes 2 to 4"},
+};
+
+struct CliResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+CliResult runFusectl(const std::string& args, const fusectl::testing::TempDir& io) {
+  const std::string out = io / "stdout", err = io / "stderr";
+  const std::string cmd = "timeout 120 " + fusectl::test::shellQuote(FUSECTL_BINARY) + " " +
+                          args + " >" + out + " 2>" + err + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  CliResult r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = fusectl::testing::slurp(out);
+  r.err = fusectl::testing::slurp(err);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("bad input: nodes that break their op's schema are refused at load",
+          "[onnx_io][bad_input][schema]") {
+  for (const SchemaCase& c : kSchemaCases) CHECK_REFUSED(c.file, c.reason);
+}
+
+TEST_CASE("bad input: schema violations through the CLI are one line with exit 3",
+          "[cli][bad_input][schema]") {
+  fusectl::testing::TempDir io("schema-cli");
+  fusectl::testing::TempDir outputs("schema-out");
+  for (const SchemaCase& c : kSchemaCases) {
+    const std::string model = fusectl::test::shellQuote(badPath(c.file));
+    for (const std::string& args :
+         {"dump " + model, "convert " + model + " " + (outputs / "out.onnx"),
+          "optimize " + model + " -O3 -o " + (outputs / "out.onnx"), "run " + model}) {
+      INFO(args);
+      CliResult r = runFusectl(args, io);
+      INFO(r.err);
+      CHECK(r.code == 3);
+      CHECK(r.out.empty());
+      CHECK(r.err.find(c.reason) != std::string::npos);
+      CHECK(r.err.find(c.file) != std::string::npos);
+      CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    }
+    CHECK(outputs.files().empty());
+  }
+}
+
+TEST_CASE("bad input: newer opsets and unknown ops are not checked against old schemas",
+          "[onnx_io][bad_input][schema]") {
+  fusectl::LoadOptions no_inference;
+  no_inference.infer_shapes = false;
+  auto load = [&](int opset, const std::string& body) {
+    const std::string text = "<ir_version: 8, opset_import: [\"\" : " + std::to_string(opset) +
+                             ", \"com.nowhere\" : 1]>\ng (float[2,3] X, int64[1] A) => (float[2,1] "
+                             "Y) {\n" + body + "\n}\n";
+    return fusectl::parseModelText(text, "inline.onnxtxt", no_inference);
+  };
+  // ReduceMean-18 takes axes as an input; libonnx 1.12 knows only ReduceMean-13 (one input).
+  CHECK_NOTHROW(load(18, "Y = ReduceMean (X, A)"));
+  // ... but a newer opset still needs what every version needs.
+  CHECK_THROWS_WITH(load(18, "Y = ReduceMean ()"),
+                    Catch::Contains("0 inputs, but ReduceMean-13 takes 1"));
+  CHECK_NOTHROW(load(13, "Y = Frobnicate <knob = \"x\"> (X, A, X)"));
+  CHECK_NOTHROW(load(13, "Y = com.nowhere.Conv (X)"));
+  // An attribute the schema does not know is preserved, as an unknown op is.
+  CHECK_NOTHROW(load(13, "Y = ReduceMean <axes = [1], some_hint = 3> (X)"));
+}
+
+// A program can build a graph the loader would refuse. No pass may dereference a missing
+// operand: each input of each node of the testdata models is emptied in turn and -O3 runs;
+// it may refuse with an Error, but it must not crash, and it leaves a consistent graph.
+TEST_CASE("bad input: -O3 survives any node input left empty", "[passes][bad_input][schema]") {
+  for (const char* name : {"resnet_mini", "mobilenet_mini", "bert_layer", "llama_layer"}) {
+    auto original =
+        fusectl::loadModel(FUSECTL_SOURCE_DIR "/testdata/models/" + std::string(name) + ".onnx");
+    std::vector<std::pair<size_t, size_t>> sites;  // node position, input slot
+    size_t position = 0;
+    for (const fusectl::Node* n : original->graph->nodes()) {
+      for (size_t i = 0; i < n->numInputs(); ++i)
+        if (n->input(i)) sites.emplace_back(position, i);
+      ++position;
+    }
+    for (const auto& [node_position, slot] : sites) {
+      INFO(name << " node #" << node_position << " input " << slot);
+      auto model = original->clone();
+      fusectl::Node* n = model->graph->firstNode();
+      for (size_t k = 0; k < node_position; ++k) n = n->next();
+      model->graph->setNodeInput(n, slot, nullptr);
+      fusectl::passes::OptimizeRequest request;
+      request.level = 3;
+      try {
+        fusectl::passes::optimize(*model, request);
+      } catch (const fusectl::Error&) {
+      }
+      CHECK(model->graph->verify().empty());
+    }
+  }
+}
+
+// Found by tests/fuzz (fuzz_onnx_loader, fuzz_tensor_pb): a value or tensor name that holds a
+// newline is echoed raw, so the refusal spans several lines. The fix belongs in the importer's
+// messages (escape control characters in quoted names); until then this test may fail.
+TEST_CASE("bad input: names with newlines still give one-line errors",
+          "[onnx_io][bad_input][!mayfail]") {
+  for (const char* file : {"fuzz_newline_in_name.onnx", "fuzz_newline_in_tensor_name.pb"}) {
+    INFO(file);
+    const std::string path = badPath(file);
+    try {
+      if (std::string(file).find(".pb") != std::string::npos)
+        fusectl::loadTensorFile(path);
+      else
+        fusectl::loadModel(path);
+      FAIL("loaded");
+    } catch (const fusectl::Error& e) {
+      const std::string message = e.what();
+      CHECK(e.kind() == fusectl::ErrorKind::InvalidInput);
+      CHECK(message.rfind(path + ": ", 0) == 0);
+      CHECK(message.find('\n') == std::string::npos);
+    }
   }
 }

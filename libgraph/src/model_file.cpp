@@ -10,7 +10,8 @@
 //  - External data: on load the importer resolves it against the model's folder; on save this
 //    file names the data file (the one asked for, or "<file name>.data" when the weights would
 //    pass ~1.9 GB) and refuses names that leave the model's folder.
-//  - After every load, the shape inference LoadOptions asks for.
+//  - After every load, the schema check (schema_check.h), then the shape inference LoadOptions
+//    asks for.
 #include <sys/stat.h>
 
 #include <memory>
@@ -25,6 +26,7 @@
 #include "fusectl/graph/shape_inference.h"
 #include "fusectl/support/background_prefault.h"
 #include "onnx_convert.h"
+#include "schema_check.h"
 
 namespace fusectl {
 namespace {
@@ -47,8 +49,10 @@ bool sniffText(const char* data, size_t size) {
   return false;
 }
 
-// Runs what LoadOptions asks for after import (shape inference).
+// Checks each node against its op's schema, then runs what LoadOptions asks for after import
+// (shape inference).
 void finishLoad(Model& model, const LoadOptions& options, const std::string& display_name) {
+  checkSchemasOrThrow(model, display_name);  // before anything reads the nodes' operands
   if (!options.infer_shapes) return;
   try {
     setInputShapesAndInfer(model, options.input_shapes);

@@ -31,6 +31,7 @@ Constraint inputRankKnown() {
   return {"input-rank:bn", [](const Match& m, Why& why) {
             Node* bn = m.get("bn");
             Value* x = bn->input(0);
+            if (!x) return why.fail(*bn, [&] { return bn->label() + " has no input X"; });
             if (!x->shape().hasRank()) {
               return why.fail(*bn, [&] {
                 return fmt::format(

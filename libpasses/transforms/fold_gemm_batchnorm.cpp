@@ -115,6 +115,7 @@ Constraint batchNormOverColumns() {
   return {"batchnorm-over-columns:bn", [](const Match& m, Why& why) {
             Node* g = m.get("g");
             Node* bn = m.get("bn");
+            if (!bn->input(0)) return why.fail(*bn, [&] { return bn->label() + " has no input X"; });
             const Shape& s = bn->input(0)->shape();
             if (!s.hasRank()) {
               return why.fail(*bn, [&] {

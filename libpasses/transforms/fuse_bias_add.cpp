@@ -83,6 +83,10 @@ Constraint sameDType(const std::string& producer, size_t bias_input) {
 
 // Conv: output rank and channels from W's static shape; -1 (and `why`) when unknown.
 int64_t convChannels(const Node& conv, size_t& rank, Why& why) {
+  if (!conv.input(1)) {
+    why.fail(conv, [&] { return conv.label() + " has no weight"; });
+    return -1;
+  }
   const Shape& w = conv.input(1)->shape();
   const size_t channel_dim = conv.is("Conv") ? 0 : 1;
   if (!w.hasRank() || w.rank() < 3 || !w[channel_dim].isStatic()) {

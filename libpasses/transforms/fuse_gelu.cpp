@@ -61,6 +61,7 @@ bool approximately(double value, double want, DType stored) {
 // "'c' (= 1.5)", "'c' (2 elements)" or "'c' (it is computed by Constant(c))", for reasons.
 // A Constant node's output counts once fold-constants has made it an initializer (-O1).
 std::string describeOperand(const Value* v) {
+  if (!v) return "an empty input";
   if (!v->isConstant()) return fmt::format("'{}' ({})", v->name(), nonConstantOrigin(*v));
   std::optional<double> c = scalarConstant(v);
   if (c) return fmt::format("'{}' (= {})", v->name(), *c);

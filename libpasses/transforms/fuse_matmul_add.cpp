@@ -25,6 +25,8 @@ namespace {
 Constraint operandRank(size_t input, const char* name) {
   return {fmt::format("rank-2:matmul.{}", input), [input, name](const Match& m, Why& why) {
             Node* mm = m.get("matmul");
+            if (!mm->input(input))
+              return why.fail(*mm, [&] { return mm->label() + " has no input " + name; });
             const Shape& s = mm->input(input)->shape();
             if (!s.hasRank()) {
               return why.fail(*mm, [&] {

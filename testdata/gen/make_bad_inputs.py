@@ -143,6 +143,34 @@ def main():
     m.graph.node[0].attribute[0].ClearField("type")  # valid before IR 3: the field says float
     save("ir2_untyped_attribute.onnx", m)
 
+    # Nodes that break their op's schema (schema_check.cpp): each once crashed a pass or a
+    # kernel, or was accepted by dump, convert and optimize.
+    image = [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1, 4, 4])]
+    image_out = [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 1, 4, 4])]
+    weight = raw_tensor("W", [1, 1, 1, 1], struct.pack("<f", 2))
+    save("empty_required_input.onnx", model([
+        helper.make_node("Div", ["", "X"], ["Y"], name="div_without_dividend")]))
+    channel = [raw_tensor(n, [1], struct.pack("<f", v))
+               for n, v in (("scale", 1), ("bias", 0), ("mean", 0), ("var", 1))]
+    save("batchnorm_empty_input.onnx", model([
+        helper.make_node("BatchNormalization", ["", "scale", "bias", "mean", "var"], ["Y"],
+                         name="bn_without_x")], image, image_out, channel))
+    save("conv_one_input.onnx", model([
+        helper.make_node("Conv", ["X"], ["Y"], name="conv_without_weight")], image, image_out))
+    save("conv_bad_strides.onnx", model([
+        helper.make_node("Conv", ["X", "W"], ["Y"], name="conv_string_strides", strides="bad")],
+        image, image_out, [weight]))
+    save("too_many_inputs.onnx", model([
+        helper.make_node("Relu", ["X", "X"], ["Y"], name="relu_two_inputs")]))
+    save("missing_required_attribute.onnx", model([
+        helper.make_node("Cast", ["X"], ["Y"], name="cast_without_to")]))
+    save("empty_variadic_input.onnx", model([
+        helper.make_node("Concat", ["X", ""], ["Y"], name="concat_with_hole", axis=0)]))
+    m = model([helper.make_node("FusedConv", ["X"], ["Y"], name="fused_without_weight",
+                                domain="fusectl")], image, image_out)
+    m.opset_import.append(helper.make_opsetid("fusectl", 1))
+    save("fused_conv_one_input.onnx", m)
+
     # Tensors.
     save("raw_data_short.onnx", model([add_with("W")], initializers=[
         raw_tensor("W", [3], struct.pack("<2f", 1, 2))]))
