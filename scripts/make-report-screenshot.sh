@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Regenerates docs/images/report-resnet_mini.png, the README's screenshot of `fusectl report`:
+# the demo model (testdata/models/resnet_mini.onnx at -O3, batch 1, as `make demo` runs it)
+# rendered by headless chromium (scripts/install-browser.sh) and shrunk to a palette PNG under
+# 300 KB when pngquant or ImageMagick's convert is there.
+#   scripts/make-report-screenshot.sh [BUILD_DIR]     (default build; fusectl must be built)
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="$(realpath -m "${1:-$repo/build}")"
+fusectl="$build/apps/fusectl"
+out="$repo/docs/images/report-resnet_mini.png"
+[ -x "$fusectl" ] || { echo "make-report-screenshot: $fusectl not built (make build)" >&2; exit 1; }
+command -v chromium >/dev/null || {
+  echo "make-report-screenshot: chromium not found (scripts/install-browser.sh)" >&2; exit 1; }
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+"$fusectl" report "$repo/testdata/models/resnet_mini.onnx" -O3 --shape input=1x3x32x32 \
+  -o "$work/report.html"
+# Opened on fusion site 1, so that the picture shows a highlighted site.
+chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run \
+  --user-data-dir="$work/profile" --window-size=1280,1100 \
+  --screenshot="$work/shot.png" "file://$work/report.html#site-1" >/dev/null 2>&1
+mkdir -p "$(dirname "$out")"
+if command -v pngquant >/dev/null; then
+  pngquant --force --quality 60-90 --output "$out" "$work/shot.png"
+elif command -v convert >/dev/null; then
+  convert "$work/shot.png" -colors 64 "PNG8:$out"
+else
+  cp "$work/shot.png" "$out"
+fi
+echo "make-report-screenshot: $out ($(stat -c %s "$out") bytes)"
