@@ -164,8 +164,8 @@ TEST_CASE("optimize --html: every fusion site and rejection of the JSON report i
                             "Fusion sites", "Activation bytes saved"}) {
       CHECK(contains(page, std::string("<tr class=\"total\"><td>") + row + "</td>"));
     }
-    const size_t nodes_before = report["graph"]["before"]["nodes"].get<size_t>();
-    const size_t nodes_after = report["graph"]["after"]["nodes"].get<size_t>();
+    const size_t nodes_before = report["before"]["nodes"].get<size_t>();
+    const size_t nodes_after = report["after"]["nodes"].get<size_t>();
     CHECK(contains(page, "<td>Nodes</td><td class=\"num\">" + std::to_string(nodes_before) +
                              "</td><td class=\"num\">" + std::to_string(nodes_after) + "</td>"));
 
@@ -309,7 +309,7 @@ TEST_CASE("report: a graph over collapse_above draws a repeated layer once, ×N"
   in.after = after.get();
   in.diff = &diff;
   const std::string page = fusectl::passes::renderHtmlReport(in);
-  CHECK(contains(page, "<b>×80</b>"));
+  CHECK(contains(page, "(×80)"));
   CHECK(contains(page, "80 repetitions of the same 5 ops"));
   CHECK(contains(page, "(400 nodes, drawn as 1 boxes)"));
   CHECK(contains(page, "5 unchanged nodes"));
@@ -321,7 +321,7 @@ TEST_CASE("report: a graph over collapse_above draws a repeated layer once, ×N"
   const std::string full = fusectl::passes::renderHtmlReport(in, options);
   CHECK_FALSE(contains(full, "×80"));
   CHECK(contains(full, "(400 nodes)"));
-  CHECK(contains(full, "<g id=\"a-n399\""));
+  CHECK(contains(full, "<g id=\"a_n399\""));
 }
 
 TEST_CASE("report renders in a real browser (chromium headless)", "[report][browser]") {

@@ -151,7 +151,9 @@ std::vector<PageSite> pageSites(const HtmlReportInput& in) {
     std::set<std::string> added;
     for (const std::string& r : s.replaced) {
       auto made = site_made.find(r);
-      if (made != site_made.end() && !before_labels.count(r)) {
+      // A label an earlier site made names that site's node, even when the before model has
+      // a node of the same label (a fold keeps the Conv's name).
+      if (made != site_made.end()) {
         PageSite& earlier = sites[made->second];
         earlier.superseded = true;
         for (const std::string& b : earlier.before_nodes)
@@ -400,11 +402,11 @@ std::string renderHtmlReport(const HtmlReportInput& in, const HtmlReportOptions&
     if (s.superseded) continue;
     const std::string what = escapeHtml(s.pass) + (s.op.empty() ? ": removed"
                                                                  : " → " + escapeHtml(s.op));
-    before_style.clusters.push_back({fmt::format("a-f{}", i + 1),
+    before_style.clusters.push_back({fmt::format("a_f{}", i + 1),
                                      fmt::format("#{} {}", i + 1, what), s.before_nodes});
     if (!s.final_node.empty()) {
       after_style.clusters.push_back(
-          {fmt::format("b-f{}", i + 1),
+          {fmt::format("b_f{}", i + 1),
            fmt::format("#{} {}<br/><font point-size=\"9\">fused {}</font>", i + 1,
                        escapeHtml(s.pass), escapeHtml(joinShort(s.before_nodes, 4))),
            {s.final_node}});

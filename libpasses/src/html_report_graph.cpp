@@ -5,7 +5,8 @@
 //  - clusters: a box around each fusion's nodes, labelled with the pass and what it made;
 //  - colours: a node's fill by its share of the run when timed, else by whether a fusion
 //    touched it;
-//  - ids: every box has an SVG id ("a-n12": side a, node 12) the page's script highlights;
+//  - ids: every box has an SVG id ("a_n12": side a, node 12; no
+//    hyphen, which dot writes as &#45;) the page's script highlights;
 //  - collapsing, for graphs over HtmlReportOptions::collapse_above nodes:
 //     1. repeated layers: the longest run of node positions whose op sequence repeats with some
 //        period p (found per p in one linear scan: eq[i] = op[i] == op[i+p]) is drawn once,
@@ -252,8 +253,8 @@ std::string graphDot(const Graph& g, const GraphStyle& style, const HtmlReportOp
   }
   auto box_id = [&](size_t i) {
     const size_t s = shown[i];
-    return run_of[s] == s && runs.count(s) ? fmt::format("{}-r{}", side, s)
-                                            : fmt::format("{}-n{}", side, s);
+    return run_of[s] == s && runs.count(s) ? fmt::format("{}_r{}", side, s)
+                                            : fmt::format("{}_n{}", side, s);
   };
   for (size_t i = 0; i < n; ++i) drawn.id_of.emplace(labels[i], box_id(i));
 
@@ -272,14 +273,14 @@ std::string graphDot(const Graph& g, const GraphStyle& style, const HtmlReportOp
   for (size_t k = 0; k < g.inputs().size(); ++k) {
     const Value* v = g.inputs()[k];
     if (v->isInitializer()) continue;
-    input_id[v] = fmt::format("{}-i{}", side, k);
+    input_id[v] = fmt::format("{}_i{}", side, k);
     out += fmt::format("  {} [id={}, shape=ellipse, fillcolor=\"#d9ead3\", label=<<b>{}</b><br/>{}>];\n",
          dotQuoted(input_id[v]), dotQuoted(input_id[v]), escapeHtml(v->name()),
          escapeHtml(v->type.str()));
   }
   for (size_t k = 0; k < g.outputs().size(); ++k) {
     const Value* v = g.outputs()[k];
-    const std::string id = fmt::format("{}-o{}", side, k);
+    const std::string id = fmt::format("{}_o{}", side, k);
     out += fmt::format("  {} [id={}, shape=ellipse, fillcolor=\"#fce5cd\", label=<<b>{}</b><br/>{}>];\n",
          dotQuoted(id), dotQuoted(id), escapeHtml(v->name()), escapeHtml(v->type.str()));
   }
@@ -351,7 +352,7 @@ std::string graphDot(const Graph& g, const GraphStyle& style, const HtmlReportOp
   for (size_t b = 0; b < blocks.size(); ++b) {
     out += fmt::format("  subgraph {} {{\n    id={}; label=<<b>×{}</b> <font point-size=\"9\">(nodes {}-{}, "
          "drawn once)</font>>; style=\"dashed,rounded\"; color=\"#999999\";\n",
-         dotQuoted(fmt::format("cluster_{}-x{}", side, b)), dotQuoted(fmt::format("{}-x{}", side, b)),
+         dotQuoted(fmt::format("cluster_{}_x{}", side, b)), dotQuoted(fmt::format("{}_x{}", side, b)),
          blocks[b].count, blocks[b].start + 1,
          blocks[b].start + blocks[b].count * blocks[b].period);
     for (size_t c = 0; c < style.clusters.size(); ++c) {
@@ -393,7 +394,7 @@ std::string graphDot(const Graph& g, const GraphStyle& style, const HtmlReportOp
   }
   for (size_t k = 0; k < g.outputs().size(); ++k) {
     const Value* v = g.outputs()[k];
-    const std::string to = fmt::format("{}-o{}", side, k);
+    const std::string to = fmt::format("{}_o{}", side, k);
     if (const Node* p = v->producer()) {
       auto it = index_of.find(p);
       if (it != index_of.end()) edge(box_id(it->second), to);

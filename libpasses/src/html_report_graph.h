@@ -14,7 +14,7 @@ namespace fusectl::passes::html {
 
 // A box around nodes (by label) naming what happened to them.
 struct Cluster {
-  std::string id;     // the SVG id of the box, e.g. "a-f3"
+  std::string id;     // the SVG id of the box, e.g. "a_f3"
   std::string label;  // "fuse-epilogue → FusedConv"
   std::vector<std::string> nodes;
 };
