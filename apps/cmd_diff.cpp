@@ -18,9 +18,11 @@ struct DiffOptions {
   std::string model_a;
   std::string model_b;
   bool json = false;
+  std::string html;
 };
 
 int runDiff(const DiffOptions& opts) {
+  if (!opts.html.empty()) checkHtmlPath(opts.html, {opts.model_a, opts.model_b});
   // Declared types are enough: the diff compares structure, not inferred shapes.
   LoadOptions load;
   load.infer_shapes = false;
@@ -31,6 +33,16 @@ int runDiff(const DiffOptions& opts) {
                           : d.toText(opts.model_a, opts.model_b));
   std::cout.flush();
   if (!std::cout) throwIo("<stdout>: write failed");
+  if (!opts.html.empty()) {
+    HtmlPageSides sides;
+    sides.title = fmt::format("fusectl diff: {} vs {}", opts.model_a, opts.model_b);
+    sides.before_name = opts.model_a;
+    sides.after_name = opts.model_b;
+    sides.before = a.get();
+    sides.after = b.get();
+    sides.files = {fileBytes(opts.model_a), fileBytes(opts.model_b), true};
+    writeHtmlPage(opts.html, sides, nullptr, nullptr);
+  }
   return 0;  // differences are the answer, not a failure
 }
 
@@ -43,6 +55,9 @@ Command addDiffCommand(CLI::App& parent) {
   cmd->add_option("A", opts->model_a, "The model before (e.g. the original)")->required();
   cmd->add_option("B", opts->model_b, "The model after (e.g. the optimized one)")->required();
   cmd->add_flag("--json", opts->json, "Print one JSON object (\"schema\": \"fusectl.diff/1\")");
+  cmd->add_option("--html", opts->html,
+                  "Also write one self-contained HTML page of both graphs (fusectl report)")
+      ->type_name("FILE.html");
   cmd->footer(
       "Nodes are matched by the names of the values they write; a matched node changed when its "
       "op type, attributes or input names differ. Initializers are matched by name. Fusion "

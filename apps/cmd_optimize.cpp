@@ -62,6 +62,7 @@ struct OptimizeOptions {
   bool table = false;
   bool bisect = false;
   std::vector<std::string> inputs;  // --input specs for --verify and --bisect
+  std::string html;
 };
 
 [[noreturn]] void usage(const std::string& message) { throw Error(ErrorKind::Usage, message); }
@@ -106,7 +107,7 @@ OptimizeRequest requestOf(const OptimizeOptions& opts, bool level_given) {
   pm.standard_only = opts.emit == "standard";
   // Rejection reasons are only read in the report (and by --fail-if-unfused, which optimize()
   // turns on itself).
-  pm.explain = !opts.report.empty();
+  pm.explain = !opts.report.empty() || !opts.html.empty();
   if (opts.verbose) pm.log = [](const std::string& line) { std::cerr << line << "\n"; };
   return r;
 }
@@ -129,56 +130,14 @@ Verification verifyAgainstOriginal(const OptimizeOptions& opts, const Model& opt
   return verifyOptimized(*original, optimized, inputs, tol);
 }
 
-std::string opSortKey(const std::string& op) {
-  // Default-domain ops first, then "domain::Op", as GraphFigures sorts them.
-  return (op.find("::") == std::string::npos ? "0" : "1") + op;
-}
-
-std::string signedCount(int64_t d) { return d == 0 ? "" : fmt::format("{:+d}", d); }
-
-std::string byteChange(uint64_t before, uint64_t after) {
-  if (before == after) return "";
-  return after < before ? "-" + formatBytes(before - after) : "+" + formatBytes(after - before);
-}
-
-// onnxsim-style before/after table; everything but the Time line is deterministic.
+// onnxsim-style before/after table (the rows are libpasses' summaryTable, which the HTML report
+// shows too); everything but the Time line is deterministic.
 std::string beforeAfterTable(const Report& r, uint64_t in_bytes, uint64_t out_bytes,
                              bool written, const std::string& timing) {
-  struct Row {
-    std::string name, before, after, change;
-  };
-  std::map<std::string, std::pair<size_t, size_t>> ops;  // sort key -> counts
-  std::map<std::string, std::string> names;
-  for (const auto& [op, n] : r.before.op_histogram) {
-    ops[opSortKey(op)].first = n;
-    names[opSortKey(op)] = op;
-  }
-  for (const auto& [op, n] : r.after.op_histogram) {
-    ops[opSortKey(op)].second = n;
-    names[opSortKey(op)] = op;
-  }
-  auto delta = [](uint64_t a, uint64_t b) {
-    return signedCount(static_cast<int64_t>(b) - static_cast<int64_t>(a));
-  };
-  std::vector<Row> op_rows, total_rows;
-  for (const auto& [key, n] : ops) {
-    op_rows.push_back({names[key], std::to_string(n.first), std::to_string(n.second),
-                       delta(n.first, n.second)});
-  }
-  total_rows.push_back({"Nodes", std::to_string(r.before.nodes), std::to_string(r.after.nodes),
-                        delta(r.before.nodes, r.after.nodes)});
-  total_rows.push_back({"Intermediate tensors", std::to_string(r.before.intermediate_tensors),
-                        std::to_string(r.after.intermediate_tensors),
-                        delta(r.before.intermediate_tensors, r.after.intermediate_tensors)});
-  total_rows.push_back({"Parameters", formatBytes(r.before.parameter_bytes),
-                        formatBytes(r.after.parameter_bytes),
-                        byteChange(r.before.parameter_bytes, r.after.parameter_bytes)});
-  total_rows.push_back({"File size", formatBytes(in_bytes),
-                        written ? formatBytes(out_bytes) : "not written",
-                        written ? byteChange(in_bytes, out_bytes) : ""});
-  total_rows.push_back({"Fusion sites", "", std::to_string(r.fusions.size()), ""});
-  total_rows.push_back({"Activation bytes saved", "", formatBytes(r.activationBytesSaved()), ""});
-
+  using Row = SummaryRow;
+  const SummaryTable table = summaryTable(r, SummaryFiles{in_bytes, out_bytes, written});
+  const std::vector<Row>& op_rows = table.ops;
+  const std::vector<Row>& total_rows = table.totals;
   size_t w0 = 4, w1 = 6, w2 = 5, w3 = 6;
   for (const std::vector<Row>* rows : {&op_rows, &total_rows}) {
     for (const Row& row : *rows) {
@@ -210,10 +169,10 @@ double msSince(Clock::time_point t) {
 
 // --bisect: the flags it cannot combine with are refused; -o is optional.
 int runBisect(const OptimizeOptions& opts, bool level_given) {
-  if (!opts.report.empty() || opts.verify || !opts.expect.empty() ||
+  if (!opts.report.empty() || !opts.html.empty() || opts.verify || !opts.expect.empty() ||
       !opts.fail_if_unfused.empty() || opts.max_rewrites >= 0 || opts.table) {
-    usage("--bisect does not combine with --report, --verify, --expect, --fail-if-unfused, "
-          "--max-rewrites or --table");
+    usage("--bisect does not combine with --report, --html, --verify, --expect, "
+          "--fail-if-unfused, --max-rewrites or --table");
   }
   if (!opts.output.empty()) {
     if (isSameFile(opts.model, opts.output)) {
@@ -249,6 +208,12 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
     }
     if (samePath(opts.report, opts.output)) {
       usage(fmt::format("{}: --report and -o name the same file", opts.report));
+    }
+  }
+  if (!opts.html.empty()) {
+    checkHtmlPath(opts.html, {opts.model});
+    if (samePath(opts.html, opts.output) || (!opts.report.empty() && samePath(opts.html, opts.report))) {
+      usage(fmt::format("{}: --html names the same file as -o or --report", opts.html));
     }
   }
   if ((tolerance_given || !opts.inputs.empty()) && !opts.verify) {
@@ -300,6 +265,19 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
         report.output_external_data = digestExternalFiles(opts.output, {output_external_file});
     }
     writeFileAtomically(opts.report, report.toJson());
+  }
+  if (!opts.html.empty()) {
+    LoadOptions original_load;
+    original_load.input_shapes = shapes;
+    std::unique_ptr<Model> original = loadModel(opts.model, original_load);
+    HtmlPageSides sides;
+    sides.title = fmt::format("fusectl optimize: {}", fs::path(opts.model).filename().string());
+    sides.before_name = opts.model;
+    sides.after_name = drift ? "optimized (not written: --verify found drift)" : opts.output;
+    sides.before = original.get();
+    sides.after = model.get();
+    sides.files = {in_bytes, out_bytes, !drift};
+    writeHtmlPage(opts.html, sides, &report, nullptr);
   }
 
   const bool show_table = !opts.quiet && (opts.table || isatty(fileno(stdout)));
@@ -363,6 +341,9 @@ Command addOptimizeCommand(CLI::App& parent) {
   cmd->add_option("--report", opts->report,
                   "Write the JSON report (docs/schemas/report.schema.json) to FILE")
       ->type_name("FILE.json");
+  cmd->add_option("--html", opts->html,
+                  "Also write one self-contained HTML page of what changed (fusectl report)")
+      ->type_name("FILE.html");
   cmd->add_option("--emit", opts->emit,
                   "fusectl: fusectl-domain ops allowed; standard: only standard ONNX ops")
       ->check(CLI::IsMember({"fusectl", "standard"}))
@@ -422,7 +403,8 @@ Command addOptimizeCommand(CLI::App& parent) {
       "both.\nExit codes: 0 done; 1 --verify found drift (OUT not written) or an --expect / "
       "--fail-if-unfused gate failed (OUT and the report written), or --bisect found a rewrite "
       "that breaks the outputs; 2 usage, including OUT or "
-      "the report naming the input; 3 invalid model; 4 I/O error; 5 unsupported op (--verify).");
+      "the report naming the input; 3 invalid model; 4 I/O error; 5 unsupported op (--verify), "
+      "or --html without Graphviz's dot.");
   return Command{cmd, [opts, level, atol, rtol, cosine, seed] {
                    bool tolerance_given = atol->count() + rtol->count() + cosine->count() +
                                               seed->count() >

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fusectl/graph/shape.h"
+#include "fusectl/passes/html_report.h"
 
 namespace fusectl::cli {
 
@@ -44,5 +45,23 @@ Command addOpsCommand(CLI::App& parent);       // cmd_ops.cpp: the fusectl opera
 // The model as given against its optimized form, timed (cmd_profile.cpp; libkernels' profile.h
 // measures, libpasses' optimize() optimizes).
 Command addProfileCommand(CLI::App& parent);
+
+// ---- The HTML report (cmd_report.cpp): `fusectl report`, `optimize --html`, `diff --html` ----
+Command addReportCommand(CLI::App& parent);
+// The two models a page compares and how it names them.
+struct HtmlPageSides {
+  std::string title, before_name, after_name;
+  const Model* before = nullptr;
+  const Model* after = nullptr;
+  passes::SummaryFiles files;
+};
+// Usage error when `html` is one of `inputs`, I/O error when its folder does not exist: both
+// checked before any work.
+void checkHtmlPath(const std::string& html, const std::vector<std::string>& inputs);
+// Renders the page (passes::renderHtmlReport, which runs Graphviz's dot) and writes it
+// atomically. `report` null: two arbitrary models (diff --html).
+void writeHtmlPage(const std::string& path, const HtmlPageSides& sides,
+                   const passes::Report* report, const passes::HtmlTimings* timings);
+uint64_t fileBytes(const std::string& path);  // 0 when it cannot be read
 
 }  // namespace fusectl::cli

@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
         fusectl::cli::addMatchCommand(app),
         fusectl::cli::addOpsCommand(app),  // libgraph's fused-op table (cmd_ops.cpp)
         fusectl::cli::addProfileCommand(app),  // fused vs unfused, timed (cmd_profile.cpp)
+        fusectl::cli::addReportCommand(app),   // one HTML page of it all (cmd_report.cpp)
     };
 
     try {

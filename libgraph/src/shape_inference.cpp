@@ -252,7 +252,10 @@ ShapeInferenceStats setInputShapesAndInfer(
   Graph& g = *model.graph;
   std::vector<std::string> warnings;
   bool changed = false;
-  for (const auto& [name, shape] : input_shapes) {
+  for (const auto& entry : input_shapes) {
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one in the lambda.
+    const std::string& name = entry.first;
+    const Shape& shape = entry.second;
     auto it = std::find_if(g.inputs().begin(), g.inputs().end(),
                            [&](const Value* v) { return v->name() == name; });
     if (it == g.inputs().end()) {
