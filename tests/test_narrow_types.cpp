@@ -90,7 +90,8 @@ TEST_CASE("narrow types: every code round-trips and rounding picks the nearest c
     std::vector<double> finite;
     for (int c = 0; c < codeCount(t); ++c) {
       const double x = narrowFloatToDouble(static_cast<uint8_t>(c), t);
-      const uint8_t back = doubleToNarrowFloat(x, t, true);
+      // Inf comes back only without saturation (saturating, it becomes the largest value).
+      const uint8_t back = doubleToNarrowFloat(x, t, !std::isinf(x));
       CHECK(sameValue(narrowFloatToDouble(back, t), x));
       if (std::isfinite(x)) finite.push_back(x);
     }
