@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/conformance.h"
 #include "fusectl/passes/pipeline.h"
 #include "fusectl/passes/report.h"
@@ -30,7 +31,21 @@ struct ConformanceCliOptions {
   bool failures_only = false;
   int threads = 1;
   int optimize = 0;  // -O level applied to every model before it runs; 0 = as written
+  std::string expected_failures;        // compare the run with this list
+  std::string write_expected_failures;  // write the run's non-passing tests here
 };
+
+// Prints how the run differs from the list; true when it does not.
+bool reportAgainstList(const ConformanceReport& report, const std::string& path) {
+  const ExpectedFailureCheck check = checkExpectedFailures(report, readExpectedFailures(path));
+  for (const std::string& s : check.unexpected_failures) fmt::print("unexpected failure: {}\n", s);
+  for (const std::string& s : check.unexpected_passes)
+    fmt::print("passes now, remove it from {}: {}\n", path, s);
+  for (const std::string& s : check.stale) fmt::print("listed in {} but not run: {}\n", path, s);
+  fmt::print("against {}: {} unexpected failures, {} unexpected passes, {} stale entries\n", path,
+             check.unexpected_failures.size(), check.unexpected_passes.size(), check.stale.size());
+  return check.ok();
+}
 
 std::string testId(const ConformanceTest& t) {
   return t.suite.empty() ? t.name : t.suite + "/" + t.name;
@@ -84,6 +99,17 @@ int runConformanceCli(const ConformanceCliOptions& opts) {
                report.passed, report.failed, report.unsupported, run, report.passRate() * 100,
                report.skipped_out_of_scope, report.seconds);
   }
+  if (!opts.write_expected_failures.empty()) {
+    writeFileAtomically(
+        opts.write_expected_failures,
+        expectedFailuresText(report,
+                             fmt::format("# Tests under {} that do not pass: test_name<TAB>reason.\n"
+                                         "# Written by `fusectl conformance {} --all "
+                                         "--write-expected-failures FILE`.\n",
+                                         opts.dir, opts.dir)));
+  }
+  const bool matches_list =
+      !opts.expected_failures.empty() && !opts.json && reportAgainstList(report, opts.expected_failures);
   std::cout.flush();
   if (!std::cout) throwIo("<stdout>: write failed");
   if (report.results.empty()) {
@@ -91,6 +117,9 @@ int runConformanceCli(const ConformanceCliOptions& opts) {
                 fmt::format("no test under {} matches{}", opts.dir,
                             opts.filter.empty() ? "" : " --filter '" + opts.filter + "'"));
   }
+  if (!opts.expected_failures.empty() && opts.json)
+    return checkExpectedFailures(report, readExpectedFailures(opts.expected_failures)).ok() ? 0 : 1;
+  if (!opts.expected_failures.empty()) return matches_list ? 0 : 1;
   return report.failed + report.unsupported == 0 ? 0 : 1;
 }
 
@@ -115,7 +144,15 @@ Command addConformanceCommand(CLI::App& parent) {
                   "the passes keep every test's outputs")
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
-  cmd->footer("Exit codes: 0 every test passed, 1 some test failed or is unsupported.");
+  cmd->add_option("--expected-failures", opts->expected_failures,
+                  "Compare with this list (test_name<TAB>reason lines): exit 0 when exactly the "
+                  "listed tests do not pass")
+      ->type_name("FILE");
+  cmd->add_option("--write-expected-failures", opts->write_expected_failures,
+                  "Write the tests that do not pass, with their reasons, to FILE")
+      ->type_name("FILE");
+  cmd->footer("Exit codes: 0 every test passed (with --expected-failures: exactly the listed "
+              "tests did not), 1 otherwise.");
   return Command{cmd, [opts] { return runConformanceCli(*opts); }};
 }
 

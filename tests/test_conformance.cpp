@@ -1,4 +1,5 @@
-// The ONNX backend conformance suite (../shared/onnx-node-tests) through the CPU executor.
+// The ONNX backend conformance suites through the CPU executor: the curated one
+// (../shared/onnx-node-tests) and upstream's full node-test suite (../shared/onnx-node-tests-full).
 //
 // Every in-scope test must pass unless tests/conformance_expected_failures.txt lists it
 // ("test_name<TAB>reason" per line, '#' comments); a listed test that passes, or a listed name
@@ -26,27 +27,11 @@ namespace {
 const std::string kSuiteDir = std::string(FUSECTL_SOURCE_DIR) + "/../shared/onnx-node-tests";
 const std::string kExpectedFailures =
     std::string(FUSECTL_SOURCE_DIR) + "/tests/conformance_expected_failures.txt";
-
-std::map<std::string, std::string> readExpectedFailures(const std::string& path) {
-  std::map<std::string, std::string> listed;
-  std::ifstream in(path);
-  if (!in) FAIL("cannot read " << path);
-  std::string line;
-  int line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty() || line[0] == '#') continue;
-    const size_t tab = line.find('\t');
-    if (tab == std::string::npos || tab == 0 || tab + 1 >= line.size()) {
-      FAIL(path << ":" << line_no << ": expected 'test_name<TAB>reason'");
-    }
-    if (!listed.emplace(line.substr(0, tab), line.substr(tab + 1)).second) {
-      FAIL(path << ":" << line_no << ": " << line.substr(0, tab) << " listed twice");
-    }
-  }
-  return listed;
-}
+const std::string kFullSuiteDir =
+    std::string(FUSECTL_SOURCE_DIR) + "/../shared/onnx-node-tests-full/node";
+const std::string kFullExpectedFailures =
+    std::string(FUSECTL_SOURCE_DIR) + "/tests/conformance_full_expected_failures.txt";
+const std::string kConformanceDoc = std::string(FUSECTL_SOURCE_DIR) + "/docs/conformance.md";
 
 }  // namespace
 
@@ -55,7 +40,7 @@ TEST_CASE("conformance: ONNX backend tests pass except the listed expected failu
     WARN("skipped: conformance suite not found at " << kSuiteDir);
     return;
   }
-  const auto expected = readExpectedFailures(kExpectedFailures);
+  const auto expected = kernels::readExpectedFailures(kExpectedFailures);
   const ConformanceReport report = runConformance(kSuiteDir);
   std::set<std::string> names;
   std::vector<std::string> unexpected_failures, unexpected_passes;
@@ -95,7 +80,7 @@ TEST_CASE("conformance: every test still passes after -O3") {
     WARN("skipped: conformance suite not found at " << kSuiteDir);
     return;
   }
-  const auto expected = readExpectedFailures(kExpectedFailures);
+  const auto expected = kernels::readExpectedFailures(kExpectedFailures);
   ConformanceOptions options;
   const fusectl::passes::Pipeline pipeline = fusectl::passes::Pipeline::forLevel(3);
   size_t changed = 0;
@@ -114,6 +99,87 @@ TEST_CASE("conformance: every test still passes after -O3") {
             << ", " << changed << " models changed by the passes\n";
   CHECK(report.results.size() >= 600);
   CHECK(changed > 0);
+}
+
+// The whole upstream suite: exactly the tests listed in conformance_full_expected_failures.txt
+// may fail (a newly failing test, or a listed one that now passes, fails this test), and
+// docs/conformance.md lists each of them with the same reason.
+TEST_CASE("conformance: the full node-test suite fails exactly its listed tests") {
+  if (!std::filesystem::is_directory(kFullSuiteDir)) {
+    WARN("skipped: full node-test suite not found at " << kFullSuiteDir);
+    return;
+  }
+  const auto listed = kernels::readExpectedFailures(kFullExpectedFailures);
+  ConformanceOptions options;
+  options.include_out_of_scope = true;
+  const ConformanceReport report = runConformance(kFullSuiteDir, options);
+  const ExpectedFailureCheck check = checkExpectedFailures(report, listed);
+  std::cout << "full suite: " << report.passed << " passed, " << report.failed << " failed, "
+            << report.unsupported << " unsupported of " << report.results.size() << " ("
+            << report.passRate() * 100 << "%), " << report.seconds << " s\n";
+  for (const std::string& s : check.unexpected_failures) FAIL_CHECK("unexpected failure: " << s);
+  for (const std::string& s : check.unexpected_passes)
+    FAIL_CHECK("now passes, remove it from conformance_full_expected_failures.txt: " << s);
+  for (const std::string& s : check.stale)
+    FAIL_CHECK("listed in conformance_full_expected_failures.txt but not in the suite: " << s);
+  CHECK(report.results.size() == 1802);
+}
+
+TEST_CASE("conformance: docs/conformance.md lists every expected failure with its reason") {
+  const auto listed = kernels::readExpectedFailures(kFullExpectedFailures);
+  std::ifstream in(kConformanceDoc);
+  REQUIRE(in);
+  std::map<std::string, std::string> documented;
+  std::string line;
+  while (std::getline(in, line)) {
+    // Table rows: | `test_name` | reason |
+    if (line.rfind("| `test_", 0) != 0) continue;
+    const size_t name_end = line.find('`', 3);
+    const size_t reason_end = line.rfind(" |");
+    REQUIRE(name_end != std::string::npos);
+    REQUIRE(reason_end > name_end + 4);
+    documented[line.substr(3, name_end - 3)] = line.substr(name_end + 4, reason_end - name_end - 4);
+  }
+  for (const auto& [name, reason] : listed) {
+    INFO(name);
+    REQUIRE(documented.count(name));
+    std::string escaped;
+    for (char c : reason) escaped += c == '|' ? std::string("\\|") : std::string(1, c);
+    CHECK(documented[name] == escaped);
+  }
+  CHECK(documented.size() == listed.size());
+}
+
+TEST_CASE("conformance: expected-failure lists are read strictly and compared by name") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fusectl::testing::processTempPath("fusectl_test_expected_failures");
+  fs::create_directories(dir);
+  const std::string path = (dir / "list.txt").string();
+  std::ofstream(path) << "# comment\ntest_a\tfail: reason\ntest_a\tagain\n";
+  CHECK_THROWS_WITH(kernels::readExpectedFailures(path), Catch::Contains("list.txt:3") &&
+                                                             Catch::Contains("listed twice"));
+  std::ofstream(path) << "test_a no tab\n";
+  CHECK_THROWS_WITH(kernels::readExpectedFailures(path), Catch::Contains("list.txt:1"));
+  std::ofstream(path) << "test_a\tfail: x\ntest_gone\tfail: y\n";
+  const auto listed = kernels::readExpectedFailures(path);
+  ConformanceReport report;
+  auto add = [&](const std::string& name, ConformanceStatus status) {
+    ConformanceResult r;
+    r.test.name = name;
+    r.test.dir = "/suite/" + name;
+    r.status = status;
+    r.detail = status == ConformanceStatus::Pass ? "" : "/suite/" + name + "/model.onnx:\tbad";
+    report.results.push_back(r);
+  };
+  add("test_a", ConformanceStatus::Pass);
+  add("test_b", ConformanceStatus::Unsupported);
+  const ExpectedFailureCheck check = checkExpectedFailures(report, listed);
+  CHECK(check.unexpected_passes == std::vector<std::string>{"test_a"});
+  REQUIRE(check.unexpected_failures.size() == 1);
+  CHECK_THAT(check.unexpected_failures[0], Catch::StartsWith("test_b (unsupported)"));
+  CHECK(check.stale == std::vector<std::string>{"test_gone"});
+  CHECK(expectedFailuresText(report, "# h") == "# h\ntest_b\tunsupported: model.onnx: bad\n");
+  fs::remove_all(dir);
 }
 
 TEST_CASE("conformance: binds inputs by name, else by position, and reports mismatches") {

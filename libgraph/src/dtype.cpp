@@ -13,13 +13,14 @@ struct DTypeInfo {
 
 // Indexed by the ONNX enum value; names follow onnx/defs/parser.h where it has them and the
 // lower-cased TensorProto enum names otherwise.
-constexpr std::array<DTypeInfo, 23> kDTypes = {{
+constexpr std::array<DTypeInfo, 27> kDTypes = {{
     {"undefined", 0},      {"float", 4},        {"uint8", 1},          {"int8", 1},
     {"uint16", 2},         {"int16", 2},        {"int32", 4},          {"int64", 8},
     {"string", 0},         {"bool", 1},         {"float16", 2},        {"double", 8},
     {"uint32", 4},         {"uint64", 8},       {"complex64", 8},      {"complex128", 16},
     {"bfloat16", 2},       {"float8e4m3fn", 1}, {"float8e4m3fnuz", 1}, {"float8e5m2", 1},
-    {"float8e5m2fnuz", 1}, {"uint4", 1},        {"int4", 1},
+    {"float8e5m2fnuz", 1}, {"uint4", 1},        {"int4", 1},          {"float4e2m1", 1},
+    {"float8e8m0", 1},     {"uint2", 1},        {"int2", 1},
 }};
 
 }  // namespace
@@ -33,11 +34,47 @@ size_t dtypeSize(DType t) {
   return dtypeIsKnown(v) ? kDTypes[static_cast<size_t>(v)].size : 0;
 }
 
+int dtypeBits(DType t) {
+  switch (t) {
+    case DType::Int4:
+    case DType::UInt4:
+    case DType::Float4E2M1: return 4;
+    case DType::Int2:
+    case DType::UInt2: return 2;
+    default: return static_cast<int>(8 * dtypeSize(t));
+  }
+}
+
+bool dtypeIsSubByte(DType t) {
+  const int bits = dtypeBits(t);
+  return bits > 0 && bits < 8;
+}
+
 size_t dtypeStorageBytes(DType t, int64_t count) {
   if (count <= 0) return 0;
   auto n = static_cast<size_t>(count);
-  if (t == DType::Int4 || t == DType::UInt4) return (n + 1) / 2;
+  if (dtypeIsSubByte(t)) {
+    const size_t per_byte = 8 / static_cast<size_t>(dtypeBits(t));
+    return (n + per_byte - 1) / per_byte;
+  }
   return n * dtypeSize(t);
+}
+
+int64_t dtypeMinIrVersion(DType t) {
+  switch (t) {
+    case DType::BFloat16: return 4;
+    case DType::Float8E4M3FN:
+    case DType::Float8E4M3FNUZ:
+    case DType::Float8E5M2:
+    case DType::Float8E5M2FNUZ: return 9;
+    case DType::UInt4:
+    case DType::Int4: return 10;
+    case DType::Float4E2M1: return 11;
+    case DType::Float8E8M0: return 12;
+    case DType::UInt2:
+    case DType::Int2: return 13;
+    default: return 3;
+  }
 }
 
 std::string_view dtypeName(DType t) {
@@ -60,7 +97,9 @@ bool dtypeIsFloat(DType t) {
     case DType::Float8E4M3FN:
     case DType::Float8E4M3FNUZ:
     case DType::Float8E5M2:
-    case DType::Float8E5M2FNUZ: return true;
+    case DType::Float8E5M2FNUZ:
+    case DType::Float8E8M0:
+    case DType::Float4E2M1: return true;
     default: return false;
   }
 }
@@ -76,7 +115,9 @@ bool dtypeIsInteger(DType t) {
     case DType::UInt32:
     case DType::UInt64:
     case DType::UInt4:
-    case DType::Int4: return true;
+    case DType::Int4:
+    case DType::UInt2:
+    case DType::Int2: return true;
     default: return false;
   }
 }

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/narrow_types.h"
 
 namespace fusectl {
 namespace {
@@ -56,29 +57,6 @@ double bfloat16ToDouble(uint16_t b) {
   float f;
   std::memcpy(&f, &bits, sizeof(f));
   return f;
-}
-
-// The four float8 formats differ in exponent width, bias and which codes mean NaN/Inf
-// (ONNX operators.md, "Float8 types").
-double float8ToDouble(uint8_t v, DType t) {
-  const bool e4 = t == DType::Float8E4M3FN || t == DType::Float8E4M3FNUZ;
-  const bool uz = t == DType::Float8E4M3FNUZ || t == DType::Float8E5M2FNUZ;
-  const int mant_bits = e4 ? 3 : 2;
-  const int exp_mask = e4 ? 0xf : 0x1f;
-  int bias = e4 ? 7 : 15;
-  if (uz) bias += 1;
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  if (uz && v == 0x80) return nan;  // the only NaN; there is no negative zero
-  double sign = (v & 0x80) ? -1.0 : 1.0;
-  int exponent = (v >> mant_bits) & exp_mask;
-  int mantissa = v & ((1 << mant_bits) - 1);
-  if (!uz) {
-    if (e4 && (v & 0x7f) == 0x7f) return nan;
-    if (!e4 && exponent == exp_mask)
-      return mantissa ? nan : sign * std::numeric_limits<double>::infinity();
-  }
-  if (exponent == 0) return sign * std::ldexp(mantissa, 1 - bias - mant_bits);
-  return sign * std::ldexp(mantissa + (1 << mant_bits), exponent - bias - mant_bits);
 }
 
 }  // namespace
@@ -275,10 +253,11 @@ double Tensor::valueAsDouble(int64_t index) const {
     case DType::Float8E4M3FN:
     case DType::Float8E4M3FNUZ:
     case DType::Float8E5M2:
-    case DType::Float8E5M2FNUZ: return float8ToDouble(p[i], dtype_);
+    case DType::Float8E5M2FNUZ:
+    case DType::Float8E8M0: return narrowFloatToDouble(p[i], dtype_);
+    case DType::Float4E2M1:
+      return narrowFloatToDouble(static_cast<uint8_t>(loadPacked(p, index, dtype_)), dtype_);
     case DType::Bool: return p[i] != 0 ? 1.0 : 0.0;
-    case DType::Int4:
-    case DType::UInt4: return static_cast<double>(valueAsInt64(index));
     default: return static_cast<double>(valueAsInt64(index));
   }
 }
@@ -299,12 +278,9 @@ int64_t Tensor::valueAsInt64(int64_t index) const {
     case DType::UInt64: return static_cast<int64_t>(load<uint64_t>(p + 8 * i));
     case DType::Bool: return p[i] != 0 ? 1 : 0;
     case DType::UInt4:
-    case DType::Int4: {
-      // Two elements per byte, the first in the low nibble.
-      int nibble = (i % 2 == 0) ? (p[i / 2] & 0x0f) : (p[i / 2] >> 4);
-      if (dtype_ == DType::Int4 && nibble >= 8) nibble -= 16;
-      return nibble;
-    }
+    case DType::Int4:
+    case DType::UInt2:
+    case DType::Int2: return loadPacked(p, index, dtype_);
     case DType::Float:
     case DType::Double:
     case DType::Float16:
@@ -312,7 +288,9 @@ int64_t Tensor::valueAsInt64(int64_t index) const {
     case DType::Float8E4M3FN:
     case DType::Float8E4M3FNUZ:
     case DType::Float8E5M2:
-    case DType::Float8E5M2FNUZ: {
+    case DType::Float8E5M2FNUZ:
+    case DType::Float8E8M0:
+    case DType::Float4E2M1: {
       double d = valueAsDouble(index);
       if (std::isnan(d)) return 0;
       if (d >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();

@@ -81,7 +81,7 @@ void dispatch(const KernelContext& ctx, DType t, Fn&& fn) {
 // kernels that only move elements. Fails for strings and sub-byte types.
 template <typename Fn>
 void dispatchBySize(const KernelContext& ctx, DType t, Fn&& fn) {
-  switch (t == DType::String ? 0 : (t == DType::Int4 || t == DType::UInt4) ? 0 : dtypeSize(t)) {
+  switch (t == DType::String || dtypeIsSubByte(t) ? 0 : dtypeSize(t)) {
     case 1: return fn(Tag<uint8_t>{});
     case 2: return fn(Tag<uint16_t>{});
     case 4: return fn(Tag<uint32_t>{});

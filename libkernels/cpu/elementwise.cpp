@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "broadcast.h"
+#include "cast_narrow.h"
 #include "dtype_dispatch.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/kernels/kernel.h"
@@ -380,13 +381,18 @@ void castTo(KernelContext& ctx, DType to) {
   }
   for (DType t : {x.dtype(), to}) {
     if (t == DType::String || t == DType::Complex64 || t == DType::Complex128 ||
-        static_cast<int32_t>(t) >= static_cast<int32_t>(DType::Float8E4M3FN))
+        !dtypeIsKnown(static_cast<int32_t>(t)))
       throw Error(ErrorKind::Unsupported,
                   fmt::format("node '{}' ({}): Cast from {} to {} is not supported",
                               ctx.node().label(), ctx.node().opType(), dtypeName(x.dtype()),
                               dtypeName(to)));
   }
   HostTensor& out = ctx.allocateOutput(0, to, x.dims());
+  if (dtypeIsNarrow(x.dtype()) || dtypeIsNarrow(to)) {
+    // saturate (opset 19+) only concerns float8/float4 targets; it defaults to true.
+    cpu::castNarrow(ctx, x, out, ctx.attrInt("saturate", 1) != 0, cpu::e8m0Rounding(ctx));
+    return;
+  }
   convertTensor(ctx, x, out);
 }
 

@@ -2,13 +2,16 @@
 //
 //   QuantizeLinear:   y = saturate(round_half_to_even(x / scale) + zero_point)
 //   DequantizeLinear: y = (x - zero_point) * scale
-// The quantized type is the zero point's type, else output_dtype (opset 21), else uint8; 8- and
-// 16-bit integers are supported (float8 and 4-bit types are not). Scales may be float16 or
-// bfloat16 from opset 19, and DequantizeLinear then returns the scale's type.
+// The quantized type is the zero point's type, else output_dtype (opset 21), else uint8: 8- and
+// 16-bit integers, the packed int4/uint4/int2/uint2 (rounded and clamped like the others), and
+// float8/float4e2m1, where x / scale is rounded to nearest even and saturates unless the
+// `saturate` attribute (opset 19+) is 0. Scales may be float16 or bfloat16 from opset 19, and
+// DequantizeLinear then returns the scale's type.
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "cast_narrow.h"
 #include "compute_common.h"
 
 namespace fusectl::kernels {
@@ -77,6 +80,30 @@ void quantizeTo(const float* x, const FloatView& scale, const HostTensor* zp,
   }
 }
 
+// The narrow targets, one element at a time: packed outputs are written nibble by nibble.
+void quantizeNarrow(const KernelContext& ctx, const float* x, const FloatView& scale,
+                    const HostTensor* zp, const ParamIndexer& idx, HostTensor& y, int64_t n) {
+  const DType t = y.dtype();
+  const bool saturate = ctx.attrInt("saturate", 1) != 0;
+  auto* bytes = static_cast<uint8_t*>(y.mutableRaw());
+  const auto lo = static_cast<double>(packedIntMin(t));
+  const auto hi = static_cast<double>(packedIntMax(t));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = idx(i);
+    const double z = zp ? elementValue(ctx, *zp, k) : 0.0;
+    const float q = x[i] / scale[k];
+    if (dtypeIsNarrowFloat(t)) {
+      const uint8_t code = doubleToNarrowFloat(static_cast<double>(q) + z, t, saturate);
+      if (t == DType::Float4E2M1) storePacked(bytes, i, t, code);
+      else bytes[i] = code;
+    } else {
+      double v = static_cast<double>(std::nearbyint(q)) + z;
+      v = std::isnan(v) ? 0.0 : std::min(std::max(v, lo), hi);
+      storePacked(bytes, i, t, static_cast<uint32_t>(static_cast<int64_t>(v)));
+    }
+  }
+}
+
 void runQuantize(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
   const HostTensor& scale_t = ctx.requireInput(1);
@@ -88,7 +115,7 @@ void runQuantize(KernelContext& ctx) {
   } else if (const int64_t od = ctx.attrInt("output_dtype", 0); od != 0) {
     yt = static_cast<DType>(od);
   }
-  if (!isQuantType(yt)) {
+  if (!isQuantType(yt) && !dtypeIsNarrow(yt)) {
     ctx.fail("quantized type " + std::string(dtypeName(yt)) + " is not supported");
   }
   if (!isFloatComputeType(x.dtype()) && x.dtype() != DType::Int32) {
@@ -99,6 +126,7 @@ void runQuantize(KernelContext& ctx) {
   FloatView xf(x), scale(scale_t);
   HostTensor& y = ctx.allocateOutput(0, yt, x.dims());
   const int64_t n = x.numel();
+  if (dtypeIsNarrow(yt)) return quantizeNarrow(ctx, xf.data(), scale, zp, idx, y, n);
   switch (yt) {
     case DType::UInt8: quantizeTo(xf.data(), scale, zp, idx, y.mutableData<uint8_t>(), n); break;
     case DType::Int8: quantizeTo(xf.data(), scale, zp, idx, y.mutableData<int8_t>(), n); break;
@@ -125,7 +153,7 @@ void runDequantize(KernelContext& ctx) {
   const HostTensor* zp = ctx.input(2);
   if (zp && zp->numel() == 0) zp = nullptr;
   if (zp && zp->dtype() != x.dtype()) ctx.fail("x_zero_point must have x's type");
-  if (!isQuantType(x.dtype()) && x.dtype() != DType::Int32) {
+  if (!isQuantType(x.dtype()) && x.dtype() != DType::Int32 && !dtypeIsNarrow(x.dtype())) {
     ctx.fail("x type " + std::string(dtypeName(x.dtype())) + " is not supported");
   }
   if (x.dtype() == DType::Int32 && zp) {
@@ -140,6 +168,16 @@ void runDequantize(KernelContext& ctx) {
   HostTensor& y = ctx.allocateOutput(0, yt, x.dims());
   FloatSink ys(y);
   const int64_t n = x.numel();
+  if (dtypeIsNarrow(x.dtype())) {
+    float* out = ys.data();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = idx(i);
+      const double z = zp ? elementValue(ctx, *zp, k) : 0.0;
+      out[i] = static_cast<float>(elementValue(ctx, x, i) - z) * scale[k];
+    }
+    ys.commit();
+    return;
+  }
   switch (x.dtype()) {
     case DType::UInt8: dequantizeFrom(x.data<uint8_t>(), scale, zp, idx, ys.data(), n); break;
     case DType::Int8: dequantizeFrom(x.data<int8_t>(), scale, zp, idx, ys.data(), n); break;

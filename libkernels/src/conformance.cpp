@@ -6,9 +6,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/narrow_types.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/compare.h"
 #include "fusectl/kernels/executor.h"
@@ -130,6 +132,27 @@ std::vector<fs::path> indexedFiles(const fs::path& dir, const std::string& prefi
   return files;
 }
 
+// Narrow outputs (float8, float4, e8m0, packed ints) compared by value: float32 for the float
+// formats (each of their values is exact there), int32 for the packed integers. Both sides
+// go through the same decoding, so a wrong code still shows as a wrong value.
+HostTensor widenNarrow(const HostTensor& t) {
+  if (!dtypeIsNarrow(t.dtype())) return t;
+  const bool is_float = dtypeIsNarrowFloat(t.dtype());
+  HostTensor wide(is_float ? DType::Float : DType::Int32, t.dims());
+  const auto* bytes = static_cast<const uint8_t*>(t.raw());
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+    if (!is_float) {
+      wide.mutableData<int32_t>()[i] = static_cast<int32_t>(loadPacked(bytes, i, t.dtype()));
+      continue;
+    }
+    const uint8_t code = t.dtype() == DType::Float4E2M1
+                             ? static_cast<uint8_t>(loadPacked(bytes, i, t.dtype()))
+                             : bytes[i];
+    wide.mutableData<float>()[i] = static_cast<float>(narrowFloatToDouble(code, t.dtype()));
+  }
+  return wide;
+}
+
 // "" when the data set passes, else why not.
 std::string runDataSet(Executor& executor, const Graph& graph, const fs::path& data_dir,
                        const ConformanceTest& test) {
@@ -175,7 +198,7 @@ std::string runDataSet(Executor& executor, const Graph& graph, const fs::path& d
       return what + " has shape " + formatDims(actual.dims()) + ", expected " +
              formatDims(expected.dims());
     }
-    const CompareResult r = compareTensors(actual, expected, tol);
+    const CompareResult r = compareTensors(widenNarrow(actual), widenNarrow(expected), tol);
     if (!r.passed) return what + ": " + r.describe(expected.dims());
   }
   return "";
@@ -264,6 +287,62 @@ ConformanceReport runConformance(const std::string& dir, const ConformanceOption
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
+}
+
+std::map<std::string, std::string> readExpectedFailures(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throwIo(path + ": cannot open for reading");
+  std::map<std::string, std::string> listed;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    const size_t tab = line.find('\t');
+    const std::string where = path + ":" + std::to_string(line_no) + ": ";
+    if (tab == std::string::npos || tab == 0 || tab + 1 >= line.size())
+      throwInvalid(where + "expected 'test_name<TAB>reason'");
+    if (!listed.emplace(line.substr(0, tab), line.substr(tab + 1)).second)
+      throwInvalid(where + line.substr(0, tab) + " is listed twice");
+  }
+  return listed;
+}
+
+ExpectedFailureCheck checkExpectedFailures(const ConformanceReport& report,
+                                           const std::map<std::string, std::string>& listed) {
+  ExpectedFailureCheck check;
+  std::set<std::string> ran;
+  for (const ConformanceResult& r : report.results) {
+    ran.insert(r.test.name);
+    const bool is_listed = listed.count(r.test.name) > 0;
+    if (r.status != ConformanceStatus::Pass && !is_listed) {
+      check.unexpected_failures.push_back(r.test.name + " (" +
+                                          std::string(conformanceStatusName(r.status)) +
+                                          "): " + r.detail);
+    } else if (r.status == ConformanceStatus::Pass && is_listed) {
+      check.unexpected_passes.push_back(r.test.name);
+    }
+  }
+  for (const auto& entry : listed)
+    if (!ran.count(entry.first)) check.stale.push_back(entry.first);
+  return check;
+}
+
+std::string expectedFailuresText(const ConformanceReport& report, const std::string& header) {
+  std::string out = header;
+  if (!out.empty() && out.back() != '\n') out += '\n';
+  for (const ConformanceResult& r : report.results) {
+    if (r.status == ConformanceStatus::Pass) continue;
+    std::string detail = r.detail;
+    // Paths differ between checkouts: keep what is inside the test's folder.
+    for (size_t at; (at = detail.find(r.test.dir + "/")) != std::string::npos;)
+      detail.erase(at, r.test.dir.size() + 1);
+    for (char& c : detail)
+      if (c == '\n' || c == '\t' || c == '\r') c = ' ';
+    out += r.test.name + "\t" + std::string(conformanceStatusName(r.status)) + ": " + detail + "\n";
+  }
+  return out;
 }
 
 }  // namespace fusectl::kernels

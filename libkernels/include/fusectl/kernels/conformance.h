@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,5 +76,24 @@ ConformanceResult runConformanceTest(const ConformanceTest& test,
 // Runs every selected test; `on_result` (may be empty) sees each result as it completes.
 ConformanceReport runConformance(const std::string& dir, const ConformanceOptions& options = {},
                                  const std::function<void(const ConformanceResult&)>& on_result = {});
+
+// An expected-failures list: "test_name<TAB>reason" per line, '#' starts a comment line.
+// Throws fusectl::Error naming the file and line on a malformed or duplicated entry.
+std::map<std::string, std::string> readExpectedFailures(const std::string& path);
+
+// A run held against an expected-failures list: what differs, as "name (status): detail" for
+// failures and bare names otherwise. Only names are compared, not reasons.
+struct ExpectedFailureCheck {
+  std::vector<std::string> unexpected_failures;  // not passing, not listed
+  std::vector<std::string> unexpected_passes;    // listed, but passing now
+  std::vector<std::string> stale;                // listed, but no such test ran
+  bool ok() const { return unexpected_failures.empty() && unexpected_passes.empty() && stale.empty(); }
+};
+ExpectedFailureCheck checkExpectedFailures(const ConformanceReport& report,
+                                           const std::map<std::string, std::string>& listed);
+
+// The list for `report`'s non-passing tests, one "name<TAB>status: detail" line each (the
+// detail on one line, without the test folder's path), after `header` ('#' lines).
+std::string expectedFailuresText(const ConformanceReport& report, const std::string& header);
 
 }  // namespace fusectl::kernels
