@@ -332,7 +332,7 @@ const BadInput kBadInputs[] = {
     {"testdata/bad/shadow_input.onnx", 3, "shadows a graph input"},
     {"testdata/bad/dangling_output.onnx", 3, "'nothing_makes_me' is not produced"},
     {"testdata/bad/ir_version_0.onnx", 3, "IR version 0"},
-    {"testdata/bad/ir_version_11.onnx", 3, "IR version 11"},
+    {"testdata/bad/ir_version_14.onnx", 3, "IR version 14"},
     {"testdata/bad/attr_type_mismatch.onnx", 3, "attribute 'alpha'"},
     {"testdata/bad/attr_undefined_type.onnx", 3, "attribute 'alpha'"},
     {"testdata/bad/raw_data_short.onnx", 3, "raw_data has 8 bytes"},
