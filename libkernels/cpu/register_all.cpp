@@ -14,6 +14,8 @@ void registerQuantizeKernels(KernelRegistry& r);
 void registerElementwiseKernels(KernelRegistry& r);
 void registerReduceKernels(KernelRegistry& r);
 void registerTensorKernels(KernelRegistry& r);
+// Composite fusectl ops of the transformer fusions (attention.cpp).
+void registerAttentionKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -25,6 +27,7 @@ void registerAllKernels(KernelRegistry& r) {
   registerElementwiseKernels(r);
   registerReduceKernels(r);
   registerTensorKernels(r);
+  registerAttentionKernels(r);
 }
 
 }  // namespace fusectl::kernels
