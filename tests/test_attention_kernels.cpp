@@ -1,6 +1,8 @@
 // fusectl::Attention's CPU kernel against a naive double-precision attention written here:
 // multi-head and grouped-query heads, a broadcast additive mask, the causal cut (including
-// S < T, bottom-right aligned), threads, and the errors for inputs that do not agree.
+// S < T, bottom-right aligned), threads, and the errors for inputs that do not agree. Then
+// fuse-attention at -O3 on the bundled BERT and LLaMA layers: one Attention per layer, same
+// outputs through the executor.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -8,7 +10,11 @@
 #include <vector>
 
 #include "fusectl/graph/graph.h"
+#include "fusectl/graph/onnx_io.h"
+#include "fusectl/kernels/executor.h"
 #include "fusectl/kernels/kernel.h"
+#include "fusectl/kernels/seeded_inputs.h"
+#include "fusectl/passes/pipeline.h"
 #include "kernel_case.h"
 
 namespace {
@@ -186,4 +192,64 @@ TEST_CASE("attention kernel: inputs that do not agree are one-line errors naming
   const auto q2 = randomFloats(static_cast<size_t>(p.B * p.Hq * p.S * p.D), 1);
   CHECK_THROWS_WITH(runKernel(p, q2, k, v, randomFloats(6, 4)),
                     Catch::Contains("does not broadcast to the scores"));
+}
+
+namespace {
+
+size_t countOps(const fusectl::Graph& g, const std::string& op) {
+  size_t n = 0;
+  for (const Node* node : g.nodesOfType(op)) n += node != nullptr ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("fuse-attention at -O3 leaves one Attention per layer and keeps the outputs",
+          "[attention][passes]") {
+  using namespace fusectl;
+  struct ModelCase {
+    const char* name;
+    std::vector<std::pair<std::string, Shape>> shapes;  // sequence 7, batch 2
+    int64_t causal;
+  };
+  const std::vector<ModelCase> models = {
+      {"bert_layer", {{"hidden", Shape::ofStatic({2, 7, 64})}, {"attention_mask", Shape::ofStatic({2, 1, 1, 7})}}, 0},
+      {"llama_layer", {{"hidden", Shape::ofStatic({2, 7, 64})}, {"cos", Shape::ofStatic({7, 16})}, {"sin", Shape::ofStatic({7, 16})}}, 1},
+  };
+  for (const ModelCase& mc : models) {
+    INFO(mc.name);
+    const std::string path = std::string(FUSECTL_SOURCE_DIR) + "/testdata/models/" + mc.name + ".onnx";
+    std::unique_ptr<Model> before = loadModel(path);
+    std::unique_ptr<Model> after = loadModel(path);
+    REQUIRE(countOps(*before->graph, "Softmax") == 1);
+    passes::Report report;
+    passes::PassManagerOptions options;
+    options.verify_each = true;
+    REQUIRE(passes::PassManager(options).run(*after, passes::Pipeline::forLevel(3), report));
+    CHECK(countOps(*after->graph, "Softmax") == 0);
+    std::vector<Node*> fused;
+    for (Node* n : after->graph->nodesOfType("Attention", "fusectl")) fused.push_back(n);
+    REQUIRE(fused.size() == 1);
+    CHECK(fused[0]->attrInt("causal", -1) == mc.causal);
+    CHECK(fused[0]->attrFloat("scale", 0) == Approx(0.25));  // 1 / sqrt(16)
+    for (uint64_t seed : {1u, 2u}) {
+      std::vector<kernels::NamedTensor> inputs = kernels::makeRandomInputs(*before->graph, seed, mc.shapes);
+      std::vector<kernels::NamedTensor> want = kernels::runModel(*before, inputs);
+      std::vector<kernels::NamedTensor> got = kernels::runModel(*after, inputs);
+      REQUIRE(want.size() == got.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        const HostTensor& w = want[i].tensor;
+        const HostTensor& g = got[i].tensor;
+        REQUIRE(w.dims() == g.dims());
+        double diff = 0, scale = 0;
+        for (int64_t k = 0; k < w.numel(); ++k) {
+          diff = std::max(diff, double(std::fabs(g.data<float>()[k] - w.data<float>()[k])));
+          scale = std::max(scale, double(std::fabs(w.data<float>()[k])));
+        }
+        INFO("seed " << seed << ": max abs diff " << diff << ", max |output| " << scale);
+        REQUIRE(scale > 0);
+        CHECK(diff <= 1e-5 * scale);
+      }
+    }
+  }
 }
