@@ -6,9 +6,11 @@ namespace fusectl {
 
 // Declared here rather than in a header per family: this list is their only caller.
 // (Families add their declarations and entries below.)
+std::string buildAttentionFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/attention.cpp
 
 const std::vector<CompositeBody>& compositeBodyBuilders() {
   static const std::vector<CompositeBody> table = {
+      {"Attention", buildAttentionFunction},
   };
   return table;
 }

@@ -34,6 +34,8 @@ void registerStringKernels(KernelRegistry& r);
 void registerBoolReductionKernels(KernelRegistry& r);
 void registerLabelEncoderKernels(KernelRegistry& r);
 void registerRoiAlignKernels(KernelRegistry& r);
+// Composite fusectl ops of the transformer fusions (attention.cpp).
+void registerAttentionKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -64,6 +66,7 @@ void registerAllKernels(KernelRegistry& r) {
   registerBoolReductionKernels(r);
   registerLabelEncoderKernels(r);
   registerRoiAlignKernels(r);
+  registerAttentionKernels(r);
 }
 
 }  // namespace fusectl::kernels

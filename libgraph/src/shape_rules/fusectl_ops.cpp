@@ -14,11 +14,24 @@ bool everyOutputAsInput(RuleContext& ctx) {
   return true;
 }
 
+// Attention: Y is [B, Hq, S, Dv] from Q [B, Hq, S, D] and V [B, Hkv, T, Dv], Q's dtype.
+bool attentionShape(RuleContext& ctx) {
+  const Shape& q = ctx.inShape(0);
+  const Shape& v = ctx.inShape(2);
+  if (!q.hasRank() || !v.hasRank() || q.rank() != 4 || v.rank() != 4) {
+    ctx.setOutput(0, ctx.inDType(0), unknownDims(4));
+    return true;
+  }
+  ctx.setOutput(0, ctx.inDType(0), Shape({q[0], q[1], q[2], v[3]}));
+  return true;
+}
+
 }  // namespace
 
 void registerFusectlOpRules(RuleRegistry& r) {
   for (const FusedOpInfo& op : allFusedOps())
     if (op.shape_rule == FusedShapeRule::SameAsInput) r.add(kFusectlDomain, op.name, everyOutputAsInput);
+  r.add(kFusectlDomain, "Attention", attentionShape);
 }
 
 }  // namespace fusectl::shape_rules

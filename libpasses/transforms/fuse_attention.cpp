@@ -1,0 +1,514 @@
+// fuse-attention: scaled dot-product attention between the head split and the head merge
+// becomes one fusectl::Attention node.
+//
+//   scores = MatMul(q, Transpose(k))            q [B, Hq, S, D], k [B, Hkv, T, D]
+//   scores = scores * c | scores / c              (optional)
+//   scores = scores + mask                        (optional)
+//   scores = Where(causal condition, -big, scores) (optional)
+//   y      = MatMul(Softmax(scores, -1), v)       v [B, Hkv, T, Dv] (maybe repeat_kv'd)
+//     =>   y = fusectl.Attention<scale, causal>(q, K, v, M)
+//
+// The pattern anchors on Softmax -> MatMul and walks up the score chain. Forms taken:
+//   - scale: Mul by a scalar constant c (scale = c), Div by one (scale = 1/c), or none (scale 1:
+//     the model folded it into q, which stays as it is);
+//   - mask: an Add of a value broadcast to the scores (the additive mask, input M), and/or a
+//     Where(cond, fill, scores) whose cond is the causal mask: Greater(Unsqueeze(r, 0),
+//     Unsqueeze(r, 1)) (or Less with the operands swapped), possibly through a Cast to bool, of
+//     r = Range(0, n, 1) with n the query length, or a constant bool matrix that is strictly
+//     upper triangular; fill a scalar constant at most -1e9 (masked keys get weight 0); or
+//     GPT-2's Where(keep, scores, fill) with keep a lower triangular constant buffer sliced from
+//     0 to the sequence length on its last two axes;
+//   - K^T: a Transpose of rank 4 (K is its input with the last two axes swapped back: no node
+//     when the Transpose swapped only those, else a new Transpose); K and V may come through
+//     HF's repeat_kv (Unsqueeze(2) -> Expand -> Reshape), which is peeled: the kernel maps
+//     query head h to key/value head h / (Hq / Hkv).
+// Conditions, checked in this order, each a reported rejection:
+//  1. the scores chain between the two MatMuls is one of the forms above, each intermediate
+//     read only by the next node and no graph output (they disappear);
+//  2. Softmax is over the last axis;
+//  3. the scale is a one-element constant;
+//  4. the additive mask broadcasts to the scores without enlarging them (the Add's output has
+//     the scores' shape) and has rank <= 4;
+//  5. the causal condition is one of the forms above, over a length equal to the query and the
+//     key length (S = T, so the bottom-right alignment of `causal` changes nothing);
+//  6. K^T is a Transpose of a rank-4 value;
+//  7. Q, K and V have rank 4, one batch, equal head sizes, and the head counts are derivable:
+//     Hq a static multiple of Hkv, or the two provably equal;
+//  8. float32, and the model's opset is at least 13 (the function body needs it).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <optional>
+
+#include "constant_math.h"
+#include "fusectl/passes/rewriter.h"
+#include "pass_factories.h"
+
+namespace fusectl::passes {
+namespace {
+
+struct Site {
+  Node* qk = nullptr;
+  Value* q = nullptr;
+  Node* k_transpose = nullptr;
+  Value* k_source = nullptr;               // K^T's Transpose input
+  std::vector<int64_t> k_perm;             // K = Transpose(k_source, k_perm); identity: K is k_source
+  Value* k = nullptr;                      // K when no new Transpose is needed (after repeat_kv)
+  Value* v = nullptr;
+  Value* mask = nullptr;
+  Node* mask_add = nullptr;
+  Node* where = nullptr;
+  Node* scale_node = nullptr;
+  float scale = 1.f;
+  bool causal = false;
+  bool where_keeps = false;  // Where(keep, scores, fill) rather than Where(hide, fill, scores)
+};
+
+std::optional<double> scalarConstant(const Value* v) {
+  if (!v || !v->isConstant()) return std::nullopt;
+  const Tensor* t = v->initializer();
+  if (t->numel() != 1) return std::nullopt;
+  return t->valueAsDouble(0);
+}
+
+std::string describe(const Value* v) {
+  if (!v->isConstant()) return fmt::format("'{}' ({})", v->name(), nonConstantOrigin(*v));
+  std::optional<double> c = scalarConstant(v);
+  if (c) return fmt::format("'{}' (= {})", v->name(), *c);
+  return fmt::format("'{}' ({} elements)", v->name(), v->initializer()->numel());
+}
+
+Node* producerOf(const Value* v, std::string_view op) {
+  Node* p = v ? v->producer() : nullptr;
+  return p && p->domain().empty() && p->is(op) ? p : nullptr;
+}
+
+// The intermediate `v` (output of `n`) is read by one node and is no graph output.
+bool disappears(const Node& n, Why& why) {
+  const Value* v = n.output(0);
+  if (!v->isGraphOutput() && v->uniqueConsumer() && v->uses().size() == 1) return true;
+  return why.fail(n, [&] {
+    return fmt::format("{} output '{}' is read elsewhere too, so the attention cannot absorb it",
+                       n.label(), v->name());
+  });
+}
+
+// Unsqueeze's axes (attribute before opset 13, constant input from 13).
+std::optional<std::vector<int64_t>> unsqueezeAxes(const Node& n) {
+  if (n.numInputs() >= 2 && n.input(1)) {
+    if (!n.input(1)->isConstant()) return std::nullopt;
+    const Tensor* t = n.input(1)->initializer();
+    std::vector<int64_t> axes;
+    for (int64_t i = 0; i < t->numel(); ++i) axes.push_back(static_cast<int64_t>(t->valueAsDouble(i)));
+    return axes;
+  }
+  if (!n.attr("axes")) return std::nullopt;
+  return n.attrInts("axes");
+}
+
+// HF repeat_kv, Reshape(Expand(Unsqueeze(x, 2), [B, H, n, T, D]), [B, H*n, T, D]): x when `v`
+// is that (dims checked by shape inference), else `v`.
+Value* peelRepeatKv(Value* v) {
+  Node* reshape = producerOf(v, "Reshape");
+  Node* expand = reshape ? producerOf(reshape->input(0), "Expand") : nullptr;
+  Node* unsq = expand ? producerOf(expand->input(0), "Unsqueeze") : nullptr;
+  if (!unsq) return v;
+  std::optional<std::vector<int64_t>> axes = unsqueezeAxes(*unsq);
+  if (!axes || axes->size() != 1 || ((*axes)[0] != 2 && (*axes)[0] != -3)) return v;
+  Value* x = unsq->input(0);
+  const Shape& xs = x->shape();
+  const Shape& es = expand->output(0)->shape();
+  const Shape& rs = v->shape();
+  if (!xs.hasRank() || !es.hasRank() || !rs.hasRank() || xs.rank() != 4 || es.rank() != 5 ||
+      rs.rank() != 4)
+    return v;
+  // Only axis 2 is expanded, and the Reshape merges it into the heads.
+  const bool only_group_grows = xs[0].provablyEqual(es[0]) && xs[1].provablyEqual(es[1]) &&
+                                xs[2].provablyEqual(es[3]) && xs[3].provablyEqual(es[4]);
+  const bool merges_heads = rs[0].provablyEqual(xs[0]) && rs[2].provablyEqual(xs[2]) &&
+                            rs[3].provablyEqual(xs[3]) && es[2].isStatic() && xs[1].isStatic() &&
+                            rs[1].isStatic() && rs[1].value() == xs[1].value() * es[2].value();
+  return only_group_grows && merges_heads ? x : v;
+}
+
+// Whether `n` traces, through Casts, to Gather(Shape(x), i) with x's dim i provably `want`, or
+// is a constant equal to a static `want`.
+bool isLength(const Value* n, const Dim& want) {
+  // One-element plumbing that keeps the value: Cast, Squeeze, Unsqueeze.
+  for (;;) {
+    Node* p = n->producer();
+    if (!p || !p->domain().empty() || !(p->is("Cast") || p->is("Squeeze") || p->is("Unsqueeze")))
+      break;
+    n = p->input(0);
+  }
+  if (std::optional<double> c = scalarConstant(n)) return want.isStatic() && *c == want.value();
+  Node* gather = producerOf(n, "Gather");
+  if (!gather) gather = producerOf(n, "Slice");  // Slice(Shape(x), [i], [i + 1])
+  Node* shape = gather ? producerOf(gather->input(0), "Shape") : nullptr;
+  if (!shape || shape->numInputs() != 1 || shape->attr("start") || shape->attr("end")) return false;
+  if (gather->is("Slice")) {
+    std::optional<double> from = scalarConstant(gather->input(1));
+    std::optional<double> to = gather->numInputs() > 2 ? scalarConstant(gather->input(2)) : std::nullopt;
+    if (!from || !to || *to != *from + 1) return false;  // [-2, -1) is dim -2 too
+    if (gather->numInputs() > 3 && gather->input(3)) {
+      std::optional<double> axis = scalarConstant(gather->input(3));
+      if (!axis || *axis != 0) return false;
+    }
+    if (gather->numInputs() > 4 && gather->input(4)) {
+      std::optional<double> step = scalarConstant(gather->input(4));
+      if (!step || *step != 1) return false;
+    }
+  }
+  std::optional<double> index = scalarConstant(gather->input(1));
+  const Shape& s = shape->input(0)->shape();
+  if (!index || !s.hasRank()) return false;
+  int64_t i = static_cast<int64_t>(*index);
+  if (i < 0) i += static_cast<int64_t>(s.rank());
+  return i >= 0 && i < static_cast<int64_t>(s.rank()) && s[static_cast<size_t>(i)].provablyEqual(want);
+}
+
+// Whether `cond` is key t hidden from query s exactly when t > s, for S = T = `len`.
+bool isCausalCondition(const Value* cond, const Dim& len) {
+  while (Node* c = producerOf(cond, "Cast")) cond = c->input(0);
+  if (cond->isConstant()) {
+    const Tensor* t = cond->initializer();
+    const std::vector<int64_t>& d = t->dims();
+    if (d.size() < 2 || !len.isStatic() || d[d.size() - 1] != len.value() ||
+        d[d.size() - 2] != len.value() || t->numel() != len.value() * len.value())
+      return false;
+    const int64_t n = len.value();
+    for (int64_t s = 0; s < n; ++s)
+      for (int64_t k = 0; k < n; ++k)
+        if ((t->valueAsDouble(s * n + k) != 0) != (k > s)) return false;
+    return true;
+  }
+  Node* cmp = producerOf(cond, "Greater");
+  Value *col = nullptr, *row = nullptr;  // Greater(col, row) or Less(row, col)
+  if (cmp) {
+    col = cmp->input(0);
+    row = cmp->input(1);
+  } else if ((cmp = producerOf(cond, "Less"))) {
+    row = cmp->input(0);
+    col = cmp->input(1);
+  } else {
+    return false;
+  }
+  Node* uc = producerOf(col, "Unsqueeze");
+  Node* ur = producerOf(row, "Unsqueeze");
+  if (!uc || !ur || uc->input(0) != ur->input(0)) return false;
+  std::optional<std::vector<int64_t>> ac = unsqueezeAxes(*uc), ar = unsqueezeAxes(*ur);
+  if (!ac || !ar || *ac != std::vector<int64_t>{0} || *ar != std::vector<int64_t>{1}) return false;
+  Node* range = producerOf(uc->input(0), "Range");
+  if (!range) return false;
+  std::optional<double> start = scalarConstant(range->input(0));
+  std::optional<double> delta = scalarConstant(range->input(2));
+  return start && *start == 0 && delta && *delta == 1 && isLength(range->input(1), len);
+}
+
+// Whether `keep` is GPT-2's causal buffer: Slices from 0 to `len` on the last two axes of a
+// constant whose last two axes hold a lower triangular (t <= s) matrix; the top-left block of
+// a lower triangular matrix is lower triangular.
+bool isCausalKeep(const Value* keep, const Dim& len) {
+  bool sliced[2] = {false, false};
+  while (Node* slice = producerOf(keep, "Slice")) {
+    if (slice->numInputs() < 4 || !slice->input(3)) return false;
+    const Shape& in = slice->input(0)->shape();
+    std::optional<double> start = scalarConstant(slice->input(1));
+    std::optional<double> axis = scalarConstant(slice->input(3));
+    if (!in.hasRank() || !start || *start != 0 || !axis || !isLength(slice->input(2), len)) return false;
+    if (slice->numInputs() > 4 && slice->input(4)) {
+      std::optional<double> step = scalarConstant(slice->input(4));
+      if (!step || *step != 1) return false;
+    }
+    int64_t a = static_cast<int64_t>(*axis);
+    const int64_t rank = static_cast<int64_t>(in.rank());
+    if (a < 0) a += rank;
+    if (a != rank - 1 && a != rank - 2) return false;
+    sliced[a - (rank - 2)] = true;
+    keep = slice->input(0);
+  }
+  if (!keep->isConstant()) return false;
+  const Tensor* t = keep->initializer();
+  const std::vector<int64_t>& d = t->dims();
+  if (d.size() < 2) return false;
+  const int64_t rows = d[d.size() - 2], cols = d[d.size() - 1];
+  // Unsliced axes must already have the length.
+  if ((!sliced[0] && !(len.isStatic() && rows == len.value())) ||
+      (!sliced[1] && !(len.isStatic() && cols == len.value())))
+    return false;
+  for (int64_t i = 0; i < t->numel(); ++i) {
+    const int64_t s = (i / cols) % rows, k = i % cols;
+    if ((t->valueAsDouble(i) != 0) != (k <= s)) return false;
+  }
+  return true;
+}
+
+// Whether `v` is MatMul(Q, K^T) or its scale (Mul/Div of it): the scores operand of the mask
+// Add, told apart from a mask computed in the graph ((1 - m) * -10000).
+bool leadsToScores(const Value* v) {
+  if (producerOf(v, "MatMul")) return true;
+  Node* p = v->producer();
+  if (!p || !p->domain().empty() || !(p->is("Mul") || p->is("Div")) || p->numInputs() != 2) return false;
+  return producerOf(p->input(0), "MatMul") || (p->is("Mul") && producerOf(p->input(1), "MatMul"));
+}
+
+enum Check { kChain = 1, kSoftmax, kScale, kMask, kCausal, kTranspose, kHeads, kAll };
+
+// The site, or nullopt with `why`; checks conditions 1..upto (the header's numbering).
+std::optional<Site> analyze(const Match& m, Why& why, int upto) {
+  Node* softmax = m.get("sm");
+  Node* pv = m.get("pv");
+  Site site;
+  if (pv->input(0) != softmax->output(0)) {
+    why.fail(*pv, [&] { return fmt::format("{} reads {} as V, not as the weights", pv->label(), softmax->label()); });
+    return std::nullopt;
+  }
+  if (!disappears(*softmax, why)) return std::nullopt;
+  site.v = pv->input(1);
+  // 1. Walk the score chain up from the Softmax.
+  Value* x = softmax->input(0);
+  for (int step = 0; step < 3; ++step) {
+    Node* p = x->producer();
+    if (!p || !p->domain().empty()) break;
+    if (p->is("Where") && !site.where && !site.mask_add && !site.scale_node) {
+      if (!disappears(*p, why)) return std::nullopt;
+      site.where = p;
+      // Where(hide, fill, scores), or GPT-2's Where(keep, scores, fill).
+      site.where_keeps = !p->input(1)->isConstant() && p->input(2)->isConstant();
+      x = p->input(site.where_keeps ? 1 : 2);
+    } else if (p->is("Add") && !site.mask_add && !site.scale_node) {
+      // The scores operand is the one produced by the MatMul or its scale.
+      int scores = -1;
+      for (int i = 0; i < 2 && scores < 0; ++i)
+        if (leadsToScores(p->input(i))) scores = i;
+      if (scores < 0) break;
+      if (!disappears(*p, why)) return std::nullopt;
+      site.mask_add = p;
+      site.mask = p->input(1 - scores);
+      x = p->input(scores);
+    } else if ((p->is("Mul") || p->is("Div")) && !site.scale_node) {
+      if (!disappears(*p, why)) return std::nullopt;
+      site.scale_node = p;
+      const bool swapped = p->is("Mul") && producerOf(p->input(1), "MatMul") && !producerOf(p->input(0), "MatMul");
+      x = p->input(swapped ? 1 : 0);
+    } else {
+      break;
+    }
+  }
+  site.qk = producerOf(x, "MatMul");
+  if (!site.qk) {
+    Node* p = x->producer();
+    why.fail(*softmax, [&] {
+      return fmt::format("{} input is not MatMul(Q, K^T) under an optional scale, mask and causal "
+                         "Where: the chain stops at {}",
+                         softmax->label(), p ? p->label() : fmt::format("'{}'", x->name()));
+    });
+    return std::nullopt;
+  }
+  if (!disappears(*site.qk, why)) return std::nullopt;
+  site.q = site.qk->input(0);
+  if (upto < kSoftmax) return site;
+
+  // 2. Softmax over the last axis.
+  const Shape& scores_shape = site.qk->output(0)->shape();
+  int64_t axis = softmax->attrInt("axis", -1);
+  const int64_t rank = scores_shape.hasRank() ? static_cast<int64_t>(scores_shape.rank()) : -1;
+  if (!(axis == -1 || (rank > 0 && axis == rank - 1))) {
+    why.fail(*softmax, [&] { return fmt::format("{} normalizes axis {}, not the last (key) axis", softmax->label(), axis); });
+    return std::nullopt;
+  }
+  if (upto < kScale) return site;
+
+  // 3. The scale is a one-element constant.
+  if (Node* s = site.scale_node) {
+    const Value* c = s->is("Div") ? s->input(1) : otherOperand(*s, x);
+    std::optional<double> value = c ? scalarConstant(c) : std::nullopt;
+    if (!value || *value == 0 || !std::isfinite(*value)) {
+      why.fail(*s, [&] {
+        return fmt::format("{} scales the scores by {}, not by a nonzero one-element constant",
+                           s->label(), c ? describe(c) : std::string("its own input"));
+      });
+      return std::nullopt;
+    }
+    site.scale = static_cast<float>(s->is("Div") ? 1.0 / *value : *value);
+  }
+  if (upto < kMask) return site;
+
+  // 4. The additive mask broadcasts to the scores.
+  if (Node* add = site.mask_add) {
+    const Shape& out = add->output(0)->shape();
+    const Shape& ms = site.mask->shape();
+    bool same = out.hasRank() && scores_shape.hasRank() && out.rank() == scores_shape.rank();
+    for (size_t i = 0; same && i < out.rank(); ++i) same = out[i].provablyEqual(scores_shape[i]);
+    if (!same || !ms.hasRank() || ms.rank() > 4 || site.mask->dtype() != DType::Float) {
+      why.fail(*add, [&] {
+        return fmt::format("{} mask '{}' of shape {} does not provably broadcast to the scores {} "
+                           "(the sum has shape {}; the mask must be float32 of rank <= 4)",
+                           add->label(), site.mask->name(), ms.str(), scores_shape.str(), out.str());
+      });
+      return std::nullopt;
+    }
+  }
+  if (upto < kCausal) return site;
+
+  // 5. The causal Where.
+  if (Node* w = site.where) {
+    const Shape& qs = site.q->shape();
+    const Value* fill_value = w->input(site.where_keeps ? 2 : 1);
+    std::optional<double> fill = scalarConstant(fill_value);
+    if (!fill || *fill > -1e9) {
+      why.fail(*w, [&] {
+        return fmt::format("{} fills masked scores with {}, not a one-element constant <= -1e9 "
+                           "(masked keys would keep some weight)", w->label(), describe(fill_value));
+      });
+      return std::nullopt;
+    }
+    const bool square = qs.hasRank() && qs.rank() == 4 && scores_shape.hasRank() &&
+                        scores_shape.rank() == 4 && scores_shape[2].provablyEqual(scores_shape[3]);
+    const bool causal = square && (site.where_keeps ? isCausalKeep(w->input(0), scores_shape[2])
+                                                    : isCausalCondition(w->input(0), scores_shape[2]));
+    if (!causal) {
+      why.fail(*w, [&] {
+        return fmt::format("{} condition '{}' is not a causal mask (t > s over Range(0, n, 1) with n "
+                           "the query length, a constant strictly upper triangular matrix, or for "
+                           "Where(keep, scores, fill) a lower triangular constant sliced from 0 to "
+                           "the length) of scores {} whose query and key lengths are provably equal",
+                           w->label(), w->input(0)->name(), scores_shape.str());
+      });
+      return std::nullopt;
+    }
+    site.causal = true;
+  }
+  if (upto < kTranspose) return site;
+
+  // 6. K^T is a rank-4 Transpose.
+  Node* kt = producerOf(site.qk->input(1), "Transpose");
+  const std::vector<int64_t> perm = kt ? kt->attrInts("perm") : std::vector<int64_t>{};
+  if (!kt || perm.size() != 4) {
+    why.fail(*site.qk, [&] {
+      return fmt::format("{} second operand '{}' is not a Transpose of a rank-4 K, so K is not "
+                         "available untransposed", site.qk->label(), site.qk->input(1)->name());
+    });
+    return std::nullopt;
+  }
+  site.k_transpose = kt;
+  site.k_source = kt->input(0);
+  site.k_perm = {perm[0], perm[1], perm[3], perm[2]};
+  if (site.k_perm == std::vector<int64_t>{0, 1, 2, 3}) site.k = peelRepeatKv(site.k_source);
+  site.v = peelRepeatKv(site.v);
+  if (upto < kHeads) return site;
+
+  // 7. Ranks, batch, head size and head counts.
+  const Shape& qs = site.q->shape();
+  const Shape& vs = site.v->shape();
+  Shape ks;
+  if (site.k) {
+    ks = site.k->shape();
+  } else if (site.k_source->shape().hasRank() && site.k_source->shape().rank() == 4) {
+    std::vector<Dim> d;
+    for (int64_t a : site.k_perm) d.push_back(site.k_source->shape()[static_cast<size_t>(a)]);
+    ks = Shape(d);
+  }
+  auto rank4 = [](const Shape& s) { return s.hasRank() && s.rank() == 4; };
+  if (!rank4(qs) || !rank4(ks) || !rank4(vs)) {
+    why.fail(*site.qk, [&] {
+      return fmt::format("Q {}, K {} or V {} is not of rank 4 ([batch, heads, sequence, head size])",
+                         qs.str(), ks.str(), vs.str());
+    });
+    return std::nullopt;
+  }
+  const bool agree = qs[0].provablyEqual(ks[0]) && qs[0].provablyEqual(vs[0]) &&
+                     qs[3].provablyEqual(ks[3]) && ks[1].provablyEqual(vs[1]) &&
+                     ks[2].provablyEqual(vs[2]);
+  const bool heads = qs[1].provablyEqual(ks[1]) ||
+                     (qs[1].isStatic() && ks[1].isStatic() && ks[1].value() > 0 &&
+                      qs[1].value() % ks[1].value() == 0);
+  if (!agree || !heads) {
+    why.fail(*site.qk, [&] {
+      return fmt::format("the head count is not derivable: Q {}, K {} and V {} do not provably "
+                         "share batch, head size and key length with Q's heads a multiple of K's",
+                         qs.str(), ks.str(), vs.str());
+    });
+    return std::nullopt;
+  }
+  return site;
+}
+
+Constraint check(const char* name, int upto) {
+  return {name, [upto](const Match& m, Why& why) { return analyze(m, why, upto).has_value(); }};
+}
+
+Pattern buildPattern() {
+  using namespace constraints;
+  Pattern p = Pattern::parse("^sm:Softmax -> pv:MatMul", "attention");
+  p.require(check("attention-chain", kChain))
+      .require(check("softmax-last-axis", kSoftmax))
+      .require(check("scale-constant", kScale))
+      .require(check("mask-broadcastable", kMask))
+      .require(check("causal-mask", kCausal))
+      .require(check("k-transposed", kTranspose))
+      .require(check("heads-derivable", kHeads))
+      .require(dtypeIn({"sm", "pv"}, {DType::Float}));
+  p.producing({"fusectl::Attention"});
+  return p;
+}
+
+class FuseAttentionPass : public Pass {
+ public:
+  const PassInfo& info() const override { return FuseAttentionPassInfo; }
+
+  std::vector<Pattern> patterns() const override { return {buildPattern()}; }
+
+  bool run(const Graph& graph, PassContext& ctx) override {
+    if (ctx.opset() < 13) {
+      ctx.count("skipped_opset_below_13");
+      return false;
+    }
+    const Pattern pattern = buildPattern();
+    return applyPattern(graph, ctx, pattern, [&](Rewriter& rw, const Match& m) {
+             fuse(rw, pattern, m);
+             return true;
+           }) > 0;
+  }
+
+ private:
+  static void fuse(Rewriter& rw, const Pattern& pattern, const Match& m) {
+    Why checked(false);  // every constraint held
+    Site site = *analyze(m, checked, kAll);
+    Node* pv = m.get("pv");
+    Value* k = site.k;
+    if (!k) {
+      const Shape& src = site.k_source->shape();
+      std::vector<Dim> d;
+      for (int64_t a : site.k_perm) d.push_back(src[static_cast<size_t>(a)]);
+      NewNode t;
+      t.op_type = "Transpose";
+      t.inputs = {site.k_source};
+      t.attributes.push_back(Attribute::ofInts("perm", site.k_perm));
+      t.name = site.k_transpose->name() + "_untransposed";
+      t.naming = NodeNaming::Unique;
+      ValueType type;
+      type.dtype = site.k_source->dtype();
+      type.shape = Shape(d);
+      k = rw.addNode(std::move(t), site.k_source->name() + "_heads", type, pv)->output(0);
+    }
+    Value* mask = site.mask;
+    if (!mask) mask = rw.addConstant("attention_no_mask", Tensor::fromValues(DType::Float, {}, std::vector<float>{0.f}));
+    NewNode attention;
+    attention.op_type = "Attention";
+    attention.domain = "fusectl";
+    attention.inputs = {site.q, k, site.v, mask};
+    attention.attributes.push_back(Attribute::ofFloat("scale", site.scale));
+    attention.attributes.push_back(Attribute::ofInt("causal", site.causal ? 1 : 0));
+    attention.name = pv->name();
+    rw.replaceMatch(pattern.name, m, pv->output(0), std::move(attention));
+    rw.context().count(site.causal ? "fused_causal_attention" : "fused_attention");
+    if (k != site.k_source && site.k == nullptr) rw.context().count("untransposed_k");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createFuseAttentionPass() { return std::make_unique<FuseAttentionPass>(); }
+
+}  // namespace fusectl::passes
