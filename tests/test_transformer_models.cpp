@@ -107,7 +107,7 @@ std::vector<TransformerModel> transformerModels() {
         {"Softmax", 1}, {"Sqrt", 4}, {"Transpose", 5}, {"Unsqueeze", 10}, {"Where", 3}}},
       // After -O3: as llama_gqa_block, with each RMSNorm taking its Cast pair (fp16 in and out)
       // and the (1 + w) weight folded into one constant: 4 RMSNorm-family nodes, no ReduceMean.
-      {"qwen_fp16_block",
+      {"fp16/qwen_fp16_block",
        {{"hidden", {2, 8, 128}}, {"cos", {8, 16}}, {"sin", {8, 16}}},
        true,
        {{"Add", 8}, {"Cast", 8}, {"Concat", 9}, {"Equal", 2}, {"Expand", 2}, {"Gather", 6},

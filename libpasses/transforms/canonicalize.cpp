@@ -108,6 +108,23 @@ Constraint floatArithmetic(std::string capture) {
           }};
 }
 
+// Replaces `old` by `node`, which computes the same value: readers of old's output read the new
+// node's, which then takes over the output's name; old and what only it read are erased. Not
+// replaceMatch: a canonical spelling is no fusion, so it leaves no fusion site in the report and
+// no stamp in the doc string.
+void replaceNode(Rewriter& rw, Node* old, NewNode node) {
+  Value* y = old->output(0);
+  const std::string name = y->name();
+  node.name = old->name();
+  node.naming = NodeNaming::TakeOver;
+  node.doc_string = old->doc_string;
+  Node* n = rw.addNode(std::move(node), name + "_canonical", y->type, old);
+  rw.replaceByEquivalent(old, n);
+  if (n->output(0)->name() != name && !rw.graph().findValue(name)) {
+    rw.renameValue(n->output(0), name);
+  }
+}
+
 // ---- pow-square and pow-rsqrt ----
 Constraint powExponent() {
   return {"exponent:p", [](const Match& m, Why& why) {
@@ -144,12 +161,10 @@ void rewritePow(Rewriter& rw, const Match& m) {
   Value* x = p->input(0);
   Value* y = p->output(0);
   NewNode out;
-  out.name = p->name();
-  out.doc_string = p->doc_string;
   if (*scalarConstant(p->input(1)) == 2.0) {
     out.op_type = "Mul";
     out.inputs = {x, x};
-    rw.replaceMatch("pow-square", m, y, std::move(out));
+    replaceNode(rw, p, std::move(out));
     rw.context().count("pow_to_mul");
     return;
   }
@@ -161,7 +176,7 @@ void rewritePow(Rewriter& rw, const Match& m) {
   Node* s = rw.addNode(std::move(sqrt), y->name() + "_sqrt", y->type, p);
   out.op_type = "Reciprocal";
   out.inputs = {s->output(0)};
-  rw.replaceMatch("pow-rsqrt", m, y, std::move(out));
+  replaceNode(rw, p, std::move(out));
   rw.context().count("pow_to_rsqrt");
 }
 
@@ -245,9 +260,7 @@ void rewriteDivOne(Rewriter& rw, const Match& m) {
   NewNode r;
   r.op_type = "Reciprocal";
   r.inputs = {d->input(1)};
-  r.name = d->name();
-  r.doc_string = d->doc_string;
-  rw.replaceMatch("div-one", m, d->output(0), std::move(r));
+  replaceNode(rw, d, std::move(r));
   rw.context().count("div_to_reciprocal");
 }
 
@@ -262,9 +275,7 @@ void rewriteDivByConstant(Rewriter& rw, const Match& m) {
   NewNode mul;
   mul.op_type = "Mul";
   mul.inputs = {d->input(0), inverse};
-  mul.name = d->name();
-  mul.doc_string = d->doc_string;
-  rw.replaceMatch("div-by-constant", m, d->output(0), std::move(mul));
+  replaceNode(rw, d, std::move(mul));
   rw.context().count("div_to_mul");
 }
 
@@ -280,9 +291,7 @@ void rewriteAddNeg(Rewriter& rw, const Match& m) {
   NewNode sub;
   sub.op_type = "Sub";
   sub.inputs = {m.value("x"), m.value("y")};
-  sub.name = a->name();
-  sub.doc_string = a->doc_string;
-  rw.replaceMatch("add-neg", m, a->output(0), std::move(sub));
+  replaceNode(rw, a, std::move(sub));
   rw.context().count("add_neg_to_sub");
 }
 
@@ -368,9 +377,7 @@ void rewriteHardSwish(Rewriter& rw, const Match& m) {
   NewNode hs;
   hs.op_type = "HardSwish";
   hs.inputs = {m.value("x")};
-  hs.name = mul->name();
-  hs.doc_string = mul->doc_string;
-  rw.replaceMatch("hard-swish", m, mul->output(0), std::move(hs));
+  replaceNode(rw, mul, std::move(hs));
   rw.context().count("hard_swish");
 }
 

@@ -284,7 +284,10 @@ def make_models():
     model = QwenFp16Block()
     randomize_norms(model, gen)
     hidden = torch.randn(2, seq, 128, generator=gen).half()
-    models.append(("qwen_fp16_block", model, (hidden, cos, sin), dict(
+    # In models/fp16/: the whole-folder ORT differential test (tests/test_executor.cpp, "[ort]")
+    # compares at float32 tolerances (rtol 1e-4), below one float16 ulp (2^-11 relative);
+    # tests/test_transformer_models.cpp compares it with ORT at float16 tolerance.
+    models.append(("fp16/qwen_fp16_block", model, (hidden, cos, sin), dict(
         input_names=["hidden", "cos", "sin"], output_names=["output"],
         dynamic_axes=dict(seq_axes("hidden", "output"), **rope_axes), fold=False)))
 
@@ -334,7 +337,7 @@ def verify(name, m, hist):
         require(hist["ReduceMean"] == 4, "llama_gqa_block: 4 RMSNorms (2 + QK-norm) expected")
         for op in ("Expand", "Neg", "Concat", "Sigmoid", "Where", "Softmax"):
             require(hist[op] > 0, "llama_gqa_block: missing " + op)
-    elif name == "qwen_fp16_block":
+    elif name == "fp16/qwen_fp16_block":
         require(hist["ReduceMean"] == 4 and hist["Cast"] >= 8, "qwen_fp16_block: Cast-wrapped norms")
         fp16_in = m.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
         require(fp16_in, "qwen_fp16_block: hidden must be float16")
@@ -362,7 +365,7 @@ def write_reference(out_dir):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--reference":
         return write_reference(sys.argv[2])
-    os.makedirs(em.OUT_DIR, exist_ok=True)
+    os.makedirs(os.path.join(em.OUT_DIR, "fp16"), exist_ok=True)
     for name, model, args, kw in make_models():
         if kw.pop("fold", True):
             m, hist = export(model, args, name, **kw)
