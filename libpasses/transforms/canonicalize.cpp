@@ -1,0 +1,493 @@
+// canonicalize: turn equivalent exporter spellings into one form, so that each fusion pass
+// matches one shape (one pattern per fusion, not one per exporter).
+//
+// Rewrites (each a pattern; x, v, y any values, c a constant):
+//   pow-square        Pow(x, 2)                 -> Mul(x, x)                       exact
+//   pow-rsqrt         Pow(v, -0.5)              -> Reciprocal(Sqrt(v))             <= 1.5 ulp
+//   div-one           Div(1, y)                 -> Reciprocal(y)                   exact
+//   div-by-constant   Div(x, c)                 -> Mul(x, 1/c)  (c powers of two)  exact
+//   add-neg           Add(x, Neg(y))            -> Sub(x, y)                       exact
+//   one-plus-weight   Add(1, w), w constant     -> the constant 1 + w (Gemma)      exact
+//   hard-swish        Mul(x, HardSigmoid(x))    -> HardSwish(x)  (alpha 1/6, beta 0.5, opset >= 14)
+//   constant-second   Add/Mul(c, x)             -> Add/Mul(x, c)                   exact
+//
+// THE canonical reciprocal square root is Reciprocal(Sqrt(v)): Div(1, Sqrt(v)) (torch's rsqrt
+// before opset 13... and after) becomes it through div-one, Pow(v, -0.5) through pow-rsqrt, and
+// the RMSNorm fusion matches only it. A division by a computed square root, Div(x, Sqrt(v)) (the
+// layer-norm spelling), is left alone: turning it into Mul(x, Reciprocal(Sqrt(v))) would round
+// twice where the model rounds once.
+//
+// ReduceMean keeps the axes spelling its opset requires (attribute up to opset 17, input from
+// 18: an opset-18 model cannot carry the attribute); passes read both through
+// constantReduceAxes() (src/reduce_axes.h), which is the one form for matching.
+//
+// Legality, checked in this order (each failure is a reported rejection):
+//  1. The constant operand has one element and no more dims than the other operand, so the
+//     result keeps the other operand's shape (a [1, 1] exponent would broadcast x up a rank).
+//  2. The constants are exact: Pow's exponent is exactly 2 or -0.5, Div's numerator exactly 1,
+//     HardSigmoid's alpha 1/6 within float rounding (relative 1e-6) and beta 0.5.
+//  3. div-by-constant: every element of c is a power of two whose reciprocal is a normal float,
+//     so 1/c is exact and x * (1/c) is x / c bit for bit. Other divisors are kept: x / c and
+//     x * fl(1/c) differ by up to one ulp, and the fusions accept Div as well as Mul where a
+//     scale is a constant (attention's 1/sqrt(d), Gelu's sqrt(2)).
+//  4. The arithmetic is float32 or float64 (pow-rsqrt, div-by-constant, hard-swish): a float16
+//     chain rounds after each op, and the replacement would round differently.
+//  5. hard-swish: the model's opset is at least 14 (HardSwish does not exist before; the pass
+//     does not raise the model's opset, which would change other ops' semantics), and the
+//     HardSigmoid is read by that Mul only (otherwise it would be computed twice).
+//
+// Numeric bounds: everything but pow-rsqrt is bit-exact. pow-rsqrt rounds twice (sqrt, then
+// 1/s) where pow rounds once: at most 1.5 ulp (relative 1.8e-7 in float32) apart.
+// Not canonicalized here: the Erf-spelled GELU's multiplication orders (fuse-gelu's job), the
+// fp16 Cast pair around a norm (fuse-rms-norm takes the Cast-wrapped form whole), and
+// ReduceSum(x) / N for a mean (ReduceMean sums then divides too, but in a different order).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <optional>
+
+#include "constant_math.h"
+#include "fusectl/passes/rewriter.h"
+#include "pass_factories.h"
+
+namespace fusectl::passes {
+namespace {
+
+constexpr double kSixth = 1.0 / 6.0;
+
+// The value of a one-element constant, or nullopt.
+std::optional<double> scalarConstant(const Value* v) {
+  if (!v || !v->isConstant() || v->initializer()->numel() != 1) return std::nullopt;
+  return v->initializer()->valueAsDouble(0);
+}
+
+std::string describeConstant(const Value* c) {
+  std::optional<double> s = scalarConstant(c);
+  if (s) return fmt::format("'{}' (= {})", c->name(), *s);
+  return fmt::format("'{}' ({} elements)", c->name(), c->initializer()->numel());
+}
+
+bool isFloat32Or64(DType t) { return t == DType::Float || t == DType::Double; }
+
+// Condition 1: constant `c` (input `c_input` of the capture) has one element and no more dims
+// than the node's other operand, whose rank is known.
+Constraint scalarKeepsShape(std::string capture, size_t c_input) {
+  return {"scalar-constant:" + capture, [capture, c_input](const Match& m, Why& why) {
+            Node* n = m.get(capture);
+            const Value* c = n->input(c_input);
+            const Value* other = n->input(1 - c_input);
+            if (c->initializer()->numel() != 1) {
+              return why.fail(*n, [&] {
+                return fmt::format("{} reads {}, not a one-element constant", n->label(),
+                                   describeConstant(c));
+              });
+            }
+            if (!other->shape().hasRank() || c->shape().rank() > other->shape().rank()) {
+              return why.fail(*n, [&] {
+                return fmt::format(
+                    "{}: constant '{}' has shape {} and '{}' shape {}: the constant could "
+                    "broadcast the result to a higher rank",
+                    n->label(), c->name(), c->shape().str(), other->name(), other->shape().str());
+              });
+            }
+            return true;
+          }};
+}
+
+Constraint floatArithmetic(std::string capture) {
+  return {"dtype:" + capture, [capture](const Match& m, Why& why) {
+            Node* n = m.get(capture);
+            const DType t = n->output(0)->dtype();
+            if (isFloat32Or64(t)) return true;
+            return why.fail(*n, [&] {
+              return fmt::format(
+                  "{} computes in {}: only float32/float64 are rewritten (the replacement "
+                  "would round differently)",
+                  n->label(), dtypeName(t));
+            });
+          }};
+}
+
+// Replaces `old` by `node`, which computes the same value: readers of old's output read the new
+// node's, which then takes over the output's name; old and what only it read are erased. Not
+// replaceMatch: a canonical spelling is no fusion, so it leaves no fusion site in the report and
+// no stamp in the doc string.
+void replaceNode(Rewriter& rw, Node* old, NewNode node) {
+  Value* y = old->output(0);
+  const std::string name = y->name();
+  node.name = old->name();
+  node.naming = NodeNaming::TakeOver;
+  node.doc_string = old->doc_string;
+  Node* n = rw.addNode(std::move(node), name + "_canonical", y->type, old);
+  rw.replaceByEquivalent(old, n);
+  if (n->output(0)->name() != name && !rw.graph().findValue(name)) {
+    rw.renameValue(n->output(0), name);
+  }
+}
+
+// ---- pow-square and pow-rsqrt ----
+Constraint powExponent() {
+  return {"exponent:p", [](const Match& m, Why& why) {
+            Node* p = m.get("p");
+            const double e = *scalarConstant(p->input(1));
+            if (e == 2.0) return true;
+            if (e == -0.5) {
+              if (isFloat32Or64(p->output(0)->dtype())) return true;
+              return why.fail(*p, [&] {
+                return fmt::format(
+                    "{} computes Pow(v, -0.5) in {}: Reciprocal(Sqrt(v)) rounds twice, which "
+                    "only float32/float64 absorb",
+                    p->label(), dtypeName(p->output(0)->dtype()));
+              });
+            }
+            return why.fail(*p, [&] {
+              return fmt::format(
+                  "{} raises to {}: only 2 (-> Mul(x, x)) and -0.5 (-> Reciprocal(Sqrt(x))) "
+                  "have a canonical form",
+                  p->label(), e);
+            });
+          }};
+}
+
+Pattern powPattern() {
+  Pattern p = Pattern::parse("^p:Pow($x, $e:const)", "pow-canonical");
+  p.require(scalarKeepsShape("p", 1)).require(powExponent());
+  p.produces = {"Mul", "Reciprocal", "Sqrt"};
+  return p;
+}
+
+void rewritePow(Rewriter& rw, const Match& m) {
+  Node* p = m.get("p");
+  Value* x = p->input(0);
+  Value* y = p->output(0);
+  NewNode out;
+  if (*scalarConstant(p->input(1)) == 2.0) {
+    out.op_type = "Mul";
+    out.inputs = {x, x};
+    replaceNode(rw, p, std::move(out));
+    rw.context().count("pow_to_mul");
+    return;
+  }
+  NewNode sqrt;
+  sqrt.op_type = "Sqrt";
+  sqrt.inputs = {x};
+  sqrt.name = p->name().empty() ? "" : p->name() + "_sqrt";
+  sqrt.naming = NodeNaming::Unique;
+  Node* s = rw.addNode(std::move(sqrt), y->name() + "_sqrt", y->type, p);
+  out.op_type = "Reciprocal";
+  out.inputs = {s->output(0)};
+  replaceNode(rw, p, std::move(out));
+  rw.context().count("pow_to_rsqrt");
+}
+
+// ---- div-one and div-by-constant ----
+// Div(c, y): the numerator is exactly 1 (condition 2).
+Constraint numeratorIsOne() {
+  return {"numerator-one:d", [](const Match& m, Why& why) {
+            Node* d = m.get("d");
+            if (*scalarConstant(d->input(0)) == 1.0) return true;
+            return why.fail(*d, [&] {
+              return fmt::format("{} divides {}, not 1: only 1 / y is a reciprocal", d->label(),
+                                 describeConstant(d->input(0)));
+            });
+          }};
+}
+
+Constraint nonConstant(std::string capture, size_t input, std::string why_it_matters) {
+  return {"computed:" + capture, [=](const Match& m, Why& why) {
+            Node* n = m.get(capture);
+            if (!n->input(input)->isConstant()) return true;
+            return why.fail(*n, [&] {
+              return fmt::format("{}: '{}' is a constant too ({})", n->label(),
+                                 n->input(input)->name(), why_it_matters);
+            });
+          }};
+}
+
+Pattern divOnePattern() {
+  Pattern p = Pattern::parse("^d:Div($one:const, $y)", "div-one");
+  p.require(nonConstant("d", 1, "fold-constants evaluates it"))
+      .require(scalarKeepsShape("d", 0))
+      .require(numeratorIsOne())
+      .require(floatArithmetic("d"));
+  p.produces = {"Reciprocal"};
+  return p;
+}
+
+// 1/v when v is a power of two whose reciprocal is a normal number of `t`; nullopt otherwise.
+std::optional<double> exactReciprocal(double v, DType t) {
+  if (!std::isfinite(v) || v == 0) return std::nullopt;
+  int exponent = 0;
+  if (std::fabs(std::frexp(v, &exponent)) != 0.5) return std::nullopt;
+  const double r = 1.0 / v;
+  const double smallest_normal = t == DType::Float ? 1.1754943508222875e-38 : 2.2250738585072014e-308;
+  const double largest = t == DType::Float ? 3.4028234663852886e+38 : 1.7976931348623157e+308;
+  if (std::fabs(r) < smallest_normal || std::fabs(r) > largest) return std::nullopt;
+  return r;
+}
+
+Constraint divisorHasExactReciprocal() {
+  return {"exact-reciprocal:d", [](const Match& m, Why& why) {
+            Node* d = m.get("d");
+            const Value* c = d->input(1);
+            const std::vector<double> values = constantAsDoubles(*c->initializer());
+            for (double v : values) {
+              if (exactReciprocal(v, c->dtype())) continue;
+              return why.fail(*d, [&] {
+                const std::string element =
+                    values.size() == 1 ? "" : fmt::format(", element {}", v);
+                return fmt::format(
+                    "{} divides by {}{}: 1/c is not exact in {} (c must be a power of two with "
+                    "a normal reciprocal), so x * (1/c) could differ from x / c by one ulp",
+                    d->label(), describeConstant(c), element, dtypeName(c->dtype()));
+              });
+            }
+            return true;
+          }};
+}
+
+Pattern divByConstantPattern() {
+  Pattern p = Pattern::parse("^d:Div($x, $c:const)", "div-by-constant");
+  p.require(nonConstant("d", 0, "fold-constants evaluates it"))
+      .require(floatArithmetic("d"))
+      .require(divisorHasExactReciprocal());
+  p.produces = {"Mul"};
+  return p;
+}
+
+void rewriteDivOne(Rewriter& rw, const Match& m) {
+  Node* d = m.get("d");
+  NewNode r;
+  r.op_type = "Reciprocal";
+  r.inputs = {d->input(1)};
+  replaceNode(rw, d, std::move(r));
+  rw.context().count("div_to_reciprocal");
+}
+
+void rewriteDivByConstant(Rewriter& rw, const Match& m) {
+  Node* d = m.get("d");
+  const Value* c = d->input(1);
+  const Tensor& t = *c->initializer();
+  std::vector<double> values = constantAsDoubles(t);
+  for (double& v : values) v = *exactReciprocal(v, c->dtype());
+  Value* inverse = rw.addConstant(c->name() + "_reciprocal",
+                                  tensorFromDoubles(c->dtype(), t.dims(), values));
+  NewNode mul;
+  mul.op_type = "Mul";
+  mul.inputs = {d->input(0), inverse};
+  replaceNode(rw, d, std::move(mul));
+  rw.context().count("div_to_mul");
+}
+
+// ---- add-neg ----
+Pattern addNegPattern() {
+  Pattern p = Pattern::parse("^a:Add($x, n:Neg($y))", "add-neg");
+  p.produces = {"Sub"};
+  return p;
+}
+
+void rewriteAddNeg(Rewriter& rw, const Match& m) {
+  Node* a = m.get("a");
+  NewNode sub;
+  sub.op_type = "Sub";
+  sub.inputs = {m.value("x"), m.value("y")};
+  replaceNode(rw, a, std::move(sub));
+  rw.context().count("add_neg_to_sub");
+}
+
+// ---- one-plus-weight ----
+// Add(1, w) with both constant: which input is the scalar 1, or nullopt.
+std::optional<size_t> onePosition(const Node& a) {
+  for (size_t i : {size_t{0}, size_t{1}}) {
+    std::optional<double> s = scalarConstant(a.input(i));
+    if (s && *s == 1.0 && a.input(i)->shape().rank() <= a.input(1 - i)->shape().rank()) return i;
+  }
+  return std::nullopt;
+}
+
+Constraint addsOneToWeight() {
+  return {"one-plus-weight:a", [](const Match& m, Why& why) {
+            Node* a = m.get("a");
+            if (!onePosition(*a)) {
+              return why.fail(*a, [&] {
+                return fmt::format(
+                    "{} adds {} and {}: neither is a one-element 1 of no higher rank than the "
+                    "other (fold-constants evaluates other constant sums)",
+                    a->label(), describeConstant(a->input(0)), describeConstant(a->input(1)));
+              });
+            }
+            if (isFoldableFloat(a->output(0)->dtype())) return true;
+            return why.fail(*a, [&] {
+              return fmt::format("{} adds {} numbers, not floats", a->label(),
+                                 dtypeName(a->output(0)->dtype()));
+            });
+          }};
+}
+
+Pattern onePlusWeightPattern() {
+  Pattern p = Pattern::parse("^a:Add($p:const, $q:const)", "one-plus-weight");
+  p.require(addsOneToWeight());
+  return p;
+}
+
+void rewriteOnePlusWeight(Rewriter& rw, const Match& m) {
+  Node* a = m.get("a");
+  const Value* w = a->input(1 - *onePosition(*a));
+  std::vector<double> values = constantAsDoubles(*w->initializer());
+  for (double& v : values) v += 1.0;  // exact in double; rounded once, as Add rounds
+  Value* y = a->output(0);
+  rw.replaceWithConstants(a, {{y, tensorFromDoubles(y->dtype(), w->initializer()->dims(), values)}});
+  rw.context().count("folded_one_plus_weight");
+}
+
+// ---- hard-swish ----
+Constraint hardSwishGate(int64_t opset) {
+  return {"hard-swish:h", [opset](const Match& m, Why& why) {
+            Node* h = m.get("h");
+            const float alpha = h->attrFloat("alpha", 0.2f);
+            const float beta = h->attrFloat("beta", 0.5f);
+            if (std::fabs(alpha - kSixth) > 1e-6 * kSixth || beta != 0.5f) {
+              return why.fail(*h, [&] {
+                return fmt::format("{} has alpha={} beta={}; HardSwish is alpha=1/6, beta=0.5",
+                                   h->label(), alpha, beta);
+              });
+            }
+            if (opset > 0 && opset < 14) {
+              return why.fail(*m.get("m"), [&] {
+                return fmt::format(
+                    "{} is x * HardSigmoid(x), but the model imports opset {}: HardSwish needs "
+                    "opset 14 (left as written; raising the opset would change other ops)",
+                    m.get("m")->label(), opset);
+              });
+            }
+            return true;
+          }};
+}
+
+Pattern hardSwishPattern(int64_t opset) {
+  using namespace constraints;
+  Pattern p = Pattern::parse("^m:Mul($x, h:HardSigmoid($x))", "hard-swish");
+  p.require(hardSwishGate(opset)).require(uniqueConsumer("h")).require(floatArithmetic("m"));
+  p.produces = {"HardSwish"};
+  return p;
+}
+
+void rewriteHardSwish(Rewriter& rw, const Match& m) {
+  Node* mul = m.get("m");
+  NewNode hs;
+  hs.op_type = "HardSwish";
+  hs.inputs = {m.value("x")};
+  replaceNode(rw, mul, std::move(hs));
+  rw.context().count("hard_swish");
+}
+
+// ---- constant-second ----
+// Add/Mul(c, x) -> Add/Mul(x, c): no pattern, since every Add and Mul would be a candidate and
+// the only way to fail is to already be canonical. Input 1 is rewired first, so the constant
+// is never left without a reader (rewireInput would remove it).
+size_t putConstantsSecond(const Graph& graph, PassContext& ctx) {
+  Rewriter rw(ctx);
+  size_t swapped = 0;
+  for (const char* op : {"Add", "Mul"}) {
+    for (Node* n : graph.nodesOfType(op)) {
+      if (n->numInputs() != 2) continue;
+      Value* c = n->input(0);
+      Value* x = n->input(1);
+      if (!c->isConstant() || x->isConstant()) continue;
+      if (!ctx.allowRewrite()) return swapped;
+      rw.rewireInput(n, 1, c);
+      rw.rewireInput(n, 0, x);
+      ++swapped;
+    }
+  }
+  if (swapped > 0) ctx.count("constant_second", static_cast<int64_t>(swapped));
+  return swapped;
+}
+
+// Candidates: the nodes a rule looks at, a cheap test before matching. Only candidates that do
+// not qualify are reported, so that `match --explain` lists the spellings that almost have a
+// canonical form, not every Div and Add of the model.
+bool readsInitializer(const Node& n, size_t input) {
+  return n.numInputs() == 2 && n.input(input) && n.input(input)->isConstant();
+}
+bool powByConstant(const Node& n) { return readsInitializer(n, 1); }
+bool divOfConstant(const Node& n) { return readsInitializer(n, 0); }
+bool divByConstant(const Node& n) { return readsInitializer(n, 1); }
+bool addOfConstants(const Node& n) { return readsInitializer(n, 0) && readsInitializer(n, 1); }
+bool anyNode(const Node&) { return true; }
+// Mul(x, HardSigmoid(x)) in either order: a Mul by a HardSigmoid of something else (the gate
+// of a squeeze-excitation block) is no candidate.
+bool timesItsHardSigmoid(const Node& n) {
+  if (n.numInputs() != 2) return false;
+  for (size_t i : {size_t{0}, size_t{1}}) {
+    const Node* h = n.input(i) ? n.input(i)->producer() : nullptr;
+    if (h && h->is("HardSigmoid") && h->input(0) == n.input(1 - i)) return true;
+  }
+  return false;
+}
+
+struct Rule {
+  Pattern pattern;
+  bool (*candidate)(const Node&);
+  void (*rewrite)(Rewriter&, const Match&);
+};
+
+std::vector<Rule> rules(int64_t opset) {
+  return {{powPattern(), powByConstant, rewritePow},
+          {divOnePattern(), divOfConstant, rewriteDivOne},
+          {divByConstantPattern(), divByConstant, rewriteDivByConstant},
+          {addNegPattern(), anyNode, rewriteAddNeg},
+          {onePlusWeightPattern(), addOfConstants, rewriteOnePlusWeight},
+          {hardSwishPattern(opset), timesItsHardSigmoid, rewriteHardSwish}};
+}
+
+// One sweep of a rule over its candidates, as they were when the sweep began. Counters:
+// "candidates", "rewrites".
+size_t applyRule(const Graph& graph, PassContext& ctx, const Rule& rule) {
+  Rewriter rw(ctx);
+  AnchorMatcher matcher(rule.pattern);
+  MatchOptions options;
+  options.explain = ctx.explain();
+  options.report_structural = false;
+  size_t rewrites = 0;
+  for (Node* anchor : patternAnchors(graph, rule.pattern)) {
+    if (rw.erased(anchor) || !rule.candidate(*anchor)) continue;
+    ctx.count("candidates");
+    Match m;
+    NearMiss miss;
+    bool missed = false;
+    if (!matcher.match(graph, anchor, options, m, options.explain ? &miss : nullptr, &missed)) {
+      if (missed && options.explain) rw.reject(miss);
+      continue;
+    }
+    if (!ctx.allowRewrite()) break;
+    rule.rewrite(rw, m);
+    ctx.count("rewrites");
+    ++rewrites;
+  }
+  return rewrites;
+}
+
+class CanonicalizePass : public Pass {
+ public:
+  const PassInfo& info() const override { return CanonicalizePassInfo; }
+
+  std::vector<Pattern> patterns() const override {
+    std::vector<Pattern> out;
+    for (Rule& r : rules(0)) out.push_back(std::move(r.pattern));
+    return out;
+  }
+
+  bool run(const Graph& graph, PassContext& ctx) override {
+    size_t changed = 0;
+    for (const Rule& rule : rules(ctx.opset())) changed += applyRule(graph, ctx, rule);
+    changed += putConstantsSecond(graph, ctx);
+    return changed > 0;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createCanonicalizePass() { return std::make_unique<CanonicalizePass>(); }
+
+}  // namespace fusectl::passes
