@@ -6,9 +6,15 @@ namespace fusectl {
 
 // Declared here rather than in a header per family: this list is their only caller.
 // (Families add their declarations and entries below.)
+std::string buildSwiGLUFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/swiglu.cpp
+std::string buildGeluTanhFunction(const FusedOpInfo& op, int64_t opset);   // fused_bodies/gelu.cpp
+std::string buildQuickGeluFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/gelu.cpp
 
 const std::vector<CompositeBody>& compositeBodyBuilders() {
   static const std::vector<CompositeBody> table = {
+      {"SwiGLU", buildSwiGLUFunction},
+      {"GeluTanh", buildGeluTanhFunction},
+      {"QuickGelu", buildQuickGeluFunction},
   };
   return table;
 }

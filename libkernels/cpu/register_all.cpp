@@ -14,6 +14,9 @@ void registerQuantizeKernels(KernelRegistry& r);
 void registerElementwiseKernels(KernelRegistry& r);
 void registerReduceKernels(KernelRegistry& r);
 void registerTensorKernels(KernelRegistry& r);
+// Issue 12's transformer ops, one file each.
+void registerSwiGLUKernels(KernelRegistry& r);             // swiglu.cpp
+void registerGeluApproximationKernels(KernelRegistry& r);  // gelu_approximations.cpp
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -25,6 +28,8 @@ void registerAllKernels(KernelRegistry& r) {
   registerElementwiseKernels(r);
   registerReduceKernels(r);
   registerTensorKernels(r);
+  registerSwiGLUKernels(r);
+  registerGeluApproximationKernels(r);
 }
 
 }  // namespace fusectl::kernels
