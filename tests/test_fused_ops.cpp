@@ -45,8 +45,8 @@ TEST_CASE("fused ops: every spelling decodes to what it encodes", "[functions][f
       CHECK(fusedSpellingName(op.name, s->bias, s->residual, s->activation) == name);
     });
   }
-  // FusedConv and FusedGemm: (bias, residual) x (no activation + 9 activations).
-  CHECK(count == 2 * 4 * 10);
+  // FusedConv, FusedGemm and FusedMatMul: (bias, residual) x (no activation + 9 activations).
+  CHECK(count == 3 * 4 * 10);
   CHECK(names.size() == count);
   CHECK(names.count("FusedGemm_NoBias_Add_HardSwish") == 1);
 
@@ -295,7 +295,8 @@ TEST_CASE("cli: fusectl ops", "[cli][fused-ops]") {
   CHECK(j["ops"][1]["attributes"][0] ==
         nlohmann::json({{"name", "alpha"}, {"type", "float"}, {"passed_to", "Gemm"}}));
   CHECK(j["ops"][1]["attributes"].back()["passed_to"] == "");
-  CHECK(j["ops"][2]["activations"].empty());
+  CHECK(j["ops"][2]["name"] == "FusedMatMul");
+  CHECK(j["ops"][3]["activations"].empty());  // Gelu, an activation op
   CHECK(j["activations"][1]["name"] == "Clip");
   CHECK(j["activations"][1]["params"] == 2);
 

@@ -11,6 +11,15 @@ std::string buildAttentionFunction(const FusedOpInfo& op, int64_t opset);  // fu
 const std::vector<CompositeBody>& compositeBodyBuilders() {
   static const std::vector<CompositeBody> table = {
       {"Attention", buildAttentionFunction},
+std::string buildSwiGLUFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/swiglu.cpp
+std::string buildGeluTanhFunction(const FusedOpInfo& op, int64_t opset);   // fused_bodies/gelu.cpp
+std::string buildQuickGeluFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/gelu.cpp
+
+const std::vector<CompositeBody>& compositeBodyBuilders() {
+  static const std::vector<CompositeBody> table = {
+      {"SwiGLU", buildSwiGLUFunction},
+      {"GeluTanh", buildGeluTanhFunction},
+      {"QuickGelu", buildQuickGeluFunction},
   };
   return table;
 }

@@ -125,10 +125,19 @@ std::string buildEpilogueFunction(const std::string& name, const Variant& v, int
   if (opset < 12) f.attributes.emplace_back("activation_params_tensor");
 
   const bool has_act = v.activation != Activation::None;
-  const bool last_is_compute = !v.residual && !has_act;
+  // MatMul takes no bias operand: FusedMatMul's C is an Add after it, which broadcasts the [N]
+  // bias along the last axis exactly as the kernel's per-column bias does.
+  Value* separate_bias = nullptr;
+  if (op.compute == "MatMul" && compute_inputs.size() == 3) {
+    separate_bias = compute_inputs.back();
+    compute_inputs.pop_back();
+  }
+  const bool last_is_compute = !v.residual && !has_act && !separate_bias;
   Value* y = b.node(std::string(op.compute), compute_inputs, last_is_compute ? "Y" : "acc");
   for (const FusedOpAttribute& a : op.attributes)
     if (a.by_reference) b.refAttr(a.name, a.name, a.kind);
+  if (separate_bias)
+    y = b.node("Add", {y, separate_bias}, v.residual || has_act ? "biased" : "Y");
   if (v.residual) y = b.node("Add", {y, z}, has_act ? "sum" : "Y");
   if (has_act) y = activationBody(b, v.activation, y, "Y");
   f.body = b.finish(y);

@@ -1,4 +1,5 @@
-// Gemm, MatMul, MatMulInteger, QLinearMatMul and the fused FusedGemm (domain "fusectl").
+// Gemm, MatMul, MatMulInteger, QLinearMatMul and the fused FusedGemm and FusedMatMul (domain
+// "fusectl").
 //
 // All float products run on the packed GEMM (gemm_micro.h); a constant B (an initializer) is
 // packed once per session and kept in the node's state (gemm_packed_state.h). Gemm's C is
@@ -245,6 +246,64 @@ void runMatMul(KernelContext& ctx) {
   ys.commit();
 }
 
+// FusedMatMul: Y = act(MatMul(A, B) + C + Z) with a 2-D B, as one [prod(A.dims[:-1]), K] x
+// [K, N] GEMM (A's leading dims are rows of one tall matrix) whose epilogue adds the [N] bias
+// and the residual and applies the activation to each tile in registers.
+void runFusedMatMul(KernelContext& ctx) {
+  const HostTensor& a = ctx.requireInput(0);
+  const HostTensor& b = ctx.requireInput(1);
+  if (!isFloatComputeType(a.dtype())) {
+    ctx.fail("unsupported element type " + std::string(dtypeName(a.dtype())));
+  }
+  if (a.rank() < 2) ctx.fail("A must have rank >= 2, it has rank " + std::to_string(a.rank()));
+  if (b.rank() != 2) ctx.fail("B must be 2-D, it has rank " + std::to_string(b.rank()));
+  const int64_t K = a.dims().back(), N = b.dim(1);
+  if (b.dim(0) != K) {
+    ctx.fail("inner dimensions differ: A gives K=" + std::to_string(K) + ", B gives K=" +
+             std::to_string(b.dim(0)));
+  }
+  const int64_t M = product(std::vector<int64_t>(a.dims().begin(), a.dims().end() - 1));
+  std::vector<int64_t> out_dims = a.dims();
+  out_dims.back() = N;
+
+  const FusedOperands operands = fusedOperands(ctx);
+  const HostTensor* c = operands.bias;
+  const HostTensor* z = operands.residual;
+  if (c && c->numel() != N) {
+    ctx.fail("bias C must have N=" + std::to_string(N) +
+             " elements (one per output column), it has " + std::to_string(c->numel()));
+  }
+  if (z && z->dims() != out_dims) ctx.fail("residual Z must have exactly the shape of Y");
+  const std::string act = ctx.attrString("activation", "");
+  const auto kind = parseActivation(act);
+  if (!kind) ctx.fail("unknown activation '" + act + "'");
+  checkFusedSpelling(ctx, "FusedMatMul", c != nullptr, z != nullptr, *kind);
+
+  HostTensor& y = ctx.allocateOutput(0, a.dtype(), out_dims);
+  FloatView af(a), bf(b), cf(c), zf(z);
+  FloatSink ys(y);
+  if (M * N == 0) {
+    ys.commit();
+    return;
+  }
+  Epilogue ep;
+  const std::vector<float> params = ctx.attrFloats("activation_params");
+  ep.setActivation(*kind, params.data(), params.size());
+  if (c) ep.bias = cf.data();
+  if (z) {
+    ep.residual = zf.data();
+    ep.ld_residual = N;
+  }
+  GemmParams p = gemmParams(M, N, K, af.data(), K, false, bf.data(), N, false, ys.data(), N);
+  p.epilogue = &ep;
+  const PackedWeights* packed = cachedPackedWeights(ctx, 1, 0, [&](PackedWeights& w) {
+    w.parts.push_back(packGemmB(K, N, p.B, p.b_rs, p.b_cs));
+  });
+  if (packed) p.packed_b = &packed->parts[0];
+  gemm(p, ctx.numThreads());
+  ys.commit();
+}
+
 // ---- quantized products ----
 
 int32_t int8At(const HostTensor& t, int64_t i) {
@@ -359,6 +418,9 @@ void registerGemmKernels(KernelRegistry& r) {
   // FusedGemm and its portable spellings FusedGemm[_NoBias][_Add][_<activation>] (fused_ops.h).
   forEachFusedSpelling("FusedGemm", [&r](const std::string& name) {
     r.add({"fusectl", name, 1, 1000, [](KernelContext& c) { cpu::runGemm(c, true); }});
+  });
+  forEachFusedSpelling("FusedMatMul", [&r](const std::string& name) {
+    r.add({"fusectl", name, 1, 1000, cpu::runFusedMatMul});
   });
   r.add({"", "MatMul", 1, 1000, cpu::runMatMul});
   r.add({"", "MatMulInteger", 10, 1000, cpu::runMatMulInteger});

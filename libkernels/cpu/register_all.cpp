@@ -36,6 +36,9 @@ void registerLabelEncoderKernels(KernelRegistry& r);
 void registerRoiAlignKernels(KernelRegistry& r);
 // Composite fusectl ops of the transformer fusions (attention.cpp).
 void registerAttentionKernels(KernelRegistry& r);
+// Issue 12's transformer ops, one file each.
+void registerSwiGLUKernels(KernelRegistry& r);             // swiglu.cpp
+void registerGeluApproximationKernels(KernelRegistry& r);  // gelu_approximations.cpp
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -67,6 +70,8 @@ void registerAllKernels(KernelRegistry& r) {
   registerLabelEncoderKernels(r);
   registerRoiAlignKernels(r);
   registerAttentionKernels(r);
+  registerSwiGLUKernels(r);
+  registerGeluApproximationKernels(r);
 }
 
 }  // namespace fusectl::kernels

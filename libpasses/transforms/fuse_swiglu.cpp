@@ -1,0 +1,130 @@
+// fuse-swiglu: the gated unit of LLaMA-style MLPs, SiLU(gate) * up, as one fusectl::SwiGLU that
+// reads the gate and the up projection once and writes the product once (three nodes and two
+// intermediate tensors of the MLP's widest shape disappear).
+//
+//   g -> Sigmoid -> s ─┐
+//   g ───────────────> Mul -> silu ─┐
+//   up ─────────────────────────────> Mul -> Y       =>   SwiGLU(g, up) -> Y
+//
+//   Y = g * sigmoid(g) * up
+//
+// Form matched (anchored on the second Mul; either operand order in both Muls):
+//   swiglu   sig:Sigmoid -> silu:Mul -> ^out:Mul
+//
+// Conditions, checked in this order (each failure is a reported rejection):
+//  1. silu multiplies the Sigmoid's output by the Sigmoid's own input g (SiLU, not a gate of
+//     something else), and out multiplies silu by another value, up.
+//  2. The Sigmoid's and silu's outputs are read by the chain only and are not graph outputs.
+//  3. g, up and Y provably have one shape: SwiGLU does not broadcast.
+//  4. Everything is float32 (the kernel's type).
+// When gate and up come from one merged MatMul through a Split (merge-parallel-matmuls), the two
+// Split outputs are g and up here; SwiGLU does not take the Split in (not done yet).
+#include <fmt/format.h>
+
+#include "constant_math.h"
+#include "fusectl/passes/rewriter.h"
+#include "pass_factories.h"
+
+namespace fusectl::passes {
+namespace {
+
+bool dimsProvablyEqual(const Shape& a, const Shape& b) {
+  if (!a.hasRank() || !b.hasRank() || a.rank() != b.rank()) return false;
+  for (size_t i = 0; i < a.rank(); ++i)
+    if (!a[i].provablyEqual(b[i])) return false;
+  return true;
+}
+
+// The up projection, or nullptr with `why` (condition 1).
+Value* upOf(const Match& m, Why& why) {
+  Node* sig = m.get("sig");
+  Node* silu = m.get("silu");
+  Node* out = m.get("out");
+  Value* g = sig->input(0);
+  if (otherOperand(*silu, sig->output(0)) != g) {
+    why.fail(*silu, [&] {
+      return fmt::format("{} multiplies {} output by '{}', not by its input '{}' (not a SiLU)",
+                         silu->label(), sig->label(),
+                         silu->input(0) == sig->output(0) ? silu->input(1)->name()
+                                                          : silu->input(0)->name(),
+                         g->name());
+    });
+    return nullptr;
+  }
+  Value* up = otherOperand(*out, silu->output(0));
+  if (!up) {
+    why.fail(*out, [&] {
+      return fmt::format("{} multiplies {} output by itself; there is no up projection",
+                         out->label(), silu->label());
+    });
+  }
+  return up;
+}
+
+Constraint gatedSilu() {
+  return {"silu-times-up", [](const Match& m, Why& why) { return upOf(m, why) != nullptr; }};
+}
+
+// Condition 3.
+Constraint sameShapes() {
+  return {"same-shape:g,up", [](const Match& m, Why& why) {
+            Why checked(false);  // gatedSilu held
+            Value* up = upOf(m, checked);
+            Node* out = m.get("out");
+            Value* g = m.get("sig")->input(0);
+            const Value* y = out->output(0);
+            if (dimsProvablyEqual(g->shape(), up->shape()) &&
+                dimsProvablyEqual(g->shape(), y->shape()))
+              return true;
+            return why.fail(*out, [&] {
+              return fmt::format(
+                  "{} gate '{}' {}, up '{}' {} and output {} are not provably one shape "
+                  "(SwiGLU does not broadcast)",
+                  out->label(), g->name(), g->shape().str(), up->name(), up->shape().str(),
+                  y->shape().str());
+            });
+          }};
+}
+
+Pattern build() {
+  using namespace constraints;
+  Pattern p = Pattern::parse("sig:Sigmoid -> silu:Mul -> ^out:Mul", "swiglu");
+  p.require(gatedSilu())
+      .require(uniqueConsumer("sig"))
+      .require(uniqueConsumer("silu"))
+      .require(sameShapes())
+      .require(dtypeIn({"sig", "silu", "out"}, {DType::Float}));
+  return p;
+}
+
+class FuseSwiGLUPass : public Pass {
+ public:
+  const PassInfo& info() const override { return FuseSwiGLUPassInfo; }
+
+  std::vector<Pattern> patterns() const override { return {build()}; }
+
+  bool run(const Graph& graph, PassContext& ctx) override {
+    const Pattern pattern = build();
+    // Only failed conditions are rejections: every Mul of a Sigmoid is not a near miss.
+    DriverOptions driver;
+    driver.report_structural = false;
+    return applyPattern(graph, ctx, pattern, [&](Rewriter& rw, const Match& m) {
+             Why checked(false);  // gatedSilu held
+             Node* out = m.get("out");
+             NewNode node;
+             node.op_type = "SwiGLU";
+             node.domain = "fusectl";
+             node.inputs = {m.get("sig")->input(0), upOf(m, checked)};
+             node.name = out->name();
+             rw.replaceMatch(pattern.name, m, out->output(0), std::move(node));
+             ctx.count("fused_swiglu");
+             return true;
+           }, driver) > 0;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createFuseSwiGLUPass() { return std::make_unique<FuseSwiGLUPass>(); }
+
+}  // namespace fusectl::passes
