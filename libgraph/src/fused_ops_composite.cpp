@@ -5,18 +5,14 @@
 namespace fusectl {
 
 // Declared here rather than in a header per family: this list is their only caller.
-// (Families add their declarations and entries below.)
 std::string buildAttentionFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/attention.cpp
-
-const std::vector<CompositeBody>& compositeBodyBuilders() {
-  static const std::vector<CompositeBody> table = {
-      {"Attention", buildAttentionFunction},
-std::string buildSwiGLUFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/swiglu.cpp
+std::string buildSwiGLUFunction(const FusedOpInfo& op, int64_t opset);     // fused_bodies/swiglu.cpp
 std::string buildGeluTanhFunction(const FusedOpInfo& op, int64_t opset);   // fused_bodies/gelu.cpp
 std::string buildQuickGeluFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/gelu.cpp
 
 const std::vector<CompositeBody>& compositeBodyBuilders() {
   static const std::vector<CompositeBody> table = {
+      {"Attention", buildAttentionFunction},
       {"SwiGLU", buildSwiGLUFunction},
       {"GeluTanh", buildGeluTanhFunction},
       {"QuickGelu", buildQuickGeluFunction},
