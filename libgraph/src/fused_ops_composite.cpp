@@ -6,9 +6,17 @@ namespace fusectl {
 
 // Declared here rather than in a header per family: this list is their only caller.
 // (Families add their declarations and entries below.)
+std::string buildLayerNormFunction(const FusedOpInfo& op, int64_t opset);      // norms.cpp
+std::string buildRMSNormFunction(const FusedOpInfo& op, int64_t opset);        // norms.cpp
+std::string buildSkipLayerNormFunction(const FusedOpInfo& op, int64_t opset);  // norms.cpp
+std::string buildSkipRMSNormFunction(const FusedOpInfo& op, int64_t opset);    // norms.cpp
 
 const std::vector<CompositeBody>& compositeBodyBuilders() {
   static const std::vector<CompositeBody> table = {
+      {"LayerNorm", buildLayerNormFunction},
+      {"RMSNorm", buildRMSNormFunction},
+      {"SkipLayerNorm", buildSkipLayerNormFunction},
+      {"SkipRMSNorm", buildSkipRMSNormFunction},
   };
   return table;
 }

@@ -14,6 +14,8 @@ void registerQuantizeKernels(KernelRegistry& r);
 void registerElementwiseKernels(KernelRegistry& r);
 void registerReduceKernels(KernelRegistry& r);
 void registerTensorKernels(KernelRegistry& r);
+// The fused norms of domain fusectl (norms_fused.cpp).
+void registerFusedNormKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -25,6 +27,7 @@ void registerAllKernels(KernelRegistry& r) {
   registerElementwiseKernels(r);
   registerReduceKernels(r);
   registerTensorKernels(r);
+  registerFusedNormKernels(r);
 }
 
 }  // namespace fusectl::kernels
