@@ -67,6 +67,9 @@ std::vector<HostTensor> runFused(const std::string& op, const std::vector<HostTe
   spec.output_names = std::move(outputs);
   spec.attributes = std::move(attrs);
   Node* node = g.createNode(std::move(spec));
+  // Graph outputs, so that the kernel is asked for each (an output nobody reads is not wanted).
+  for (Value* out : node->outputs())
+    if (out) g.addOutput(out);
   const KernelInfo* info = KernelRegistry::global().find("fusectl", op, 1);
   REQUIRE(info != nullptr);
   PlainAllocator plain;
@@ -154,8 +157,10 @@ TEST_CASE("fusectl LayerNorm and RMSNorm match double precision", "[kernels][nor
                      {floatTensor({rows, cols}, x), floatTensor({cols}, scale),
                       floatTensor({cols}, bias)},
                      normAttrs(-1, eps), {"Y"}, threads);
+        // x - mean in float loses ulp(1000) / spread ~ 1e-4 of the result, whatever the
+        // kernel does; a one-pass variance would be off by tens of percent.
         requireClose(valuesOf(ln[0]),
-                     referenceNorm(x, nullptr, false, cols, scale, &bias, false, eps), 2e-5);
+                     referenceNorm(x, nullptr, false, cols, scale, &bias, false, eps), 5e-4);
         const std::vector<HostTensor> rms = runFused(
             "RMSNorm", {floatTensor({rows, cols}, x), floatTensor({cols}, scale)},
             normAttrs(1, eps), {"Y"}, threads);
