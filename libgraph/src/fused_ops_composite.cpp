@@ -9,9 +9,17 @@ std::string buildAttentionFunction(const FusedOpInfo& op, int64_t opset);  // fu
 std::string buildSwiGLUFunction(const FusedOpInfo& op, int64_t opset);     // fused_bodies/swiglu.cpp
 std::string buildGeluTanhFunction(const FusedOpInfo& op, int64_t opset);   // fused_bodies/gelu.cpp
 std::string buildQuickGeluFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/gelu.cpp
+std::string buildLayerNormFunction(const FusedOpInfo& op, int64_t opset);      // norms.cpp
+std::string buildRMSNormFunction(const FusedOpInfo& op, int64_t opset);        // norms.cpp
+std::string buildSkipLayerNormFunction(const FusedOpInfo& op, int64_t opset);  // norms.cpp
+std::string buildSkipRMSNormFunction(const FusedOpInfo& op, int64_t opset);    // norms.cpp
 
 const std::vector<CompositeBody>& compositeBodyBuilders() {
   static const std::vector<CompositeBody> table = {
+      {"LayerNorm", buildLayerNormFunction},
+      {"RMSNorm", buildRMSNormFunction},
+      {"SkipLayerNorm", buildSkipLayerNormFunction},
+      {"SkipRMSNorm", buildSkipRMSNormFunction},
       {"Attention", buildAttentionFunction},
       {"SwiGLU", buildSwiGLUFunction},
       {"GeluTanh", buildGeluTanhFunction},

@@ -39,6 +39,8 @@ void registerAttentionKernels(KernelRegistry& r);
 // Issue 12's transformer ops, one file each.
 void registerSwiGLUKernels(KernelRegistry& r);             // swiglu.cpp
 void registerGeluApproximationKernels(KernelRegistry& r);  // gelu_approximations.cpp
+// The fused norms of domain fusectl (norms_fused.cpp).
+void registerFusedNormKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -72,6 +74,7 @@ void registerAllKernels(KernelRegistry& r) {
   registerAttentionKernels(r);
   registerSwiGLUKernels(r);
   registerGeluApproximationKernels(r);
+  registerFusedNormKernels(r);
 }
 
 }  // namespace fusectl::kernels

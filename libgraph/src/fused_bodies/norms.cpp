@@ -1,0 +1,83 @@
+// ONNX function bodies of the norm ops (LayerNorm, RMSNorm, SkipLayerNorm, SkipRMSNorm;
+// fused_ops.def), written from standard ops so that `--emit fusectl` output runs anywhere.
+//
+// A function cannot turn the call's `axis` into a list of axes, so every body works on X
+// flattened to [rows, cols] at `axis` (Flatten takes @axis), normalises over axis 1 and
+// reshapes back to X's shape:
+//   Sum  = Add(X, Skip)                                  (Skip ops)
+//   R    = Flatten(Sum or X, axis = @axis)
+//   LN:  D = Sub(R, ReduceMean(R)); V = ReduceMean(Mul(D, D))
+//   RMS: D = R;                     V = ReduceMean(Mul(R, R))
+//   N    = Div(D, Sqrt(Add(V, Constant(value_float = @epsilon))))
+//   Y    = Reshape(Add(Mul(N, Reshape(Scale, [-1])), Reshape(B, [-1])), Shape(Sum or X))
+// Means are ReduceMean with an axes attribute before opset 18, ReduceSum / count from 18 on.
+// The Skip bodies output Y only, although fused_ops.def declares the optional Sum: libonnx
+// 1.12's checker rejects a call that leaves a function output off ("Output 1 is out of
+// bounds"), and no pass writes Sum yet (the Rewriter cannot create a node with two outputs).
+// When one does, the body gains Sum as its second output.
+// The call must give both attributes (the passes always do): an absent @axis would leave
+// Flatten's own default (1) in force.
+#include "fused_op_body.h"
+#include "fused_ops_composite.h"
+
+namespace fusectl {
+namespace {
+
+// From opset 18 ReduceMean takes its axes as an input, which checkers that stop at opset 17
+// (libonnx 1.12) reject; ReduceSum has taken them as an input since 13, so the mean is a sum
+// divided by the column count there.
+Value* meanOverColumns(Body& b, Value* rows) {
+  if (b.opset() >= 18) {
+    Value* cols = b.node("Gather", {b.node("Shape", {rows}), b.scalarConstant(DType::Int64, int64_t{1})});
+    Value* count = b.node("Cast", {cols});
+    b.intAttr("to", 1);
+    Value* sum = b.node("ReduceSum", {rows, b.intsConstant({1})});
+    return b.node("Div", {sum, count});
+  }
+  Value* mean = b.node("ReduceMean", {rows});
+  b.intsAttr("axes", {1});
+  return mean;
+}
+
+std::string buildNorm(const FusedOpInfo& op, int64_t opset, bool skip, bool rms) {
+  FunctionDef f = startFunction(std::string(op.name), opset);
+  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  Body b(opset);
+  Value* x = b.input("X");
+  Value* skip_in = skip ? b.input("Skip") : nullptr;
+  Value* scale = b.input("Scale");
+  Value* bias = rms ? nullptr : b.input("B");
+
+  Value* sum = skip ? b.node("Add", {x, skip_in}, "Sum") : x;
+  Value* rows = b.node("Flatten", {sum});
+  b.refAttr("axis", "axis", AttrKind::Int);
+  Value* centred = rows;
+  if (!rms) centred = b.node("Sub", {rows, meanOverColumns(b, rows)});
+  Value* var = meanOverColumns(b, b.node("Mul", {centred, centred}));
+  Value* eps = b.node("Constant", {});
+  b.refAttr("value_float", "epsilon", AttrKind::Float);
+  Value* normed = b.node("Div", {centred, b.node("Sqrt", {b.node("Add", {var, eps})})});
+  Value* flat = b.intsConstant({-1});
+  Value* y = b.node("Mul", {normed, b.node("Reshape", {scale, flat})});
+  if (bias) y = b.node("Add", {y, b.node("Reshape", {bias, flat})});
+  Value* out = b.node("Reshape", {y, b.node("Shape", {sum})}, "Y");
+  f.body = b.finish(out);
+  return functionToBinary(f);
+}
+
+}  // namespace
+
+std::string buildLayerNormFunction(const FusedOpInfo& op, int64_t opset) {
+  return buildNorm(op, opset, /*skip=*/false, /*rms=*/false);
+}
+std::string buildRMSNormFunction(const FusedOpInfo& op, int64_t opset) {
+  return buildNorm(op, opset, false, true);
+}
+std::string buildSkipLayerNormFunction(const FusedOpInfo& op, int64_t opset) {
+  return buildNorm(op, opset, true, false);
+}
+std::string buildSkipRMSNormFunction(const FusedOpInfo& op, int64_t opset) {
+  return buildNorm(op, opset, true, true);
+}
+
+}  // namespace fusectl

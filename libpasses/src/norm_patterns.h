@@ -1,0 +1,54 @@
+// What the norm fusions (fuse-layer-norm, fuse-rms-norm, fuse-skip-norm) share: the legality
+// conditions of a norm chain and the constants a fused norm node takes.
+//
+// A norm chain reduces with ReduceMean over some axes of its input x; the fused ops normalise
+// over the axes from `axis` to the last, so the chain qualifies only when its axes are exactly
+// the trailing ones of x's rank (keepdims on), the same in every ReduceMean of the chain.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fusectl/graph/graph.h"
+#include "fusectl/passes/pattern.h"
+#include "reduce_axes.h"
+
+namespace fusectl::passes {
+
+
+// Where a chain normalises x: the first normalised axis (non-negative) and the normalised dims
+// x.shape[axis:], all static.
+struct NormGeometry {
+  int64_t axis = 0;
+  std::vector<int64_t> dims;
+};
+
+// The geometry of `reduce` applied to a value of x's shape, or nullopt with `why`.
+std::optional<NormGeometry> normGeometry(const Node& reduce, const Value& x, Why& why);
+
+// Every ReduceMean among `reduces` normalises the trailing axes of leaf `x_leaf`, all the same
+// axes, keeping the reduced dims; x's normalised dims are static.
+Constraint trailingReduceAxes(std::vector<std::string> reduces, std::string x_leaf);
+// Every capture's output 0 is float32 (a float16 chain rounds after every op, the fused norm
+// once; an fp16 export's Casts to float leave a float chain inside them).
+Constraint floatChain(std::vector<std::string> captures);
+// Leaf `eps_leaf` (what node `add` adds to the variance) is a one-element constant.
+Constraint constantEpsilon(std::string eps_leaf, std::string add);
+// Leaf `leaf` (what node `reader` multiplies or adds) is a float constant that broadcasts over
+// the normalised axes only (1 or the dim there, 1 before them), so that the chain's output keeps
+// x's shape and the value is one row of parameters. `role` names it in reasons ("scale").
+Constraint rowParameter(std::string leaf, std::string reader, std::string reduce,
+                        std::string x_leaf, std::string role);
+// The capture's output is no graph output and is read only by the nodes `readers` (a centred
+// value read by its square and by the division).
+Constraint readOnlyBy(std::string capture, std::vector<std::string> readers);
+
+// The one value of a one-element constant.
+float scalarValue(const Value& v);
+// A row parameter (rowParameter held) as a float tensor of exactly `dims`.
+Tensor rowTensor(const Tensor& t, const std::vector<int64_t>& dims);
+// A float tensor of `dims` filled with `value` (a unit scale, a zero bias).
+Tensor filledTensor(const std::vector<int64_t>& dims, float value);
+
+}  // namespace fusectl::passes

@@ -1,0 +1,185 @@
+// fuse-skip-norm: take the residual Add of a transformer block into the norm that reads it (the
+// cross-layer residual + norm fusion), so that the sum is normalised while it is in cache
+// instead of being written, read back and written again.
+//
+//   s = Add(x, skip); y = LayerNormalization(s, scale[, bias])   =>  y = fusectl::SkipLayerNorm(
+//                    or fusectl::LayerNorm(s, scale, bias)                x, skip, scale, bias)
+//   s = Add(x, skip); y = fusectl::RMSNorm(s, scale)             =>  y = fusectl::SkipRMSNorm(
+//                                                                          x, skip, scale)
+// It runs after fuse-layer-norm and fuse-rms-norm, on the nodes they wrote (or on a model's own
+// LayerNormalization).
+//
+// Conditions, each failure reported with its reason:
+//  1. The sum is read by the norm only and is no graph output. (SkipLayerNorm can return the sum
+//     as its second output, Sum, for the next residual of a pre-norm block; writing a node with
+//     two outputs needs a Rewriter action that does not exist yet, so a sum read elsewhere is
+//     reported and left alone.)
+//  2. The operands have the same shape (every dim provably equal), or one of them is a bias
+//     broadcast on the last axis only ([H] or [1, ..., H]) of a norm over that one axis.
+//  3. A standard LayerNormalization has stash_type 1 and no Mean/InvStdDev output in use, and
+//     a bias or a scale of static shape (its zeros take the missing bias's place).
+//  4. Everything is float32.
+#include <fmt/format.h>
+
+#include "fusectl/passes/rewriter.h"
+#include "norm_patterns.h"
+#include "pass_factories.h"
+
+namespace fusectl::passes {
+namespace {
+
+enum class NormOp { StandardLayerNorm, LayerNorm, RMSNorm };
+
+constexpr NormOp kForms[] = {NormOp::StandardLayerNorm, NormOp::LayerNorm, NormOp::RMSNorm};
+
+std::string formName(NormOp op) {
+  return op == NormOp::StandardLayerNorm ? "skip-layer-norm-standard"
+         : op == NormOp::LayerNorm       ? "skip-layer-norm"
+                                         : "skip-rms-norm";
+}
+
+bool provablySameShape(const Shape& a, const Shape& b) {
+  if (!a.hasRank() || !b.hasRank() || a.rank() != b.rank()) return false;
+  for (size_t i = 0; i < a.rank(); ++i)
+    if (!a[i].provablyEqual(b[i])) return false;
+  return true;
+}
+
+// [H] or [1, ..., H] with H the last dim of `full`.
+bool lastAxisBias(const Shape& bias, const Shape& full) {
+  if (!bias.hasRank() || !full.hasRank() || bias.rank() == 0 || bias.rank() > full.rank())
+    return false;
+  for (size_t i = 0; i + 1 < bias.rank(); ++i)
+    if (!bias[i].isStatic() || bias[i].value() != 1) return false;
+  return bias[bias.rank() - 1].provablyEqual(full[full.rank() - 1]);
+}
+
+// Which operand of the Add is X (the full shape) and which Skip; nullopt with `why` when the
+// shapes do not qualify (condition 2).
+std::optional<std::pair<Value*, Value*>> operands(const Match& m, Why& why) {
+  Node* a = m.get("a");
+  Node* n = m.get("n");
+  Value* x = a->input(0);
+  Value* skip = a->input(1);
+  const Shape& sum = a->output(0)->shape();
+  if (provablySameShape(x->shape(), sum) && provablySameShape(skip->shape(), sum))
+    return std::make_pair(x, skip);
+  const int64_t rank = sum.hasRank() ? static_cast<int64_t>(sum.rank()) : 0;
+  int64_t axis = n->attrInt("axis", -1);
+  if (axis < 0) axis += rank;
+  const bool last_axis_norm = sum.hasRank() && axis == rank - 1;
+  if (last_axis_norm && provablySameShape(x->shape(), sum) && lastAxisBias(skip->shape(), sum))
+    return std::make_pair(x, skip);
+  if (last_axis_norm && provablySameShape(skip->shape(), sum) && lastAxisBias(x->shape(), sum))
+    return std::make_pair(skip, x);
+  why.fail(*a, [&] {
+    return fmt::format("{} adds '{}' {} and '{}' {}: neither the same shape nor a bias on the "
+                       "last axis of a norm over that axis",
+                       a->label(), x->name(), x->shape().str(), skip->name(),
+                       skip->shape().str());
+  });
+  return std::nullopt;
+}
+
+Constraint residualShapes() {
+  return {"residual-shapes",
+          [](const Match& m, Why& why) { return operands(m, why).has_value(); }};
+}
+
+Constraint standardLayerNormQualifies() {
+  return {"layer-norm-form", [](const Match& m, Why& why) {
+            Node* n = m.get("n");
+            if (n->attrInt("stash_type", 1) != 1) {
+              return why.fail(*n, [&] {
+                return fmt::format("{} has stash_type {}, not 1 (float statistics)", n->label(),
+                                   n->attrInt("stash_type", 1));
+              });
+            }
+            for (size_t i = 1; i < n->numOutputs(); ++i) {
+              if (n->output(i) && (n->output(i)->hasUses() || n->output(i)->isGraphOutput())) {
+                return why.fail(*n, [&] {
+                  return fmt::format("{} output {} '{}' (its saved statistics) is in use",
+                                     n->label(), i, n->output(i)->name());
+                });
+              }
+            }
+            const Value* bias = n->input(2);
+            const Value* scale = n->input(1);
+            if (!bias && !(scale && scale->shape().isStatic())) {
+              return why.fail(*n, [&] {
+                return fmt::format("{} has no bias and its scale has no static shape to give "
+                                   "the zeros that take its place",
+                                   n->label());
+              });
+            }
+            return true;
+          }};
+}
+
+Pattern buildPattern(NormOp op) {
+  using namespace constraints;
+  const char* norm = op == NormOp::StandardLayerNorm ? "LayerNormalization"
+                     : op == NormOp::LayerNorm       ? "fusectl::LayerNorm"
+                                                     : "fusectl::RMSNorm";
+  Pattern p = Pattern::parse(fmt::format("n:{}(^a:Add)", norm), formName(op));
+  p.producing({op == NormOp::RMSNorm ? "fusectl::SkipRMSNorm" : "fusectl::SkipLayerNorm"});
+  p.require(uniqueConsumer("a")).require(residualShapes());
+  if (op == NormOp::StandardLayerNorm) p.require(standardLayerNormQualifies());
+  p.require(dtypeIn({"a", "n"}, {DType::Float}));
+  return p;
+}
+
+class FuseSkipNormPass : public Pass {
+ public:
+  const PassInfo& info() const override { return FuseSkipNormPassInfo; }
+
+  std::vector<Pattern> patterns() const override {
+    std::vector<Pattern> out;
+    for (NormOp op : kForms) out.push_back(buildPattern(op));
+    return out;
+  }
+
+  bool run(const Graph& graph, PassContext& ctx) override {
+    const std::vector<Pattern> forms = patterns();
+    std::vector<const Pattern*> ptrs;
+    for (const Pattern& p : forms) ptrs.push_back(&p);
+    DriverOptions driver;
+    driver.report_structural = false;  // every Add is an anchor; most feed no norm
+    return applyPatterns(graph, ctx, ptrs,
+                         [&](Rewriter& rw, size_t form, const Match& m) {
+                           fuse(rw, forms[form], kForms[form], m);
+                           return true;
+                         },
+                         driver) > 0;
+  }
+
+ private:
+  static void fuse(Rewriter& rw, const Pattern& pattern, NormOp op, const Match& m) {
+    Why checked(false);  // residualShapes held
+    auto [x, skip] = *operands(m, checked);
+    Node* n = m.get("n");
+    NewNode node;
+    node.op_type = op == NormOp::RMSNorm ? "SkipRMSNorm" : "SkipLayerNorm";
+    node.domain = "fusectl";
+    node.inputs = {x, skip, n->input(1)};
+    if (op != NormOp::RMSNorm) {
+      Value* bias = n->input(2);
+      if (!bias) {
+        bias = rw.addConstant(n->output(0)->name() + "_bias",
+                              filledTensor(n->input(1)->shape().staticDims(), 0.f));
+      }
+      node.inputs.push_back(bias);
+    }
+    node.attributes = {Attribute::ofInt("axis", n->attrInt("axis", -1)),
+                       Attribute::ofFloat("epsilon", n->attrFloat("epsilon", 1e-5f))};
+    node.name = n->name();
+    rw.replaceMatch(pattern.name, m, n->output(0), std::move(node));
+    rw.context().count(op == NormOp::RMSNorm ? "fused_skip_rms_norm" : "fused_skip_layer_norm");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createFuseSkipNormPass() { return std::make_unique<FuseSkipNormPass>(); }
+
+}  // namespace fusectl::passes
