@@ -7,10 +7,11 @@
 // at batch 2 and a sequence longer than one, so that attention, the causal mask and the
 // broadcasts see more than a single row.
 //
-// The -O3 histograms below are today's (canonicalize and fuse-gelu are the only issue-12 passes
-// in): they hold the decomposed norms, attention and MLPs. Each model's comment lists what
-// issue 12 says must be left after -O3; when the fusions land, the expected histograms become
-// those.
+// The -O3 histograms below are what the issue-12 passes leave today (canonicalize, the norm
+// fusions, fuse-gelu, fuse-attention, the MatMul family). Each model's comment lists what
+// issue 12 says must be left after -O3; where today's histogram still differs, that is what is
+// not done yet (rotary and QK-norm are not fused; GPT-2's attention scale is computed at run
+// time; skip-norm cannot yet give the residual sum as a second output).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -70,59 +71,67 @@ std::vector<TransformerModel> transformerModels() {
   return {
       // After -O3 (issue 12): 2 LayerNorm (fusectl LayerNorm: opset 13), 1 Attention (causal),
       // 1 Gelu (tanh), MatMuls 4 (qkv Gemm, c_proj, c_fc, mlp c_proj) with the bias epilogues
-      // inside; no ReduceMean/Pow/Sqrt/Tanh/Softmax left.
+      // inside; no ReduceMean/Pow/Sqrt/Tanh/Softmax left. Today: the attention stays unfused,
+      // because its scale is computed at run time (Shape -> Slice -> Squeeze -> Cast -> Pow(., 0.5),
+      // which nothing folds yet): that is the Softmax, Pow and Div left.
       {"gpt2_block",
        {{"hidden", {2, 8, 64}}},
        false,
-       {{"Add", 9}, {"Cast", 1}, {"Concat", 12}, {"Div", 3}, {"Gather", 16}, {"Gemm", 4},
-        {"MatMul", 2}, {"Mul", 8}, {"Pow", 2}, {"ReduceMean", 4}, {"Reshape", 12}, {"Shape", 10},
-        {"Slice", 8}, {"Softmax", 1}, {"Split", 1}, {"Sqrt", 2}, {"Squeeze", 6}, {"Sub", 2},
-        {"Tanh", 1}, {"Transpose", 4}, {"Unsqueeze", 21}, {"Where", 1}}},
+       {{"Add", 3}, {"Cast", 1}, {"Concat", 12}, {"Div", 1}, {"Gather", 16}, {"Gemm", 4},
+        {"MatMul", 2}, {"Pow", 1}, {"Reshape", 12}, {"Shape", 10}, {"Slice", 8},
+        {"Softmax", 1}, {"Split", 1}, {"Squeeze", 6}, {"Transpose", 4}, {"Unsqueeze", 21},
+        {"Where", 1}, {"fusectl::GeluTanh", 1}, {"fusectl::LayerNorm", 2}}},
       // After -O3: 5 fusectl LayerNorm (2 per block + the final norm), 2 Attention, 2 Gelu
       // (exact), 8 MatMul-family nodes (qkv, proj, fc1, fc2 per block); no ReduceMean/Pow/Erf.
       {"vit_encoder_op13",
        {{"tokens", {2, 17, 64}}},
        false,
-       {{"Add", 22}, {"Concat", 4}, {"Div", 5}, {"Gather", 4}, {"MatMul", 12}, {"Mul", 12},
-        {"ReduceMean", 10}, {"Reshape", 4}, {"Shape", 2}, {"Softmax", 2}, {"Split", 2},
-        {"Sqrt", 5}, {"Squeeze", 6}, {"Sub", 5}, {"Transpose", 6}, {"Unsqueeze", 4},
-        {"fusectl::Gelu", 2}}},
+       {{"Concat", 4}, {"Gather", 4}, {"Reshape", 4}, {"Shape", 2}, {"Split", 2}, {"Squeeze", 6},
+        {"Transpose", 4}, {"Unsqueeze", 4}, {"fusectl::Attention", 2},
+        {"fusectl::FusedMatMul", 3}, {"fusectl::FusedMatMul_Add", 3},
+        {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::LayerNorm", 4},
+        {"fusectl::SkipLayerNorm", 1}}},
       // After -O3: the same with 5 standard LayerNormalization (opset 17), already there today.
       {"vit_encoder_op17",
        {{"tokens", {2, 17, 64}}},
        false,
-       {{"Add", 12}, {"Concat", 4}, {"Gather", 4}, {"LayerNormalization", 5}, {"MatMul", 12},
-        {"Mul", 2}, {"Reshape", 4}, {"Shape", 2}, {"Softmax", 2}, {"Split", 2}, {"Squeeze", 6},
-        {"Transpose", 6}, {"Unsqueeze", 4}, {"fusectl::Gelu", 2}}},
+       {{"Concat", 4}, {"Gather", 4}, {"LayerNormalization", 4}, {"Reshape", 4}, {"Shape", 2},
+        {"Split", 2}, {"Squeeze", 6}, {"Transpose", 4}, {"Unsqueeze", 4},
+        {"fusectl::Attention", 2}, {"fusectl::FusedMatMul", 3},
+        {"fusectl::FusedMatMul_Add", 3}, {"fusectl::FusedMatMul_Gelu", 2},
+        {"fusectl::SkipLayerNorm", 1}}},
       // After -O3: 2 RMSNorm (input, post-attention), QK-norm fused into the rotary node (one
       // RotaryEmbedding{qk_norm} per q and k, or one for both), 1 Attention with 8 Q / 2 KV heads
       // (no Expand left), 1 SwiGLU, MatMuls after merging: q/k/v -> 1, gate/up -> 1 (or rejected
-      // with a reason: K/V are a quarter of Q's width), o_proj, down_proj.
+      // with a reason: K/V are a quarter of Q's width), o_proj, down_proj. Today: no rotary
+      // fusion yet (the Slice/Neg/Concat/Mul/Add of rotate_half stay), and the q/k/v merge is
+      // rejected by the width rule.
       {"llama_gqa_block",
        {{"hidden", {2, 8, 128}}, {"cos", {8, 16}}, {"sin", {8, 16}}},
        false,
-       {{"Add", 8}, {"Concat", 9}, {"Equal", 2}, {"Expand", 2}, {"Gather", 6}, {"Greater", 1},
-        {"MatMul", 9}, {"Mul", 19}, {"Neg", 2}, {"Range", 1}, {"Reciprocal", 4},
-        {"ReduceMean", 4}, {"Reshape", 6}, {"Shape", 3}, {"Sigmoid", 1}, {"Slice", 4},
-        {"Softmax", 1}, {"Sqrt", 4}, {"Transpose", 5}, {"Unsqueeze", 10}, {"Where", 3}}},
+       {{"Add", 2}, {"Concat", 5}, {"Gather", 2}, {"MatMul", 4}, {"Mul", 4}, {"Neg", 2},
+        {"Reshape", 4}, {"Shape", 1}, {"Slice", 6}, {"Transpose", 4}, {"Unsqueeze", 2},
+        {"fusectl::Attention", 1}, {"fusectl::FusedMatMul_NoBias_Add", 2},
+        {"fusectl::RMSNorm", 4}, {"fusectl::SwiGLU", 1}}},
       // After -O3: as llama_gqa_block, with each RMSNorm taking its Cast pair (fp16 in and out)
       // and the (1 + w) weight folded into one constant: 4 RMSNorm-family nodes, no ReduceMean.
       {"fp16/qwen_fp16_block",
        {{"hidden", {2, 8, 128}}, {"cos", {8, 16}}, {"sin", {8, 16}}},
        true,
-       {{"Add", 8}, {"Cast", 8}, {"Concat", 9}, {"Equal", 2}, {"Expand", 2}, {"Gather", 6},
-        {"Greater", 1}, {"MatMul", 9}, {"Mul", 19}, {"Neg", 2}, {"Range", 1}, {"Reciprocal", 4},
-        {"ReduceMean", 4}, {"Reshape", 6}, {"Shape", 3}, {"Sigmoid", 1}, {"Slice", 4},
-        {"Softmax", 1}, {"Sqrt", 4}, {"Transpose", 5}, {"Unsqueeze", 10}, {"Where", 3}}},
+       {{"Add", 4}, {"Cast", 8}, {"Concat", 5}, {"Gather", 2}, {"MatMul", 6}, {"Mul", 4},
+        {"Neg", 2}, {"Reshape", 4}, {"Shape", 1}, {"Slice", 6}, {"Transpose", 4},
+        {"Unsqueeze", 2}, {"fusectl::Attention", 1}, {"fusectl::RMSNorm", 4},
+        {"fusectl::SwiGLU", 1}}},
       // After -O3: 4 LayerNormalization (opset 17) or SkipLayerNorm with the residual Add in it,
       // 2 Attention (additive mask), 2 Gelu (HF's x*0.5*(1+erf) order), 12 FusedMatMul-family
       // nodes (q, k, v, o, fc1, fc2 per layer; fewer after merging q/k/v), no bias Add left.
       {"bert_op17",
        {{"hidden", {2, 8, 64}}, {"attention_mask", {2, 1, 1, 8}}},
        false,
-       {{"Add", 18}, {"Concat", 4}, {"Gather", 4}, {"LayerNormalization", 4}, {"MatMul", 16},
-        {"Mul", 2}, {"Reshape", 8}, {"Shape", 2}, {"Softmax", 2}, {"Transpose", 8},
-        {"Unsqueeze", 4}, {"fusectl::Gelu", 2}}},
+       {{"Concat", 4}, {"Gather", 4}, {"Reshape", 8}, {"Shape", 2}, {"Slice", 6},
+        {"Transpose", 8}, {"Unsqueeze", 4}, {"fusectl::Attention", 2},
+        {"fusectl::FusedMatMul", 6}, {"fusectl::FusedMatMul_Gelu", 2},
+        {"fusectl::SkipLayerNorm", 4}}},
   };
 }
 
@@ -165,7 +174,7 @@ TEST_CASE("transformer models: the executor agrees with ONNX Runtime", "[transfo
   }
 }
 
-TEST_CASE("transformer models: op histogram after -O3 (today's, before the fusions)",
+TEST_CASE("transformer models: op histogram after -O3",
           "[transformer]") {
   for (const TransformerModel& tm : transformerModels()) {
     SECTION(tm.name) {

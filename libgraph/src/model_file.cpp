@@ -26,7 +26,7 @@
 #include "fusectl/graph/shape_inference.h"
 #include "fusectl/support/background_prefault.h"
 #include "onnx_convert.h"
-#include "schema_check.h"
+#include "fusectl/graph/schema_check.h"
 
 namespace fusectl {
 namespace {

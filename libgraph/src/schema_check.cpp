@@ -18,7 +18,7 @@
 // suite (opsets 18 to 25) passes that, but for the ops kRelaxedAfterLibonnx lists. Ops libonnx
 // does not know (Gelu-20) and deprecated schemas are not checked. Domain "fusectl" is checked
 // against fused_ops.h. Everything else (com.microsoft, custom domains) is preserved unchecked.
-#include "schema_check.h"
+#include "fusectl/graph/schema_check.h"
 
 #include <onnx/defs/schema.h>
 

@@ -1,6 +1,8 @@
 // optimize() and planOptimization() (optimize.h): pipeline choice and gates, out of the CLI.
 #include "fusectl/passes/optimize.h"
 
+#include "fusectl/graph/schema_check.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -152,6 +154,9 @@ OptimizePlan planOptimization(const OptimizeRequest& request) {
 
 Report optimize(Model& model, const OptimizeRequest& request) {
   OptimizePlan plan = planOptimization(request);
+  // Passes read a node's operands as its schema promises them; a program can build a graph the
+  // loader would refuse (an empty required input), so the facade checks what the loader checks.
+  checkSchemasOrThrow(model, "model");
   PassManagerOptions pm = request.pass_manager;
   // Reasons cost string formatting; they are built only for someone who reads them.
   pm.explain = pm.explain || !request.fail_if_unfused.empty();

@@ -393,7 +393,7 @@ size_t putConstantsSecond(const Graph& graph, PassContext& ctx) {
       if (n->numInputs() != 2) continue;
       Value* c = n->input(0);
       Value* x = n->input(1);
-      if (!c->isConstant() || x->isConstant()) continue;
+      if (!c || !x || !c->isConstant() || x->isConstant()) continue;
       if (!ctx.allowRewrite()) return swapped;
       rw.rewireInput(n, 1, c);
       rw.rewireInput(n, 0, x);

@@ -86,6 +86,9 @@ Constraint weightAndActivations() {
             Node* mm = m.get("mm");
             Value* a = mm->input(0);
             Value* w = mm->input(1);
+            if (!a || !w) {
+              return why.fail(*mm, [&] { return mm->label() + " has an empty input"; });
+            }
             if (!w->isConstant()) {
               return why.fail(*mm, [&] {
                 return fmt::format("{} weight '{}' is not a constant ({})", mm->label(),

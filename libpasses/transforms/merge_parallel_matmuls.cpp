@@ -66,7 +66,7 @@ std::vector<Member> candidates(const Value* x) {
   for (Node* c : x->consumers()) {
     if (!c->is("MatMul") || c->input(0) != x || c->input(1) == x) continue;
     const Value* w = c->input(1);
-    if (!w->isConstant() || w->dtype() != DType::Float || w->initializer()->dims().size() != 2) continue;
+    if (!w || !w->isConstant() || w->dtype() != DType::Float || w->initializer()->dims().size() != 2) continue;
     if (std::any_of(out.begin(), out.end(), [c](const Member& m) { return m.mm == c; })) continue;
     Member m;
     m.mm = c;
