@@ -108,7 +108,7 @@ g (float[3,4,2] x, int64[3,2] t, float[4] w) => (float[] loss, float[3,4,2] logp
   }
 }
 
-TEST_CASE("NegativeLogLikelihoodLoss: a target outside [0, C) names the node",
+TEST_CASE("NegativeLogLikelihoodLoss: a target outside 0..C-1 names the node",
           "[kernels_extra][losses]") {
   const std::string text = R"(<ir_version: 8, opset_import: ["" : 13]>
 g (float[2,3] x, int64[2] t) => (float[] y) { y = NegativeLogLikelihoodLoss (x, t) })";

@@ -363,12 +363,17 @@ Pipeline Pipeline::forLevel(int level, const std::vector<std::string>& disabled)
       p.elements.push_back(std::move(group));
     }
   }
-  // Fusions leave dead values behind; one last sweep.
-  const PassInfo* dce = findPass("eliminate-dead-code");
-  if (fusions && dce && enabled(*dce)) {
-    PipelineElement e;
-    e.pass = "eliminate-dead-code";
-    p.elements.push_back(std::move(e));
+  // Fusions make constants that other sites made too (a zero mask, a unit scale, a folded
+  // bias) and leave dead values behind: merge the first, one last sweep for the second, so that
+  // optimizing the result again changes nothing.
+  if (fusions) {
+    for (const char* name : {"dedup-initializers", "eliminate-dead-code"}) {
+      const PassInfo* info = findPass(name);
+      if (!info || !enabled(*info)) continue;
+      PipelineElement e;
+      e.pass = name;
+      p.elements.push_back(std::move(e));
+    }
   }
   return p;
 }
