@@ -118,10 +118,17 @@ void replaceNode(Rewriter& rw, Node* old, NewNode node) {
   node.name = old->name();
   node.naming = NodeNaming::TakeOver;
   node.doc_string = old->doc_string;
+  const std::string node_name = old->name();
   Node* n = rw.addNode(std::move(node), name + "_canonical", y->type, old);
   rw.replaceByEquivalent(old, n);
   if (n->output(0)->name() != name && !rw.graph().findValue(name)) {
     rw.renameValue(n->output(0), name);
+  }
+  // The canonical node is the same node in another spelling: it keeps the old one's name, so
+  // that a later fusion's replaced nodes (and `profile`, which looks them up in the original
+  // model) name what the model calls it.
+  if (!node_name.empty() && n->name() != node_name && !rw.graph().findNode(node_name)) {
+    rw.renameNode(n, node_name);
   }
 }
 
