@@ -30,7 +30,6 @@
 #include "fusectl/kernels/npy.h"
 #include "fusectl/kernels/profile.h"
 #include "fusectl/kernels/seeded_inputs.h"
-#include "fusectl/passes/fusion_stamp.h"
 #include "fusectl/passes/optimize.h"
 
 namespace fusectl::cli {
@@ -115,34 +114,6 @@ void checkOutputPath(const std::string& flag, const std::string& path,
   }
 }
 
-// The report's fusion sites as plain data. A site names its fused node by the label it had
-// when the fusion was committed; a later pass may still relabel it (an unnamed node is labelled
-// by its first output, which can be renamed), so the node is also looked up by its fusion stamp
-// (fusion_stamp.h), which stays on it, and final_node set when the label moved.
-std::vector<FusionSiteInput> sitesOf(const passes::Report& report, const Model& fused) {
-  std::map<std::string, std::string> label_of_stamp;
-  for (const Node* n : fused.graph->nodes()) {
-    for (const std::string& line : passes::fusionStampLines(n->doc_string)) {
-      label_of_stamp.emplace(line, n->label());
-    }
-  }
-  std::vector<FusionSiteInput> sites;
-  for (const passes::FusionSite& f : report.fusions) {
-    FusionSiteInput s;
-    s.pass = f.pass;
-    s.pattern = f.pattern;
-    s.fused_node = f.new_node;
-    s.fused_op = f.new_op;
-    s.replaced_nodes = f.replaced_nodes;
-    auto it = label_of_stamp.find(passes::formatFusionStamp(f.pass, f.replaced_nodes));
-    if (!s.fused_node.empty() && it != label_of_stamp.end() && it->second != s.fused_node) {
-      s.final_node = it->second;
-    }
-    sites.push_back(std::move(s));
-  }
-  return sites;
-}
-
 // "\rprofile: fused 7/20" on a terminal, overwritten and cleared at the end. At most ten
 // updates a second: a write between two timed runs is a pause the machine did not need.
 class ProgressLine {
@@ -209,7 +180,7 @@ int runProfile(const ProfileCliOptions& opts, bool level_given) {
   if (opts.only != "unfused") {
     fused = unfused->clone();  // one set of weights in memory; the passes copy what they change
     const passes::Report report = passes::optimize(*fused, request);
-    sites = sitesOf(report, *fused);
+    sites = profileFusionSites(report, *fused);
   }
 
   BoundInputs bound = bindInputs(*unfused->graph, opts.inputs, opts.seed, shapes);

@@ -17,11 +17,11 @@
 
 #include "commands.h"
 #include "input_binding.h"
+#include "profile_output.h"
 #include "verify_optimized.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/profile.h"
-#include "fusectl/passes/fusion_stamp.h"
 #include "fusectl/passes/graph_diff.h"
 #include "fusectl/passes/optimize.h"
 
@@ -87,32 +87,6 @@ struct ReportOptions {
 
 [[noreturn]] void usage(const std::string& message) { throw Error(ErrorKind::Usage, message); }
 
-// The report's fusion sites as profileModels takes them; a fused node a later pass relabelled
-// is found by its fusion stamp (as `fusectl profile` does).
-std::vector<kernels::FusionSiteInput> siteInputs(const Report& report, const Model& fused) {
-  std::map<std::string, std::string> label_of_stamp;
-  for (const Node* n : fused.graph->nodes()) {
-    for (const std::string& line : fusionStampLines(n->doc_string)) {
-      label_of_stamp.emplace(line, n->label());
-    }
-  }
-  std::vector<kernels::FusionSiteInput> sites;
-  for (const FusionSite& f : report.fusions) {
-    kernels::FusionSiteInput s;
-    s.pass = f.pass;
-    s.pattern = f.pattern;
-    s.fused_node = f.new_node;
-    s.fused_op = f.new_op;
-    s.replaced_nodes = f.replaced_nodes;
-    auto it = label_of_stamp.find(formatFusionStamp(f.pass, f.replaced_nodes));
-    if (!s.fused_node.empty() && it != label_of_stamp.end() && it->second != s.fused_node) {
-      s.final_node = it->second;
-    }
-    sites.push_back(std::move(s));
-  }
-  return sites;
-}
-
 HtmlTimings measure(const ReportOptions& opts, const Model& before, const Model& after,
                     const Report& report,
                     const std::vector<std::pair<std::string, Shape>>& shapes) {
@@ -122,7 +96,7 @@ HtmlTimings measure(const ReportOptions& opts, const Model& before, const Model&
   options.warmup = opts.warmup;
   options.execution.num_threads = opts.threads;
   const kernels::ProfileResult result = kernels::profileModels(
-      &before, &after, bound.tensors, siteInputs(report, after), options);
+      &before, &after, bound.tensors, profileFusionSites(report, after), options);
   HtmlTimings t;
   for (const kernels::NodeProfile& n : result.unfused->nodes) {
     t.before.push_back({n.node, n.median_seconds, n.share});

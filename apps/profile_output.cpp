@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "fusectl/passes/fusion_stamp.h"
 
 namespace fusectl::cli {
 
@@ -332,5 +334,30 @@ std::string profileReportJson(const ProfileRequestInfo& info, const ProfileResul
 }
 
 std::string profileTraceJson(const ProfileResult& r) { return traceJson(r).dump() + "\n"; }
+
+std::vector<kernels::FusionSiteInput> profileFusionSites(const passes::Report& report,
+                                                         const Model& fused) {
+  std::map<std::string, std::string> label_of_stamp;
+  for (const Node* n : fused.graph->nodes()) {
+    for (const std::string& line : passes::fusionStampLines(n->doc_string)) {
+      label_of_stamp.emplace(line, n->label());
+    }
+  }
+  std::vector<kernels::FusionSiteInput> sites;
+  for (const passes::FusionSite& f : report.fusions) {
+    kernels::FusionSiteInput s;
+    s.pass = f.pass;
+    s.pattern = f.pattern;
+    s.fused_node = f.new_node;
+    s.fused_op = f.new_op;
+    s.replaced_nodes = f.replaced_nodes;
+    auto it = label_of_stamp.find(passes::formatFusionStamp(f.pass, f.replaced_nodes));
+    if (!s.fused_node.empty() && it != label_of_stamp.end() && it->second != s.fused_node) {
+      s.final_node = it->second;
+    }
+    sites.push_back(std::move(s));
+  }
+  return sites;
+}
 
 }  // namespace fusectl::cli

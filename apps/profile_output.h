@@ -1,11 +1,14 @@
 // How `fusectl profile` shows a kernels::ProfileResult (profile_output.cpp): text on stdout, the
-// JSON report (docs/schemas/profile.schema.json), the Chrome trace, the annotation summary.
+// JSON report (docs/schemas/profile.schema.json), the Chrome trace, the annotation summary; and
+// the optimizer's fusion sites as profileModels takes them (also for `fusectl report --profile`).
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "fusectl/graph/graph.h"
 #include "fusectl/kernels/profile.h"
+#include "fusectl/passes/report.h"
 
 namespace fusectl::cli {
 
@@ -38,5 +41,12 @@ std::string profileTraceJson(const kernels::ProfileResult& result);
 // One line for the annotated model's "fusectl.profile" metadata.
 std::string profileAnnotation(const kernels::ProfileResult& result,
                               const kernels::SideProfile& side, const std::string& pipeline_name);
+
+// The report's fusion sites as plain data. A site names its fused node by the label it had
+// when the fusion was committed; a later pass may still relabel it (an unnamed node is labelled
+// by its first output, which can be renamed), so the node is also looked up by its fusion stamp
+// (fusion_stamp.h), which stays on it, and final_node set when the label moved.
+std::vector<kernels::FusionSiteInput> profileFusionSites(const passes::Report& report,
+                                                         const Model& fused);
 
 }  // namespace fusectl::cli
