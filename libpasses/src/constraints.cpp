@@ -21,13 +21,6 @@ Node* captured(const Match& m, const std::string& capture, Why& why) {
 
 std::string outputText(int output) { return output == 0 ? "output" : fmt::format("output {}", output); }
 
-bool dimsProvablyEqual(const Shape& a, const Shape& b) {
-  if (!a.hasRank() || !b.hasRank() || a.rank() != b.rank()) return false;
-  for (size_t i = 0; i < a.rank(); ++i)
-    if (!a[i].provablyEqual(b[i])) return false;
-  return true;
-}
-
 bool noOutput(Why& why, const Node& n, int output) {
   return why.fail(n, [&] { return fmt::format("{} has no output {}", n.label(), output); });
 }
@@ -199,4 +192,39 @@ Constraint sameShapeAs(std::string capture, int input, std::string other) {
           }};
 }
 
+Constraint readOnlyBy(std::string capture, std::vector<std::string> readers) {
+  std::string name = "read-only-by:" + capture;
+  return {name, [capture, readers](const Match& m, Why& why) {
+            Node* n = m.get(capture);
+            Value* v = n->output(0);
+            if (v->isGraphOutput()) {
+              return why.fail(*n, [&] {
+                return fmt::format("{} output '{}' is a graph output", n->label(), v->name());
+              });
+            }
+            std::vector<Node*> allowed;
+            for (const std::string& r : readers) allowed.push_back(m.get(r));
+            for (Node* c : v->consumers()) {
+              if (std::find(allowed.begin(), allowed.end(), c) == allowed.end()) {
+                return why.fail(*n, [&] {
+                  return fmt::format("{} output '{}' is also read by {}", n->label(), v->name(),
+                                     c->label());
+                });
+              }
+            }
+            return true;
+          }};
+}
+
 }  // namespace fusectl::passes::constraints
+namespace fusectl::passes {
+
+bool dimsProvablyEqual(const Shape& a, const Shape& b) {
+  if (!a.hasRank() || !b.hasRank() || a.rank() != b.rank()) return false;
+  for (size_t i = 0; i < a.rank(); ++i)
+    if (!a[i].provablyEqual(b[i])) return false;
+  return true;
+}
+
+}  // namespace fusectl::passes
+

@@ -170,29 +170,6 @@ Constraint rowParameter(std::string leaf, std::string reader, std::string reduce
           }};
 }
 
-Constraint readOnlyBy(std::string capture, std::vector<std::string> readers) {
-  return {"read-only-by:" + capture, [capture, readers](const Match& m, Why& why) {
-            const Node* n = m.get(capture);
-            const Value* v = n->output(0);
-            if (v->isGraphOutput()) {
-              return why.fail(*n, [&] {
-                return fmt::format("{} output '{}' is a graph output", n->label(), v->name());
-              });
-            }
-            for (Node* c : v->consumers()) {
-              bool known = false;
-              for (const std::string& r : readers) known = known || m.get(r) == c;
-              if (!known) {
-                return why.fail(*n, [&] {
-                  return fmt::format("{} output '{}' is also read by {}", n->label(), v->name(),
-                                     c->label());
-                });
-              }
-            }
-            return true;
-          }};
-}
-
 float scalarValue(const Value& v) { return static_cast<float>(v.initializer()->valueAsDouble(0)); }
 
 Tensor rowTensor(const Tensor& t, const std::vector<int64_t>& dims) {

@@ -16,6 +16,8 @@
 
 namespace fusectl::passes {
 
+using constraints::readOnlyBy;
+
 
 // Where a chain normalises x: the first normalised axis (non-negative) and the normalised dims
 // x.shape[axis:], all static.
@@ -40,9 +42,6 @@ Constraint constantEpsilon(std::string eps_leaf, std::string add);
 // x's shape and the value is one row of parameters. `role` names it in reasons ("scale").
 Constraint rowParameter(std::string leaf, std::string reader, std::string reduce,
                         std::string x_leaf, std::string role);
-// The capture's output is no graph output and is read only by the nodes `readers` (a centred
-// value read by its square and by the division).
-Constraint readOnlyBy(std::string capture, std::vector<std::string> readers);
 
 // The one value of a one-element constant.
 float scalarValue(const Value& v);

@@ -74,39 +74,6 @@ Value* residualOf(Node* add, Node* c) {
   return nullptr;
 }
 
-bool dimsProvablyEqual(const Shape& a, const Shape& b) {
-  if (!a.hasRank() || !b.hasRank() || a.rank() != b.rank()) return false;
-  for (size_t i = 0; i < a.rank(); ++i)
-    if (!a[i].provablyEqual(b[i])) return false;
-  return true;
-}
-
-// Output 0 of `capture` is read by exactly the nodes `readers` (and no others) and is not a
-// graph output. SiLU's x feeds both the Sigmoid and the Mul, so uniqueConsumer cannot say it.
-Constraint readOnlyBy(std::string capture, std::vector<std::string> readers) {
-  std::string name = "read-only-by:" + capture;
-  return {name, [capture, readers](const Match& m, Why& why) {
-            Node* n = m.get(capture);
-            Value* v = n->output(0);
-            if (v->isGraphOutput()) {
-              return why.fail(*n, [&] {
-                return fmt::format("{} output '{}' is a graph output", n->label(), v->name());
-              });
-            }
-            std::vector<Node*> allowed;
-            for (const std::string& r : readers) allowed.push_back(m.get(r));
-            for (Node* c : v->consumers()) {
-              if (std::find(allowed.begin(), allowed.end(), c) == allowed.end()) {
-                return why.fail(*n, [&] {
-                  return fmt::format("{} output '{}' is also read by {}", n->label(), v->name(),
-                                     c->label());
-                });
-              }
-            }
-            return true;
-          }};
-}
-
 Constraint residualLegal(std::string compute, std::string add) {
   return {"residual:" + add, [compute, add](const Match& m, Why& why) {
             Node* c = m.get(compute);
@@ -264,7 +231,7 @@ std::vector<Form> buildForms(int64_t opset) {
     if (s.silu) {
       const std::string x = s.residual ? "add" : "c";
       if (s.residual) p.require(constraints::uniqueConsumer("c"));
-      p.require(readOnlyBy(x, {"sig", "mul"}));
+      p.require(constraints::readOnlyBy(x, {"sig", "mul"}));
       p.require(constraints::uniqueConsumer("sig"));
     } else {
       p.require(constraints::uniqueConsumer("c"));

@@ -48,38 +48,6 @@
 namespace fusectl::passes {
 namespace {
 
-bool dimsProvablyEqual(const Shape& a, const Shape& b) {
-  if (!a.hasRank() || !b.hasRank() || a.rank() != b.rank()) return false;
-  for (size_t i = 0; i < a.rank(); ++i)
-    if (!a[i].provablyEqual(b[i])) return false;
-  return true;
-}
-
-// Output 0 of `capture` is read by exactly the nodes `readers` and is not a graph output
-// (SiLU's input feeds both the Sigmoid and the Mul, so uniqueConsumer cannot say it).
-Constraint readOnlyBy(std::string capture, std::vector<std::string> readers) {
-  std::string name = "read-only-by:" + capture;
-  return {name, [capture, readers](const Match& m, Why& why) {
-            Node* n = m.get(capture);
-            Value* v = n->output(0);
-            if (v->isGraphOutput()) {
-              return why.fail(*n, [&] {
-                return fmt::format("{} output '{}' is a graph output", n->label(), v->name());
-              });
-            }
-            std::vector<Node*> allowed;
-            for (const std::string& r : readers) allowed.push_back(m.get(r));
-            for (Node* c : v->consumers()) {
-              if (std::find(allowed.begin(), allowed.end(), c) != allowed.end()) continue;
-              return why.fail(*n, [&] {
-                return fmt::format("{} output '{}' is also read by {}", n->label(), v->name(),
-                                   c->label());
-              });
-            }
-            return true;
-          }};
-}
-
 // Condition 3.
 Constraint weightAndActivations() {
   return {"constant-2d-weight:mm", [](const Match& m, Why& why) {
@@ -248,7 +216,7 @@ std::vector<Form> buildForms() {
     const std::string last_sum = f.residual ? "add" : "bias";
     if (f.residual && f.bias) p.require(constraints::uniqueConsumer("bias"));
     if (f.silu) {
-      p.require(readOnlyBy(last_sum, {"sig", "mul"}));
+      p.require(constraints::readOnlyBy(last_sum, {"sig", "mul"}));
       p.require(constraints::uniqueConsumer("sig"));
     } else if (f.activation) {
       p.require(constraints::uniqueConsumer(last_sum));

@@ -28,13 +28,6 @@
 namespace fusectl::passes {
 namespace {
 
-bool dimsProvablyEqual(const Shape& a, const Shape& b) {
-  if (!a.hasRank() || !b.hasRank() || a.rank() != b.rank()) return false;
-  for (size_t i = 0; i < a.rank(); ++i)
-    if (!a[i].provablyEqual(b[i])) return false;
-  return true;
-}
-
 // The up projection, or nullptr with `why` (condition 1).
 Value* upOf(const Match& m, Why& why) {
   Node* sig = m.get("sig");

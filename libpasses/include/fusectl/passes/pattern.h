@@ -294,6 +294,13 @@ Constraint rankKnown(std::string capture, int output = 0);
 // Input `input` of the capture has the same shape as output 0 of `other` for every value of
 // the symbolic dims (provablyEqual).
 Constraint sameShapeAs(std::string capture, int input, std::string other);
+// Output 0 of the capture is read by exactly the nodes `readers` (no others) and is not a graph
+// output: a chain whose input feeds two of its own nodes (SiLU's x feeds the Sigmoid and the
+// Mul), which uniqueConsumer cannot say.
+Constraint readOnlyBy(std::string capture, std::vector<std::string> readers);
 }  // namespace constraints
+
+// a and b have the same rank and each pair of dims is provably equal (Dim::provablyEqual).
+bool dimsProvablyEqual(const Shape& a, const Shape& b);
 
 }  // namespace fusectl::passes
