@@ -41,6 +41,13 @@ void registerSwiGLUKernels(KernelRegistry& r);             // swiglu.cpp
 void registerGeluApproximationKernels(KernelRegistry& r);  // gelu_approximations.cpp
 // The fused norms of domain fusectl (norms_fused.cpp).
 void registerFusedNormKernels(KernelRegistry& r);
+// Issue 15's standard opset-23+ transformer ops (std_attention.cpp, std_norms.cpp, std_rotary.cpp,
+// std_activations.cpp, tensor_scatter.cpp).
+void registerStdAttentionKernels(KernelRegistry& r);
+void registerStdNormKernels(KernelRegistry& r);
+void registerStdRotaryKernels(KernelRegistry& r);
+void registerStdActivationKernels(KernelRegistry& r);
+void registerTensorScatterKernels(KernelRegistry& r);
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -75,6 +82,11 @@ void registerAllKernels(KernelRegistry& r) {
   registerSwiGLUKernels(r);
   registerGeluApproximationKernels(r);
   registerFusedNormKernels(r);
+  registerStdAttentionKernels(r);
+  registerStdNormKernels(r);
+  registerStdRotaryKernels(r);
+  registerStdActivationKernels(r);
+  registerTensorScatterKernels(r);
 }
 
 }  // namespace fusectl::kernels
