@@ -64,6 +64,7 @@ const RuleRegistry& ruleRegistry() {
     registerMiscRules(r);
     registerControlFlowRules(r);
     registerFusectlOpRules(r);
+    registerStdTransformerOpRules(r);
     return r;
   }();
   return registry;

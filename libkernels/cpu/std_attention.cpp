@@ -247,41 +247,51 @@ void runStdAttention(KernelContext& ctx) {
       const int64_t key_end = nonpad ? valid_keys[static_cast<size_t>(b)] : T;
       for (int64_t i = 0; i < S; ++i) {
         float* row = scores.data() + i * T;
-        // The bias row: the mask, the causal frontier, the padding and the window.
-        std::fill(bias.begin(), bias.end(), 0.f);
-        if (mask) {
+        // Keys [lo, hi) pass the causal frontier, the padding and the window.
+        const int64_t p = i + offset;  // the query's absolute position
+        const int64_t lo = std::clamp<int64_t>(left_window >= 0 ? p - left_window : 0, 0, T);
+        int64_t hi = std::min(key_end, causal ? p + 1 : T);
+        if (right_window >= 0) hi = std::min(hi, p + right_window + 1);
+        hi = std::clamp<int64_t>(hi, lo, T);  // an empty span when nothing is visible
+        if (!mask) {
+          // Without a mask the bias is 0 on [lo, hi) and -inf elsewhere: one softmax of a span.
+          if (qk_block && qk_mode == 2) {
+            float* out = qk_block + i * T;
+            for (int64_t j = 0; j < T; ++j) out[j] = j >= lo && j < hi ? row[j] : kNegInf;
+          }
+          if (lo < hi) vec::softmaxRow(row + lo, row + lo, hi - lo, false);
+          std::fill(row, row + lo, 0.f);
+          std::fill(row + hi, row + T, 0.f);
+        } else {
           const int64_t at = b * ml.b + h * ml.h + i * ml.s;
           for (int64_t j = 0; j < ml.columns; ++j) {
             if (bool_mask) {
-              if (!mask_bits[at + j * ml.t]) bias[static_cast<size_t>(j)] = kNegInf;
+              bias[static_cast<size_t>(j)] = mask_bits[at + j * ml.t] ? 0.f : kNegInf;
             } else {
               bias[static_cast<size_t>(j)] = mf[at + j * ml.t];
             }
           }
           std::fill(bias.begin() + ml.columns, bias.end(), kNegInf);
-        }
-        const int64_t p = i + offset;  // the query's absolute position
-        int64_t hi = std::min(key_end, causal ? p + 1 : T);
-        if (right_window >= 0) hi = std::min(hi, p + right_window + 1);
-        const int64_t lo = left_window >= 0 ? std::max<int64_t>(0, p - left_window) : 0;
-        for (int64_t j = 0; j < T; ++j) {
-          if (j < lo || j >= hi) bias[static_cast<size_t>(j)] = kNegInf;
-        }
-        bool any_allowed = false;
-        for (int64_t j = 0; j < T; ++j) {
-          row[j] += bias[static_cast<size_t>(j)];
-          any_allowed = any_allowed || bias[static_cast<size_t>(j)] != kNegInf;
-        }
-        if (qk_block && qk_mode == 2) std::copy(row, row + T, qk_block + i * T);
-        if (!any_allowed) {
-          std::fill(row, row + T, 0.f);
-        } else {
           for (int64_t j = 0; j < T; ++j) {
-            if (bias[static_cast<size_t>(j)] == kNegInf) row[j] = kNegInf;
+            if (j < lo || j >= hi) bias[static_cast<size_t>(j)] = kNegInf;
           }
-          vec::softmaxRow(row, row, T, false);
+          bool any_allowed = false;
           for (int64_t j = 0; j < T; ++j) {
-            if (bias[static_cast<size_t>(j)] == kNegInf) row[j] = 0.f;
+            row[j] += bias[static_cast<size_t>(j)];
+            any_allowed = any_allowed || bias[static_cast<size_t>(j)] != kNegInf;
+          }
+          if (qk_block && qk_mode == 2) std::copy(row, row + T, qk_block + i * T);
+          if (!any_allowed) {
+            std::fill(row, row + T, 0.f);
+          } else {
+            // A masked key gets probability 0 whatever its score (+inf or NaN included).
+            for (int64_t j = 0; j < T; ++j) {
+              if (bias[static_cast<size_t>(j)] == kNegInf) row[j] = kNegInf;
+            }
+            vec::softmaxRow(row, row, T, false);
+            for (int64_t j = 0; j < T; ++j) {
+              if (bias[static_cast<size_t>(j)] == kNegInf) row[j] = 0.f;
+            }
           }
         }
         if (qk_block && qk_mode == 3) std::copy(row, row + T, qk_block + i * T);
@@ -292,7 +302,8 @@ void runStdAttention(KernelContext& ctx) {
                         y_layout.row_stride),
              1);
       } else {
-        for (int64_t i = 0; i < S; ++i) std::fill(yb + i * y_layout.row_stride, yb + i * y_layout.row_stride + Dv, 0.f);
+        for (int64_t i = 0; i < S; ++i)
+          std::fill(yb + i * y_layout.row_stride, yb + i * y_layout.row_stride + Dv, 0.f);
       }
     }
   });

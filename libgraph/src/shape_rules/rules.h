@@ -60,6 +60,7 @@ void registerQuantizeRules(RuleRegistry& r);
 void registerMiscRules(RuleRegistry& r);
 void registerControlFlowRules(RuleRegistry& r);
 void registerFusectlOpRules(RuleRegistry& r);
+void registerStdTransformerOpRules(RuleRegistry& r);
 const RuleRegistry& ruleRegistry();
 
 // Driver state shared by every node of one inferShapes call, subgraphs included.

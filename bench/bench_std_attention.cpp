@@ -1,0 +1,160 @@
+// The standard Attention (opset 23, std_attention.cpp) against the same computation as primitive
+// ops, both run through the executor: MatMul(Q, Transpose(K)) -> Mul(scale) -> Add(mask) ->
+// Softmax -> MatMul(., V) against one Attention node, 12 heads of 64, batch 1, at sequence 128
+// and 512, with a [1, 1, 1, S] additive mask (and, with --causal, is_causal against a Where on
+// the upper triangle).
+//
+//   bench_std_attention [--threads N] [--repeat R] [--seq S,...] [--causal] [--clock wall|cpu]
+//
+// The two models alternate A/B/A/B on the same inputs; each prints its median, with the ratio
+// attention/primitive (below 1: the Attention kernel is faster). Prints one JSON line per sequence
+// length; no assertions (speed is not a unit-test property).
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_clock.h"
+#include "fusectl/graph/graph.h"
+#include "fusectl/kernels/executor.h"
+
+namespace {
+
+using namespace fusectl;
+using namespace fusectl::kernels;
+
+constexpr int64_t kHeads = 12, kHeadSize = 64;
+
+ValueType floatType(std::vector<int64_t> dims) {
+  ValueType vt;
+  vt.dtype = DType::Float;
+  vt.shape = Shape::ofStatic(dims);
+  return vt;
+}
+
+Node* add(Graph& g, const std::string& op, const std::string& domain, std::vector<Value*> in,
+          const std::string& out, std::vector<Attribute> attrs = {}) {
+  Graph::NodeSpec spec;
+  spec.op_type = op;
+  spec.domain = domain;
+  spec.name = out;
+  spec.inputs = std::move(in);
+  spec.output_names = {out};
+  spec.attributes = std::move(attrs);
+  return g.createNode(std::move(spec));
+}
+
+// The attention block over split heads: one standard Attention node (fused) or primitive ops.
+std::unique_ptr<Model> attentionModel(int64_t seq, bool fused, bool causal) {
+  auto model = std::make_unique<Model>();
+  model->setOpsetVersion("", 23);
+  Graph& g = *model->graph;
+  const std::vector<int64_t> heads = {1, kHeads, seq, kHeadSize};
+  Value* q = g.addInput("q", floatType(heads));
+  Value* k = g.addInput("k", floatType(heads));
+  Value* v = g.addInput("v", floatType(heads));
+  Value* mask = g.addInput("mask", floatType({1, 1, 1, seq}));
+  const float scale = 1.f / std::sqrt(static_cast<float>(kHeadSize));
+  Value* y = nullptr;
+  if (fused) {
+    y = add(g, "Attention", "", {q, k, v, mask}, "y",
+            {Attribute::ofFloat("scale", scale), Attribute::ofInt("is_causal", causal ? 1 : 0)})
+            ->output(0);
+  } else {
+    Value* kt = add(g, "Transpose", "", {k}, "kt", {Attribute::ofInts("perm", {0, 1, 3, 2})})->output(0);
+    Value* s = add(g, "MatMul", "", {q, kt}, "scores")->output(0);
+    Value* c = g.addInitializer("scale", Tensor::fromValues(DType::Float, {}, std::vector<float>{scale}));
+    Value* scaled = add(g, "Mul", "", {s, c}, "scaled")->output(0);
+    Value* masked = add(g, "Add", "", {scaled, mask}, "masked")->output(0);
+    if (causal) {
+      std::vector<uint8_t> upper(static_cast<size_t>(seq * seq));
+      for (int64_t i = 0; i < seq; ++i)
+        for (int64_t j = 0; j < seq; ++j) upper[static_cast<size_t>(i * seq + j)] = j > i;
+      Value* cond = g.addInitializer("future", Tensor::fromValues(DType::Bool, {seq, seq}, upper));
+      Value* low = g.addInitializer("lowest", Tensor::fromValues(DType::Float, {}, std::vector<float>{-INFINITY}));
+      masked = add(g, "Where", "", {cond, low, masked}, "causal")->output(0);
+    }
+    Value* p = add(g, "Softmax", "", {masked}, "probs", {Attribute::ofInt("axis", -1)})->output(0);
+    y = add(g, "MatMul", "", {p, v}, "y")->output(0);
+  }
+  g.addOutput(y);
+  return model;
+}
+
+HostTensor randomTensor(std::vector<int64_t> dims, uint32_t seed, float lo, float hi) {
+  HostTensor t(DType::Float, dims);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  float* p = t.mutableData<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = d(rng);
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 1, repeat = 20;
+  bool causal = false;
+  std::vector<int64_t> seqs = {128, 512};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--causal") {
+      causal = true;
+    } else if (i + 1 < argc && a == "--threads") {
+      threads = std::max(1, std::atoi(argv[++i]));
+    } else if (i + 1 < argc && a == "--repeat") {
+      repeat = std::max(1, std::atoi(argv[++i]));
+    } else if (i + 1 < argc && a == "--clock") {
+      fusectl::bench::g_cpu_clock = std::strcmp(argv[++i], "cpu") == 0;
+    } else if (i + 1 < argc && a == "--seq") {
+      seqs.clear();
+      std::stringstream list(argv[++i]);
+      for (std::string item; std::getline(list, item, ',');) seqs.push_back(std::atoll(item.c_str()));
+    } else {
+      std::fprintf(stderr, "usage: bench_std_attention [--threads N] [--repeat R] [--seq S,...] "
+                           "[--causal] [--clock wall|cpu]\n");
+      return 2;
+    }
+  }
+  for (int64_t seq : seqs) {
+    auto unfused = attentionModel(seq, false, causal);
+    auto fused = attentionModel(seq, true, causal);
+    ExecutorOptions options;
+    options.num_threads = threads;
+    Executor a(*unfused, options), b(*fused, options);
+    const std::vector<int64_t> heads = {1, kHeads, seq, kHeadSize};
+    const std::vector<NamedTensor> inputs = {{"q", randomTensor(heads, 1, -1, 1)},
+                                             {"k", randomTensor(heads, 2, -1, 1)},
+                                             {"v", randomTensor(heads, 3, -1, 1)},
+                                             {"mask", randomTensor({1, 1, 1, seq}, 4, -2, 0)}};
+    double max_diff = 0;
+    {
+      const HostTensor ya = a.run(inputs)[0].tensor, yb = b.run(inputs)[0].tensor;
+      for (int64_t i = 0; i < ya.numel(); ++i)
+        max_diff = std::max(max_diff, double(std::fabs(ya.data<float>()[i] - yb.data<float>()[i])));
+    }
+    std::vector<double> ta, tb;
+    for (int r = 0; r < repeat; ++r) {
+      double t0 = fusectl::bench::now();
+      a.run(inputs);
+      double t1 = fusectl::bench::now();
+      b.run(inputs);
+      double t2 = fusectl::bench::now();
+      ta.push_back(t1 - t0);
+      tb.push_back(t2 - t1);
+    }
+    const double ma = fusectl::bench::median(ta), mb = fusectl::bench::median(tb);
+    std::printf("{\"bench\": \"std_attention\", \"seq\": %lld, \"heads\": %lld, \"head_size\": %lld, "
+                "\"causal\": %s, \"threads\": %d, \"primitive_ms\": %.4f, \"attention_ms\": %.4f, "
+                "\"ratio_attention_over_primitive\": %.3f, \"max_abs_diff\": %.3g}\n",
+                static_cast<long long>(seq), static_cast<long long>(kHeads),
+                static_cast<long long>(kHeadSize), causal ? "true" : "false", threads, ma * 1e3,
+                mb * 1e3, mb / ma, max_diff);
+  }
+  return 0;
+}
