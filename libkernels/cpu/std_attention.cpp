@@ -223,7 +223,6 @@ void runStdAttention(KernelContext& ctx) {
 
   parallelFor(B * Hq, ctx.numThreads(), 1, [&](int64_t first, int64_t last) {
     std::vector<float> scores(static_cast<size_t>(S * T));
-    std::vector<float> bias(static_cast<size_t>(T));
     for (int64_t block = first; block < last; ++block) {
       const int64_t b = block / Hq, h = block % Hq, kv = h / group;
       const float* qb = qf.data() + q_layout.offset(b, h);
@@ -253,46 +252,48 @@ void runStdAttention(KernelContext& ctx) {
         int64_t hi = std::min(key_end, causal ? p + 1 : T);
         if (right_window >= 0) hi = std::min(hi, p + right_window + 1);
         hi = std::clamp<int64_t>(hi, lo, T);  // an empty span when nothing is visible
-        if (!mask) {
-          // Without a mask the bias is 0 on [lo, hi) and -inf elsewhere: one softmax of a span.
-          if (qk_block && qk_mode == 2) {
-            float* out = qk_block + i * T;
-            for (int64_t j = 0; j < T; ++j) out[j] = j >= lo && j < hi ? row[j] : kNegInf;
-          }
-          if (lo < hi) vec::softmaxRow(row + lo, row + lo, hi - lo, false);
-          std::fill(row, row + lo, 0.f);
-          std::fill(row + hi, row + T, 0.f);
-        } else {
-          const int64_t at = b * ml.b + h * ml.h + i * ml.s;
-          for (int64_t j = 0; j < ml.columns; ++j) {
-            if (bool_mask) {
-              bias[static_cast<size_t>(j)] = mask_bits[at + j * ml.t] ? 0.f : kNegInf;
-            } else {
-              bias[static_cast<size_t>(j)] = mf[at + j * ml.t];
+        // With a mask, keys from its last column on are masked too.
+        const int64_t end = mask ? std::min(hi, std::max(lo, ml.columns)) : hi;
+        bool any_allowed = lo < end;
+        if (mask && any_allowed) {
+          // A masked key's score becomes -inf whatever it was (+inf or NaN included), so it gets
+          // probability 0; the row is fully masked when no key in the span survives.
+          float* span = row + lo;
+          const int64_t n = end - lo;
+          const int64_t at = b * ml.b + h * ml.h + i * ml.s + lo * ml.t;
+          any_allowed = false;
+          if (bool_mask) {
+            const uint8_t* bits = mask_bits + at;
+            for (int64_t j = 0; j < n; ++j) {
+              const bool keep = bits[j * ml.t] != 0;
+              span[j] = keep ? span[j] : kNegInf;
+              any_allowed |= keep;
             }
-          }
-          std::fill(bias.begin() + ml.columns, bias.end(), kNegInf);
-          for (int64_t j = 0; j < T; ++j) {
-            if (j < lo || j >= hi) bias[static_cast<size_t>(j)] = kNegInf;
-          }
-          bool any_allowed = false;
-          for (int64_t j = 0; j < T; ++j) {
-            row[j] += bias[static_cast<size_t>(j)];
-            any_allowed = any_allowed || bias[static_cast<size_t>(j)] != kNegInf;
-          }
-          if (qk_block && qk_mode == 2) std::copy(row, row + T, qk_block + i * T);
-          if (!any_allowed) {
-            std::fill(row, row + T, 0.f);
+          } else if (ml.t == 1) {
+            const float* add = mf.data() + at;
+            for (int64_t j = 0; j < n; ++j) {
+              const bool keep = add[j] != kNegInf;
+              span[j] = keep ? span[j] + add[j] : kNegInf;
+              any_allowed |= keep;
+            }
           } else {
-            // A masked key gets probability 0 whatever its score (+inf or NaN included).
-            for (int64_t j = 0; j < T; ++j) {
-              if (bias[static_cast<size_t>(j)] == kNegInf) row[j] = kNegInf;
-            }
-            vec::softmaxRow(row, row, T, false);
-            for (int64_t j = 0; j < T; ++j) {
-              if (bias[static_cast<size_t>(j)] == kNegInf) row[j] = 0.f;
-            }
+            const float add = mf.data()[at];
+            any_allowed = add != kNegInf;
+            for (int64_t j = 0; j < n; ++j) span[j] = any_allowed ? span[j] + add : kNegInf;
           }
+        }
+        if (qk_block && qk_mode == 2) {
+          // The scores plus the bias: -inf outside the span.
+          float* out = qk_block + i * T;
+          std::fill(out, out + T, kNegInf);
+          if (lo < end) std::copy(row + lo, row + end, out + lo);
+        }
+        if (any_allowed) {
+          vec::softmaxRow(row + lo, row + lo, end - lo, false);
+          std::fill(row, row + lo, 0.f);
+          std::fill(row + end, row + T, 0.f);
+        } else {
+          std::fill(row, row + T, 0.f);  // a fully masked row is zero, not NaN
         }
         if (qk_block && qk_mode == 3) std::copy(row, row + T, qk_block + i * T);
       }
