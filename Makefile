@@ -13,7 +13,8 @@ ORT_DIR ?= $(abspath $(BUILD_DIR))/ort
 DEMO_MODEL ?= testdata/models/resnet_mini.onnx
 DEMO_SHAPE ?= input=1x3x32x32
 
-.PHONY: all deps ort browser configure build demo test clean test-sanitize test-tsan fuzz fuzz-build
+.PHONY: all deps ort browser configure build demo test clean sanitize-build test-sanitize test-tsan \
+    fuzz fuzz-build
 
 all: build
 
@@ -53,54 +54,54 @@ test: build ort browser
 # ---- Sanitizers and fuzzing (docs/hardening.md) ----
 # The launcher flags only, not the build type: each sanitizer build sets its own.
 LAUNCHER_FLAGS := $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
-SANITIZE_FLAGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSECTL_ENABLE_CUDA=OFF \
-    -DFUSECTL_BUILD_BENCH=OFF $(LAUNCHER_FLAGS) -DFUSECTL_ORT_DIR=$(ORT_DIR)
-# Any report fails the test that triggered it; leaks are reports too.
-SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
+# Any report fails the test that triggered it; leaks are reports too. A failed allocation
+# returns null (std::bad_alloc) as it does without ASan, so the tests of fusectl's
+# out-of-memory refusals see what a user would.
+SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:allocator_may_return_null=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-ASAN_DIR ?= build-asan
+# One clang build serves both the sanitizer suite and the fuzz targets, so CI compiles the
+# sources twice (this and `make test`), not three times: the libraries, the CLI and the tests
+# are compiled with -fsanitize=address,undefined,fuzzer-no-link; the Catch2 tests and the CLI
+# link ASan and UBSan, the fuzz targets libFuzzer too (CMake option FUSECTL_FUZZ).
+SAN_DIR ?= build-san
 TSAN_DIR ?= build-tsan
-FUZZ_DIR ?= build-fuzz
-# Which CTest tests the ASan+UBSan build runs (ctest arguments; empty: the whole suite).
-# For CI the choice is `make test` and then this build without the conformance suite
-# (SANITIZE_CTEST_ARGS='-E conformance'): a cold `make test` takes ~13.5 min on CI's 2 cores and
-# the instrumented build compiles every file again at 1.5-2x the cost, so the sum comes near the
-# 45-minute mark rather than well under it; the readers the conformance data exercises are
-# fuzzed instead (`make fuzz`). .ci/run does not run it yet: the instrumented suite has not been
-# run to the end on the shared development machine (docs/hardening.md).
+# Which CTest tests the ASan+UBSan build runs (ctest arguments; empty: the whole suite, which
+# is what `make test-sanitize` runs). Timings are in docs/hardening.md.
 SANITIZE_CTEST_ARGS ?=
 
-# The whole CTest suite under AddressSanitizer and UndefinedBehaviorSanitizer.
-test-sanitize: ort
-	cmake -S . -B $(ASAN_DIR) $(SANITIZE_FLAGS) -DFUSECTL_SANITIZE=address,undefined
-	cmake --build $(ASAN_DIR) -j $(JOBS)
-	cd $(ASAN_DIR) && $(SANITIZER_ENV) ctest --output-on-failure -j $(JOBS) $(SANITIZE_CTEST_ARGS)
+sanitize-build: deps ort
+	CC=clang CXX=clang++ cmake -S . -B $(SAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DFUSECTL_ENABLE_CUDA=OFF -DFUSECTL_BUILD_BENCH=OFF -DFUSECTL_FUZZ=ON $(LAUNCHER_FLAGS) \
+	    -DFUSECTL_ORT_DIR=$(ORT_DIR)
+	cmake --build $(SAN_DIR) -j $(JOBS)
+fuzz-build: sanitize-build
+
+# The CTest suite under AddressSanitizer (leaks included) and UndefinedBehaviorSanitizer.
+test-sanitize: sanitize-build
+	cd $(SAN_DIR) && $(SANITIZER_ENV) ctest --output-on-failure -j $(JOBS) $(SANITIZE_CTEST_ARGS)
 
 # ThreadSanitizer on what runs threads: the worker pool and executor tests, and the CLI
-# executing every testdata model with 2 and with 8 threads per kernel.
+# executing every testdata model with 2 and with 8 threads per kernel. A gcc build of its own
+# (TSan cannot share a build with ASan); CI leaves it out.
 TSAN_MODELS := $(wildcard testdata/models/*.onnx)
-test-tsan:
-	cmake -S . -B $(TSAN_DIR) $(SANITIZE_FLAGS) -DFUSECTL_SANITIZE=thread
+test-tsan: deps
+	cmake -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSECTL_ENABLE_CUDA=OFF \
+	    -DFUSECTL_BUILD_BENCH=OFF $(LAUNCHER_FLAGS) -DFUSECTL_ORT_DIR=$(ORT_DIR) \
+	    -DFUSECTL_SANITIZE=thread
 	cmake --build $(TSAN_DIR) -j $(JOBS) --target fusectl fusectl_tests
 	$(SANITIZER_ENV) $(TSAN_DIR)/tests/fusectl_tests "[threads],executor:*"
 	for threads in 2 8; do for m in $(TSAN_MODELS); do \
 	  $(SANITIZER_ENV) $(TSAN_DIR)/apps/fusectl run $$m --threads $$threads >/dev/null || exit 1; \
 	done; done
 
-# libFuzzer targets (tests/fuzz/), built with clang; each runs FUZZ_SECONDS on a corpus seeded
-# from the testdata and ../shared/onnx-node-tests (when present). Any crash, leak, UB report or
-# timeout fails the run; the input that caused it is left in $(FUZZ_DIR)/findings/.
+# libFuzzer targets (tests/fuzz/), from the sanitizer build; each runs FUZZ_SECONDS on a corpus
+# seeded from the testdata and ../shared/onnx-node-tests (when present). Any crash, leak, UB
+# report or timeout fails the run; the input that caused it is left in $(SAN_DIR)/findings/.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := fuzz_onnx_loader fuzz_onnx_text fuzz_pattern fuzz_pipeline fuzz_npy fuzz_tensor_pb \
     fuzz_optimizer
-fuzz-build:
-	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	    -DFUSECTL_ENABLE_CUDA=OFF -DFUSECTL_BUILD_BENCH=OFF -DFUSECTL_BUILD_TESTS=OFF \
-	    -DFUSECTL_FUZZ=ON $(LAUNCHER_FLAGS)
-	cmake --build $(FUZZ_DIR) -j $(JOBS) --target $(FUZZ_TARGETS)
-
-fuzz: fuzz-build
-	bash tests/fuzz/run_fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+fuzz: sanitize-build
+	bash tests/fuzz/run_fuzzers.sh $(SAN_DIR) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 clean:
 	rm -rf $(BUILD_DIR)

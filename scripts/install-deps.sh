@@ -9,6 +9,9 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev catch2
   libssl-dev   # OpenSSL's libcrypto: SHA-256 of the report's input and output files
   graphviz   # `dot`, to check that `fusectl dump --format dot` renders
+  # The sanitizer and fuzz build (`make test-sanitize`, `make fuzz`): clang, and its runtimes
+  # (ASan, UBSan, libFuzzer), which apt only recommends and --no-install-recommends leaves out.
+  clang libclang-rt-dev
 )
 # ONNX Runtime's CPU build comes from npm (scripts/install-ort.sh) and is the reference runtime of
 # the differential tests. A node/npm already on PATH (e.g. a nodesource build, which conflicts

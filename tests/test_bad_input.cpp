@@ -385,10 +385,10 @@ TEST_CASE("bad input: -O3 survives any node input left empty", "[passes][bad_inp
 }
 
 // Found by tests/fuzz (fuzz_onnx_loader, fuzz_tensor_pb): a value or tensor name that holds a
-// newline is echoed raw, so the refusal spans several lines. The fix belongs in the importer's
-// messages (escape control characters in quoted names); until then this test may fail.
+// newline was echoed raw, so the refusal spanned several lines. fusectl::Error escapes control
+// characters, so every message that quotes a name stays on one line.
 TEST_CASE("bad input: names with newlines still give one-line errors",
-          "[onnx_io][bad_input][!mayfail]") {
+          "[onnx_io][bad_input]") {
   for (const char* file : {"fuzz_newline_in_name.onnx", "fuzz_newline_in_tensor_name.pb"}) {
     INFO(file);
     const std::string path = badPath(file);
@@ -403,6 +403,15 @@ TEST_CASE("bad input: names with newlines still give one-line errors",
       CHECK(e.kind() == fusectl::ErrorKind::InvalidInput);
       CHECK(message.rfind(path + ": ", 0) == 0);
       CHECK(message.find('\n') == std::string::npos);
+      CHECK(message.find("\\n") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("bad input: errors escape every control character of a quoted name", "[bad_input]") {
+  const fusectl::Error error(fusectl::ErrorKind::InvalidInput,
+                             std::string("value 'a\nb\rc\td") + '\x1b' + "e\x7f'");
+  CHECK(std::string(error.what()) == "value 'a\\nb\\rc\\td\\x1be\\x7f'");
+  const fusectl::Error plain(fusectl::ErrorKind::Io, "m.onnx: caf\xc3\xa9 'x' [1,2]");
+  CHECK(std::string(plain.what()) == "m.onnx: caf\xc3\xa9 'x' [1,2]");
 }

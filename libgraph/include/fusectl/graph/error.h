@@ -5,6 +5,7 @@
 // aborts on user input.
 #pragma once
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -18,9 +19,35 @@ enum class ErrorKind {
   Internal,      // a broken invariant inside fusectl (exit 70)
 };
 
+// Messages quote names taken from the file (values, nodes, tensors); a name that holds a newline
+// or another control character would split the one-line refusal the CLI promises, or move the
+// terminal's cursor, so each such byte is spelled as an escape (\n, \r, \t, \xNN).
+inline std::string escapeControlCharacters(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", byte);
+      out += hex;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  Error(ErrorKind kind, const std::string& message)
+      : std::runtime_error(escapeControlCharacters(message)), kind_(kind) {}
   ErrorKind kind() const { return kind_; }
 
  private:
