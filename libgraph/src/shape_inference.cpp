@@ -64,6 +64,7 @@ const RuleRegistry& ruleRegistry() {
     registerMiscRules(r);
     registerControlFlowRules(r);
     registerFusectlOpRules(r);
+    registerNewerOnnxOpRules(r);
     return r;
   }();
   return registry;

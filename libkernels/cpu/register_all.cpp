@@ -41,6 +41,9 @@ void registerSwiGLUKernels(KernelRegistry& r);             // swiglu.cpp
 void registerGeluApproximationKernels(KernelRegistry& r);  // gelu_approximations.cpp
 // The fused norms of domain fusectl (norms_fused.cpp).
 void registerFusedNormKernels(KernelRegistry& r);
+void registerBitCastKernels(KernelRegistry& r);           // bitcast.cpp
+void registerCausalConvKernels(KernelRegistry& r);        // causal_conv.cpp
+void registerLinearAttentionKernels(KernelRegistry& r);   // linear_attention.cpp
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -75,6 +78,9 @@ void registerAllKernels(KernelRegistry& r) {
   registerSwiGLUKernels(r);
   registerGeluApproximationKernels(r);
   registerFusedNormKernels(r);
+  registerBitCastKernels(r);
+  registerCausalConvKernels(r);
+  registerLinearAttentionKernels(r);
 }
 
 }  // namespace fusectl::kernels
