@@ -44,6 +44,9 @@ void registerFusedNormKernels(KernelRegistry& r);
 void registerBitCastKernels(KernelRegistry& r);           // bitcast.cpp
 void registerCausalConvKernels(KernelRegistry& r);        // causal_conv.cpp
 void registerLinearAttentionKernels(KernelRegistry& r);   // linear_attention.cpp
+void registerDeformConvKernels(KernelRegistry& r);        // deform_conv.cpp
+void registerTreeEnsembleKernels(KernelRegistry& r);      // tree_ensemble.cpp
+void registerFlexAttentionKernels(KernelRegistry& r);     // flex_attention.cpp
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -81,6 +84,9 @@ void registerAllKernels(KernelRegistry& r) {
   registerBitCastKernels(r);
   registerCausalConvKernels(r);
   registerLinearAttentionKernels(r);
+  registerDeformConvKernels(r);
+  registerTreeEnsembleKernels(r);
+  registerFlexAttentionKernels(r);
 }
 
 }  // namespace fusectl::kernels

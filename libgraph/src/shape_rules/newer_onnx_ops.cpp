@@ -1,6 +1,7 @@
-// Shape rules of the ONNX ops newer than Debian's libonnx 1.12 knows (opsets 26-27) that this
-// file's kernels run: BitCast, CumProd, CausalConvWithState, LinearAttention. Without them
-// shape inference would leave their outputs untyped and later rules blind.
+// Shape rules of the ops newer than Debian's libonnx 1.12 knows that this tree has kernels for:
+// BitCast and CumProd (opset 26), CausalConvWithState and LinearAttention (27), ai.onnx.ml
+// TreeEnsemble (ml opset 5) and ai.onnx.preview FlexAttention. Without them shape inference
+// would leave their outputs untyped and the rules after them blind.
 #include "shape_rules/rules.h"
 
 namespace fusectl::shape_rules {
@@ -51,6 +52,25 @@ bool linearAttention(RuleContext& ctx) {
   return true;
 }
 
+// ai.onnx.ml TreeEnsemble: [rows, n_targets] in X's type.
+bool treeEnsemble(RuleContext& ctx) {
+  const Shape& x = ctx.inShape(0);
+  const Dim rows = x.hasRank() && x.rank() == 2 ? x[0] : Dim();
+  ctx.setOutput(0, ctx.inDType(0), Shape({rows, Dim::known(ctx.node.attrInt("n_targets", 0))}));
+  return true;
+}
+
+// ai.onnx.preview FlexAttention: [B, Hq, L, Ev] in V's type.
+bool flexAttention(RuleContext& ctx) {
+  const Shape& q = ctx.inShape(0);
+  const Shape& v = ctx.inShape(2);
+  if (q.hasRank() && q.rank() == 4 && v.hasRank() && v.rank() == 4)
+    ctx.setOutput(0, ctx.inDType(2), Shape({q[0], q[1], q[2], v[3]}));
+  else
+    ctx.setOutput(0, ctx.inDType(2), unknownDims(4));
+  return true;
+}
+
 }  // namespace
 
 void registerNewerOnnxOpRules(RuleRegistry& r) {
@@ -58,6 +78,8 @@ void registerNewerOnnxOpRules(RuleRegistry& r) {
   r.add("", "CumProd", cumProd);
   r.add("", "CausalConvWithState", causalConvWithState);
   r.add("", "LinearAttention", linearAttention);
+  r.add("ai.onnx.ml", "TreeEnsemble", treeEnsemble);
+  r.add("ai.onnx.preview", "FlexAttention", flexAttention);
 }
 
 }  // namespace fusectl::shape_rules
