@@ -47,6 +47,7 @@ void registerLinearAttentionKernels(KernelRegistry& r);   // linear_attention.cp
 void registerDeformConvKernels(KernelRegistry& r);        // deform_conv.cpp
 void registerTreeEnsembleKernels(KernelRegistry& r);      // tree_ensemble.cpp
 void registerFlexAttentionKernels(KernelRegistry& r);     // flex_attention.cpp
+void registerMlFeatureKernels(KernelRegistry& r);         // ml_feature_ops.cpp
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -87,6 +88,7 @@ void registerAllKernels(KernelRegistry& r) {
   registerDeformConvKernels(r);
   registerTreeEnsembleKernels(r);
   registerFlexAttentionKernels(r);
+  registerMlFeatureKernels(r);
 }
 
 }  // namespace fusectl::kernels
