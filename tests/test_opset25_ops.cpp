@@ -115,8 +115,8 @@ void naiveLinearAttention(const LinearAttentionCase& c, const std::vector<float>
         const int64_t row = b * c.T + t;
         if (gated)
           for (int64_t d = 0; d < dk; ++d) {
-            const double g = c.decay_per_dim ? decay[row * c.Hkv * dk + h * dk + d]
-                                             : decay[row * c.Hkv + h];
+            const double g =
+                c.decay_per_dim ? decay[row * c.Hkv * dk + h * dk + d] : decay[row * c.Hkv + h];
             for (int64_t m = 0; m < dv; ++m) S[d * dv + m] *= std::exp(g);
           }
         std::vector<double> vt(static_cast<size_t>(dv));
@@ -130,7 +130,8 @@ void naiveLinearAttention(const LinearAttentionCase& c, const std::vector<float>
           }
         }
         for (int64_t d = 0; d < dk; ++d)
-          for (int64_t m = 0; m < dv; ++m) S[d * dv + m] += k[row * c.Hkv * dk + h * dk + d] * vt[m];
+          for (int64_t m = 0; m < dv; ++m)
+            S[d * dv + m] += k[row * c.Hkv * dk + h * dk + d] * vt[m];
         for (int64_t g = h * c.group; g < (h + 1) * c.group; ++g)
           for (int64_t m = 0; m < dv; ++m) {
             double acc = 0;
@@ -154,13 +155,13 @@ std::vector<HostTensor> runLinearAttention(const LinearAttentionCase& c, std::mt
   naiveLinearAttention(c, q, k, v, past, decay, beta, want_out, want_state);
   const bool gated = c.rule == "gated" || c.rule == "gated_delta";
   const bool delta = c.rule == "delta" || c.rule == "gated_delta";
-  std::vector<std::optional<HostTensor>> in = {
-      floats({c.B, c.T, Hq * c.dk}, q), floats({c.B, c.T, c.Hkv * c.dk}, k),
-      floats({c.B, c.T, c.Hkv * c.dv}, v)};
+  std::vector<std::optional<HostTensor>> in = {floats({c.B, c.T, Hq * c.dk}, q),
+                                               floats({c.B, c.T, c.Hkv * c.dk}, k),
+                                               floats({c.B, c.T, c.Hkv * c.dv}, v)};
   in.push_back(c.with_past ? std::optional<HostTensor>(floats({c.B, c.Hkv, c.dk, c.dv}, past))
                            : std::nullopt);
-  in.push_back(gated ? std::optional<HostTensor>(floats(
-                           {c.B, c.T, c.Hkv * (c.decay_per_dim ? c.dk : 1)}, decay))
+  in.push_back(gated ? std::optional<HostTensor>(
+                           floats({c.B, c.T, c.Hkv * (c.decay_per_dim ? c.dk : 1)}, decay))
                      : std::nullopt);
   if (delta) in.push_back(floats({c.B, c.T, c.beta_shared ? 1 : c.Hkv}, beta));
   std::vector<Attribute> attrs = {Attribute::ofInt("q_num_heads", Hq),
@@ -176,9 +177,17 @@ TEST_CASE("LinearAttention matches a double-precision recurrence on random shape
   std::uniform_int_distribution<int64_t> small(1, 4);
   const char* rules[] = {"linear", "gated", "delta", "gated_delta"};
   for (int trial = 0; trial < 24; ++trial) {
-    LinearAttentionCase c{small(rng), small(rng) + 1, small(rng), small(rng), small(rng) + 1,
-                          small(rng) + 1, rules[trial % 4], trial % 3 != 0, trial % 5 == 0,
-                          trial % 2 == 0, trial % 7 == 0 ? 0.3f : 0.0f};
+    LinearAttentionCase c{small(rng),
+                          small(rng) + 1,
+                          small(rng),
+                          small(rng),
+                          small(rng) + 1,
+                          small(rng) + 1,
+                          rules[trial % 4],
+                          trial % 3 != 0,
+                          trial % 5 == 0,
+                          trial % 2 == 0,
+                          trial % 7 == 0 ? 0.3f : 0.0f};
     if (c.beta_shared == false && trial % 6 == 0) c.beta_shared = true;
     INFO("trial " << trial << " rule " << c.rule << " B" << c.B << " T" << c.T << " Hkv" << c.Hkv
                   << " group" << c.group << " dk" << c.dk << " dv" << c.dv);
@@ -202,8 +211,9 @@ TEST_CASE("LinearAttention rejects inputs its update rule does not allow, saying
   };
   CHECK_THROWS_WITH(runNode("LinearAttention", 27, {x, x, x}, heads(2, 2, "gated"), 2),
                     Catch::Contains("requires the decay input"));
-  CHECK_THROWS_WITH(runNode("LinearAttention", 27, {x, x, x, std::nullopt, x}, heads(2, 2, "linear"), 2),
-                    Catch::Contains("forbids the decay input"));
+  CHECK_THROWS_WITH(
+      runNode("LinearAttention", 27, {x, x, x, std::nullopt, x}, heads(2, 2, "linear"), 2),
+      Catch::Contains("forbids the decay input"));
   CHECK_THROWS_WITH(runNode("LinearAttention", 27, {x, x, x}, heads(2, 2, "delta"), 2),
                     Catch::Contains("requires the beta input"));
   CHECK_THROWS_WITH(runNode("LinearAttention", 27, {x, x, x}, heads(3, 2, "linear"), 2),
@@ -214,9 +224,9 @@ TEST_CASE("LinearAttention rejects inputs its update rule does not allow, saying
   CHECK_THROWS_WITH(runNode("LinearAttention", 27, {x, x, x, past}, heads(2, 2, "linear"), 2),
                     Catch::Contains("past_state dims [1,2,2,3] must be [1, 2, 2, 2]"));
   const auto decay = floats({1, 2, 3}, std::vector<float>(6, 0.f));
-  CHECK_THROWS_WITH(runNode("LinearAttention", 27, {x, x, x, std::nullopt, decay},
-                            heads(2, 2, "gated"), 2),
-                    Catch::Contains("decay's last dim 3 must be kv_num_heads"));
+  CHECK_THROWS_WITH(
+      runNode("LinearAttention", 27, {x, x, x, std::nullopt, decay}, heads(2, 2, "gated"), 2),
+      Catch::Contains("decay's last dim 3 must be kv_num_heads"));
 }
 
 // ---- CausalConvWithState ----
@@ -235,7 +245,8 @@ TEST_CASE("CausalConvWithState matches a double-precision depthwise causal convo
     for (int64_t bc = 0; bc < B * C; ++bc) {
       const int64_t c = bc % C;
       std::vector<double> padded;
-      for (int64_t j = 0; j < K - 1; ++j) padded.push_back(with_past ? past[bc * (K - 1) + j] : 0.0);
+      for (int64_t j = 0; j < K - 1; ++j)
+        padded.push_back(with_past ? past[bc * (K - 1) + j] : 0.0);
       for (int64_t t = 0; t < L; ++t) padded.push_back(x[bc * L + t]);
       for (int64_t t = 0; t < L; ++t) {
         double acc = with_bias ? bias[c] : 0.0;
@@ -261,15 +272,18 @@ TEST_CASE("CausalConvWithState over a sequence equals two calls that pass the st
   std::mt19937 rng(3);
   const int64_t B = 2, C = 3, L = 7, K = 4, split = 3;
   const auto x = randomFloats(B * C * L, rng), w = randomFloats(C * K, rng);
-  const auto whole = runNode("CausalConvWithState", 27, {floats({B, C, L}, x), floats({C, 1, K}, w)}, {}, 2);
+  const auto whole =
+      runNode("CausalConvWithState", 27, {floats({B, C, L}, x), floats({C, 1, K}, w)}, {}, 2);
   std::vector<float> first, second;
   for (int64_t bc = 0; bc < B * C; ++bc) {
     first.insert(first.end(), x.begin() + bc * L, x.begin() + bc * L + split);
     second.insert(second.end(), x.begin() + bc * L + split, x.begin() + (bc + 1) * L);
   }
-  const auto a = runNode("CausalConvWithState", 27, {floats({B, C, split}, first), floats({C, 1, K}, w)}, {}, 2);
-  const auto b = runNode("CausalConvWithState", 27,
-                         {floats({B, C, L - split}, second), floats({C, 1, K}, w), std::nullopt, a[1]}, {}, 2);
+  const auto a = runNode("CausalConvWithState", 27,
+                         {floats({B, C, split}, first), floats({C, 1, K}, w)}, {}, 2);
+  const auto b =
+      runNode("CausalConvWithState", 27,
+              {floats({B, C, L - split}, second), floats({C, 1, K}, w), std::nullopt, a[1]}, {}, 2);
   for (int64_t bc = 0; bc < B * C; ++bc)
     for (int64_t t = 0; t < L; ++t) {
       const float got = t < split ? a[0].data<float>()[bc * split + t]
@@ -282,15 +296,18 @@ TEST_CASE("CausalConvWithState over a sequence equals two calls that pass the st
 TEST_CASE("CausalConvWithState rejects a weight or state of the wrong shape, saying why",
           "[opset25_ops][causal_conv]") {
   const auto x = floats({1, 2, 3}, std::vector<float>(6, 1.f));
-  CHECK_THROWS_WITH(runNode("CausalConvWithState", 27, {x, floats({3, 1, 2}, std::vector<float>(6, 1.f))}, {}, 2),
-                    Catch::Contains("weight dims [3,1,2] must be [2, 1, k]"));
+  CHECK_THROWS_WITH(
+      runNode("CausalConvWithState", 27, {x, floats({3, 1, 2}, std::vector<float>(6, 1.f))}, {}, 2),
+      Catch::Contains("weight dims [3,1,2] must be [2, 1, k]"));
   CHECK_THROWS_WITH(runNode("CausalConvWithState", 27,
                             {x, floats({2, 1, 2}, std::vector<float>(4, 1.f)), std::nullopt,
-                             floats({1, 2, 2}, std::vector<float>(4, 1.f))}, {}, 2),
+                             floats({1, 2, 2}, std::vector<float>(4, 1.f))},
+                            {}, 2),
                     Catch::Contains("past_state dims [1,2,2] must be [1, 2, 1]"));
-  CHECK_THROWS_WITH(runNode("CausalConvWithState", 27, {x, floats({2, 1, 2}, std::vector<float>(4, 1.f))},
-                            {Attribute::ofString("activation", "relu")}, 2),
-                    Catch::Contains("activation 'relu' is not one of none, silu, swish"));
+  CHECK_THROWS_WITH(
+      runNode("CausalConvWithState", 27, {x, floats({2, 1, 2}, std::vector<float>(4, 1.f))},
+              {Attribute::ofString("activation", "relu")}, 2),
+      Catch::Contains("activation 'relu' is not one of none, silu, swish"));
 }
 
 // ---- CumProd ----
@@ -310,19 +327,22 @@ TEST_CASE("CumProd matches a naive running product on every axis, exclusive and 
       const int64_t pos = (i / inner) % dims[axis];
       double p = 1;
       for (int64_t j = 0; j < dims[axis]; ++j) {
-        const bool take = reverse ? (exclusive ? j > pos : j >= pos) : (exclusive ? j < pos : j <= pos);
+        const bool take =
+            reverse ? (exclusive ? j > pos : j >= pos) : (exclusive ? j < pos : j <= pos);
         if (take) p *= x[i + (j - pos) * inner];
       }
       want[i] = p;
     }
     INFO("trial " << trial << " axis " << axis);
-    const auto got = runNode("CumProd", 26, {floats(dims, x), fusectl::testing::int64s({}, {axis - 3})},
-                             {Attribute::ofInt("exclusive", exclusive), Attribute::ofInt("reverse", reverse)}, 1);
+    const auto got = runNode(
+        "CumProd", 26, {floats(dims, x), fusectl::testing::int64s({}, {axis - 3})},
+        {Attribute::ofInt("exclusive", exclusive), Attribute::ofInt("reverse", reverse)}, 1);
     requireClose(got[0], want, 1e-5);
   }
   const auto ints = runNode("CumProd", 26,
                             {fusectl::testing::tensorOf<int32_t>(DType::Int32, {4}, {2, 3, -1, 5}),
-                             fusectl::testing::int64s({}, {0})}, {}, 1);
+                             fusectl::testing::int64s({}, {0})},
+                            {}, 1);
   CHECK(fusectl::testing::valuesOf<int32_t>(ints[0]) == std::vector<int32_t>{2, 6, -6, -30});
 }
 
@@ -354,7 +374,8 @@ struct DeformCase {
 
 TEST_CASE("DeformConv with zero offsets and no mask equals Conv", "[opset25_ops][deform_conv]") {
   std::mt19937 rng(19);
-  const DeformCase cases[] = {{1, 2, 5, 5, 3, 3, 3, 1, 1, 1, 0, 1}, {2, 4, 6, 5, 4, 2, 3, 2, 2, 2, 1, 1},
+  const DeformCase cases[] = {{1, 2, 5, 5, 3, 3, 3, 1, 1, 1, 0, 1},
+                              {2, 4, 6, 5, 4, 2, 3, 2, 2, 2, 1, 1},
                               {1, 3, 7, 7, 6, 3, 2, 3, 1, 1, 2, 2}};
   for (const DeformCase& c : cases) {
     const int64_t span_h = (c.KH - 1) * c.dilation + 1, span_w = (c.KW - 1) * c.dilation + 1;
@@ -363,18 +384,19 @@ TEST_CASE("DeformConv with zero offsets and no mask equals Conv", "[opset25_ops]
     const auto x = randomFloats(c.N * c.C * c.H * c.W, rng);
     const auto w = randomFloats(c.O * (c.C / c.group) * c.KH * c.KW, rng);
     const auto b = randomFloats(c.O, rng);
-    const std::vector<Attribute> attrs = {
-        Attribute::ofInts("strides", {c.stride, c.stride}),
-        Attribute::ofInts("pads", {c.pad, c.pad, c.pad, c.pad}),
-        Attribute::ofInts("dilations", {c.dilation, c.dilation}), Attribute::ofInt("group", c.group)};
+    const std::vector<Attribute> attrs = {Attribute::ofInts("strides", {c.stride, c.stride}),
+                                          Attribute::ofInts("pads", {c.pad, c.pad, c.pad, c.pad}),
+                                          Attribute::ofInts("dilations", {c.dilation, c.dilation}),
+                                          Attribute::ofInt("group", c.group)};
     std::vector<Attribute> deform_attrs = attrs;
     deform_attrs.push_back(Attribute::ofInt("offset_group", c.offset_group));
     const HostTensor xt = floats({c.N, c.C, c.H, c.W}, x);
     const HostTensor wt = floats({c.O, c.C / c.group, c.KH, c.KW}, w);
     const HostTensor bt = floats({c.O}, b);
     const auto conv = runNode("Conv", 11, {xt, wt, bt}, attrs, 1);
-    const HostTensor zero = floats({c.N, c.offset_group * 2 * c.KH * c.KW, OH, OW},
-                                   std::vector<float>(c.N * c.offset_group * 2 * c.KH * c.KW * OH * OW, 0.f));
+    const HostTensor zero =
+        floats({c.N, c.offset_group * 2 * c.KH * c.KW, OH, OW},
+               std::vector<float>(c.N * c.offset_group * 2 * c.KH * c.KW * OH * OW, 0.f));
     const auto deform = runNode("DeformConv", 19, {xt, wt, zero, bt}, deform_attrs, 1, 2);
     REQUIRE(deform[0].dims() == conv[0].dims());
     for (int64_t i = 0; i < conv[0].numel(); ++i)
@@ -423,20 +445,23 @@ TEST_CASE("DeformConv with fractional offsets and a mask matches a double-precis
           }
           want[static_cast<size_t>(((n * c.O + o) * OH + i) * OW + j)] = acc;
         }
-  const auto got = runNode("DeformConv", 19,
-                           {floats({c.N, c.C, c.H, c.W}, x), floats({c.O, cg, c.KH, c.KW}, w),
-                            floats({c.N, c.offset_group * 2 * K, OH, OW}, off), std::nullopt,
-                            floats({c.N, c.offset_group * K, OH, OW}, mask)},
-                           {Attribute::ofInts("pads", {c.pad, c.pad, c.pad, c.pad}),
-                            Attribute::ofInt("group", c.group),
-                            Attribute::ofInt("offset_group", c.offset_group)}, 1, 3);
+  const auto got = runNode(
+      "DeformConv", 19,
+      {floats({c.N, c.C, c.H, c.W}, x), floats({c.O, cg, c.KH, c.KW}, w),
+       floats({c.N, c.offset_group * 2 * K, OH, OW}, off), std::nullopt,
+       floats({c.N, c.offset_group * K, OH, OW}, mask)},
+      {Attribute::ofInts("pads", {c.pad, c.pad, c.pad, c.pad}), Attribute::ofInt("group", c.group),
+       Attribute::ofInt("offset_group", c.offset_group)},
+      1, 3);
   requireClose(got[0], want, 1e-5);
-  CHECK_THROWS_WITH(runNode("DeformConv", 19,
-                            {floats({c.N, c.C, c.H, c.W}, x), floats({c.O, cg, c.KH, c.KW}, w),
-                             floats({c.N, 2 * K, OH, OW}, std::vector<float>(c.N * 2 * K * OH * OW, 0.f))},
-                            {Attribute::ofInts("pads", {c.pad, c.pad, c.pad, c.pad}),
-                             Attribute::ofInt("group", c.group), Attribute::ofInt("offset_group", 2)}, 1),
-                    Catch::Contains("offset dims [2,12,5,7] must be [2, 24, 5, 7]"));
+  CHECK_THROWS_WITH(
+      runNode("DeformConv", 19,
+              {floats({c.N, c.C, c.H, c.W}, x), floats({c.O, cg, c.KH, c.KW}, w),
+               floats({c.N, 2 * K, OH, OW}, std::vector<float>(c.N * 2 * K * OH * OW, 0.f))},
+              {Attribute::ofInts("pads", {c.pad, c.pad, c.pad, c.pad}),
+               Attribute::ofInt("group", c.group), Attribute::ofInt("offset_group", 2)},
+              1),
+      Catch::Contains("offset dims [2,12,5,7] must be [2, 24, 5, 7]"));
 }
 
 // ---- Range on 16-bit floats ----
@@ -444,7 +469,8 @@ TEST_CASE("DeformConv with fractional offsets and a mask matches a double-precis
 TEST_CASE("Range counts and steps 16-bit floats in float, one rounding per element",
           "[opset25_ops][range]") {
   const auto half = [](float v) {
-    return fusectl::testing::tensorOf<uint16_t>(DType::Float16, {}, {fusectl::kernels::floatToHalf(v)});
+    return fusectl::testing::tensorOf<uint16_t>(DType::Float16, {},
+                                                {fusectl::kernels::floatToHalf(v)});
   };
   const auto got = runNode("Range", 11, {half(1.0f), half(2.9f), half(0.3f)}, {}, 1);
   REQUIRE(got[0].dims() == std::vector<int64_t>{7});  // ceil((2.9 - 1) / 0.3) in half values
@@ -464,21 +490,27 @@ std::vector<Attribute> twoTrees(int64_t aggregate) {
   // Tree 0 (root 0): x0 <= 1 ? leaf 0 (target 0, 1.5) : node 1: x1 in {2, 4} ? leaf 1 (t1, 2)
   //                                                                         : leaf 2 (t0, -1)
   // Tree 1 (root 2): x1 > 0 ? leaf 3 (t0, 10) : leaf 4 (t1, 20)
-  return {Attribute::ofInt("n_targets", 2), Attribute::ofInt("aggregate_function", aggregate),
+  return {Attribute::ofInt("n_targets", 2),
+          Attribute::ofInt("aggregate_function", aggregate),
           Attribute::ofInts("tree_roots", {0, 2}),
           Attribute::ofInts("nodes_featureids", {0, 1, 1}),
-          Attribute::ofTensor("nodes_modes", fusectl::Tensor::fromValues<uint8_t>(DType::UInt8, {3}, {0, 6, 3})),
-          Attribute::ofTensor("nodes_splits", fusectl::Tensor::fromValues<float>(DType::Float, {3}, {1, 0, 0})),
+          Attribute::ofTensor("nodes_modes",
+                              fusectl::Tensor::fromValues<uint8_t>(DType::UInt8, {3}, {0, 6, 3})),
+          Attribute::ofTensor("nodes_splits",
+                              fusectl::Tensor::fromValues<float>(DType::Float, {3}, {1, 0, 0})),
           Attribute::ofTensor("membership_values",
                               fusectl::Tensor::fromValues<float>(DType::Float, {3}, {2, 4, NAN})),
-          Attribute::ofInts("nodes_truenodeids", {0, 1, 3}), Attribute::ofInts("nodes_trueleafs", {1, 1, 1}),
-          Attribute::ofInts("nodes_falsenodeids", {1, 2, 4}), Attribute::ofInts("nodes_falseleafs", {0, 1, 1}),
+          Attribute::ofInts("nodes_truenodeids", {0, 1, 3}),
+          Attribute::ofInts("nodes_trueleafs", {1, 1, 1}),
+          Attribute::ofInts("nodes_falsenodeids", {1, 2, 4}),
+          Attribute::ofInts("nodes_falseleafs", {0, 1, 1}),
           Attribute::ofInts("leaf_targetids", {0, 1, 0, 0, 1}),
-          Attribute::ofTensor("leaf_weights",
-                              fusectl::Tensor::fromValues<float>(DType::Float, {5}, {1.5f, 2, -1, 10, 20}))};
+          Attribute::ofTensor("leaf_weights", fusectl::Tensor::fromValues<float>(
+                                                  DType::Float, {5}, {1.5f, 2, -1, 10, 20}))};
 }
 
-TEST_CASE("TreeEnsemble walks each tree and aggregates per target", "[opset25_ops][tree_ensemble]") {
+TEST_CASE("TreeEnsemble walks each tree and aggregates per target",
+          "[opset25_ops][tree_ensemble]") {
   // Rows: (0, 4): tree 0 leaf 0 (t0 1.5), tree 1 leaf 3 (t0 10)
   //       (2, 4): tree 0 leaf 1 (t1 2),   tree 1 leaf 3 (t0 10)
   //       (2, -3): tree 0 leaf 2 (t0 -1), tree 1 leaf 4 (t1 20)
@@ -497,13 +529,17 @@ TEST_CASE("TreeEnsemble rejects a cycle and an out-of-range child, saying why",
   const auto x = floats({1, 2}, {0, 0});
   std::vector<Attribute> cyclic = twoTrees(1);
   for (Attribute& a : cyclic)
-    if (a.name == "nodes_falsenodeids") a.ints = {1, 0, 4};
-    else if (a.name == "nodes_falseleafs") a.ints = {0, 0, 1};
-  CHECK_THROWS_WITH(runNode("TreeEnsemble", 5, {x}, cyclic, 1, 1, "ai.onnx.ml"), Catch::Contains("cycle through node 0"));
+    if (a.name == "nodes_falsenodeids")
+      a.ints = {1, 0, 4};
+    else if (a.name == "nodes_falseleafs")
+      a.ints = {0, 0, 1};
+  CHECK_THROWS_WITH(runNode("TreeEnsemble", 5, {x}, cyclic, 1, 1, "ai.onnx.ml"),
+                    Catch::Contains("cycle through node 0"));
   std::vector<Attribute> wild = twoTrees(1);
   for (Attribute& a : wild)
     if (a.name == "nodes_truenodeids") a.ints = {9, 1, 3};
-  CHECK_THROWS_WITH(runNode("TreeEnsemble", 5, {x}, wild, 1, 1, "ai.onnx.ml"), Catch::Contains("node 0 points at leaf 9"));
+  CHECK_THROWS_WITH(runNode("TreeEnsemble", 5, {x}, wild, 1, 1, "ai.onnx.ml"),
+                    Catch::Contains("node 0 points at leaf 9"));
 }
 
 // ---- FlexAttention ----
@@ -513,7 +549,8 @@ TEST_CASE("FlexAttention without modifiers matches a double-precision softmax at
   std::mt19937 rng(1);
   std::uniform_int_distribution<int64_t> small(1, 4);
   for (int trial = 0; trial < 8; ++trial) {
-    const int64_t B = small(rng), Hkv = small(rng), group = small(rng), L = small(rng), S = small(rng);
+    const int64_t B = small(rng), Hkv = small(rng), group = small(rng), L = small(rng),
+                  S = small(rng);
     const int64_t E = small(rng) + 1, Ev = small(rng) + 1, Hq = Hkv * group;
     const double scale = trial % 2 ? 0.3 : 1.0 / std::sqrt(double(E));
     const auto q = randomFloats(B * Hq * L * E, rng), k = randomFloats(B * Hkv * S * E, rng);
@@ -527,7 +564,8 @@ TEST_CASE("FlexAttention without modifiers matches a double-precision softmax at
           double sum = 0;
           for (int64_t s = 0; s < S; ++s) {
             double d = 0;
-            for (int64_t e = 0; e < E; ++e) d += q[((b * Hq + h) * L + l) * E + e] * k[(kh * S + s) * E + e];
+            for (int64_t e = 0; e < E; ++e)
+              d += q[((b * Hq + h) * L + l) * E + e] * k[(kh * S + s) * E + e];
             sum += (p[s] = std::exp(scale * d));
           }
           for (int64_t s = 0; s < S; ++s)
@@ -536,7 +574,8 @@ TEST_CASE("FlexAttention without modifiers matches a double-precision softmax at
         }
     std::vector<Attribute> attrs;
     if (trial % 2) attrs.push_back(Attribute::ofFloat("scale", 0.3f));
-    const HostTensor qt = floats({B, Hq, L, E}, q), kt = floats({B, Hkv, S, E}, k), vt = floats({B, Hkv, S, Ev}, v);
+    const HostTensor qt = floats({B, Hq, L, E}, q), kt = floats({B, Hkv, S, E}, k),
+                     vt = floats({B, Hkv, S, Ev}, v);
     const auto got = runNode("FlexAttention", 1, {qt, kt, vt}, attrs, 1, 2, "ai.onnx.preview");
     INFO("trial " << trial);
     requireClose(got[0], want, 1e-5);
@@ -548,21 +587,24 @@ TEST_CASE("FlexAttention without modifiers matches a double-precision softmax at
 TEST_CASE("Binarizer and ArrayFeatureExtractor match a naive loop", "[opset25_ops][ml_features]") {
   std::mt19937 rng(5);
   const auto x = randomFloats(24, rng, -2.f, 2.f);
-  const auto bin = runNode("Binarizer", 1, {floats({2, 3, 4}, x)}, {Attribute::ofFloat("threshold", 0.25f)},
-                           1, 1, "ai.onnx.ml");
-  for (size_t i = 0; i < x.size(); ++i) CHECK(bin[0].data<float>()[i] == (x[i] > 0.25f ? 1.f : 0.f));
+  const auto bin = runNode("Binarizer", 1, {floats({2, 3, 4}, x)},
+                           {Attribute::ofFloat("threshold", 0.25f)}, 1, 1, "ai.onnx.ml");
+  for (size_t i = 0; i < x.size(); ++i)
+    CHECK(bin[0].data<float>()[i] == (x[i] > 0.25f ? 1.f : 0.f));
   const auto picked = runNode("ArrayFeatureExtractor", 1,
-                              {floats({2, 3, 4}, x), fusectl::testing::int64s({3}, {3, 0, 3})}, {}, 1, 1,
-                              "ai.onnx.ml");
+                              {floats({2, 3, 4}, x), fusectl::testing::int64s({3}, {3, 0, 3})}, {},
+                              1, 1, "ai.onnx.ml");
   REQUIRE(picked[0].dims() == std::vector<int64_t>{2, 3, 3});
   const int64_t cols[] = {3, 0, 3};
   for (int64_t r = 0; r < 6; ++r)
     for (int64_t j = 0; j < 3; ++j) CHECK(picked[0].data<float>()[r * 3 + j] == x[r * 4 + cols[j]]);
-  const auto row = runNode("ArrayFeatureExtractor", 1, {floats({4}, {1, 2, 3, 4}), fusectl::testing::int64s({1}, {2})},
-                           {}, 1, 1, "ai.onnx.ml");
+  const auto row = runNode("ArrayFeatureExtractor", 1,
+                           {floats({4}, {1, 2, 3, 4}), fusectl::testing::int64s({1}, {2})}, {}, 1,
+                           1, "ai.onnx.ml");
   CHECK(row[0].dims() == std::vector<int64_t>{1, 1});
-  CHECK_THROWS_WITH(runNode("ArrayFeatureExtractor", 1, {floats({4}, {1, 2, 3, 4}), fusectl::testing::int64s({1}, {4})},
-                            {}, 1, 1, "ai.onnx.ml"),
+  CHECK_THROWS_WITH(runNode("ArrayFeatureExtractor", 1,
+                            {floats({4}, {1, 2, 3, 4}), fusectl::testing::int64s({1}, {4})}, {}, 1,
+                            1, "ai.onnx.ml"),
                     Catch::Contains("index 4 is out of range for a last axis of 4"));
 }
 

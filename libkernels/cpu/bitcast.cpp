@@ -22,8 +22,7 @@ void bitCastKernel(KernelContext& ctx) {
     ctx.fail("BitCast does not apply to strings");
   if (dtypeBits(to) != dtypeBits(x.dtype()))
     ctx.fail(fmt::format("cannot reinterpret {} ({} bits) as {} ({} bits): widths differ",
-                         dtypeName(x.dtype()), dtypeBits(x.dtype()), dtypeName(to),
-                         dtypeBits(to)));
+                         dtypeName(x.dtype()), dtypeBits(x.dtype()), dtypeName(to), dtypeBits(to)));
   HostTensor& out = ctx.allocateOutput(0, to, x.dims());
   const size_t bytes = x.byteSize();
   if (bytes != 0) std::memcpy(out.mutableRaw(), x.raw(), bytes);

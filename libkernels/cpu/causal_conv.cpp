@@ -46,19 +46,18 @@ void causalConvWithStateKernel(KernelContext& ctx) {
     ctx.fail(fmt::format("bias dims {} must be [{}]", formatDims(bias->dims()), channels));
   if (past && (past->rank() != 3 || past->dim(0) != batch || past->dim(1) != channels ||
                past->dim(2) != ctx_len))
-    ctx.fail(fmt::format("past_state dims {} must be [{}, {}, {}]", formatDims(past->dims()),
-                         batch, channels, ctx_len));
+    ctx.fail(fmt::format("past_state dims {} must be [{}, {}, {}]", formatDims(past->dims()), batch,
+                         channels, ctx_len));
   const std::string act = ctx.attrString("activation", "none");
   const bool silu = act == "silu" || act == "swish";
-  if (!silu && act != "none")
-    ctx.fail("activation '" + act + "' is not one of none, silu, swish");
+  if (!silu && act != "none") ctx.fail("activation '" + act + "' is not one of none, silu, swish");
 
   FloatView xv(x), wv(w), bv(bias), pv(past);
   HostTensor& out = ctx.allocateOutput(0, x.dtype(), x.dims());
   FloatSink ov(out);
   const bool want_state = ctx.numOutputs() > 1 && ctx.outputWanted(1);
-  HostTensor* state = want_state ? &ctx.allocateOutput(1, x.dtype(), {batch, channels, ctx_len})
-                                 : nullptr;
+  HostTensor* state =
+      want_state ? &ctx.allocateOutput(1, x.dtype(), {batch, channels, ctx_len}) : nullptr;
   std::vector<float> state_buf(static_cast<size_t>(batch * channels * ctx_len));
   const int64_t padded_len = ctx_len + length;
   parallelFor(batch * channels, ctx.numThreads(), 4, [&](int64_t begin, int64_t end) {

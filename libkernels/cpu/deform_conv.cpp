@@ -23,6 +23,8 @@ namespace {
 
 // x[h, w] bilinearly interpolated; taps outside [0, H) x [0, W) contribute zero.
 float bilinearZeroPadded(const float* x, int64_t H, int64_t W, float h, float w) {
+  // Wholly outside (or NaN): every tap is padding; also keeps floor() within int64_t.
+  if (!(h > -1 && h < static_cast<float>(H) && w > -1 && w < static_cast<float>(W))) return 0.0f;
   const float fh = std::floor(h), fw = std::floor(w);
   const int64_t h0 = static_cast<int64_t>(fh), w0 = static_cast<int64_t>(fw);
   const float dh = h - fh, dw = w - fw;
@@ -83,10 +85,12 @@ void deformConvKernel(KernelContext& ctx) {
             const int64_t k = kh * KW + kw;
             const int64_t oc = ((n * og + g) * K + k) * 2;
             const float dy = ov[oc * positions + pos], dx = ov[(oc + 1) * positions + pos];
-            const float h = static_cast<float>(i * win.strides[0] - win.pad_begin[0] +
-                                               kh * win.dilations[0]) + dy;
-            const float wc = static_cast<float>(j * win.strides[1] - win.pad_begin[1] +
-                                                kw * win.dilations[1]) + dx;
+            const float h =
+                static_cast<float>(i * win.strides[0] - win.pad_begin[0] + kh * win.dilations[0]) +
+                dy;
+            const float wc =
+                static_cast<float>(j * win.strides[1] - win.pad_begin[1] + kw * win.dilations[1]) +
+                dx;
             float v = bilinearZeroPadded(img, H, Wd, h, wc);
             if (mv) v *= mv[((n * og + g) * K + k) * positions + pos];
             cols[static_cast<size_t>(c * K + k)] = v;

@@ -20,9 +20,10 @@ namespace {
 void flexAttentionKernel(KernelContext& ctx) {
   for (const char* mod : {"score_mod", "prob_mod"})
     if (ctx.node().hasAttr(mod))
-      throwUnsupported(fmt::format("node '{}' (FlexAttention): the {} subgraph is not supported "
-                                   "(running it needs subgraph execution)",
-                                   ctx.node().label(), mod));
+      throwUnsupported(
+          fmt::format("node '{}' (FlexAttention): the {} subgraph is not supported "
+                      "(running it needs subgraph execution)",
+                      ctx.node().label(), mod));
   const HostTensor& q = ctx.requireInput(0);
   const HostTensor& k = ctx.requireInput(1);
   const HostTensor& v = ctx.requireInput(2);
@@ -33,9 +34,10 @@ void flexAttentionKernel(KernelContext& ctx) {
   const int64_t Hkv = k.dim(1), S = k.dim(2), Ev = v.dim(3);
   if (k.dim(0) != B || v.dim(0) != B || k.dim(3) != E || v.dim(1) != Hkv || v.dim(2) != S ||
       Hkv <= 0 || Hq % Hkv != 0)
-    ctx.fail(fmt::format("Q {}, K {} and V {} do not agree (K and V share heads and length, Q "
-                         "heads a multiple of theirs, Q and K one embedding size)",
-                         formatDims(q.dims()), formatDims(k.dims()), formatDims(v.dims())));
+    ctx.fail(
+        fmt::format("Q {}, K {} and V {} do not agree (K and V share heads and length, Q "
+                    "heads a multiple of theirs, Q and K one embedding size)",
+                    formatDims(q.dims()), formatDims(k.dims()), formatDims(v.dims())));
   const Attribute* scale_attr = ctx.node().attr("scale");
   const double scale = scale_attr ? scale_attr->f : 1.0 / std::sqrt(static_cast<double>(E));
   const bool wide = q.dtype() == DType::Double;

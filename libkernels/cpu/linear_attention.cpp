@@ -47,27 +47,28 @@ void linearAttentionKernel(KernelContext& ctx) {
   const bool gated = rule == "gated" || rule == "gated_delta";
   const bool delta = rule == "delta" || rule == "gated_delta";
   if (gated != (decay != nullptr))
-    ctx.fail(fmt::format("update_rule '{}' {} the decay input", rule,
-                         gated ? "requires" : "forbids"));
+    ctx.fail(
+        fmt::format("update_rule '{}' {} the decay input", rule, gated ? "requires" : "forbids"));
   if (delta != (beta != nullptr))
-    ctx.fail(fmt::format("update_rule '{}' {} the beta input", rule,
-                         delta ? "requires" : "forbids"));
+    ctx.fail(
+        fmt::format("update_rule '{}' {} the beta input", rule, delta ? "requires" : "forbids"));
   for (const HostTensor* t : {&q, &k, &v, past, decay, beta})
     if (t && !isFloatComputeType(t->dtype())) ctx.fail("inputs must be float tensors");
   const int64_t hq = ctx.attrInt("q_num_heads", 0), hkv = ctx.attrInt("kv_num_heads", 0);
   if (hq <= 0 || hkv <= 0 || hq % hkv != 0)
-    ctx.fail(fmt::format("q_num_heads ({}) must be a positive multiple of kv_num_heads ({})", hq,
-                         hkv));
-  if (q.rank() != 3) ctx.fail(fmt::format("query dims {} must be [batch, time, q_num_heads * d_k]",
-                                          formatDims(q.dims())));
+    ctx.fail(
+        fmt::format("q_num_heads ({}) must be a positive multiple of kv_num_heads ({})", hq, hkv));
+  if (q.rank() != 3)
+    ctx.fail(fmt::format("query dims {} must be [batch, time, q_num_heads * d_k]",
+                         formatDims(q.dims())));
   LinearAttentionShape s{q.dim(0), q.dim(1), hq, hkv, 0, 0};
   checkRank3(ctx, k, "key", s);
   checkRank3(ctx, v, "value", s);
   if (q.dim(2) % hq != 0 || k.dim(2) != hkv * (q.dim(2) / hq) || v.dim(2) % hkv != 0)
-    ctx.fail(fmt::format("query {}, key {} and value {} do not split into {} query and {} "
-                         "key/value heads of one key size",
-                         formatDims(q.dims()), formatDims(k.dims()), formatDims(v.dims()), hq,
-                         hkv));
+    ctx.fail(
+        fmt::format("query {}, key {} and value {} do not split into {} query and {} "
+                    "key/value heads of one key size",
+                    formatDims(q.dims()), formatDims(k.dims()), formatDims(v.dims()), hq, hkv));
   s.d_k = q.dim(2) / hq;
   s.d_v = v.dim(2) / hkv;
   const int64_t dk = s.d_k, dv = s.d_v, T = s.steps;
@@ -77,17 +78,21 @@ void linearAttentionKernel(KernelContext& ctx) {
   int64_t decay_width = 0;  // d_k when per key dim, 1 when one per head
   if (decay) {
     checkRank3(ctx, *decay, "decay", s);
-    if (decay->dim(2) == hkv * dk) decay_width = dk;
-    else if (decay->dim(2) == hkv) decay_width = 1;
-    else ctx.fail(fmt::format("decay's last dim {} must be kv_num_heads ({}) or kv_num_heads * "
-                              "d_k ({})", decay->dim(2), hkv, hkv * dk));
+    if (decay->dim(2) == hkv * dk)
+      decay_width = dk;
+    else if (decay->dim(2) == hkv)
+      decay_width = 1;
+    else
+      ctx.fail(
+          fmt::format("decay's last dim {} must be kv_num_heads ({}) or kv_num_heads * "
+                      "d_k ({})",
+                      decay->dim(2), hkv, hkv * dk));
   }
   bool beta_shared = false;  // one beta for every head
   if (beta) {
     checkRank3(ctx, *beta, "beta", s);
     if (beta->dim(2) != hkv && beta->dim(2) != 1)
-      ctx.fail(fmt::format("beta's last dim {} must be kv_num_heads ({}) or 1", beta->dim(2),
-                           hkv));
+      ctx.fail(fmt::format("beta's last dim {} must be kv_num_heads ({}) or 1", beta->dim(2), hkv));
     beta_shared = beta->dim(2) == 1 && hkv != 1;
   }
   const float attr_scale = ctx.attrFloat("scale", 0.0f);
@@ -139,7 +144,8 @@ void linearAttentionKernel(KernelContext& ctx) {
   });
   ov.commit();
   if (ctx.numOutputs() > 1 && ctx.outputWanted(1)) {
-    HostTensor& st = ctx.allocateOutput(1, past ? past->dtype() : q.dtype(), {s.batch, hkv, dk, dv});
+    HostTensor& st =
+        ctx.allocateOutput(1, past ? past->dtype() : q.dtype(), {s.batch, hkv, dk, dv});
     fromFloat(states.data(), st.dtype(), st.mutableRaw(), st.numel());
   }
 }

@@ -47,7 +47,8 @@ void binarizerKernel(KernelContext& ctx) {
       return;
     }
     default:
-      ctx.fail(fmt::format("X must be float, double, int64 or int32, got {}", dtypeName(x.dtype())));
+      ctx.fail(
+          fmt::format("X must be float, double, int64 or int32, got {}", dtypeName(x.dtype())));
   }
 }
 
@@ -69,7 +70,8 @@ void arrayFeatureExtractorKernel(KernelContext& ctx) {
   if (x.dtype() == DType::String) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < count; ++j)
-        z.strings()[static_cast<size_t>(r * count + j)] = x.strings()[static_cast<size_t>(r * last + ind[j])];
+        z.strings()[static_cast<size_t>(r * count + j)] =
+            x.strings()[static_cast<size_t>(r * last + ind[j])];
     return;
   }
   if (dtypeIsSubByte(x.dtype())) ctx.fail("packed sub-byte element types are not supported");

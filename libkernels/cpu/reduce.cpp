@@ -453,8 +453,16 @@ void cumulativeKernel(KernelContext& ctx, bool product) {
         const int64_t j = reverse ? l.n - 1 - s : s;
         const int64_t base = (b * l.n + j) * l.inner;
         for (int64_t i = 0; i < l.inner; ++i) {
-          const T next = product ? static_cast<T>(acc[i] * in[base + i])
-                                 : static_cast<T>(acc[i] + in[base + i]);
+          T next;
+          if constexpr (std::is_integral_v<T>) {
+            // Wraps like the reference's fixed-width integers, without signed overflow.
+            const uint64_t a = static_cast<uint64_t>(acc[i]);
+            const uint64_t v = static_cast<uint64_t>(in[base + i]);
+            next = static_cast<T>(product ? a * v : a + v);
+          } else {
+            next = product ? static_cast<T>(acc[i] * in[base + i])
+                           : static_cast<T>(acc[i] + in[base + i]);
+          }
           o[base + i] = exclusive ? acc[i] : next;
           acc[i] = next;
         }

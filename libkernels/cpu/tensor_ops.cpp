@@ -211,8 +211,9 @@ void rangeKernel(KernelContext& ctx) {
     };
     const float start = read(s), limit = read(l), delta = read(d);
     if (delta == 0) ctx.fail("delta must not be zero");
-    const int64_t n = static_cast<int64_t>(
-        std::max(0.0, std::ceil((static_cast<double>(limit) - start) / delta)));
+    const double count = std::ceil((static_cast<double>(limit) - start) / delta);
+    if (!std::isfinite(count)) ctx.fail("start, limit and delta must be finite");
+    const int64_t n = static_cast<int64_t>(std::max(0.0, count));
     HostTensor& out = ctx.allocateOutput(0, s.dtype(), {n});
     uint16_t* p = out.mutableData<uint16_t>();
     for (int64_t i = 0; i < n; ++i) {

@@ -58,13 +58,20 @@ bool takesTrue(const Forest& f, int64_t node, double x) {
   if (std::isnan(x) && f.missing_true[static_cast<size_t>(node)]) return true;
   const double s = f.split[static_cast<size_t>(node)];
   switch (f.mode[static_cast<size_t>(node)]) {
-    case Cmp::Leq: return x <= s;
-    case Cmp::Lt: return x < s;
-    case Cmp::Gte: return x >= s;
-    case Cmp::Gt: return x > s;
-    case Cmp::Eq: return x == s;
-    case Cmp::Neq: return x != s;
-    case Cmp::Member: return f.members[static_cast<size_t>(node)].count(x) != 0;
+    case Cmp::Leq:
+      return x <= s;
+    case Cmp::Lt:
+      return x < s;
+    case Cmp::Gte:
+      return x >= s;
+    case Cmp::Gt:
+      return x > s;
+    case Cmp::Eq:
+      return x == s;
+    case Cmp::Neq:
+      return x != s;
+    case Cmp::Member:
+      return f.members[static_cast<size_t>(node)].count(x) != 0;
   }
   return false;
 }
@@ -83,8 +90,8 @@ Forest readForest(const KernelContext& ctx, int64_t n_features) {
   const std::vector<double> modes = tensorAttrDoubles(ctx, "nodes_modes");
   const std::vector<double> missing = tensorAttrDoubles(ctx, "nodes_missing_value_tracks_true");
   const size_t nodes = f.feature.size(), leaves = f.weight.size();
-  for (size_t len : {f.true_id.size(), f.false_id.size(), f.true_leaf.size(),
-                     f.false_leaf.size(), f.split.size(), modes.size()})
+  for (size_t len : {f.true_id.size(), f.false_id.size(), f.true_leaf.size(), f.false_leaf.size(),
+                     f.split.size(), modes.size()})
     if (len != nodes)
       ctx.fail(fmt::format("the nodes_* attributes must all have {} entries", nodes));
   if (f.target.size() != leaves)
@@ -94,23 +101,25 @@ Forest readForest(const KernelContext& ctx, int64_t n_features) {
   f.missing_true.assign(nodes, 0);
   for (size_t i = 0; i < missing.size(); ++i) f.missing_true[i] = missing[i] != 0;
   for (size_t i = 0; i < nodes; ++i) {
-    if (modes[i] < 0 || modes[i] > 6) ctx.fail(fmt::format("nodes_modes[{}] = {} is not 0..6", i, modes[i]));
+    if (!(modes[i] >= 0 && modes[i] <= 6))
+      ctx.fail(fmt::format("nodes_modes[{}] = {} is not 0..6", i, modes[i]));
     f.mode.push_back(static_cast<Cmp>(static_cast<int64_t>(modes[i])));
     if (f.feature[i] < 0 || f.feature[i] >= n_features)
       ctx.fail(fmt::format("nodes_featureids[{}] = {} is out of range for {} features", i,
                            f.feature[i], n_features));
-    for (const auto& [id, leaf] : {std::pair{f.true_id[i], f.true_leaf[i]},
-                                   std::pair{f.false_id[i], f.false_leaf[i]}}) {
+    for (const auto& [id, leaf] :
+         {std::pair{f.true_id[i], f.true_leaf[i]}, std::pair{f.false_id[i], f.false_leaf[i]}}) {
       const size_t bound = leaf ? leaves : nodes;
       if (id < 0 || static_cast<size_t>(id) >= bound)
-        ctx.fail(fmt::format("node {} points at {} {}, out of range", i, leaf ? "leaf" : "node", id));
+        ctx.fail(
+            fmt::format("node {} points at {} {}, out of range", i, leaf ? "leaf" : "node", id));
     }
   }
   // Membership sets in depth-first order; a node met on the current path again is a cycle.
   const std::vector<double> values = tensorAttrDoubles(ctx, "membership_values");
   size_t next_value = 0;
   f.members.assign(nodes, {});
-  std::vector<uint8_t> state(nodes, 0);  // 0 unseen, 1 on the path, 2 done
+  std::vector<uint8_t> state(nodes, 0);        // 0 unseen, 1 on the path, 2 done
   std::vector<std::pair<int64_t, int>> stack;  // node, children pushed
   for (int64_t root : f.roots) {
     if (root < 0 || static_cast<size_t>(root) >= nodes)
@@ -120,7 +129,10 @@ Forest readForest(const KernelContext& ctx, int64_t n_features) {
       auto& [node, step] = stack.back();
       const size_t n = static_cast<size_t>(node);
       if (step == 0) {
-        if (state[n] == 2) { stack.pop_back(); continue; }
+        if (state[n] == 2) {
+          stack.pop_back();
+          continue;
+        }
         if (state[n] == 1) ctx.fail(fmt::format("the trees have a cycle through node {}", node));
         state[n] = 1;
         if (f.mode[n] == Cmp::Member) {
@@ -131,8 +143,16 @@ Forest readForest(const KernelContext& ctx, int64_t n_features) {
           ++next_value;
         }
       }
-      if (step == 0 && !f.true_leaf[n]) { step = 1; stack.push_back({f.true_id[n], 0}); continue; }
-      if (step <= 1 && !f.false_leaf[n]) { step = 2; stack.push_back({f.false_id[n], 0}); continue; }
+      if (step == 0 && !f.true_leaf[n]) {
+        step = 1;
+        stack.push_back({f.true_id[n], 0});
+        continue;
+      }
+      if (step <= 1 && !f.false_leaf[n]) {
+        step = 2;
+        stack.push_back({f.false_id[n], 0});
+        continue;
+      }
       state[n] = 2;
       stack.pop_back();
     }
@@ -143,7 +163,8 @@ Forest readForest(const KernelContext& ctx, int64_t n_features) {
 void treeEnsembleKernel(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
   if (!isFloatComputeType(x.dtype())) ctx.fail("X must be a float tensor");
-  if (x.rank() != 2) ctx.fail(fmt::format("X dims {} must be [rows, features]", formatDims(x.dims())));
+  if (x.rank() != 2)
+    ctx.fail(fmt::format("X dims {} must be [rows, features]", formatDims(x.dims())));
   const int64_t rows = x.dim(0), features = x.dim(1);
   const int64_t targets = ctx.attrInt("n_targets", 0);
   if (targets <= 0) ctx.fail("n_targets must be positive");
@@ -161,8 +182,9 @@ void treeEnsembleKernel(KernelContext& ctx) {
     FloatView fv(x);
     std::copy(fv.data(), fv.data() + fv.size(), xv.begin());
   }
-  const double init = aggregate == 2 ? std::numeric_limits<double>::max()
-                      : aggregate == 3 ? std::numeric_limits<double>::lowest() : 0.0;
+  const double init = aggregate == 2   ? std::numeric_limits<double>::max()
+                      : aggregate == 3 ? std::numeric_limits<double>::lowest()
+                                       : 0.0;
   std::vector<double> y(static_cast<size_t>(rows * targets), init);
   const double trees = static_cast<double>(f.roots.size());
   for (int64_t r = 0; r < rows; ++r) {
@@ -178,17 +200,27 @@ void treeEnsembleKernel(KernelContext& ctx) {
           const size_t n = static_cast<size_t>(node);
           const bool t = takesTrue(f, node, row[f.feature[n]]);
           const int64_t next = t ? f.true_id[n] : f.false_id[n];
-          if (t ? f.true_leaf[n] : f.false_leaf[n]) leaf = next;
-          else node = next;
+          if (t ? f.true_leaf[n] : f.false_leaf[n])
+            leaf = next;
+          else
+            node = next;
         }
       }
       double& out = y[static_cast<size_t>(r * targets + f.target[static_cast<size_t>(leaf)])];
       const double w = f.weight[static_cast<size_t>(leaf)];
       switch (aggregate) {
-        case 0: out += w / trees; break;
-        case 1: out += w; break;
-        case 2: out = std::min(out, w); break;
-        default: out = std::max(out, w); break;
+        case 0:
+          out += w / trees;
+          break;
+        case 1:
+          out += w;
+          break;
+        case 2:
+          out = std::min(out, w);
+          break;
+        default:
+          out = std::max(out, w);
+          break;
       }
     }
   }
