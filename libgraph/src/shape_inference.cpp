@@ -65,6 +65,7 @@ const RuleRegistry& ruleRegistry() {
     registerControlFlowRules(r);
     registerFusectlOpRules(r);
     registerStdTransformerOpRules(r);
+    registerNewerOnnxOpRules(r);
     return r;
   }();
   return registry;

@@ -1,5 +1,5 @@
-// Reduction CPU kernels: Reduce* (ten kinds), ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax, CumSum
-// and TopK.
+// Reduction CPU kernels: Reduce* (ten kinds), ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax,
+// CumSum, CumProd and TopK.
 //
 // A reduction is described by (map, combine, post, init): ReduceL2 is map x*x, combine +, post
 // sqrt, init 0. The input dims are merged into runs of reduced and kept dims; the common layouts
@@ -428,7 +428,8 @@ void softmaxKernel(KernelContext& ctx, SoftmaxKind kind) {
   out.finish();
 }
 
-void cumSumKernel(KernelContext& ctx) {
+// CumSum and CumProd share one scan; `product` picks the operation and its identity.
+void cumulativeKernel(KernelContext& ctx, bool product) {
   const HostTensor& x0 = ctx.requireInput(0);
   const HostTensor& axis_t = ctx.requireInput(1);
   if (axis_t.numel() != 1) ctx.fail("axis must be a scalar");
@@ -447,18 +448,23 @@ void cumSumKernel(KernelContext& ctx) {
     T* o = out.compute().template mutableData<T>();
     std::vector<T> acc(static_cast<size_t>(l.inner));
     for (int64_t b = 0; b < l.outer; ++b) {
-      std::fill(acc.begin(), acc.end(), T(0));
+      std::fill(acc.begin(), acc.end(), product ? T(1) : T(0));
       for (int64_t s = 0; s < l.n; ++s) {
         const int64_t j = reverse ? l.n - 1 - s : s;
         const int64_t base = (b * l.n + j) * l.inner;
         for (int64_t i = 0; i < l.inner; ++i) {
-          if (exclusive) {
-            o[base + i] = acc[i];
-            acc[i] = static_cast<T>(acc[i] + in[base + i]);
+          T next;
+          if constexpr (std::is_integral_v<T>) {
+            // Wraps like the reference's fixed-width integers, without signed overflow.
+            const uint64_t a = static_cast<uint64_t>(acc[i]);
+            const uint64_t v = static_cast<uint64_t>(in[base + i]);
+            next = static_cast<T>(product ? a * v : a + v);
           } else {
-            acc[i] = static_cast<T>(acc[i] + in[base + i]);
-            o[base + i] = acc[i];
+            next = product ? static_cast<T>(acc[i] * in[base + i])
+                           : static_cast<T>(acc[i] + in[base + i]);
           }
+          o[base + i] = exclusive ? acc[i] : next;
+          acc[i] = next;
         }
       }
     }
@@ -542,7 +548,8 @@ void registerReduceKernels(KernelRegistry& r) {
   add(r, "Softmax", [](KernelContext& ctx) { softmaxKernel(ctx, SoftmaxKind::Softmax); });
   add(r, "LogSoftmax", [](KernelContext& ctx) { softmaxKernel(ctx, SoftmaxKind::LogSoftmax); });
   add(r, "Hardmax", [](KernelContext& ctx) { softmaxKernel(ctx, SoftmaxKind::Hardmax); });
-  add(r, "CumSum", cumSumKernel);
+  add(r, "CumSum", [](KernelContext& ctx) { cumulativeKernel(ctx, false); });
+  add(r, "CumProd", [](KernelContext& ctx) { cumulativeKernel(ctx, true); });
   add(r, "TopK", topKKernel);
 }
 

@@ -48,6 +48,13 @@ void registerStdNormKernels(KernelRegistry& r);
 void registerStdRotaryKernels(KernelRegistry& r);
 void registerStdActivationKernels(KernelRegistry& r);
 void registerTensorScatterKernels(KernelRegistry& r);
+void registerBitCastKernels(KernelRegistry& r);           // bitcast.cpp
+void registerCausalConvKernels(KernelRegistry& r);        // causal_conv.cpp
+void registerLinearAttentionKernels(KernelRegistry& r);   // linear_attention.cpp
+void registerDeformConvKernels(KernelRegistry& r);        // deform_conv.cpp
+void registerTreeEnsembleKernels(KernelRegistry& r);      // tree_ensemble.cpp
+void registerFlexAttentionKernels(KernelRegistry& r);     // flex_attention.cpp
+void registerMlFeatureKernels(KernelRegistry& r);         // ml_feature_ops.cpp
 
 void registerAllKernels(KernelRegistry& r) {
   registerConvKernels(r);
@@ -87,6 +94,13 @@ void registerAllKernels(KernelRegistry& r) {
   registerStdRotaryKernels(r);
   registerStdActivationKernels(r);
   registerTensorScatterKernels(r);
+  registerBitCastKernels(r);
+  registerCausalConvKernels(r);
+  registerLinearAttentionKernels(r);
+  registerDeformConvKernels(r);
+  registerTreeEnsembleKernels(r);
+  registerFlexAttentionKernels(r);
+  registerMlFeatureKernels(r);
 }
 
 }  // namespace fusectl::kernels

@@ -11,6 +11,7 @@
 
 #include "dtype_dispatch.h"
 #include "fusectl/graph/error.h"
+#include "fusectl/kernels/half.h"
 #include "fusectl/kernels/kernel.h"
 
 namespace fusectl::kernels {
@@ -201,6 +202,26 @@ void rangeKernel(KernelContext& ctx) {
     ctx.fail("start, limit and delta must have the same dtype");
   for (const HostTensor* t : {&s, &l, &d})
     if (t->numel() != 1) ctx.fail("start, limit and delta must be scalars");
+  if (s.dtype() == DType::Float16 || s.dtype() == DType::BFloat16) {
+    // Opset 25 allows the 16-bit floats: count and step in float, round each element once.
+    const bool half = s.dtype() == DType::Float16;
+    const auto read = [&](const HostTensor& t) {
+      const uint16_t bits = t.data<uint16_t>()[0];
+      return half ? halfToFloat(bits) : bfloat16ToFloat(bits);
+    };
+    const float start = read(s), limit = read(l), delta = read(d);
+    if (delta == 0) ctx.fail("delta must not be zero");
+    const double count = std::ceil((static_cast<double>(limit) - start) / delta);
+    if (!std::isfinite(count)) ctx.fail("start, limit and delta must be finite");
+    const int64_t n = static_cast<int64_t>(std::max(0.0, count));
+    HostTensor& out = ctx.allocateOutput(0, s.dtype(), {n});
+    uint16_t* p = out.mutableData<uint16_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = start + static_cast<float>(i) * delta;
+      p[i] = half ? floatToHalf(v) : floatToBFloat16(v);
+    }
+    return;
+  }
   dispatch<kFloats | kSigned>(ctx, s.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T start = s.data<T>()[0], limit = l.data<T>()[0], delta = d.data<T>()[0];

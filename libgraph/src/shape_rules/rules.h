@@ -61,6 +61,7 @@ void registerMiscRules(RuleRegistry& r);
 void registerControlFlowRules(RuleRegistry& r);
 void registerFusectlOpRules(RuleRegistry& r);
 void registerStdTransformerOpRules(RuleRegistry& r);
+void registerNewerOnnxOpRules(RuleRegistry& r);  // newer_onnx_ops.cpp
 const RuleRegistry& ruleRegistry();
 
 // Driver state shared by every node of one inferShapes call, subgraphs included.
