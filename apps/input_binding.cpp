@@ -25,7 +25,7 @@ void checkSeededSize(const Value& input, const Shape* override) {
   for (const Dim& d : shape.dims()) {
     const uint64_t n = d.isStatic() && d.value() > 0 ? static_cast<uint64_t>(d.value()) : 1;
     if (d.isStatic() && d.value() == 0) return;  // empty
-    if (numel > (uint64_t{1} << 62) / n) overflow = true;
+    if (numel > (uint64_t{1} << 58) / n) overflow = true;
     numel = overflow ? numel : numel * n;
   }
   const uint64_t bytes = overflow ? 0 : dtypeStorageBytes(input.dtype(), static_cast<int64_t>(numel));
@@ -33,7 +33,7 @@ void checkSeededSize(const Value& input, const Shape* override) {
     throw Error(ErrorKind::InvalidInput,
                 fmt::format("input '{}' of shape {} would take {} bytes to seed, more than the "
                             "limit of {} (--max-tensor-bytes)",
-                            input.name(), shape.str(), overflow ? std::string("over 2^62") :
+                            input.name(), shape.str(), overflow ? std::string("over 2^58") :
                             std::to_string(bytes), maxTensorBytes()));
 }
 

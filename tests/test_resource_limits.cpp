@@ -65,6 +65,8 @@ const LimitCase kLimitCases[] = {
     {"limit_huge_input.onnx",
      "graph input 'X': float dims [100000,100000,100000] take 4000000000000000 bytes, more than "
      "the limit of 17179869184 (--max-tensor-bytes)"},
+    {"limit_seeded_input_overflow.onnx",
+     "graph input 'X': dims [4611686018427387904,1] are too large"},
     {"limit_input_dims_overflow.onnx",
      "graph input 'X': dims [1099511627776,1099511627776] overflow int64"},
     {"limit_external_short/model.onnx",

@@ -659,18 +659,16 @@ void GraphImporter::importInputs(onnx::GraphProto& gp, Graph& g, const std::stri
   }
 }
 
-// A main-graph input whose shape is fully known is what `run` and `verify` would allocate and
-// seed: its dims must not overflow and its bytes must stay within the tensor limit.
+// A main-graph input of known rank is what `run` and `verify` would allocate and seed, with 1
+// for each dim not known: those dims must not overflow and the bytes must stay within the
+// tensor limit (a mutated [2^62, seq] input crashed `run`).
 void GraphImporter::checkSeedableSize(const Value& input, const Subject& what) {
   const Shape& shape = input.type.shape;
   if (!shape.hasRank() || !dtypeIsKnown(static_cast<int32_t>(input.type.dtype)) ||
       input.type.dtype == DType::Undefined)
     return;
   std::vector<int64_t> dims;
-  for (const Dim& d : shape.dims()) {
-    if (!d.isStatic()) return;
-    dims.push_back(d.value());
-  }
+  for (const Dim& d : shape.dims()) dims.push_back(d.isStatic() ? d.value() : 1);
   int64_t numel = 0;
   expectedBytes(ctx_, dims, what, input.type.dtype, &numel);
 }

@@ -90,6 +90,11 @@ def main():
         [helper.make_node("Relu", ["X"], ["Y"], name="relu")],
         inputs=[helper.make_tensor_value_info("X", TensorProto.FLOAT, [1 << 40, 1 << 40])],
         outputs=[helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)]))
+    # Seeded with 1 for `seq`, still 2^64 bytes (found by bench/mutate_models.py: `run` crashed).
+    save("limit_seeded_input_overflow.onnx", model(
+        [helper.make_node("Relu", ["X"], ["Y"], name="relu")],
+        inputs=[helper.make_tensor_value_info("X", TensorProto.FLOAT, [1 << 62, "seq"])],
+        outputs=[helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)]))
     # 64 KiB of weights: loads by default, refused under --max-tensor-bytes 32KiB.
     w = helper.make_tensor("W", TensorProto.FLOAT, [128, 128], b"\0" * (64 << 10), raw=True)
     save("limit_64kib_initializer.onnx", model(
