@@ -60,7 +60,7 @@ int runConvert(const ConvertOptions& opts, bool threshold_given) {
   }
 
   // No shape inference: the output carries exactly the types the input declared.
-  LoadOptions load;
+  LoadOptions load = loadOptions();
   load.infer_shapes = false;
   std::unique_ptr<Model> model = loadModel(opts.input, load);
   saveModel(*model, opts.output, save);

@@ -24,7 +24,7 @@ struct DiffOptions {
 int runDiff(const DiffOptions& opts) {
   if (!opts.html.empty()) checkHtmlPath(opts.html, {opts.model_a, opts.model_b});
   // Declared types are enough: the diff compares structure, not inferred shapes.
-  LoadOptions load;
+  LoadOptions load = loadOptions();
   load.infer_shapes = false;
   std::unique_ptr<Model> a = loadModel(opts.model_a, load);
   std::unique_ptr<Model> b = loadModel(opts.model_b, load);

@@ -38,7 +38,7 @@ int runDump(const DumpOptions& opts) {
   if (opts.summary && format == DumpFormat::Dot) {
     throw Error(ErrorKind::Usage, "--summary applies to text and json output, not dot");
   }
-  LoadOptions load;
+  LoadOptions load = loadOptions();
   for (const std::string& spec : opts.shapes) {
     auto parsed = parseShapeFlag(spec);
     for (const auto& [name, shape] : load.input_shapes) {

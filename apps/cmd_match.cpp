@@ -93,7 +93,7 @@ std::string declaredText(const Pattern& p) {
 
 int runMatch(const MatchCliOptions& opts) {
   std::vector<Source> sources = patternsFor(opts);
-  LoadOptions load;
+  LoadOptions load = loadOptions();
   load.input_shapes = parseShapeSpecs(opts.shapes);
   std::unique_ptr<Model> model = loadModel(opts.model, load);
   const Graph& g = *model->graph;

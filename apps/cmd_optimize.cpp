@@ -115,7 +115,7 @@ OptimizeRequest requestOf(const OptimizeOptions& opts, bool level_given) {
 // Runs the original (reloaded from its file) and the optimized model on the same seeded inputs.
 Verification verifyAgainstOriginal(const OptimizeOptions& opts, const Model& optimized,
                                    const std::vector<std::pair<std::string, Shape>>& shapes) {
-  LoadOptions load;
+  LoadOptions load = loadOptions();
   load.infer_shapes = false;
   std::unique_ptr<Model> original = loadModel(opts.model, load);
   kernels::ComparisonInputs inputs;
@@ -228,7 +228,7 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
   if (!opts.report.empty()) checkFolderExists(opts.report);
 
   const auto start = Clock::now();
-  LoadOptions load;
+  LoadOptions load = loadOptions();
   load.input_shapes = shapes;
   std::unique_ptr<Model> model = loadModel(opts.model, load);
   const double load_ms = msSince(start);
@@ -267,7 +267,7 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
     writeFileAtomically(opts.report, report.toJson());
   }
   if (!opts.html.empty()) {
-    LoadOptions original_load;
+    LoadOptions original_load = loadOptions();
     original_load.input_shapes = shapes;
     std::unique_ptr<Model> original = loadModel(opts.model, original_load);
     HtmlPageSides sides;

@@ -172,7 +172,7 @@ int runProfile(const ProfileCliOptions& opts, bool level_given) {
       opts.passes.empty() ? fmt::format("-O{}", opts.level) : "--passes " + opts.passes;
   const double baseline_ms = opts.baseline.empty() ? 0 : baselineMedianMs(opts);
 
-  LoadOptions load;
+  LoadOptions load = loadOptions();
   load.input_shapes = shapes;
   std::unique_ptr<Model> unfused = loadModel(opts.model, load);
   std::unique_ptr<Model> fused;

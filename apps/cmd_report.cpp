@@ -129,7 +129,7 @@ int runReport(const ReportOptions& opts, bool level_given) {
   request.pass_manager.explain = true;  // the page lists every rejection
   (void)planOptimization(request);      // a bad pipeline is a usage error before any load
 
-  LoadOptions load;
+  LoadOptions load = loadOptions();
   load.input_shapes = shapes;
   std::unique_ptr<Model> before = loadModel(opts.model, load);
   std::unique_ptr<Model> after = before->clone();

@@ -90,7 +90,7 @@ int runRun(const RunOptions& opts) {
   if (opts.threads < 0) throw Error(ErrorKind::Usage, "--threads must be >= 0");
   const auto shapes = parseShapeSpecs(opts.shapes);
 
-  LoadOptions load;
+  LoadOptions load = loadOptions();
   load.infer_shapes = false;  // the executor needs only the declared interface
   std::unique_ptr<Model> model = loadModel(opts.model, load);
   const Graph& graph = *model->graph;

@@ -51,7 +51,7 @@ int runVerify(const VerifyOptions& opts) {
   if (opts.atol < 0 || opts.rtol < 0) throw Error(ErrorKind::Usage, "tolerances must be >= 0");
   const auto shapes = parseShapeSpecs(opts.shapes);
 
-  LoadOptions load;
+  LoadOptions load = loadOptions();
   load.infer_shapes = false;
   std::unique_ptr<Model> a = loadModel(opts.model_a, load);
   std::unique_ptr<Model> b = loadModel(opts.model_b, load);

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusectl/graph/onnx_io.h"
 #include "fusectl/graph/shape.h"
 #include "fusectl/passes/html_report.h"
 
@@ -19,6 +20,12 @@ struct Command {
   CLI::App* app = nullptr;
   std::function<int()> run;
 };
+
+// `--max-tensor-bytes N` on a command that loads models (load_limits.cpp); every command
+// starts its LoadOptions from loadOptions(), which carries it.
+void addLoadLimitOptions(CLI::App& command);
+LoadOptions loadOptions();
+uint64_t maxTensorBytes();
 
 Command addDumpCommand(CLI::App& parent);
 Command addConvertCommand(CLI::App& parent);

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "commands.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/kernels/npy.h"
 #include "fusectl/kernels/seeded_inputs.h"
@@ -11,6 +12,32 @@
 namespace fusectl::cli {
 
 using kernels::HostTensor;
+
+namespace {
+
+// The loader bounds declared shapes; a --shape override can still ask for more than the
+// limit, or for dims whose product overflows.
+void checkSeededSize(const Value& input, const Shape* override) {
+  const Shape& shape = override ? *override : input.shape();
+  if (!shape.hasRank() || !dtypeIsKnown(static_cast<int32_t>(input.dtype()))) return;
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (const Dim& d : shape.dims()) {
+    const uint64_t n = d.isStatic() && d.value() > 0 ? static_cast<uint64_t>(d.value()) : 1;
+    if (d.isStatic() && d.value() == 0) return;  // empty
+    if (numel > (uint64_t{1} << 58) / n) overflow = true;
+    numel = overflow ? numel : numel * n;
+  }
+  const uint64_t bytes = overflow ? 0 : dtypeStorageBytes(input.dtype(), static_cast<int64_t>(numel));
+  if (overflow || bytes > maxTensorBytes())
+    throw Error(ErrorKind::InvalidInput,
+                fmt::format("input '{}' of shape {} would take {} bytes to seed, more than the "
+                            "limit of {} (--max-tensor-bytes)",
+                            input.name(), shape.str(), overflow ? std::string("over 2^58") :
+                            std::to_string(bytes), maxTensorBytes()));
+}
+
+}  // namespace
 
 BoundInputs bindInputs(const Graph& graph, const std::vector<std::string>& specs, uint64_t seed,
                        const std::vector<std::pair<std::string, Shape>>& shapes) {
@@ -62,6 +89,7 @@ BoundInputs bindInputs(const Graph& graph, const std::vector<std::string>& specs
       continue;
     }
     auto ov = overrides.find(v->name());
+    checkSeededSize(*v, ov == overrides.end() ? nullptr : ov->second);
     bound.tensors.push_back(
         {v->name(), kernels::makeRandomInput(*v, seed, ov == overrides.end() ? nullptr : ov->second)});
     bound.sources.push_back(fmt::format("random, seed {}", seed));

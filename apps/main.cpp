@@ -21,6 +21,7 @@
 #include "fusectl/graph/error.h"
 #include "fusectl/support/background_prefault.h"
 #include "fusectl/support/huge_page_malloc.h"
+#include "fusectl/support/temp_file_registry.h"
 
 namespace {
 
@@ -78,6 +79,8 @@ int main(int argc, char** argv) {
   fusectl::restartWithHugePageMalloc(argv);
   // The second core faults in fresh memory ahead of the graph builder (background_prefault.h).
   if (!std::getenv("FUSECTL_NO_PREFAULT")) fusectl::startBackgroundPrefault();
+  // An interrupted write leaves neither a partial output nor its temporary file.
+  fusectl::installTempFileCleanup();
   try {
     CLI::App app{"fusectl: analyse and optimize ONNX graphs", "fusectl"};
     app.set_version_flag("--version", versionText());
@@ -101,6 +104,11 @@ int main(int argc, char** argv) {
         fusectl::cli::addProfileCommand(app),  // fused vs unfused, timed (cmd_profile.cpp)
         fusectl::cli::addReportCommand(app),   // one HTML page of it all (cmd_report.cpp)
     };
+
+    for (const auto& cmd : commands) {
+      const std::string& name = cmd.app->get_name();
+      if (name != "passes" && name != "ops" && name != "conformance") fusectl::cli::addLoadLimitOptions(*cmd.app);
+    }
 
     try {
       app.parse(argc, argv);

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "fusectl/graph/onnx_io.h"
+#include "commands.h"
 #include "fusectl/passes/bisect.h"
 #include "input_binding.h"
 #include "verify_optimized.h"
@@ -31,7 +32,7 @@ std::string failureOf(const Verification& v) {
 }  // namespace
 
 int runOptimizeBisect(const BisectOptions& opts) {
-  LoadOptions load;
+  LoadOptions load = loadOptions();
   load.input_shapes = opts.shapes;
   const std::unique_ptr<Model> original = loadModel(opts.model, load);
   // The same inputs for every probe: the halving compares like with like.

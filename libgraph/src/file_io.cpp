@@ -15,6 +15,7 @@
 
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
+#include "fusectl/support/temp_file_registry.h"
 #include "onnx_convert.h"
 
 namespace fusectl {
@@ -93,6 +94,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   fd_ = ::mkstemp(temp_path_.data());
   if (fd_ < 0)
     throwIo(fmt::format("{}: cannot create a file in '{}': {}", path_, dir, std::strerror(errno)));
+  cleanup_slot_ = registerTempFile(temp_path_.c_str());
   // mkstemp creates 0600; a saved model gets the permissions any new file would.
   mode_t mask = ::umask(0);
   ::umask(mask);
@@ -102,6 +104,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(temp_path_.c_str());
+  unregisterTempFile(cleanup_slot_);
 }
 
 void AtomicFile::writeAll(const char* data, size_t size) {
@@ -168,15 +171,25 @@ void AtomicFile::write(const void* data, size_t size) {
 }
 
 void AtomicFile::commit() {
+  finish();
+  publish();
+}
+
+void AtomicFile::finish() {
   flush();
   if (::fsync(fd_) != 0) throwIo(fmt::format("{}: cannot sync: {}", path_, std::strerror(errno)));
   int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) throwIo(fmt::format("{}: cannot close: {}", path_, std::strerror(errno)));
+}
+
+void AtomicFile::publish() {
   if (::rename(temp_path_.c_str(), path_.c_str()) != 0)
     throwIo(fmt::format("{}: cannot rename the finished file into place: {}", path_,
                         std::strerror(errno)));
   committed_ = true;
+  unregisterTempFile(cleanup_slot_);
+  cleanup_slot_ = -1;
   // Best effort: persist the rename itself.
   int dir_fd = ::open(parentDir(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd >= 0) {

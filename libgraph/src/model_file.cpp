@@ -49,6 +49,41 @@ bool sniffText(const char* data, size_t size) {
   return false;
 }
 
+onnx_convert::ImportLimits limitsOf(const LoadOptions& options) {
+  return {options.max_tensor_bytes, options.max_subgraph_depth};
+}
+
+// libonnx's text parser recurses once per nested graph, unbounded: a file nested a hundred
+// thousand levels deep overflows the stack before the importer could count levels. Braces open
+// graph bodies (and tensor literals, one level more at most), so their depth, outside string
+// literals and comments, bounds the subgraph depth.
+void checkTextNesting(const std::string& text, const std::string& display_name, int max_depth) {
+  int depth = 0;
+  int line = 1;
+  bool in_string = false, in_comment = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      in_comment = false;
+    } else if (in_comment) {
+    } else if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '#') {
+      in_comment = true;
+    } else if (c == '{') {
+      if (++depth > max_depth + 2)
+        throwInvalid(fmt::format("{}: line {}: subgraphs nest deeper than {} levels", display_name,
+                                 line, max_depth));
+    } else if (c == '}') {
+      --depth;
+    }
+  }
+}
+
 // Checks each node against its op's schema, then runs what LoadOptions asks for after import
 // (shape inference).
 void finishLoad(Model& model, const LoadOptions& options, const std::string& display_name) {
@@ -80,10 +115,12 @@ void addTensorBytes(const Graph& g, uint64_t& total) {
 
 std::unique_ptr<Model> parseModelText(const std::string& text, const std::string& display_name,
                                       const LoadOptions& options) {
+  checkTextNesting(text, display_name, options.max_subgraph_depth);
   onnx::ModelProto proto;
   onnx_convert::parseText(text, display_name, &proto);
   std::unique_ptr<Model> model =
-      onnx_convert::importModel(proto, display_name, onnx_convert::parentDir(display_name));
+      onnx_convert::importModel(proto, display_name, onnx_convert::parentDir(display_name),
+                                limitsOf(options));
   finishLoad(*model, options, display_name);
   return model;
 }
@@ -93,7 +130,7 @@ std::unique_ptr<Model> parseModelBinary(std::string bytes, const std::string& di
   auto owner = std::make_shared<const std::string>(std::move(bytes));
   std::unique_ptr<Model> model = onnx_convert::importBinaryModel(
       reinterpret_cast<const uint8_t*>(owner->data()), owner->size(), owner, display_name,
-      base_dir);
+      base_dir, limitsOf(options));
   finishLoad(*model, options, display_name);
   return model;
 }
@@ -124,7 +161,8 @@ std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& opt
   if (format == ModelFormat::Auto && sniffText(reinterpret_cast<const char*>(data), size))
     return parseModelText(std::string(reinterpret_cast<const char*>(data), size), path, options);
   std::unique_ptr<Model> model =
-      onnx_convert::importBinaryModel(data, size, owner, path, onnx_convert::parentDir(path));
+      onnx_convert::importBinaryModel(data, size, owner, path, onnx_convert::parentDir(path),
+                                      limitsOf(options));
   owner.reset();
   finishLoad(*model, options, path);
   return model;

@@ -18,19 +18,27 @@ namespace fusectl::onnx_convert {
 
 // ---- import (onnx_import.cpp) ----
 
+// LoadOptions' resource limits, which every importer enforces.
+struct ImportLimits {
+  uint64_t max_tensor_bytes = LoadOptions::kDefaultMaxTensorBytes;
+  int max_subgraph_depth = LoadOptions::kDefaultMaxSubgraphDepth;
+};
+
 // Converts a parsed ModelProto, validating it; raw_data strings are moved out of `proto`, not
 // copied. Messages read "<display_name>: <reason>". `base_dir` resolves external data.
 std::unique_ptr<Model> importModel(onnx::ModelProto& proto, const std::string& display_name,
-                                   const std::string& base_dir);
+                                   const std::string& base_dir, const ImportLimits& limits = {});
 // Serialized ModelProto bytes -> Model. `owner` keeps `data` alive: the main graph's raw
 // initializer data is referenced in place. Bytes that are no binary model (text among them)
 // fail with the reason.
 std::unique_ptr<Model> importBinaryModel(const uint8_t* data, size_t size,
                                          const std::shared_ptr<const void>& owner,
                                          const std::string& display_name,
-                                         const std::string& base_dir);
+                                         const std::string& base_dir,
+                                         const ImportLimits& limits = {});
 // A standalone tensor (a .pb file); `what` names it in messages.
-Tensor importTensor(onnx::TensorProto& proto, const std::string& what, const std::string& base_dir);
+Tensor importTensor(onnx::TensorProto& proto, const std::string& what, const std::string& base_dir,
+                    const ImportLimits& limits = {});
 // Serialized TensorProto bytes -> Tensor; `name`, when given, receives the tensor's name.
 Tensor importBinaryTensor(std::string bytes, const std::string& display_name,
                           const std::string& base_dir, std::string* name);
@@ -99,7 +107,11 @@ class AtomicFile {
   void writeAt(uint64_t offset, const void* data, size_t size);
   // Starts writing the range to disk (best effort), so that commit()'s fsync waits for less.
   void startWriteback(uint64_t offset, uint64_t size);
-  void commit();
+  void commit();  // finish(), then publish()
+  // The two halves of commit(), for files that are published together: finish() writes the
+  // rest, syncs and closes; publish() renames the file into place.
+  void finish();
+  void publish();
 
  private:
   void flush();
@@ -112,6 +124,7 @@ class AtomicFile {
   uint64_t handed_to_kernel_ = 0;   // bytes write() has taken
   uint64_t writeback_started_ = 0;  // of those, bytes whose writeback has been started
   bool committed_ = false;
+  int cleanup_slot_ = -1;  // temp_file_registry.h: removed on SIGINT/SIGTERM while unfinished
 };
 
 }  // namespace fusectl::onnx_convert

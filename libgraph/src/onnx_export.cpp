@@ -31,6 +31,7 @@
 
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
+#include "fusectl/support/temp_file_registry.h"
 #include "onnx_convert.h"
 
 namespace fusectl {
@@ -74,7 +75,8 @@ class ExternalDataWriter {
     out->set_data_location(onnx::TensorProto::EXTERNAL);
   }
 
-  void commit() { file_.commit(); }
+  void finish() { file_.finish(); }
+  void publish() { file_.publish(); }
 
  private:
   std::string location_;
@@ -910,8 +912,14 @@ void saveBinaryModel(const Model& model, const std::string& path,
   AtomicFile file(path);
   FileSink sink(file);
   writeModel(model, sink, export_options);
-  if (external) external->commit();
-  file.commit();
+  // Both files complete on disk before either is renamed, and no SIGINT/SIGTERM between the two
+  // renames: a model never meets data written for another (only SIGKILL or a power cut in
+  // the microseconds between the renames could split them).
+  if (external) external->finish();
+  file.finish();
+  CleanupSignalsBlocked not_between_renames;
+  if (external) external->publish();
+  file.publish();
 }
 
 std::string exportBinaryTensor(const Tensor& tensor, const std::string& name) {

@@ -109,6 +109,8 @@ struct Context {
   ExternalFiles external;
   std::vector<std::string> external_locations;  // one per file, as the model first names it
   std::string real_base;  // realpath(base_dir), on first use
+  ImportLimits limits;
+  int subgraph_depth = 0;  // of the graph being imported; the main graph is 0
 
   [[noreturn]] void fail(const std::string& message) const {
     throwInvalid(display + ": " + message);
@@ -136,7 +138,15 @@ size_t expectedBytes(const Context& ctx, const Dims& dims, const Subject& what, 
   if (n > std::numeric_limits<int64_t>::max() / 16)
     ctx.fail(what, fmt::format("dims {} are too large", dimsStr(dims)));
   *numel_out = n;
-  return dtypeStorageBytes(dtype, n);
+  const size_t bytes = dtypeStorageBytes(dtype, n);
+  // Checked on what the dims declare, before any data is read or allocated: the file may hold
+  // fewer bytes than that (a truncated or hostile file), and a later stage would allocate them.
+  if (bytes > ctx.limits.max_tensor_bytes)
+    ctx.fail(what, fmt::format("{} dims {} take {} bytes, more than the limit of {} "
+                               "(--max-tensor-bytes)",
+                               dtypeName(dtype), dimsStr(dims), bytes,
+                               ctx.limits.max_tensor_bytes));
+  return bytes;
 }
 
 Buffer externalBytes(Context& ctx, onnx::TensorProto& tp, const Subject& what,
@@ -587,6 +597,7 @@ class GraphImporter {
   void addInitializer(Graph& g, const std::string& name, Tensor t, const std::string& where);
   void importInputs(onnx::GraphProto& gp, Graph& g, const std::string& where);
   void applyValueInfo(const onnx::ValueInfoProto& vi, Graph& g, const std::string& where);
+  void checkSeedableSize(const Value& input, const Subject& what);
   void importOutputs(const onnx::GraphProto& gp, Graph& g, const std::string& where);
   void importNodes(onnx::GraphProto& gp, Graph& g, const std::string& where, size_t index_base);
   std::vector<int> sortSuffix(const onnx::GraphProto& gp, int from, const Graph& g,
@@ -642,9 +653,24 @@ void GraphImporter::importInputs(onnx::GraphProto& gp, Graph& g, const std::stri
       ctx_.fail(fmt::format("{}graph input '{}' is listed twice", where, vi.name()));
     } else {
       v = g.addInput(vi.name(), importType(ctx_, vi.type(), what));
+      if (!g.parent()) checkSeedableSize(*v, what);
     }
     v->doc_string = vi.doc_string();
   }
+}
+
+// A main-graph input of known rank is what `run` and `verify` would allocate and seed, with 1
+// for each dim not known: those dims must not overflow and the bytes must stay within the
+// tensor limit (a mutated [2^62, seq] input crashed `run`).
+void GraphImporter::checkSeedableSize(const Value& input, const Subject& what) {
+  const Shape& shape = input.type.shape;
+  if (!shape.hasRank() || !dtypeIsKnown(static_cast<int32_t>(input.type.dtype)) ||
+      input.type.dtype == DType::Undefined)
+    return;
+  std::vector<int64_t> dims;
+  for (const Dim& d : shape.dims()) dims.push_back(d.isStatic() ? d.value() : 1);
+  int64_t numel = 0;
+  expectedBytes(ctx_, dims, what, input.type.dtype, &numel);
 }
 
 void GraphImporter::applyValueInfo(const onnx::ValueInfoProto& vi, Graph& g,
@@ -1034,9 +1060,15 @@ Attribute GraphImporter::importAttribute(onnx::AttributeProto& ap, Graph& g, con
   a.doc_string = ap.doc_string();
   a.ref_attr_name = ap.ref_attr_name();
   auto subgraph = [&](onnx::GraphProto& gp) {
+    // Import, shape inference, the passes and the executor all recurse once per level.
+    if (ctx_.subgraph_depth + 1 > ctx_.limits.max_subgraph_depth)
+      ctx_.fail(fmt::format("{}: subgraphs nest deeper than {} levels", what(),
+                            ctx_.limits.max_subgraph_depth));
     auto sub = std::make_unique<Graph>();
     sub->setParent(&g);
+    ++ctx_.subgraph_depth;
     importGraph(gp, *sub, fmt::format("subgraph '{}' ({}): ", gp.name(), what()));
+    --ctx_.subgraph_depth;
     return sub;
   };
   switch (type) {
@@ -1096,10 +1128,11 @@ bool looksLikeText(const void* data, size_t size) {
 // Entry points
 
 Tensor importTensor(onnx::TensorProto& proto, const std::string& what,
-                    const std::string& base_dir) {
+                    const std::string& base_dir, const ImportLimits& limits) {
   Context ctx;
   ctx.display = what;
   ctx.base_dir = base_dir;
+  ctx.limits = limits;
   return importTensorIn(ctx, proto, [&] {
     return proto.name().empty() ? std::string("tensor") : "tensor '" + proto.name() + "'";
   });
@@ -1167,10 +1200,11 @@ void recordExternalFiles(Context& ctx, Model& model) {
 }  // namespace
 
 std::unique_ptr<Model> importModel(onnx::ModelProto& proto, const std::string& display_name,
-                                   const std::string& base_dir) {
+                                   const std::string& base_dir, const ImportLimits& limits) {
   Context ctx;
   ctx.display = display_name;
   ctx.base_dir = base_dir;
+  ctx.limits = limits;
   std::unique_ptr<Model> model = importModelFields(proto, ctx);
   if (!proto.has_graph()) ctx.fail("not an ONNX model (no graph)");
   withFileName(display_name,
@@ -1198,7 +1232,8 @@ namespace {
 // protobuf's own parser instead.
 std::unique_ptr<Model> importBinaryModel(const uint8_t* data, size_t size,
                                          const std::shared_ptr<const void>& owner,
-                                         const std::string& display, const std::string& base_dir) {
+                                         const std::string& display, const std::string& base_dir,
+                                         const ImportLimits& limits) {
   if (size == 0) throwInvalid(display + ": empty file");
   if (size > static_cast<size_t>(INT_MAX))
     throwInvalid(display +
@@ -1207,6 +1242,7 @@ std::unique_ptr<Model> importBinaryModel(const uint8_t* data, size_t size,
   Context ctx;
   ctx.display = display;
   ctx.base_dir = base_dir;
+  ctx.limits = limits;
   {
     onnx::ModelProto head;  // every field but the graph
     const uint8_t* graph = nullptr;
@@ -1247,12 +1283,16 @@ std::unique_ptr<Model> importBinaryModel(const uint8_t* data, size_t size,
   google::protobuf::io::CodedInputStream input(&array);
   // The default limit would refuse files near 2 GB that are still valid protobuf.
   input.SetTotalBytesLimit(INT_MAX);
+  // Each subgraph level is three messages deep (NodeProto, AttributeProto, GraphProto), and
+  // protobuf's default of 100 would refuse nesting far below our own depth limit as corrupt,
+  // where the importer names the node. Capped: protobuf recurses on the stack.
+  input.SetRecursionLimit(std::min(3 * (limits.max_subgraph_depth + 2) + 16, 3000));
   bool parsed = proto.ParseFromCodedStream(&input) && input.ConsumedEntireMessage();
   if (!parsed || !proto.has_graph()) {
     if (parsed && proto.ir_version() > 0) importModelFields(proto, ctx);  // IR version first
     refuseUnparsed(data, size, display, parsed);
   }
-  return importModel(proto, display, base_dir);
+  return importModel(proto, display, base_dir, limits);
 }
 
 }  // namespace onnx_convert

@@ -12,6 +12,7 @@
 
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/render.h"
+#include "fusectl/support/temp_file_registry.h"
 
 namespace fusectl {
 
@@ -47,6 +48,7 @@ void renderModelToFile(const Model& model, DumpFormat format, const std::string&
   int fd = mkstemp(tmp.data());
   if (fd < 0) throwIo(fmt::format("{}: cannot create file: {}", path, std::strerror(errno)));
   close(fd);
+  const int cleanup_slot = registerTempFile(tmp.c_str());  // removed on SIGINT/SIGTERM
   try {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     renderModel(model, format, out, options);
@@ -59,8 +61,10 @@ void renderModelToFile(const Model& model, DumpFormat format, const std::string&
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
       throwIo(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
     }
+    unregisterTempFile(cleanup_slot);
   } catch (...) {
     std::remove(tmp.c_str());
+    unregisterTempFile(cleanup_slot);
     throw;
   }
 }

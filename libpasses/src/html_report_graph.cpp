@@ -35,6 +35,7 @@
 
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/summary.h"
+#include "fusectl/support/temp_file_registry.h"
 #include "html_report_graph.h"
 
 extern char** environ;
@@ -130,10 +131,12 @@ class TempFile {
     if (fd < 0) throwIo(fmt::format("{}: cannot create: {}", pattern, std::strerror(errno)));
     close(fd);
     path_ = buf.data();
+    cleanup_slot_ = registerTempFile(path_.c_str());  // removed on SIGINT/SIGTERM too
   }
   ~TempFile() {
     std::error_code ec;
     fs::remove(path_, ec);
+    unregisterTempFile(cleanup_slot_);
   }
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
@@ -141,6 +144,7 @@ class TempFile {
 
  private:
   std::string path_;
+  int cleanup_slot_ = -1;
 };
 
 std::string firstLine(const std::string& text) {

@@ -22,6 +22,15 @@ struct LoadOptions {
   bool infer_shapes = true;
   // Fixes dynamic input shapes before inference (`--shape NAME=1x3x224x224`).
   std::vector<std::pair<std::string, Shape>> input_shapes;
+  // Resource limits, so that a hostile or corrupt file is refused with one line instead of
+  // exhausting memory or the stack. A tensor here is an initializer, a tensor attribute
+  // (Constant's value among them) or a graph input whose declared shape is fully known (what
+  // `run` would seed); its byte size counts dims x element size, whatever the file holds.
+  uint64_t max_tensor_bytes = kDefaultMaxTensorBytes;
+  int max_subgraph_depth = kDefaultMaxSubgraphDepth;  // the main graph is depth 0
+
+  static constexpr uint64_t kDefaultMaxTensorBytes = uint64_t{16} << 30;  // 16 GiB
+  static constexpr int kDefaultMaxSubgraphDepth = 64;
 };
 
 struct SaveOptions {
