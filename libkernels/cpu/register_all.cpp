@@ -34,6 +34,8 @@ void registerStringKernels(KernelRegistry& r);
 void registerBoolReductionKernels(KernelRegistry& r);
 void registerLabelEncoderKernels(KernelRegistry& r);
 void registerRoiAlignKernels(KernelRegistry& r);
+void registerControlFlowKernels(KernelRegistry& r);  // control_flow.cpp: If, Loop, Scan
+void registerSequenceKernels(KernelRegistry& r);     // sequence_ops.cpp: sequences, optionals
 // Composite fusectl ops of the transformer fusions (attention.cpp).
 void registerAttentionKernels(KernelRegistry& r);
 // Issue 12's transformer ops, one file each.
@@ -101,6 +103,8 @@ void registerAllKernels(KernelRegistry& r) {
   registerTreeEnsembleKernels(r);
   registerFlexAttentionKernels(r);
   registerMlFeatureKernels(r);
+  registerControlFlowKernels(r);
+  registerSequenceKernels(r);
 }
 
 }  // namespace fusectl::kernels

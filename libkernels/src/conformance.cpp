@@ -1,10 +1,14 @@
 // The ONNX backend-test runner: listing tests, binding .pb inputs, comparing outputs.
 #include "fusectl/kernels/conformance.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -15,6 +19,7 @@
 #include "fusectl/kernels/compare.h"
 #include "fusectl/kernels/executor.h"
 #include "fusectl/kernels/npy.h"
+#include "../cpu/proto_wire.h"
 
 namespace fs = std::filesystem;
 
@@ -153,6 +158,122 @@ HostTensor widenNarrow(const HostTensor& t) {
   return wide;
 }
 
+// ---- sequence and optional data (SequenceProto / OptionalProto files) ----
+
+// A TensorProto held inside another message, read through the one TensorProto reader there
+// is (a file): libkernels does not link the ONNX protobuf library.
+HostTensor tensorFromProtoBytes(std::string_view bytes, const fs::path& beside) {
+  static std::atomic<uint64_t> counter{0};
+  const fs::path tmp = fs::temp_directory_path() /
+                       ("fusectl_elem_" + std::to_string(::getpid()) + "_" +
+                        std::to_string(counter++) + ".pb");
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) throwIo(tmp.string() + ": cannot write an element of " + beside.string());
+  }
+  try {
+    HostTensor t = readTensorFile(tmp.string());
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    return t;
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+}
+
+// SequenceProto: name = 1, elem_type = 2, tensor_values = 3.
+HostTensor sequenceFromProto(std::string_view bytes, DType element, const fs::path& file,
+                             std::string* name) {
+  std::vector<HostTensor> items;
+  wire::Field f;
+  while (wire::nextField(bytes, f)) {
+    if (f.number == 1 && f.wire_type == 2 && name) *name = std::string(f.bytes);
+    if (f.number == 3 && f.wire_type == 2) items.push_back(tensorFromProtoBytes(f.bytes, file));
+    if ((f.number == 4 || f.number == 5 || f.number == 6 || f.number == 7) && f.wire_type == 2) {
+      throwUnsupported(file.string() + ": only sequences of tensors are supported");
+    }
+  }
+  if (!items.empty()) element = items.front().dtype();
+  return HostTensor::sequence(element, std::move(items));
+}
+
+// OptionalProto: name = 1, elem_type = 2, tensor_value = 3, sequence_value = 5; empty when
+// neither value is present.
+HostTensor optionalFromProto(std::string_view bytes, const wire::ValueKind& kind,
+                             const fs::path& file, std::string* name) {
+  wire::Field f;
+  while (wire::nextField(bytes, f)) {
+    if (f.number == 1 && f.wire_type == 2 && name) *name = std::string(f.bytes);
+    if (f.number == 3 && f.wire_type == 2) return tensorFromProtoBytes(f.bytes, file);
+    if (f.number == 5 && f.wire_type == 2) return sequenceFromProto(f.bytes, kind.element, file, nullptr);
+  }
+  return HostTensor::emptyOptional(kind.element, kind.optional_of_sequence);
+}
+
+// A data file for a value of type `type`: a TensorProto, or a SequenceProto/OptionalProto when
+// the graph declares a sequence or optional type.
+HostTensor readValueFile(const fs::path& file, const ValueType* type, std::string* name) {
+  if (!type || type->isTensor()) return readTensorFile(file.string(), name);
+  const wire::ValueKind kind = wire::decodeTypeProto(type->opaque_type_proto.str());
+  if (kind.of != wire::ValueKind::Of::Sequence && kind.of != wire::ValueKind::Of::Optional) {
+    return readTensorFile(file.string(), name);
+  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throwIo(file.string() + ": cannot open for reading");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (name) name->clear();
+  return kind.of == wire::ValueKind::Of::Sequence
+             ? sequenceFromProto(bytes, kind.element, file, name)
+             : optionalFromProto(bytes, kind, file, name);
+}
+
+std::string kindName(const HostTensor& t) {
+  switch (t.kind()) {
+    case HostTensor::Kind::Tensor: return "a tensor";
+    case HostTensor::Kind::Sequence: return "a sequence";
+    case HostTensor::Kind::EmptyOptional: return "an empty optional";
+  }
+  return "?";
+}
+
+std::string compareTensorValues(const HostTensor& actual, const HostTensor& expected,
+                                const std::string& what, const Tolerance& tol) {
+  if (actual.dtype() != expected.dtype()) {
+    return what + " is " + std::string(dtypeName(actual.dtype())) + ", expected " +
+           std::string(dtypeName(expected.dtype()));
+  }
+  if (actual.dims() != expected.dims()) {
+    return what + " has shape " + formatDims(actual.dims()) + ", expected " +
+           formatDims(expected.dims());
+  }
+  const CompareResult r = compareTensors(widenNarrow(actual), widenNarrow(expected), tol);
+  if (!r.passed) return what + ": " + r.describe(expected.dims());
+  return "";
+}
+
+// Element-wise over sequences; an empty optional matches only an empty optional.
+std::string compareValues(const HostTensor& actual, const HostTensor& expected,
+                          const std::string& what, const Tolerance& tol) {
+  if (actual.kind() != expected.kind()) {
+    return what + " is " + kindName(actual) + ", expected " + kindName(expected);
+  }
+  if (expected.isEmptyOptional()) return "";
+  if (!expected.isSequence()) return compareTensorValues(actual, expected, what, tol);
+  if (actual.items().size() != expected.items().size()) {
+    return what + " has " + std::to_string(actual.items().size()) + " elements, expected " +
+           std::to_string(expected.items().size());
+  }
+  for (size_t i = 0; i < expected.items().size(); ++i) {
+    std::string why = compareTensorValues(actual.items()[i], expected.items()[i],
+                                          what + " element " + std::to_string(i), tol);
+    if (!why.empty()) return why;
+  }
+  return "";
+}
+
 // "" when the data set passes, else why not.
 std::string runDataSet(Executor& executor, const Graph& graph, const fs::path& data_dir,
                        const ConformanceTest& test) {
@@ -164,7 +285,8 @@ std::string runDataSet(Executor& executor, const Graph& graph, const fs::path& d
   const auto input_files = indexedFiles(data_dir, "input_");
   for (size_t k = 0; k < input_files.size(); ++k) {
     std::string name;
-    HostTensor t = readTensorFile(input_files[k].string(), &name);
+    const ValueType* declared = k < positional.size() ? &positional[k]->type : nullptr;
+    HostTensor t = readValueFile(input_files[k], declared, &name);
     const Value* v = name.empty() ? nullptr : graph.findValue(name);
     if (!v || !v->isGraphInput()) {
       if (k >= positional.size()) {
@@ -187,19 +309,11 @@ std::string runDataSet(Executor& executor, const Graph& graph, const fs::path& d
   tol.atol = test.atol;
   tol.exact_integers = true;
   for (size_t k = 0; k < output_files.size(); ++k) {
-    const HostTensor expected = readTensorFile(output_files[k].string());
+    const HostTensor expected =
+        readValueFile(output_files[k], &graph.outputs()[k]->type, nullptr);
     const HostTensor& actual = outputs[k].tensor;
-    const std::string what = "output '" + outputs[k].name + "'";
-    if (actual.dtype() != expected.dtype()) {
-      return what + " is " + std::string(dtypeName(actual.dtype())) + ", expected " +
-             std::string(dtypeName(expected.dtype()));
-    }
-    if (actual.dims() != expected.dims()) {
-      return what + " has shape " + formatDims(actual.dims()) + ", expected " +
-             formatDims(expected.dims());
-    }
-    const CompareResult r = compareTensors(widenNarrow(actual), widenNarrow(expected), tol);
-    if (!r.passed) return what + ": " + r.describe(expected.dims());
+    std::string why = compareValues(actual, expected, "output '" + outputs[k].name + "'", tol);
+    if (!why.empty()) return why;
   }
   return "";
 }

@@ -91,6 +91,131 @@ class Executor::Allocator : public OutputAllocator {
   BufferPool& pool_;
 };
 
+// The values of one running graph, for the outer references of its bodies.
+struct Executor::Scope {
+  const Executor* executor = nullptr;
+  const std::vector<HostTensor>* slots = nullptr;
+  const std::vector<HostTensor>* host = nullptr;  // host copies, on a device (else empty)
+  const Scope* parent = nullptr;
+};
+
+class Executor::BodyRunner : public SubgraphRunner {
+ public:
+  BodyRunner(Executor& owner, const Scope& scope) : owner_(owner), scope_(scope) {}
+  std::vector<HostTensor> run(const Graph& body, const std::vector<HostTensor>& inputs) override {
+    auto it = owner_.bodies_.find(&body);
+    if (it == owner_.bodies_.end()) throwInternal("a subgraph the executor did not prepare");
+    return it->second->runBody(inputs, scope_);
+  }
+
+ private:
+  Executor& owner_;
+  const Scope& scope_;
+};
+
+namespace {
+// Nested bodies each hold an executor that builds its own bodies: a bound keeps a hostile
+// model from exhausting the stack.
+constexpr int kMaxSubgraphDepth = 64;
+}  // namespace
+
+Executor::Executor(const Model& model, const Graph& body, ExecutorOptions options, int depth)
+    : model_(model), graph_(body), options_(options) {
+  // Bodies run on the CPU: the control-flow kernel that calls them is a CPU kernel, and a body
+  // is small next to the copies a device would need per iteration.
+  options_.backend = nullptr;
+  num_threads_ = options_.num_threads > 0
+                     ? options_.num_threads
+                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  own_backend_ = std::make_unique<CpuBackend>(
+      options_.registry ? *options_.registry : KernelRegistry::global());
+  backend_ = own_backend_.get();
+  pool_ = BufferPool(backend_->allocator());
+  plan_ = buildMemoryPlan(graph_);
+  resolveKernels();
+  initializers_.resize(plan_.values.size());
+  for (const Value* v : graph_.initializers()) {
+    const int s = plan_.slot(v);
+    if (s >= 0 && v->initializer()) {
+      try {
+        initializers_[s] = HostTensor::fromTensor(*v->initializer());
+      } catch (const Error& e) {
+        throw Error(e.kind(), "initializer '" + v->name() + "': " + e.what());
+      }
+    }
+  }
+  prepareBodies(depth);
+}
+
+void Executor::prepareBodies(int depth) {
+  for (const Node* n : plan_.order) {
+    n->forEachSubgraph([&](const Graph& body) {
+      if (depth + 1 > kMaxSubgraphDepth) {
+        throwInvalid(nodePrefix(*n) + "subgraphs nest deeper than " +
+                     std::to_string(kMaxSubgraphDepth) + " levels");
+      }
+      if (!bodies_.count(&body)) {
+        bodies_.emplace(&body, std::unique_ptr<Executor>(
+                                   new Executor(model_, body, options_, depth + 1)));
+      }
+    });
+  }
+}
+
+std::vector<HostTensor> Executor::runBody(const std::vector<HostTensor>& inputs,
+                                          const Scope& outer) {
+  std::vector<HostTensor> slots(plan_.values.size());
+  for (size_t s = 0; s < initializers_.size(); ++s) {
+    if (initializers_[s].dtype() != DType::Undefined) slots[s] = initializers_[s];
+  }
+  const auto& formal = graph_.inputs();
+  if (inputs.size() != formal.size()) {
+    throwInvalid("subgraph '" + graph_.name + "' takes " + std::to_string(formal.size()) +
+                 " inputs but was given " + std::to_string(inputs.size()));
+  }
+  for (size_t i = 0; i < formal.size(); ++i) {
+    const int s = plan_.slot(formal[i]);
+    if (s >= 0) slots[s] = inputs[i];
+  }
+  for (const Value* ref : graph_.outerRefs()) {
+    const int s = plan_.slot(ref);
+    if (s < 0) continue;
+    // The importer captures through every graph in between, so the parent usually holds the
+    // value; a clone may point further out, hence the walk.
+    const Value* target = ref->outerValue();
+    for (const Scope* scope = &outer; scope && target; scope = scope->parent) {
+      const int os = scope->executor->plan_.slot(target);
+      if (os < 0) continue;
+      const HostTensor* t = nullptr;
+      if (!scope->host->empty() && (*scope->host)[os].dtype() != DType::Undefined) {
+        t = &(*scope->host)[os];
+      } else if (scope->host->empty()) {
+        t = &(*scope->slots)[os];
+      }
+      if (t && t->dtype() != DType::Undefined) slots[s] = *t;
+      break;
+    }
+    if (slots[s].dtype() == DType::Undefined) {
+      throwInvalid("subgraph '" + graph_.name + "': outer value '" + ref->name() +
+                   "' is not available");
+    }
+  }
+  std::vector<HostTensor> host;
+  ExecutionStats copies;
+  uint64_t written = 0;
+  runSteps(slots, host, &outer, nullptr, copies, written);
+  std::vector<HostTensor> outputs;
+  outputs.reserve(graph_.outputs().size());
+  for (const Value* v : graph_.outputs()) {
+    const int s = plan_.slot(v);
+    if (s < 0 || slots[s].dtype() == DType::Undefined) {
+      throwInvalid("subgraph '" + graph_.name + "': output '" + v->name() + "' was not produced");
+    }
+    outputs.push_back(slots[s]);
+  }
+  return outputs;
+}
+
 Executor::Executor(const Model& model, ExecutorOptions options)
     : model_(model), graph_(*model.graph), options_(options) {
   num_threads_ = options_.num_threads > 0
@@ -118,6 +243,7 @@ Executor::Executor(const Model& model, ExecutorOptions options)
       }
     }
   }
+  prepareBodies(0);
 }
 
 Executor::~Executor() = default;
@@ -299,16 +425,54 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
 
   pool_.resetPeak();
   const BufferPool::Stats before = pool_.stats();
-  Allocator allocator(pool_);
-  Allocator host_allocator(host_pool_);
   ExecutionStats copies;
   if (stats) {
     stats->node_times.clear();
     if (options_.profile) stats->node_times.reserve(plan_.order.size());
   }
 
-  std::vector<const HostTensor*> args;
   uint64_t activation_bytes_written = 0;
+  runSteps(slots, host, nullptr, stats, copies, activation_bytes_written);
+
+  std::vector<NamedTensor> outputs;
+  outputs.reserve(graph_.outputs().size());
+  for (const Value* v : graph_.outputs()) {
+    const int s = plan_.slot(v);
+    if (transfers) bringOver(s, true, false, slots, host, copies);
+    const HostTensor& t = transfers ? host[s] : slots[s];
+    if (t.dtype() == DType::Undefined) {
+      throwInvalid("graph output '" + v->name() + "' was not produced");
+    }
+    outputs.push_back({v->name(), t});
+  }
+  slots.clear();
+  host.clear();
+
+  if (stats) {
+    const BufferPool::Stats after = pool_.stats();
+    stats->peak_activation_bytes = after.peak_live_bytes - before.live_bytes;
+    stats->pool_reserved_bytes = after.reserved_bytes;
+    stats->buffer_reuses = after.reuses - before.reuses;
+    stats->intermediate_tensors = plan_.intermediate_tensors;
+    stats->nodes_run = plan_.order.size();
+    stats->activation_bytes_written = activation_bytes_written;
+    stats->fallback_nodes = fallback_steps_;
+    stats->copies_to_device = copies.copies_to_device;
+    stats->copies_to_host = copies.copies_to_host;
+    stats->copied_bytes = copies.copied_bytes;
+    stats->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  return outputs;
+}
+
+void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>& host,
+                        const Scope* outer, ExecutionStats* stats, ExecutionStats& copies,
+                        uint64_t& activation_bytes_written) {
+  const bool transfers = !backend_->sharesHostMemory();
+  Allocator allocator(pool_);
+  Allocator host_allocator(host_pool_);
+  const Scope scope{this, &slots, &host, outer};
+  std::vector<const HostTensor*> args;
   for (size_t step = 0; step < plan_.order.size(); ++step) {
     const Node& node = *plan_.order[step];
     const bool on_cpu = transfers && on_cpu_[step];
@@ -332,6 +496,17 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
     KernelContext ctx(node, opsets_[step], args, on_cpu ? host_allocator : allocator,
                       num_threads_);
     ctx.bindPersistentState(&kernel_states_[step], constant_inputs);
+    BodyRunner bodies(*this, scope);
+    if (!node.implicitInputs().empty() || !bodies_.empty()) {
+      // Bodies run on the host: their captures need a host copy there too.
+      if (transfers) {
+        for (const Value* v : node.implicitInputs()) {
+          const int s = plan_.slot(v);
+          if (s >= 0) bringOver(s, true, true, slots, host, copies);
+        }
+      }
+      ctx.bindSubgraphRunner(&bodies);
+    }
     const KernelState* state_before = kernel_states_[step].get();
     const auto node_start = options_.profile ? Clock::now() : Clock::time_point();
     try {
@@ -397,36 +572,6 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
     }
   }
   backend_->synchronize();
-
-  std::vector<NamedTensor> outputs;
-  outputs.reserve(graph_.outputs().size());
-  for (const Value* v : graph_.outputs()) {
-    const int s = plan_.slot(v);
-    if (transfers) bringOver(s, true, false, slots, host, copies);
-    const HostTensor& t = transfers ? host[s] : slots[s];
-    if (t.dtype() == DType::Undefined) {
-      throwInvalid("graph output '" + v->name() + "' was not produced");
-    }
-    outputs.push_back({v->name(), t});
-  }
-  slots.clear();
-  host.clear();
-
-  if (stats) {
-    const BufferPool::Stats after = pool_.stats();
-    stats->peak_activation_bytes = after.peak_live_bytes - before.live_bytes;
-    stats->pool_reserved_bytes = after.reserved_bytes;
-    stats->buffer_reuses = after.reuses - before.reuses;
-    stats->intermediate_tensors = plan_.intermediate_tensors;
-    stats->nodes_run = plan_.order.size();
-    stats->activation_bytes_written = activation_bytes_written;
-    stats->fallback_nodes = fallback_steps_;
-    stats->copies_to_device = copies.copies_to_device;
-    stats->copies_to_host = copies.copies_to_host;
-    stats->copied_bytes = copies.copied_bytes;
-    stats->seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  }
-  return outputs;
 }
 
 std::vector<NamedTensor> runModel(const Model& model, const std::vector<NamedTensor>& inputs,

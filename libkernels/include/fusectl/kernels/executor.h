@@ -13,12 +13,16 @@
 // Any failure inside a kernel is a fusectl::Error naming the node ("node 'X' (Op): ...").
 //
 // Compute is float32; float16/bfloat16 are storage types that kernels convert (half.h).
-// Subgraph ops (If, Loop, Scan) are not run unless a kernel for them is registered.
+// Subgraphs (If/Loop/Scan bodies, at any depth) get executors of their own, built once with
+// the outer one (kernels resolved and lifetimes planned per body, not per iteration) and run
+// on the CPU; a control-flow kernel runs them through KernelContext::runSubgraph, and a body's
+// outer references read the values of the enclosing scopes as they are at that step.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -101,6 +105,17 @@ class Executor {
 
  private:
   class Allocator;
+  class BodyRunner;
+  struct Scope;
+  // The executor of a subgraph `body` nested `depth` graphs deep in `model`.
+  Executor(const Model& model, const Graph& body, ExecutorOptions options, int depth);
+  // Builds an executor for every subgraph of this graph's nodes.
+  void prepareBodies(int depth);
+  // Runs this body with its inputs bound in order and outer references read from `outer`.
+  std::vector<HostTensor> runBody(const std::vector<HostTensor>& inputs, const Scope& outer);
+  // The step loop over bound `slots` (and `host`, on a device); `outer` is null for the main graph.
+  void runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>& host, const Scope* outer,
+                ExecutionStats* stats, ExecutionStats& copies, uint64_t& bytes_written);
   // Finds every step's kernel, on the backend's device or as a CPU fallback.
   void resolveKernels();
   // Checks the inputs against the graph and stores them (and the initializers) in their slots.
@@ -129,6 +144,7 @@ class Executor {
   size_t fallback_steps_ = 0;
   std::vector<HostTensor> device_initializers_;  // per slot: copied on first use, then kept
   BufferPool host_pool_;                       // host buffers of fallbacks and copies
+  std::unordered_map<const Graph*, std::unique_ptr<Executor>> bodies_;  // per subgraph
 };
 
 // Runs `model` once: Executor(model, options).run(inputs, stats).

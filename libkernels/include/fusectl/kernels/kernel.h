@@ -55,6 +55,21 @@ class HostTensor {
   // Reinterprets the same bytes with new dims (same element count), sharing storage.
   HostTensor reshaped(std::vector<int64_t> dims) const;
 
+  // ONNX sequence(tensor) and optional(...) values travel in the executor's slots like
+  // tensors, so the memory plan, the step loop and subgraph bodies carry them unchanged. One
+  // is a HostTensor of another kind with dims [0] and no bytes (a kernel that expects a tensor
+  // sees an empty one); its dtype() is the element dtype. An optional holding a value is that
+  // value itself; only an empty optional has a kind of its own.
+  enum class Kind : uint8_t { Tensor, Sequence, EmptyOptional };
+  static HostTensor sequence(DType element_dtype, std::vector<HostTensor> items);
+  static HostTensor emptyOptional(DType element_dtype, bool of_sequence);
+  Kind kind() const { return kind_; }
+  bool isTensor() const { return kind_ == Kind::Tensor; }
+  bool isSequence() const { return kind_ == Kind::Sequence; }
+  bool isEmptyOptional() const { return kind_ == Kind::EmptyOptional; }
+  bool emptyOptionalOfSequence() const { return optional_of_sequence_; }
+  const std::vector<HostTensor>& items() const;  // a sequence's tensors (none for the rest)
+
  private:
   friend class OutputAllocator;
   DType dtype_ = DType::Undefined;
@@ -62,6 +77,9 @@ class HostTensor {
   void* data_ = nullptr;
   std::shared_ptr<const void> storage_;
   std::vector<std::string> strings_;
+  Kind kind_ = Kind::Tensor;
+  bool optional_of_sequence_ = false;
+  std::shared_ptr<const std::vector<HostTensor>> items_;  // shared: sequences are immutable
 };
 
 // Serves output buffers; implemented by the executor's memory planner.
@@ -87,6 +105,19 @@ class OutputAllocator {
 class KernelState {
  public:
   virtual ~KernelState() = default;
+};
+
+// Runs the subgraphs of the node being executed (If/Loop/Scan bodies); the executor implements
+// it. A body needs what only the executor has (kernels chosen once per body, a memory plan, the
+// values of every enclosing scope it captures), so a kernel reaches it through this one hook
+// rather than by building executors itself: control-flow kernels stay plain functions of their
+// context, and no other kernel or the rest of the contract changes.
+class SubgraphRunner {
+ public:
+  virtual ~SubgraphRunner() = default;
+  // Runs `body` (a graph attribute of the current node) with its inputs bound in order to
+  // `inputs` and its outer references to the enclosing scopes' values; returns its outputs.
+  virtual std::vector<HostTensor> run(const Graph& body, const std::vector<HostTensor>& inputs) = 0;
 };
 
 class KernelContext {
@@ -139,6 +170,12 @@ class KernelContext {
     constant_inputs_ = constant_inputs;
   }
 
+  // Runs the node's subgraph held by graph attribute `attr` (see SubgraphRunner); fails naming
+  // the node when the attribute is missing or the kernel runs outside an executor.
+  std::vector<HostTensor> runSubgraph(std::string_view attr,
+                                      const std::vector<HostTensor>& inputs) const;
+  void bindSubgraphRunner(SubgraphRunner* runner) { subgraph_runner_ = runner; }
+
   // Throws fusectl::Error(InvalidInput) "node 'X' (Op): <message>".
   [[noreturn]] void fail(const std::string& message) const;
 
@@ -152,6 +189,7 @@ class KernelContext {
   std::unique_ptr<KernelState>* state_slot_ = nullptr;
   std::unique_ptr<KernelState> local_state_;
   uint64_t constant_inputs_ = 0;
+  SubgraphRunner* subgraph_runner_ = nullptr;
 };
 
 using KernelFn = std::function<void(KernelContext&)>;

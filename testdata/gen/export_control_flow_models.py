@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+"""Export the control-flow test models (testdata/models/control_flow/*.onnx).
+
+Run from the repository root with the Debian python (python3-torch, python3-onnx):
+
+    /usr/bin/python3 testdata/gen/export_control_flow_models.py
+
+Both models are torch.jit.script'ed so that Python control flow on tensor values survives
+export as ONNX Loop/If nodes (tracing would unroll it for one input):
+  - greedy_decode.onnx: a greedy decoding loop over a tiny recurrent cell; the number of
+    steps is an input, and the tokens are collected in a list (a sequence in ONNX);
+  - branch_on_sum.onnx: an `if` on the sign of a tensor's sum picks one of two small MLPs.
+Fixed seeds and tiny sizes keep the files small and the export deterministic.
+"""
+import os
+
+import onnx
+import torch
+import torch.nn as nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT_DIR = os.path.normpath(os.path.join(HERE, "..", "models", "control_flow"))
+OPSET = 13
+VOCAB, HIDDEN = 11, 8
+
+
+class GreedyDecode(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, HIDDEN)
+        self.input_proj = nn.Linear(HIDDEN, HIDDEN)
+        self.state_proj = nn.Linear(HIDDEN, HIDDEN, bias=False)
+        self.head = nn.Linear(HIDDEN, VOCAB)
+
+    def forward(self, h: torch.Tensor, token: torch.Tensor, steps: torch.Tensor):
+        tokens = []
+        for _ in range(int(steps)):
+            h = torch.tanh(self.input_proj(self.embed(token)) + self.state_proj(h))
+            token = self.head(h).argmax(-1)
+            tokens.append(token)
+        return torch.stack(tokens, 0), h
+
+
+class BranchOnSum(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Linear(6, 6)
+        self.neg = nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor):
+        if bool(x.sum() > 0):
+            y = torch.relu(self.pos(x))
+        else:
+            y = self.neg(x) * 2.0
+        return y
+
+
+def export(module, args, names_in, names_out, file, dynamic_axes=None):
+    scripted = torch.jit.script(module)
+    path = os.path.join(OUT_DIR, file)
+    torch.onnx.export(scripted, args, path, opset_version=OPSET, input_names=names_in,
+                      output_names=names_out, dynamic_axes=dynamic_axes)
+    model = onnx.load(path)
+    model.producer_name = "fusectl testdata/gen/export_control_flow_models.py"
+    model.producer_version = ""
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    print(path, os.path.getsize(path), "bytes:",
+          sorted({n.op_type for n in model.graph.node}))
+
+
+def main():
+    os.makedirs(OUT_DIR, exist_ok=True)
+    torch.manual_seed(1)
+    decoder = GreedyDecode().eval()
+    export(decoder, (torch.zeros(2, HIDDEN), torch.tensor([1, 2]), torch.tensor(4)),
+           ["h", "token", "steps"], ["tokens", "h_final"], "greedy_decode.onnx",
+           {"tokens": {0: "steps_taken"}})
+    torch.manual_seed(2)
+    branch = BranchOnSum().eval()
+    export(branch, (torch.ones(3, 6),), ["x"], ["y"], "branch_on_sum.onnx")
+
+
+if __name__ == "__main__":
+    main()
