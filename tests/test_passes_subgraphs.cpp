@@ -8,14 +8,19 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "dump_schema_check.h"
 #include "ort_runner.h"
 #include "test_files.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/compare.h"
 #include "fusectl/kernels/seeded_inputs.h"
+#include "fusectl/passes/graph_diff.h"
 #include "fusectl/passes/optimize.h"
 #include "fusectl/passes/pipeline.h"
 
@@ -201,6 +206,134 @@ g (int64 M, bool C0, float[2] X) => (float[2] Y, float[2] kk_1)
   }
   // And the text round trip (whose loader refuses shadowing) accepts it.
   CHECK_NOTHROW(parseModelText(modelToText(*m), "roundtrip.onnxtxt"));
+}
+
+TEST_CASE("subgraph passes: a capture the body stops reading is dropped, then its producer",
+          "[passes][subgraphs]") {
+  // The body's only read of T is dead code; once it goes, the Loop no longer captures T, so
+  // the main graph's Exp computing T is dead as well and goes in the same -O3 run.
+  std::unique_ptr<Model> m = parseModelText(R"(<ir_version: 8, opset_import: ["" : 13]>
+g (int64 M, bool C0, float[2] X) => (float[2] Y)
+{
+  T = Exp (X)
+  Y = Loop (M, C0, X) <body = loop_body (int64 i, bool c, float[2] x) => (bool c_out, float[2] y)
+  {
+    c_out = Identity (c)
+    unused = Add (x, T)
+    y = Neg (x)
+  }>
+}
+)", "capture.onnxtxt");
+  const Node* loop = m->graph->findValue("Y")->producer();
+  REQUIRE(loop->implicitInputs().size() == 1);
+  optimizeO3(*m);
+  INFO(modelToText(*m));
+  CHECK(m->graph->verify() == "");
+  CHECK(histogram(*m->graph).count("Exp") == 0);
+  CHECK(m->graph->findValue("T") == nullptr);
+  loop = m->graph->findValue("Y")->producer();
+  CHECK(loop->implicitInputs().empty());
+  CHECK(onlyBody(*m->graph).outerRefs().empty());
+  // A capture still read stays, with its producer.
+  std::unique_ptr<Model> kept = parseModelText(R"(<ir_version: 8, opset_import: ["" : 13]>
+g (int64 M, bool C0, float[2] X) => (float[2] Y)
+{
+  T = Exp (X)
+  Y = Loop (M, C0, X) <body = loop_body (int64 i, bool c, float[2] x) => (bool c_out, float[2] y)
+  {
+    c_out = Identity (c)
+    y = Add (x, T)
+  }>
+}
+)", "kept.onnxtxt");
+  optimizeO3(*kept);
+  CHECK(histogram(*kept->graph).at("Exp") == 1);
+  CHECK(onlyBody(*kept->graph).outerRefs().size() == 1);
+}
+
+TEST_CASE("subgraph passes: merging two values one body captures reuses its capture",
+          "[passes][subgraphs]") {
+  // replaceAllUsesWith(T2, T1) where the body reads both: its reference to T2 now reads its
+  // reference to T1 (two references cannot share one name) and is removed.
+  std::unique_ptr<Model> m = parseModelText(R"(<ir_version: 8, opset_import: ["" : 13]>
+g (int64 M, bool C0, float[2] X) => (float[2] Y)
+{
+  T1 = Exp (X)
+  T2 = Neg (X)
+  Y = Loop (M, C0, X) <body = loop_body (int64 i, bool c, float[2] x) => (bool c_out, float[2] y)
+  {
+    c_out = Identity (c)
+    a = Add (x, T1)
+    y = Mul (a, T2)
+  }>
+}
+)", "merge.onnxtxt");
+  Graph& g = *m->graph;
+  Value* t1 = g.findValue("T1");
+  Value* t2 = g.findValue("T2");
+  g.replaceAllUsesWith(t2, t1);
+  INFO(modelToText(*m));
+  CHECK(g.verify() == "");
+  const Graph& body = onlyBody(g);
+  REQUIRE(body.outerRefs().size() == 1);
+  CHECK(body.outerRefs()[0]->outerValue() == t1);
+  CHECK(body.findValue("y")->producer()->input(1) == body.outerRefs()[0]);
+  CHECK(g.findValue("Y")->producer()->implicitInputs() == std::vector<Value*>{t1});
+  CHECK_FALSE(t2->hasUses());
+  CHECK_NOTHROW(parseModelText(modelToText(*m), "roundtrip.onnxtxt"));
+}
+
+TEST_CASE("subgraph passes: the report names each fusion site's scope", "[passes][subgraphs]") {
+  std::unique_ptr<Model> m = loadModel(modelPath("mlp_loop.onnx"));
+  const Report report = optimizeO3(*m);
+  REQUIRE(report.fusions.size() >= 2);
+  const Node* loop = nullptr;
+  for (const Node* n : m->graph->nodes())
+    if (n->is("Loop")) loop = n;
+  REQUIRE(loop);
+  const std::string body_scope = loop->label() + "/body";
+  for (const FusionSite& f : report.fusions) CHECK(f.scope == body_scope);
+  const std::map<std::string, size_t> by_scope = report.fusionsByScope();
+  CHECK(by_scope == std::map<std::string, size_t>{{body_scope, report.fusions.size()}});
+  const nlohmann::json j = nlohmann::json::parse(report.toJson());
+  CHECK(j["fusions"][0]["scope"] == body_scope);
+  CHECK(j["fusions_by_scope"][body_scope] == report.fusions.size());
+  std::ifstream in(std::string(FUSECTL_SOURCE_DIR) + "/docs/schemas/report.schema.json");
+  const nlohmann::json schema = nlohmann::json::parse(in);
+  CHECK(fusectl::testing::checkJsonSchema(j, schema, schema) == "");
+}
+
+TEST_CASE("subgraph passes: diff lists the changes inside a Loop body under its scope",
+          "[passes][subgraphs]") {
+  const char* text = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (int64 M, bool C0, float[2] X) => (float[2] Y)
+{
+  Y = Loop (M, C0, X) <body = loop_body (int64 i, bool c, float[2] x) => (bool c_out, float[2] y)
+  {
+    c_out = Identity (c)
+    unused = Exp (x)
+    y = Neg (x)
+  }>
+}
+)";
+  std::unique_ptr<Model> a = parseModelText(text, "a.onnxtxt");
+  std::unique_ptr<Model> b = parseModelText(text, "b.onnxtxt");
+  Report report;
+  PassManager(PassManagerOptions{}).run(*b, Pipeline::parse("eliminate-dead-code"), report);
+  const GraphDiff d = diffGraphs(*a->graph, *b->graph);
+  CHECK_FALSE(d.identical());
+  CHECK(d.nodes_changed.empty());  // the Loop itself is the same node
+  REQUIRE(d.bodies.size() == 1);
+  CHECK(d.bodies[0].scope == "Loop(Y)/body");
+  CHECK(d.toText("a", "b") == "--- a (1 nodes, 0 initializers)\n"
+                              "+++ b (1 nodes, 0 initializers)\n"
+                              "body Loop(Y)/body (3 -> 2 nodes, 0 -> 0 initializers):\n"
+                              "  GOLDEN\n");
+  const nlohmann::json j = nlohmann::json::parse(d.toJson("a", "b"));
+  REQUIRE(j["bodies"].size() == 1);
+  CHECK(j["bodies"][0]["scope"] == "Loop(Y)/body");
+  CHECK(j["bodies"][0]["nodes"]["removed"][0]["op"] == "Exp");
+  CHECK(diffGraphs(*b->graph, *b->graph).identical());
 }
 
 // Run by CTest's ort_differential (which points FUSECTL_ORT_DIR at onnxruntime-node).

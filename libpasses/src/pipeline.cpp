@@ -183,6 +183,7 @@ size_t countIntermediates(const Graph& g) {
 // One If/Loop/Scan body: the attribute slot that owns it, and the path element naming it
 // ("/Loop/body": owner node label, attribute name).
 struct SubgraphSlot {
+  Node* owner;
   std::unique_ptr<Graph>* slot;
   std::string name;
 };
@@ -194,9 +195,10 @@ std::vector<SubgraphSlot> subgraphSlots(const Graph& g) {
   if (g.subgraphOwners().empty()) return out;
   for (Node* n : g.nodes()) {
     for (Attribute& a : n->mutableAttributes()) {
-      if (a.g) out.push_back({&a.g, fmt::format("{}/{}", n->label(), a.name)});
+      if (a.g) out.push_back({n, &a.g, fmt::format("{}/{}", n->label(), a.name)});
       for (size_t i = 0; i < a.graphs.size(); ++i)
-        if (a.graphs[i]) out.push_back({&a.graphs[i], fmt::format("{}/{}[{}]", n->label(), a.name, i)});
+        if (a.graphs[i])
+          out.push_back({n, &a.graphs[i], fmt::format("{}/{}[{}]", n->label(), a.name, i)});
     }
   }
   return out;
@@ -210,6 +212,29 @@ size_t countBodies(const Graph& g) {
   size_t n = 0;
   for (const SubgraphSlot& body : subgraphSlots(g)) n += 1 + countBodies(**body.slot);
   return n;
+}
+
+// A body reads an enclosing value through an outer reference, and its owner lists that value
+// as an implicit input: a use, which keeps the value and its producers alive. A rewrite in the
+// body can leave a reference unread; it is dropped and the owner's implicit inputs are rebuilt
+// from the references that remain, so that dead-code elimination in the enclosing graph can
+// then erase what computed the value. Returns whether anything was dropped.
+bool dropUnusedCaptures(Graph& g, Node* owner) {
+  bool dropped = false;
+  std::vector<Value*> keep;
+  owner->forEachSubgraph([&](Graph& body) {
+    for (Value* ref : std::vector<Value*>(body.outerRefs())) {
+      if (!ref->hasUses() && !ref->isGraphOutput()) {
+        body.removeOuterRef(ref);
+        dropped = true;
+        continue;
+      }
+      Value* outer = ref->outerValue();
+      if (outer && std::find(keep.begin(), keep.end(), outer) == keep.end()) keep.push_back(outer);
+    }
+  });
+  if (dropped) g.setNodeImplicitInputs(owner, std::move(keep));
+  return dropped;
 }
 
 class Runner {
@@ -359,6 +384,7 @@ class Runner {
     if (handlesSubgraphs(pass)) {
       for (const SubgraphSlot& body : subgraphSlots(g)) {
         changed |= runInScopes(pass, **body.slot, body.slot, joinScope(path, body.name));
+        changed |= dropUnusedCaptures(g, body.owner);
       }
     } else if (size_t bodies = countBodies(g)) {
       ctx_.count("bodies_skipped", static_cast<int64_t>(bodies));
@@ -376,7 +402,13 @@ class Runner {
     } swap(model_.graph, *slot);
     current_scope_ = path;
     const size_t sites_before = report_.fusions.size();
+    const size_t rejections_before = report_.rejections.size();
     bool ran = pass.run(ctx_.graph(), ctx_);
+    // The Rewriter records sites and rejections without knowing which body it edits; labels are
+    // unique across scopes, so tagging them here, after the run, loses nothing.
+    for (size_t i = sites_before; i < report_.fusions.size(); ++i) report_.fusions[i].scope = path;
+    for (size_t i = rejections_before; i < report_.rejections.size(); ++i)
+      report_.rejections[i].scope = path;
     if (size_t sites = report_.fusions.size() - sites_before) {
       ctx_.count("fusions_in_bodies", static_cast<int64_t>(sites));
       log(fmt::format("{}: {} fusion site{} in {}", pass.info().name, sites, sites == 1 ? "" : "s",
