@@ -327,8 +327,16 @@ g (int64 M, bool C0, float[2] X) => (float[2] Y)
   CHECK(d.bodies[0].scope == "Loop(Y)/body");
   CHECK(d.toText("a", "b") == "--- a (1 nodes, 0 initializers)\n"
                               "+++ b (1 nodes, 0 initializers)\n"
+                              "nodes: 0 removed, 0 added, 0 changed\n"
+                              "initializers: 0 removed, 0 added, 0 changed\n"
+                              "fusion sites: 0\n"
                               "body Loop(Y)/body (3 -> 2 nodes, 0 -> 0 initializers):\n"
-                              "  GOLDEN\n");
+                              "  op histogram:\n"
+                              "    Exp       1 -> 0      (-1)\n"
+                              "  nodes: 1 removed, 0 added, 0 changed\n"
+                              "    - Exp Exp(unused) -> [unused]\n"
+                              "  initializers: 0 removed, 0 added, 0 changed\n"
+                              "  fusion sites: 0\n");
   const nlohmann::json j = nlohmann::json::parse(d.toJson("a", "b"));
   REQUIRE(j["bodies"].size() == 1);
   CHECK(j["bodies"][0]["scope"] == "Loop(Y)/body");
