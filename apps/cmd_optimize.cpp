@@ -159,6 +159,20 @@ std::string beforeAfterTable(const Report& r, uint64_t in_bytes, uint64_t out_by
   out += rule;
   for (const Row& row : total_rows) out += line(row);
   out += rule;
+  // The op rows count the main graph; passes also fuse inside If/Loop/Scan bodies.
+  const std::map<std::string, size_t> by_scope = r.fusionsByScope();
+  if (by_scope.size() > 1 || (by_scope.size() == 1 && !by_scope.begin()->first.empty())) {
+    out += "Fusion sites by scope:\n";
+    for (const auto& [scope, count] : by_scope) {
+      std::map<std::string, size_t> by_pass;
+      for (const FusionSite& f : r.fusions)
+        if (f.scope == scope) ++by_pass[f.pass];
+      std::vector<std::string> passes;
+      for (const auto& [pass, n] : by_pass) passes.push_back(fmt::format("{} {}", pass, n));
+      out += fmt::format("  {}: {} ({})\n", scope.empty() ? "main graph" : scope, count,
+                         fmt::join(passes, ", "));
+    }
+  }
   out += timing + "\n";
   return out;
 }

@@ -286,6 +286,15 @@ void Graph::removeInitializer(Value* v) {
   destroyValue(v);
 }
 
+void Graph::removeOuterRef(Value* v) {
+  if (v->kind_ != Value::Kind::OuterRef)
+    throwInternal(fmt::format("'{}' is not an outer reference", v->name_));
+  if (!v->uses_.empty() || v->isGraphOutput())
+    throwInternal(fmt::format("outer reference '{}' is still used", v->name_));
+  outer_refs_.erase(std::find(outer_refs_.begin(), outer_refs_.end(), v));
+  destroyValue(v);
+}
+
 const std::vector<Value*>& Graph::initializers() const {
   if (initializer_holes_ != 0) closeInitializerHoles();
   return initializers_;
@@ -542,14 +551,30 @@ void Graph::replaceAllUsesWith(Value* from, Value* to) {
   for (const Use& u : uses) {
     if (u.input == Use::kImplicitUse) {
       // Subgraphs capture by name through outer refs; retarget both the node's implicit list
-      // and the outer refs inside its subgraphs.
-      for (Value*& iv : *u.node->implicit_inputs_)
-        if (iv == from) iv = to;
+      // and the outer refs inside its subgraphs. A subgraph that captures `to` already (two
+      // identical constants merged, two equal nodes merged) reads that capture instead, since
+      // two references cannot share a name.
+      std::vector<Value*>& implicit = *u.node->implicit_inputs_;
+      const bool had_to = std::find(implicit.begin(), implicit.end(), to) != implicit.end();
+      if (had_to) {
+        implicit.erase(std::remove(implicit.begin(), implicit.end(), from), implicit.end());
+      } else {
+        for (Value*& iv : implicit)
+          if (iv == from) iv = to;
+      }
       forEachCapturingRef(u.node, from, [&](Graph& sub, Value* ref) {
+        Value* existing = nullptr;
+        for (Value* r : sub.outer_refs_)
+          if (r != ref && r->outer_ == to) existing = r;
+        if (existing && !ref->isGraphOutput()) {
+          sub.replaceAllUsesWith(ref, existing);
+          sub.removeOuterRef(ref);
+          return;
+        }
         ref->outer_ = to;
         sub.renameValue(ref, to->name_);
       });
-      to->uses_.push_back(u);
+      if (!had_to) to->uses_.push_back(u);
       continue;
     }
     u.node->inputs_[static_cast<size_t>(u.input)] = to;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 #include <unordered_set>
@@ -118,7 +119,51 @@ std::string namesText(const std::vector<std::string>& names) {
 
 }  // namespace
 
+namespace {
+
+// The graph-valued attributes of a node, as (path element, graph): "body", "then_branch",
+// "branches[0]".
+std::vector<std::pair<std::string, const Graph*>> bodiesOf(const Node& n) {
+  std::vector<std::pair<std::string, const Graph*>> out;
+  for (const Attribute& a : n.attributes()) {
+    if (a.g) out.emplace_back(a.name, a.g.get());
+    for (size_t i = 0; i < a.graphs.size(); ++i)
+      if (a.graphs[i]) out.emplace_back(fmt::format("{}[{}]", a.name, i), a.graphs[i].get());
+  }
+  return out;
+}
+
+// Whether a and b differ only inside graphs both hold under the same attribute names.
+bool sameButBodies(const Node& a, const Node& b) {
+  if (a.attributes().size() != b.attributes().size()) return false;
+  for (const Attribute& x : a.attributes()) {
+    const Attribute* y = b.attr(x.name);
+    if (!y) return false;
+    const bool graphs = x.g || !x.graphs.empty();
+    if (graphs ? (!y->g) != (!x.g) || y->graphs.size() != x.graphs.size()
+               : !sameAttribute(x, *y)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+GraphDiff diffScope(const Graph& a, const Graph& b, const std::string& path,
+                    std::vector<BodyDiff>& bodies);
+
+}  // namespace
+
 GraphDiff diffGraphs(const Graph& a, const Graph& b) {
+  std::vector<BodyDiff> bodies;
+  GraphDiff d = diffScope(a, b, "", bodies);
+  d.bodies = std::move(bodies);
+  return d;
+}
+
+namespace {
+
+GraphDiff diffScope(const Graph& a, const Graph& b, const std::string& path,
+                    std::vector<BodyDiff>& bodies) {
   GraphDiff d;
   d.nodes_a = a.numNodes();
   d.nodes_b = b.numNodes();
@@ -163,8 +208,25 @@ GraphDiff diffGraphs(const Graph& a, const Graph& b) {
         details.push_back(fmt::format("op {} -> {}", opText(*na), opText(*nb)));
       }
       if (!sameAttributes(*na, *nb)) {
-        c.kinds.push_back("attributes");
-        details.push_back("attributes: " + attributeDetail(*na, *nb));
+        const size_t bodies_before = bodies.size();
+        if (sameButBodies(*na, *nb)) {
+          // The bodies differ: each is compared on its own, under its scope path.
+          std::vector<std::pair<std::string, const Graph*>> ga = bodiesOf(*na), gb = bodiesOf(*nb);
+          for (size_t i = 0; i < ga.size() && i < gb.size(); ++i) {
+            std::string scope =
+                fmt::format("{}{}/{}", path.empty() ? "" : path + "/", nb->label(), gb[i].first);
+            std::vector<BodyDiff> nested;
+            GraphDiff body = diffScope(*ga[i].second, *gb[i].second, scope, nested);
+            if (!body.identical()) bodies.push_back({scope, std::move(body)});
+            for (BodyDiff& n : nested) bodies.push_back(std::move(n));
+          }
+        }
+        // Attributes other than bodies differ, or the bodies differ in what a scope's diff
+        // does not list (a renamed formal input or output, the order of nodes).
+        if (bodies.size() == bodies_before) {
+          c.kinds.push_back("attributes");
+          details.push_back("attributes: " + attributeDetail(*na, *nb));
+        }
       }
       if (inputNames(*na) != inputNames(*nb)) {
         c.kinds.push_back("inputs");
@@ -221,10 +283,12 @@ GraphDiff diffGraphs(const Graph& a, const Graph& b) {
   return d;
 }
 
+}  // namespace
+
 bool GraphDiff::identical() const {
   return op_histogram.empty() && nodes_removed.empty() && nodes_added.empty() &&
          nodes_changed.empty() && initializers_removed.empty() && initializers_added.empty() &&
-         initializers_changed.empty() && fusions.empty();
+         initializers_changed.empty() && fusions.empty() && bodies.empty();
 }
 
 namespace {
@@ -243,6 +307,9 @@ std::string initializerText(const DiffInitializer& i) {
   return fmt::format("{} {}{} ({})", i.name, i.dtype, dimsText(i.dims), formatByteSize(i.bytes));
 }
 
+// The differences of one scope (everything but the file names and the bodies).
+void differencesJson(const GraphDiff& g, Json& j);
+
 }  // namespace
 
 std::string GraphDiff::toJson(const std::string& a_name, const std::string& b_name) const {
@@ -251,6 +318,27 @@ std::string GraphDiff::toJson(const std::string& a_name, const std::string& b_na
   j["a"] = Json{{"file", a_name}, {"nodes", nodes_a}, {"initializers", initializers_a}};
   j["b"] = Json{{"file", b_name}, {"nodes", nodes_b}, {"initializers", initializers_b}};
   j["identical"] = identical();
+  differencesJson(*this, j);
+  Json scopes = Json::array();
+  for (const BodyDiff& body : bodies) {
+    Json bj;
+    bj["scope"] = body.scope;
+    bj["a"] = Json{{"nodes", body.diff.nodes_a}, {"initializers", body.diff.initializers_a}};
+    bj["b"] = Json{{"nodes", body.diff.nodes_b}, {"initializers", body.diff.initializers_b}};
+    differencesJson(body.diff, bj);
+    scopes.push_back(std::move(bj));
+  }
+  j["bodies"] = scopes;
+  return j.dump(2) + "\n";
+}
+
+namespace {
+
+void differencesJson(const GraphDiff& g, Json& j) {
+  const auto& [op_histogram, nodes_removed, nodes_added, nodes_changed, initializers_removed,
+               initializers_added, initializers_changed, fusions] =
+      std::tie(g.op_histogram, g.nodes_removed, g.nodes_added, g.nodes_changed,
+               g.initializers_removed, g.initializers_added, g.initializers_changed, g.fusions);
   Json hist = Json::array();
   for (const OpCountDelta& o : op_histogram) {
     hist.push_back(Json{{"op", o.op}, {"a", o.a}, {"b", o.b},
@@ -279,8 +367,13 @@ std::string GraphDiff::toJson(const std::string& a_name, const std::string& b_na
                        {"replaced_nodes", f.replaced_nodes}});
   }
   j["fusions"] = fus;
-  return j.dump(2) + "\n";
 }
+
+}  // namespace
+
+namespace {
+void differencesText(const GraphDiff& g, const std::string& indent, std::string& out);
+}  // namespace
 
 std::string GraphDiff::toText(const std::string& a_name, const std::string& b_name) const {
   std::string out;
@@ -291,6 +384,24 @@ std::string GraphDiff::toText(const std::string& a_name, const std::string& b_na
     line("no differences");
     return out;
   }
+  differencesText(*this, "", out);
+  for (const BodyDiff& body : bodies) {
+    line(fmt::format("body {} ({} -> {} nodes, {} -> {} initializers):", body.scope,
+                     body.diff.nodes_a, body.diff.nodes_b, body.diff.initializers_a,
+                     body.diff.initializers_b));
+    differencesText(body.diff, "  ", out);
+  }
+  return out;
+}
+
+namespace {
+
+void differencesText(const GraphDiff& g, const std::string& indent, std::string& out) {
+  const auto& [op_histogram, nodes_removed, nodes_added, nodes_changed, initializers_removed,
+               initializers_added, initializers_changed, fusions] =
+      std::tie(g.op_histogram, g.nodes_removed, g.nodes_added, g.nodes_changed,
+               g.initializers_removed, g.initializers_added, g.initializers_changed, g.fusions);
+  auto line = [&out, &indent](const std::string& s) { out += indent + s + "\n"; };
   if (!op_histogram.empty()) {
     size_t width = 0;
     for (const OpCountDelta& o : op_histogram) width = std::max(width, o.op.size());
@@ -333,7 +444,8 @@ std::string GraphDiff::toText(const std::string& a_name, const std::string& b_na
                        fmt::join(f.replaced_nodes, ", ")));
     }
   }
-  return out;
 }
+
+}  // namespace
 
 }  // namespace fusectl::passes

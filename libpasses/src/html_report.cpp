@@ -93,6 +93,7 @@ using html::escapeHtml;
 // One fusion site as the page shows it.
 struct PageSite {
   std::string pass, pattern, op;
+  std::string scope;       // "" the main graph, else the If/Loop/Scan body's path
   std::string made_as;     // the fused node's label when made: what later sites call it
   std::string final_node;  // its label in the after model; "" when it is not there
   std::vector<std::string> replaced;
@@ -119,6 +120,7 @@ std::vector<PageSite> pageSites(const HtmlReportInput& in) {
       s.pass = f.pass;
       s.pattern = f.pattern;
       s.op = f.new_op;
+      s.scope = f.scope;
       s.made_as = f.new_node;
       s.replaced = f.replaced_nodes;
       s.bytes_saved = f.activation_bytes_saved;
@@ -314,6 +316,8 @@ std::string fusionSection(const HtmlReportInput& in, const std::vector<PageSite>
                            ? (s.superseded ? "<i>superseded by a later site</i>" : "<i>removed</i>")
                            : escapeHtml(s.final_node);
     if (!s.op.empty()) node += " <small>(" + escapeHtml(s.op) + ")</small>";
+    // The graphs drawn are the main graph's: a site inside a body says where it is instead.
+    if (!s.scope.empty()) node += " <small>in " + escapeHtml(s.scope) + "</small>";
     out += fmt::format("<tr class=\"site\" id=\"site-{}\" data-ids=\"{}\">", i + 1,
                        fmt::join(ids, " "));
     std::vector<std::string> cells = {

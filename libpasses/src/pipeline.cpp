@@ -180,6 +180,63 @@ size_t countIntermediates(const Graph& g) {
   return n;
 }
 
+// One If/Loop/Scan body: the attribute slot that owns it, and the path element naming it
+// ("/Loop/body": owner node label, attribute name).
+struct SubgraphSlot {
+  Node* owner;
+  std::unique_ptr<Graph>* slot;
+  std::string name;
+};
+
+// The bodies of g's nodes in topological order, then attribute order: a deterministic walk
+// (Graph::subgraphOwners is in no particular order).
+std::vector<SubgraphSlot> subgraphSlots(const Graph& g) {
+  std::vector<SubgraphSlot> out;
+  if (g.subgraphOwners().empty()) return out;
+  for (Node* n : g.nodes()) {
+    for (Attribute& a : n->mutableAttributes()) {
+      if (a.g) out.push_back({n, &a.g, fmt::format("{}/{}", n->label(), a.name)});
+      for (size_t i = 0; i < a.graphs.size(); ++i)
+        if (a.graphs[i])
+          out.push_back({n, &a.graphs[i], fmt::format("{}/{}[{}]", n->label(), a.name, i)});
+    }
+  }
+  return out;
+}
+
+std::string joinScope(const std::string& path, const std::string& name) {
+  return path.empty() ? name : path + "/" + name;
+}
+
+size_t countBodies(const Graph& g) {
+  size_t n = 0;
+  for (const SubgraphSlot& body : subgraphSlots(g)) n += 1 + countBodies(**body.slot);
+  return n;
+}
+
+// A body reads an enclosing value through an outer reference, and its owner lists that value
+// as an implicit input: a use, which keeps the value and its producers alive. A rewrite in the
+// body can leave a reference unread; it is dropped and the owner's implicit inputs are rebuilt
+// from the references that remain, so that dead-code elimination in the enclosing graph can
+// then erase what computed the value. Returns whether anything was dropped.
+bool dropUnusedCaptures(Graph& g, Node* owner) {
+  bool dropped = false;
+  std::vector<Value*> keep;
+  owner->forEachSubgraph([&](Graph& body) {
+    for (Value* ref : std::vector<Value*>(body.outerRefs())) {
+      if (!ref->hasUses() && !ref->isGraphOutput()) {
+        body.removeOuterRef(ref);
+        dropped = true;
+        continue;
+      }
+      Value* outer = ref->outerValue();
+      if (outer && std::find(keep.begin(), keep.end(), outer) == keep.end()) keep.push_back(outer);
+    }
+  });
+  if (dropped) g.setNodeImplicitInputs(owner, std::move(keep));
+  return dropped;
+}
+
 class Runner {
  public:
   Runner(const PassManagerOptions& o, Model& model, Report& report)
@@ -274,11 +331,12 @@ class Runner {
     ctx_.setCurrentPass(e.pass);
     auto start = std::chrono::steady_clock::now();
     try {
-      stats.changed = pass->run(ctx_.graph(), ctx_);  // a const view; edits go through a Rewriter
+      stats.changed = runInScopes(*pass, g, nullptr, "");
     } catch (const Error& err) {
-      throw Error(err.kind(), fmt::format("pass '{}': {}", e.pass, err.what()));
+      throw Error(err.kind(), fmt::format("pass '{}'{}: {}", e.pass, scopeSuffix(), err.what()));
     } catch (const std::exception& err) {
-      throw Error(ErrorKind::Internal, fmt::format("pass '{}': {}", e.pass, err.what()));
+      throw Error(ErrorKind::Internal,
+                  fmt::format("pass '{}'{}: {}", e.pass, scopeSuffix(), err.what()));
     }
     stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     stats.counters = ctx_.takeCounters();
@@ -317,11 +375,64 @@ class Runner {
     return changed;
   }
 
+  // Runs `pass` in every body below `g` first, depth first, then on `g` itself; `g` is the
+  // graph `slot` owns (nullptr for the main graph, which the model owns). A pass whose
+  // reasoning holds only for the main graph runs there only, and counts the bodies it skipped.
+  // Returns whether anything changed.
+  bool runInScopes(Pass& pass, Graph& g, std::unique_ptr<Graph>* slot, const std::string& path) {
+    bool changed = false;
+    if (handlesSubgraphs(pass)) {
+      for (const SubgraphSlot& body : subgraphSlots(g)) {
+        changed |= runInScopes(pass, **body.slot, body.slot, joinScope(path, body.name));
+        changed |= dropUnusedCaptures(g, body.owner);
+      }
+    } else if (size_t bodies = countBodies(g)) {
+      ctx_.count("bodies_skipped", static_cast<int64_t>(bodies));
+    }
+    if (!slot) return pass.run(ctx_.graph(), ctx_) || changed;
+    // A pass and its Rewriter edit the model's graph (PassContext::graph()): for the length of
+    // one run the body takes the main graph's place in the model, and the main graph waits in
+    // the body's attribute. No graph moves (parents, names and uses stay as they are), nothing
+    // walks the model from the top while a pass runs, and the guard swaps back on every exit.
+    struct Swap {
+      std::unique_ptr<Graph>& a;
+      std::unique_ptr<Graph>& b;
+      Swap(std::unique_ptr<Graph>& x, std::unique_ptr<Graph>& y) : a(x), b(y) { a.swap(b); }
+      ~Swap() { a.swap(b); }
+    } swap(model_.graph, *slot);
+    current_scope_ = path;
+    const size_t sites_before = report_.fusions.size();
+    const size_t rejections_before = report_.rejections.size();
+    bool ran = pass.run(ctx_.graph(), ctx_);
+    // The Rewriter records sites and rejections without knowing which body it edits; labels are
+    // unique across scopes, so tagging them here, after the run, loses nothing.
+    for (size_t i = sites_before; i < report_.fusions.size(); ++i) report_.fusions[i].scope = path;
+    for (size_t i = rejections_before; i < report_.rejections.size(); ++i)
+      report_.rejections[i].scope = path;
+    if (size_t sites = report_.fusions.size() - sites_before) {
+      ctx_.count("fusions_in_bodies", static_cast<int64_t>(sites));
+      log(fmt::format("{}: {} fusion site{} in {}", pass.info().name, sites, sites == 1 ? "" : "s",
+                      path));
+    }
+    current_scope_.clear();
+    return ran || changed;
+  }
+
+  // Passes that reason about values of the whole model and must not run inside bodies: a
+  // body's shapes may change from one iteration to the next (a loop-carried value that grows),
+  // which shape inference only approximates, so a Shape folded there could be wrong.
+  static bool handlesSubgraphs(const Pass& pass) { return pass.info().name != "fold-shape-subgraphs"; }
+
+  std::string scopeSuffix() const {
+    return current_scope_.empty() ? "" : fmt::format(" in {}", current_scope_);
+  }
+
   const PassManagerOptions& o_;
   Model& model_;
   Report& report_;
   PassContext ctx_;
   int seq_ = 0;
+  std::string current_scope_;  // the body a pass runs in, for messages ("" the main graph)
   size_t intermediates_ = 0;  // node outputs that are not graph outputs, as of the last pass
   bool intermediates_known_ = false;
 };

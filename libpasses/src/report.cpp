@@ -36,15 +36,15 @@ GraphFigures GraphFigures::of(const Graph& g) {
 }
 
 namespace {
-std::string rejectionKey(const std::string& pass, const NearMiss& m) {
-  return fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}", pass, m.pattern, m.anchor, m.constraint,
-                     m.reason);
+std::string rejectionKey(const std::string& pass, const NearMiss& m, const std::string& scope) {
+  return fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}", pass, m.pattern, m.anchor, m.constraint,
+                     m.reason, scope);
 }
 }  // namespace
 
-void Report::addRejection(NearMiss miss, std::string pass) {
-  if (!rejection_keys_.insert(rejectionKey(pass, miss)).second) return;
-  rejections.push_back({std::move(pass), std::move(miss)});
+void Report::addRejection(NearMiss miss, std::string pass, std::string scope) {
+  if (!rejection_keys_.insert(rejectionKey(pass, miss, scope)).second) return;
+  rejections.push_back({std::move(pass), std::move(miss), std::move(scope)});
 }
 
 void Report::pruneRejectionsFusedLater() {
@@ -52,15 +52,22 @@ void Report::pruneRejectionsFusedLater() {
   std::unordered_set<std::string> fused;  // pass, pattern, replaced node label
   for (const FusionSite& f : fusions)
     for (const std::string& n : f.replaced_nodes)
-      fused.insert(fmt::format("{}\x1f{}\x1f{}", f.pass, f.pattern, n));
+      fused.insert(fmt::format("{}\x1f{}\x1f{}\x1f{}", f.pass, f.pattern, n, f.scope));
   std::vector<Rejection> kept;
   for (Rejection& r : rejections) {
-    if (fused.count(fmt::format("{}\x1f{}\x1f{}", r.pass, r.miss.pattern, r.miss.anchor))) {
+    if (fused.count(fmt::format("{}\x1f{}\x1f{}\x1f{}", r.pass, r.miss.pattern, r.miss.anchor,
+                                r.scope))) {
       continue;
     }
     kept.push_back(std::move(r));
   }
   rejections = std::move(kept);
+}
+
+std::map<std::string, size_t> Report::fusionsByScope() const {
+  std::map<std::string, size_t> out;
+  for (const FusionSite& f : fusions) ++out[f.scope];
+  return out;
 }
 
 std::map<std::string, size_t> Report::fusionsByPattern() const {
@@ -189,9 +196,13 @@ std::string Report::toJson() const {
                        {"new_node", f.new_node},
                        {"new_op", f.new_op},
                        {"portability", std::string(portabilityName(f.portability))},
-                       {"activation_bytes_saved", f.activation_bytes_saved}});
+                       {"activation_bytes_saved", f.activation_bytes_saved},
+                       {"scope", f.scope}});
   }
   j["fusions"] = fus;
+  Json by_scope = Json::object();
+  for (const auto& [scope, count] : fusionsByScope()) by_scope[scope] = count;
+  j["fusions_by_scope"] = by_scope;
   Json by = Json::object();
   for (const auto& [pattern, count] : fusionsByPattern()) by[pattern] = count;
   j["fusions_by_pattern"] = by;
@@ -203,7 +214,8 @@ std::string Report::toJson() const {
                        {"anchor", r.miss.anchor},
                        {"constraint", r.miss.constraint},
                        {"node", r.miss.node},
-                       {"reason", r.miss.reason}});
+                       {"reason", r.miss.reason},
+                       {"scope", r.scope}});
   }
   j["rejections"] = rej;
 

@@ -207,10 +207,14 @@ std::string bypassBreaksInterface(const Node& n, size_t input) {
   if (!x || !y) return fmt::format("{} has no input {} or no output", n.label(), input);
   if (!y->isGraphOutput()) return "";
   if (!x->producer()) {
+    // A body's output cannot take over the name of a value captured from an enclosing graph
+    // either: the capture is by that name.
     return fmt::format("{} output '{}' is a graph output and its input '{}' is {}; removing it "
                        "would change the graph's interface",
                        n.label(), y->name(), x->name(),
-                       x->isGraphInput() ? "a graph input" : "a constant");
+                       x->isGraphInput()                          ? "a graph input"
+                       : x->kind() == Value::Kind::OuterRef ? "captured from an enclosing graph"
+                                                                  : "a constant");
   }
   if (x->isGraphOutput()) {
     return fmt::format("{} output '{}' and its input '{}' are both graph outputs", n.label(),

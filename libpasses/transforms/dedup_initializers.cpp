@@ -19,6 +19,17 @@
 namespace fusectl::passes {
 namespace {
 
+// Whether one node's bodies capture both a and b: merging them would leave a body two
+// references of one name (a body reads an enclosing value by its name).
+bool capturedByOneOwner(const Value& a, const Value& b) {
+  for (const Use& u : a.uses()) {
+    if (u.input != Use::kImplicitUse) continue;
+    for (const Use& w : b.uses())
+      if (w.input == Use::kImplicitUse && w.node == u.node) return true;
+  }
+  return false;
+}
+
 class DedupInitializersPass : public Pass {
  public:
   const PassInfo& info() const override { return DedupInitializersPassInfo; }
@@ -38,6 +49,10 @@ class DedupInitializersPass : public Pass {
           kept.find(hashes[i], [&](const Value* k) { return k->initializer()->identical(t); });
       if (!same) {
         kept.insert(hashes[i], v);
+        continue;
+      }
+      if (capturedByOneOwner(*v, *same)) {
+        ctx.count("skipped_captured_together");
         continue;
       }
       if (!ctx.allowRewrite()) {

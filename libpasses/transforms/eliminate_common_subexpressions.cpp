@@ -118,6 +118,17 @@ bool hasSubgraph(const Node& n) {
   return false;
 }
 
+// Whether one node's bodies capture both a and b: merging them would leave a body two
+// references of one name (a body reads an enclosing value by its name).
+bool capturedByOneOwner(const Value& a, const Value& b) {
+  for (const Use& u : a.uses()) {
+    if (u.input != Use::kImplicitUse) continue;
+    for (const Use& w : b.uses())
+      if (w.input == Use::kImplicitUse && w.node == u.node) return true;
+  }
+  return false;
+}
+
 class EliminateCommonSubexpressionsPass : public Pass {
  public:
   const PassInfo& info() const override { return EliminateCommonSubexpressionsPassInfo; }
@@ -132,6 +143,14 @@ class EliminateCommonSubexpressionsPass : public Pass {
       Node* same = kept.find(hash, [&](const Node* k) { return sameComputation(*k, *n); });
       if (!same) {
         kept.insert(hash, n);
+        continue;
+      }
+      bool captured_together = false;
+      for (size_t i = 0; i < n->numOutputs() && i < same->numOutputs(); ++i)
+        if (n->output(i) && same->output(i))
+          captured_together |= capturedByOneOwner(*n->output(i), *same->output(i));
+      if (captured_together) {
+        ctx.count("skipped_captured_together");
         continue;
       }
       std::string why;

@@ -298,6 +298,9 @@ class Graph {
   void removeOutput(size_t index);
   void removeInput(Value* v);  // the value must be unused; it is destroyed
   void removeInitializer(Value* v);  // the value must be unused and not a graph input
+  // Drops an outer reference nothing reads any more; the owning node's implicit inputs are the
+  // caller's to update (setNodeImplicitInputs on the enclosing graph).
+  void removeOuterRef(Value* v);
 
   const std::vector<Value*>& inputs() const { return inputs_; }
   const std::vector<Value*>& outputs() const { return outputs_; }

@@ -10,6 +10,11 @@
 // (fusion_stamp.h); a fusectl-domain node without a stamp is listed too, with no replaced
 // nodes. Only sites new in B count (a stamp A already carries is not a difference). Everything
 // is in graph order (A's for removals, B's otherwise): deterministic.
+//
+// Bodies (If/Loop/Scan) of a matched node pair are compared the same way, each as its own
+// GraphDiff under a scope path ("loop_node/body", nested "loop_node/body/if_node/then_branch"),
+// listed after the main graph's differences; a node whose only change is inside its bodies is
+// reported there, not as an attribute change.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +65,8 @@ struct OpCountDelta {
   size_t a = 0, b = 0;
 };
 
+struct BodyDiff;
+
 struct GraphDiff {
   size_t nodes_a = 0, nodes_b = 0;
   size_t initializers_a = 0, initializers_b = 0;
@@ -71,11 +78,19 @@ struct GraphDiff {
   std::vector<DiffInitializer> initializers_added;    // in B's order
   std::vector<DiffInitializerChange> initializers_changed;  // in B's order
   std::vector<DiffFusion> fusions;                          // in B's order
+  // Differences inside bodies of matched nodes, depth first in B's order; only bodies that
+  // differ. Their own `bodies` stay empty: nested bodies are listed here with their full path.
+  std::vector<BodyDiff> bodies;
 
   bool identical() const;  // no node, initializer or op-count difference (fusions imply one)
   // "fusectl.diff/1" JSON (docs/cli.md, fusectl diff); `a_name`/`b_name` label the two sides.
   std::string toJson(const std::string& a_name, const std::string& b_name) const;
   std::string toText(const std::string& a_name, const std::string& b_name) const;
+};
+
+struct BodyDiff {
+  std::string scope;  // "loop_node/body": owner node label (in B) / attribute name, per level
+  GraphDiff diff;
 };
 
 GraphDiff diffGraphs(const Graph& a, const Graph& b);

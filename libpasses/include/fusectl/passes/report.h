@@ -32,6 +32,8 @@ struct FusionSite {
   Portability portability = Portability::Standard;
   // Bytes of intermediate tensors that no longer travel through memory (static shapes only).
   uint64_t activation_bytes_saved = 0;
+  // Where: "" for the main graph, else the body's path ("loop_node/body"; PassContext::scope).
+  std::string scope;
 };
 
 struct PassStatistics {
@@ -106,12 +108,14 @@ class Report {
   // fresh memory. Unused room costs address space, not pages.
   void expectFusions(size_t more) { fusions.reserve(fusions.size() + more); }
   // Keeps the first of identical rejections (a fixpoint group sees the same candidate again).
-  void addRejection(NearMiss miss, std::string pass);
+  void addRejection(NearMiss miss, std::string pass, std::string scope = "");
   // Drops rejections whose anchor a later run of the same pass and pattern fused after all
   // (the PassManager calls this once at the end).
   void pruneRejectionsFusedLater();
   // Counts fusion sites per pattern name.
   std::map<std::string, size_t> fusionsByPattern() const;
+  // Counts fusion sites per scope ("" the main graph, "loop_node/body" a body).
+  std::map<std::string, size_t> fusionsByScope() const;
   uint64_t activationBytesSaved() const;
 
   std::string tool_version;
@@ -126,6 +130,7 @@ class Report {
   struct Rejection {
     std::string pass;
     NearMiss miss;
+    std::string scope;  // as FusionSite::scope
   };
   std::vector<Rejection> rejections;
   std::vector<FixpointRun> fixpoints;
