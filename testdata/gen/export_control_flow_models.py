@@ -69,7 +69,31 @@ def export(module, args, names_in, names_out, file, dynamic_axes=None):
           sorted({n.op_type for n in model.graph.node}))
 
 
+def write_empty_optional_models():
+    # libonnx 1.12's text parser has no syntax for a type-valued attribute, which an empty
+    # Optional needs, so these two are built with the onnx helper instead.
+    from onnx import TensorProto, helper
+    float_type = helper.make_tensor_type_proto(TensorProto.FLOAT, None)
+    def model(name, outputs, nodes):
+        graph = helper.make_graph(
+            [helper.make_node("Optional", [], ["none"], type=float_type)] + nodes, name,
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], outputs)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        m.ir_version = 8
+        onnx.checker.check_model(m)
+        path = os.path.join(OUT_DIR, name + ".onnx")
+        onnx.save(m, path)
+        print(path, os.path.getsize(path), "bytes")
+    model("empty_optional_has", [helper.make_tensor_value_info("has", TensorProto.BOOL, []),
+                                 helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+          [helper.make_node("OptionalHasElement", ["none"], ["has"]),
+           helper.make_node("Identity", ["x"], ["y"])])
+    model("empty_optional_get", [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+          [helper.make_node("OptionalGetElement", ["none"], ["y"])])
+
+
 def main():
+    write_empty_optional_models()
     os.makedirs(OUT_DIR, exist_ok=True)
     torch.manual_seed(1)
     decoder = GreedyDecode().eval()
