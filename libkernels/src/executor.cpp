@@ -119,17 +119,19 @@ namespace {
 constexpr int kMaxSubgraphDepth = 64;
 }  // namespace
 
-Executor::Executor(const Model& model, const Graph& body, ExecutorOptions options, int depth)
-    : model_(model), graph_(body), options_(options) {
-  // Bodies run on the CPU: the control-flow kernel that calls them is a CPU kernel, and a body
-  // is small next to the copies a device would need per iteration.
-  options_.backend = nullptr;
+// The model's executor and each body's: a body gets options without a backend (see
+// prepareBodies), so it owns a CPU backend.
+Executor::Executor(const Model& model, const Graph& graph, ExecutorOptions options, int depth)
+    : model_(model), graph_(graph), options_(options) {
   num_threads_ = options_.num_threads > 0
                      ? options_.num_threads
                      : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  own_backend_ = std::make_unique<CpuBackend>(
-      options_.registry ? *options_.registry : KernelRegistry::global());
-  backend_ = own_backend_.get();
+  backend_ = options_.backend;
+  if (!backend_) {
+    own_backend_ = std::make_unique<CpuBackend>(
+        options_.registry ? *options_.registry : KernelRegistry::global());
+    backend_ = own_backend_.get();
+  }
   pool_ = BufferPool(backend_->allocator());
   plan_ = buildMemoryPlan(graph_);
   resolveKernels();
@@ -148,6 +150,10 @@ Executor::Executor(const Model& model, const Graph& body, ExecutorOptions option
 }
 
 void Executor::prepareBodies(int depth) {
+  // Bodies run on the CPU: the control-flow kernel that calls them is a CPU kernel, and a body
+  // is small next to the copies a device would need per iteration.
+  ExecutorOptions body_options = options_;
+  body_options.backend = nullptr;
   for (const Node* n : plan_.order) {
     n->forEachSubgraph([&](const Graph& body) {
       if (depth + 1 > kMaxSubgraphDepth) {
@@ -156,7 +162,7 @@ void Executor::prepareBodies(int depth) {
       }
       if (!bodies_.count(&body)) {
         bodies_.emplace(&body, std::unique_ptr<Executor>(
-                                   new Executor(model_, body, options_, depth + 1)));
+                                   new Executor(model_, body, body_options, depth + 1)));
       }
     });
   }
@@ -217,34 +223,7 @@ std::vector<HostTensor> Executor::runBody(const std::vector<HostTensor>& inputs,
 }
 
 Executor::Executor(const Model& model, ExecutorOptions options)
-    : model_(model), graph_(*model.graph), options_(options) {
-  num_threads_ = options_.num_threads > 0
-                     ? options_.num_threads
-                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  backend_ = options_.backend;
-  if (!backend_) {
-    own_backend_ = std::make_unique<CpuBackend>(
-        options_.registry ? *options_.registry : KernelRegistry::global());
-    backend_ = own_backend_.get();
-  }
-  pool_ = BufferPool(backend_->allocator());
-
-  plan_ = buildMemoryPlan(graph_);
-  resolveKernels();
-
-  initializers_.resize(plan_.values.size());
-  for (const Value* v : graph_.initializers()) {
-    const int s = plan_.slot(v);
-    if (s >= 0 && v->initializer()) {
-      try {
-        initializers_[s] = HostTensor::fromTensor(*v->initializer());
-      } catch (const Error& e) {
-        throw Error(e.kind(), "initializer '" + v->name() + "': " + e.what());
-      }
-    }
-  }
-  prepareBodies(0);
-}
+    : Executor(model, *model.graph, options, 0) {}
 
 Executor::~Executor() = default;
 
