@@ -49,6 +49,16 @@ std::string formatBytes(uint64_t bytes) {
 
 namespace {
 
+// The summary `run` prints for one output tensor.
+std::string statsText(const HostTensor& t) {
+  if (t.dtype() == DType::String) return fmt::format("{} strings", t.numel());
+  const TensorSummary s = summarizeTensor(t);
+  std::string text = fmt::format("min {:.6g} max {:.6g} mean {:.6g} std {:.6g} nan {}", s.min,
+                                 s.max, s.mean, s.stddev, s.nan_count);
+  if (s.inf_count) text += fmt::format(" inf {}", s.inf_count);
+  return text;
+}
+
 struct RunOptions {
   std::string model;
   std::vector<std::string> inputs;
@@ -101,9 +111,16 @@ int runRun(const RunOptions& opts) {
   ExecutorOptions exec;
   exec.num_threads = opts.threads;
   exec.profile = opts.profile;
-  Executor executor(*model, exec);
+  exec.max_tensor_bytes = maxTensorBytes();
+  // What goes wrong while preparing or running names the model, as the loader's errors do.
   ExecutionStats stats;
-  std::vector<NamedTensor> outputs = executor.run(inputs, &stats);
+  std::vector<NamedTensor> outputs;
+  try {
+    Executor executor(*model, exec);
+    outputs = executor.run(inputs, &stats);
+  } catch (const Error& e) {
+    throw Error(e.kind(), opts.model + ": " + e.what());
+  }
 
   for (size_t i = 0; i < inputs.size(); ++i) {
     const NamedTensor& in = inputs[i];
@@ -112,17 +129,23 @@ int runRun(const RunOptions& opts) {
   }
   for (const NamedTensor& out : outputs) {
     const HostTensor& t = out.tensor;
-    std::string stats_text;
-    if (t.dtype() == DType::String) {
-      stats_text = fmt::format("{} strings", t.numel());
+    if (t.isEmptyOptional()) {
+      fmt::print("output {}: empty optional of {}{}\n", out.name,
+                 t.emptyOptionalOfSequence() ? "sequence of " : "", dtypeName(t.dtype()));
+    } else if (t.isSequence()) {
+      // One line for the sequence, one per element, so that a Loop's scan of tensors of
+      // different shapes reads as what it is, not as an empty tensor.
+      fmt::print("output {}: sequence of {} {} tensor{}\n", out.name, t.items().size(),
+                 dtypeName(t.dtype()), t.items().size() == 1 ? "" : "s");
+      for (size_t k = 0; k < t.items().size(); ++k) {
+        const HostTensor& item = t.items()[k];
+        fmt::print("  [{}]: {}{} {}\n", k, dtypeName(item.dtype()), formatDims(item.dims()),
+                   statsText(item));
+      }
     } else {
-      const TensorSummary s = summarizeTensor(t);
-      stats_text = fmt::format("min {:.6g} max {:.6g} mean {:.6g} std {:.6g} nan {}", s.min,
-                               s.max, s.mean, s.stddev, s.nan_count);
-      if (s.inf_count) stats_text += fmt::format(" inf {}", s.inf_count);
+      fmt::print("output {}: {}{} {}\n", out.name, dtypeName(t.dtype()), formatDims(t.dims()),
+                 statsText(t));
     }
-    fmt::print("output {}: {}{} {}\n", out.name, dtypeName(t.dtype()), formatDims(t.dims()),
-               stats_text);
   }
   fmt::print("peak activation bytes: {} ({}); intermediate tensors: {}; nodes: {}; {:.3f} ms\n",
              stats.peak_activation_bytes, formatBytes(stats.peak_activation_bytes),
@@ -139,15 +162,26 @@ int runRun(const RunOptions& opts) {
     if (ec) throwIo(fmt::format("{}: cannot create directory: {}", opts.output_dir, ec.message()));
     std::set<std::string> used;
     const char* ext = format == TensorFileFormat::Npy ? ".npy" : ".pb";
-    for (const NamedTensor& out : outputs) {
+    auto write = [&](const HostTensor& t, const std::string& name) {
       const std::string path =
-          (std::filesystem::path(opts.output_dir) / (fileStem(out.name, used) + ext)).string();
-      if (format == TensorFileFormat::Npy && out.tensor.dtype() == DType::BFloat16) {
-        writeTensorFile(bfloat16AsFloat(out.tensor), out.name, path, format);
+          (std::filesystem::path(opts.output_dir) / (fileStem(name, used) + ext)).string();
+      if (format == TensorFileFormat::Npy && t.dtype() == DType::BFloat16) {
+        writeTensorFile(bfloat16AsFloat(t), name, path, format);
         fmt::print("wrote {} (bfloat16 saved as float32: .npy has no bfloat16)\n", path);
       } else {
-        writeTensorFile(out.tensor, out.name, path, format);
+        writeTensorFile(t, name, path, format);
         fmt::print("wrote {}\n", path);
+      }
+    };
+    for (const NamedTensor& out : outputs) {
+      if (out.tensor.isEmptyOptional()) {
+        fmt::print("{}: an empty optional, no file written\n", out.name);
+      } else if (out.tensor.isSequence()) {
+        // A sequence's tensors each get a file of their own, named NAME.0, NAME.1, ...
+        for (size_t k = 0; k < out.tensor.items().size(); ++k)
+          write(out.tensor.items()[k], out.name + "." + std::to_string(k));
+      } else {
+        write(out.tensor, out.name);
       }
     }
   }

@@ -346,7 +346,9 @@ TEST_CASE("optimize is deterministic and a second run changes nothing", "[cli][o
                                                            {"resnet_mini", "-O2"}};
   for (const char* m : {"resnet_mini", "mobilenet_mini", "bert_layer", "llama_layer"})
     runs.push_back({m, "-O3"});
-  for (const auto& [name, level] : runs) {
+  for (const auto& run : runs) {
+    // Named copies, not a structured binding: C++17 lambdas cannot capture those (clang refuses).
+    const std::string name = run.first, level = run.second;
     INFO(name << " " << level);
     const std::string model = models + name + ".onnx";
     auto opt = [&](const std::string& in, const std::string& out, const std::string& report) {

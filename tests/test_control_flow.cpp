@@ -444,3 +444,37 @@ TEST_CASE("control flow: fusectl run and onnxruntime agree on the exported loop 
     }
   }
 }
+
+TEST_CASE("control flow: run prints sequence and optional outputs and writes a file per element",
+          "[control_flow][cli]") {
+  // `fusectl run` printed a sequence output as "float[0]" with zero statistics.
+  testing::TempDir dir("cf-seq-cli");
+  const std::string model = controlFlowModel("sequence_out.onnx");
+  const std::string x = dir / "x.npy", y = dir / "y.npy";
+  HostTensor xt(DType::Float, {2}), yt(DType::Float, {3});
+  const float xv[] = {1, 3}, yv[] = {-2, 0, 5};
+  std::memcpy(xt.mutableData<float>(), xv, sizeof xv);
+  std::memcpy(yt.mutableData<float>(), yv, sizeof yv);
+  writeNpy(xt, x);
+  writeNpy(yt, y);
+  const std::string out_dir = dir / "out";
+  const std::string cmd = test::shellQuote(FUSECTL_BINARY) + " run " + test::shellQuote(model) +
+                          " --input x=" + test::shellQuote(x) + " --input y=" +
+                          test::shellQuote(y) + " --output-dir " + test::shellQuote(out_dir) +
+                          " > " + test::shellQuote(dir / "stdout") + " 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const std::string printed = testing::slurp(dir / "stdout");
+  INFO(printed);
+  CHECK(printed.find("output s: sequence of 2 float tensors\n"
+                     "  [0]: float[2] min 1 max 3 mean 2 ") != std::string::npos);
+  CHECK(printed.find("  [1]: float[3] min -2 max 5 mean 1 ") != std::string::npos);
+  CHECK(printed.find("output none: empty optional of float\n") != std::string::npos);
+  CHECK(printed.find("none: an empty optional, no file written\n") != std::string::npos);
+  const HostTensor first = readNpy(out_dir + "/s.0.npy");
+  const HostTensor second = readNpy(out_dir + "/s.1.npy");
+  REQUIRE(first.dims() == std::vector<int64_t>{2});
+  REQUIRE(second.dims() == std::vector<int64_t>{3});
+  CHECK(first.data<float>()[1] == 3.0f);
+  CHECK(second.data<float>()[2] == 5.0f);
+  CHECK(!std::filesystem::exists(out_dir + "/none.npy"));
+}

@@ -2,13 +2,16 @@
 // nested too deeply, dims whose product overflows, external data longer than its file. Each is
 // one line naming the file and the tensor, input or node, exit 3, through the library and the
 // CLI, before anything is allocated (the inputs are a few hundred bytes that declare terabytes;
-// testdata/gen/make_limit_inputs.py writes them).
+// testdata/gen/make_limit_inputs.py writes them), and the run-time limit on computed tensors with
+// the inputs the mutation run found (testdata/bad/mutation_*.onnx).
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
@@ -177,4 +180,73 @@ TEST_CASE("resource limits: text nested a hundred thousand levels deep is refuse
   const CliResult r = runFusectl("dump " + shellQuote(path));
   CHECK(r.code == 3);
   CHECK(r.err == "fusectl: error: " + path + ": line 72: subgraphs nest deeper than 64 levels\n");
+}
+
+// ---- Findings of the 10,000-run mutation (bench/mutate_models.py, seed 20261202) ----
+// Each input is the mutated model that failed; the names say what was mutated.
+
+TEST_CASE("mutation findings: a tensor computed during a run is held to --max-tensor-bytes",
+          "[cli][limits][mutation]") {
+  // resnet_mini with its input widened to [batch,3,32,1048576] (run 3016): every tensor is
+  // legal, the first Conv's output takes 2 GiB. Before the run-time limit it computed for half a
+  // minute in 6 GB; now the Conv's output is refused before it is allocated.
+  const std::string wide = badPath("mutation_3016_wide_input.onnx");
+  CliResult r = runFusectl("run " + shellQuote(wide) + " --max-tensor-bytes 1GiB");
+  CHECK(r.code == 3);
+  CHECK(r.err == "fusectl: error: " + wide +
+                     ": node '/conv1/Conv' (Conv): output '/conv1/Conv_output_0': float dims "
+                     "[1,16,32,1048576] take 2147483648 bytes, more than the limit of 1073741824 "
+                     "(--max-tensor-bytes)\n");
+  // mobilenet_mini with [batch,3,1048576,32] (run 6334): its input itself is over 256 MiB.
+  const std::string tall = badPath("mutation_6334_tall_input.onnx");
+  r = runFusectl("run " + shellQuote(tall) + " --max-tensor-bytes 256MiB");
+  CHECK(r.code == 3);
+  CHECK(r.err.find(tall + ": graph input 'input'") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
+TEST_CASE("mutation findings: attention scores of a long sequence are refused, not out of memory",
+          "[cli][limits][mutation]") {
+  // llama_layer and bert_op17 with the sequence axis set to 1048576 (runs 4498, 6903): the
+  // scores Q·Kᵀ take 16 TiB, which used to end in std::bad_alloc (exit 70). The inputs fix the
+  // sequence length, so the nodes before the scores compute on 256 MiB tensors (seconds).
+  for (const char* file : {"mutation_4498_long_sequence.onnx", "mutation_6903_long_sequence.onnx"}) {
+    INFO(file);
+    const std::string path = badPath(file);
+    const CliResult r = runFusectl("run " + shellQuote(path));
+    CHECK(r.code == 3);
+    CHECK(r.err.rfind("fusectl: error: " + path + ": node '", 0) == 0);
+    CHECK(r.err.find("(MatMul): output '") != std::string::npos);
+    CHECK(r.err.find("float dims [1,4,1048576,1048576] take 17592186044416 bytes, more than "
+                     "the limit of 17179869184 (--max-tensor-bytes)\n") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+}
+
+TEST_CASE("mutation findings: optimize survives a Transpose whose perm is not a permutation",
+          "[cli][mutation]") {
+  // vit_encoder_op13 with K's Transpose perm mutated (run 6145): fuse-attention indexed K's
+  // shape with the bad perm entry and crashed. Now the candidate is declined with a reason.
+  fusectl::testing::TempDir out("mutation-6145");
+  const std::string model = badPath("mutation_6145_attention_perm.onnx");
+  const std::string report = out / "report.json";
+  const CliResult r = runFusectl("optimize " + shellQuote(model) + " -O3 -o " +
+                                 shellQuote(out / "m.onnx") + " --report " + shellQuote(report));
+  CHECK(r.code == 0);
+  CHECK(fusectl::testing::slurp(report).find("is not a Transpose of a rank-4 K") !=
+        std::string::npos);
+}
+
+TEST_CASE("mutation findings: a Conv whose X is a scalar gets no shape, and no crash",
+          "[cli][mutation]") {
+  // mobilenet_mini with a Clip's inputs swapped (run 9144): the Clip's output is a scalar, so
+  // the next Conv's X has rank 0, and shape inference read X's spatial dims past its rank.
+  fusectl::testing::TempDir out("mutation-9144");
+  const std::string model = badPath("mutation_9144_conv_scalar_x.onnx");
+  CHECK(runFusectl("optimize " + shellQuote(model) + " -O3 -o " + shellQuote(out / "m.onnx")).code == 0);
+  const CliResult r = runFusectl("run " + shellQuote(model));
+  CHECK(r.code == 3);
+  CHECK(r.err == "fusectl: error: " + model +
+                     ": node '/features/features.5/conv/conv.0/conv.0.2/Clip' (Clip): min and max "
+                     "must be scalars\n");
 }

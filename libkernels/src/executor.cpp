@@ -60,19 +60,19 @@ void releaseCopiedWeights(const Node& node, const KernelState* state, uint64_t c
 // Graph outputs get unpooled buffers (they outlive the run); everything else is pooled.
 class Executor::Allocator : public OutputAllocator {
  public:
-  explicit Allocator(BufferPool& pool) : pool_(pool) {}
+  Allocator(BufferPool& pool, uint64_t max_bytes) : pool_(pool), max_bytes_(max_bytes) {}
 
   HostTensor allocate(DType dtype, const std::vector<int64_t>& dims) override {
-    return make(dtype, dims, false);
+    return make(dtype, dims, false, nullptr);
   }
   HostTensor allocateFor(const Node& node, size_t index, DType dtype,
                          const std::vector<int64_t>& dims) override {
     const Value* v = node.output(index);
-    return make(dtype, dims, v && v->isGraphOutput());
+    return make(dtype, dims, v && v->isGraphOutput(), v);
   }
 
  private:
-  HostTensor make(DType dtype, const std::vector<int64_t>& dims, bool unpooled) {
+  HostTensor make(DType dtype, const std::vector<int64_t>& dims, bool unpooled, const Value* v) {
     int64_t n = 1;
     for (int64_t d : dims) {
       if (d < 0) throwInvalid("negative dimension " + std::to_string(d));
@@ -82,13 +82,25 @@ class Executor::Allocator : public OutputAllocator {
       n *= d;
     }
     if (dtype == DType::Undefined) throwInternal("output allocated with an undefined dtype");
-    const size_t bytes = dtypeStorageBytes(dtype, n);
+    // Past 2^59 elements even the byte count could overflow; such a tensor is over any limit.
+    const bool huge = n > (std::numeric_limits<int64_t>::max() >> 4);
+    const size_t bytes = huge ? std::numeric_limits<size_t>::max() : dtypeStorageBytes(dtype, n);
+    if (bytes > max_bytes_) {
+      // Worded as the loader words its limit (onnx_import.cpp).
+      throw Error(ErrorKind::InvalidInput,
+                  (v ? "output '" + v->name() + "': " : std::string("a tensor: ")) +
+                      std::string(dtypeName(dtype)) + " dims " + formatDims(dims) + " take " +
+                      (huge ? std::string("more than 2^59 elements") : std::to_string(bytes) + " bytes") +
+                      ", more than the limit of " + std::to_string(max_bytes_) +
+                      " (--max-tensor-bytes)");
+    }
     std::shared_ptr<void> buffer = unpooled ? pool_.acquireUnpooled(bytes) : pool_.acquire(bytes);
     void* data = buffer.get();
     return wrap(dtype, dims, data, std::move(buffer));
   }
 
   BufferPool& pool_;
+  uint64_t max_bytes_;
 };
 
 // The values of one running graph, for the outer references of its bodies.
@@ -448,8 +460,8 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
                         const Scope* outer, ExecutionStats* stats, ExecutionStats& copies,
                         uint64_t& activation_bytes_written) {
   const bool transfers = !backend_->sharesHostMemory();
-  Allocator allocator(pool_);
-  Allocator host_allocator(host_pool_);
+  Allocator allocator(pool_, options_.max_tensor_bytes);
+  Allocator host_allocator(host_pool_, options_.max_tensor_bytes);
   const Scope scope{this, &slots, &host, outer};
   std::vector<const HostTensor*> args;
   for (size_t step = 0; step < plan_.order.size(); ++step) {

@@ -38,6 +38,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <algorithm>
 #include <optional>
 
 #include "constant_math.h"
@@ -384,7 +385,11 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
   // 6. K^T is a rank-4 Transpose.
   Node* kt = producerOf(site.qk->input(1), "Transpose");
   const std::vector<int64_t> perm = kt ? kt->attrInts("perm") : std::vector<int64_t>{};
-  if (!kt || perm.size() != 4) {
+  auto isPermutation = [](std::vector<int64_t> p) {
+    std::sort(p.begin(), p.end());
+    return p == std::vector<int64_t>{0, 1, 2, 3};
+  };
+  if (!kt || perm.size() != 4 || !isPermutation(perm)) {
     why.fail(*site.qk, [&] {
       return fmt::format("{} second operand '{}' is not a Transpose of a rank-4 K, so K is not "
                          "available untransposed", site.qk->label(), site.qk->input(1)->name());

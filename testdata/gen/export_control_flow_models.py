@@ -92,8 +92,30 @@ def write_empty_optional_models():
           [helper.make_node("OptionalGetElement", ["none"], ["y"])])
 
 
+def write_sequence_output_model():
+    # Outputs that are not tensors, as `fusectl run` prints and writes them: a sequence of two
+    # tensors of different shapes and an empty optional.
+    from onnx import TensorProto, helper
+    float_type = helper.make_tensor_type_proto(TensorProto.FLOAT, None)
+    graph = helper.make_graph(
+        [helper.make_node("SequenceConstruct", ["x", "y"], ["s"]),
+         helper.make_node("Optional", [], ["none"], type=float_type)],
+        "sequence_out",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None),
+         helper.make_value_info("none", helper.make_optional_type_proto(float_type))])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    path = os.path.join(OUT_DIR, "sequence_out.onnx")
+    onnx.save(m, path)
+    print(path, os.path.getsize(path), "bytes")
+
+
 def main():
     write_empty_optional_models()
+    write_sequence_output_model()
     os.makedirs(OUT_DIR, exist_ok=True)
     torch.manual_seed(1)
     decoder = GreedyDecode().eval()

@@ -94,8 +94,10 @@ Dim windowOutput(RuleContext& ctx, const Dim& in, const WindowParams& p, size_t 
 // [N, channels, spatial...] for a windowed op over x.
 Shape windowedShape(RuleContext& ctx, const Shape& x, const Shape* weight, Dim channels,
                     bool ceil_mode) {
+  // X's own rank when it has one (even a rank of 0 or 1, which is then refused below, never
+  // read past); the weight's or kernel_shape's only when X's is unknown.
   size_t rank = x.hasRank() ? x.rank() : weight && weight->hasRank() ? weight->rank() : 0;
-  if (rank == 0) {
+  if (!x.hasRank() && rank == 0) {
     if (const auto* k = intsAttr(ctx.node, "kernel_shape")) rank = k->size() + 2;
     else return Shape();
   }

@@ -46,6 +46,11 @@ struct ExecutorOptions {
   const KernelRegistry* registry = nullptr;
   // Where nodes run; nullptr = a CpuBackend over `registry`. Must outlive the executor.
   const Backend* backend = nullptr;
+  // The largest tensor a node may produce during a run, in bytes: a larger output is refused
+  // with an error naming the node (ErrorKind::InvalidInput, what the loader's limit of the same
+  // name gives) before anything is allocated. What keeps a model whose declared or mutated
+  // shapes ask for terabytes from ending in an allocation failure, or in swapping.
+  uint64_t max_tensor_bytes = uint64_t{16} << 30;
 };
 
 struct NodeTime {
