@@ -26,6 +26,7 @@ inline bool isFloatComputeType(DType t) {
 
 // Converts n elements of a numeric dtype to float.
 inline void toFloat(DType t, const void* src, float* dst, int64_t n) {
+  if (n <= 0) return;  // an empty tensor may have no buffer at all; memcpy(null) is UB
   switch (t) {
     case DType::Float: std::memcpy(dst, src, n * sizeof(float)); return;
     case DType::Float16: halfToFloat(static_cast<const uint16_t*>(src), dst, n); return;
@@ -58,6 +59,7 @@ inline void toFloat(DType t, const void* src, float* dst, int64_t n) {
 
 // Converts n floats to dtype t. Integer targets truncate toward zero (numpy astype), saturating.
 inline void fromFloat(const float* src, DType t, void* dst, int64_t n) {
+  if (n <= 0) return;  // an empty tensor may have no buffer at all; memcpy(null) is UB
   switch (t) {
     case DType::Float: std::memcpy(dst, src, n * sizeof(float)); return;
     case DType::Float16: floatToHalf(src, static_cast<uint16_t*>(dst), n); return;
