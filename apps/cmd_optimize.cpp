@@ -32,6 +32,9 @@
 namespace fusectl::cli {
 namespace {
 
+// See the end of runOptimize.
+Model* g_model_kept_until_exit = nullptr;
+
 using namespace fusectl::passes;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -310,10 +313,9 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
   // The process ends right after this command: freeing a million-node graph object by object
   // took over a second, for memory the kernel reclaims at exit anyway (compilers skip it too,
   // e.g. clang's -disable-free). Everything was written and flushed above. The pointer stays
-  // in a static, so that the memory is still reachable (as it is, until exit) and a leak
+  // in a global, so that the memory is still reachable (as it is, until exit) and a leak
   // checker (the sanitizer build's LeakSanitizer) does not report it.
-  static Model* kept_until_exit = nullptr;
-  kept_until_exit = model.release();
+  g_model_kept_until_exit = model.release();
 
   std::vector<std::string> failures;
   if (drift) {

@@ -10,6 +10,7 @@
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/graph/op_classes.h"
 #include "fusectl/passes/pattern.h"
+#include "test_files.h"
 
 using namespace fusectl;
 using namespace fusectl::passes;
@@ -785,4 +786,20 @@ TEST_CASE("pattern: benefit and produced op types are declared per pattern", "[p
   CHECK(p.benefit == 3);
   CHECK(p.produces == std::vector<std::string>{"fusectl::FusedConv"});
   CHECK(p.str() == "c:Conv -> r:Relu");  // not part of the text
+}
+
+TEST_CASE("pattern syntax: numbers out of range are errors, integers are kept exactly",
+          "[pattern]") {
+  // fuzz_pattern's finding (testdata/bad/fuzz_pattern_int_overflow.txt): an integer attribute
+  // of 120 digits saturated in strtoll and was then converted back from a double, which is
+  // undefined behaviour (UBSan).
+  const std::string finding = fusectl::testing::slurp(FUSECTL_SOURCE_DIR "/testdata/bad/fuzz_pattern_int_overflow.txt");
+  CHECK_THAT(parseError(finding), Catch::Contains("is out of range"));
+  CHECK_THAT(parseError("m:MatMul[k=99999999999999999999]"),
+             Catch::Contains("'99999999999999999999' is out of range"));
+  CHECK_THAT(parseError("m:MatMul[k=[1, -99999999999999999999]]"), Catch::Contains("out of range"));
+  CHECK_THAT(parseError("m:MatMul[alpha=1e999]"), Catch::Contains("'1e999' is out of range"));
+  // 2^53 + 1 has no double: parsed through a double it would come back as 2^53.
+  const Pattern p = Pattern::parse("m:MatMul[k=9007199254740993]");
+  CHECK(p.str().find("9007199254740993") != std::string::npos);
 }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -306,25 +308,36 @@ class PatternParser {
     if (pos_ < text_.size() && isIdentStart(text_[pos_])) return Attribute::ofString(name, readIdent());
     if (peek("[")) {
       ++pos_;
-      std::vector<double> values;
+      std::vector<Number> values;
       bool any_float = false;
       while (true) {
         skipSpace();
-        bool is_float = false;
-        values.push_back(readNumber(is_float));
-        any_float |= is_float;
+        values.push_back(readNumber());
+        any_float |= values.back().is_float;
         if (closesList("a list")) break;
       }
-      if (any_float) return Attribute::ofFloats(name, {values.begin(), values.end()});
-      return Attribute::ofInts(name, {values.begin(), values.end()});
+      if (any_float) {
+        std::vector<float> floats;
+        for (const Number& n : values) floats.push_back(static_cast<float>(n.value));
+        return Attribute::ofFloats(name, std::move(floats));
+      }
+      std::vector<int64_t> ints;
+      for (const Number& n : values) ints.push_back(n.integer);
+      return Attribute::ofInts(name, std::move(ints));
     }
-    bool is_float = false;
-    const double v = readNumber(is_float);
-    if (is_float) return Attribute::ofFloat(name, static_cast<float>(v));
-    return Attribute::ofInt(name, static_cast<int64_t>(v));
+    const Number v = readNumber();
+    if (v.is_float) return Attribute::ofFloat(name, static_cast<float>(v.value));
+    return Attribute::ofInt(name, v.integer);
   }
 
-  double readNumber(bool& is_float) {
+  // An integer is kept exactly (a double holds only 53 bits of it); `value` is its double.
+  struct Number {
+    double value = 0;
+    int64_t integer = 0;
+    bool is_float = false;
+  };
+
+  Number readNumber() {
     const size_t start = pos_;
     while (pos_ < text_.size() && (std::isdigit(static_cast<unsigned char>(text_[pos_])) ||
                                    std::strchr("+-.eE", text_[pos_]) != nullptr)) {
@@ -332,12 +345,22 @@ class PatternParser {
     }
     const std::string token(text_.substr(start, pos_ - start));
     if (token.empty()) fail(start, fmt::format("expected a value, found {}", describeHere()));
-    is_float = token.find_first_of(".eE") != std::string::npos;
+    Number n;
+    n.is_float = token.find_first_of(".eE") != std::string::npos;
     char* end = nullptr;
-    const double v = is_float ? std::strtod(token.c_str(), &end)
-                              : static_cast<double>(std::strtoll(token.c_str(), &end, 10));
+    errno = 0;
+    if (n.is_float) {
+      n.value = std::strtod(token.c_str(), &end);
+    } else {
+      n.integer = std::strtoll(token.c_str(), &end, 10);
+      n.value = static_cast<double>(n.integer);
+    }
     if (end != token.c_str() + token.size()) fail(start, fmt::format("'{}' is not a number", token));
-    return v;
+    // strtoll saturates and strtod overflows to infinity: either would be a value the pattern
+    // did not say (and converting the saturated one back to int64 is undefined).
+    if (errno == ERANGE && (!n.is_float || std::isinf(n.value)))
+      fail(start, fmt::format("'{}' is out of range", token));
+    return n;
   }
 
   // ["(" operand {"," operand} ")"] after a definition: the node's inputs by position.
@@ -359,10 +382,9 @@ class PatternParser {
       if (peek("$")) {
         op = {true, parseLeaf()};
       } else if (startsNumber()) {
-        bool is_float = false;
         PatternLeaf leaf;
         leaf.kind = LeafKind::Constant;
-        leaf.equals = readNumber(is_float);
+        leaf.equals = readNumber().value;
         if (peek(":")) {
           fail(at, fmt::format("an operand's input slot is its position ({}): write no 'N:'",
                                position));
