@@ -1,7 +1,11 @@
 # Entry points: `make demo` and `make test` each install what they need, build, then run.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Line tables only (-g1), not full debug info: stack traces and profilers still name files and
+# lines, and the compile, most of CI's time, is about a third shorter than with -g (a test file:
+# 21 s at -O2 -g, 14.6 s at -O2 -g1, 14.1 s at -O2). For a debugger's view of locals:
+# make CMAKE_FLAGS=-DCMAKE_BUILD_TYPE=Debug.
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
 # A compiler cache, when one is installed, makes rebuilds of unchanged files free. Optional:
 # CI's clean machine has none and builds everything.
 CCACHE := $(shell command -v ccache 2>/dev/null)
