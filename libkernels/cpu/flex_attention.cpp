@@ -18,6 +18,16 @@ namespace fusectl::kernels {
 namespace cpu {
 namespace {
 
+// Y, accumulated in double, written in V's type (double kept, the rest through float).
+void storeOutput(const std::vector<double>& y, HostTensor& out) {
+  if (out.dtype() == DType::Double) {
+    std::copy(y.begin(), y.end(), out.mutableData<double>());
+  } else {
+    std::vector<float> yf(y.begin(), y.end());
+    fromFloat(yf.data(), out.dtype(), out.mutableRaw(), out.numel());
+  }
+}
+
 // A whole [B, Hq, L, S] tensor in the softmax type, as the modifier subgraphs take it.
 HostTensor softmaxTypeTensor(bool wide, const std::vector<int64_t>& dims,
                              const std::vector<double>& values) {
@@ -52,9 +62,9 @@ void applyModifier(KernelContext& ctx, const char* attr, bool wide,
 
 // The path with score_mod and/or prob_mod: the scores and the probabilities are materialised
 // as whole tensors (the modifiers see all of them at once), in the softmax type.
-template <typename ScoreFn, typename ValueFn>
+template <typename KvHeadFn, typename ScoreFn, typename ValueFn>
 void flexAttentionWithModifiers(KernelContext& ctx, int64_t B, int64_t Hq, int64_t L, int64_t S,
-                                int64_t Ev, int64_t group, int64_t Hkv, bool wide,
+                                int64_t Ev, bool wide, const KvHeadFn& kvHead,
                                 const ScoreFn& score, const ValueFn& V) {
   const std::vector<int64_t> dims = {B, Hq, L, S};
   std::vector<double> p(static_cast<size_t>(B * Hq * L * S));
@@ -78,7 +88,7 @@ void flexAttentionWithModifiers(KernelContext& ctx, int64_t B, int64_t Hq, int64
   HostTensor& out = ctx.allocateOutput(0, v.dtype(), {B, Hq, L, Ev});
   std::vector<double> y(static_cast<size_t>(B * Hq * L * Ev));
   for (int64_t bh = 0; bh < B * Hq; ++bh) {
-    const int64_t hk = (bh / Hq) * Hkv + (bh % Hq) / group;
+    const int64_t hk = kvHead(bh);
     for (int64_t l = 0; l < L; ++l) {
       double* yo = y.data() + (bh * L + l) * Ev;
       const double* w = p.data() + (bh * L + l) * S;
@@ -86,12 +96,7 @@ void flexAttentionWithModifiers(KernelContext& ctx, int64_t B, int64_t Hq, int64
         for (int64_t e = 0; e < Ev; ++e) yo[e] += w[s] * V((hk * S + s) * Ev + e);
     }
   }
-  if (v.dtype() == DType::Double) {
-    std::copy(y.begin(), y.end(), out.mutableData<double>());
-  } else {
-    std::vector<float> yf(y.begin(), y.end());
-    fromFloat(yf.data(), v.dtype(), out.mutableRaw(), out.numel());
-  }
+  storeOutput(y, out);
 }
 
 void flexAttentionKernel(KernelContext& ctx) {
@@ -120,10 +125,11 @@ void flexAttentionKernel(KernelContext& ctx) {
   const auto Q = [&](int64_t i) { return wide ? qd[i] : static_cast<double>(qv[i]); };
   const auto K = [&](int64_t i) { return wide ? kd[i] : static_cast<double>(kv[i]); };
   const auto V = [&](int64_t i) { return wide ? vd[i] : static_cast<double>(vv[i]); };
-  const int64_t group = Hq / Hkv;
+  // The key/value head (batch included) that query head bh = b * Hq + h reads.
+  const auto kvHead = [Hq, Hkv](int64_t bh) { return (bh / Hq) * Hkv + (bh % Hq) / (Hq / Hkv); };
   // The score of query row (b, h, l) against key s, rounded as the reference rounds it.
   const auto score = [&](int64_t bh, int64_t l, int64_t s) {
-    const int64_t hk = (bh / Hq) * Hkv + (bh % Hq) / group;
+    const int64_t hk = kvHead(bh);
     const int64_t qrow = (bh * L + l) * E;
     double dot = 0;
     for (int64_t e = 0; e < E; ++e) dot += Q(qrow + e) * K((hk * S + s) * E + e);
@@ -140,7 +146,7 @@ void flexAttentionKernel(KernelContext& ctx) {
     return x;
   };
   if (ctx.node().hasAttr("score_mod") || ctx.node().hasAttr("prob_mod")) {
-    flexAttentionWithModifiers(ctx, B, Hq, L, S, Ev, group, Hkv, wide, score, V);
+    flexAttentionWithModifiers(ctx, B, Hq, L, S, Ev, wide, kvHead, score, V);
     return;
   }
   HostTensor& out = ctx.allocateOutput(0, v.dtype(), {B, Hq, L, Ev});
@@ -148,25 +154,13 @@ void flexAttentionKernel(KernelContext& ctx) {
   parallelFor(B * Hq, ctx.numThreads(), 1, [&](int64_t begin, int64_t end) {
     std::vector<double> p(static_cast<size_t>(S));
     for (int64_t bh = begin; bh < end; ++bh) {
-      const int64_t b = bh / Hq, h = bh % Hq, hk = b * Hkv + h / group;
+      const int64_t hk = kvHead(bh);
       for (int64_t l = 0; l < L; ++l) {
-        const int64_t qrow = (bh * L + l) * E;
         double mx = -INFINITY;
         for (int64_t s = 0; s < S; ++s) {
-          double dot = 0;
-          for (int64_t e = 0; e < E; ++e) dot += Q(qrow + e) * K((hk * S + s) * E + e);
-          double score = dot * scale;
-          if (narrow) {
-            float f = static_cast<float>(score);
-            uint16_t bits = 0;
-            fromFloat(&f, q.dtype(), &bits, 1);
-            toFloat(q.dtype(), &bits, &f, 1);
-            score = f;
-          } else if (!wide) {
-            score = static_cast<float>(score);
-          }
-          p[static_cast<size_t>(s)] = score;
-          mx = std::max(mx, score);
+          const double x = score(bh, l, s);
+          p[static_cast<size_t>(s)] = x;
+          mx = std::max(mx, x);
         }
         double sum = 0;
         for (double& x : p) sum += (x = std::exp(x - mx));
@@ -178,12 +172,7 @@ void flexAttentionKernel(KernelContext& ctx) {
       }
     }
   });
-  if (v.dtype() == DType::Double) {
-    std::copy(y.begin(), y.end(), out.mutableData<double>());
-  } else {
-    std::vector<float> yf(y.begin(), y.end());
-    fromFloat(yf.data(), v.dtype(), out.mutableRaw(), out.numel());
-  }
+  storeOutput(y, out);
 }
 
 }  // namespace

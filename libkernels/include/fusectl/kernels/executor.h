@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "fusectl/graph/graph.h"
+#include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/backend.h"
 #include "fusectl/kernels/kernel.h"
 #include "fusectl/kernels/memory_plan.h"
@@ -50,7 +51,7 @@ struct ExecutorOptions {
   // with an error naming the node (ErrorKind::InvalidInput, what the loader's limit of the same
   // name gives) before anything is allocated. What keeps a model whose declared or mutated
   // shapes ask for terabytes from ending in an allocation failure, or in swapping.
-  uint64_t max_tensor_bytes = uint64_t{16} << 30;
+  uint64_t max_tensor_bytes = LoadOptions::kDefaultMaxTensorBytes;  // the loader's default
 };
 
 struct NodeTime {
