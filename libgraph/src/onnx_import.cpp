@@ -30,6 +30,7 @@
 
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
+#include "fusectl/graph/tensor_limit.h"
 #include "onnx_convert.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -142,10 +143,8 @@ size_t expectedBytes(const Context& ctx, const Dims& dims, const Subject& what, 
   // Checked on what the dims declare, before any data is read or allocated: the file may hold
   // fewer bytes than that (a truncated or hostile file), and a later stage would allocate them.
   if (bytes > ctx.limits.max_tensor_bytes)
-    ctx.fail(what, fmt::format("{} dims {} take {} bytes, more than the limit of {} "
-                               "(--max-tensor-bytes)",
-                               dtypeName(dtype), dimsStr(dims), bytes,
-                               ctx.limits.max_tensor_bytes));
+    ctx.fail(what, tensorOverLimitMessage(dtype, std::vector<int64_t>(dims.begin(), dims.end()),
+                                          bytes, ctx.limits.max_tensor_bytes));
   return bytes;
 }
 

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/tensor_limit.h"
 
 namespace fusectl::kernels {
 
@@ -86,13 +87,12 @@ class Executor::Allocator : public OutputAllocator {
     const bool huge = n > (std::numeric_limits<int64_t>::max() >> 4);
     const size_t bytes = huge ? std::numeric_limits<size_t>::max() : dtypeStorageBytes(dtype, n);
     if (bytes > max_bytes_) {
-      // Worded as the loader words its limit (onnx_import.cpp).
+      const std::string what = v ? "output '" + v->name() + "': " : std::string("a tensor: ");
       throw Error(ErrorKind::InvalidInput,
-                  (v ? "output '" + v->name() + "': " : std::string("a tensor: ")) +
-                      std::string(dtypeName(dtype)) + " dims " + formatDims(dims) + " take " +
-                      (huge ? std::string("more than 2^59 elements") : std::to_string(bytes) + " bytes") +
-                      ", more than the limit of " + std::to_string(max_bytes_) +
-                      " (--max-tensor-bytes)");
+                  what + (huge ? std::string(dtypeName(dtype)) + " dims " + formatDims(dims) +
+                                     " take more than 2^59 elements, more than the limit of " +
+                                     std::to_string(max_bytes_) + " (--max-tensor-bytes)"
+                               : tensorOverLimitMessage(dtype, dims, bytes, max_bytes_)));
     }
     std::shared_ptr<void> buffer = unpooled ? pool_.acquireUnpooled(bytes) : pool_.acquire(bytes);
     void* data = buffer.get();
