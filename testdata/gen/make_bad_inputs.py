@@ -25,14 +25,15 @@ def write(name, data):
         f.write(data)
 
 
-def model(nodes, inputs=None, outputs=None, initializers=(), ir_version=8, opset=13):
+def model(nodes, inputs=None, outputs=None, initializers=(), ir_version=8, opset=13,
+          graph_name="bad", producer="make_bad_inputs"):
     inputs = inputs if inputs is not None else [
         helper.make_tensor_value_info("X", TensorProto.FLOAT, [2])]
     outputs = outputs if outputs is not None else [
         helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])]
-    graph = helper.make_graph(nodes, "bad", inputs, outputs, list(initializers))
+    graph = helper.make_graph(nodes, graph_name, inputs, outputs, list(initializers))
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                          producer_name="make_bad_inputs")
+                          producer_name=producer)
     m.ir_version = ir_version
     return m
 

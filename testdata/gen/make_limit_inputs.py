@@ -12,6 +12,8 @@ import os
 
 from onnx import TensorProto, helper
 
+import make_bad_inputs  # beside this file
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.normpath(os.path.join(HERE, "..", "bad"))
 
@@ -20,15 +22,9 @@ HUGE = [1 << 20, 1 << 20, 32]
 
 
 def model(nodes, inputs=None, outputs=None, initializers=(), opset=13):
-    inputs = inputs if inputs is not None else [
-        helper.make_tensor_value_info("X", TensorProto.FLOAT, [2])]
-    outputs = outputs if outputs is not None else [
-        helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])]
-    graph = helper.make_graph(nodes, "limits", inputs, outputs, list(initializers))
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                          producer_name="make_limit_inputs")
-    m.ir_version = 8
-    return m
+    # make_bad_inputs' one-graph model (X float[2] -> Y float[2] unless given), named for here.
+    return make_bad_inputs.model(nodes, inputs, outputs, initializers, opset=opset,
+                                 graph_name="limits", producer="make_limit_inputs")
 
 
 def save(name, m, folder=OUT):
