@@ -13,6 +13,8 @@ std::string buildLayerNormFunction(const FusedOpInfo& op, int64_t opset);      /
 std::string buildRMSNormFunction(const FusedOpInfo& op, int64_t opset);        // norms.cpp
 std::string buildSkipLayerNormFunction(const FusedOpInfo& op, int64_t opset);  // norms.cpp
 std::string buildSkipRMSNormFunction(const FusedOpInfo& op, int64_t opset);    // norms.cpp
+std::string buildRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset);        // rotary.cpp
+std::string buildQKNormRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset);  // rotary.cpp
 
 const std::vector<CompositeBody>& compositeBodyBuilders() {
   static const std::vector<CompositeBody> table = {
@@ -24,6 +26,8 @@ const std::vector<CompositeBody>& compositeBodyBuilders() {
       {"SwiGLU", buildSwiGLUFunction},
       {"GeluTanh", buildGeluTanhFunction},
       {"QuickGelu", buildQuickGeluFunction},
+      {"RotaryEmbedding", buildRotaryEmbeddingFunction},
+      {"QKNormRotaryEmbedding", buildQKNormRotaryEmbeddingFunction},
   };
   return table;
 }

@@ -215,4 +215,21 @@ Value* otherOperand(const Node& n, const Value* mine) {
   return nullptr;
 }
 
+std::optional<double> scalarConstant(const Value* v) {
+  if (!v || !v->isConstant()) return std::nullopt;
+  const Tensor* t = v->initializer();
+  if (t->numel() != 1) return std::nullopt;
+  return t->valueAsDouble(0);
+}
+
+std::optional<std::vector<int64_t>> intsConstant(const Value* v) {
+  if (!v || !v->isConstant()) return std::nullopt;
+  const Tensor* t = v->initializer();
+  if (t->dtype() != DType::Int64 && t->dtype() != DType::Int32) return std::nullopt;
+  std::vector<int64_t> out(static_cast<size_t>(t->numel()));
+  for (int64_t i = 0; i < t->numel(); ++i)
+    out[static_cast<size_t>(i)] = t->valueAsInt64(i);  // exact: INT64_MAX ends are common
+  return out;
+}
+
 }  // namespace fusectl::passes

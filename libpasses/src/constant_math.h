@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,5 +70,10 @@ std::string nonConstantOrigin(const Value& v);
 
 // The operand of binary node `n` that is not `mine`; nullptr when both are.
 Value* otherOperand(const Node& n, const Value* mine);
+
+// The value of a one-element constant (any numeric dtype, any rank), or nullopt.
+std::optional<double> scalarConstant(const Value* v);
+// Every element of an integer constant (int32/int64), or nullopt: Slice's starts/ends/axes.
+std::optional<std::vector<int64_t>> intsConstant(const Value* v);
 
 }  // namespace fusectl::passes

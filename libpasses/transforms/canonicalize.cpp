@@ -55,12 +55,6 @@ namespace {
 
 constexpr double kSixth = 1.0 / 6.0;
 
-// The value of a one-element constant, or nullopt.
-std::optional<double> scalarConstant(const Value* v) {
-  if (!v || !v->isConstant() || v->initializer()->numel() != 1) return std::nullopt;
-  return v->initializer()->valueAsDouble(0);
-}
-
 std::string describeConstant(const Value* c) {
   std::optional<double> s = scalarConstant(c);
   if (s) return fmt::format("'{}' (= {})", c->name(), *s);

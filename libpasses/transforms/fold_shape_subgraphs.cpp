@@ -10,12 +10,13 @@
 //  1. Shape: the input's rank is known and every dim in [start, end) is static (opset 15 start
 //     and end attributes: negative values count from the back, both clamp to [0, rank]).
 //  2. Size: every dim is static.
-//  3. A Shape with symbolic dims still folds its Gather readers that pick static dims only:
-//     Gather on axis 0 with constant indices (negative ones count from the back) whose picked
-//     dims are all static.
+//  3. A Shape with symbolic dims still folds its Gather and Slice readers that pick static dims
+//     only: Gather on axis 0 with constant indices (negative ones count from the back), Slice
+//     with constant starts/ends on axis 0 and step 1 (GPT-2's head size, `v.size(-1)`, is
+//     Slice(Shape(v), [-1], [max]) at some opsets), whose picked dims are all static.
 // The outputs keep their names; in the -O1 fixpoint group fold-constants then folds what reads
 // them, and eliminate-dead-code removes what is left.
-// Counters: folded_shape, folded_size, folded_gather.
+// Counters: folded_shape, folded_size, folded_gather, folded_slice.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "constant_math.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
 
@@ -121,7 +123,60 @@ class FoldShapeSubgraphsPass : public Pass {
     return true;
   }
 
-  // Gather(Shape(x), indices, axis=0) with constant indices picking static dims of x.
+  // Which entries of a Shape output of length `len` reader `r` picks, with the dims of its
+  // output: Gather(s, indices, axis=0) with constant indices (negative ones count from the
+  // back), or Slice(s, starts, ends[, axes = [0][, steps = [1]]]) with constant one-element
+  // starts/ends (clamped as Slice clamps them). nullopt for any other reader; `why` set when
+  // an index is out of range.
+  struct Picks {
+    std::vector<int64_t> entries;
+    std::vector<int64_t> dims;
+  };
+  static std::optional<Picks> picksOf(const Node& r, const Value* s, int64_t len,
+                                      std::string& why) {
+    if (!r.output(0) || r.numInputs() < 2 || r.input(0) != s) return std::nullopt;
+    if (r.is("Gather")) {
+      if (r.attrInt("axis", 0) != 0) return std::nullopt;
+      const Value* idx = r.input(1);
+      if (!idx || !idx->isConstant()) return std::nullopt;
+      const Tensor& it = *idx->initializer();
+      if (it.dtype() != DType::Int64 && it.dtype() != DType::Int32) return std::nullopt;
+      Picks p{{}, it.dims()};
+      for (int64_t k = 0; k < it.numel(); ++k) {
+        int64_t j = it.valueAsInt64(k);
+        if (j < 0) j += len;
+        if (j < 0 || j >= len) {
+          why = fmt::format("{} index {} is out of range", r.label(), it.valueAsInt64(k));
+          return std::nullopt;
+        }
+        p.entries.push_back(j);
+      }
+      return p;
+    }
+    if (!r.is("Slice") || r.numInputs() < 3) return std::nullopt;
+    std::optional<std::vector<int64_t>> starts = intsConstant(r.input(1));
+    std::optional<std::vector<int64_t>> ends = intsConstant(r.input(2));
+    if (!starts || !ends || starts->size() != 1 || ends->size() != 1) return std::nullopt;
+    if (r.numInputs() > 3 && r.input(3)) {
+      std::optional<std::vector<int64_t>> axes = intsConstant(r.input(3));
+      if (!axes || axes->size() != 1 || ((*axes)[0] != 0 && (*axes)[0] != -1)) return std::nullopt;
+    }
+    if (r.numInputs() > 4 && r.input(4)) {
+      std::optional<std::vector<int64_t>> steps = intsConstant(r.input(4));
+      if (!steps || *steps != std::vector<int64_t>{1}) return std::nullopt;
+    }
+    auto clampIndex = [len](int64_t v) {
+      if (v < 0) v = v < -len ? 0 : v + len;  // without overflow for INT64_MIN
+      return std::min(v, len);
+    };
+    const int64_t from = clampIndex((*starts)[0]);
+    const int64_t to = std::max(from, clampIndex((*ends)[0]));
+    Picks p{{}, {to - from}};
+    for (int64_t j = from; j < to; ++j) p.entries.push_back(j);
+    return p;
+  }
+
+  // Gather and Slice readers of Shape(x) (picksOf) that pick static dims of x only.
   bool foldGathers(Rewriter& rw, Node* shape_node) {
     PassContext& ctx = rw.context();
     Value* s = shape_node->output(0);
@@ -131,24 +186,16 @@ class FoldShapeSubgraphsPass : public Pass {
                                          ctx.opset());
     const int64_t len = end - start;
     bool changed = false;
-    for (Node* g : s->consumers()) {
-      if (!g->is("Gather") || g->input(0) != s || !g->output(0) || !used(g->output(0))) continue;
-      if (g->attrInt("axis", 0) != 0) continue;
-      const Value* idx = g->input(1);
-      if (!idx || !idx->isConstant()) continue;
-      const Tensor& it = *idx->initializer();
-      if (it.dtype() != DType::Int64 && it.dtype() != DType::Int32) continue;
-      std::vector<int64_t> picked;
+    // Folding a reader removes it from the consumer list: walk a copy.
+    const std::vector<Node*> readers = s->consumers();
+    for (Node* g : readers) {
+      if (rw.erased(g) || !g->output(0) || !used(g->output(0))) continue;
       std::string why;
-      for (int64_t k = 0; k < it.numel() && why.empty(); ++k) {
-        int64_t j = it.valueAsInt64(k);
-        if (j < 0) j += len;
-        if (j < 0 || j >= len) {
-          why = fmt::format("{} index {} is out of range", g->label(), it.valueAsInt64(k));
-          break;
-        }
-        const size_t dim = static_cast<size_t>(start + j);
-        if (!xs[dim].isStatic()) {
+      std::optional<Picks> picks = picksOf(*g, s, len, why);
+      if (picks) {
+        for (int64_t j : picks->entries) {
+          const size_t dim = static_cast<size_t>(start + j);
+          if (xs[dim].isStatic()) continue;
           if (ctx.explain()) {
             why = fmt::format("{} picks dim {} of '{}', which is {}", g->label(), dim,
                               shape_node->input(0)->name(), dimProblem(xs[dim]));
@@ -157,19 +204,20 @@ class FoldShapeSubgraphsPass : public Pass {
           }
           break;
         }
-        picked.push_back(xs[dim].value());
       }
       if (!why.empty()) {
         reject(rw, *g, "static-dims", why);
         continue;
       }
+      if (!picks) continue;
       if (!ctx.allowRewrite()) {
         ctx.count("skipped_max_rewrites");
         break;
       }
-      // Gather's output has the indices' shape (the data is 1-D).
-      replaceByConstant(rw, g, Tensor::fromValues<int64_t>(DType::Int64, it.dims(), picked));
-      ctx.count("folded_gather");
+      std::vector<int64_t> picked;
+      for (int64_t j : picks->entries) picked.push_back(xs[static_cast<size_t>(start + j)].value());
+      replaceByConstant(rw, g, Tensor::fromValues<int64_t>(DType::Int64, picks->dims, picked));
+      ctx.count(g->is("Gather") ? "folded_gather" : "folded_slice");
       changed = true;
     }
     return changed;

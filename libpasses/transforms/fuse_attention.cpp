@@ -65,13 +65,6 @@ struct Site {
   bool where_keeps = false;  // Where(keep, scores, fill) rather than Where(hide, fill, scores)
 };
 
-std::optional<double> scalarConstant(const Value* v) {
-  if (!v || !v->isConstant()) return std::nullopt;
-  const Tensor* t = v->initializer();
-  if (t->numel() != 1) return std::nullopt;
-  return t->valueAsDouble(0);
-}
-
 std::string describe(const Value* v) {
   if (!v->isConstant()) return fmt::format("'{}' ({})", v->name(), nonConstantOrigin(*v));
   std::optional<double> c = scalarConstant(v);

@@ -57,14 +57,6 @@ namespace {
 
 constexpr double kSqrt2 = 1.4142135623730951;
 
-// The value of a one-element constant, or nullopt.
-std::optional<double> scalarConstant(const Value* v) {
-  if (!v || !v->isConstant()) return std::nullopt;
-  const Tensor* t = v->initializer();
-  if (t->numel() != 1) return std::nullopt;
-  return t->valueAsDouble(0);
-}
-
 // Within the rounding of the constant's own type: exporters store float32 roundings of
 // sqrt(2), and a float16 model stores 1.4140625.
 bool approximately(double value, double want, DType stored) {

@@ -1,0 +1,69 @@
+// ONNX function bodies of fusectl::RotaryEmbedding and fusectl::QKNormRotaryEmbedding, from
+// standard ops, computing what the exporters' own nodes compute:
+//   [X1, X2] = Split(X, axis = -1) into equal halves (any opset; num_outputs from 18 on)
+//   Y        = Add(Mul(X, Cos), Mul(Concat(Neg(X2), X1, axis = -1), Sin))
+// The QK-norm body normalises first, over the last axis:
+//   N = Mul(Div(X, Sqrt(Add(mean(Mul(X, X)), Constant(value_float = @epsilon)))), Scale)
+// with the mean a ReduceMean (axes attribute) before opset 13 and ReduceSum (axes input) divided
+// by the last dim from 13 on, since from opset 18 ReduceMean takes its axes as an input, which
+// checkers that stop at opset 17 (libonnx 1.12) reject.
+#include "fused_op_body.h"
+
+namespace fusectl {
+namespace {
+
+Value* rotateHalf(Body& b, Value* x, Value* cos, Value* sin, const std::string& out) {
+  std::vector<Value*> halves = b.multiNode("Split", {x}, {"", ""});
+  b.intAttr("axis", -1);
+  if (b.opset() >= 18) b.intAttr("num_outputs", 2);
+  Value* rotated = b.node("Concat", {b.node("Neg", {halves[1]}), halves[0]});
+  b.intAttr("axis", -1);
+  return b.node("Add", {b.node("Mul", {x, cos}), b.node("Mul", {rotated, sin})}, out);
+}
+
+Value* lastAxisMean(Body& b, Value* x) {
+  if (b.opset() < 13) {
+    Value* mean = b.node("ReduceMean", {x});
+    b.intsAttr("axes", {-1});
+    return mean;
+  }
+  Value* sum = b.node("ReduceSum", {x, b.intsConstant({-1})});
+  Value* last = b.node("Shape", {x});
+  Value* count = b.node("Slice", {last, b.intsConstant({-1}), b.intsConstant({INT64_MAX})});
+  Value* count_f = b.node("Cast", {count});
+  b.intAttr("to", 1);
+  return b.node("Div", {sum, count_f});
+}
+
+}  // namespace
+
+std::string buildRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
+  FunctionDef f = startFunction(std::string(op.name), opset);
+  Body b(opset);
+  Value* x = b.input("X");
+  Value* cos = b.input("Cos");
+  Value* sin = b.input("Sin");
+  f.body = b.finish(rotateHalf(b, x, cos, sin, "Y"));
+  f.doc_string = fmt::format("fusectl {}: {}; see docs/ops.md", op.name, op.formula);
+  return functionToBinary(f);
+}
+
+std::string buildQKNormRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
+  FunctionDef f = startFunction(std::string(op.name), opset);
+  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  Body b(opset);
+  Value* x = b.input("X");
+  Value* scale = b.input("Scale");
+  Value* cos = b.input("Cos");
+  Value* sin = b.input("Sin");
+  Value* eps = b.node("Constant", {});
+  b.refAttr("value_float", "epsilon", AttrKind::Float);
+  Value* ms = lastAxisMean(b, b.node("Mul", {x, x}));
+  Value* normed = b.node("Div", {x, b.node("Sqrt", {b.node("Add", {ms, eps})})});
+  Value* n = b.node("Mul", {normed, scale});
+  f.body = b.finish(rotateHalf(b, n, cos, sin, "Y"));
+  f.doc_string = fmt::format("fusectl {}: {}; see docs/ops.md", op.name, op.formula);
+  return functionToBinary(f);
+}
+
+}  // namespace fusectl
