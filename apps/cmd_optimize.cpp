@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -27,6 +28,9 @@
 #include "verify_optimized.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
+#include "fusectl/kernels/node_numbers.h"
+#include "fusectl/kernels/seeded_inputs.h"
+#include "fusectl/passes/numeric_gate.h"
 #include "fusectl/passes/optimize.h"
 
 namespace fusectl::cli {
@@ -64,8 +68,9 @@ struct OptimizeOptions {
   bool quiet = false;
   bool table = false;
   bool bisect = false;
-  std::vector<std::string> inputs;  // --input specs for --verify and --bisect
+  std::vector<std::string> inputs;  // --input specs for --verify, --bisect and --gate
   std::string html;
+  std::string gate;  // --gate SPEC; "" when not given
 };
 
 [[noreturn]] void usage(const std::string& message) { throw Error(ErrorKind::Usage, message); }
@@ -133,6 +138,38 @@ Verification verifyAgainstOriginal(const OptimizeOptions& opts, const Model& opt
   return verifyOptimized(*original, optimized, inputs, tol);
 }
 
+// --gate: optimize() on a copy of `model`, undoing the rewrites whose replacement node, run on
+// its own, differs from the original beyond the thresholds (numeric_gate.h). The inputs are
+// --input files or seeded (--seed), as --verify takes them.
+Report optimizeGated(const OptimizeOptions& opts, std::unique_ptr<Model>& model,
+                     const OptimizeRequest& request,
+                     const std::vector<std::pair<std::string, Shape>>& shapes) {
+  const GateThresholds thresholds = parseGateSpec(opts.gate);
+  std::unique_ptr<Model> original = std::move(model);
+  const std::vector<kernels::NamedTensor> inputs =
+      opts.inputs.empty() ? kernels::makeRandomInputs(*original->graph, opts.seed, shapes)
+                          : bindInputs(*original->graph, opts.inputs, opts.seed, shapes).tensors;
+  SiteMeasure measure = [&](const Model& optimized, const std::vector<std::string>& nodes,
+                           const std::set<std::string>& redefined) {
+    std::vector<SiteMeasurement> out;
+    for (const kernels::NodeNumbers& n :
+         kernels::measureReplacementNodes(*original, optimized, nodes, inputs, redefined)) {
+      SiteMeasurement m;
+      m.measured = n.measured;
+      m.cosine = n.cosine;
+      m.max_abs_error = n.max_abs_error;
+      m.p99_abs_error = n.p99_abs_error;
+      m.detail = n.detail;
+      out.push_back(std::move(m));
+    }
+    return out;
+  };
+  GatedOptimization gated = optimizeWithGate(*original, request, thresholds, measure);
+  gated.report.gate.seed = opts.seed;
+  model = std::move(gated.model);
+  return std::move(gated.report);
+}
+
 // onnxsim-style before/after table (the rows are libpasses' summaryTable, which the HTML report
 // shows too); everything but the Time line is deterministic.
 std::string beforeAfterTable(const Report& r, uint64_t in_bytes, uint64_t out_bytes,
@@ -180,6 +217,26 @@ std::string beforeAfterTable(const Report& r, uint64_t in_bytes, uint64_t out_by
   return out;
 }
 
+// --gate's lines under the table: the counts, then one line per undone or failed site.
+std::string gateSummary(const NumericGate& g) {
+  std::map<std::string, size_t> by_verdict;
+  for (const GatedSite& s : g.sites) ++by_verdict[s.verdict];
+  std::vector<std::string> counts;
+  for (const auto& [verdict, n] : by_verdict) counts.push_back(fmt::format("{} {}", n, verdict));
+  std::string out = fmt::format(
+      "Gate (cosine >= {}, max abs <= {}{}): {} sites: {}; {} optimization run{}\n", g.min_cosine,
+      g.max_abs_error,
+      std::isfinite(g.max_p99_abs_error) ? fmt::format(", p99 abs <= {}", g.max_p99_abs_error) : "",
+      g.sites.size(), counts.empty() ? "none" : fmt::format("{}", fmt::join(counts, ", ")),
+      g.rounds, g.rounds == 1 ? "" : "s");
+  for (const GatedSite& s : g.sites) {
+    if (s.verdict != "undone" && s.verdict != "failed") continue;
+    out += fmt::format("  {} {} ({} at {}): {}\n", s.verdict, s.new_node, s.pass, s.anchor,
+                       s.detail);
+  }
+  return out;
+}
+
 double msSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
@@ -187,9 +244,10 @@ double msSince(Clock::time_point t) {
 // --bisect: the flags it cannot combine with are refused; -o is optional.
 int runBisect(const OptimizeOptions& opts, bool level_given) {
   if (!opts.report.empty() || !opts.html.empty() || opts.verify || !opts.expect.empty() ||
-      !opts.fail_if_unfused.empty() || opts.max_rewrites >= 0 || opts.table) {
+      !opts.fail_if_unfused.empty() || opts.max_rewrites >= 0 || opts.table ||
+      !opts.gate.empty()) {
     usage("--bisect does not combine with --report, --html, --verify, --expect, "
-          "--fail-if-unfused, --max-rewrites or --table");
+          "--fail-if-unfused, --max-rewrites, --gate or --table");
   }
   if (!opts.output.empty()) {
     if (isSameFile(opts.model, opts.output)) {
@@ -233,8 +291,12 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
       usage(fmt::format("{}: --html names the same file as -o or --report", opts.html));
     }
   }
-  if ((tolerance_given || !opts.inputs.empty()) && !opts.verify) {
-    usage("--atol, --rtol, --min-cosine, --seed and --input need --verify or --bisect");
+  if ((tolerance_given || !opts.inputs.empty()) && !opts.verify && opts.gate.empty()) {
+    usage("--atol, --rtol, --min-cosine, --seed and --input need --verify, --gate or --bisect");
+  }
+  if (!opts.gate.empty()) {
+    if (opts.max_rewrites >= 0) usage("--gate does not combine with --max-rewrites");
+    parseGateSpec(opts.gate);  // a bad spec is a usage error before anything is read
   }
   if (opts.atol < 0 || opts.rtol < 0) usage("tolerances must be >= 0");
   checkPrintAfterNames(opts.print_after);
@@ -251,7 +313,8 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
   const double load_ms = msSince(start);
 
   const auto passes_start = Clock::now();
-  Report report = optimize(*model, request);
+  Report report = opts.gate.empty() ? optimize(*model, request)
+                                     : optimizeGated(opts, model, request, shapes);
   const double passes_ms = msSince(passes_start);
 
   double verify_ms = 0;
@@ -306,6 +369,7 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
                              drift ? std::string("(not written)") : opts.output,
                              pipeline.empty() ? "(empty pipeline)" : pipeline.str());
     std::cout << beforeAfterTable(report, in_bytes, out_bytes, !drift, timing);
+    if (report.gate.ran) std::cout << gateSummary(report.gate);
     std::cout.flush();
     if (!std::cout) throwIo("<stdout>: write failed");
   }
@@ -328,6 +392,12 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
   }
   for (const Expectation& e : report.expectations)
     if (!e.passed) failures.push_back(e.detail);
+  for (const GatedSite& g : report.gate.sites) {
+    if (g.verdict != "failed") continue;
+    failures.push_back(fmt::format("--gate: {} ({} at {}) is outside the thresholds: {}",
+                                   g.new_node, g.pass, g.anchor, g.detail));
+    break;
+  }
   if (failures.empty()) return 0;
   std::fflush(stdout);
   std::fputs(fmt::format("fusectl: check failed: {}\n", fmt::join(failures, "; ")).c_str(),
@@ -404,9 +474,15 @@ Command addOptimizeCommand(CLI::App& parent) {
                 "Find the first rewrite after which the model differs from the original beyond "
                 "--atol/--rtol/--min-cosine (halving --max-rewrites); -o then gets the model "
                 "with the rewrites before it");
+  cmd->add_option("--gate", opts->gate,
+                  "Check every fusion numerically and undo those outside the thresholds: "
+                  "'default' (cosine=0.99999,max-abs=1e-4) or cosine=C,max-abs=A,p99-abs=P; "
+                  "each site's replacement runs on the original's values of its inputs "
+                  "(--input files or --seed data); the report's 'gate' lists every site")
+      ->type_name("SPEC");
   cmd->add_option("--input", opts->inputs,
-                  "With --verify or --bisect: NAME=FILE (.npy or .pb) for a graph input instead "
-                  "of seeded data (repeatable)")
+                  "With --verify, --gate or --bisect: NAME=FILE (.npy or .pb) for a graph input "
+                  "instead of seeded data (repeatable)")
       ->type_name("NAME=FILE")
       ->allow_extra_args(false);
   cmd->add_flag("-v,--verbose", opts->verbose, "One line per pass run on stderr");

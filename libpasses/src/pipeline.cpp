@@ -244,6 +244,7 @@ class Runner {
     ctx_.setStandardOnly(o.standard_only);
     ctx_.setExplain(o.explain);
     ctx_.setRewriteBudget(o.max_rewrites);
+    ctx_.setRefusedRewrites(&o.refused_rewrites);
   }
 
   bool runList(const std::vector<PipelineElement>& elements, int iteration) {

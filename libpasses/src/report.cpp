@@ -142,7 +142,39 @@ Json verificationJson(const Verification& v) {
               {"outputs", outs}};
 }
 
+Json gateJson(const NumericGate& g) {
+  if (!g.ran) return Json();
+  Json sites = Json::array();
+  for (const GatedSite& s : g.sites) {
+    sites.push_back(Json{{"pass", s.pass},
+                         {"pattern", s.pattern},
+                         {"anchor", s.anchor},
+                         {"new_node", s.new_node},
+                         {"new_op", s.new_op},
+                         {"measured", s.measured},
+                         {"cosine", finiteOrNull(s.cosine)},
+                         {"max_abs_error", finiteOrNull(s.max_abs_error)},
+                         {"p99_abs_error", finiteOrNull(s.p99_abs_error)},
+                         {"verdict", s.verdict},
+                         {"detail", s.detail},
+                         {"round", s.round}});
+  }
+  return Json{{"min_cosine", g.min_cosine},
+              {"max_abs_error", finiteOrNull(g.max_abs_error)},
+              {"max_p99_abs_error", finiteOrNull(g.max_p99_abs_error)},
+              {"seed", g.seed},
+              {"rounds", g.rounds},
+              {"undone", g.undone()},
+              {"sites", sites}};
+}
+
 }  // namespace
+
+size_t NumericGate::undone() const {
+  size_t n = 0;
+  for (const GatedSite& s : sites) n += s.verdict == "undone";
+  return n;
+}
 
 std::string Report::toJson() const {
   Json j;
@@ -230,6 +262,7 @@ std::string Report::toJson() const {
                           {"detail", e.detail}});
   }
   j["expectations"] = checks;
+  j["gate"] = gateJson(gate);
   return j.dump(2) + "\n";
 }
 

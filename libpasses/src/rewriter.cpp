@@ -252,6 +252,7 @@ void Rewriter::commitFusion(std::string_view pattern, const Match& m, Value* rep
       if (v != replaced_output) bytes += staticBytes(v);
     before.push_back({n, n->label(), bytes});
   }
+  std::string root_label = m.root() ? m.root()->label() : std::string();
   Node* anchor = replaced_output->producer();
   if (anchor && anchor != replacement) graph_.moveBefore(replacement, anchor);
   graph_.replaceAllUsesWith(replaced_output, replacement->output(0));
@@ -263,6 +264,7 @@ void Rewriter::commitFusion(std::string_view pattern, const Match& m, Value* rep
   FusionSite site;
   site.pass = ctx_.currentPass();
   site.pattern = pattern;
+  site.anchor = std::move(root_label);
   for (const Before& b : before) {
     // A node rewritten in place (the replacement is one of the matched nodes) counts as
     // replaced: its output now carries the match's result.
@@ -367,6 +369,10 @@ size_t applyPatterns(const Graph& graph, PassContext& ctx,
       const size_t form = matcher.match(anchor, m);
       if (form == matcher.none()) continue;
       ++matches;
+      if (ctx.refused(*anchor)) {
+        ctx.count("refused_by_gate");
+        continue;
+      }
       if (!ctx.allowRewrite()) {
         ctx.count("skipped_max_rewrites");
         break;
@@ -385,6 +391,10 @@ size_t applyPatterns(const Graph& graph, PassContext& ctx,
       Match fresh;
       if (!rw.stillValid(m) || !matcher.rematch(form, m.root(), fresh)) {
         ctx.count("skipped_overlap");
+        continue;
+      }
+      if (ctx.refused(*fresh.root())) {
+        ctx.count("refused_by_gate");
         continue;
       }
       if (!ctx.allowRewrite()) {

@@ -153,6 +153,7 @@ class PrefoldRmsNormWeightPass : public Pass {
     }
     rw.rewireInput(n, norm.scale_input,
                    rw.addConstant(n->output(0)->name() + "_unit_scale", filledTensor({1}, 1.f)));
+    rw.noteRedefined(*n->output(0));
     rw.context().count("weight_free_norms");
   }
 };

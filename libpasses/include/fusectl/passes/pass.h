@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -57,6 +58,16 @@ class PassContext {
   // Rewrites allowed so far: what --max-rewrites counts (bisect.h numbers rewrites by it).
   int64_t rewritesAllowed() const { return rewrites_allowed_; }
 
+  // --gate: rewrites the numeric gate undid, as (pass, label of the match's root). The pattern
+  // drivers (applyPattern/applyPatterns) skip such a match (counter "refused_by_gate"); passes
+  // that are not pattern based make no fusion sites and are never refused.
+  void setRefusedRewrites(const std::set<std::pair<std::string, std::string>>* refused) {
+    refused_ = refused;
+  }
+  bool refused(const Node& root) const {
+    return refused_ && !refused_->empty() && refused_->count({current_pass_, root.label()}) > 0;
+  }
+
   // Whether near-miss reasons are wanted (they cost string formatting).
   bool explain() const { return explain_; }
   void setExplain(bool v) { explain_ = v; }
@@ -76,6 +87,7 @@ class PassContext {
   std::map<std::string, std::string> options_;
   std::map<std::string, int64_t> counters_;
   std::string current_pass_;
+  const std::set<std::pair<std::string, std::string>>* refused_ = nullptr;
   int64_t rewrite_budget_ = -1;  // -1: unlimited
   int64_t rewrites_allowed_ = 0;
   bool standard_only_ = false;

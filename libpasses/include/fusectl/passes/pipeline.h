@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +53,9 @@ struct PassManagerOptions {
   int64_t max_rewrites = -1;                // -1 unlimited (bisecting aid)
   bool standard_only = false;               // --emit standard
   bool explain = true;                      // record rejected candidates in the report
+  // Rewrites not to make, as (pass, label of the node the pattern anchors on): what --gate
+  // passes back after measuring a site outside its thresholds (numeric_gate.h).
+  std::set<std::pair<std::string, std::string>> refused_rewrites;
   // Attach the ONNX functions that define the fusectl ops left in the model (fused_ops.h), as a
   // saved model needs; false keeps the nodes as the passes wrote them (golden tests).
   bool attach_functions = true;

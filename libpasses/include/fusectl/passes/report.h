@@ -34,6 +34,9 @@ struct FusionSite {
   uint64_t activation_bytes_saved = 0;
   // Where: "" for the main graph, else the body's path ("loop_node/body"; PassContext::scope).
   std::string scope;
+  // Label of the node the pattern anchored on: with `pass`, what identifies the rewrite to
+  // refuse when --gate undoes it (PassManagerOptions::refused_rewrites). Not in the JSON.
+  std::string anchor;
 };
 
 struct PassStatistics {
@@ -92,6 +95,31 @@ struct Expectation {
   std::string detail;  // one line for people
 };
 
+// `fusectl optimize --gate`: each fusion site's replacement node measured on its own against the
+// original model's value (kernels::measureReplacementNodes), and the rewrites outside the
+// thresholds undone (numeric_gate.h).
+struct GatedSite {
+  std::string pass, pattern, anchor;
+  std::string new_node, new_op;
+  bool measured = false;
+  double cosine = 1, max_abs_error = 0, p99_abs_error = 0;  // may be non-finite
+  // "kept": within the thresholds; "undone": outside them, the rewrite refused in the written
+  // model; "unmeasured": `detail` says why (the site stays); "superseded": a later rewrite
+  // replaced this node, and that rewrite's site is measured instead.
+  std::string verdict;
+  std::string detail;
+  int round = 1;  // the optimization round whose model it was measured in
+};
+
+struct NumericGate {
+  bool ran = false;  // false: written as null
+  double min_cosine = 0, max_abs_error = 0, max_p99_abs_error = 0;
+  uint64_t seed = 0;
+  int rounds = 0;  // optimizations run: 1 + one per round that undid something
+  std::vector<GatedSite> sites;
+  size_t undone() const;
+};
+
 // One file of a model: as named in the report, its SHA-256 (lower-case hex) and size. The
 // library computes none of these: whoever reads and writes the files fills them in.
 struct FileDigest {
@@ -136,6 +164,10 @@ class Report {
   std::vector<FixpointRun> fixpoints;
   Verification verification;
   std::vector<Expectation> expectations;
+  NumericGate gate;
+  // Values whose meaning a rewrite changed while their name stayed (Rewriter::noteRedefined),
+  // with the pass that did it. Not in the JSON: --gate reads it.
+  std::map<std::string, std::string> redefined_values;
 
   // Fusion sites whose pass or pattern is `name`.
   size_t countFusions(const std::string& name) const;

@@ -139,6 +139,13 @@ class Rewriter {
 
   // ---- Reporting ----
 
+  // `v` keeps its name but from now on holds another value than the original model's of that
+  // name (prefold-rms-norm-weight leaves a norm without its weight, which the MatMuls reading
+  // it now carry): --gate must not compare it with the original's (Report::redefined_values).
+  void noteRedefined(const Value& v) {
+    ctx_.report().redefined_values.emplace(v.name(), ctx_.currentPass());
+  }
+
   // Reports a candidate that did not fuse.
   void reject(const NearMiss& miss) { ctx_.report().addRejection(miss, ctx_.currentPass()); }
   // This sweep has up to `sites` candidates: the report makes room for them at the first
