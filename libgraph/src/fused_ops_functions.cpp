@@ -194,6 +194,42 @@ void respell(Node& n, const std::string& name, const Variant& v) {
   if (!node_name.empty()) g.renameNode(rebuilt, node_name);
 }
 
+// A composite op's node with fewer outputs than the op declares gets the rest, named after its
+// output 0 and unread: a function call must name every output of the function (libonnx 1.12's
+// checker), and SkipLayerNorm's body returns Sum even where nothing reads it.
+void nameEveryOutput(Node& n, const FusedOpInfo& op) {
+  if (n.numOutputs() >= op.outputs.size()) return;
+  Graph& g = *n.graph();
+  Graph::NodeSpec spec;
+  spec.op_type = n.opType();
+  spec.domain = n.domain();
+  spec.inputs = n.inputs();
+  spec.attributes = n.attributes();
+  std::vector<Value*> old = n.outputs();
+  for (size_t i = 0; i < op.outputs.size(); ++i) {
+    spec.output_names.push_back(
+        i < old.size() && old[i] ? g.uniqueValueName(old[i]->name())
+                                 : g.uniqueValueName(fmt::format("{}_{}", n.output(0)->name(),
+                                                                 op.outputs[i].name)));
+  }
+  Node* rebuilt = g.createNode(std::move(spec), &n);
+  rebuilt->doc_string = n.doc_string;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < old.size(); ++i) {
+    names.push_back(old[i] ? old[i]->name() : "");
+    if (!old[i]) continue;
+    rebuilt->output(i)->type = old[i]->type;
+    rebuilt->output(i)->doc_string = old[i]->doc_string;
+    g.replaceAllUsesWith(old[i], rebuilt->output(i));
+  }
+  for (size_t i = old.size(); i < op.outputs.size(); ++i) rebuilt->output(i)->type = n.output(0)->type;
+  const std::string node_name = n.name();
+  g.eraseNode(&n);
+  for (size_t i = 0; i < names.size(); ++i)
+    if (!names[i].empty() && rebuilt->output(i)->name() != names[i]) g.renameValue(rebuilt->output(i), names[i]);
+  if (!node_name.empty()) g.renameNode(rebuilt, node_name);
+}
+
 // Writes the activation's parameters on the node in full (defaults for those it leaves out),
 // and below opset 12 also as the tensor the body's Constant reads.
 void makeParamsExplicit(Node& n, Activation act, int64_t opset) {
@@ -239,6 +275,7 @@ void attachFusectlFunctions(Model& model) {
     if (op && !op->takesEpilogue()) {
       requireOpset();
       needed.emplace(n.opType(), std::nullopt);
+      if (op->isComposite()) nameEveryOutput(n, *op);  // last: it replaces n
       return;
     }
     std::optional<FusedSpelling> s = decodeFusedSpelling(n.opType());

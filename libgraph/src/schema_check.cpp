@@ -165,9 +165,19 @@ class SchemaChecker {
         return fmt::format("input {} ('{}') is required by fusectl.{} but empty", i,
                            op->inputs[i].name, op->name);
     }
-    if (n.numOutputs() != 1 || !n.output(0))
-      return fmt::format("{}, but fusectl.{} gives 1", plural(n.numOutputs(), "output"),
-                         op->name);
+    // Optional outputs may be left off at the end (SkipLayerNorm's Sum).
+    size_t required_out = 0;
+    for (const FusedOpOutput& out : op->outputs) required_out += out.optional ? 0 : 1;
+    if (n.numOutputs() < required_out || n.numOutputs() > op->outputs.size())
+      return fmt::format("{}, but fusectl.{} gives {}", plural(n.numOutputs(), "output"),
+                         op->name,
+                         countRange(static_cast<int>(required_out),
+                                    static_cast<int>(op->outputs.size())));
+    for (size_t i = 0; i < n.numOutputs(); ++i) {
+      if (!n.output(i) && !op->outputs[i].optional)
+        return fmt::format("output {} ('{}') of fusectl.{} is required but empty", i,
+                           op->outputs[i].name, op->name);
+    }
     for (const Attribute& a : n.attributes()) {
       if (!a.ref_attr_name.empty()) continue;
       for (const FusedOpAttribute& known : op->attributes) {

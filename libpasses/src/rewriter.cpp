@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/shape_inference.h"
 #include "fusectl/passes/fusion_stamp.h"
 
 namespace fusectl::passes {
@@ -20,19 +21,22 @@ bool Rewriter::stillValid(const Match& m) const {
 }
 
 Node* Rewriter::create(NewNode node, std::string_view output_hint, const ValueType& type,
-                       Node* position) {
+                       Node* position, std::string_view second_hint,
+                       const ValueType* second_type) {
   std::string name = std::move(node.name);
   // The order of the two unique-name picks matters: both draw on the graph's one name counter,
   // and the names a pass has always produced depend on it.
   if (node.naming == NodeNaming::TakeOver && !name.empty()) name = graph_.uniqueNodeName(name);
-  std::string output = graph_.uniqueValueName(output_hint);
+  std::vector<std::string> outputs = {graph_.uniqueValueName(output_hint)};
+  if (second_type) outputs.push_back(graph_.uniqueValueName(second_hint));
   if (node.naming == NodeNaming::Unique && !name.empty()) name = graph_.uniqueNodeName(name);
   const bool fusectl_op = node.domain == "fusectl";
   Node* n = graph_.createNode({std::move(node.op_type), std::move(node.domain),
-                               std::move(node.inputs), {std::move(output)}, std::move(name),
+                               std::move(node.inputs), std::move(outputs), std::move(name),
                                std::move(node.attributes)},
                               position);
   n->output(0)->type = type;
+  if (second_type) n->output(1)->type = *second_type;
   n->doc_string = std::move(node.doc_string);
   if (fusectl_op && ctx_.model_.opsetVersion("fusectl") == 0)
     ctx_.model_.setOpsetVersion("fusectl", 1);
@@ -61,6 +65,30 @@ Node* Rewriter::replaceMatch(std::string_view pattern, const Match& m, Value* re
   return n;
 }
 
+Node* Rewriter::replaceMatchKeeping(std::string_view pattern, const Match& m, Value* replaced,
+                                    Value* kept, NewNode node) {
+  if (!replaced || !kept || kept->isGraphOutput() || !kept->producer()) {
+    throwInternal(fmt::format("rewriter: fusion '{}' keeps no value, or one that is a graph "
+                              "output or has no producer",
+                              pattern));
+  }
+  const std::string replaced_name = replaced->name();
+  const std::string kept_name = kept->name();
+  Node* n = create(std::move(node), replaced_name, replaced->type, kept->producer(), kept_name,
+                   &kept->type);
+  const std::vector<Node*>& matched = m.nodes();
+  for (Node* reader : kept->consumers()) {
+    if (std::find(matched.begin(), matched.end(), reader) != matched.end()) continue;
+    for (size_t i = 0; i < reader->numInputs(); ++i)
+      if (reader->input(i) == kept) graph_.setNodeInput(reader, i, n->output(1));
+  }
+  commitFusion(pattern, m, replaced, n, kept, /*move=*/false);
+  takeOverValueName(n->output(0), replaced_name);
+  takeOverValueName(n->output(1), kept_name);
+  recordFinalLabel(n);
+  return n;
+}
+
 void Rewriter::replaceMatchInPlace(std::string_view pattern, const Match& m, Value* replaced,
                                    Node* kept) {
   if (!replaced || !kept || !kept->output(0)) {
@@ -84,6 +112,8 @@ void Rewriter::recordFinalLabel(const Node* replacement) {
 void Rewriter::takeOverValueName(Value* v, const std::string& name) {
   if (v->name() != name && !graph_.findValue(name)) graph_.renameValue(v, name);
 }
+
+void Rewriter::reinferShapes() { inferShapes(ctx_.model_); }
 
 Value* Rewriter::addConstant(std::string_view name_hint, Tensor t) {
   return graph_.addInitializer(graph_.uniqueValueName(name_hint), std::move(t));
@@ -233,7 +263,7 @@ uint64_t staticBytes(const Value* v) {
 }  // namespace
 
 void Rewriter::commitFusion(std::string_view pattern, const Match& m, Value* replaced_output,
-                            Node* replacement) {
+                            Node* replacement, const Value* kept, bool move) {
   if (!replaced_output || !replacement || !replacement->output(0)) {
     throwInternal(fmt::format("rewriter: fusion '{}' has no replaced value or no replacement "
                               "output (an output name \"\" means an omitted output)",
@@ -249,12 +279,12 @@ void Rewriter::commitFusion(std::string_view pattern, const Match& m, Value* rep
     if (!n) continue;
     uint64_t bytes = 0;
     for (Value* v : n->outputs())
-      if (v != replaced_output) bytes += staticBytes(v);
+      if (v != replaced_output && v != kept) bytes += staticBytes(v);
     before.push_back({n, n->label(), bytes});
   }
   std::string root_label = m.root() ? m.root()->label() : std::string();
   Node* anchor = replaced_output->producer();
-  if (anchor && anchor != replacement) graph_.moveBefore(replacement, anchor);
+  if (move && anchor && anchor != replacement) graph_.moveBefore(replacement, anchor);
   graph_.replaceAllUsesWith(replaced_output, replacement->output(0));
   // Consumers come after producers in a match's usual order; erase from the back so that a
   // node is dead by the time it is visited.

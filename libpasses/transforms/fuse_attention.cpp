@@ -463,10 +463,15 @@ class FuseAttentionPass : public Pass {
       return false;
     }
     const Pattern pattern = buildPattern();
-    return applyPattern(graph, ctx, pattern, [&](Rewriter& rw, const Match& m) {
-             fuse(rw, pattern, m);
-             return true;
-           }) > 0;
+    const bool fused = applyPattern(graph, ctx, pattern, [&](Rewriter& rw, const Match& m) {
+                         fuse(rw, pattern, m);
+                         return true;
+                       }) > 0;
+    // The attention's output dims are exact where the unfused chain (mask, Where, head merge)
+    // left some unknown; the residual Add after the block is then provably one shape, which
+    // fuse-skip-norm needs.
+    if (fused) Rewriter(ctx).reinferShapes();
+    return fused;
   }
 
  private:

@@ -6,14 +6,17 @@
 //                    or fusectl::LayerNorm(s, scale, bias)                x, skip, scale, bias)
 //   s = Add(x, skip); y = fusectl::RMSNorm(s, scale)             =>  y = fusectl::SkipRMSNorm(
 //                                                                          x, skip, scale)
+//   (y, s) when s has other readers: the sum is still written once, in the same pass.
 // It runs after fuse-layer-norm and fuse-rms-norm, on the nodes they wrote (or on a model's own
 // LayerNormalization).
 //
 // Conditions, each failure reported with its reason:
-//  1. The sum is read by the norm only and is no graph output. (SkipLayerNorm can return the sum
-//     as its second output, Sum, for the next residual of a pre-norm block; writing a node with
-//     two outputs needs a Rewriter action that does not exist yet, so a sum read elsewhere is
-//     reported and left alone.)
+//  1. The sum is no graph output. When something else reads it too (the next residual of a
+//     pre-norm block, GPT-2's `h + mlp(ln_2(h))`), the fused node returns it as its second
+//     output, Sum, which those readers read instead (Rewriter::replaceMatchKeeping) -- unless
+//     an operand comes straight from a MatMul/Gemm/Conv that reads into nothing else: that
+//     node's epilogue (fuse-matmul-epilogue, fuse-epilogue) takes the Add and writes the sum
+//     once, where SkipLayerNorm would write the projection and the sum (one write more).
 //  2. The operands have the same shape (every dim provably equal), or one of them is a bias
 //     broadcast on the last axis only ([H] or [1, ..., H]) of a norm over that one axis.
 //  3. A standard LayerNormalization has stash_type 1 and no Mean/InvStdDev output in use, and
@@ -21,6 +24,7 @@
 //  4. Everything is float32.
 #include <fmt/format.h>
 
+#include "fusectl/graph/op_classes.h"
 #include "fusectl/passes/rewriter.h"
 #include "norm_patterns.h"
 #include "pass_factories.h"
@@ -81,6 +85,40 @@ std::optional<std::pair<Value*, Value*>> operands(const Match& m, Why& why) {
   return std::nullopt;
 }
 
+// Condition 1's exception.
+Constraint sumBetterInEpilogue() {
+  return {"sum-in-epilogue", [](const Match& m, Why& why) {
+            Node* a = m.get("a");
+            if (a->output(0)->consumers().size() <= 1) return true;
+            // A node whose only reader is `reader` (its output can disappear into it).
+            auto onlyFeeds = [](const Node* p) {
+              return p->numOutputs() == 1 && p->output(0)->consumers().size() == 1 &&
+                     !p->output(0)->isGraphOutput();
+            };
+            for (const Value* in : a->inputs()) {
+              Node* p = in ? in->producer() : nullptr;
+              // Through the projection's bias Add, which the same epilogue takes.
+              if (p && p->is("Add") && p->domain().empty() && onlyFeeds(p) &&
+                  p->numInputs() == 2 && p->input(0) && p->input(1)) {
+                const Value* bias = p->input(1)->isConstant()   ? p->input(1)
+                                    : p->input(0)->isConstant() ? p->input(0)
+                                                                : nullptr;
+                const Value* projected = bias == p->input(1) ? p->input(0) : p->input(1);
+                if (bias && !projected->isConstant() && projected->producer())
+                  p = projected->producer();
+              }
+              if (!p || opClassOf(*p) != OpClass::Compute || !onlyFeeds(p)) continue;
+              return why.fail(*a, [&] {
+                return fmt::format("{} output '{}' is read elsewhere too, and {} can take the "
+                                   "Add into its epilogue, writing the sum once (a SkipNorm "
+                                   "would write {}'s output and the sum)",
+                                   a->label(), a->output(0)->name(), p->label(), p->label());
+              });
+            }
+            return true;
+          }};
+}
+
 Constraint residualShapes() {
   return {"residual-shapes",
           [](const Match& m, Why& why) { return operands(m, why).has_value(); }};
@@ -123,7 +161,7 @@ Pattern buildPattern(NormOp op) {
                                                      : "fusectl::RMSNorm";
   Pattern p = Pattern::parse(fmt::format("n:{}(^a:Add)", norm), formName(op));
   p.producing({op == NormOp::RMSNorm ? "fusectl::SkipRMSNorm" : "fusectl::SkipLayerNorm"});
-  p.require(uniqueConsumer("a")).require(residualShapes());
+  p.require(notGraphOutput("a")).require(sumBetterInEpilogue()).require(residualShapes());
   if (op == NormOp::StandardLayerNorm) p.require(standardLayerNormQualifies());
   p.require(dtypeIn({"a", "n"}, {DType::Float}));
   return p;
@@ -173,7 +211,13 @@ class FuseSkipNormPass : public Pass {
     node.attributes = {Attribute::ofInt("axis", n->attrInt("axis", -1)),
                        Attribute::ofFloat("epsilon", n->attrFloat("epsilon", 1e-5f))};
     node.name = n->name();
-    rw.replaceMatch(pattern.name, m, n->output(0), std::move(node));
+    Value* sum = m.get("a")->output(0);
+    if (sum->consumers().size() > 1) {
+      rw.replaceMatchKeeping(pattern.name, m, n->output(0), sum, std::move(node));
+      rw.context().count("kept_sum");
+    } else {
+      rw.replaceMatch(pattern.name, m, n->output(0), std::move(node));
+    }
     rw.context().count(op == NormOp::RMSNorm ? "fused_skip_rms_norm" : "fused_skip_layer_norm");
   }
 };

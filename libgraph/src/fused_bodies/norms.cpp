@@ -11,10 +11,9 @@
 //   N    = Div(D, Sqrt(Add(V, Constant(value_float = @epsilon))))
 //   Y    = Reshape(Add(Mul(N, Reshape(Scale, [-1])), Reshape(B, [-1])), Shape(Sum or X))
 // Means are ReduceMean with an axes attribute before opset 18, ReduceSum / count from 18 on.
-// The Skip bodies output Y only, although fused_ops.def declares the optional Sum: libonnx
-// 1.12's checker rejects a call that leaves a function output off ("Output 1 is out of
-// bounds"), and no pass writes Sum yet (the Rewriter cannot create a node with two outputs).
-// When one does, the body gains Sum as its second output.
+// The Skip bodies output Y and Sum. libonnx 1.12's checker rejects a call that leaves a
+// function output off ("Output 1 is out of bounds"), so attachFusectlFunctions names a Sum
+// output (unread) on every Skip node that has none.
 // The call must give both attributes (the passes always do): an absent @axis would leave
 // Flatten's own default (1) in force.
 #include "fused_op_body.h"
@@ -61,7 +60,7 @@ std::string buildNorm(const FusedOpInfo& op, int64_t opset, bool skip, bool rms)
   Value* y = b.node("Mul", {normed, b.node("Reshape", {scale, flat})});
   if (bias) y = b.node("Add", {y, b.node("Reshape", {bias, flat})});
   Value* out = b.node("Reshape", {y, b.node("Shape", {sum})}, "Y");
-  f.body = b.finish(out);
+  f.body = skip ? b.finish(std::vector<Value*>{out, sum}) : b.finish(out);
   return functionToBinary(f);
 }
 

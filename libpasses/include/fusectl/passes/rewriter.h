@@ -77,6 +77,13 @@ class Rewriter {
   // nodes, and the report the fusion site (pattern `pattern`, portability fusectl when the node
   // is in the fusectl domain) with the bytes of the match's internal values that disappeared.
   Node* replaceMatch(std::string_view pattern, const Match& m, Value* replaced, NewNode node);
+  // replaceMatch for a replacement with two outputs, whose output 1 stands for `kept`: a value
+  // the match computes (before `replaced`) that readers outside the match still need, such as
+  // the residual sum a SkipLayerNorm takes in. The node is created where `kept`'s producer
+  // was, so that it comes before every reader of either value; those outside the match read
+  // output 1 instead, which then takes `kept`'s name. `kept` must be no graph output.
+  Node* replaceMatchKeeping(std::string_view pattern, const Match& m, Value* replaced,
+                            Value* kept, NewNode node);
   // replaceMatch with one of the matched nodes, edited in place, as the replacement: it keeps
   // its name and place, its output 0 takes `replaced`'s type, readers and name, and it counts
   // as replaced in the fusion site.
@@ -137,6 +144,14 @@ class Rewriter {
   // Removes the initializers nothing reads that are not graph inputs; returns how many.
   size_t eraseUnusedInitializers();
 
+  // ---- Types ----
+
+  // Infers every value's type again (inferShapes over the whole model, replacing what is
+  // there): for a pass whose new nodes make dims known that the unfused graph hid from
+  // inference (fuse-attention's output is [B, H, S, D] where the Softmax/Where/mask chain left
+  // "?"), so that the passes after it see them. O(model): once per pass run, not per rewrite.
+  void reinferShapes();
+
   // ---- Reporting ----
 
   // `v` keeps its name but from now on holds another value than the original model's of that
@@ -155,13 +170,17 @@ class Rewriter {
  private:
   static uint64_t pointerHash(const Node* n) { return reinterpret_cast<uintptr_t>(n); }
   void markErased(const Node* n) { erased_.insert(pointerHash(n), n); }
+  // A second output (named after `second_hint`, of `second_type`) when second_type is given.
   Node* create(NewNode node, std::string_view output_hint, const ValueType& type,
-               Node* position);
+               Node* position, std::string_view second_hint = {},
+               const ValueType* second_type = nullptr);
   // Moves `replacement` before the producer of `replaced_output`, rewires that value's readers
   // to replacement output 0, erases what became dead, stamps the doc string and reports the
   // site.
+  // `kept` (replaceMatchKeeping) is a matched value that lives on as the replacement's output
+  // 1: its bytes are not saved. `move` false leaves the replacement where it was created.
   void commitFusion(std::string_view pattern, const Match& m, Value* replaced_output,
-                    Node* replacement);
+                    Node* replacement, const Value* kept = nullptr, bool move = true);
   // After commitFusion: the replacement's output takes `name` (the replaced value's, now gone)
   // when it is free.
   void takeOverValueName(Value* v, const std::string& name);
