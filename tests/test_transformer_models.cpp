@@ -102,15 +102,15 @@ std::vector<TransformerModel> transformerModels() {
       // After -O3: 2 RMSNorm (input, post-attention), QK-norm fused into the rotary node (one
       // QKNormRotaryEmbedding per q and k), 1 Attention with 8 Q / 2 KV heads (no Expand left),
       // 1 SwiGLU, MatMuls after merging: q, k, v (the merge is rejected by the width rule: K/V
-      // are a quarter of Q's width), gate/up -> 1 (read through 2 Slices), o_proj and
-      // down_proj with the residual Add in their epilogue.
+      // are a quarter of Q's width), gate/up -> 1 (its halves read by one SwiGLUPacked, no
+      // Slice left), o_proj and down_proj with the residual Add in their epilogue.
       {"llama_gqa_block",
        {{"hidden", {2, 8, 128}}, {"cos", {8, 16}}, {"sin", {8, 16}}},
        false,
-       {{"Concat", 3}, {"Gather", 2}, {"MatMul", 4}, {"Reshape", 4}, {"Shape", 1}, {"Slice", 2},
+       {{"Concat", 3}, {"Gather", 2}, {"MatMul", 4}, {"Reshape", 4}, {"Shape", 1},
         {"Transpose", 4}, {"Unsqueeze", 2}, {"fusectl::Attention", 1},
         {"fusectl::FusedMatMul_NoBias_Add", 2}, {"fusectl::QKNormRotaryEmbedding", 2},
-        {"fusectl::RMSNorm", 2}, {"fusectl::SwiGLU", 1}}},
+        {"fusectl::RMSNorm", 2}, {"fusectl::SwiGLUPacked", 1}}},
       // After -O3: as llama_gqa_block, with each RMSNorm taking its Cast pair (fp16 in and out)
       // and the (1 + w) weight folded into one constant: 2 RMSNorm and 2 QK-norm rotary nodes,
       // no ReduceMean. The Casts stay: fusectl::RMSNorm is float32 only.
@@ -118,9 +118,9 @@ std::vector<TransformerModel> transformerModels() {
        {{"hidden", {2, 8, 128}}, {"cos", {8, 16}}, {"sin", {8, 16}}},
        true,
        {{"Add", 2}, {"Cast", 8}, {"Concat", 3}, {"Gather", 2}, {"MatMul", 6}, {"Reshape", 4},
-        {"Shape", 1}, {"Slice", 2}, {"Transpose", 4}, {"Unsqueeze", 2},
-        {"fusectl::Attention", 1}, {"fusectl::QKNormRotaryEmbedding", 2},
-        {"fusectl::RMSNorm", 2}, {"fusectl::SwiGLU", 1}}},
+        {"Shape", 1}, {"Transpose", 4}, {"Unsqueeze", 2}, {"fusectl::Attention", 1},
+        {"fusectl::QKNormRotaryEmbedding", 2}, {"fusectl::RMSNorm", 2},
+        {"fusectl::SwiGLUPacked", 1}}},
       // After -O3: 4 LayerNormalization (opset 17) or SkipLayerNorm with the residual Add in it,
       // 2 Attention (additive mask), 2 Gelu (HF's x*0.5*(1+erf) order), 12 FusedMatMul-family
       // nodes (q, k, v, o, fc1, fc2 per layer; fewer after merging q/k/v), no bias Add left.

@@ -7,6 +7,7 @@ namespace fusectl {
 // Declared here rather than in a header per family: this list is their only caller.
 std::string buildAttentionFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/attention.cpp
 std::string buildSwiGLUFunction(const FusedOpInfo& op, int64_t opset);     // fused_bodies/swiglu.cpp
+std::string buildSwiGLUPackedFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/swiglu.cpp
 std::string buildGeluTanhFunction(const FusedOpInfo& op, int64_t opset);   // fused_bodies/gelu.cpp
 std::string buildQuickGeluFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/gelu.cpp
 std::string buildLayerNormFunction(const FusedOpInfo& op, int64_t opset);      // norms.cpp
@@ -24,6 +25,7 @@ const std::vector<CompositeBody>& compositeBodyBuilders() {
       {"SkipRMSNorm", buildSkipRMSNormFunction},
       {"Attention", buildAttentionFunction},
       {"SwiGLU", buildSwiGLUFunction},
+      {"SwiGLUPacked", buildSwiGLUPackedFunction},
       {"GeluTanh", buildGeluTanhFunction},
       {"QuickGelu", buildQuickGeluFunction},
       {"RotaryEmbedding", buildRotaryEmbeddingFunction},

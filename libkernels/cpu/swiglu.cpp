@@ -39,11 +39,43 @@ void runSwiGLU(KernelContext& ctx) {
   });
 }
 
+// X = [rows, 2I]: each row's gate is its first half, its up projection the second.
+void runSwiGLUPacked(KernelContext& ctx) {
+  const HostTensor& x = ctx.requireInput(0);
+  if (x.dtype() != DType::Float)
+    ctx.fail("X must be float32, it is " + std::string(dtypeName(x.dtype())));
+  if (x.rank() == 0 || x.dims().back() % 2 != 0)
+    ctx.fail("X's last dim must be even (gate and up side by side), X is " + formatDims(x.dims()));
+  std::vector<int64_t> dims = x.dims();
+  const int64_t inter = dims.back() / 2;
+  dims.back() = inter;
+  HostTensor& y = ctx.allocateOutput(0, DType::Float, dims);
+  if (y.numel() == 0) return;
+  const int64_t rows = y.numel() / inter;
+  const float* xp = x.data<float>();
+  float* yp = y.mutableData<float>();
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / inter);
+  parallelFor(rows, ctx.numThreads(), grain, [&](int64_t r0, int64_t r1) {
+    float gate[kBlock];
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* g = xp + r * 2 * inter;
+      const float* u = g + inter;
+      float* out = yp + r * inter;
+      for (int64_t b = 0; b < inter; b += kBlock) {
+        const int64_t n = std::min(kBlock, inter - b);
+        vec::unary(vec::Unary::Sigmoid, g + b, gate, n);
+        for (int64_t i = 0; i < n; ++i) out[b + i] = g[b + i] * gate[i] * u[b + i];
+      }
+    }
+  });
+}
+
 }  // namespace
 }  // namespace cpu
 
 void registerSwiGLUKernels(KernelRegistry& r) {
   r.add({"fusectl", "SwiGLU", 1, 1000, cpu::runSwiGLU});
+  r.add({"fusectl", "SwiGLUPacked", 1, 1000, cpu::runSwiGLUPacked});
 }
 
 }  // namespace fusectl::kernels

@@ -232,4 +232,35 @@ std::optional<std::vector<int64_t>> intsConstant(const Value* v) {
   return out;
 }
 
+std::optional<SliceRange> sliceRange(const Node& slice, size_t rank) {
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (slice.numInputs() == 1) {  // opset < 10: attributes
+    starts = slice.attrInts("starts");
+    ends = slice.attrInts("ends");
+    axes = slice.attrInts("axes");
+  } else {
+    std::optional<std::vector<int64_t>> s = intsConstant(slice.input(1));
+    std::optional<std::vector<int64_t>> e =
+        slice.numInputs() > 2 ? intsConstant(slice.input(2)) : std::nullopt;
+    if (!s || !e) return std::nullopt;
+    starts = *s;
+    ends = *e;
+    if (slice.numInputs() > 3 && slice.input(3)) {
+      std::optional<std::vector<int64_t>> a = intsConstant(slice.input(3));
+      if (!a) return std::nullopt;
+      axes = *a;
+    }
+    if (slice.numInputs() > 4 && slice.input(4)) {
+      std::optional<std::vector<int64_t>> st = intsConstant(slice.input(4));
+      if (!st) return std::nullopt;
+      steps = *st;
+    }
+  }
+  if (starts.size() != 1 || ends.size() != 1) return std::nullopt;
+  if (axes.empty()) axes = {0};
+  if (axes.size() != 1 || (!steps.empty() && (steps.size() != 1 || steps[0] != 1)))
+    return std::nullopt;
+  return SliceRange{starts[0], ends[0], axes[0] < 0 ? axes[0] + static_cast<int64_t>(rank) : axes[0]};
+}
+
 }  // namespace fusectl::passes

@@ -76,4 +76,13 @@ std::optional<double> scalarConstant(const Value* v);
 // Every element of an integer constant (int32/int64), or nullopt: Slice's starts/ends/axes.
 std::optional<std::vector<int64_t>> intsConstant(const Value* v);
 
+// A Slice of one axis with step 1: its start and end as written (negative ones not yet
+// resolved) and the axis, normalised for an input of rank `rank`.
+struct SliceRange {
+  int64_t start, end, axis;
+};
+// From the Slice's constant inputs (opset >= 10) or its attributes (before); nullopt for a
+// Slice of several axes, a step other than 1 or bounds that are not constants.
+std::optional<SliceRange> sliceRange(const Node& slice, size_t rank);
+
 }  // namespace fusectl::passes

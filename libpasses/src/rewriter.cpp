@@ -20,6 +20,10 @@ bool Rewriter::stillValid(const Match& m) const {
   return true;
 }
 
+namespace {
+uint64_t staticBytesOf(const Value* v);  // below
+}  // namespace
+
 Node* Rewriter::create(NewNode node, std::string_view output_hint, const ValueType& type,
                        Node* position, std::string_view second_hint,
                        const ValueType* second_type) {
@@ -204,6 +208,11 @@ size_t Rewriter::eraseWithDeadProducers(Node* n) {
     // big graph, load while x is erased.
     for (Value* v : inputs)
       if (v->isInitializer() && v->uses().size() == 1) graph_.prefetchValueName(v->name());
+    if (dead_producers_ && x != n) {
+      uint64_t bytes = 0;
+      for (Value* v : x->outputs()) bytes += staticBytesOf(v);
+      dead_producers_->emplace_back(x->label(), bytes);
+    }
     graph_.eraseNode(x);
     markErased(x);
     ++count;
@@ -254,7 +263,7 @@ std::string bypassBreaksInterface(const Node& n, size_t input) {
 }
 
 namespace {
-uint64_t staticBytes(const Value* v) {
+uint64_t staticBytesOf(const Value* v) {
   if (!v || !v->type.isTensor()) return 0;
   std::optional<int64_t> numel = v->shape().staticNumel();
   if (!numel) return 0;
@@ -279,7 +288,7 @@ void Rewriter::commitFusion(std::string_view pattern, const Match& m, Value* rep
     if (!n) continue;
     uint64_t bytes = 0;
     for (Value* v : n->outputs())
-      if (v != replaced_output && v != kept) bytes += staticBytes(v);
+      if (v != replaced_output && v != kept) bytes += staticBytesOf(v);
     before.push_back({n, n->label(), bytes});
   }
   std::string root_label = m.root() ? m.root()->label() : std::string();
@@ -288,8 +297,11 @@ void Rewriter::commitFusion(std::string_view pattern, const Match& m, Value* rep
   graph_.replaceAllUsesWith(replaced_output, replacement->output(0));
   // Consumers come after producers in a match's usual order; erase from the back so that a
   // node is dead by the time it is visited.
+  std::vector<std::pair<std::string, uint64_t>> dead_producers;
+  dead_producers_ = &dead_producers;
   for (auto it = before.rbegin(); it != before.rend(); ++it)
     if (!erased(it->node) && isDead(it->node)) eraseWithDeadProducers(it->node);
+  dead_producers_ = nullptr;
 
   FusionSite site;
   site.pass = ctx_.currentPass();
@@ -301,6 +313,13 @@ void Rewriter::commitFusion(std::string_view pattern, const Match& m, Value* rep
     if (!erased(b.node) && b.node != replacement) continue;
     site.replaced_nodes.push_back(b.label);
     site.activation_bytes_saved += b.internal_bytes;
+  }
+  for (const auto& [label, bytes] : dead_producers) {
+    bool matched = false;
+    for (const Before& b : before) matched = matched || b.label == label;
+    if (matched) continue;
+    site.replaced_nodes.push_back(label);
+    site.activation_bytes_saved += bytes;
   }
   // new_node is set by recordFinalLabel, once the replacement has its final names.
   site.new_op = replacement->domain().empty() ? replacement->opType()

@@ -72,42 +72,6 @@ int64_t normalizedAxis(int64_t axis, size_t rank) {
   return axis < 0 ? axis + static_cast<int64_t>(rank) : axis;
 }
 
-// A Slice's (start, end) on one axis with step 1, from its inputs (opset >= 10) or attributes;
-// nullopt when it is anything else. `axis` gets the normalised axis.
-struct SliceRange {
-  int64_t start, end, axis;
-};
-std::optional<SliceRange> sliceRange(const Node& slice, size_t rank) {
-  std::vector<int64_t> starts, ends, axes, steps;
-  if (slice.numInputs() == 1) {  // opset < 10: attributes
-    starts = slice.attrInts("starts");
-    ends = slice.attrInts("ends");
-    axes = slice.attrInts("axes");
-  } else {
-    std::optional<std::vector<int64_t>> s = intsConstant(slice.input(1));
-    std::optional<std::vector<int64_t>> e =
-        slice.numInputs() > 2 ? intsConstant(slice.input(2)) : std::nullopt;
-    if (!s || !e) return std::nullopt;
-    starts = *s;
-    ends = *e;
-    if (slice.numInputs() > 3 && slice.input(3)) {
-      std::optional<std::vector<int64_t>> a = intsConstant(slice.input(3));
-      if (!a) return std::nullopt;
-      axes = *a;
-    }
-    if (slice.numInputs() > 4 && slice.input(4)) {
-      std::optional<std::vector<int64_t>> st = intsConstant(slice.input(4));
-      if (!st) return std::nullopt;
-      steps = *st;
-    }
-  }
-  if (starts.size() != 1 || ends.size() != 1) return std::nullopt;
-  if (axes.empty()) axes = {0};
-  if (axes.size() != 1 || (!steps.empty() && (steps.size() != 1 || steps[0] != 1)))
-    return std::nullopt;
-  return SliceRange{starts[0], ends[0], normalizedAxis(axes[0], rank)};
-}
-
 // Condition 1.
 Constraint rotateHalf(Form f) {
   return {"rotate-half", [f](const Match& m, Why& why) {

@@ -17,9 +17,13 @@
 //  2. The Sigmoid's and silu's outputs are read by the chain only and are not graph outputs.
 //  3. g, up and Y provably have one shape: SwiGLU does not broadcast.
 //  4. Everything is float32 (the kernel's type).
-// When gate and up come from one merged MatMul through a Split (merge-parallel-matmuls), the two
-// Split outputs are g and up here; SwiGLU does not take the Split in (not done yet).
+// When gate and up are the two halves of one value's last dim (merge-parallel-matmuls reads its
+// merged gate/up MatMul through Slice(x, [0, I)) and Slice(x, [I, 2I))), each Slice read by the
+// chain only, the node is fusectl::SwiGLUPacked(x) instead and the Slices go too: the SwiGLU
+// reads the merged projection once.
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "constant_math.h"
 #include "fusectl/passes/rewriter.h"
@@ -79,6 +83,36 @@ Constraint sameShapes() {
           }};
 }
 
+// The merged gate/up value whose halves g and up are, or nullptr.
+Value* packedSource(const Match& m, Value* g, Value* up) {
+  Node* gs = g->producer();
+  Node* us = up->producer();
+  if (!gs || !us || !gs->is("Slice") || !us->is("Slice") || !gs->domain().empty() ||
+      !us->domain().empty() || gs->input(0) != us->input(0))
+    return nullptr;
+  Value* x = gs->input(0);
+  const Shape& xs = x->shape();
+  if (!xs.hasRank() || xs.rank() == 0 || !xs[xs.rank() - 1].isStatic()) return nullptr;
+  const int64_t width = xs[xs.rank() - 1].value();
+  if (width % 2 != 0) return nullptr;
+  const int64_t half = width / 2, last = static_cast<int64_t>(xs.rank()) - 1;
+  auto covers = [&](const Node& slice, int64_t from, int64_t to) {
+    std::optional<SliceRange> r = sliceRange(slice, xs.rank());
+    if (!r || r->axis != last) return false;
+    const int64_t start = r->start < 0 ? r->start + width : r->start;
+    const int64_t end = r->end < 0 ? r->end + width : std::min(r->end, width);
+    return start == from && end == to;
+  };
+  if (!covers(*gs, 0, half) || !covers(*us, half, width)) return nullptr;
+  // The Slices disappear only when the chain is all that reads them.
+  for (Node* reader : g->consumers())
+    if (reader != m.get("sig") && reader != m.get("silu")) return nullptr;
+  for (Node* reader : up->consumers())
+    if (reader != m.get("out")) return nullptr;
+  if (g->isGraphOutput() || up->isGraphOutput()) return nullptr;
+  return x;
+}
+
 Pattern build() {
   using namespace constraints;
   Pattern p = Pattern::parse("sig:Sigmoid -> silu:Mul -> ^out:Mul", "swiglu");
@@ -104,11 +138,19 @@ class FuseSwiGLUPass : public Pass {
     return applyPattern(graph, ctx, pattern, [&](Rewriter& rw, const Match& m) {
              Why checked(false);  // gatedSilu held
              Node* out = m.get("out");
+             Value* g = m.get("sig")->input(0);
+             Value* up = upOf(m, checked);
              NewNode node;
-             node.op_type = "SwiGLU";
              node.domain = "fusectl";
-             node.inputs = {m.get("sig")->input(0), upOf(m, checked)};
              node.name = out->name();
+             if (Value* packed = packedSource(m, g, up)) {
+               node.op_type = "SwiGLUPacked";
+               node.inputs = {packed};
+               ctx.count("fused_swiglu_packed");
+             } else {
+               node.op_type = "SwiGLU";
+               node.inputs = {g, up};
+             }
              rw.replaceMatch(pattern.name, m, out->output(0), std::move(node));
              ctx.count("fused_swiglu");
              return true;

@@ -26,12 +26,27 @@ bool attentionShape(RuleContext& ctx) {
   return true;
 }
 
+// SwiGLUPacked: Y is X with its last dim halved.
+bool swigluPackedShape(RuleContext& ctx) {
+  const Shape& x = ctx.inShape(0);
+  if (!x.hasRank() || x.rank() == 0) {
+    ctx.setOutput(0, ctx.inDType(0), x);
+    return true;
+  }
+  std::vector<Dim> dims(x.dims().begin(), x.dims().end());
+  Dim& last = dims.back();
+  last = last.isStatic() && last.value() % 2 == 0 ? Dim::known(last.value() / 2) : Dim::unknown();
+  ctx.setOutput(0, ctx.inDType(0), Shape(std::move(dims)));
+  return true;
+}
+
 }  // namespace
 
 void registerFusectlOpRules(RuleRegistry& r) {
   for (const FusedOpInfo& op : allFusedOps())
     if (op.shape_rule == FusedShapeRule::SameAsInput) r.add(kFusectlDomain, op.name, everyOutputAsInput);
   r.add(kFusectlDomain, "Attention", attentionShape);
+  r.add(kFusectlDomain, "SwiGLUPacked", swigluPackedShape);
 }
 
 }  // namespace fusectl::shape_rules

@@ -189,6 +189,10 @@ class Rewriter {
   Graph& graph_;
   PassContext& ctx_;
   size_t expected_sites_ = 0;
+  // While commitFusion erases a match: the producers eraseWithDeadProducers takes with it
+  // (label, bytes of its outputs), which the fusion removed as well (fuse-swiglu's packed form
+  // leaves merge-parallel-matmuls' Slices without readers).
+  std::vector<std::pair<std::string, uint64_t>>* dead_producers_ = nullptr;
   // Nodes erased in this sweep, each once (a fold erases a few nodes per site, and
   // std::unordered_set's allocation per entry was a visible cost at a million sites).
   HashBuckets<const Node> erased_{64};
