@@ -24,6 +24,7 @@
 #include "fusectl/kernels/compare.h"
 #include "fusectl/kernels/executor.h"
 #include "fusectl/kernels/seeded_inputs.h"
+#include "fusectl/passes/optimize.h"
 #include "fusectl/passes/pipeline.h"
 
 using namespace fusectl;
@@ -187,6 +188,26 @@ TEST_CASE("transformer models: op histogram after -O3",
       INFO(tm.name << " before: " << describe(before));
       INFO(tm.name << " after -O3: " << describe(after));
       CHECK(describe(after) == describe(tm.ops_after_o3));
+    }
+  }
+}
+
+TEST_CASE("transformer models: -O3 is byte-deterministic and idempotent", "[transformer]") {
+  for (const TransformerModel& tm : transformerModels()) {
+    SECTION(tm.name) {
+      passes::OptimizeRequest request;
+      request.level = 3;
+      auto first = load(tm.name);
+      passes::optimize(*first, request);
+      auto second = load(tm.name);
+      passes::optimize(*second, request);
+      const std::string bytes = modelToBinary(*first);
+      CHECK(bytes == modelToBinary(*second));
+      // Optimizing the written model again finds nothing more to do and writes the same bytes.
+      auto again = parseModelBinary(bytes, tm.name + " (optimized)", ".");
+      const passes::Report report = passes::optimize(*again, request);
+      CHECK(report.fusions.empty());
+      CHECK(modelToBinary(*again) == bytes);
     }
   }
 }
