@@ -178,6 +178,34 @@ TEST_CASE("attention kernel: large blocks go through the packed GEMM tiles",
   checkAgainstReference(p);
 }
 
+TEST_CASE("attention kernel: long keys take the flash-style tiles with an online softmax",
+          "[attention][kernels]") {
+  // Causal with T >= 512, or 4M scores per block, goes through the tiled layout: partial query
+  // and key tiles (600 = 2 x 256 + 88), causal tiles skipped past the diagonal, grouped-query
+  // heads, every mask broadcast, threads.
+  Problem p;
+  p.B = 1, p.Hq = 4, p.Hkv = 2, p.S = 130, p.T = 600, p.D = 32, p.Dv = 24;
+  p.scale = 1.f / std::sqrt(32.f);
+  p.causal = true;
+  p.mask_dims = {1, 1, 1, 600};
+  checkAgainstReference(p);
+  p.mask_dims = {130, 600};
+  checkAgainstReference(p);
+  p.mask_dims = {1, 4, 130, 1};  // one value per query row: the same shift for every key
+  checkAgainstReference(p);
+  p.B = 2, p.Hq = p.Hkv = 2, p.S = p.T = 520, p.D = p.Dv = 16;
+  p.causal = true;
+  p.mask_dims = {};
+  p.threads = 2;
+  checkAgainstReference(p);
+  // Not causal: tiled once a block has 4M scores (3 x 1.4M keys).
+  p.B = 1, p.Hq = p.Hkv = 1, p.S = 3, p.T = 1400000, p.D = 4, p.Dv = 3;
+  p.causal = false;
+  p.threads = 1;
+  p.mask_dims = {1, 1, 1, 1400000};
+  checkAgainstReference(p);
+}
+
 TEST_CASE("attention kernel: inputs that do not agree are one-line errors naming the node",
           "[attention][kernels]") {
   Problem p;
