@@ -16,6 +16,7 @@ std::string buildSkipLayerNormFunction(const FusedOpInfo& op, int64_t opset);  /
 std::string buildSkipRMSNormFunction(const FusedOpInfo& op, int64_t opset);    // norms.cpp
 std::string buildRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset);        // rotary.cpp
 std::string buildQKNormRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset);  // rotary.cpp
+std::string buildInterleavedRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset);  // rotary.cpp
 
 const std::vector<CompositeBody>& compositeBodyBuilders() {
   static const std::vector<CompositeBody> table = {
@@ -30,6 +31,7 @@ const std::vector<CompositeBody>& compositeBodyBuilders() {
       {"QuickGelu", buildQuickGeluFunction},
       {"RotaryEmbedding", buildRotaryEmbeddingFunction},
       {"QKNormRotaryEmbedding", buildQKNormRotaryEmbeddingFunction},
+      {"InterleavedRotaryEmbedding", buildInterleavedRotaryEmbeddingFunction},
   };
   return table;
 }

@@ -1,5 +1,6 @@
-// fusectl::RotaryEmbedding and fusectl::QKNormRotaryEmbedding (docs/ops.md): the rotate_half
-// rotation of each head row, with the QK-norm variant normalising the row first.
+// fusectl::RotaryEmbedding, InterleavedRotaryEmbedding and QKNormRotaryEmbedding (docs/ops.md):
+// the rotate_half (or neighbouring-pair) rotation of each head row, with the QK-norm variant
+// normalising the row first.
 //
 // One row of D values at a time: the QK-norm row is normalised into a small buffer (it stays in
 // L1), then both halves are rotated from it and Y's row is stored once. The exported graph reads
@@ -47,6 +48,15 @@ std::vector<int64_t> tableStrides(const KernelContext& ctx, const HostTensor& x,
   return strides;
 }
 
+// Neighbouring pairs (x[2k], x[2k + 1]): GPT-J's rotate_every_two.
+void rotatePairs(const float* x, float* y, int64_t half, const float* c, const float* s) {
+  for (int64_t k = 0; k < half; ++k) {
+    const float x1 = x[2 * k], x2 = x[2 * k + 1];
+    y[2 * k] = x1 * c[2 * k] + (-x2) * s[2 * k];
+    y[2 * k + 1] = x2 * c[2 * k + 1] + x1 * s[2 * k + 1];
+  }
+}
+
 void rotateRow(const float* x, float* y, int64_t half, const float* c, const float* s) {
   for (int64_t k = 0; k < half; ++k) {
     const float x1 = x[k], x2 = x[k + half];
@@ -55,7 +65,7 @@ void rotateRow(const float* x, float* y, int64_t half, const float* c, const flo
   }
 }
 
-void runRotary(KernelContext& ctx, bool qk_norm) {
+void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved = false) {
   const HostTensor& x = ctx.requireInput(0);
   if (x.dtype() != DType::Float) {
     ctx.fail("unsupported element type " + std::string(dtypeName(x.dtype())) +
@@ -111,7 +121,8 @@ void runRotary(KernelContext& ctx, bool qk_norm) {
         for (int64_t k = 0; k < d; ++k) normed[static_cast<size_t>(k)] = src[k] * inv * scale[static_cast<size_t>(k)];
         src = normed.data();
       }
-      rotateRow(src, yd + r * d, half, cf.data() + table_offset, sf.data() + table_offset);
+      (interleaved ? rotatePairs : rotateRow)(src, yd + r * d, half, cf.data() + table_offset,
+                                              sf.data() + table_offset);
     }
   });
 }
@@ -122,6 +133,8 @@ void runRotary(KernelContext& ctx, bool qk_norm) {
 void registerFusedRotaryKernels(KernelRegistry& r) {
   r.add({"fusectl", "RotaryEmbedding", 1, 1000,
          [](KernelContext& c) { cpu::runRotary(c, /*qk_norm=*/false); }});
+  r.add({"fusectl", "InterleavedRotaryEmbedding", 1, 1000,
+         [](KernelContext& c) { cpu::runRotary(c, /*qk_norm=*/false, /*interleaved=*/true); }});
   r.add({"fusectl", "QKNormRotaryEmbedding", 1, 1000,
          [](KernelContext& c) { cpu::runRotary(c, /*qk_norm=*/true); }});
 }

@@ -258,9 +258,22 @@ std::optional<SliceRange> sliceRange(const Node& slice, size_t rank) {
   }
   if (starts.size() != 1 || ends.size() != 1) return std::nullopt;
   if (axes.empty()) axes = {0};
-  if (axes.size() != 1 || (!steps.empty() && (steps.size() != 1 || steps[0] != 1)))
-    return std::nullopt;
-  return SliceRange{starts[0], ends[0], axes[0] < 0 ? axes[0] + static_cast<int64_t>(rank) : axes[0]};
+  if (axes.size() != 1 || (!steps.empty() && steps.size() != 1)) return std::nullopt;
+  return SliceRange{starts[0], ends[0],
+                    axes[0] < 0 ? axes[0] + static_cast<int64_t>(rank) : axes[0],
+                    steps.empty() ? 1 : steps[0]};
+}
+
+std::optional<std::vector<int64_t>> unsqueezeAxes(const Node& n) {
+  if (n.numInputs() >= 2 && n.input(1)) {
+    if (!n.input(1)->isConstant()) return std::nullopt;
+    const Tensor* t = n.input(1)->initializer();
+    std::vector<int64_t> axes;
+    for (int64_t i = 0; i < t->numel(); ++i) axes.push_back(static_cast<int64_t>(t->valueAsDouble(i)));
+    return axes;
+  }
+  if (!n.attr("axes")) return std::nullopt;
+  return n.attrInts("axes");
 }
 
 }  // namespace fusectl::passes

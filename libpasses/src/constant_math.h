@@ -76,13 +76,16 @@ std::optional<double> scalarConstant(const Value* v);
 // Every element of an integer constant (int32/int64), or nullopt: Slice's starts/ends/axes.
 std::optional<std::vector<int64_t>> intsConstant(const Value* v);
 
-// A Slice of one axis with step 1: its start and end as written (negative ones not yet
-// resolved) and the axis, normalised for an input of rank `rank`.
+// A Slice of one axis: its start and end as written (negative ones not yet resolved), the axis,
+// normalised for an input of rank `rank`, and the step.
 struct SliceRange {
-  int64_t start, end, axis;
+  int64_t start, end, axis, step;
 };
 // From the Slice's constant inputs (opset >= 10) or its attributes (before); nullopt for a
-// Slice of several axes, a step other than 1 or bounds that are not constants.
+// Slice of several axes or bounds that are not constants.
 std::optional<SliceRange> sliceRange(const Node& slice, size_t rank);
+
+// Unsqueeze's axes (attribute before opset 13, constant input from 13), as written.
+std::optional<std::vector<int64_t>> unsqueezeAxes(const Node& n);
 
 }  // namespace fusectl::passes

@@ -87,18 +87,6 @@ bool disappears(const Node& n, Why& why) {
   });
 }
 
-// Unsqueeze's axes (attribute before opset 13, constant input from 13).
-std::optional<std::vector<int64_t>> unsqueezeAxes(const Node& n) {
-  if (n.numInputs() >= 2 && n.input(1)) {
-    if (!n.input(1)->isConstant()) return std::nullopt;
-    const Tensor* t = n.input(1)->initializer();
-    std::vector<int64_t> axes;
-    for (int64_t i = 0; i < t->numel(); ++i) axes.push_back(static_cast<int64_t>(t->valueAsDouble(i)));
-    return axes;
-  }
-  if (!n.attr("axes")) return std::nullopt;
-  return n.attrInts("axes");
-}
 
 // HF repeat_kv, Reshape(Expand(Unsqueeze(x, 2), [B, H, n, T, D]), [B, H*n, T, D]): x when `v`
 // is that (dims checked by shape inference), else `v`.

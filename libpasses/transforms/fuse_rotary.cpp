@@ -32,8 +32,11 @@
 //  4. QK-norm forms: the RMSNorm normalises the last axis only, its scale has D elements or
 //     one, and the Transpose keeps the last axis last.
 //  5. Everything is float32 (the kernels' type).
-// Not matched yet: the interleaved (GPT-J, rotate_every_two) form and partial rotary (only the
-// first R < D dims rotated, the rest concatenated back), which stay as they are.
+//   rotary-interleaved         GPT-J's rotate_every_two: Add(Mul($x, $cos), Mul(Reshape(Concat(
+//                              Unsqueeze(Neg(x[1::2]), -1), Unsqueeze(x[0::2], -1), -1)), $sin))
+//                              => fusectl::InterleavedRotaryEmbedding(x, cos, sin)
+// A partial rotary (only the first R < D dims rotated, the rest concatenated back) fuses its
+// rotated part. The QK-norm forms are matched with rotate_half only (the QK-norm models use it).
 #include <fmt/format.h>
 
 #include <limits>
@@ -45,20 +48,23 @@
 namespace fusectl::passes {
 namespace {
 
-enum class Form { QKNormTransposed, QKNorm, Plain };
-constexpr Form kForms[] = {Form::QKNormTransposed, Form::QKNorm, Form::Plain};
+enum class Form { QKNormTransposed, QKNorm, Plain, Interleaved };
+constexpr Form kForms[] = {Form::QKNormTransposed, Form::QKNorm, Form::Plain, Form::Interleaved};
 
 const char* formName(Form f) {
   return f == Form::QKNormTransposed ? "rotary-qk-norm-transposed"
          : f == Form::QKNorm         ? "rotary-qk-norm"
-                                     : "rotary";
+         : f == Form::Plain          ? "rotary"
+                                     : "rotary-interleaved";
 }
+
+bool qkNorm(Form f) { return f == Form::QKNormTransposed || f == Form::QKNorm; }
 
 // The value the rotation reads: the Transpose's output, the RMSNorm's, or the leaf $x.
 Value* rotated(const Match& m, Form f) {
   if (f == Form::QKNormTransposed) return m.get("t")->output(0);
   if (f == Form::QKNorm) return m.get("norm")->output(0);
-  return m.value("x");
+  return m.value("x");  // Plain, Interleaved
 }
 
 // x's static last dim, or -1.
@@ -96,7 +102,7 @@ Constraint rotateHalf(Form f) {
             auto isRange = [&](const Node* slice, int64_t from, int64_t to_at_least,
                                int64_t to_at_most) {
               std::optional<SliceRange> r = sliceRange(*slice, rank);
-              if (!r || r->axis != static_cast<int64_t>(rank) - 1) return false;
+              if (!r || r->axis != static_cast<int64_t>(rank) - 1 || r->step != 1) return false;
               const int64_t start = r->start < 0 ? r->start + d : r->start;
               const int64_t end = r->end < 0 ? r->end + d : r->end;
               return start == from && end >= to_at_least && end <= to_at_most;
@@ -109,6 +115,90 @@ Constraint rotateHalf(Form f) {
                 return fmt::format("{} does not join -x[{}:{}] and x[0:{}] of '{}' on the last "
                                    "axis (not rotate_half)",
                                    cat->label(), half, d, half, x->name());
+              });
+            }
+            return true;
+          }};
+}
+
+// Condition 1, interleaved (GPT-J's rotate_every_two): Reshape(Concat(Unsqueeze(-x[1::2], -1),
+// Unsqueeze(x[0::2], -1), axis=-1)) to x's shape, which is x[2k] -> -x[2k+1],
+// x[2k+1] -> x[2k] when the Concat's leading dims are x's.
+Constraint rotateEveryTwo() {
+  return {"rotate-every-two", [](const Match& m, Why& why) {
+            Value* x = m.value("x");
+            Node* r = m.get("r");
+            Node* cat = m.get("cat");
+            const int64_t d = lastDim(x);
+            auto fail = [&](const char* what) {
+              return why.fail(*r, [&] {
+                return fmt::format("{} does not interleave -x[1::2] and x[0::2] of '{}' {}: {}",
+                                   r->label(), x->name(), x->shape().str(), what);
+              });
+            };
+            if (d <= 0 || d % 2 != 0) return fail("the last dim is not static and even");
+            const size_t rank = x->shape().rank();
+            for (const char* slice : {"odd", "even"}) {
+              std::optional<SliceRange> range = sliceRange(*m.get(slice), rank);
+              const int64_t want = std::string(slice) == "odd" ? 1 : 0;
+              if (!range || range->axis != static_cast<int64_t>(rank) - 1 || range->step != 2 ||
+                  range->start != want || range->end < d)
+                return fail("the halves are not x[1::2] and x[0::2] on the last axis");
+            }
+            for (const char* u : {"u1", "u2"}) {
+              std::optional<std::vector<int64_t>> axes = unsqueezeAxes(*m.get(u));
+              if (!axes || axes->size() != 1 ||
+                  ((*axes)[0] != -1 && (*axes)[0] != static_cast<int64_t>(rank)))
+                return fail("an Unsqueeze does not add the last axis");
+            }
+            if (cat->numInputs() != 2 || (cat->attrInt("axis", 0) != -1 &&
+                                          cat->attrInt("axis", 0) != static_cast<int64_t>(rank)))
+              return fail("the Concat does not stack two values on the new last axis");
+            // [A..., D/2, 2] -> [A..., D] with the same A is exactly flatten(-2).
+            const Shape& cs = cat->output(0)->shape();
+            const Shape& xs = x->shape();
+            bool stacked = cs.hasRank() && cs.rank() == rank + 1 && cs[rank].isStatic() &&
+                           cs[rank].value() == 2 && cs[rank - 1].isStatic() &&
+                           cs[rank - 1].value() == d / 2;
+            for (size_t i = 0; stacked && i + 1 < rank; ++i) stacked = cs[i].provablyEqual(xs[i]);
+            if (!stacked || !dimsProvablyEqual(r->output(0)->shape(), xs))
+              return fail("the Reshape is not provably a flatten of the last two dims back to x's "
+                          "shape");
+            return true;
+          }};
+}
+
+// The stacked pairs are read by the Reshape, and by Shape nodes whose output only computes the
+// Reshape's target (torch's flatten(-2): Concat(Slice(Shape(stacked), 0, -2), [-1])), which go
+// with it.
+Constraint stackReadForItsShapeOnly() {
+  return {"stack-read-by-reshape", [](const Match& m, Why& why) {
+            Node* cat = m.get("cat");
+            Node* r = m.get("r");
+            const Value* stacked = cat->output(0);
+            auto onlyTarget = [&](const Node* shape) {
+              const Value* v = shape->output(0);
+              for (int depth = 0; depth < 8; ++depth) {
+                const std::vector<Node*> readers = v->consumers();
+                if (v->isGraphOutput() || readers.size() != 1) return false;
+                if (readers[0] == r) return r->input(1) == v;
+                if (readers[0]->numOutputs() != 1) return false;
+                v = readers[0]->output(0);
+              }
+              return false;
+            };
+            if (stacked->isGraphOutput()) {
+              return why.fail(*cat, [&] {
+                return fmt::format("{} output '{}' is a graph output", cat->label(),
+                                   stacked->name());
+              });
+            }
+            for (const Node* reader : stacked->consumers()) {
+              if (reader == r) continue;
+              if (reader->is("Shape") && reader->domain().empty() && onlyTarget(reader)) continue;
+              return why.fail(*cat, [&] {
+                return fmt::format("{} output '{}' is also read by {}", cat->label(),
+                                   stacked->name(), reader->label());
               });
             }
             return true;
@@ -207,6 +297,19 @@ Constraint qkNormQualifies(Form f) {
 
 Pattern buildPattern(Form f) {
   using namespace constraints;
+  if (f == Form::Interleaved) {
+    Pattern p = Pattern::parse(
+        "y:Add(xc:Mul($x, $cos), xs:Mul(r:Reshape(cat:Concat(u1:Unsqueeze(neg:Neg(odd:Slice($x))), "
+        "u2:Unsqueeze(even:Slice($x)))), $sin))",
+        formName(f));
+    p.producing({"fusectl::InterleavedRotaryEmbedding"});
+    p.require(rotateEveryTwo()).require(tablesBroadcast(f));
+    for (const char* n : {"xc", "xs", "r", "u1", "u2", "neg", "odd", "even"})
+      p.require(uniqueConsumer(n));
+    p.require(stackReadForItsShapeOnly());
+    p.require(dtypeIn({"y", "xc", "xs", "cat", "neg"}, {DType::Float}));
+    return p;
+  }
   const char* rotate_in = f == Form::QKNormTransposed ? "t:Transpose(norm:fusectl::RMSNorm)"
                           : f == Form::QKNorm         ? "norm:fusectl::RMSNorm"
                                                       : "$x";
@@ -217,7 +320,7 @@ Pattern buildPattern(Form f) {
                   rotate_in, again),
       formName(f));
   p.producing({f == Form::Plain ? "fusectl::RotaryEmbedding" : "fusectl::QKNormRotaryEmbedding"});
-  if (f != Form::Plain) p.withBenefit(2);
+  if (qkNorm(f)) p.withBenefit(2);
   p.require(rotateHalf(f)).require(tablesBroadcast(f));
   for (const char* n : {"xc", "xs", "cat", "neg", "hi", "lo"}) p.require(uniqueConsumer(n));
   if (f == Form::QKNormTransposed) {
@@ -225,10 +328,10 @@ Pattern buildPattern(Form f) {
   } else if (f == Form::QKNorm) {
     p.require(readOnlyBy("norm", {"xc", "hi", "lo"}));
   }
-  if (f != Form::Plain) p.require(qkNormQualifies(f));
+  if (qkNorm(f)) p.require(qkNormQualifies(f));
   // Not the Slices: their starts/ends are int64; Neg and Concat see their float outputs.
   std::vector<std::string> typed = {"y", "xc", "xs", "cat", "neg"};
-  if (f != Form::Plain) typed.push_back("norm");
+  if (qkNorm(f)) typed.push_back("norm");
   p.require(dtypeIn(typed, {DType::Float}));
   return p;
 }
@@ -263,8 +366,8 @@ class FuseRotaryPass : public Pass {
     NewNode node;
     node.domain = "fusectl";
     node.name = y->name();
-    if (f == Form::Plain) {
-      node.op_type = "RotaryEmbedding";
+    if (f == Form::Plain || f == Form::Interleaved) {
+      node.op_type = f == Form::Plain ? "RotaryEmbedding" : "InterleavedRotaryEmbedding";
       node.inputs = {m.value("x"), m.value("cos"), m.value("sin")};
     } else {
       Node* norm = m.get("norm");
@@ -286,7 +389,9 @@ class FuseRotaryPass : public Pass {
       node.attributes = {Attribute::ofFloat("epsilon", norm->attrFloat("epsilon", 1e-5f))};
     }
     rw.replaceMatch(pattern.name, m, y->output(0), std::move(node));
-    rw.context().count(f == Form::Plain ? "fused_rotary" : "fused_qk_norm_rotary");
+    rw.context().count(f == Form::Plain         ? "fused_rotary"
+                       : f == Form::Interleaved ? "fused_rotary_interleaved"
+                                                : "fused_qk_norm_rotary");
   }
 };
 

@@ -98,7 +98,7 @@ Value* packedSource(const Match& m, Value* g, Value* up) {
   const int64_t half = width / 2, last = static_cast<int64_t>(xs.rank()) - 1;
   auto covers = [&](const Node& slice, int64_t from, int64_t to) {
     std::optional<SliceRange> r = sliceRange(slice, xs.rank());
-    if (!r || r->axis != last) return false;
+    if (!r || r->axis != last || r->step != 1) return false;
     const int64_t start = r->start < 0 ? r->start + width : r->start;
     const int64_t end = r->end < 0 ? r->end + width : std::min(r->end, width);
     return start == from && end == to;

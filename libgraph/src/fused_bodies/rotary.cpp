@@ -1,4 +1,5 @@
-// ONNX function bodies of fusectl::RotaryEmbedding and fusectl::QKNormRotaryEmbedding, from
+// ONNX function bodies of fusectl::RotaryEmbedding, InterleavedRotaryEmbedding (below) and
+// QKNormRotaryEmbedding, from
 // standard ops, computing what the exporters' own nodes compute:
 //   [X1, X2] = Split(X, axis = -1) into equal halves (any opset; num_outputs from 18 on)
 //   Y        = Add(Mul(X, Cos), Mul(Concat(Neg(X2), X1, axis = -1), Sin))
@@ -44,6 +45,35 @@ std::string buildRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
   Value* cos = b.input("Cos");
   Value* sin = b.input("Sin");
   f.body = b.finish(rotateHalf(b, x, cos, sin, "Y"));
+  f.doc_string = fmt::format("fusectl {}: {}; see docs/ops.md", op.name, op.formula);
+  return functionToBinary(f);
+}
+
+// Interleaved: R = Reshape(Concat(Unsqueeze(Neg(X[..., 1::2]), -1), Unsqueeze(X[..., 0::2], -1),
+// axis = -1), Shape(X)), as GPT-J's export writes it; Y = Add(Mul(X, Cos), Mul(R, Sin)).
+std::string buildInterleavedRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
+  FunctionDef f = startFunction(std::string(op.name), opset);
+  Body b(opset);
+  Value* x = b.input("X");
+  Value* cos = b.input("Cos");
+  Value* sin = b.input("Sin");
+  auto everyOther = [&](int64_t start) {
+    return b.node("Slice", {x, b.intsConstant({start}), b.intsConstant({INT64_MAX}),
+                            b.intsConstant({-1}), b.intsConstant({2})});
+  };
+  auto lastAxis = [&](Value* v) {
+    if (opset >= 13) return b.node("Unsqueeze", {v, b.intsConstant({-1})});
+    Value* u = b.node("Unsqueeze", {v});
+    b.intsAttr("axes", {-1});
+    return u;
+  };
+  Value* odd = everyOther(1);
+  Value* even = everyOther(0);
+  Value* pairs = b.node("Concat", {lastAxis(b.node("Neg", {odd})), lastAxis(even)});
+  b.intAttr("axis", -1);
+  Value* rotated = b.node("Reshape", {pairs, b.node("Shape", {x})});
+  f.body = b.finish(
+      b.node("Add", {b.node("Mul", {x, cos}), b.node("Mul", {rotated, sin})}, "Y"));
   f.doc_string = fmt::format("fusectl {}: {}; see docs/ops.md", op.name, op.formula);
   return functionToBinary(f);
 }
