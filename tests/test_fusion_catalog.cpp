@@ -274,7 +274,10 @@ TEST_CASE("docs/catalog.md is generated from the catalog", "[catalog]") {
 }
 
 TEST_CASE("fusectl passes --catalog: table, JSON and Markdown", "[catalog][cli]") {
-  const std::vector<FusionRule> catalog = fusionCatalog();
+  // The binary knows the passes.def passes only; other tests may register more in this process.
+  std::vector<FusionRule> catalog;
+  for (FusionRule& r : fusionCatalog())
+    if (isBuiltinPass(r.pass)) catalog.push_back(std::move(r));
 
   CliRun table = runFusectl("passes --catalog");
   REQUIRE(table.code == 0);
