@@ -1,5 +1,6 @@
 // `fusectl match MODEL`: find a pattern's matches in a model and, with --explain, say why every
-// other candidate did not match.
+// other candidate did not match, and name the catalog's rejected and opt-in rules that would
+// have matched, with the evidence for leaving them out.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -8,6 +9,7 @@
 #include "commands.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
+#include "fusectl/passes/fusion_catalog.h"
 #include "fusectl/passes/pattern.h"
 #include "fusectl/passes/registry.h"
 
@@ -30,7 +32,20 @@ struct Source {
   Pattern pattern;
 };
 
-std::vector<Source> patternsFor(const MatchCliOptions& opts) {
+// The catalog rules not applied by default that --explain tries: those of pass NAME for
+// `--catalog NAME`, every one otherwise.
+std::vector<FusionRule> heldBackRulesFor(const MatchCliOptions& opts) {
+  std::vector<FusionRule> out;
+  if (!opts.explain) return out;
+  const bool one_pass = !opts.catalog.empty() && opts.catalog != "all" && findPass(opts.catalog);
+  for (FusionRule& r : fusionCatalog()) {
+    if (r.status == RuleStatus::Active || (one_pass && r.pass != opts.catalog)) continue;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<Source> patternsFor(const MatchCliOptions& opts, size_t held_back_rules) {
   if (opts.pattern.empty() == opts.catalog.empty()) {
     throw Error(ErrorKind::Usage, "give exactly one of --pattern EXPR and --catalog NAME");
   }
@@ -55,7 +70,7 @@ std::vector<Source> patternsFor(const MatchCliOptions& opts) {
     }
   }
   if (opts.catalog != "all" && !findPass(opts.catalog)) createPass(opts.catalog);  // names close ones
-  if (out.empty() && opts.catalog != "all") {
+  if (out.empty() && opts.catalog != "all" && held_back_rules == 0) {
     throw Error(ErrorKind::Usage, fmt::format("pass '{}' is not pattern based: it has no patterns",
                                               opts.catalog));
   }
@@ -91,8 +106,66 @@ std::string declaredText(const Pattern& p) {
   return parts.empty() ? "" : fmt::format(" [{}]", fmt::join(parts, ", "));
 }
 
+nlohmann::ordered_json matchJson(const Pattern& p, const Match& m) {
+  nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < m.nodes().size(); ++i)
+    nodes.push_back({{"capture", p.nodes[i].capture}, {"node", m[i]->label()}, {"op", opOf(*m[i])}});
+  nlohmann::ordered_json j = {{"root", m.root()->label()}, {"nodes", nodes}};
+  if (!m.values().empty()) {
+    nlohmann::ordered_json values = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < m.values().size(); ++i) {
+      if (p.leaves[i].capture.empty()) continue;
+      values.push_back({{"capture", p.leaves[i].capture}, {"value", m.values()[i]->name()}});
+    }
+    j["values"] = values;
+  }
+  return j;
+}
+
+// The held-back rules' matches, apart from the patterns' own: a site a pass leaves alone on
+// purpose. Only matches are reported; a rule that does not match says nothing.
+void reportHeldBackRules(const Graph& g, const std::vector<FusionRule>& rules, bool json,
+                         nlohmann::ordered_json& rejected, nlohmann::ordered_json& opt_in) {
+  MatchOptions quiet;
+  quiet.explain = false;
+  for (const FusionRule& rule : rules) {
+    for (const Pattern& p : rule.variants) {
+      MatchResult r = matchPattern(g, p, quiet);
+      if (r.matches.empty()) continue;
+      const RuleEvidence& e = rule.evidence;
+      if (json) {
+        for (const Match& m : r.matches) {
+          nlohmann::ordered_json jm = {{"rule", rule.name},
+                                       {"pass", rule.pass},
+                                       {"status", std::string(ruleStatusName(rule.status))},
+                                       {"variant", p.name},
+                                       {"pattern", p.str()}};
+          jm.update(matchJson(p, m));
+          jm["evidence"] = {{"measured", e.measured},
+                            {"command", e.command},
+                            {"figures", e.figures},
+                            {"source", e.source}};
+          (rule.status == RuleStatus::Rejected ? rejected : opt_in).push_back(std::move(jm));
+        }
+        continue;
+      }
+      std::cout << fmt::format("{} rule {} ({}): {}{}\n", ruleStatusName(rule.status), rule.name,
+                               rule.pass, p.str(), declaredText(p));
+      const char* note = rule.status == RuleStatus::Rejected ? "never applied"
+                                                              : "not applied unless asked for";
+      for (const Match& m : r.matches)
+        std::cout << fmt::format("  would match: {} ({})\n", boundText(p, m), note);
+      std::cout << fmt::format("  measured: {}\n", e.measured);
+      std::cout << fmt::format("  command: {}\n", e.command);
+      std::cout << fmt::format("  figures: {}\n", e.figures);
+      std::cout << fmt::format("  source: {}\n", e.source);
+    }
+  }
+}
+
 int runMatch(const MatchCliOptions& opts) {
-  std::vector<Source> sources = patternsFor(opts);
+  const std::vector<FusionRule> held_back = heldBackRulesFor(opts);
+  std::vector<Source> sources = patternsFor(opts, held_back.size());
   LoadOptions load = loadOptions();
   load.input_shapes = parseShapeSpecs(opts.shapes);
   std::unique_ptr<Model> model = loadModel(opts.model, load);
@@ -107,25 +180,8 @@ int runMatch(const MatchCliOptions& opts) {
     MatchResult r = matchPattern(g, src.pattern, mo);
     if (opts.json) {
       for (const Match& m : r.matches) {
-        nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
-        for (size_t i = 0; i < m.nodes().size(); ++i) {
-          nodes.push_back({{"capture", src.pattern.nodes[i].capture},
-                           {"node", m[i]->label()},
-                           {"op", opOf(*m[i])}});
-        }
-        nlohmann::ordered_json jmatch = {{"pass", src.pass},
-                                         {"pattern", src.pattern.name},
-                                         {"root", m.root()->label()},
-                                         {"nodes", nodes}};
-        if (!m.values().empty()) {
-          nlohmann::ordered_json values = nlohmann::ordered_json::array();
-          for (size_t i = 0; i < m.values().size(); ++i) {
-            if (src.pattern.leaves[i].capture.empty()) continue;
-            values.push_back({{"capture", src.pattern.leaves[i].capture},
-                              {"value", m.values()[i]->name()}});
-          }
-          jmatch["values"] = values;
-        }
+        nlohmann::ordered_json jmatch = {{"pass", src.pass}, {"pattern", src.pattern.name}};
+        jmatch.update(matchJson(src.pattern, m));
         jm.push_back(std::move(jmatch));
       }
       for (const NearMiss& miss : r.near_misses) {
@@ -168,11 +224,16 @@ int runMatch(const MatchCliOptions& opts) {
     }
     std::cout << "\n";
   }
+  nlohmann::ordered_json rejected = nlohmann::ordered_json::array();
+  nlohmann::ordered_json opt_in = nlohmann::ordered_json::array();
+  reportHeldBackRules(g, held_back, opts.json, rejected, opt_in);
   if (opts.json) {
     nlohmann::ordered_json j;
     j["matches"] = jm;
     j["near_misses"] = jn;
     j["patterns"] = jp;
+    j["rejected_rules"] = rejected;
+    j["opt_in_rules"] = opt_in;
     std::cout << j.dump(2) << "\n";
   }
   std::cout.flush();
@@ -196,9 +257,11 @@ Command addMatchCommand(CLI::App& parent) {
                   "file (a path with '/' or ending in .patterns; docs/patterns.md)")
       ->type_name("NAME|FILE");
   cmd->add_flag("--explain", opts->explain,
-                "Also list every candidate that did not match, with the first reason");
+                "Also list every candidate that did not match, with the first reason, and the "
+                "catalog's rejected and opt-in rules that would match, with their evidence");
   cmd->add_flag("--json", opts->json,
-                "JSON: {\"matches\": [...], \"near_misses\": [...], \"patterns\": [...]}");
+                "JSON: {\"matches\": [...], \"near_misses\": [...], \"patterns\": [...], "
+                "\"rejected_rules\": [...], \"opt_in_rules\": [...]}");
   cmd->add_option("--shape", opts->shapes, "Fix an input's shape, e.g. input=1x3x224x224")
       ->type_name("NAME=DIMS")
       ->allow_extra_args(false);
