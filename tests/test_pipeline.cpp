@@ -702,6 +702,14 @@ TEST_CASE("cli: fusectl passes and fusectl match", "[pipeline][cli]") {
                                  "./no_such.patterns");
   CHECK(missing.code == 4);
   CHECK(missing.err == "fusectl: error: ./no_such.patterns: cannot open the catalog\n");
+
+  // A `$c:const` leaf bound to a Constant node's output: a near miss with its reason (this
+  // dereferenced a missing initializer before).
+  CliResult node_constant = runFusectl("match '" + fixtures +
+                                       "div_by_constant_node.onnxtxt' --catalog canonicalize "
+                                       "--explain --json");
+  REQUIRE(node_constant.code == 0);
+  CHECK_THAT(node_constant.out, Catch::Contains("a Constant node's output"));
 }
 
 TEST_CASE("pattern catalogs: entries, continuation lines and errors by line", "[pattern]") {

@@ -63,6 +63,24 @@ std::string describeConstant(const Value* c) {
 
 bool isFloat32Or64(DType t) { return t == DType::Float || t == DType::Double; }
 
+// A `$name:const` leaf also matches a Constant node's output, whose values these rewrites do not
+// read (they read initializers); fold-constants turns such a node into an initializer at -O1,
+// so this only declines models run with --passes canonicalize alone.
+Constraint initializerLeaves(std::vector<std::string> leaves) {
+  return {"initializer-constants", [leaves](const Match& m, Why& why) {
+            for (const std::string& leaf : leaves) {
+              const Value* c = m.value(leaf);
+              if (!c || c->isConstant()) continue;
+              return why.fail(*m.root(), [&] {
+                return fmt::format("{} reads '{}', a Constant node's output: fold-constants "
+                                   "makes it an initializer first",
+                                   m.root()->label(), c->name());
+              });
+            }
+            return true;
+          }};
+}
+
 // Condition 1: constant `c` (input `c_input` of the capture) has one element and no more dims
 // than the node's other operand, whose rank is known.
 Constraint scalarKeepsShape(std::string capture, size_t c_input) {
@@ -152,7 +170,7 @@ Constraint powExponent() {
 
 Pattern powPattern() {
   Pattern p = Pattern::parse("^p:Pow($x, $e:const)", "pow-canonical");
-  p.require(scalarKeepsShape("p", 1)).require(powExponent());
+  p.require(initializerLeaves({"e"})).require(scalarKeepsShape("p", 1)).require(powExponent());
   p.produces = {"Mul", "Reciprocal", "Sqrt"};
   return p;
 }
@@ -207,7 +225,8 @@ Constraint nonConstant(std::string capture, size_t input, std::string why_it_mat
 
 Pattern divOnePattern() {
   Pattern p = Pattern::parse("^d:Div($one:const, $y)", "div-one");
-  p.require(nonConstant("d", 1, "fold-constants evaluates it"))
+  p.require(initializerLeaves({"one"}))
+      .require(nonConstant("d", 1, "fold-constants evaluates it"))
       .require(scalarKeepsShape("d", 0))
       .require(numeratorIsOne())
       .require(floatArithmetic("d"));
@@ -249,7 +268,8 @@ Constraint divisorHasExactReciprocal() {
 
 Pattern divByConstantPattern() {
   Pattern p = Pattern::parse("^d:Div($x, $c:const)", "div-by-constant");
-  p.require(nonConstant("d", 0, "fold-constants evaluates it"))
+  p.require(initializerLeaves({"c"}))
+      .require(nonConstant("d", 0, "fold-constants evaluates it"))
       .require(floatArithmetic("d"))
       .require(divisorHasExactReciprocal());
   p.produces = {"Mul"};
@@ -327,7 +347,7 @@ Constraint addsOneToWeight() {
 
 Pattern onePlusWeightPattern() {
   Pattern p = Pattern::parse("^a:Add($p:const, $q:const)", "one-plus-weight");
-  p.require(addsOneToWeight());
+  p.require(initializerLeaves({"p", "q"})).require(addsOneToWeight());
   return p;
 }
 
@@ -459,6 +479,10 @@ size_t applyRule(const Graph& graph, PassContext& ctx, const Rule& rule) {
     bool missed = false;
     if (!matcher.match(graph, anchor, options, m, options.explain ? &miss : nullptr, &missed)) {
       if (missed && options.explain) rw.reject(miss);
+      continue;
+    }
+    if (ctx.refused(*anchor)) {  // --gate undid this rewrite in an earlier run
+      ctx.count("refused_by_gate");
       continue;
     }
     if (!ctx.allowRewrite()) break;
