@@ -89,19 +89,7 @@ class FuseLayerNormPass : public Pass {
   }
 
   bool run(const Graph& graph, PassContext& ctx) override {
-    const std::vector<Pattern> forms = patterns();
-    std::vector<const Pattern*> ptrs;
-    for (const Pattern& p : forms) ptrs.push_back(&p);
-    DriverOptions driver;
-    // Every ReduceMean is an anchor; one that is no norm at all (a pooled mean, the variance's
-    // own ReduceMean) is not a candidate worth a line in the report.
-    driver.report_structural = false;
-    return applyPatterns(graph, ctx, ptrs,
-                         [&](Rewriter& rw, size_t form, const Match& m) {
-                           fuse(rw, forms[form], kForms[form], m);
-                           return true;
-                         },
-                         driver) > 0;
+    return applyForms(graph, ctx, patterns(), kForms, fuse);
   }
 
  private:

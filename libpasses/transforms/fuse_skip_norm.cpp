@@ -178,17 +178,7 @@ class FuseSkipNormPass : public Pass {
   }
 
   bool run(const Graph& graph, PassContext& ctx) override {
-    const std::vector<Pattern> forms = patterns();
-    std::vector<const Pattern*> ptrs;
-    for (const Pattern& p : forms) ptrs.push_back(&p);
-    DriverOptions driver;
-    driver.report_structural = false;  // every Add is an anchor; most feed no norm
-    return applyPatterns(graph, ctx, ptrs,
-                         [&](Rewriter& rw, size_t form, const Match& m) {
-                           fuse(rw, forms[form], kForms[form], m);
-                           return true;
-                         },
-                         driver) > 0;
+    return applyForms(graph, ctx, patterns(), kForms, fuse);
   }
 
  private:

@@ -239,4 +239,23 @@ size_t applyPatterns(const Graph& graph, PassContext& ctx,
                      const std::function<bool(Rewriter&, size_t, const Match&)>& rewrite,
                      const DriverOptions& driver = {});
 
+// applyPatterns for a pass whose patterns() are alternative forms of one fusion, each with a
+// kind of the pass's own (kinds[i] for form i), rewritten by fuse(rw, pattern, kind, match).
+// Only failed conditions and constraints are reported: every node of the forms' root op is an
+// anchor, and most are no instance at all. Returns whether anything was rewritten.
+template <typename Kind, size_t N, typename Fuse>
+bool applyForms(const Graph& graph, PassContext& ctx, const std::vector<Pattern>& forms,
+                const Kind (&kinds)[N], Fuse&& fuse) {
+  std::vector<const Pattern*> ptrs;
+  for (const Pattern& p : forms) ptrs.push_back(&p);
+  DriverOptions driver;
+  driver.report_structural = false;
+  return applyPatterns(graph, ctx, ptrs,
+                       [&](Rewriter& rw, size_t form, const Match& m) {
+                         fuse(rw, forms[form], kinds[form], m);
+                         return true;
+                       },
+                       driver) > 0;
+}
+
 }  // namespace fusectl::passes
