@@ -113,6 +113,7 @@ OptimizeRequest requestOf(const OptimizeOptions& opts, bool level_given) {
   pm.dump_dir = opts.dump_dir;
   pm.max_rewrites = opts.max_rewrites;
   pm.standard_only = opts.emit == "standard";
+  pm.emit_ort = opts.emit == "ort";
   // Rejection reasons are only read in the report (and by --fail-if-unfused, which optimize()
   // turns on itself).
   pm.explain = !opts.report.empty() || !opts.html.empty();
@@ -272,6 +273,10 @@ int runBisect(const OptimizeOptions& opts, bool level_given) {
 }
 
 int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_given) {
+  if (opts.emit == "ort" && (opts.verify || !opts.gate.empty() || opts.bisect)) {
+    usage("--verify, --gate and --bisect run fusectl's executor, which does not run ONNX "
+          "Runtime's contrib ops that --emit ort writes; check that output in ONNX Runtime");
+  }
   if (opts.bisect) return runBisect(opts, level_given);
   if (opts.output.empty()) usage("-o OUT is required: optimize never overwrites its input");
   if (isSameFile(opts.model, opts.output)) {
@@ -434,8 +439,9 @@ Command addOptimizeCommand(CLI::App& parent) {
                   "Also write one self-contained HTML page of what changed (fusectl report)")
       ->type_name("FILE.html");
   cmd->add_option("--emit", opts->emit,
-                  "fusectl: fusectl-domain ops allowed; standard: only standard ONNX ops")
-      ->check(CLI::IsMember({"fusectl", "standard"}))
+                  "fusectl: fusectl-domain ops allowed; standard: only standard ONNX ops; ort: ONNX "
+                  "Runtime contrib ops (com.microsoft) where one runs a fusion")
+      ->check(CLI::IsMember({"fusectl", "standard", "ort"}))
       ->capture_default_str();
   cmd->add_flag("--verify", opts->verify,
                 "Run the original and the optimized model on seeded inputs; exit 1 on drift");

@@ -142,7 +142,8 @@ int runPasses(const PassesOptions& opts) {
     for (const PassInfo& info : allPasses()) width = std::max(width, info.name.size());
     std::cout << fmt::format("{:<{}}  level  output    description\n", "pass", width);
     for (const PassInfo& info : allPasses()) {
-      std::cout << fmt::format("{:<{}}  -O{}    {:<8}  {}\n", info.name, width, info.level,
+      std::cout << fmt::format("{:<{}}  {:<5}  {:<8}  {}\n", info.name, width,
+                               info.level == 0 ? std::string("name") : fmt::format("-O{}", info.level),
                                portabilityName(info.portability), info.description);
       for (const PassOption& o : passOptions(info.name)) {
         std::cout << fmt::format("{:<{}}    {{{}={}}}  default {}: {}\n", "", width, o.name,

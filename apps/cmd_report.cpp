@@ -126,6 +126,7 @@ int runReport(const ReportOptions& opts, bool level_given) {
   request.passes = opts.passes;
   request.disable = opts.disable;
   request.pass_manager.standard_only = opts.emit == "standard";
+  request.pass_manager.emit_ort = opts.emit == "ort";
   request.pass_manager.explain = true;  // the page lists every rejection
   (void)planOptimization(request);      // a bad pipeline is a usage error before any load
 
@@ -198,7 +199,7 @@ Command addReportCommand(CLI::App& parent) {
       ->allow_extra_args(false);
   cmd->add_option("--emit", opts->emit,
                   "fusectl: fusectl-domain ops allowed; standard: only standard ONNX ops")
-      ->check(CLI::IsMember({"fusectl", "standard"}))
+      ->check(CLI::IsMember({"fusectl", "standard", "ort"}))
       ->capture_default_str();
   cmd->add_option("--shape", opts->shapes, "Fix an input's dims, e.g. input=1x3x224x224")
       ->type_name("NAME=DIMS")

@@ -274,7 +274,8 @@ std::string passesMarkdownTable() {
       options += fmt::format("| `{}{{{}=...}}` | {} | `{}` | {} |\n", info.name, o.name,
                              optionTypeName(o.type), o.default_value, o.description);
     }
-    out += fmt::format("| `{}` | -O{} | {} | {} | {} |\n", info.name, info.level,
+    out += fmt::format("| `{}` | {} | {} | {} | {} |\n", info.name,
+                       info.level == 0 ? std::string("--emit ort") : fmt::format("-O{}", info.level),
                        portabilityName(info.portability), fmt::join(names, ", "),
                        info.description);
   }

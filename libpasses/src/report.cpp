@@ -9,7 +9,7 @@
 namespace fusectl::passes {
 
 std::string_view portabilityName(Portability p) {
-  return p == Portability::Standard ? "standard" : "fusectl";
+  return p == Portability::Standard ? "standard" : p == Portability::Fusectl ? "fusectl" : "ort";
 }
 
 GraphFigures GraphFigures::of(const Graph& g) {

@@ -34,7 +34,7 @@ Node* Rewriter::create(NewNode node, std::string_view output_hint, const ValueTy
   std::vector<std::string> outputs = {graph_.uniqueValueName(output_hint)};
   if (second_type) outputs.push_back(graph_.uniqueValueName(second_hint));
   if (node.naming == NodeNaming::Unique && !name.empty()) name = graph_.uniqueNodeName(name);
-  const bool fusectl_op = node.domain == "fusectl";
+  const std::string domain = node.domain;
   Node* n = graph_.createNode({std::move(node.op_type), std::move(node.domain),
                                std::move(node.inputs), std::move(outputs), std::move(name),
                                std::move(node.attributes)},
@@ -42,8 +42,9 @@ Node* Rewriter::create(NewNode node, std::string_view output_hint, const ValueTy
   n->output(0)->type = type;
   if (second_type) n->output(1)->type = *second_type;
   n->doc_string = std::move(node.doc_string);
-  if (fusectl_op && ctx_.model_.opsetVersion("fusectl") == 0)
-    ctx_.model_.setOpsetVersion("fusectl", 1);
+  // A node of another domain (fusectl, com.microsoft) makes the model import it, version 1.
+  if (!domain.empty() && domain != "ai.onnx" && ctx_.model_.opsetVersion(domain) == 0)
+    ctx_.model_.setOpsetVersion(domain, 1);
   return n;
 }
 
@@ -326,7 +327,9 @@ void Rewriter::commitFusion(std::string_view pattern, const Match& m, Value* rep
                                               : replacement->domain() + "::" +
                                                     replacement->opType();
   site.portability =
-      replacement->domain() == "fusectl" ? Portability::Fusectl : Portability::Standard;
+      replacement->domain() == "fusectl"         ? Portability::Fusectl
+      : replacement->domain() == "com.microsoft" ? Portability::Ort
+                                                 : Portability::Standard;
   replacement->doc_string = appendFusionStamp(
       replacement->doc_string, formatFusionStamp(site.pass, site.replaced_nodes));
   if (expected_sites_ != 0) {

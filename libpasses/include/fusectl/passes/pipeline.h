@@ -52,6 +52,7 @@ struct PassManagerOptions {
   std::string dump_dir;                     // write <dir>/<NN>-<pass>.onnx and .onnxtxt
   int64_t max_rewrites = -1;                // -1 unlimited (bisecting aid)
   bool standard_only = false;               // --emit standard
+  bool emit_ort = false;                    // --emit ort: emit-ort runs after the pipeline
   bool explain = true;                      // record rejected candidates in the report
   // Rewrites not to make, as (pass, label of the node the pattern anchors on): what --gate
   // passes back after measuring a site outside its thresholds (numeric_gate.h).

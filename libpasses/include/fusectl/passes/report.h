@@ -20,8 +20,9 @@ namespace fusectl::passes {
 enum class Portability {
   Standard,  // output is standard ONNX (ai.onnx ops only)
   Fusectl,   // output uses fusectl-domain ops (with model-local ONNX functions defining them)
+  Ort,       // output uses ONNX Runtime's com.microsoft contrib ops (--emit ort)
 };
-std::string_view portabilityName(Portability p);  // "standard", "fusectl"
+std::string_view portabilityName(Portability p);  // "standard", "fusectl", "ort"
 
 struct FusionSite {
   std::string pass;

@@ -1,0 +1,508 @@
+// emit-ort: hand ONNX Runtime the fusions its own optimizer does not find on plain exports, as
+// the com.microsoft contrib ops that run them natively (`fusectl optimize --emit ort` appends
+// this pass to the pipeline; it is in no -O level). A fusectl op with no contrib op of exactly
+// its semantics stays, with its ONNX function.
+//
+//   fusectl::Attention (G = 1)  [-> Transpose(0,2,1,3) -> Reshape [B, S, H*Dv]]
+//     => com.microsoft::MultiHeadAttention(query [B, S, H*D], key/value [B, T, H*D] before
+//        their head split, or [B, H, T, D] as they are (its BNSH form), attention_bias
+//        [B|1, H|1, S, T]) -> [B, S, H*Dv]
+//   fusectl::SkipLayerNorm  => com.microsoft::SkipLayerNormalization(X, Skip, Scale, B)
+//   fusectl::SkipRMSNorm    => com.microsoft::SkipSimplifiedLayerNormalization(X, Skip, Scale)
+//   fusectl::GeluTanh       => com.microsoft::FastGelu(X)
+//   fusectl::QuickGelu      => com.microsoft::QuickGelu(X), alpha 1.702
+//   fusectl::LayerNorm      => LayerNormalization   (ONNX Runtime's ONNX-domain registration,
+//   fusectl::RMSNorm        => SimplifiedLayerNormalization  from version 1: also at opset < 17)
+//   fusectl::FusedMatMul    => MatMul [-> Add(bias) | com.microsoft::BiasGelu(bias)] [-> Add(Z)]
+//                              (no activation, or exact Gelu)
+//
+// The attention's query is read before the model's head split when Q is
+// Transpose(0,2,1,3)(Reshape(x3)) of a provably [B, S, H*D] x3 (else a Transpose and a Reshape
+// make it), and its output goes straight to the reader of the model's head merge when Y is read
+// by Transpose(0,2,1,3) -> Reshape to [B, S, H*Dv] only (else a Reshape and a Transpose give Y
+// back). A [B|1, 1, 1, T] mask (BERT's) is expanded to [., 1, S, T] once per mask, since
+// MultiHeadAttention's attention_bias takes no broadcast over queries.
+//
+// Conditions, each a reported rejection (the node then stays a fusectl op):
+//  Attention: as many key/value heads as query heads (grouped-query attention maps to
+//  GroupQueryAttention, whose KV-cache inputs this pass does not build), Dv = D, a causal one
+//  has S = T provably (MultiHeadAttention's unidirectional mask is top-left aligned), a rank-4
+//  mask (or none, or a scalar 0 constant), float32. Skip norms: the norm is over the last axis
+//  of a rank 2 or 3 X, Skip has X's shape, Sum is not read (its output index differs), float32.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "constant_math.h"
+#include "fusectl/passes/rewriter.h"
+#include "pass_factories.h"
+
+namespace fusectl::passes {
+namespace {
+
+constexpr const char* kMs = "com.microsoft";
+
+enum class Rule {
+  AttentionMerged, Attention, SkipLayerNorm, SkipRmsNorm, LayerNorm, RmsNorm, MatMul, FastGelu,
+  QuickGelu
+};
+constexpr Rule kRules[] = {Rule::AttentionMerged, Rule::Attention, Rule::SkipLayerNorm,
+                           Rule::SkipRmsNorm,     Rule::LayerNorm, Rule::RmsNorm,
+                           Rule::MatMul,          Rule::FastGelu,  Rule::QuickGelu};
+
+bool isPerm0213(const Node& t) {
+  return t.is("Transpose") && t.domain().empty() &&
+         t.attrInts("perm") == std::vector<int64_t>{0, 2, 1, 3};
+}
+
+// Output 0 of `n` has one reader and is no graph output; that reader, or nullptr.
+Node* onlyReader(const Node& n) {
+  const Value* v = n.output(0);
+  if (!v || v->isGraphOutput() || v->consumers().size() != 1) return nullptr;
+  return v->consumers().front();
+}
+
+bool staticIs(const Dim& d, int64_t v) { return d.isStatic() && d.value() == v; }
+
+// ---- Attention ----
+
+struct Heads {
+  int64_t heads = 0, d = 0, dv = 0;
+};
+
+// Condition checks of an Attention node; `why` set when it does not map.
+std::optional<Heads> attentionHeads(const Node& a, Why& why) {
+  auto fail = [&](const std::string& reason) -> std::optional<Heads> {
+    why.fail(a, [&] { return fmt::format("{} {}", a.label(), reason); });
+    return std::nullopt;
+  };
+  const Shape& q = a.input(0)->shape();
+  const Shape& k = a.input(1)->shape();
+  const Shape& v = a.input(2)->shape();
+  if (!q.hasRank() || !k.hasRank() || !v.hasRank() || q.rank() != 4 || k.rank() != 4 ||
+      v.rank() != 4 || !q[1].isStatic() || !q[3].isStatic() || !v[3].isStatic())
+    return fail("has Q/K/V without static head counts and sizes");
+  Heads h{q[1].value(), q[3].value(), v[3].value()};
+  if (!staticIs(k[1], h.heads))
+    return fail(fmt::format("has {} query heads for {} key/value heads (grouped-query "
+                            "attention: MultiHeadAttention wants as many)",
+                            h.heads, k[1].str()));
+  if (h.d != h.dv) return fail("has a value head size other than the query's");
+  if (a.attrInt("causal", 0) != 0 && !q[2].provablyEqual(k[2]))
+    return fail("is causal with queries and keys not provably as many (MultiHeadAttention's "
+                "causal mask is top-left aligned)");
+  const Value* m = a.numInputs() > 3 ? a.input(3) : nullptr;
+  if (m) {
+    std::optional<double> zero = scalarConstant(m);
+    const Shape& ms = m->shape();
+    const bool mask_ok = (zero && *zero == 0.0) ||
+                         (ms.hasRank() && ms.rank() == 4 && ms[3].provablyEqual(k[2]) &&
+                          (staticIs(ms[1], 1) || staticIs(ms[1], h.heads)) &&
+                          (staticIs(ms[2], 1) || ms[2].provablyEqual(q[2])));
+    if (!mask_ok) return fail(fmt::format("has a mask {} that is not [B|1, H|1, S|1, T]", ms.str()));
+  }
+  for (const Value* in : std::vector<const Value*>{a.input(0), a.input(1), a.input(2), m})
+    if (in && in->dtype() != DType::Float) return fail("is not float32");
+  return h;
+}
+
+Constraint attentionMaps() {
+  return {"ort-attention", [](const Match& m, Why& why) {
+            return attentionHeads(*m.get("a"), why).has_value();
+          }};
+}
+
+// The head merge after the attention: Reshape to a provably [B, S, H*Dv] shape.
+Constraint mergesHeads() {
+  return {"head-merge", [](const Match& m, Why& why) {
+            Node* a = m.get("a");
+            Node* t = m.get("t");
+            Node* r = m.get("r");
+            Why quiet(false);
+            std::optional<Heads> h = attentionHeads(*a, quiet);
+            const Shape& q = a->input(0)->shape();
+            const Shape& out = r->output(0)->shape();
+            if (h && isPerm0213(*t) && onlyReader(*a) == t && onlyReader(*t) == r &&
+                out.hasRank() && out.rank() == 3 && out[0].provablyEqual(q[0]) &&
+                out[1].provablyEqual(q[2]) && staticIs(out[2], h->heads * h->dv))
+              return true;
+            return why.fail(*r, [&] {
+              return fmt::format("{} is not the head merge of {} ([B, S, H*Dv] from "
+                                 "Transpose(0,2,1,3))",
+                                 r->label(), a->label());
+            });
+          }};
+}
+
+// ---- Norms and Linear layers ----
+
+// fusectl::LayerNorm / RMSNorm: ONNX Runtime registers LayerNormalization and
+// SimplifiedLayerNormalization in the ONNX domain from version 1 (so before opset 17 too), with
+// `axis` and `epsilon` as fusectl's ops have them, and runs them as one kernel; the function
+// bodies it would inline instead (Flatten/ReduceMean/...) it does not fuse back.
+Constraint normMaps() {
+  return {"ort-norm", [](const Match& m, Why& why) {
+            Node* n = m.get("n");
+            if (n->output(0)->dtype() == DType::Float) return true;
+            return why.fail(*n, [&] { return fmt::format("{} is not float32", n->label()); });
+          }};
+}
+
+// fusectl::FusedMatMul with no activation or exact Gelu: MatMul, then the bias as an Add or as
+// com.microsoft::BiasGelu (Gelu(x + bias) in one kernel), then the residual Add.
+Constraint matMulMaps() {
+  return {"ort-matmul", [](const Match& m, Why& why) {
+            Node* n = m.get("n");
+            const std::string act = n->attrString("activation", "");
+            if (!act.empty() && act != "Gelu") {
+              return why.fail(*n, [&] {
+                return fmt::format("{} applies {}, for which no contrib op takes a bias",
+                                   n->label(), act);
+              });
+            }
+            if (n->output(0)->dtype() != DType::Float)
+              return why.fail(*n, [&] { return fmt::format("{} is not float32", n->label()); });
+            return true;
+          }};
+}
+
+// ---- Skip norms ----
+
+Constraint skipNormMaps() {
+  return {"ort-skip-norm", [](const Match& m, Why& why) {
+            Node* n = m.get("n");
+            const Shape& x = n->input(0)->shape();
+            const Shape& skip = n->input(1)->shape();
+            auto fail = [&](const char* reason) {
+              return why.fail(*n, [&] { return fmt::format("{} {}", n->label(), reason); });
+            };
+            if (!x.hasRank() || (x.rank() != 2 && x.rank() != 3))
+              return fail("normalises an X that is not of rank 2 or 3");
+            const int64_t axis = n->attrInt("axis", -1);
+            if (axis != -1 && axis != static_cast<int64_t>(x.rank()) - 1)
+              return fail("does not normalise the last axis only");
+            if (!dimsProvablyEqual(skip, x))
+              return fail("adds a Skip that is not provably X's shape");
+            if (n->numOutputs() > 1 && n->output(1) &&
+                (n->output(1)->hasUses() || n->output(1)->isGraphOutput()))
+              return fail("has its Sum read (the contrib op returns it as output 3: not mapped yet)");
+            if (n->output(0)->dtype() != DType::Float) return fail("is not float32");
+            return true;
+          }};
+}
+
+Pattern buildPattern(Rule r) {
+  switch (r) {
+    case Rule::AttentionMerged: {
+      Pattern p = Pattern::parse("^a:fusectl::Attention -> t:Transpose -> r:Reshape",
+                                 "ort-multi-head-attention-merged");
+      p.producing({"com.microsoft::MultiHeadAttention"}).withBenefit(2);
+      p.require(attentionMaps()).require(mergesHeads());
+      return p;
+    }
+    case Rule::Attention: {
+      Pattern p = Pattern::parse("a:fusectl::Attention", "ort-multi-head-attention");
+      p.producing({"com.microsoft::MultiHeadAttention"});
+      p.require(attentionMaps());
+      return p;
+    }
+    case Rule::SkipLayerNorm: {
+      Pattern p = Pattern::parse("n:fusectl::SkipLayerNorm", "ort-skip-layer-norm");
+      p.producing({"com.microsoft::SkipLayerNormalization"});
+      p.require(skipNormMaps());
+      return p;
+    }
+    case Rule::SkipRmsNorm: {
+      Pattern p = Pattern::parse("n:fusectl::SkipRMSNorm", "ort-skip-simplified-layer-norm");
+      p.producing({"com.microsoft::SkipSimplifiedLayerNormalization"});
+      p.require(skipNormMaps());
+      return p;
+    }
+    case Rule::LayerNorm: {
+      Pattern p = Pattern::parse("n:fusectl::LayerNorm", "ort-layer-norm");
+      p.producing({"LayerNormalization"});
+      p.require(normMaps());
+      return p;
+    }
+    case Rule::RmsNorm: {
+      Pattern p = Pattern::parse("n:fusectl::RMSNorm", "ort-simplified-layer-norm");
+      p.producing({"SimplifiedLayerNormalization"});
+      p.require(normMaps());
+      return p;
+    }
+    case Rule::MatMul: {
+      Pattern p = Pattern::parse("n:fusectl::FusedMatMul", "ort-matmul-bias-gelu");
+      p.producing({"MatMul", "Add", "com.microsoft::BiasGelu"});
+      p.require(matMulMaps());
+      return p;
+    }
+    case Rule::FastGelu: {
+      Pattern p = Pattern::parse("g:fusectl::GeluTanh", "ort-fast-gelu");
+      p.producing({"com.microsoft::FastGelu"});
+      p.require(constraints::dtypeIn({"g"}, {DType::Float}));
+      return p;
+    }
+    case Rule::QuickGelu: {
+      Pattern p = Pattern::parse("g:fusectl::QuickGelu", "ort-quick-gelu");
+      p.producing({"com.microsoft::QuickGelu"});
+      p.require(constraints::dtypeIn({"g"}, {DType::Float}));
+      return p;
+    }
+  }
+  return Pattern::parse("g:fusectl::QuickGelu", "unreachable");
+}
+
+class EmitOrtPass : public Pass {
+ public:
+  const PassInfo& info() const override { return EmitOrtPassInfo; }
+
+  std::vector<Pattern> patterns() const override {
+    std::vector<Pattern> out;
+    for (Rule r : kRules) out.push_back(buildPattern(r));
+    return out;
+  }
+
+  bool run(const Graph& graph, PassContext& ctx) override {
+    // The forms have different roots, so each runs on its own op's anchors.
+    const std::vector<Pattern> forms = patterns();
+    bool changed = false;
+    masks_.clear();
+    for (size_t i = 0; i < forms.size(); ++i) {
+      DriverOptions driver;
+      driver.report_structural = false;
+      changed |= applyPattern(graph, ctx, forms[i], [&](Rewriter& rw, const Match& m) {
+                   lower(rw, forms[i], kRules[i], m);
+                   return true;
+                 }, driver) > 0;
+    }
+    return changed;
+  }
+
+ private:
+  // Expanded masks, by the mask value and the queries' length (every layer of a model attends
+  // over the same sequence: one Expand serves them all), or the query value when that length
+  // is unknown.
+  std::map<std::pair<const Value*, std::string>, Value*> masks_;
+
+  static ValueType typed(DType dtype, std::vector<Dim> dims) {
+    ValueType t;
+    t.dtype = dtype;
+    t.shape = Shape(std::move(dims));
+    return t;
+  }
+
+  static Node* add(Rewriter& rw, const std::string& op, std::vector<Value*> inputs,
+                   std::vector<Attribute> attrs, const std::string& hint, const ValueType& type,
+                   Node* position) {
+    NewNode n;
+    n.op_type = op;
+    n.inputs = std::move(inputs);
+    n.attributes = std::move(attrs);
+    return rw.addNode(std::move(n), hint, type, position);
+  }
+
+  // The model's own [B, L, H*D] value that `v4` ([B, H, L, D]) is the head split of
+  // (Transpose(0,2,1,3) of a Reshape of it), or nullptr.
+  static Value* beforeHeadSplit(Value* v4, const Heads& h) {
+    const Shape& vs = v4->shape();
+    Node* t = v4->producer();
+    Node* r = t && isPerm0213(*t) ? t->input(0)->producer() : nullptr;
+    if (!r || !r->is("Reshape") || !r->domain().empty() || !vs.hasRank() || vs.rank() != 4 ||
+        !vs[3].isStatic())
+      return nullptr;
+    Value* x3 = r->input(0);
+    const Shape& xs = x3->shape();
+    if (xs.hasRank() && xs.rank() == 3 && xs[0].provablyEqual(vs[0]) &&
+        xs[1].provablyEqual(vs[2]) && staticIs(xs[2], h.heads * vs[3].value()))
+      return x3;
+    return nullptr;
+  }
+
+  // The query as [B, S, H*D]: the model's own value before its head split when there is one.
+  static Value* query3d(Rewriter& rw, Node* a, const Heads& h) {
+    Value* q = a->input(0);
+    const Shape& qs = q->shape();
+    if (Value* x3 = beforeHeadSplit(q, h)) return x3;
+    Value* bshd = add(rw, "Transpose", {q}, {Attribute::ofInts("perm", {0, 2, 1, 3})},
+                      q->name() + "_bshd", typed(q->dtype(), {qs[0], qs[2], qs[1], qs[3]}), a)
+                      ->output(0);
+    Value* target = rw.addConstant(q->name() + "_bsh_shape",
+                                   Tensor::fromValues<int64_t>(DType::Int64, {3},
+                                                               {0, 0, h.heads * h.d}));
+    return add(rw, "Reshape", {bshd, target}, {}, q->name() + "_bsh",
+               typed(q->dtype(), {qs[0], qs[2], Dim::known(h.heads * h.d)}), a)
+        ->output(0);
+  }
+
+  // The mask as MultiHeadAttention's attention_bias, or nullptr for none.
+  Value* bias(Rewriter& rw, Node* a, Value* query) {
+    Value* m = a->numInputs() > 3 ? a->input(3) : nullptr;
+    if (!m) return nullptr;
+    std::optional<double> zero = scalarConstant(m);
+    if (zero && *zero == 0.0) return nullptr;
+    const Shape& ms = m->shape();
+    const Shape& qs = a->input(0)->shape();
+    if (ms[2].provablyEqual(qs[2])) return m;
+    const std::string length =
+        qs[2].isStatic() || qs[2].isSymbolic() ? qs[2].str() : "query " + query->name();
+    auto key = std::make_pair(static_cast<const Value*>(m), length);
+    if (auto it = masks_.find(key); it != masks_.end()) return it->second;
+    // [., ., 1, T] -> [., ., S, T]: Expand by [1, 1, S, 1], S read from the query's shape.
+    Node* pos = a;
+    Value* shape = add(rw, "Shape", {query}, {}, m->name() + "_query_shape",
+                       typed(DType::Int64, {Dim::known(3)}), pos)
+                       ->output(0);
+    Value* one = rw.addConstant(m->name() + "_dim1", Tensor::fromValues<int64_t>(DType::Int64, {1}, {1}));
+    Value* two = rw.addConstant(m->name() + "_dim2", Tensor::fromValues<int64_t>(DType::Int64, {1}, {2}));
+    Value* s = add(rw, "Slice", {shape, one, two}, {}, m->name() + "_queries",
+                   typed(DType::Int64, {Dim::known(1)}), pos)
+                   ->output(0);
+    Value* ones = rw.addConstant(m->name() + "_ones",
+                                 Tensor::fromValues<int64_t>(DType::Int64, {2}, {1, 1}));
+    Value* target = add(rw, "Concat", {ones, s, one}, {Attribute::ofInt("axis", 0)},
+                        m->name() + "_expand_shape", typed(DType::Int64, {Dim::known(4)}), pos)
+                        ->output(0);
+    Value* expanded = add(rw, "Expand", {m, target}, {}, m->name() + "_per_query",
+                          typed(m->dtype(), {ms[0], ms[1], qs[2], ms[3]}), pos)
+                          ->output(0);
+    masks_[key] = expanded;
+    return expanded;
+  }
+
+  static void lowerMatMul(Rewriter& rw, const Pattern& pattern, Node* n, const Match& m) {
+    Value* y = n->output(0);
+    Value* bias = n->numInputs() > 2 ? n->input(2) : nullptr;
+    Value* residual = n->numInputs() > 3 ? n->input(3) : nullptr;
+    const bool gelu = n->attrString("activation", "") == "Gelu";
+    // The last node takes y's place; the ones before it are added in front of n.
+    std::vector<NewNode> chain;
+    NewNode mm;
+    mm.op_type = "MatMul";
+    mm.inputs = {n->input(0), n->input(1)};
+    chain.push_back(std::move(mm));
+    if (bias || gelu) {
+      NewNode b;
+      b.op_type = gelu ? (bias ? "BiasGelu" : "Gelu") : "Add";
+      b.domain = gelu ? kMs : "";
+      if (bias) b.inputs = {nullptr, bias};
+      chain.push_back(std::move(b));
+    }
+    if (residual) {
+      NewNode z;
+      z.op_type = "Add";
+      z.inputs = {nullptr, residual};
+      chain.push_back(std::move(z));
+    }
+    Value* prev = nullptr;
+    for (size_t i = 0; i + 1 < chain.size(); ++i) {
+      if (prev) {
+        if (chain[i].inputs.empty()) chain[i].inputs = {prev};
+        else chain[i].inputs[0] = prev;
+      }
+      prev = rw.addNode(std::move(chain[i]), y->name() + (i == 0 ? "_matmul" : "_biased"), y->type,
+                        n)->output(0);
+    }
+    NewNode last = std::move(chain.back());
+    if (prev) {
+      if (last.inputs.empty()) last.inputs = {prev};
+      else last.inputs[0] = prev;
+    }
+    last.name = n->name();
+    rw.replaceMatch(pattern.name, m, y, std::move(last));
+    rw.context().count("linear_layers");
+  }
+
+  void lower(Rewriter& rw, const Pattern& pattern, Rule r, const Match& m) {
+    NewNode node;
+    node.domain = kMs;
+    if (r == Rule::AttentionMerged || r == Rule::Attention) {
+      Node* a = m.get("a");
+      Why checked(false);
+      const Heads h = *attentionHeads(*a, checked);
+      Value* query = query3d(rw, a, h);
+      node.op_type = "MultiHeadAttention";
+      // Keys and values before their head split too when both have one (MultiHeadAttention
+      // takes both 3-D or both 4-D), else in the BNSH form they are in.
+      Value* k3 = beforeHeadSplit(a->input(1), h);
+      Value* v3 = beforeHeadSplit(a->input(2), h);
+      Value* key = k3 && v3 ? k3 : a->input(1);
+      Value* value = k3 && v3 ? v3 : a->input(2);
+      node.inputs = {query, key, value, nullptr, nullptr, bias(rw, a, query)};
+      if (!node.inputs.back()) node.inputs.resize(3);
+      node.attributes = {Attribute::ofInt("num_heads", h.heads),
+                         Attribute::ofFloat("scale", a->attrFloat("scale", 1.f / std::sqrt(
+                                                                              static_cast<float>(h.d)))),
+                         Attribute::ofInt("unidirectional", a->attrInt("causal", 0))};
+      node.name = a->name();
+      if (r == Rule::AttentionMerged) {
+        rw.replaceMatch(pattern.name, m, m.get("r")->output(0), std::move(node));
+      } else {
+        // [B, S, H*Dv] back to the [B, H, S, Dv] the readers want.
+        const Shape& qs = a->input(0)->shape();
+        Value* y = a->output(0);
+        Node* mha = rw.addNode(std::move(node), y->name() + "_bsh",
+                               typed(y->dtype(), {qs[0], qs[2], Dim::known(h.heads * h.dv)}), a);
+        Value* split = rw.addConstant(y->name() + "_bshd_shape",
+                                      Tensor::fromValues<int64_t>(DType::Int64, {4},
+                                                                  {0, 0, h.heads, h.dv}));
+        Value* bshd = add(rw, "Reshape", {mha->output(0), split}, {}, y->name() + "_bshd",
+                          typed(y->dtype(), {qs[0], qs[2], qs[1], Dim::known(h.dv)}), a)
+                          ->output(0);
+        NewNode back;
+        back.op_type = "Transpose";
+        back.inputs = {bshd};
+        back.attributes = {Attribute::ofInts("perm", {0, 2, 1, 3})};
+        rw.replaceMatch(pattern.name, m, y, std::move(back));
+      }
+      rw.context().count("multi_head_attention");
+      return;
+    }
+    Node* n = m.get(r == Rule::FastGelu || r == Rule::QuickGelu ? "g" : "n");
+    node.name = n->name();
+    if (r == Rule::MatMul) {
+      lowerMatMul(rw, pattern, n, m);
+      return;
+    }
+    switch (r) {
+      case Rule::LayerNorm:
+      case Rule::RmsNorm:
+        // ONNX Runtime's ONNX-domain registrations, not com.microsoft's.
+        node.domain = "";
+        node.op_type = r == Rule::LayerNorm ? "LayerNormalization" : "SimplifiedLayerNormalization";
+        node.inputs = {n->input(0), n->input(1)};
+        if (r == Rule::LayerNorm) node.inputs.push_back(n->input(2));
+        node.attributes = {Attribute::ofInt("axis", n->attrInt("axis", -1)),
+                           Attribute::ofFloat("epsilon", n->attrFloat("epsilon", 1e-5f))};
+        break;
+      case Rule::SkipLayerNorm:
+        node.op_type = "SkipLayerNormalization";
+        node.inputs = {n->input(0), n->input(1), n->input(2), n->input(3)};
+        node.attributes = {Attribute::ofFloat("epsilon", n->attrFloat("epsilon", 1e-5f))};
+        break;
+      case Rule::SkipRmsNorm:
+        node.op_type = "SkipSimplifiedLayerNormalization";
+        node.inputs = {n->input(0), n->input(1), n->input(2)};
+        node.attributes = {Attribute::ofFloat("epsilon", n->attrFloat("epsilon", 1e-5f))};
+        break;
+      case Rule::FastGelu:
+        node.op_type = "FastGelu";
+        node.inputs = {n->input(0)};
+        break;
+      default:
+        node.op_type = "QuickGelu";
+        node.inputs = {n->input(0)};
+        node.attributes = {Attribute::ofFloat("alpha", 1.702f)};
+        break;
+    }
+    rw.replaceMatch(pattern.name, m, n->output(0), std::move(node));
+    rw.context().count("contrib_ops");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createEmitOrtPass() { return std::make_unique<EmitOrtPass>(); }
+
+}  // namespace fusectl::passes
