@@ -373,7 +373,9 @@ TEST_CASE("fusectl match --explain names a rejected rule that would match, with 
   // Not at equal widths, which the pass does merge.
   CliRun equal = runFusectl("match " + shellQuote(mha) + " --catalog all --explain --json");
   REQUIRE(equal.code == 0);
-  for (const nlohmann::json& m : nlohmann::json::parse(equal.out)["rejected_rules"])
+  // Parsed into a variable: a range-for over a temporary's element outlives the temporary.
+  const nlohmann::json equal_json = nlohmann::json::parse(equal.out);
+  for (const nlohmann::json& m : equal_json["rejected_rules"])
     CHECK(m["rule"] != "merge-narrow-projections");
 
   // Held-back rules are tried with --explain only; a pass with no patterns still needs it.
