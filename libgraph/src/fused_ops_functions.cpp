@@ -162,56 +162,21 @@ void forEachNode(Graph& g, Fn&& fn) {
   }
 }
 
-// Gives `n` the op type `name` and exactly the inputs its function takes: a spelled node lists
-// no omitted input (X, W, Z for _NoBias_Add), since ONNX 1.12 cannot bind an omitted input of a
-// function call. The graph has no "remove input" edit, so such a node is rebuilt in place.
-void respell(Node& n, const std::string& name, const Variant& v) {
+// Replaces `n` by a node of op `op_type` (n's domain) reading `inputs`, with n's attributes and
+// doc string. Each of n's outputs carries on as the same output of the new node (type, doc
+// string, readers and name); `extra` names further outputs, of output 0's type. The graph has no
+// edit that removes an input or adds an output, so such a change rebuilds the node in place.
+void rebuild(Node& n, const std::string& op_type, std::vector<Value*> inputs,
+             const std::vector<std::string>& extra = {}) {
   Graph& g = *n.graph();
-  const FusedOperandSlots slots = *fusedOperandSlots(n.opType());
-  std::vector<Value*> inputs = {n.input(0), n.input(1)};
-  if (v.bias) inputs.push_back(n.input(*slots.bias));
-  if (v.residual) inputs.push_back(n.input(*slots.residual));
-  if (inputs == n.inputs()) {
-    if (n.opType() != name) g.setOpType(&n, name, std::string(kFusectlDomain));
-    return;
-  }
-  Value* out = n.output(0);
-  const std::string out_name = out->name();
+  const std::vector<Value*> old = n.outputs();
   Graph::NodeSpec spec;
-  spec.op_type = name;
-  spec.domain = std::string(kFusectlDomain);
-  spec.inputs = std::move(inputs);
-  spec.output_names = {g.uniqueValueName(out_name)};
-  spec.attributes = n.attributes();
-  Node* rebuilt = g.createNode(std::move(spec), &n);
-  rebuilt->doc_string = n.doc_string;
-  rebuilt->output(0)->type = out->type;
-  rebuilt->output(0)->doc_string = out->doc_string;
-  g.replaceAllUsesWith(out, rebuilt->output(0));
-  const std::string node_name = n.name();
-  g.eraseNode(&n);
-  if (rebuilt->output(0)->name() != out_name) g.renameValue(rebuilt->output(0), out_name);
-  if (!node_name.empty()) g.renameNode(rebuilt, node_name);
-}
-
-// A composite op's node with fewer outputs than the op declares gets the rest, named after its
-// output 0 and unread: a function call must name every output of the function (libonnx 1.12's
-// checker), and SkipLayerNorm's body returns Sum even where nothing reads it.
-void nameEveryOutput(Node& n, const FusedOpInfo& op) {
-  if (n.numOutputs() >= op.outputs.size()) return;
-  Graph& g = *n.graph();
-  Graph::NodeSpec spec;
-  spec.op_type = n.opType();
+  spec.op_type = op_type;
   spec.domain = n.domain();
-  spec.inputs = n.inputs();
+  spec.inputs = std::move(inputs);
   spec.attributes = n.attributes();
-  std::vector<Value*> old = n.outputs();
-  for (size_t i = 0; i < op.outputs.size(); ++i) {
-    spec.output_names.push_back(
-        i < old.size() && old[i] ? g.uniqueValueName(old[i]->name())
-                                 : g.uniqueValueName(fmt::format("{}_{}", n.output(0)->name(),
-                                                                 op.outputs[i].name)));
-  }
+  for (const Value* o : old) spec.output_names.push_back(o ? g.uniqueValueName(o->name()) : "");
+  for (const std::string& e : extra) spec.output_names.push_back(g.uniqueValueName(e));
   Node* rebuilt = g.createNode(std::move(spec), &n);
   rebuilt->doc_string = n.doc_string;
   std::vector<std::string> names;
@@ -222,12 +187,40 @@ void nameEveryOutput(Node& n, const FusedOpInfo& op) {
     rebuilt->output(i)->doc_string = old[i]->doc_string;
     g.replaceAllUsesWith(old[i], rebuilt->output(i));
   }
-  for (size_t i = old.size(); i < op.outputs.size(); ++i) rebuilt->output(i)->type = n.output(0)->type;
+  for (size_t i = old.size(); i < rebuilt->numOutputs(); ++i)
+    rebuilt->output(i)->type = rebuilt->output(0)->type;
   const std::string node_name = n.name();
   g.eraseNode(&n);
   for (size_t i = 0; i < names.size(); ++i)
-    if (!names[i].empty() && rebuilt->output(i)->name() != names[i]) g.renameValue(rebuilt->output(i), names[i]);
+    if (!names[i].empty() && rebuilt->output(i)->name() != names[i])
+      g.renameValue(rebuilt->output(i), names[i]);
   if (!node_name.empty()) g.renameNode(rebuilt, node_name);
+}
+
+// Gives `n` the op type `name` and exactly the inputs its function takes: a spelled node lists
+// no omitted input (X, W, Z for _NoBias_Add), since ONNX 1.12 cannot bind an omitted input of a
+// function call.
+void respell(Node& n, const std::string& name, const Variant& v) {
+  const FusedOperandSlots slots = *fusedOperandSlots(n.opType());
+  std::vector<Value*> inputs = {n.input(0), n.input(1)};
+  if (v.bias) inputs.push_back(n.input(*slots.bias));
+  if (v.residual) inputs.push_back(n.input(*slots.residual));
+  if (inputs == n.inputs()) {
+    if (n.opType() != name) n.graph()->setOpType(&n, name, std::string(kFusectlDomain));
+    return;
+  }
+  rebuild(n, name, std::move(inputs));
+}
+
+// A composite op's node with fewer outputs than the op declares gets the rest, named after its
+// output 0 and unread: a function call must name every output of the function (libonnx 1.12's
+// checker), and SkipLayerNorm's body returns Sum even where nothing reads it.
+void nameEveryOutput(Node& n, const FusedOpInfo& op) {
+  if (n.numOutputs() >= op.outputs.size()) return;
+  std::vector<std::string> extra;
+  for (size_t i = n.numOutputs(); i < op.outputs.size(); ++i)
+    extra.push_back(fmt::format("{}_{}", n.output(0)->name(), op.outputs[i].name));
+  rebuild(n, n.opType(), n.inputs(), extra);
 }
 
 // Writes the activation's parameters on the node in full (defaults for those it leaves out),

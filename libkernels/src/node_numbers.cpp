@@ -29,14 +29,14 @@ Values runExposing(const Model& model, const std::set<std::string>& wanted,
   Graph& g = *copy->graph;
   std::set<std::string> outputs;
   for (const Value* v : g.outputs()) outputs.insert(v->name());
-  std::vector<std::string> exposed;
+  bool computes_any = false;
   for (const std::string& name : wanted) {
     Value* v = g.findValue(name);
     if (!v || !v->producer() || v->isGraphInput()) continue;
     if (!outputs.count(name)) g.addOutput(v);
-    exposed.push_back(name);
+    computes_any = true;
   }
-  if (exposed.empty()) return out;
+  if (!computes_any) return out;
   for (NamedTensor& r : Executor(*copy, options).run(inputs))
     if (wanted.count(r.name)) out[r.name] = std::move(r.tensor);
   return out;
