@@ -226,6 +226,9 @@ TEST_CASE("catalog: a rejected rule is never applied", "[catalog]") {
     if (r.status != RuleStatus::Rejected) continue;
     OptimizeRequest o3;
     o3.level = 3;
+    // fuse-elementwise takes whatever arithmetic is left into a program that computes it as
+    // written (a Div stays a Div instruction), which would hide the match this counts.
+    o3.disable = {"fuse-elementwise"};
     optimize(*model, o3);
     size_t after = 0;
     for (const Pattern& p : r.variants) after += matchCount(*model, p);

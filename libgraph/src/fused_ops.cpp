@@ -1,6 +1,8 @@
 // The typed fused-op table built from fused_ops.def, and the spelling codec.
 #include "fusectl/graph/fused_ops.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 namespace fusectl {
@@ -162,6 +164,28 @@ std::optional<FusedOperandSlots> fusedOperandSlots(std::string_view op_type) {
   if (s->bias) slots.bias = slots.exact_inputs++;
   if (s->residual) slots.residual = slots.exact_inputs++;
   return slots;
+}
+
+namespace {
+constexpr std::string_view kElementwisePrefix = "Elementwise_";
+}  // namespace
+
+std::string elementwiseSpelling(std::string_view program) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
+  for (unsigned char c : program) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{}{:016x}", kElementwisePrefix, h);
+}
+
+std::string_view fusedOpBaseName(std::string_view op_type) {
+  if (op_type.size() != kElementwisePrefix.size() + 16 ||
+      op_type.substr(0, kElementwisePrefix.size()) != kElementwisePrefix)
+    return op_type;
+  for (char c : op_type.substr(kElementwisePrefix.size()))
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return op_type;
+  return "Elementwise";
 }
 
 }  // namespace fusectl

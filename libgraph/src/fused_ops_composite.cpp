@@ -43,7 +43,8 @@ CompositeBodyBuilder findCompositeBodyBuilder(std::string_view op) {
 }
 
 bool hasCompositeFunctionBody(std::string_view op_type) {
-  return findCompositeBodyBuilder(op_type) != nullptr;
+  // Elementwise's bodies are built per program (buildElementwiseFunction).
+  return findCompositeBodyBuilder(op_type) != nullptr || op_type == "Elementwise";
 }
 
 }  // namespace fusectl

@@ -30,4 +30,10 @@ const std::vector<CompositeBody>& compositeBodyBuilders();
 // nullptr when `op` has no builder.
 CompositeBodyBuilder findCompositeBodyBuilder(std::string_view op);
 
+struct ElementwiseProgram;
+// fusectl::Elementwise has a body per program instead (fused_bodies/elementwise.cpp): the
+// function `name` taking inputs X0..X<num_inputs - 1>, its body the ops the program stands for.
+std::string buildElementwiseFunction(const std::string& name, const ElementwiseProgram& program,
+                                     size_t num_inputs, int64_t opset);
+
 }  // namespace fusectl

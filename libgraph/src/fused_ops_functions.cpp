@@ -21,6 +21,7 @@
 #include <map>
 #include <set>
 
+#include "fusectl/graph/elementwise_program.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/fused_ops.h"
 #include "fusectl/graph/onnx_function.h"
@@ -262,8 +263,24 @@ void attachFusectlFunctions(Model& model) {
                        "one");
     }
   };
+  // Elementwise spellings: name -> (program text, inputs), one function per distinct program.
+  std::map<std::string, std::pair<std::string, size_t>> programs;
   forEachNode(*model.graph, [&](Node& n) {
     if (n.domain() != kFusectlDomain) return;
+    if (fusedOpBaseName(n.opType()) == "Elementwise") {
+      requireOpset();
+      const std::string text = n.attrString("program", "");
+      const ElementwiseProgram program = ElementwiseProgram::parse(text, n.numInputs());
+      const std::string name = elementwiseSpelling(text);
+      auto [it, fresh] = programs.emplace(name, std::make_pair(text, n.numInputs()));
+      if (!fresh && it->second != std::make_pair(text, n.numInputs())) {
+        throwUnsupported(fmt::format(
+            "{}: programs '{}' and '{}' (or their input counts) share the function name {}",
+            n.label(), text, it->second.first, name));
+      }
+      if (n.opType() != name) n.graph()->setOpType(&n, name, std::string(kFusectlDomain));
+      return;
+    }
     const FusedOpInfo* op = findFusedOp(n.opType());
     if (op && !op->takesEpilogue()) {
       requireOpset();
@@ -304,7 +321,12 @@ void attachFusectlFunctions(Model& model) {
     }
     model.functions.push_back(build(op, opset));
   }
-  if (!needed.empty()) {
+  for (const auto& [name, program] : programs) {
+    if (defined.count({std::string(kFusectlDomain), name})) continue;
+    model.functions.push_back(buildElementwiseFunction(
+        name, ElementwiseProgram::parse(program.first, program.second), program.second, opset));
+  }
+  if (!needed.empty() || !programs.empty()) {
     if (model.opsetVersion(kFusectlDomain) == 0) model.setOpsetVersion(kFusectlDomain, 1);
     if (model.ir_version < 8) model.ir_version = 8;
   }

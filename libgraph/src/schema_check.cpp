@@ -147,7 +147,7 @@ class SchemaChecker {
   }
 
   static std::optional<std::string> checkFusedNode(const Node& n) {
-    const FusedOpInfo* op = findFusedOp(n.opType());
+    const FusedOpInfo* op = findFusedOp(fusedOpBaseName(n.opType()));
     if (!op) {
       std::optional<FusedSpelling> spelling = decodeFusedSpelling(n.opType());
       if (!spelling) return std::nullopt;  // a fusectl op this build does not know

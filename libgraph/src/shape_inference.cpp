@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/fused_ops.h"
 #include "shape_rules/rules.h"
 
 namespace fusectl {
@@ -48,7 +49,9 @@ RuleFn RuleRegistry::find(std::string_view domain, std::string_view op_type) con
     auto it = onnx_.find(op_type);
     return it == onnx_.end() ? nullptr : it->second;
   }
-  auto it = other_.find(std::string(domain) + "/" + std::string(op_type));
+  // A spelled fusectl op (an Elementwise program's function name) has its base op's rule.
+  const std::string_view op = domain == kFusectlDomain ? fusedOpBaseName(op_type) : op_type;
+  auto it = other_.find(std::string(domain) + "/" + std::string(op));
   return it == other_.end() ? nullptr : it->second;
 }
 

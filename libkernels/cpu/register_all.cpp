@@ -40,6 +40,7 @@ void registerSequenceKernels(KernelRegistry& r);     // sequence_ops.cpp: sequen
 void registerAttentionKernels(KernelRegistry& r);
 // Issue 12's transformer ops, one file each.
 void registerSwiGLUKernels(KernelRegistry& r);             // swiglu.cpp
+void registerElementwiseProgramKernels(KernelRegistry& r);  // elementwise_program.cpp
 void registerFusedRotaryKernels(KernelRegistry& r);       // rotary_fused.cpp
 void registerGeluApproximationKernels(KernelRegistry& r);  // gelu_approximations.cpp
 // The fused norms of domain fusectl (norms_fused.cpp).
@@ -90,6 +91,7 @@ void registerAllKernels(KernelRegistry& r) {
   registerRoiAlignKernels(r);
   registerAttentionKernels(r);
   registerSwiGLUKernels(r);
+  registerElementwiseProgramKernels(r);
   registerFusedRotaryKernels(r);
   registerGeluApproximationKernels(r);
   registerFusedNormKernels(r);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/fused_ops.h"
 #include "fusectl/kernels/kernel.h"
 
 namespace fusectl::kernels {
@@ -106,6 +107,8 @@ const KernelInfo* KernelRegistry::find(std::string_view domain, std::string_view
                                        int64_t opset, DType dtype, Device device) const {
   // The executor looks kernels up once per node when it is built, so a scan is cheap enough.
   const std::string_view dom = canonicalDomain(domain);
+  // A spelled fusectl op (an Elementwise program's function name) runs its base op's kernel.
+  if (dom == kFusectlDomain) op_type = fusedOpBaseName(op_type);
   const KernelInfo* best = nullptr;
   for (const KernelInfo& k : kernels_) {
     if (k.op_type != op_type || k.domain != dom || k.device != device) continue;

@@ -458,22 +458,28 @@ Pipeline Pipeline::forLevel(int level, const std::vector<std::string>& disabled)
     return isBuiltinPass(info.name) &&
            std::find(disabled.begin(), disabled.end(), info.name) == disabled.end();
   };
+  // fuse-elementwise takes whatever elementwise ops the specific fusions left, so it runs once
+  // after its level's fixpoint: inside it, it would take ops that a later round of a specific
+  // fusion (after another fusion made its pattern appear) fuses better.
+  auto afterFixpoint = [](const PassInfo& info) { return info.name == "fuse-elementwise"; };
   Pipeline p;
   bool fusions = false;
   for (int k = 1; k <= level; ++k) {
     PipelineElement group;
+    std::vector<PipelineElement> after;
     for (const PassInfo& info : allPasses()) {
       if (info.level != k || !enabled(info)) continue;
       PipelineElement e;
       e.pass = std::string(info.name);
-      group.group.push_back(std::move(e));
+      (afterFixpoint(info) ? after : group.group).push_back(std::move(e));
     }
-    fusions |= k >= 2 && !group.group.empty();
+    fusions |= k >= 2 && (!group.group.empty() || !after.empty());
     if (group.group.size() == 1) {
       p.elements.push_back(std::move(group.group.front()));
     } else if (!group.group.empty()) {
       p.elements.push_back(std::move(group));
     }
+    for (PipelineElement& e : after) p.elements.push_back(std::move(e));
   }
   // Fusions make constants that other sites made too (a zero mask, a unit scale, a folded
   // bias) and leave dead values behind: merge the first, one last sweep for the second, so that

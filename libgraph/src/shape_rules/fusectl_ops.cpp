@@ -40,6 +40,16 @@ bool swigluPackedShape(RuleContext& ctx) {
   return true;
 }
 
+// Elementwise: Y is every input's shape broadcast together (ONNX's multidirectional rule), in
+// input 0's dtype. Inputs left out (empty names) take no part.
+bool elementwiseShape(RuleContext& ctx) {
+  Shape y = ctx.inShape(0);
+  for (size_t i = 1; i < ctx.numInputs(); ++i)
+    if (ctx.hasInput(i)) y = broadcastOrWarn(ctx, y, ctx.inShape(i));
+  ctx.setOutput(0, ctx.inDType(0), std::move(y));
+  return true;
+}
+
 }  // namespace
 
 void registerFusectlOpRules(RuleRegistry& r) {
@@ -47,6 +57,7 @@ void registerFusectlOpRules(RuleRegistry& r) {
     if (op.shape_rule == FusedShapeRule::SameAsInput) r.add(kFusectlDomain, op.name, everyOutputAsInput);
   r.add(kFusectlDomain, "Attention", attentionShape);
   r.add(kFusectlDomain, "SwiGLUPacked", swigluPackedShape);
+  r.add(kFusectlDomain, "Elementwise", elementwiseShape);
 }
 
 }  // namespace fusectl::shape_rules

@@ -154,6 +154,17 @@ struct FusedOperandSlots {
 };
 std::optional<FusedOperandSlots> fusedOperandSlots(std::string_view op_type);
 
+// ---- fusectl::Elementwise's spellings ----
+//
+// Each Elementwise node computes its own `program`, and a function body cannot depend on an
+// attribute, so on export each distinct program gets a function of its own, named
+// "Elementwise_" + 16 hex digits of the program text's 64-bit FNV-1a hash (the same program,
+// the same name, in every model). Kernels, shape inference and the schema check read such a
+// node as Elementwise (fusedOpBaseName).
+std::string elementwiseSpelling(std::string_view program);
+// "Elementwise" for an Elementwise spelling; `op_type` itself otherwise.
+std::string_view fusedOpBaseName(std::string_view op_type);
+
 // ---- ONNX functions (fused_ops_functions.cpp) ----
 
 // For every fusectl op used in the main graph or any subgraph: renames FusedConv/FusedGemm

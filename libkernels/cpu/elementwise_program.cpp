@@ -1,0 +1,316 @@
+// fusectl::Elementwise: runs a fuse-elementwise group's program (elementwise_program.h) in one
+// pass over memory. The output is walked one broadcast row at a time (broadcast.h: each input
+// either runs along the row or holds one value for it) and each row in blocks of kBlock
+// elements; every instruction runs over the whole block before the next, into a block-sized
+// register that stays in L1, so a chain of k ops reads each input and writes the output once,
+// where the unfused chain reads and writes k intermediate tensors.
+//
+// A value that is one number for the whole block (a broadcast input, a constant, or an op of
+// those) stays one number: it is computed once per block, not per element. Each op computes
+// what its standard kernel computes (elementwise.cpp): the transcendentals through the same
+// vectorised loops (vec_kernels.h), the rest with the same scalar expressions. float32 only.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "broadcast.h"
+#include "fusectl/graph/elementwise_program.h"
+#include "fusectl/kernels/kernel.h"
+#include "vec_kernels.h"
+
+namespace fusectl::kernels {
+namespace cpu {
+namespace {
+
+using namespace kutil;
+
+constexpr int64_t kBlock = 256;  // elements per register: 1 KiB, a few of them fit L1
+constexpr size_t N = kMaxElementwiseInputs;
+
+// The parsed program, with each temp given a register slot: a slot is reused once the last
+// reader of the temp it held has run, so a long chain needs two or three slots, not one per op.
+struct ProgramState : KernelState {
+  std::string text;
+  size_t num_inputs = 0;
+  ElementwiseProgram program;
+  std::vector<int> slot;  // per instruction: the register it writes
+  int num_slots = 0;
+};
+
+std::unique_ptr<ProgramState> prepare(const KernelContext& ctx, std::string text) {
+  auto s = std::make_unique<ProgramState>();
+  s->num_inputs = ctx.numInputs();
+  try {
+    s->program = ElementwiseProgram::parse(text, ctx.numInputs());
+  } catch (const Error& e) {
+    ctx.fail(e.what());
+  }
+  s->text = std::move(text);
+  const auto& ins = s->program.instructions;
+  std::vector<size_t> last_use(ins.size(), 0);
+  for (size_t i = 0; i < ins.size(); ++i)
+    for (int k = 0; k < ewOpInfo(ins[i].op).operands; ++k)
+      if (ins[i].args[static_cast<size_t>(k)].kind == EwOperand::Kind::Temp)
+        last_use[static_cast<size_t>(ins[i].args[static_cast<size_t>(k)].index)] = i;
+  std::vector<int> free_slots;
+  s->slot.assign(ins.size(), -1);
+  for (size_t i = 0; i < ins.size(); ++i) {
+    // Operands read for the last time here give their slot back first: an elementwise loop may
+    // write the register it reads.
+    for (int k = 0; k < ewOpInfo(ins[i].op).operands; ++k) {
+      const EwOperand& a = ins[i].args[static_cast<size_t>(k)];
+      if (a.kind != EwOperand::Kind::Temp || last_use[static_cast<size_t>(a.index)] != i) continue;
+      const int sl = s->slot[static_cast<size_t>(a.index)];
+      if (std::find(free_slots.begin(), free_slots.end(), sl) == free_slots.end())
+        free_slots.push_back(sl);
+    }
+    if (free_slots.empty()) {
+      s->slot[i] = s->num_slots++;
+    } else {
+      s->slot[i] = free_slots.back();
+      free_slots.pop_back();
+    }
+  }
+  return s;
+}
+
+// An operand on one block: n elements at p, or one value for all of them.
+struct Operand {
+  const float* p = nullptr;
+  float value = 0.f;
+  bool scalar() const { return p == nullptr; }
+};
+
+template <typename T>
+inline T sigmoidScalar(T x) {
+  if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+  const T e = std::exp(x);
+  return e / (T(1) + e);
+}
+
+inline float softplus(float x) {
+  return x > 0.f ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
+
+inline float maxOp(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<float>::quiet_NaN();
+  return a < b ? b : a;
+}
+inline float minOp(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<float>::quiet_NaN();
+  return b < a ? b : a;
+}
+
+template <typename F>
+void mapUnary(const Operand& x, float* y, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x.p[i]);
+}
+
+// y = op(x) on a block; returns whether the op ran through vec::unary.
+bool vectorUnary(const EwInstruction& ins, const float* x, float* y, int64_t n) {
+  switch (ins.op) {
+    case EwOp::Exp: vec::unary(vec::Unary::Exp, x, y, n); return true;
+    case EwOp::Erf: vec::unary(vec::Unary::Erf, x, y, n); return true;
+    case EwOp::Tanh: vec::unary(vec::Unary::Tanh, x, y, n); return true;
+    case EwOp::Sigmoid: vec::unary(vec::Unary::Sigmoid, x, y, n); return true;
+    case EwOp::Relu: vec::unary(vec::Unary::Relu, x, y, n); return true;
+    case EwOp::Softsign: vec::unary(vec::Unary::Softsign, x, y, n); return true;
+    case EwOp::HardSwish: vec::unary(vec::Unary::HardSwish, x, y, n); return true;
+    case EwOp::Gelu: vec::unary(vec::Unary::Gelu, x, y, n); return true;
+    case EwOp::LeakyRelu:
+      vec::unary(vec::Unary::LeakyRelu, x, y, n, ins.params[0]);
+      return true;
+    case EwOp::Elu: vec::unary(vec::Unary::Elu, x, y, n, ins.params[0]); return true;
+    case EwOp::Selu:
+      vec::unary(vec::Unary::Selu, x, y, n, ins.params[0], ins.params[1]);
+      return true;
+    case EwOp::HardSigmoid:
+      vec::unary(vec::Unary::HardSigmoid, x, y, n, ins.params[0], ins.params[1]);
+      return true;
+    default: return false;
+  }
+}
+
+void unaryBlock(const EwInstruction& ins, const float* x, float* y, int64_t n) {
+  if (vectorUnary(ins, x, y, n)) return;
+  const Operand a{x};
+  switch (ins.op) {
+    case EwOp::Neg: mapUnary(a, y, n, [](float v) { return -v; }); return;
+    case EwOp::Abs: mapUnary(a, y, n, [](float v) { return v < 0 ? -v : v; }); return;
+    case EwOp::Log: mapUnary(a, y, n, [](float v) { return std::log(v); }); return;
+    case EwOp::Sqrt: mapUnary(a, y, n, [](float v) { return std::sqrt(v); }); return;
+    case EwOp::Reciprocal: mapUnary(a, y, n, [](float v) { return 1.f / v; }); return;
+    case EwOp::Floor: mapUnary(a, y, n, [](float v) { return std::floor(v); }); return;
+    case EwOp::Ceil: mapUnary(a, y, n, [](float v) { return std::ceil(v); }); return;
+    case EwOp::Sin: mapUnary(a, y, n, [](float v) { return std::sin(v); }); return;
+    case EwOp::Cos: mapUnary(a, y, n, [](float v) { return std::cos(v); }); return;
+    case EwOp::Softplus: mapUnary(a, y, n, softplus); return;
+    case EwOp::Clip: {
+      const float lo = ins.params[0], hi = ins.params[1];
+      mapUnary(a, y, n, [=](float v) {
+        v = v < lo ? lo : v;
+        return v > hi ? hi : v;
+      });
+      return;
+    }
+    default: break;
+  }
+}
+
+template <typename F>
+void mapBinary(const Operand& a, const Operand& b, float* y, int64_t n, F f) {
+  if (!a.scalar() && !b.scalar()) {
+    for (int64_t i = 0; i < n; ++i) y[i] = f(a.p[i], b.p[i]);
+  } else if (a.scalar()) {
+    const float av = a.value;
+    for (int64_t i = 0; i < n; ++i) y[i] = f(av, b.p[i]);
+  } else {
+    const float bv = b.value;
+    for (int64_t i = 0; i < n; ++i) y[i] = f(a.p[i], bv);
+  }
+}
+
+template <typename F>
+void dispatchBinary(EwOp op, F&& apply) {
+  switch (op) {
+    case EwOp::Add: apply([](float a, float b) { return a + b; }); return;
+    case EwOp::Sub: apply([](float a, float b) { return a - b; }); return;
+    case EwOp::Mul: apply([](float a, float b) { return a * b; }); return;
+    case EwOp::Div: apply([](float a, float b) { return a / b; }); return;
+    case EwOp::Pow: apply([](float a, float b) { return std::pow(a, b); }); return;
+    case EwOp::Max: apply(maxOp); return;
+    case EwOp::Min: apply(minOp); return;
+    case EwOp::PRelu: apply([](float v, float s) { return v < 0 ? v * s : v; }); return;
+    default: return;
+  }
+}
+
+// Runs the program over one block of n elements whose inputs are `in` (a pointer per input and
+// whether it runs along the block), into `out`. `regs` holds num_slots blocks.
+void runBlock(const ProgramState& s, const std::array<Operand, N>& in, float* out, int64_t n,
+              float* regs, std::vector<Operand>& temps) {
+  const auto& prog = s.program.instructions;
+  auto operand = [&](const EwOperand& a) -> Operand {
+    switch (a.kind) {
+      case EwOperand::Kind::Input: return in[static_cast<size_t>(a.index)];
+      case EwOperand::Kind::Temp: return temps[static_cast<size_t>(a.index)];
+      case EwOperand::Kind::Constant: return Operand{nullptr, a.value};
+    }
+    return {};
+  };
+  for (size_t i = 0; i < prog.size(); ++i) {
+    const EwInstruction& ins = prog[i];
+    const bool last = i + 1 == prog.size();
+    float* y = last ? out : regs + static_cast<int64_t>(s.slot[i]) * kBlock;
+    if (ewOpInfo(ins.op).operands == 1) {
+      const Operand x = operand(ins.args[0]);
+      if (x.scalar()) {
+        float v;
+        unaryBlock(ins, &x.value, &v, 1);
+        if (!last) {
+          temps[i] = Operand{nullptr, v};
+          continue;
+        }
+        std::fill(out, out + n, v);
+        continue;
+      }
+      unaryBlock(ins, x.p, y, n);
+    } else {
+      const Operand a = operand(ins.args[0]);
+      const Operand b = operand(ins.args[1]);
+      if (a.scalar() && b.scalar()) {
+        float v = 0.f;
+        dispatchBinary(ins.op, [&](auto f) { v = f(a.value, b.value); });
+        if (!last) {
+          temps[i] = Operand{nullptr, v};
+          continue;
+        }
+        std::fill(out, out + n, v);
+        continue;
+      }
+      dispatchBinary(ins.op, [&](auto f) { mapBinary(a, b, y, n, f); });
+    }
+    if (!last) temps[i] = Operand{y};
+  }
+}
+
+void runElementwise(KernelContext& ctx) {
+  const size_t num_inputs = ctx.numInputs();
+  if (num_inputs == 0 || num_inputs > N)
+    ctx.fail(fmt::format("takes 1 to {} inputs, has {}", N, num_inputs));
+  std::vector<const std::vector<int64_t>*> shapes;
+  for (size_t i = 0; i < num_inputs; ++i) {
+    const HostTensor& t = ctx.requireInput(i);
+    if (t.dtype() != DType::Float)
+      ctx.fail(fmt::format("input {} is {}; Elementwise computes float32 only", i,
+                           dtypeName(t.dtype())));
+    shapes.push_back(&t.dims());
+  }
+  auto* state = dynamic_cast<ProgramState*>(ctx.state());
+  std::string text = ctx.attrString("program", "");
+  if (!state || state->text != text || state->num_inputs != num_inputs) {
+    ctx.setState(prepare(ctx, std::move(text)));
+    state = static_cast<ProgramState*>(ctx.state());
+  }
+  const std::vector<int64_t> dims = broadcastDims(ctx, shapes);
+  static const std::vector<int64_t> kScalar;
+  std::array<const std::vector<int64_t>*, N> plan_shapes;
+  plan_shapes.fill(&kScalar);
+  for (size_t i = 0; i < num_inputs; ++i) plan_shapes[i] = shapes[i];
+  const BroadcastPlan<N> plan = planBroadcast<N>(dims, plan_shapes);
+  HostTensor& y = ctx.allocateOutput(0, DType::Float, dims);
+  if (y.numel() == 0) return;
+  std::array<const float*, N> base{};
+  for (size_t i = 0; i < num_inputs; ++i) base[i] = ctx.requireInput(i).data<float>();
+  float* yp = y.mutableData<float>();
+  const ProgramState& s = *state;
+  // parallelRows' split, with the registers set up once per piece rather than once per row (a
+  // row is as short as one channel's H x W when an input is per channel).
+  const int64_t inner = plan.dims.back();
+  const int64_t rows = plan.numel / inner;
+  auto piece = [&](auto&& walk) {
+    std::vector<float> regs(static_cast<size_t>(std::max(1, s.num_slots)) * kBlock);
+    std::vector<Operand> temps(s.program.instructions.size());
+    std::array<Operand, N> in{};
+    walk([&](int64_t out_off, const std::array<int64_t, N>& off, int64_t len,
+             const std::array<int64_t, N>& stride) {
+      for (int64_t b = 0; b < len; b += kBlock) {
+        const int64_t n = std::min(kBlock, len - b);
+        for (size_t k = 0; k < num_inputs; ++k) {
+          const float* p = base[k] + off[k];
+          in[k] = stride[k] == 0 ? Operand{nullptr, *p} : Operand{p + b * stride[k]};
+        }
+        runBlock(s, in, yp + out_off + b, n, regs.data(), temps);
+      }
+    });
+  };
+  if (rows == 1) {
+    std::array<int64_t, N> st{};
+    for (size_t k = 0; k < N; ++k) st[k] = plan.strides[k].back();
+    parallelFor(inner, ctx.numThreads(), kParallelGrain, [&](int64_t b, int64_t e) {
+      piece([&](auto&& row) {
+        std::array<int64_t, N> off{};
+        for (size_t k = 0; k < N; ++k) off[k] = b * st[k];
+        row(b, off, e - b, st);
+      });
+    });
+    return;
+  }
+  parallelFor(rows, ctx.numThreads(), std::max<int64_t>(1, kParallelGrain / inner),
+              [&](int64_t b, int64_t e) {
+                piece([&](auto&& row) { forEachRow<N>(plan, row, b, e); });
+              });
+}
+
+}  // namespace
+}  // namespace cpu
+
+void registerElementwiseProgramKernels(KernelRegistry& r) {
+  r.add({"fusectl", "Elementwise", 1, 1000, cpu::runElementwise});
+}
+
+}  // namespace fusectl::kernels
