@@ -434,6 +434,26 @@ TEST_CASE("profile fusion sites: chains, missing nodes, did not pay", "[profile]
         std::vector<std::string>{"gone", "(a node without a label)"});
 }
 
+TEST_CASE("profile fusion sites: a node canonicalize respelled is found by its name",
+          "[profile]") {
+  // canonicalize turned Div(D) into Mul(D) before fuse-elementwise took it; the unfused run
+  // has Div(D). Two unfused nodes named E: that name is no evidence, so Mul(E) stays missing.
+  const kernels::SideProfile unfused =
+      sideOf({{"Div(D)", 0.002}, {"Exp(C)", 0.003}, {"Add(E)", 0.001}, {"Sub(E)", 0.001}});
+  const kernels::SideProfile fused = sideOf({{"Elementwise(Y)", 0.004}});
+  std::vector<kernels::FusionSiteInput> sites(2);
+  sites[0] = {"fuse-elementwise", "elementwise", "Elementwise(Y)", "", "Elementwise",
+              {"Mul(D)", "Exp(C)"}};
+  sites[1] = {"fuse-elementwise", "elementwise", "Elementwise(Y)", "", "Elementwise",
+              {"Mul(E)"}};
+  const auto timed = kernels::timeFusionSites(sites, unfused, fused);
+  REQUIRE(timed.size() == 2);
+  CHECK(timed[0].status == "paid");
+  CHECK(timed[0].replaced_seconds == Approx(0.005));
+  CHECK(timed[1].status == "unmatched");
+  CHECK(timed[1].missing_nodes == std::vector<std::string>{"Mul(E)"});
+}
+
 // ---- The library on its own: profileModels on Conv -> BatchNormalization -> Relu ----
 
 TEST_CASE("profileModels: two passes over both sides, counts, agreement, sites", "[profile]") {

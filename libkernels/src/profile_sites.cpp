@@ -7,6 +7,7 @@
 // r1 alone would forget b1. So a replaced node that an earlier, not yet superseded site
 // produced is expanded into what that site compared, and that site is marked superseded.
 #include <algorithm>
+#include <string_view>
 
 #include "fusectl/kernels/profile.h"
 
@@ -16,6 +17,30 @@ namespace {
 
 void appendUnique(std::vector<std::string>& list, const std::string& item) {
   if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
+}
+
+// The name inside a node label "Op(name)", or "" for a label of another form.
+std::string_view nameOfLabel(std::string_view label) {
+  const size_t open = label.find('(');
+  if (open == std::string_view::npos || label.empty() || label.back() != ')') return {};
+  return label.substr(open + 1, label.size() - open - 2);
+}
+
+// The unfused node a replaced label stands for. canonicalize respells a node in place and keeps
+// its name (Div(D) by a power of two becomes Mul(D)), so a label the unfused run lacks is
+// looked up by its name too, when exactly one unfused node has that name.
+const NodeProfile* findReplaced(const SideProfile& unfused, const std::string& label) {
+  if (label.empty()) return nullptr;
+  if (const NodeProfile* exact = unfused.find(label)) return exact;
+  const std::string_view name = nameOfLabel(label);
+  if (name.empty()) return nullptr;
+  const NodeProfile* found = nullptr;
+  for (const NodeProfile& p : unfused.nodes) {
+    if (nameOfLabel(p.node) != name) continue;
+    if (found) return nullptr;
+    found = &p;
+  }
+  return found;
 }
 
 }  // namespace
@@ -53,7 +78,7 @@ std::vector<FusionSiteProfile> timeFusionSites(const std::vector<FusionSiteInput
     p.missing_nodes.clear();
     p.replaced_seconds = 0;
     for (const std::string& n : p.compared_nodes) {
-      const NodeProfile* found = n.empty() ? nullptr : unfused.find(n);
+      const NodeProfile* found = findReplaced(unfused, n);
       if (found) {
         p.replaced_seconds += found->median_seconds;
       } else {
