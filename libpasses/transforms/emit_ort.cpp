@@ -16,6 +16,13 @@
 //   fusectl::FusedMatMul    => MatMul [-> Add(bias) | com.microsoft::BiasGelu(bias)] [-> Add(Z)]
 //                              (no activation, or exact Gelu)
 //
+// A Linear layer with a bias and nothing else (FusedMatMul with C only) read by nothing but a
+// SkipLayerNorm, or by nothing but the head split of an attention's query, key or value, becomes a
+// plain MatMul whose bias that contrib op adds itself (SkipLayerNormalization's `bias` input,
+// MultiHeadAttention's packed q/k/v `bias`): ONNX Runtime turns each 3-D MatMul + Add it is
+// given into Reshape -> Gemm -> Reshape (three nodes), so a BERT layer's six such pairs were
+// eighteen of its twenty nodes.
+//
 // The attention's query is read before the model's head split when Q is
 // Transpose(0,2,1,3)(Reshape(x3)) of a provably [B, S, H*D] x3 (else a Transpose and a Reshape
 // make it), and its output goes straight to the reader of the model's head merge when Y is read
@@ -65,6 +72,24 @@ Node* onlyReader(const Node& n) {
 }
 
 bool staticIs(const Dim& d, int64_t v) { return d.isStatic() && d.value() == v; }
+
+// The FusedMatMul producing `v` when it adds a bias and nothing else (no residual, no
+// activation), the bias is a float constant [N], and `reader` is all that reads `v`; else
+// nullptr. Its bias can move into the contrib op `reader` becomes.
+Node* biasOnlyLinear(const Value* v, const Node* reader) {
+  Node* p = v ? v->producer() : nullptr;
+  if (!p || p->domain() != "fusectl" || p->opType() != "FusedMatMul" || p->numInputs() != 3 ||
+      !p->input(2) || !p->attrString("activation", "").empty() || v->isGraphOutput() ||
+      v->dtype() != DType::Float)
+    return nullptr;
+  const Value* bias = p->input(2);
+  if (!bias->isConstant() || bias->dtype() != DType::Float ||
+      bias->initializer()->dims().size() != 1)
+    return nullptr;
+  const std::vector<Node*> readers = v->consumers();
+  if (readers.size() != 1 || readers.front() != reader) return nullptr;
+  return p;
+}
 
 // ---- Attention ----
 
@@ -371,6 +396,62 @@ class EmitOrtPass : public Pass {
     return expanded;
   }
 
+  // Replaces the bias-only FusedMatMul `lin` (biasOnlyLinear) by a plain MatMul, whose output
+  // takes over its readers and name. Returns the bias, which the caller's contrib op now adds,
+  // as a constant of its own (the replacement erases those only `lin` read) under the bias's
+  // name; nullptr when `keep_bias` is false (the caller copied what it needs).
+  static Value* dropBias(Rewriter& rw, Node* lin, bool keep_bias = true) {
+    const std::string name = lin->input(2)->name();
+    Value* bias = keep_bias ? rw.addConstant(name, *lin->input(2)->initializer()) : nullptr;
+    NewNode mm;
+    mm.op_type = "MatMul";
+    mm.inputs = {lin->input(0), lin->input(1)};
+    mm.name = lin->name();
+    Match site(1);
+    site[0] = lin;
+    rw.replaceMatch("ort-matmul-bias-into-consumer", site, lin->output(0), std::move(mm));
+    if (bias && bias->name() != name && !rw.graph().findValue(name)) rw.renameValue(bias, name);
+    rw.context().count("biases_moved_into_contrib_ops");
+    return bias;
+  }
+
+  // The bias-only FusedMatMul producing the 3-D `x3` that attention `a` reads through its
+  // head split (Reshape -> Transpose(0,2,1,3) -> a, each read only by the next), or nullptr.
+  static Node* headSplitLinear(Value* x3, const Node* a, size_t input) {
+    Node* t = a->input(input)->producer();
+    Node* r = t ? t->input(0)->producer() : nullptr;
+    if (!t || !r || r->input(0) != x3 || onlyReader(*t) != a || onlyReader(*r) != t) return nullptr;
+    return biasOnlyLinear(x3, r);
+  }
+
+  // MultiHeadAttention's `bias` [D + D + Dv] from the q/k/v projections that add a bias and
+  // nothing else (zeros for the others), each made a plain MatMul; nullptr when none does.
+  static Value* packedProjectionBias(Rewriter& rw, Node* a, Value* q3, Value* k3, Value* v3,
+                                     const Heads& h) {
+    Node* lin[3] = {headSplitLinear(q3, a, 0), headSplitLinear(k3, a, 1),
+                    headSplitLinear(v3, a, 2)};
+    if (!lin[0] && !lin[1] && !lin[2]) return nullptr;
+    const int64_t width[3] = {h.heads * h.d, h.heads * h.d, h.heads * h.dv};
+    for (int i = 0; i < 3; ++i)
+      if (lin[i] && lin[i]->input(2)->initializer()->numel() != width[i]) lin[i] = nullptr;
+    if (!lin[0] && !lin[1] && !lin[2]) return nullptr;
+    std::vector<float> packed;
+    for (int i = 0; i < 3; ++i) {
+      if (!lin[i]) {
+        packed.insert(packed.end(), static_cast<size_t>(width[i]), 0.f);
+        continue;
+      }
+      const float* b = lin[i]->input(2)->initializer()->data<float>();
+      packed.insert(packed.end(), b, b + width[i]);
+    }
+    const int64_t total = static_cast<int64_t>(packed.size());
+    Value* bias = rw.addConstant(a->output(0)->name() + "_qkv_bias",
+                                 Tensor::fromValues(DType::Float, {total}, packed));
+    for (Node* l : lin)
+      if (l) dropBias(rw, l, /*keep_bias=*/false);
+    return bias;
+  }
+
   static void lowerMatMul(Rewriter& rw, const Pattern& pattern, Node* n, const Match& m) {
     Value* y = n->output(0);
     Value* bias = n->numInputs() > 2 ? n->input(2) : nullptr;
@@ -429,8 +510,20 @@ class EmitOrtPass : public Pass {
       Value* v3 = beforeHeadSplit(a->input(2), h);
       Value* key = k3 && v3 ? k3 : a->input(1);
       Value* value = k3 && v3 ? v3 : a->input(2);
-      node.inputs = {query, key, value, nullptr, nullptr, bias(rw, a, query)};
-      if (!node.inputs.back()) node.inputs.resize(3);
+      // The projections' biases go in as `bias` where q, k and v are all read before their
+      // head split (the contrib op adds them there; with 4-D keys it would not).
+      Value* projection_bias = nullptr;
+      if (k3 && v3 && query == beforeHeadSplit(a->input(0), h)) {
+        projection_bias = packedProjectionBias(rw, a, query, k3, v3, h);
+        if (projection_bias) {
+          // The MatMuls that replaced the projections stand where their values stood.
+          query = beforeHeadSplit(a->input(0), h);
+          key = beforeHeadSplit(a->input(1), h);
+          value = beforeHeadSplit(a->input(2), h);
+        }
+      }
+      node.inputs = {query, key, value, projection_bias, nullptr, bias(rw, a, query)};
+      while (node.inputs.size() > 3 && !node.inputs.back()) node.inputs.pop_back();
       node.attributes = {Attribute::ofInt("num_heads", h.heads),
                          Attribute::ofFloat("scale", a->attrFloat("scale", 1.f / std::sqrt(
                                                                               static_cast<float>(h.d)))),
@@ -477,15 +570,21 @@ class EmitOrtPass : public Pass {
                            Attribute::ofFloat("epsilon", n->attrFloat("epsilon", 1e-5f))};
         break;
       case Rule::SkipLayerNorm:
-        node.op_type = "SkipLayerNormalization";
-        node.inputs = {n->input(0), n->input(1), n->input(2), n->input(3)};
-        node.attributes = {Attribute::ofFloat("epsilon", n->attrFloat("epsilon", 1e-5f))};
-        break;
-      case Rule::SkipRmsNorm:
-        node.op_type = "SkipSimplifiedLayerNormalization";
+      case Rule::SkipRmsNorm: {
+        // A Linear layer's bias moves into SkipLayerNormalization's `bias` input (input + skip
+        // + bias). Not into the simplified one's: ONNX Runtime's documentation and its CPU
+        // kernel have disagreed on whether that op adds its bias.
+        const bool layer = r == Rule::SkipLayerNorm;
+        Value* linear_bias = nullptr;
+        for (size_t i = 0; i < 2 && layer && !linear_bias; ++i)
+          if (Node* lin = biasOnlyLinear(n->input(i), n)) linear_bias = dropBias(rw, lin);
+        node.op_type = layer ? "SkipLayerNormalization" : "SkipSimplifiedLayerNormalization";
         node.inputs = {n->input(0), n->input(1), n->input(2)};
+        if (layer) node.inputs.push_back(n->input(3));
+        if (linear_bias) node.inputs.push_back(linear_bias);
         node.attributes = {Attribute::ofFloat("epsilon", n->attrFloat("epsilon", 1e-5f))};
         break;
+      }
       case Rule::FastGelu:
         node.op_type = "FastGelu";
         node.inputs = {n->input(0)};
