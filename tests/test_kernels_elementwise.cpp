@@ -292,6 +292,31 @@ TEST_CASE("Pow with mixed base and exponent dtypes", "[kernels][elementwise]") {
   CHECK(valuesOf<int32_t>(ifl[0]) == std::vector<int32_t>{2, 3});
 }
 
+TEST_CASE("Pow by a one-element 2 squares exactly, keeping the broadcast shape",
+          "[kernels][elementwise]") {
+  std::vector<float> x;
+  for (int i = 0; i < 3001; ++i) x.push_back(std::ldexp(static_cast<float>(i) - 1500.5f, i % 40 - 20));
+  x.push_back(std::numeric_limits<float>::infinity());
+  x.push_back(-std::numeric_limits<float>::infinity());
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  x.push_back(-0.0f);
+  const int64_t n = static_cast<int64_t>(x.size());
+  auto sq = KernelCase("Pow", 15).input(floats({n}, x)).input(floats({1, 1}, {2})).run();
+  REQUIRE(sq[0].dims() == std::vector<int64_t>{1, n});
+  const std::vector<float> got = valuesOf<float>(sq[0]);
+  for (int64_t i = 0; i < n; ++i) {
+    INFO("x = " << x[static_cast<size_t>(i)]);
+    // The correctly rounded square, as double arithmetic rounded once gives it.
+    const float want = static_cast<float>(static_cast<double>(x[static_cast<size_t>(i)]) *
+                                          static_cast<double>(x[static_cast<size_t>(i)]));
+    if (std::isnan(want)) CHECK(std::isnan(got[static_cast<size_t>(i)]));
+    else CHECK(got[static_cast<size_t>(i)] == want);
+  }
+  // Other exponents still go through pow.
+  auto cube = KernelCase("Pow", 15).input(floats({2}, {2, -3})).input(floats({}, {3})).run();
+  CHECK(valuesOf<float>(cube[0]) == std::vector<float>{8, -27});
+}
+
 TEST_CASE("variadic Max/Min/Sum/Mean broadcast", "[kernels][elementwise]") {
   const HostTensor a = floats({2, 1}, {1, 5}), b = floats({3}, {4, 2, 6}), c = floats({}, {3});
   auto mx = KernelCase("Max", 13).input(a).input(b).input(c).run();

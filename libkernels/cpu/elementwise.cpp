@@ -276,6 +276,16 @@ void powKernel(KernelContext& ctx) {
     HostTensor hb;
     if constexpr (std::is_floating_point_v<T>) {
       const HostTensor* b = exponentAs(a->dtype(), hb);
+      // x^2 (an unfused LayerNorm's variance, an RMSNorm's mean square) as x * x: the correctly
+      // rounded square, where libm's pow is only within an ulp of it, at a fraction of the cost
+      // (std::pow took 19 of a BERT-base export's 145 ms, 25 calls on 98K floats).
+      if (b->numel() == 1 && b->data<T>()[0] == T(2)) {
+        const T* x = a->data<T>();
+        cpu::parallelFor(a->numel(), ctx.numThreads(), kParallelGrain, [&](int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i) o[i] = x[i] * x[i];
+        });
+        return;  // from the dtype lambda; out.finish() below
+      }
       applyBinary(plan, a->data<T>(), b->data<T>(), o, [](T x, T y) { return std::pow(x, y); },
                   ctx.numThreads());
     } else if (dtypeIsFloat(b0.dtype())) {
