@@ -26,13 +26,16 @@ uint64_t staticBytesOf(const Value* v);  // below
 
 Node* Rewriter::create(NewNode node, std::string_view output_hint, const ValueType& type,
                        Node* position, std::string_view second_hint,
-                       const ValueType* second_type) {
+                       const ValueType* second_type, size_t second_index) {
   std::string name = std::move(node.name);
   // The order of the two unique-name picks matters: both draw on the graph's one name counter,
   // and the names a pass has always produced depend on it.
   if (node.naming == NodeNaming::TakeOver && !name.empty()) name = graph_.uniqueNodeName(name);
   std::vector<std::string> outputs = {graph_.uniqueValueName(output_hint)};
-  if (second_type) outputs.push_back(graph_.uniqueValueName(second_hint));
+  if (second_type) {
+    outputs.resize(second_index);  // the optional outputs before it, omitted ("")
+    outputs.push_back(graph_.uniqueValueName(second_hint));
+  }
   if (node.naming == NodeNaming::Unique && !name.empty()) name = graph_.uniqueNodeName(name);
   const std::string domain = node.domain;
   Node* n = graph_.createNode({std::move(node.op_type), std::move(node.domain),
@@ -40,7 +43,7 @@ Node* Rewriter::create(NewNode node, std::string_view output_hint, const ValueTy
                                std::move(node.attributes)},
                               position);
   n->output(0)->type = type;
-  if (second_type) n->output(1)->type = *second_type;
+  if (second_type) n->output(second_index)->type = *second_type;
   n->doc_string = std::move(node.doc_string);
   // A node of another domain (fusectl, com.microsoft) makes the model import it, version 1.
   if (!domain.empty() && domain != "ai.onnx" && ctx_.model_.opsetVersion(domain) == 0)
@@ -71,7 +74,7 @@ Node* Rewriter::replaceMatch(std::string_view pattern, const Match& m, Value* re
 }
 
 Node* Rewriter::replaceMatchKeeping(std::string_view pattern, const Match& m, Value* replaced,
-                                    Value* kept, NewNode node) {
+                                    Value* kept, NewNode node, size_t kept_output) {
   if (!replaced || !kept || kept->isGraphOutput() || !kept->producer()) {
     throwInternal(fmt::format("rewriter: fusion '{}' keeps no value, or one that is a graph "
                               "output or has no producer",
@@ -79,17 +82,18 @@ Node* Rewriter::replaceMatchKeeping(std::string_view pattern, const Match& m, Va
   }
   const std::string replaced_name = replaced->name();
   const std::string kept_name = kept->name();
+  if (kept_output == 0) throwInternal(fmt::format("rewriter: fusion '{}' keeps its value as output 0", pattern));
   Node* n = create(std::move(node), replaced_name, replaced->type, kept->producer(), kept_name,
-                   &kept->type);
+                   &kept->type, kept_output);
   const std::vector<Node*>& matched = m.nodes();
   for (Node* reader : kept->consumers()) {
     if (std::find(matched.begin(), matched.end(), reader) != matched.end()) continue;
     for (size_t i = 0; i < reader->numInputs(); ++i)
-      if (reader->input(i) == kept) graph_.setNodeInput(reader, i, n->output(1));
+      if (reader->input(i) == kept) graph_.setNodeInput(reader, i, n->output(kept_output));
   }
   commitFusion(pattern, m, replaced, n, kept, /*move=*/false);
   takeOverValueName(n->output(0), replaced_name);
-  takeOverValueName(n->output(1), kept_name);
+  takeOverValueName(n->output(kept_output), kept_name);
   recordFinalLabel(n);
   return n;
 }

@@ -35,7 +35,8 @@
 //  GroupQueryAttention, whose KV-cache inputs this pass does not build), Dv = D, a causal one
 //  has S = T provably (MultiHeadAttention's unidirectional mask is top-left aligned), a rank-4
 //  mask (or none, or a scalar 0 constant), float32. Skip norms: the norm is over the last axis
-//  of a rank 2 or 3 X, Skip has X's shape, Sum is not read (its output index differs), float32.
+//  of a rank 2 or 3 X, Skip has X's shape, Sum is no graph output (a Sum that is read becomes
+//  the contrib op's output 3, input_skip_bias_sum), float32.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -210,9 +211,9 @@ Constraint skipNormMaps() {
               return fail("does not normalise the last axis only");
             if (!dimsProvablyEqual(skip, x))
               return fail("adds a Skip that is not provably X's shape");
-            if (n->numOutputs() > 1 && n->output(1) &&
-                (n->output(1)->hasUses() || n->output(1)->isGraphOutput()))
-              return fail("has its Sum read (the contrib op returns it as output 3: not mapped yet)");
+            if (n->numOutputs() > 1 && n->output(1) && n->output(1)->isGraphOutput())
+              return fail("has its Sum as a graph output (it would move to the contrib op's "
+                          "output 3 under another node)");
             if (n->output(0)->dtype() != DType::Float) return fail("is not float32");
             return true;
           }};
@@ -583,6 +584,13 @@ class EmitOrtPass : public Pass {
         if (layer) node.inputs.push_back(n->input(3));
         if (linear_bias) node.inputs.push_back(linear_bias);
         node.attributes = {Attribute::ofFloat("epsilon", n->attrFloat("epsilon", 1e-5f))};
+        // A Sum that something reads is the contrib op's output 3, input_skip_bias_sum (after
+        // mean and inv_std_var, which stay omitted).
+        if (Value* sum = n->numOutputs() > 1 ? n->output(1) : nullptr; sum && sum->hasUses()) {
+          rw.replaceMatchKeeping(pattern.name, m, n->output(0), sum, std::move(node), 3);
+          rw.context().count("contrib_ops");
+          return;
+        }
         break;
       }
       case Rule::FastGelu:

@@ -77,13 +77,15 @@ class Rewriter {
   // nodes, and the report the fusion site (pattern `pattern`, portability fusectl when the node
   // is in the fusectl domain) with the bytes of the match's internal values that disappeared.
   Node* replaceMatch(std::string_view pattern, const Match& m, Value* replaced, NewNode node);
-  // replaceMatch for a replacement with two outputs, whose output 1 stands for `kept`: a value
-  // the match computes (before `replaced`) that readers outside the match still need, such as
-  // the residual sum a SkipLayerNorm takes in. The node is created where `kept`'s producer
-  // was, so that it comes before every reader of either value; those outside the match read
-  // output 1 instead, which then takes `kept`'s name. `kept` must be no graph output.
+  // replaceMatch for a replacement with a second output, output `kept_output` (1 unless the op
+  // puts it later, as SkipLayerNormalization's input_skip_bias_sum at 3; the outputs between
+  // are omitted), that stands for `kept`: a value the match computes (before `replaced`) that
+  // readers outside the match still need, such as the residual sum a SkipLayerNorm takes in.
+  // The node is created where `kept`'s producer was, so that it comes before every reader of
+  // either value; those outside the match read that output instead, which then takes `kept`'s
+  // name. `kept` must be no graph output.
   Node* replaceMatchKeeping(std::string_view pattern, const Match& m, Value* replaced,
-                            Value* kept, NewNode node);
+                            Value* kept, NewNode node, size_t kept_output = 1);
   // replaceMatch with one of the matched nodes, edited in place, as the replacement: it keeps
   // its name and place, its output 0 takes `replaced`'s type, readers and name, and it counts
   // as replaced in the fusion site.
@@ -170,15 +172,16 @@ class Rewriter {
  private:
   static uint64_t pointerHash(const Node* n) { return reinterpret_cast<uintptr_t>(n); }
   void markErased(const Node* n) { erased_.insert(pointerHash(n), n); }
-  // A second output (named after `second_hint`, of `second_type`) when second_type is given.
+  // A second output (named after `second_hint`, of `second_type`, at `second_index` with the
+  // outputs between omitted) when second_type is given.
   Node* create(NewNode node, std::string_view output_hint, const ValueType& type,
                Node* position, std::string_view second_hint = {},
-               const ValueType* second_type = nullptr);
+               const ValueType* second_type = nullptr, size_t second_index = 1);
   // Moves `replacement` before the producer of `replaced_output`, rewires that value's readers
   // to replacement output 0, erases what became dead, stamps the doc string and reports the
   // site.
-  // `kept` (replaceMatchKeeping) is a matched value that lives on as the replacement's output
-  // 1: its bytes are not saved. `move` false leaves the replacement where it was created.
+  // `kept` (replaceMatchKeeping) is a matched value that lives on as a second output of the
+  // replacement: its bytes are not saved. `move` false leaves the replacement where it was created.
   void commitFusion(std::string_view pattern, const Match& m, Value* replaced_output,
                     Node* replacement, const Value* kept = nullptr, bool move = true);
   // After commitFusion: the replacement's output takes `name` (the replaced value's, now gone)
