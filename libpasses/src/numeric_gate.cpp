@@ -9,6 +9,7 @@
 #include <set>
 
 #include "fusectl/graph/error.h"
+#include "fusectl/passes/fusion_stamp.h"
 
 namespace fusectl::passes {
 namespace {
@@ -96,7 +97,15 @@ GatedOptimization optimizeWithGate(const Model& original, const OptimizeRequest&
     out.model = original.clone();
     out.report = optimize(*out.model, req);
     std::map<std::string, const Node*> by_label;
-    for (const Node* n : out.model->graph->nodes()) by_label.emplace(n->label(), n);
+    // A fused node whose label changed after its rewrite (an unnamed node is labelled by its op,
+    // and export respells FusedConv -> FusedConv_Relu, Elementwise -> Elementwise_<hash>) is
+    // found by its last fusion stamp: the one this site wrote, if no later rewrite replaced it.
+    std::map<std::string, const Node*> by_last_stamp;
+    for (const Node* n : out.model->graph->nodes()) {
+      by_label.emplace(n->label(), n);
+      const std::vector<std::string> stamps = fusionStampLines(n->doc_string);
+      if (!stamps.empty()) by_last_stamp.emplace(stamps.back(), n);
+    }
     std::set<std::string> redefined;
     for (const auto& [value, pass] : out.report.redefined_values) redefined.insert(value);
 
@@ -106,14 +115,20 @@ GatedOptimization optimizeWithGate(const Model& original, const OptimizeRequest&
     for (const FusionSite& f : out.report.fusions) {
       if (!f.scope.empty()) continue;  // bodies: the executor cannot run one node of a body
       GatedSite g = gatedSite(f, round);
-      auto node = by_label.find(f.new_node);
-      if (f.new_node.empty() || node == by_label.end()) {
+      const Node* fused = nullptr;
+      if (!f.new_node.empty()) {
+        auto by_name = by_label.find(f.new_node);
+        auto by_stamp = by_last_stamp.find(formatFusionStamp(f.pass, f.replaced_nodes));
+        if (by_name != by_label.end()) fused = by_name->second;
+        else if (by_stamp != by_last_stamp.end()) fused = by_stamp->second;
+      }
+      if (!fused) {
         g.verdict = "superseded";
         g.detail = "a later rewrite replaced this node; its own site is measured";
         sites.push_back(std::move(g));
         continue;
       }
-      const Value* y = node->second->output(0);
+      const Value* y = fused->output(0);
       auto redef = y ? out.report.redefined_values.find(y->name())
                      : out.report.redefined_values.end();
       if (redef != out.report.redefined_values.end()) {
@@ -125,7 +140,7 @@ GatedOptimization optimizeWithGate(const Model& original, const OptimizeRequest&
         continue;
       }
       measured_sites.push_back(&f);
-      new_nodes.push_back(f.new_node);
+      new_nodes.push_back(fused->label());
       sites.push_back(std::move(g));
     }
     const std::vector<SiteMeasurement> numbers = measure(*out.model, new_nodes, redefined);
