@@ -514,6 +514,8 @@ TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][ge
       {{1, 10, 17, 16}, 10, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 10},  // depthwise 5x5 s1
       {{1, 10, 17, 16}, 10, {5, 5}, {2, 2}, {1, 1}, {2, 2, 2, 2}, 10},  // depthwise 5x5 s2
       {{1, 6, 11, 11}, 12, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 6},    // depthwise x2
+      {{1, 8, 23, 37}, 8, {3, 3}, {1, 1}, {2, 2}, {2, 2, 2, 2}, 8},     // depthwise dilated, 3 blocks
+      {{2, 6, 9, 40}, 6, {7, 7}, {2, 2}, {1, 1}, {3, 3, 3, 3}, 6},      // depthwise 7x7 s2, batch 2
       {{2, 5, 23}, 9, {4}, {2}, {1}, {1, 2}},                           // 1-D
       {{1, 4, 5, 6, 7}, 6, {3, 2, 3}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1, 1, 1, 2}, 2},  // 3-D
       {{1, 64, 20, 20}, 40, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},  // K > KC, several chunks
@@ -536,7 +538,8 @@ TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][ge
       REQUIRE(gemmForceKernel(isa.c_str()));
       StatefulNode conv("", "Conv", 3, convAttrs(c), 0b110);
       const std::vector<double> plain = convReference(c, xv, wv, bv, nullptr, Activation::None);
-      for (const Activation act : {Activation::Relu, Activation::Clip, Activation::Sigmoid}) {
+      for (const Activation act :
+           {Activation::Relu, Activation::Clip, Activation::Sigmoid, Activation::Silu}) {
         std::vector<Attribute> attrs = convAttrs(c);
         attrs.push_back(Attribute::ofString("activation", std::string(activationInfo(act).name)));
         if (act == Activation::Clip) {
