@@ -216,8 +216,8 @@ TEST_CASE("transformer models: the --emit ort output runs in ONNX Runtime as the
           "[transformer][emit-ort][ort]") {
   // The contrib ops each model gets (com.microsoft, and ONNX Runtime's ONNX-domain
   // LayerNormalization/SimplifiedLayerNormalization below opset 17); what has no contrib op of
-  // exactly its semantics stays a fusectl op with its function (grouped-query attention, the
-  // rotary embeddings, SwiGLU).
+  // exactly its semantics stays a fusectl op with its function (the rotary embeddings,
+  // SwiGLU).
   const std::map<std::string, std::map<std::string, size_t>> lowered = {
       {"bert_op17",
        {{"com.microsoft::BiasGelu", 2}, {"com.microsoft::MultiHeadAttention", 2},
@@ -234,10 +234,10 @@ TEST_CASE("transformer models: the --emit ort output runs in ONNX Runtime as the
         {"com.microsoft::SkipLayerNormalization", 1}}},  // its Sum read: output 3
       // No SwiGLUPacked: --emit ort leaves merge-parallel-matmuls out (docs/passes.md).
       {"llama_gqa_block",
-       {{"SimplifiedLayerNormalization", 2}, {"fusectl::Attention", 1},
+       {{"SimplifiedLayerNormalization", 2}, {"com.microsoft::GroupQueryAttention", 1},
         {"fusectl::QKNormRotaryEmbedding", 2}, {"fusectl::SwiGLU", 1}}},
       {"fp16/qwen_fp16_block",
-       {{"SimplifiedLayerNormalization", 2}, {"fusectl::Attention", 1},
+       {{"SimplifiedLayerNormalization", 2}, {"com.microsoft::GroupQueryAttention", 1},
         {"fusectl::QKNormRotaryEmbedding", 2}, {"fusectl::SwiGLU", 1}}},
   };
   const fusectl::test::OrtSetup ort = fusectl::test::findOrtSetup();

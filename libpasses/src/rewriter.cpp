@@ -36,6 +36,7 @@ Node* Rewriter::create(NewNode node, std::string_view output_hint, const ValueTy
     outputs.resize(second_index);  // the optional outputs before it, omitted ("")
     outputs.push_back(graph_.uniqueValueName(second_hint));
   }
+  for (const std::string& hint : node.extra_outputs) outputs.push_back(graph_.uniqueValueName(hint));
   if (node.naming == NodeNaming::Unique && !name.empty()) name = graph_.uniqueNodeName(name);
   const std::string domain = node.domain;
   Node* n = graph_.createNode({std::move(node.op_type), std::move(node.domain),

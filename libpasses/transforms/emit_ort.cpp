@@ -7,6 +7,9 @@
 //     => com.microsoft::MultiHeadAttention(query [B, S, H*D], key/value [B, T, H*D] before
 //        their head split, or [B, H, T, D] as they are (its BNSH form), attention_bias
 //        [B|1, H|1, S, T]) -> [B, S, H*Dv]
+//   fusectl::Attention (G > 1, causal, S = T, no mask)
+//     => com.microsoft::GroupQueryAttention(Q/K/V [B, L, H*D], seqlens_k = T - 1,
+//        total_sequence_length = T) -> [B, S, Hq*Dv], present key/value unread
 //   fusectl::SkipLayerNorm  => com.microsoft::SkipLayerNormalization(X, Skip, Scale, B)
 //   fusectl::SkipRMSNorm    => com.microsoft::SkipSimplifiedLayerNormalization(X, Skip, Scale)
 //   fusectl::GeluTanh       => com.microsoft::FastGelu(X)
@@ -31,10 +34,10 @@
 // MultiHeadAttention's attention_bias takes no broadcast over queries.
 //
 // Conditions, each a reported rejection (the node then stays a fusectl op):
-//  Attention: as many key/value heads as query heads (grouped-query attention maps to
-//  GroupQueryAttention, whose KV-cache inputs this pass does not build), Dv = D, a causal one
-//  has S = T provably (MultiHeadAttention's unidirectional mask is top-left aligned), a rank-4
-//  mask (or none, or a scalar 0 constant), float32. Skip norms: the norm is over the last axis
+//  Attention: Dv = D, a causal one has S = T provably (the contrib ops' causal masks are
+//  top-left aligned, or need a KV cache), a rank-4 mask (or none, or a scalar 0 constant),
+//  float32; grouped-query attention also causal and without a mask (GroupQueryAttention is
+//  causal by definition and takes none). Skip norms: the norm is over the last axis
 //  of a rank 2 or 3 X, Skip has X's shape, Sum is no graph output (a Sum that is read becomes
 //  the contrib op's output 3, input_skip_bias_sum), float32.
 #include <fmt/format.h>
@@ -96,6 +99,8 @@ Node* biasOnlyLinear(const Value* v, const Node* reader) {
 
 struct Heads {
   int64_t heads = 0, d = 0, dv = 0;
+  int64_t kv_heads = 0;  // fewer than `heads`: grouped-query, GroupQueryAttention
+  bool grouped() const { return kv_heads != heads; }
 };
 
 // Condition checks of an Attention node; `why` set when it does not map.
@@ -111,15 +116,28 @@ std::optional<Heads> attentionHeads(const Node& a, Why& why) {
       v.rank() != 4 || !q[1].isStatic() || !q[3].isStatic() || !v[3].isStatic())
     return fail("has Q/K/V without static head counts and sizes");
   Heads h{q[1].value(), q[3].value(), v[3].value()};
-  if (!staticIs(k[1], h.heads))
-    return fail(fmt::format("has {} query heads for {} key/value heads (grouped-query "
-                            "attention: MultiHeadAttention wants as many)",
-                            h.heads, k[1].str()));
+  if (!k[1].isStatic() || !staticIs(v[1], k[1].value()) || k[1].value() <= 0 ||
+      h.heads % k[1].value() != 0)
+    return fail(fmt::format("has {} query heads for {} key and {} value heads", h.heads,
+                            k[1].str(), v[1].str()));
+  h.kv_heads = k[1].value();
   if (h.d != h.dv) return fail("has a value head size other than the query's");
-  if (a.attrInt("causal", 0) != 0 && !q[2].provablyEqual(k[2]))
-    return fail("is causal with queries and keys not provably as many (MultiHeadAttention's "
-                "causal mask is top-left aligned)");
+  const bool causal = a.attrInt("causal", 0) != 0;
+  if (causal && !q[2].provablyEqual(k[2]))
+    return fail("is causal with queries and keys not provably as many (the contrib ops' "
+                "causal masks are top-left aligned, or need a KV cache)");
   const Value* m = a.numInputs() > 3 ? a.input(3) : nullptr;
+  if (h.grouped()) {
+    // GroupQueryAttention: causal by definition, no mask input; a prompt with no past.
+    if (!causal)
+      return fail(fmt::format("is grouped-query ({} query heads, {} key/value heads) but not "
+                              "causal, and GroupQueryAttention always is",
+                              h.heads, h.kv_heads));
+    std::optional<double> zero = m ? scalarConstant(m) : std::nullopt;
+    if (m && !(zero && *zero == 0.0))
+      return fail("is grouped-query with an additive mask, which GroupQueryAttention does not "
+                  "take");
+  }
   if (m) {
     std::optional<double> zero = scalarConstant(m);
     const Shape& ms = m->shape();
@@ -453,6 +471,89 @@ class EmitOrtPass : public Pass {
     return bias;
   }
 
+  // [B, H, L, D] as [B, L, H*D]: Transpose(0,2,1,3) and Reshape, before `position`.
+  static Value* toBsh(Rewriter& rw, Value* v4, int64_t heads, Node* position) {
+    const Shape& vs = v4->shape();
+    const int64_t d = vs[3].value();
+    Value* bshd = add(rw, "Transpose", {v4}, {Attribute::ofInts("perm", {0, 2, 1, 3})},
+                      v4->name() + "_bshd", typed(v4->dtype(), {vs[0], vs[2], vs[1], vs[3]}),
+                      position)
+                      ->output(0);
+    Value* target = rw.addConstant(v4->name() + "_bsh_shape",
+                                   Tensor::fromValues<int64_t>(DType::Int64, {3}, {0, 0, heads * d}));
+    return add(rw, "Reshape", {bshd, target}, {}, v4->name() + "_bsh",
+               typed(v4->dtype(), {vs[0], vs[2], Dim::known(heads * d)}), position)
+        ->output(0);
+  }
+
+  // Grouped-query attention as com.microsoft::GroupQueryAttention on a prompt with no KV cache:
+  // Q/K/V as [B, S, H*D], seqlens_k = T - 1 for every sequence and total_sequence_length = T,
+  // both int32 and read from K's shape at run time; the present key/value outputs it must have
+  // stay unread.
+  void lowerGrouped(Rewriter& rw, const Pattern& pattern, Rule r, const Match& m, Node* a,
+                    const Heads& h) {
+    Value* query = query3d(rw, a, h);
+    Value* key = toBsh(rw, a->input(1), h.kv_heads, a);
+    Value* value = toBsh(rw, a->input(2), h.kv_heads, a);
+    Value* k4 = a->input(1);
+    const std::string base = a->output(0)->name();
+    Value* shape = add(rw, "Shape", {k4}, {}, base + "_key_shape",
+                       typed(DType::Int64, {Dim::known(4)}), a)
+                       ->output(0);
+    Value* two = rw.addConstant(base + "_seq_axis",
+                                Tensor::fromValues<int64_t>(DType::Int64, {}, {2}));
+    Value* t64 = add(rw, "Gather", {shape, two}, {Attribute::ofInt("axis", 0)},
+                     base + "_total_length_i64", typed(DType::Int64, {}), a)
+                     ->output(0);
+    Value* total = add(rw, "Cast", {t64}, {Attribute::ofInt("to", static_cast<int64_t>(DType::Int32))},
+                       base + "_total_length", typed(DType::Int32, {}), a)
+                       ->output(0);
+    Value* one = rw.addConstant(base + "_one", Tensor::fromValues<int32_t>(DType::Int32, {}, {1}));
+    Value* last = add(rw, "Sub", {total, one}, {}, base + "_last_position",
+                      typed(DType::Int32, {}), a)
+                      ->output(0);
+    Value* zero = rw.addConstant(base + "_batch_start",
+                                 Tensor::fromValues<int64_t>(DType::Int64, {1}, {0}));
+    Value* first = rw.addConstant(base + "_batch_end",
+                                  Tensor::fromValues<int64_t>(DType::Int64, {1}, {1}));
+    Value* batch = add(rw, "Slice", {shape, zero, first}, {}, base + "_batch",
+                       typed(DType::Int64, {Dim::known(1)}), a)
+                       ->output(0);
+    Value* seqlens = add(rw, "Expand", {last, batch}, {}, base + "_seqlens_k",
+                         typed(DType::Int32, {k4->shape()[0]}), a)
+                         ->output(0);
+    NewNode node;
+    node.domain = kMs;
+    node.op_type = "GroupQueryAttention";
+    node.name = a->name();
+    node.inputs = {query, key, value, nullptr, nullptr, seqlens, total};
+    node.attributes = {Attribute::ofInt("num_heads", h.heads),
+                       Attribute::ofInt("kv_num_heads", h.kv_heads),
+                       Attribute::ofFloat("scale", a->attrFloat("scale", 1.f / std::sqrt(
+                                                                         static_cast<float>(h.d))))};
+    node.extra_outputs = {base + "_present_key", base + "_present_value"};
+    if (r == Rule::AttentionMerged) {
+      rw.replaceMatch(pattern.name, m, m.get("r")->output(0), std::move(node));
+    } else {
+      const Shape& qs = a->input(0)->shape();
+      Value* y = a->output(0);
+      Node* gqa = rw.addNode(std::move(node), y->name() + "_bsh",
+                             typed(y->dtype(), {qs[0], qs[2], Dim::known(h.heads * h.dv)}), a);
+      Value* split = rw.addConstant(y->name() + "_bshd_shape",
+                                    Tensor::fromValues<int64_t>(DType::Int64, {4},
+                                                                {0, 0, h.heads, h.dv}));
+      Value* bshd = add(rw, "Reshape", {gqa->output(0), split}, {}, y->name() + "_bshd",
+                        typed(y->dtype(), {qs[0], qs[2], qs[1], Dim::known(h.dv)}), a)
+                        ->output(0);
+      NewNode back;
+      back.op_type = "Transpose";
+      back.inputs = {bshd};
+      back.attributes = {Attribute::ofInts("perm", {0, 2, 1, 3})};
+      rw.replaceMatch(pattern.name, m, y, std::move(back));
+    }
+    rw.context().count("group_query_attention");
+  }
+
   static void lowerMatMul(Rewriter& rw, const Pattern& pattern, Node* n, const Match& m) {
     Value* y = n->output(0);
     Value* bias = n->numInputs() > 2 ? n->input(2) : nullptr;
@@ -503,6 +604,10 @@ class EmitOrtPass : public Pass {
       Node* a = m.get("a");
       Why checked(false);
       const Heads h = *attentionHeads(*a, checked);
+      if (h.grouped()) {
+        lowerGrouped(rw, pattern, r, m, a, h);
+        return;
+      }
       Value* query = query3d(rw, a, h);
       node.op_type = "MultiHeadAttention";
       // Keys and values before their head split too when both have one (MultiHeadAttention

@@ -50,6 +50,10 @@ struct NewNode {
   // The doc string it starts with: the node it stands for passes its own on, so the stamps of
   // earlier rewrites stay (the action adds this one's after them).
   RareString doc_string;
+  // Outputs after the ones the action gives, named after these hints (unique), untyped and
+  // unread: outputs an op must have even where nothing reads them (GroupQueryAttention's
+  // present key and value).
+  std::vector<std::string> extra_outputs;
 };
 
 class Rewriter {
