@@ -136,6 +136,7 @@ Json reportJson(const ProfileRequestInfo& info, const ProfileResult& r) {
                      {"fused_op", s.fused_op_run.empty() ? s.site.fused_op : s.fused_op_run},
                      {"replaced_nodes", s.site.replaced_nodes},
                      {"compared_nodes", s.compared_nodes},
+                     {"also_fused", s.also_fused},
                      {"missing_nodes", s.missing_nodes},
                      {"superseded_by", s.superseded_by.empty() ? Json() : Json(s.superseded_by)},
                      {"fused_ms", s.fused_found && s.superseded_by.empty()
@@ -303,6 +304,8 @@ void printProfile(const ProfileRequestInfo& info, const ProfileResult& r) {
       std::string tail = fmt::format("{}: {} ({}) <- {}", s.site.pass, fused_node,
                                      s.fused_op_run.empty() ? s.site.fused_op : s.fused_op_run,
                                      fmt::join(s.compared_nodes, ", "));
+      if (!s.also_fused.empty())
+        tail += fmt::format("; timed with {}", fmt::join(s.also_fused, ", "));
       if (!s.superseded_by.empty()) tail += fmt::format("; fused again into {}", s.superseded_by);
       if (!s.fused_found && s.superseded_by.empty())
         tail += "; the fused node did not run on the fused side";
@@ -351,6 +354,7 @@ std::vector<kernels::FusionSiteInput> profileFusionSites(const passes::Report& r
     s.fused_node = f.new_node;
     s.fused_op = f.new_op;
     s.replaced_nodes = f.replaced_nodes;
+    s.helper_nodes = f.helper_nodes;
     auto it = label_of_stamp.find(passes::formatFusionStamp(f.pass, f.replaced_nodes));
     if (!s.fused_node.empty() && it != label_of_stamp.end() && it->second != s.fused_node) {
       s.final_node = it->second;

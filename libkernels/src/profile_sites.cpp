@@ -63,13 +63,33 @@ std::vector<FusionSiteProfile> timeFusionSites(const std::vector<FusionSiteInput
           break;
         }
       }
+      // Or every earlier standing site that made it as a shared helper (merged q/k/v): this
+      // site stands for all of them, and their own fused nodes (the Slices) run on beside it.
+      std::vector<FusionSiteProfile*> sharers;
+      bool taken = false;  // a helper of sites this one already took in (the merged bias Add)
+      const std::string here = site.fused_node.empty() ? "(removed)" : site.finalNode();
       if (!producer) {
+        for (FusionSiteProfile& q : out) {
+          const auto& h = q.site.helper_nodes;
+          if (std::find(h.begin(), h.end(), replaced) == h.end()) continue;
+          if (q.superseded_by.empty()) sharers.push_back(&q);
+          else if (q.superseded_by == here) taken = true;
+        }
+      }
+      if (taken && sharers.empty()) continue;
+      if (!producer && sharers.empty()) {
         appendUnique(p.compared_nodes, replaced);
         continue;
       }
-      for (const std::string& n : producer->compared_nodes) appendUnique(p.compared_nodes, n);
-      producer->superseded_by = site.fused_node.empty() ? "(removed)" : site.finalNode();
-      producer->status = "superseded";
+      if (producer) sharers = {producer};
+      for (FusionSiteProfile* q : sharers) {
+        for (const std::string& n : q->compared_nodes) appendUnique(p.compared_nodes, n);
+        if (q != producer && !q->site.fused_node.empty())
+          appendUnique(p.also_fused, q->site.finalNode());
+        for (const std::string& n : q->also_fused) appendUnique(p.also_fused, n);
+        q->superseded_by = here;
+        q->status = "superseded";
+      }
     }
     out.push_back(std::move(p));
   }
@@ -93,6 +113,11 @@ std::vector<FusionSiteProfile> timeFusionSites(const std::vector<FusionSiteInput
                                         : fused.find(p.site.finalNode());
     p.fused_found = (p.site.fused_node.empty() && !superseded) || fused_node;
     p.fused_seconds = fused_node ? fused_node->median_seconds : 0;
+    for (const std::string& n : p.also_fused) {
+      const NodeProfile* also = superseded ? nullptr : fused.find(n);
+      if (also) p.fused_seconds += also->median_seconds;
+      else if (!superseded) p.fused_found = false;
+    }
     p.fused_op_run = fused_node ? fused_node->op_type : "";
     if (superseded) {
       p.status = "superseded";

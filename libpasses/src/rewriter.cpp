@@ -466,4 +466,10 @@ size_t applyPatterns(const Graph& graph, PassContext& ctx,
   return rewrites;
 }
 
+void Rewriter::noteHelperNode(const Node& helper) {
+  Report& r = ctx_.report();
+  if (r.fusions.empty()) throwInternal("rewriter: a helper node noted before any fusion site");
+  r.fusions.back().helper_nodes.push_back(helper.label());
+}
+
 }  // namespace fusectl::passes

@@ -210,13 +210,16 @@ class MergeParallelMatMulsPass : public Pass {
     mm.op_type = "MatMul";
     mm.inputs = {x, rw.addConstant(base + "_merged_weight", concatenateWeights(group, k, total))};
     mm.name = base + "_merged";
-    Value* merged = rw.addNode(std::move(mm), base + "_merged", merged_type, first)->output(0);
+    Node* merged_mm = rw.addNode(std::move(mm), base + "_merged", merged_type, first);
+    Node* merged_add = nullptr;
+    Value* merged = merged_mm->output(0);
     if (any_bias) {
       NewNode add;
       add.op_type = "Add";
       add.inputs = {merged, rw.addConstant(base + "_merged_bias", concatenateBiases(group, total))};
       add.name = base + "_merged_bias_add";
-      merged = rw.addNode(std::move(add), base + "_merged_biased", merged_type, first)->output(0);
+      merged_add = rw.addNode(std::move(add), base + "_merged_biased", merged_type, first);
+      merged = merged_add->output(0);
     }
     auto int64s = [](int64_t v) { return Tensor::fromValues(DType::Int64, {1}, std::vector<int64_t>{v}); };
     Value* axes = rw.addConstant(base + "_merged_axes", int64s(-1));
@@ -232,6 +235,9 @@ class MergeParallelMatMulsPass : public Pass {
       site[0] = m.mm;
       if (m.bias_add) site[1] = m.bias_add;
       rw.replaceMatch(kPattern, site, m.output(), std::move(slice));
+      // Each member's Slice stands for its MatMul only together with the merged nodes.
+      rw.noteHelperNode(*merged_mm);
+      if (merged_add) rw.noteHelperNode(*merged_add);
       offset += m.width;
     }
     rw.context().count("merged_groups");

@@ -49,6 +49,9 @@ struct FusionSiteInput {
   std::string final_node;
   std::string fused_op;
   std::vector<std::string> replaced_nodes;
+  // Further nodes the rewrite made, shared with other sites (passes::FusionSite::helper_nodes):
+  // a later site that replaces one of them stands for all the sites that share it.
+  std::vector<std::string> helper_nodes;
 
   const std::string& finalNode() const { return final_node.empty() ? fused_node : final_node; }
 };
@@ -152,7 +155,10 @@ struct FusionSiteProfile {
   std::string superseded_by;               // "" unless superseded
   bool fused_found = false;                // the fused node ran on the fused side
   std::string fused_op_run;                // its op type there, e.g. "FusedConv_Relu"
-  double fused_seconds = 0;                // its median
+  double fused_seconds = 0;                // its median, with those of also_fused
+  // Fused nodes of the sites this one superseded through their helper nodes (merged q/k/v's
+  // Slices), which still run beside this site's fused node and count with it.
+  std::vector<std::string> also_fused;
   double replaced_seconds = 0;             // sum of the medians of the compared nodes found
   // Status, one of: "paid" (fused <= replaced), "did-not-pay" (fused > replaced), "superseded",
   // "unmatched" (the fused node or some compared node was not found: nothing is claimed).

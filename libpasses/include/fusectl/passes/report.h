@@ -38,6 +38,11 @@ struct FusionSite {
   // Label of the node the pattern anchored on: with `pass`, what identifies the rewrite to
   // refuse when --gate undoes it (PassManagerOptions::refused_rewrites). Not in the JSON.
   std::string anchor;
+  // Labels of further nodes the rewrite made that stand, with new_node, for the replaced nodes,
+  // shared by several sites: merge-parallel-matmuls' merged MatMul (and bias Add), which each
+  // member's Slice reads (Rewriter::noteHelperNode). profile links a later fusion of them back
+  // to every site they serve. Not in the JSON.
+  std::vector<std::string> helper_nodes;
 };
 
 struct PassStatistics {

@@ -167,6 +167,9 @@ class Rewriter {
     ctx_.report().redefined_values.emplace(v.name(), ctx_.currentPass());
   }
 
+  // The fusion site recorded last also stands on `helper`, a node this rewrite made besides
+  // its fused node (FusionSite::helper_nodes).
+  void noteHelperNode(const Node& helper);
   // Reports a candidate that did not fuse.
   void reject(const NearMiss& miss) { ctx_.report().addRejection(miss, ctx_.currentPass()); }
   // This sweep has up to `sites` candidates: the report makes room for them at the first
