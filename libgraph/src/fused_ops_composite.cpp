@@ -17,6 +17,8 @@ std::string buildSkipRMSNormFunction(const FusedOpInfo& op, int64_t opset);    /
 std::string buildRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset);        // rotary.cpp
 std::string buildQKNormRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset);  // rotary.cpp
 std::string buildInterleavedRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset);  // rotary.cpp
+std::string buildQKNormInterleavedRotaryEmbeddingFunction(const FusedOpInfo& op,
+                                                          int64_t opset);  // rotary.cpp
 
 const std::vector<CompositeBody>& compositeBodyBuilders() {
   static const std::vector<CompositeBody> table = {
@@ -32,6 +34,7 @@ const std::vector<CompositeBody>& compositeBodyBuilders() {
       {"RotaryEmbedding", buildRotaryEmbeddingFunction},
       {"QKNormRotaryEmbedding", buildQKNormRotaryEmbeddingFunction},
       {"InterleavedRotaryEmbedding", buildInterleavedRotaryEmbeddingFunction},
+      {"QKNormInterleavedRotaryEmbedding", buildQKNormInterleavedRotaryEmbeddingFunction},
   };
   return table;
 }

@@ -135,6 +135,8 @@ void registerFusedRotaryKernels(KernelRegistry& r) {
          [](KernelContext& c) { cpu::runRotary(c, /*qk_norm=*/false); }});
   r.add({"fusectl", "InterleavedRotaryEmbedding", 1, 1000,
          [](KernelContext& c) { cpu::runRotary(c, /*qk_norm=*/false, /*interleaved=*/true); }});
+  r.add({"fusectl", "QKNormInterleavedRotaryEmbedding", 1, 1000,
+         [](KernelContext& c) { cpu::runRotary(c, /*qk_norm=*/true, /*interleaved=*/true); }});
   r.add({"fusectl", "QKNormRotaryEmbedding", 1, 1000,
          [](KernelContext& c) { cpu::runRotary(c, /*qk_norm=*/true); }});
 }

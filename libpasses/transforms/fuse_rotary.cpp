@@ -35,8 +35,11 @@
 //   rotary-interleaved         GPT-J's rotate_every_two: Add(Mul($x, $cos), Mul(Reshape(Concat(
 //                              Unsqueeze(Neg(x[1::2]), -1), Unsqueeze(x[0::2], -1), -1)), $sin))
 //                              => fusectl::InterleavedRotaryEmbedding(x, cos, sin)
+//   rotary-interleaved-qk-norm[-transposed]  the same over an RMSNorm's output (through a
+//                              Transpose), as the rotate_half QK-norm forms
+//                              => fusectl::QKNormInterleavedRotaryEmbedding(x0, scale, cos, sin)
 // A partial rotary (only the first R < D dims rotated, the rest concatenated back) fuses its
-// rotated part. The QK-norm forms are matched with rotate_half only (the QK-norm models use it).
+// rotated part.
 #include <fmt/format.h>
 
 #include <limits>
@@ -48,22 +51,42 @@
 namespace fusectl::passes {
 namespace {
 
-enum class Form { QKNormTransposed, QKNorm, Plain, Interleaved };
-constexpr Form kForms[] = {Form::QKNormTransposed, Form::QKNorm, Form::Plain, Form::Interleaved};
+enum class Form {
+  QKNormTransposed, QKNorm, Plain, QKNormInterleavedTransposed, QKNormInterleaved, Interleaved
+};
+// The QK-norm forms first: a norm taken in is one node less than the rotation alone.
+constexpr Form kForms[] = {Form::QKNormTransposed, Form::QKNorm, Form::Plain,
+                           Form::QKNormInterleavedTransposed, Form::QKNormInterleaved,
+                           Form::Interleaved};
 
 const char* formName(Form f) {
-  return f == Form::QKNormTransposed ? "rotary-qk-norm-transposed"
-         : f == Form::QKNorm         ? "rotary-qk-norm"
-         : f == Form::Plain          ? "rotary"
-                                     : "rotary-interleaved";
+  switch (f) {
+    case Form::QKNormTransposed: return "rotary-qk-norm-transposed";
+    case Form::QKNorm: return "rotary-qk-norm";
+    case Form::Plain: return "rotary";
+    case Form::QKNormInterleavedTransposed: return "rotary-interleaved-qk-norm-transposed";
+    case Form::QKNormInterleaved: return "rotary-interleaved-qk-norm";
+    case Form::Interleaved: return "rotary-interleaved";
+  }
+  return "";
 }
 
-bool qkNorm(Form f) { return f == Form::QKNormTransposed || f == Form::QKNorm; }
+bool qkNorm(Form f) {
+  return f == Form::QKNormTransposed || f == Form::QKNorm ||
+         f == Form::QKNormInterleavedTransposed || f == Form::QKNormInterleaved;
+}
+bool transposed(Form f) {
+  return f == Form::QKNormTransposed || f == Form::QKNormInterleavedTransposed;
+}
+bool interleaved(Form f) {
+  return f == Form::Interleaved || f == Form::QKNormInterleaved ||
+         f == Form::QKNormInterleavedTransposed;
+}
 
 // The value the rotation reads: the Transpose's output, the RMSNorm's, or the leaf $x.
 Value* rotated(const Match& m, Form f) {
-  if (f == Form::QKNormTransposed) return m.get("t")->output(0);
-  if (f == Form::QKNorm) return m.get("norm")->output(0);
+  if (transposed(f)) return m.get("t")->output(0);
+  if (qkNorm(f)) return m.get("norm")->output(0);
   return m.value("x");  // Plain, Interleaved
 }
 
@@ -124,9 +147,9 @@ Constraint rotateHalf(Form f) {
 // Condition 1, interleaved (GPT-J's rotate_every_two): Reshape(Concat(Unsqueeze(-x[1::2], -1),
 // Unsqueeze(x[0::2], -1), axis=-1)) to x's shape, which is x[2k] -> -x[2k+1],
 // x[2k+1] -> x[2k] when the Concat's leading dims are x's.
-Constraint rotateEveryTwo() {
-  return {"rotate-every-two", [](const Match& m, Why& why) {
-            Value* x = m.value("x");
+Constraint rotateEveryTwo(Form f) {
+  return {"rotate-every-two", [f](const Match& m, Why& why) {
+            Value* x = rotated(m, f);
             Node* r = m.get("r");
             Node* cat = m.get("cat");
             const int64_t d = lastDim(x);
@@ -280,7 +303,7 @@ Constraint qkNormQualifies(Form f) {
                                    norm->label(), d);
               });
             }
-            if (f == Form::QKNormTransposed) {
+            if (transposed(f)) {
               Node* t = m.get("t");
               const std::vector<int64_t> perm = t->attrInts("perm");
               const int64_t last = static_cast<int64_t>(in.rank()) - 1;
@@ -297,23 +320,34 @@ Constraint qkNormQualifies(Form f) {
 
 Pattern buildPattern(Form f) {
   using namespace constraints;
-  if (f == Form::Interleaved) {
+  const char* rotate_in = transposed(f) ? "t:Transpose(norm:fusectl::RMSNorm)"
+                          : qkNorm(f)     ? "norm:fusectl::RMSNorm"
+                                          : "$x";
+  const char* again = transposed(f) ? "t" : qkNorm(f) ? "norm" : "$x";
+  if (interleaved(f)) {
     Pattern p = Pattern::parse(
-        "y:Add(xc:Mul($x, $cos), xs:Mul(r:Reshape(cat:Concat(u1:Unsqueeze(neg:Neg(odd:Slice($x))), "
-        "u2:Unsqueeze(even:Slice($x)))), $sin))",
+        fmt::format("y:Add(xc:Mul({0}, $cos), xs:Mul(r:Reshape(cat:Concat(u1:Unsqueeze(neg:Neg("
+                    "odd:Slice({1}))), u2:Unsqueeze(even:Slice({1})))), $sin))",
+                    rotate_in, again),
         formName(f));
-    p.producing({"fusectl::InterleavedRotaryEmbedding"});
-    p.require(rotateEveryTwo()).require(tablesBroadcast(f));
+    p.producing({qkNorm(f) ? "fusectl::QKNormInterleavedRotaryEmbedding"
+                           : "fusectl::InterleavedRotaryEmbedding"});
+    if (qkNorm(f)) p.withBenefit(2);
+    p.require(rotateEveryTwo(f)).require(tablesBroadcast(f));
     for (const char* n : {"xc", "xs", "r", "u1", "u2", "neg", "odd", "even"})
       p.require(uniqueConsumer(n));
     p.require(stackReadForItsShapeOnly());
-    p.require(dtypeIn({"y", "xc", "xs", "cat", "neg"}, {DType::Float}));
+    if (transposed(f)) {
+      p.require(uniqueConsumer("norm")).require(readOnlyBy("t", {"xc", "odd", "even"}));
+    } else if (qkNorm(f)) {
+      p.require(readOnlyBy("norm", {"xc", "odd", "even"}));
+    }
+    if (qkNorm(f)) p.require(qkNormQualifies(f));
+    std::vector<std::string> typed = {"y", "xc", "xs", "cat", "neg"};
+    if (qkNorm(f)) typed.push_back("norm");
+    p.require(dtypeIn(typed, {DType::Float}));
     return p;
   }
-  const char* rotate_in = f == Form::QKNormTransposed ? "t:Transpose(norm:fusectl::RMSNorm)"
-                          : f == Form::QKNorm         ? "norm:fusectl::RMSNorm"
-                                                      : "$x";
-  const char* again = f == Form::QKNormTransposed ? "t" : f == Form::QKNorm ? "norm" : "$x";
   Pattern p = Pattern::parse(
       fmt::format("y:Add(xc:Mul({0}, $cos), xs:Mul(cat:Concat(neg:Neg(hi:Slice({1})), "
                   "lo:Slice({1})), $sin))",
@@ -356,13 +390,13 @@ class FuseRotaryPass : public Pass {
     NewNode node;
     node.domain = "fusectl";
     node.name = y->name();
-    if (f == Form::Plain || f == Form::Interleaved) {
+    if (!qkNorm(f)) {
       node.op_type = f == Form::Plain ? "RotaryEmbedding" : "InterleavedRotaryEmbedding";
       node.inputs = {m.value("x"), m.value("cos"), m.value("sin")};
     } else {
       Node* norm = m.get("norm");
       Value* rows = norm->input(0);
-      if (f == Form::QKNormTransposed) {
+      if (transposed(f)) {
         Node* t = m.get("t");
         NewNode transpose;
         transpose.op_type = "Transpose";
@@ -374,13 +408,14 @@ class FuseRotaryPass : public Pass {
         rows = rw.addNode(std::move(transpose), t->output(0)->name() + "_rows", type, norm)
                    ->output(0);
       }
-      node.op_type = "QKNormRotaryEmbedding";
+      node.op_type = interleaved(f) ? "QKNormInterleavedRotaryEmbedding" : "QKNormRotaryEmbedding";
       node.inputs = {rows, norm->input(1), m.value("cos"), m.value("sin")};
       node.attributes = {Attribute::ofFloat("epsilon", norm->attrFloat("epsilon", 1e-5f))};
     }
     rw.replaceMatch(pattern.name, m, y->output(0), std::move(node));
     rw.context().count(f == Form::Plain         ? "fused_rotary"
                        : f == Form::Interleaved ? "fused_rotary_interleaved"
+                       : interleaved(f)         ? "fused_qk_norm_rotary_interleaved"
                                                 : "fused_qk_norm_rotary");
   }
 };

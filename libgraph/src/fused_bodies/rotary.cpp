@@ -1,5 +1,5 @@
-// ONNX function bodies of fusectl::RotaryEmbedding, InterleavedRotaryEmbedding (below) and
-// QKNormRotaryEmbedding, from
+// ONNX function bodies of fusectl::RotaryEmbedding, InterleavedRotaryEmbedding (below),
+// QKNormRotaryEmbedding and QKNormInterleavedRotaryEmbedding, from
 // standard ops, computing what the exporters' own nodes compute:
 //   [X1, X2] = Split(X, axis = -1) into equal halves (any opset; num_outputs from 18 on)
 //   Y        = Add(Mul(X, Cos), Mul(Concat(Neg(X2), X1, axis = -1), Sin))
@@ -49,14 +49,12 @@ std::string buildRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
   return functionToBinary(f);
 }
 
+namespace {
+
 // Interleaved: R = Reshape(Concat(Unsqueeze(Neg(X[..., 1::2]), -1), Unsqueeze(X[..., 0::2], -1),
 // axis = -1), Shape(X)), as GPT-J's export writes it; Y = Add(Mul(X, Cos), Mul(R, Sin)).
-std::string buildInterleavedRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
-  FunctionDef f = startFunction(std::string(op.name), opset);
-  Body b(opset);
-  Value* x = b.input("X");
-  Value* cos = b.input("Cos");
-  Value* sin = b.input("Sin");
+Value* rotateEveryTwo(Body& b, Value* x, Value* cos, Value* sin, const std::string& out) {
+  const int64_t opset = b.opset();
   auto everyOther = [&](int64_t start) {
     return b.node("Slice", {x, b.intsConstant({start}), b.intsConstant({INT64_MAX}),
                             b.intsConstant({-1}), b.intsConstant({2})});
@@ -72,8 +70,40 @@ std::string buildInterleavedRotaryEmbeddingFunction(const FusedOpInfo& op, int64
   Value* pairs = b.node("Concat", {lastAxis(b.node("Neg", {odd})), lastAxis(even)});
   b.intAttr("axis", -1);
   Value* rotated = b.node("Reshape", {pairs, b.node("Shape", {x})});
-  f.body = b.finish(
-      b.node("Add", {b.node("Mul", {x, cos}), b.node("Mul", {rotated, sin})}, "Y"));
+  return b.node("Add", {b.node("Mul", {x, cos}), b.node("Mul", {rotated, sin})}, out);
+}
+
+// N = Mul(Div(X, Sqrt(Add(mean(Mul(X, X)), epsilon))), Scale) over the last axis.
+Value* qkNorm(Body& b, Value* x, Value* scale) {
+  Value* eps = b.node("Constant", {});
+  b.refAttr("value_float", "epsilon", AttrKind::Float);
+  Value* ms = lastAxisMean(b, b.node("Mul", {x, x}));
+  Value* normed = b.node("Div", {x, b.node("Sqrt", {b.node("Add", {ms, eps})})});
+  return b.node("Mul", {normed, scale});
+}
+
+}  // namespace
+
+std::string buildInterleavedRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
+  FunctionDef f = startFunction(std::string(op.name), opset);
+  Body b(opset);
+  Value* x = b.input("X");
+  Value* cos = b.input("Cos");
+  Value* sin = b.input("Sin");
+  f.body = b.finish(rotateEveryTwo(b, x, cos, sin, "Y"));
+  f.doc_string = fmt::format("fusectl {}: {}; see docs/ops.md", op.name, op.formula);
+  return functionToBinary(f);
+}
+
+std::string buildQKNormInterleavedRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
+  FunctionDef f = startFunction(std::string(op.name), opset);
+  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  Body b(opset);
+  Value* x = b.input("X");
+  Value* scale = b.input("Scale");
+  Value* cos = b.input("Cos");
+  Value* sin = b.input("Sin");
+  f.body = b.finish(rotateEveryTwo(b, qkNorm(b, x, scale), cos, sin, "Y"));
   f.doc_string = fmt::format("fusectl {}: {}; see docs/ops.md", op.name, op.formula);
   return functionToBinary(f);
 }
@@ -86,12 +116,7 @@ std::string buildQKNormRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t op
   Value* scale = b.input("Scale");
   Value* cos = b.input("Cos");
   Value* sin = b.input("Sin");
-  Value* eps = b.node("Constant", {});
-  b.refAttr("value_float", "epsilon", AttrKind::Float);
-  Value* ms = lastAxisMean(b, b.node("Mul", {x, x}));
-  Value* normed = b.node("Div", {x, b.node("Sqrt", {b.node("Add", {ms, eps})})});
-  Value* n = b.node("Mul", {normed, scale});
-  f.body = b.finish(rotateHalf(b, n, cos, sin, "Y"));
+  f.body = b.finish(rotateHalf(b, qkNorm(b, x, scale), cos, sin, "Y"));
   f.doc_string = fmt::format("fusectl {}: {}; see docs/ops.md", op.name, op.formula);
   return functionToBinary(f);
 }
