@@ -180,6 +180,64 @@ TEST_CASE("vectorised exp, sigmoid, tanh and erf stay within a few ulp of double
   }
 }
 
+TEST_CASE("vec::binary computes what the scalar kernels compute, bit for bit, every ISA",
+          "[kernels][vectorized]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> a = randomValues(1003, 31, -5, 5), b = randomValues(1003, 32, -5, 5);
+  const float specials[] = {0.0f, -0.0f, inf, -inf, nan, 1e-40f, -3.0f, 2.0f};
+  for (size_t i = 0; i < 64; ++i) {
+    a[i] = specials[i % 8];
+    b[i] = specials[(i / 8) % 8];
+  }
+  auto scalar = [](vec::Binary op, float x, float z) -> float {
+    switch (op) {
+      case vec::Binary::Add: return x + z;
+      case vec::Binary::Sub: return x - z;
+      case vec::Binary::Mul: return x * z;
+      case vec::Binary::Div: return x / z;
+      case vec::Binary::Max:
+        return std::isnan(x) || std::isnan(z) ? std::numeric_limits<float>::quiet_NaN()
+                                              : (x < z ? z : x);
+      case vec::Binary::Min:
+        return std::isnan(x) || std::isnan(z) ? std::numeric_limits<float>::quiet_NaN()
+                                              : (z < x ? z : x);
+      case vec::Binary::PRelu: return x < 0 ? x * z : x;
+    }
+    return 0;
+  };
+  auto same = [](float x, float z) {
+    uint32_t bx, bz;
+    std::memcpy(&bx, &x, 4);
+    std::memcpy(&bz, &z, 4);
+    return bx == bz || (std::isnan(x) && std::isnan(z));
+  };
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (vec::Binary op : {vec::Binary::Add, vec::Binary::Sub, vec::Binary::Mul, vec::Binary::Div,
+                           vec::Binary::Max, vec::Binary::Min, vec::Binary::PRelu}) {
+      for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{33}, int64_t{1003}}) {
+        std::vector<float> y(static_cast<size_t>(n));
+        for (int form = 0; form < 3; ++form) {  // vector-vector, vector-scalar, scalar-vector
+          const float av = -2.5f, bv = nan;
+          const float* pa = form == 2 ? nullptr : a.data();
+          const float* pb = form == 1 ? nullptr : b.data();
+          for (float bs : {bv, -0.0f, 3.0f}) {
+            vec::binary(op, pa, av, pb, bs, y.data(), n);
+            for (int64_t i = 0; i < n; ++i) {
+              const float x = pa ? a[static_cast<size_t>(i)] : av;
+              const float z = pb ? b[static_cast<size_t>(i)] : bs;
+              INFO(vec::isaName(isa) << " op " << static_cast<int>(op) << " form " << form
+                                     << " n " << n << " i " << i << ": " << x << ", " << z);
+              REQUIRE(same(y[static_cast<size_t>(i)], scalar(op, x, z)));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("unary kernels match double references on odd sizes, every ISA, 1 and 2 threads",
           "[kernels][vectorized]") {
   struct Case {

@@ -8,7 +8,8 @@
 // A value that is one number for the whole block (a broadcast input, a constant, or an op of
 // those) stays one number: it is computed once per block, not per element. Each op computes
 // what its standard kernel computes (elementwise.cpp): the transcendentals through the same
-// vectorised loops (vec_kernels.h), the rest with the same scalar expressions. float32 only.
+// vectorised loops (vec_kernels.h), the binary arithmetic through vec::binary (the same
+// IEEE operations, per ISA), the rest with the same scalar expressions. float32 only.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -189,6 +190,20 @@ void dispatchBinary(EwOp op, F&& apply) {
   }
 }
 
+vec::Binary vectorOp(EwOp op) {
+  switch (op) {
+    case EwOp::Add: return vec::Binary::Add;
+    case EwOp::Sub: return vec::Binary::Sub;
+    case EwOp::Mul: return vec::Binary::Mul;
+    case EwOp::Div: return vec::Binary::Div;
+    case EwOp::Max: return vec::Binary::Max;
+    case EwOp::Min: return vec::Binary::Min;
+    case EwOp::PRelu: return vec::Binary::PRelu;
+    default: break;
+  }
+  return vec::Binary::Add;  // not reached: Pow runs through std::pow (runBlock)
+}
+
 // Runs the program over one block of n elements whose inputs are `in` (a pointer per input and
 // whether it runs along the block), into `out`. `regs` holds num_slots blocks.
 void runBlock(const ProgramState& s, const std::array<Operand, N>& in, float* out, int64_t n,
@@ -232,7 +247,11 @@ void runBlock(const ProgramState& s, const std::array<Operand, N>& in, float* ou
         std::fill(out, out + n, v);
         continue;
       }
-      dispatchBinary(ins.op, [&](auto f) { mapBinary(a, b, y, n, f); });
+      if (ins.op == EwOp::Pow) {
+        dispatchBinary(ins.op, [&](auto f) { mapBinary(a, b, y, n, f); });  // std::pow
+      } else {
+        vec::binary(vectorOp(ins.op), a.p, a.value, b.p, b.value, y, n);
+      }
     }
     if (!last) temps[i] = Operand{y};
   }

@@ -218,6 +218,64 @@ void unary(Unary op, const float* x, float* y, int64_t n, float alpha, float bet
   }
 }
 
+template <bool VA, bool VB, typename F>
+inline void binaryLoop(const float* a, float av, const float* b, float bv, float* y, int64_t n,
+                       F f) {
+  // Not splat(): 0 + -0 is +0, and a scalar -0 must stay -0 (1 / -0 is -inf).
+  vf sa, sb;
+  for (int l = 0; l < W; ++l) {
+    sa[l] = av;
+    sb[l] = bv;
+  }
+  int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const vf r0 = f(VA ? load(a + i) : sa, VB ? load(b + i) : sb);
+    const vf r1 = f(VA ? load(a + i + W) : sa, VB ? load(b + i + W) : sb);
+    store(y + i, r0);
+    store(y + i + W, r1);
+  }
+  for (; i + W <= n; i += W) store(y + i, f(VA ? load(a + i) : sa, VB ? load(b + i) : sb));
+  if (i < n) {
+    const int64_t k = n - i;
+    storePartial(y + i, f(VA ? loadPartial(a + i, k, 1.0f) : sa, VB ? loadPartial(b + i, k, 1.0f) : sb),
+                 k);
+  }
+}
+
+template <typename F>
+inline void binaryLoops(const float* a, float av, const float* b, float bv, float* y, int64_t n,
+                        F f) {
+  if (a && b) binaryLoop<true, true>(a, av, b, bv, y, n, f);
+  else if (a) binaryLoop<true, false>(a, av, b, bv, y, n, f);
+  else if (b) binaryLoop<false, true>(a, av, b, bv, y, n, f);
+  else binaryLoop<false, false>(a, av, b, bv, y, n, f);
+}
+
+inline vf nanIfEither(vf r, vf a, vf b) {
+  return (a != a) | (b != b) ? splat(std::numeric_limits<float>::quiet_NaN()) : r;
+}
+
+// Functors, not lambdas: a lambda's body does not take the region's `#pragma GCC target`.
+struct AddF { vf operator()(vf x, vf z) const { return x + z; } };
+struct SubF { vf operator()(vf x, vf z) const { return x - z; } };
+struct MulF { vf operator()(vf x, vf z) const { return x * z; } };
+struct DivF { vf operator()(vf x, vf z) const { return x / z; } };
+struct MaxF { vf operator()(vf x, vf z) const { return nanIfEither(x < z ? z : x, x, z); } };
+struct MinF { vf operator()(vf x, vf z) const { return nanIfEither(z < x ? z : x, x, z); } };
+struct PReluF { vf operator()(vf x, vf z) const { return x < 0.0f ? x * z : x; } };
+
+void binary(Binary op, const float* a, float av, const float* b, float bv, float* y, int64_t n) {
+  switch (op) {
+    case Binary::Add: return binaryLoops(a, av, b, bv, y, n, AddF{});
+    case Binary::Sub: return binaryLoops(a, av, b, bv, y, n, SubF{});
+    case Binary::Mul: return binaryLoops(a, av, b, bv, y, n, MulF{});
+    case Binary::Div: return binaryLoops(a, av, b, bv, y, n, DivF{});
+    case Binary::Max: return binaryLoops(a, av, b, bv, y, n, MaxF{});
+    case Binary::Min: return binaryLoops(a, av, b, bv, y, n, MinF{});
+    case Binary::PRelu: return binaryLoops(a, av, b, bv, y, n, PReluF{});
+  }
+}
+
 struct AffineF {
   float scale, shift;
   vf operator()(vf x) const { return x * scale + shift; }

@@ -48,6 +48,7 @@ namespace {
 
 struct Table {
   void (*unary)(Unary, const float*, float*, int64_t, float, float);
+  void (*binary)(Binary, const float*, float, const float*, float, float*, int64_t);
   void (*affine)(const float*, float*, int64_t, float, float);
   double (*sum)(const float*, int64_t);
   double (*sumSquaredDeviations)(const float*, int64_t, float);
@@ -64,7 +65,7 @@ struct Table {
 
 #define FUSECTL_VEC_TABLE(ns)                                                            \
   Table {                                                                                \
-    ns::unary, ns::affine, ns::sum, ns::sumSquaredDeviations, ns::max, ns::softmaxRow,   \
+    ns::unary, ns::binary, ns::affine, ns::sum, ns::sumSquaredDeviations, ns::max, ns::softmaxRow,   \
         ns::softmaxColumns, ns::layerNormRow, ns::maxRows, ns::sumRows, ns::windowMax,   \
         ns::windowSum                                                                    \
   }
@@ -139,6 +140,9 @@ const char* isaName(Isa isa) {
 
 void unary(Unary op, const float* x, float* y, int64_t n, float alpha, float beta) {
   table().unary(op, x, y, n, alpha, beta);
+}
+void binary(Binary op, const float* a, float av, const float* b, float bv, float* y, int64_t n) {
+  table().binary(op, a, av, b, bv, y, n);
 }
 void affine(const float* x, float* y, int64_t n, float scale, float shift) {
   table().affine(x, y, n, scale, shift);

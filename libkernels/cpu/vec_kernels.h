@@ -42,6 +42,12 @@ enum class Unary {
 // y[i] = op(x[i]) for i < n; y may equal x.
 void unary(Unary op, const float* x, float* y, int64_t n, float alpha = 0, float beta = 0);
 
+enum class Binary { Add, Sub, Mul, Div, Max, Min, PRelu };
+// y[i] = op(a[i], b[i]) for i < n, a null `a` (or `b`) standing for the scalar `av` (`bv`) in
+// every lane; y may equal a or b. What the scalar kernels compute, bit for bit: Max and Min give
+// NaN when either operand is NaN, PRelu is a < 0 ? a * b : a.
+void binary(Binary op, const float* a, float av, const float* b, float bv, float* y, int64_t n);
+
 // y[i] = x[i] * scale + shift (inference BatchNormalization, InstanceNormalization).
 void affine(const float* x, float* y, int64_t n, float scale, float shift);
 
