@@ -51,13 +51,14 @@ inline float hmax(vf v) {
   return m;
 }
 
-inline vf vexp(vf x) {
-  x = x > 88.8f ? splat(88.8f) : x;  // NaN compares false and passes through
-  x = x < -104.0f ? splat(-104.0f) : x;
+// e^x = 2^n e^r with n = round(x log2 e) and r = x - n ln2 (two-part ln2), e^r by the degree-6
+// polynomial; returns e^r and sets `n`. The callers differ only in how they clamp x and apply
+// 2^n.
+inline vf expReduced(vf x, vi& n_out) {
   const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const vf t = x * 1.44269504088896341f + magic;
   const vf n = t - magic;
-  const vi ni = (vi)t - (vi)splat(magic);
+  n_out = (vi)t - (vi)splat(magic);
   vf r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   vf p = splat(1.9875691500e-4f);
@@ -66,7 +67,14 @@ inline vf vexp(vf x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const vf y = p * (r * r) + r + 1.0f;
+  return p * (r * r) + r + 1.0f;
+}
+
+inline vf vexp(vf x) {
+  x = x > 88.8f ? splat(88.8f) : x;  // NaN compares false and passes through
+  x = x < -104.0f ? splat(-104.0f) : x;
+  vi ni;
+  const vf y = expReduced(x, ni);
   // n is in [-150, 128]; each half stays a normal power of two.
   const vi n1 = ni >> 1;
   const vi n2 = ni - n1;
@@ -76,22 +84,11 @@ inline vf vexp(vf x) {
 }
 
 // vexp for arguments the caller keeps within [-87, 0] (erf's tail): no clamping, and 2^n is one
-// normal power of two, so one multiply scales. The same polynomial on the same reduced argument
-// as vexp, and a power-of-two scale is exact either way: the results are vexp's, bit for bit.
+// normal power of two, so one multiply scales. A power-of-two scale is exact either way: the
+// results are vexp's, bit for bit.
 inline vf vexpNegativeNormal(vf x) {
-  const float magic = 12582912.0f;
-  const vf t = x * 1.44269504088896341f + magic;
-  const vf n = t - magic;
-  const vi ni = (vi)t - (vi)splat(magic);
-  vf r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  vf p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const vf y = p * (r * r) + r + 1.0f;
+  vi ni;
+  const vf y = expReduced(x, ni);
   return y * (vf)((vu)(ni + 127) << 23);
 }
 
