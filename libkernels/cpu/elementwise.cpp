@@ -25,12 +25,16 @@
 #include "dtype_dispatch.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/kernels/kernel.h"
+#include "scalar_ops.h"
 #include "vec_kernels.h"
 
 namespace fusectl::kernels {
 namespace {
 
 using namespace kutil;
+using scalar::maxOp;
+using scalar::minOp;
+using scalar::softplus;
 
 // ---------------------------------------------------------------------------------------------
 // Loop templates
@@ -181,11 +185,6 @@ inline T sigmoid(T x) {
 }
 
 template <typename T>
-inline T softplus(T x) {
-  return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-}
-
-template <typename T>
 inline T intDiv(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     if (b == 0) return 0;
@@ -215,22 +214,6 @@ inline T modOp(T a, T b, bool fmod) {
     if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
     return r;
   }
-}
-
-template <typename T>
-inline T maxOp(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-  }
-  return a < b ? b : a;
-}
-
-template <typename T>
-inline T minOp(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-  }
-  return b < a ? b : a;
 }
 
 template <typename T>

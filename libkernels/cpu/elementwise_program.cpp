@@ -21,6 +21,7 @@
 #include "broadcast.h"
 #include "fusectl/graph/elementwise_program.h"
 #include "fusectl/kernels/kernel.h"
+#include "scalar_ops.h"
 #include "vec_kernels.h"
 
 namespace fusectl::kernels {
@@ -86,26 +87,6 @@ struct Operand {
   bool scalar() const { return p == nullptr; }
 };
 
-template <typename T>
-inline T sigmoidScalar(T x) {
-  if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
-  const T e = std::exp(x);
-  return e / (T(1) + e);
-}
-
-inline float softplus(float x) {
-  return x > 0.f ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-}
-
-inline float maxOp(float a, float b) {
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<float>::quiet_NaN();
-  return a < b ? b : a;
-}
-inline float minOp(float a, float b) {
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<float>::quiet_NaN();
-  return b < a ? b : a;
-}
-
 template <typename F>
 void mapUnary(const Operand& x, float* y, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) y[i] = f(x.p[i]);
@@ -149,7 +130,7 @@ void unaryBlock(const EwInstruction& ins, const float* x, float* y, int64_t n) {
     case EwOp::Ceil: mapUnary(a, y, n, [](float v) { return std::ceil(v); }); return;
     case EwOp::Sin: mapUnary(a, y, n, [](float v) { return std::sin(v); }); return;
     case EwOp::Cos: mapUnary(a, y, n, [](float v) { return std::cos(v); }); return;
-    case EwOp::Softplus: mapUnary(a, y, n, softplus); return;
+    case EwOp::Softplus: mapUnary(a, y, n, scalar::softplus<float>); return;
     case EwOp::Clip: {
       const float lo = ins.params[0], hi = ins.params[1];
       mapUnary(a, y, n, [=](float v) {
@@ -183,8 +164,8 @@ void dispatchBinary(EwOp op, F&& apply) {
     case EwOp::Mul: apply([](float a, float b) { return a * b; }); return;
     case EwOp::Div: apply([](float a, float b) { return a / b; }); return;
     case EwOp::Pow: apply([](float a, float b) { return std::pow(a, b); }); return;
-    case EwOp::Max: apply(maxOp); return;
-    case EwOp::Min: apply(minOp); return;
+    case EwOp::Max: apply(scalar::maxOp<float>); return;
+    case EwOp::Min: apply(scalar::minOp<float>); return;
     case EwOp::PRelu: apply([](float v, float s) { return v < 0 ? v * s : v; }); return;
     default: return;
   }

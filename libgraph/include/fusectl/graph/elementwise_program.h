@@ -54,10 +54,6 @@ struct EwOperand {
   Kind kind = Kind::Input;
   int index = 0;      // input or temp number
   float value = 0.f;  // Constant
-  bool operator==(const EwOperand& o) const {
-    return kind == o.kind && index == o.index &&
-           (kind != Kind::Constant || value == o.value || (value != value && o.value != o.value));
-  }
 };
 
 struct EwInstruction {
