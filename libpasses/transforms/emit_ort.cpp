@@ -367,17 +367,34 @@ class EmitOrtPass : public Pass {
   // The query as [B, S, H*D]: the model's own value before its head split when there is one.
   static Value* query3d(Rewriter& rw, Node* a, const Heads& h) {
     Value* q = a->input(0);
-    const Shape& qs = q->shape();
     if (Value* x3 = beforeHeadSplit(q, h)) return x3;
-    Value* bshd = add(rw, "Transpose", {q}, {Attribute::ofInts("perm", {0, 2, 1, 3})},
-                      q->name() + "_bshd", typed(q->dtype(), {qs[0], qs[2], qs[1], qs[3]}), a)
+    return toBsh(rw, q, h.heads, a);
+  }
+
+  // Replaces attention `a` by `node`, a contrib op whose output 0 is [B, S, H*Dv]: straight into
+  // the reader of the model's head merge (AttentionMerged), or given back to a's readers as
+  // [B, H, S, Dv] through a Reshape and a Transpose.
+  static void replaceAttention(Rewriter& rw, const Pattern& pattern, Rule r, const Match& m,
+                               Node* a, const Heads& h, NewNode node) {
+    if (r == Rule::AttentionMerged) {
+      rw.replaceMatch(pattern.name, m, m.get("r")->output(0), std::move(node));
+      return;
+    }
+    const Shape& qs = a->input(0)->shape();
+    Value* y = a->output(0);
+    Node* contrib = rw.addNode(std::move(node), y->name() + "_bsh",
+                               typed(y->dtype(), {qs[0], qs[2], Dim::known(h.heads * h.dv)}), a);
+    Value* split = rw.addConstant(y->name() + "_bshd_shape",
+                                  Tensor::fromValues<int64_t>(DType::Int64, {4},
+                                                              {0, 0, h.heads, h.dv}));
+    Value* bshd = add(rw, "Reshape", {contrib->output(0), split}, {}, y->name() + "_bshd",
+                      typed(y->dtype(), {qs[0], qs[2], qs[1], Dim::known(h.dv)}), a)
                       ->output(0);
-    Value* target = rw.addConstant(q->name() + "_bsh_shape",
-                                   Tensor::fromValues<int64_t>(DType::Int64, {3},
-                                                               {0, 0, h.heads * h.d}));
-    return add(rw, "Reshape", {bshd, target}, {}, q->name() + "_bsh",
-               typed(q->dtype(), {qs[0], qs[2], Dim::known(h.heads * h.d)}), a)
-        ->output(0);
+    NewNode back;
+    back.op_type = "Transpose";
+    back.inputs = {bshd};
+    back.attributes = {Attribute::ofInts("perm", {0, 2, 1, 3})};
+    rw.replaceMatch(pattern.name, m, y, std::move(back));
   }
 
   // The mask as MultiHeadAttention's attention_bias, or nullptr for none.
@@ -532,25 +549,7 @@ class EmitOrtPass : public Pass {
                        Attribute::ofFloat("scale", a->attrFloat("scale", 1.f / std::sqrt(
                                                                          static_cast<float>(h.d))))};
     node.extra_outputs = {base + "_present_key", base + "_present_value"};
-    if (r == Rule::AttentionMerged) {
-      rw.replaceMatch(pattern.name, m, m.get("r")->output(0), std::move(node));
-    } else {
-      const Shape& qs = a->input(0)->shape();
-      Value* y = a->output(0);
-      Node* gqa = rw.addNode(std::move(node), y->name() + "_bsh",
-                             typed(y->dtype(), {qs[0], qs[2], Dim::known(h.heads * h.dv)}), a);
-      Value* split = rw.addConstant(y->name() + "_bshd_shape",
-                                    Tensor::fromValues<int64_t>(DType::Int64, {4},
-                                                                {0, 0, h.heads, h.dv}));
-      Value* bshd = add(rw, "Reshape", {gqa->output(0), split}, {}, y->name() + "_bshd",
-                        typed(y->dtype(), {qs[0], qs[2], qs[1], Dim::known(h.dv)}), a)
-                        ->output(0);
-      NewNode back;
-      back.op_type = "Transpose";
-      back.inputs = {bshd};
-      back.attributes = {Attribute::ofInts("perm", {0, 2, 1, 3})};
-      rw.replaceMatch(pattern.name, m, y, std::move(back));
-    }
+    replaceAttention(rw, pattern, r, m, a, h, std::move(node));
     rw.context().count("group_query_attention");
   }
 
@@ -635,26 +634,7 @@ class EmitOrtPass : public Pass {
                                                                               static_cast<float>(h.d)))),
                          Attribute::ofInt("unidirectional", a->attrInt("causal", 0))};
       node.name = a->name();
-      if (r == Rule::AttentionMerged) {
-        rw.replaceMatch(pattern.name, m, m.get("r")->output(0), std::move(node));
-      } else {
-        // [B, S, H*Dv] back to the [B, H, S, Dv] the readers want.
-        const Shape& qs = a->input(0)->shape();
-        Value* y = a->output(0);
-        Node* mha = rw.addNode(std::move(node), y->name() + "_bsh",
-                               typed(y->dtype(), {qs[0], qs[2], Dim::known(h.heads * h.dv)}), a);
-        Value* split = rw.addConstant(y->name() + "_bshd_shape",
-                                      Tensor::fromValues<int64_t>(DType::Int64, {4},
-                                                                  {0, 0, h.heads, h.dv}));
-        Value* bshd = add(rw, "Reshape", {mha->output(0), split}, {}, y->name() + "_bshd",
-                          typed(y->dtype(), {qs[0], qs[2], qs[1], Dim::known(h.dv)}), a)
-                          ->output(0);
-        NewNode back;
-        back.op_type = "Transpose";
-        back.inputs = {bshd};
-        back.attributes = {Attribute::ofInts("perm", {0, 2, 1, 3})};
-        rw.replaceMatch(pattern.name, m, y, std::move(back));
-      }
+      replaceAttention(rw, pattern, r, m, a, h, std::move(node));
       rw.context().count("multi_head_attention");
       return;
     }
