@@ -36,21 +36,6 @@ Value* lastAxisMean(Body& b, Value* x) {
   return b.node("Div", {sum, count_f});
 }
 
-}  // namespace
-
-std::string buildRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
-  FunctionDef f = startFunction(std::string(op.name), opset);
-  Body b(opset);
-  Value* x = b.input("X");
-  Value* cos = b.input("Cos");
-  Value* sin = b.input("Sin");
-  f.body = b.finish(rotateHalf(b, x, cos, sin, "Y"));
-  f.doc_string = fmt::format("fusectl {}: {}; see docs/ops.md", op.name, op.formula);
-  return functionToBinary(f);
-}
-
-namespace {
-
 // Interleaved: R = Reshape(Concat(Unsqueeze(Neg(X[..., 1::2]), -1), Unsqueeze(X[..., 0::2], -1),
 // axis = -1), Shape(X)), as GPT-J's export writes it; Y = Add(Mul(X, Cos), Mul(R, Sin)).
 Value* rotateEveryTwo(Body& b, Value* x, Value* cos, Value* sin, const std::string& out) {
@@ -82,43 +67,40 @@ Value* qkNorm(Body& b, Value* x, Value* scale) {
   return b.node("Mul", {normed, scale});
 }
 
-}  // namespace
+using Rotation = Value* (*)(Body&, Value*, Value*, Value*, const std::string&);
 
-std::string buildInterleavedRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
+// The function of one rotary op: inputs X[, Scale], Cos, Sin; Y = rotate(X or its QK-norm).
+std::string rotaryFunction(const FusedOpInfo& op, int64_t opset, bool qk_norm, Rotation rotate) {
   FunctionDef f = startFunction(std::string(op.name), opset);
+  if (qk_norm)
+    for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
   Body b(opset);
   Value* x = b.input("X");
+  Value* scale = qk_norm ? b.input("Scale") : nullptr;
   Value* cos = b.input("Cos");
   Value* sin = b.input("Sin");
-  f.body = b.finish(rotateEveryTwo(b, x, cos, sin, "Y"));
+  Value* rows = qk_norm ? qkNorm(b, x, scale) : x;
+  f.body = b.finish(rotate(b, rows, cos, sin, "Y"));
   f.doc_string = fmt::format("fusectl {}: {}; see docs/ops.md", op.name, op.formula);
   return functionToBinary(f);
 }
 
-std::string buildQKNormInterleavedRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
-  FunctionDef f = startFunction(std::string(op.name), opset);
-  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
-  Body b(opset);
-  Value* x = b.input("X");
-  Value* scale = b.input("Scale");
-  Value* cos = b.input("Cos");
-  Value* sin = b.input("Sin");
-  f.body = b.finish(rotateEveryTwo(b, qkNorm(b, x, scale), cos, sin, "Y"));
-  f.doc_string = fmt::format("fusectl {}: {}; see docs/ops.md", op.name, op.formula);
-  return functionToBinary(f);
+}  // namespace
+
+std::string buildRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
+  return rotaryFunction(op, opset, /*qk_norm=*/false, rotateHalf);
+}
+
+std::string buildInterleavedRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
+  return rotaryFunction(op, opset, /*qk_norm=*/false, rotateEveryTwo);
 }
 
 std::string buildQKNormRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
-  FunctionDef f = startFunction(std::string(op.name), opset);
-  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
-  Body b(opset);
-  Value* x = b.input("X");
-  Value* scale = b.input("Scale");
-  Value* cos = b.input("Cos");
-  Value* sin = b.input("Sin");
-  f.body = b.finish(rotateHalf(b, qkNorm(b, x, scale), cos, sin, "Y"));
-  f.doc_string = fmt::format("fusectl {}: {}; see docs/ops.md", op.name, op.formula);
-  return functionToBinary(f);
+  return rotaryFunction(op, opset, /*qk_norm=*/true, rotateHalf);
+}
+
+std::string buildQKNormInterleavedRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset) {
+  return rotaryFunction(op, opset, /*qk_norm=*/true, rotateEveryTwo);
 }
 
 }  // namespace fusectl
