@@ -138,17 +138,8 @@ int main(int argc, char** argv) {
       for (int64_t i = 0; i < ya.numel(); ++i)
         max_diff = std::max(max_diff, double(std::fabs(ya.data<float>()[i] - yb.data<float>()[i])));
     }
-    std::vector<double> ta, tb;
-    for (int r = 0; r < repeat; ++r) {
-      double t0 = fusectl::bench::now();
-      a.run(inputs);
-      double t1 = fusectl::bench::now();
-      b.run(inputs);
-      double t2 = fusectl::bench::now();
-      ta.push_back(t1 - t0);
-      tb.push_back(t2 - t1);
-    }
-    const double ma = fusectl::bench::median(ta), mb = fusectl::bench::median(tb);
+    const auto [ma, mb] = fusectl::bench::alternatingMedians(
+        repeat, [&] { a.run(inputs); }, [&] { b.run(inputs); });
     std::printf("{\"bench\": \"attention\", \"seq\": %lld, \"heads\": %lld, \"head_size\": %lld, "
                 "\"causal\": %s, \"threads\": %d, \"unfused_ms\": %.4f, \"fused_ms\": %.4f, "
                 "\"ratio\": %.3f, \"max_abs_diff\": %.3g}\n",

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <utility>
 #include <vector>
 
 namespace fusectl::bench {
@@ -26,6 +27,23 @@ inline double now() {
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// Runs `a` then `b` once per round, `rounds` times, so that both see the same machine noise;
+// returns the median seconds of each.
+template <typename A, typename B>
+std::pair<double, double> alternatingMedians(int rounds, A&& a, B&& b) {
+  std::vector<double> ta, tb;
+  for (int r = 0; r < rounds; ++r) {
+    const double t0 = now();
+    a();
+    const double t1 = now();
+    b();
+    const double t2 = now();
+    ta.push_back(t1 - t0);
+    tb.push_back(t2 - t1);
+  }
+  return {median(ta), median(tb)};
 }
 
 }  // namespace fusectl::bench

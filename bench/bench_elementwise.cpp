@@ -123,17 +123,8 @@ int main(int argc, char** argv) {
       bytes += 4.0 * static_cast<double>(y.numel());
     }
     a.run(inputs);
-    std::vector<double> ta, tb;
-    for (int r = 0; r < repeat; ++r) {
-      double t0 = fusectl::bench::now();
-      a.run(inputs);
-      double t1 = fusectl::bench::now();
-      b.run(inputs);
-      double t2 = fusectl::bench::now();
-      ta.push_back(t1 - t0);
-      tb.push_back(t2 - t1);
-    }
-    const double ma = fusectl::bench::median(ta), mb = fusectl::bench::median(tb);
+    const auto [ma, mb] = fusectl::bench::alternatingMedians(
+        repeat, [&] { a.run(inputs); }, [&] { b.run(inputs); });
     std::printf(
         "{\"case\": \"%s\", \"threads\": %d, \"unfused_nodes\": %zu, \"fused_nodes\": %zu, "
         "\"unfused_ms\": %.3f, \"fused_ms\": %.3f, \"fused_over_unfused\": %.3f, "

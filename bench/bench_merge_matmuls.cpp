@@ -135,17 +135,9 @@ int main(int argc, char** argv) {
     const std::vector<NamedTensor> feeds = {{"X", x}};
     separate.run(feeds);  // packs the weights
     merged.run(feeds);
-    std::vector<double> ts, tm;
-    for (int r = 0; r < repeat; ++r) {
-      double t0 = fusectl::bench::now();
-      separate.run(feeds);
-      double t1 = fusectl::bench::now();
-      merged.run(feeds);
-      double t2 = fusectl::bench::now();
-      ts.push_back(t1 - t0);
-      tm.push_back(t2 - t1);
-    }
-    const double ms = 1e3 * fusectl::bench::median(ts), mm = 1e3 * fusectl::bench::median(tm);
+    const auto [ts, tm] = fusectl::bench::alternatingMedians(
+        repeat, [&] { separate.run(feeds); }, [&] { merged.run(feeds); });
+    const double ms = 1e3 * ts, mm = 1e3 * tm;
     std::string widths;
     for (int64_t w : s.widths) widths += (widths.empty() ? "" : ",") + std::to_string(w);
     std::printf(
