@@ -458,10 +458,19 @@ Pipeline Pipeline::forLevel(int level, const std::vector<std::string>& disabled)
     return isBuiltinPass(info.name) &&
            std::find(disabled.begin(), disabled.end(), info.name) == disabled.end();
   };
-  // fuse-elementwise takes whatever elementwise ops the specific fusions left, so it runs once
-  // after its level's fixpoint: inside it, it would take ops that a later round of a specific
-  // fusion (after another fusion made its pattern appear) fuses better.
-  auto afterFixpoint = [](const PassInfo& info) { return info.name == "fuse-elementwise"; };
+  // Passes marked FUSECTL_PASS_AFTER_FIXPOINT in passes.def (fuse-elementwise, which takes what
+  // the specific fusions leave) run once after their level's fixpoint group.
+  static const std::vector<std::string_view> after_fixpoint = {
+#define FUSECTL_PASS(NAME, CLASS, LEVEL, PORTABILITY, DESCRIPTION)
+#define FUSECTL_PASS_AFTER_FIXPOINT(NAME) NAME,
+#include "fusectl/passes/passes.def"
+#undef FUSECTL_PASS_AFTER_FIXPOINT
+#undef FUSECTL_PASS
+  };
+  auto afterFixpoint = [](const PassInfo& info) {
+    return std::find(after_fixpoint.begin(), after_fixpoint.end(), info.name) !=
+           after_fixpoint.end();
+  };
   Pipeline p;
   bool fusions = false;
   for (int k = 1; k <= level; ++k) {
