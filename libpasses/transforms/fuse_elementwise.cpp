@@ -34,6 +34,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "constant_math.h"
 #include "fusectl/graph/elementwise_program.h"
 #include "fusectl/graph/op_classes.h"
 #include "fusectl/passes/rewriter.h"
@@ -52,11 +53,12 @@ struct Translation {
   std::vector<Value*> operands;
 };
 
+// A one-element float32 constant's value (constant_math's scalarConstant, float32 only).
 std::optional<float> constantScalar(const Value* v) {
-  if (!v || !v->isConstant()) return std::nullopt;
-  const Tensor* t = v->initializer();
-  if (t->numel() != 1 || t->dtype() != DType::Float) return std::nullopt;
-  return static_cast<float>(t->valueAsDouble(0));
+  if (!v || v->dtype() != DType::Float) return std::nullopt;
+  std::optional<double> c = scalarConstant(v);
+  if (!c) return std::nullopt;
+  return static_cast<float>(*c);
 }
 
 // The instruction `n` stands for, or nullopt with `why` (conditions 1 and 2).
