@@ -263,20 +263,27 @@ void attachFusectlFunctions(Model& model) {
                        "one");
     }
   };
-  // Elementwise spellings: name -> (program text, inputs), one function per distinct program.
-  std::map<std::string, std::pair<std::string, size_t>> programs;
+  // Elementwise spellings, one function per distinct program (parsed once, when first seen).
+  struct SpelledProgram {
+    std::string text;
+    size_t inputs = 0;
+    ElementwiseProgram program;
+  };
+  std::map<std::string, SpelledProgram> programs;
   forEachNode(*model.graph, [&](Node& n) {
     if (n.domain() != kFusectlDomain) return;
     if (fusedOpBaseName(n.opType()) == "Elementwise") {
       requireOpset();
       const std::string text = n.attrString("program", "");
-      const ElementwiseProgram program = ElementwiseProgram::parse(text, n.numInputs());
       const std::string name = elementwiseSpelling(text);
-      auto [it, fresh] = programs.emplace(name, std::make_pair(text, n.numInputs()));
-      if (!fresh && it->second != std::make_pair(text, n.numInputs())) {
+      auto it = programs.find(name);
+      if (it == programs.end()) {
+        programs.emplace(name, SpelledProgram{text, n.numInputs(),
+                                              ElementwiseProgram::parse(text, n.numInputs())});
+      } else if (it->second.text != text || it->second.inputs != n.numInputs()) {
         throwUnsupported(fmt::format(
             "{}: programs '{}' and '{}' (or their input counts) share the function name {}",
-            n.label(), text, it->second.first, name));
+            n.label(), text, it->second.text, name));
       }
       if (n.opType() != name) n.graph()->setOpType(&n, name, std::string(kFusectlDomain));
       return;
@@ -321,10 +328,9 @@ void attachFusectlFunctions(Model& model) {
     }
     model.functions.push_back(build(op, opset));
   }
-  for (const auto& [name, program] : programs) {
+  for (const auto& [name, p] : programs) {
     if (defined.count({std::string(kFusectlDomain), name})) continue;
-    model.functions.push_back(buildElementwiseFunction(
-        name, ElementwiseProgram::parse(program.first, program.second), program.second, opset));
+    model.functions.push_back(buildElementwiseFunction(name, p.program, p.inputs, opset));
   }
   if (!needed.empty() || !programs.empty()) {
     if (model.opsetVersion(kFusectlDomain) == 0) model.setOpsetVersion(kFusectlDomain, 1);
