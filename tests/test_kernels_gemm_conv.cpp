@@ -518,7 +518,11 @@ TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][ge
       {{2, 6, 9, 40}, 6, {7, 7}, {2, 2}, {1, 1}, {3, 3, 3, 3}, 6},      // depthwise 7x7 s2, batch 2
       {{2, 5, 23}, 9, {4}, {2}, {1}, {1, 2}},                           // 1-D
       {{1, 4, 5, 6, 7}, 6, {3, 2, 3}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1, 1, 1, 2}, 2},  // 3-D
-      {{1, 64, 20, 20}, 40, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},  // K > KC, several chunks
+      {{1, 64, 20, 20}, 40, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},  // K > KC
+      // Five im2col chunks of 224 pixels that start and end inside output rows, K over two
+      // slices, a last chunk of 4 pixels: the patch panels' edges.
+      {{1, 128, 30, 30}, 9, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {{1, 96, 31, 29}, 5, {3, 3}, {2, 2}, {1, 1}, {0, 1, 2, 1}},  // strided, uneven pads
   };
   int id = 0;
   for (const ConvSpec& c : cases) {
