@@ -126,12 +126,10 @@ void pool2d(const Pool3d& p, const float* x, float* y, int64_t planes, int threa
         continue;
       }
       vec::sumRows(taps.data(), k, inner, in_w);
-      vec::windowSum(row.data(), sw, kw, dw, yo, out_w);
       int64_t ph0 = h0, ph1 = h1;
       if (include_pad) tapRange(p, 1, oh, -p.pb[1], in_h + p.pe[1], &ph0, &ph1);
       const float inv_rows = ph1 > ph0 ? 1.f / static_cast<float>(ph1 - ph0) : 0.f;
-      const float* __restrict ic = inv_cols.data();
-      for (int64_t ow = 0; ow < out_w; ++ow) yo[ow] *= inv_rows * ic[ow];
+      vec::windowMean(row.data(), sw, kw, dw, inv_cols.data(), inv_rows, yo, out_w);
     }
   });
 }

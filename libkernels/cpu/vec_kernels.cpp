@@ -60,14 +60,15 @@ struct Table {
   void (*maxRows)(const float* const*, int, float*, int64_t);
   void (*sumRows)(const float* const*, int, float*, int64_t);
   void (*windowMax)(const float*, int64_t, int64_t, int64_t, float*, int64_t);
-  void (*windowSum)(const float*, int64_t, int64_t, int64_t, float*, int64_t);
+  void (*windowMean)(const float*, int64_t, int64_t, int64_t, const float*, float, float*,
+                     int64_t);
 };
 
 #define FUSECTL_VEC_TABLE(ns)                                                            \
   Table {                                                                                \
     ns::unary, ns::binary, ns::affine, ns::sum, ns::sumSquaredDeviations, ns::max, ns::softmaxRow,   \
         ns::softmaxColumns, ns::layerNormRow, ns::maxRows, ns::sumRows, ns::windowMax,   \
-        ns::windowSum                                                                    \
+        ns::windowMean                                                                    \
   }
 
 const Table kPortable = FUSECTL_VEC_TABLE(portable);
@@ -173,9 +174,9 @@ void windowMax(const float* in, int64_t stride, int64_t k, int64_t dilation, flo
                int64_t n) {
   table().windowMax(in, stride, k, dilation, out, n);
 }
-void windowSum(const float* in, int64_t stride, int64_t k, int64_t dilation, float* out,
-               int64_t n) {
-  table().windowSum(in, stride, k, dilation, out, n);
+void windowMean(const float* in, int64_t stride, int64_t k, int64_t dilation,
+                const float* col_scale, float row_scale, float* out, int64_t n) {
+  table().windowMean(in, stride, k, dilation, col_scale, row_scale, out, n);
 }
 
 }  // namespace fusectl::kernels::vec

@@ -75,11 +75,13 @@ void layerNormRow(const float* x, float* y, int64_t n, const float* scale, const
 // out[i] = max (or sum) over the k rows of rows[r][i], i < n.
 void maxRows(const float* const* rows, int k, float* out, int64_t n);
 void sumRows(const float* const* rows, int k, float* out, int64_t n);
-// out[o] = max (or sum) over j < k of in[o * stride + j * dilation], o < n: the horizontal
-// pass of a 2-D pool over a row already padded (with -inf or 0) on both sides.
+// out[o] = max over j < k of in[o * stride + j * dilation], o < n: the horizontal pass of a
+// 2-D pool over a row already padded (with -inf or 0) on both sides.
 void windowMax(const float* in, int64_t stride, int64_t k, int64_t dilation, float* out,
                int64_t n);
-void windowSum(const float* in, int64_t stride, int64_t k, int64_t dilation, float* out,
-               int64_t n);
+// The same window's sum times (row_scale * col_scale[o]): AveragePool's horizontal pass and
+// its division by the counted taps in one pass over the row.
+void windowMean(const float* in, int64_t stride, int64_t k, int64_t dilation,
+                const float* col_scale, float row_scale, float* out, int64_t n);
 
 }  // namespace fusectl::kernels::vec
