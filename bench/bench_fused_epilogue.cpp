@@ -267,6 +267,8 @@ int main(int argc, char** argv) {
       {"mobilenet_mini", 16, 16, 16, 64, 1, 1, 1}, {"mobilenet_mini", 64, 16, 16, 64, 3, 2, 64},
       {"mobilenet_mini", 64, 8, 8, 24, 1, 1, 1},  {"mobilenet_mini", 96, 8, 8, 96, 3, 1, 96},
       {"mobilenetv2", 144, 56, 56, 144, 3, 1, 144}, {"mobilenetv2", 192, 28, 28, 192, 3, 2, 192},
+      {"mobilenetv2", 32, 112, 112, 32, 3, 1, 32},  {"mobilenetv2", 96, 112, 112, 96, 3, 2, 96},
+      {"mobilenetv2", 576, 14, 14, 576, 3, 1, 576}, {"mobilenetv2", 960, 7, 7, 960, 3, 1, 960},
       {"efficientnet_b0", 240, 28, 28, 240, 5, 1, 240},
   };
   for (const ConvShape& s : convs) {

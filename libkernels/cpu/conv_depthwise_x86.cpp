@@ -1,7 +1,9 @@
 // AVX-512 depthwise convolution (see conv_depthwise.h): 16 output columns per vector, four
 // output rows at a time (four independent accumulator chains), every tap a masked load (the
 // masks cover the padding, so no bounds checks in the loop), stride 2 by loading 32 inputs and
-// keeping the even lanes. The epilogue runs on the rows still in registers.
+// keeping the even lanes. The epilogue runs on the rows still in registers. Square 3x3 and 5x5
+// windows at stride 1 or 2 (MobileNet's and EfficientNet's) go input row by input row instead
+// (depthwiseBlockDense): each input row is loaded once for all output rows it feeds.
 #include "conv_depthwise.h"
 #include "gemm_kernels.h"
 #include "gemm_vector_epilogue.h"
@@ -50,18 +52,77 @@ FUSECTL_AVX512 BlockMasks blockMasks(const Window& win, int64_t ow0) {
   return m;
 }
 
+// Bias, residual and the activation on R finished rows of one 16-column block, then the store.
+template <int R>
+FUSECTL_AVX512 inline __attribute__((always_inline)) void storeRows(
+    const __m512 (&acc)[R], float* y, const Window& win, const Epilogue& ep, Activation act,
+    __m512 bias, const float* residual, int64_t oh0, int64_t ow0) {
+  const int64_t OW = win.out[1];
+  const __mmask16 out_mask =
+      OW - ow0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (OW - ow0)) - 1);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const int64_t oh = oh0 + r;
+    __m512 v = acc[r];
+    if (ep.bias) v = _mm512_add_ps(v, bias);
+    if (residual) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(out_mask, residual + oh * OW + ow0));
+    if (act != Activation::None) v = activate512(v, act, ep.alpha, ep.beta);
+    _mm512_mask_storeu_ps(y + oh * OW + ow0, out_mask, v);
+  }
+}
+
+// The common case (K x K window, stride S of 1 or 2, no dilation) input row by input row: each
+// of the (R - 1) * S + K input rows under R output rows is loaded (at stride 2: loaded and its
+// even lanes kept) once per tap column and feeds every output row it is under, with the K*K
+// weights held in registers for the whole plane. depthwiseBlock loads K rows per output row
+// and broadcasts each weight per block; this loads each row once. Each output row still sums
+// its taps in the same order (kh, then kw), so the values are the same.
+template <int S, int K, int R>
+FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlockDense(
+    const float* x, const __m512 (&wv)[K * K], float* y, const Window& win, const Epilogue& ep,
+    Activation act, __m512 bias, const float* residual, int64_t oh0, int64_t ow0,
+    const BlockMasks& masks) {
+  const int64_t H = win.in[0], W = win.in[1];
+  const int64_t PH = win.pad_begin[0], PW = win.pad_begin[1];
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  __m512 acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+#pragma GCC unroll 12
+  for (int i = 0; i < (R - 1) * S + K; ++i) {
+    const int64_t ih = oh0 * S - PH + i;
+    if (ih < 0 || ih >= H) continue;
+    const float* row = x + ih * W + ow0 * S - PW;
+#pragma GCC unroll 5
+    for (int kw = 0; kw < K; ++kw) {
+      __m512 v;
+      if (S == 1) {
+        v = _mm512_maskz_loadu_ps(masks.lo[kw], row + kw);
+      } else {
+        const __m512 lo = _mm512_maskz_loadu_ps(masks.lo[kw], row + kw);
+        const __m512 hi = _mm512_maskz_loadu_ps(masks.hi[kw], row + kw + 16);
+        v = _mm512_permutex2var_ps(lo, even, hi);
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const int kh = i - r * S;
+        if (kh >= 0 && kh < K) acc[r] = _mm512_fmadd_ps(wv[kh * K + kw], v, acc[r]);
+      }
+    }
+  }
+  storeRows<R>(acc, y, win, ep, act, bias, residual, oh0, ow0);
+}
+
 template <int SW, int R>
 FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlock(
     const float* x, const float* w, float* y, const Window& win, const Epilogue& ep,
     Activation act, __m512 bias, const float* residual, int64_t oh0, int64_t ow0,
     const BlockMasks& masks) {
-  const int64_t H = win.in[0], W = win.in[1], OW = win.out[1];
+  const int64_t H = win.in[0], W = win.in[1];
   const int64_t KH = win.kernel[0], KW = win.kernel[1], SH = win.strides[0];
   const int64_t DH = win.dilations[0], DW = win.dilations[1];
   const int64_t PH = win.pad_begin[0], PW = win.pad_begin[1];
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __mmask16 out_mask =
-      OW - ow0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (OW - ow0)) - 1);
   __m512 acc[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -96,15 +157,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlock(
       }
     }
   }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    const int64_t oh = oh0 + r;
-    __m512 v = acc[r];
-    if (ep.bias) v = _mm512_add_ps(v, bias);
-    if (residual) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(out_mask, residual + oh * OW + ow0));
-    if (act != Activation::None) v = activate512(v, act, ep.alpha, ep.beta);
-    _mm512_mask_storeu_ps(y + oh * OW + ow0, out_mask, v);
-  }
+  storeRows<R>(acc, y, win, ep, act, bias, residual, oh0, ow0);
 }
 
 template <int SW>
@@ -136,6 +189,40 @@ FUSECTL_AVX512 void depthwiseRows(const float* x, const float* w, float* y, cons
   }
 }
 
+template <int S, int K>
+FUSECTL_AVX512 void depthwiseRowsDense(const float* x, const float* w, float* y, const Window& win,
+                                       const Epilogue& ep, int64_t channel,
+                                       const float* residual) {
+  const int64_t OH = win.out[0], OW = win.out[1];
+  const bool vector_act = hasVectorActivation(ep.activation, true);
+  const Activation act = vector_act ? ep.activation : Activation::None;
+  const __m512 bias = _mm512_set1_ps(ep.bias ? ep.bias[channel] : 0.f);
+  __m512 wv[K * K];
+#pragma GCC unroll 25
+  for (int t = 0; t < K * K; ++t) wv[t] = _mm512_set1_ps(w[t]);
+  constexpr int kRows = 4;
+  constexpr int64_t kMaxBlocks = 64;
+  const int64_t blocks = (OW + 15) / 16;
+  BlockMasks kept[kMaxBlocks];
+  const bool keep = blocks <= kMaxBlocks;
+  if (keep)
+    for (int64_t b = 0; b < blocks; ++b) kept[b] = blockMasks<S>(win, b * 16);
+  auto masksOf = [&](int64_t b) { return keep ? kept[b] : blockMasks<S>(win, b * 16); };
+  int64_t oh = 0;
+  for (; oh + kRows <= OH; oh += kRows) {
+    for (int64_t b = 0; b < blocks; ++b)
+      depthwiseBlockDense<S, K, kRows>(x, wv, y, win, ep, act, bias, residual, oh, b * 16,
+                                    masksOf(b));
+    if (!vector_act)
+      for (int r = 0; r < kRows; ++r) ep.activate(y + (oh + r) * OW, OW);
+  }
+  for (; oh < OH; ++oh) {
+    for (int64_t b = 0; b < blocks; ++b)
+      depthwiseBlockDense<S, K, 1>(x, wv, y, win, ep, act, bias, residual, oh, b * 16, masksOf(b));
+    if (!vector_act) ep.activate(y + oh * OW, OW);
+  }
+}
+
 }  // namespace
 
 bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window& win,
@@ -144,7 +231,20 @@ bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window
   if (!has_avx512 || win.rank() != 2 || win.in[1] >= (int64_t{1} << 30) ||
       win.kernel[1] > kMaxMaskedTaps)
     return false;
-  if (win.strides[1] == 1) {
+  // Square 3x3 and 5x5 windows at stride 1 or 2 without dilation (MobileNet, EfficientNet)
+  // take the row-reusing kernel; the rest the general one.
+  const int64_t s = win.strides[1], k = win.kernel[1];
+  const bool dense = win.strides[0] == s && (s == 1 || s == 2) && win.kernel[0] == k &&
+                     (k == 3 || k == 5) && win.dilations[0] == 1 && win.dilations[1] == 1;
+  if (dense && s == 1 && k == 3) {
+    depthwiseRowsDense<1, 3>(x, w, y, win, ep, channel, residual);
+  } else if (dense && s == 1) {
+    depthwiseRowsDense<1, 5>(x, w, y, win, ep, channel, residual);
+  } else if (dense && k == 3) {
+    depthwiseRowsDense<2, 3>(x, w, y, win, ep, channel, residual);
+  } else if (dense) {
+    depthwiseRowsDense<2, 5>(x, w, y, win, ep, channel, residual);
+  } else if (win.strides[1] == 1) {
     depthwiseRows<1>(x, w, y, win, ep, channel, residual);
   } else if (win.strides[1] == 2) {
     depthwiseRows<2>(x, w, y, win, ep, channel, residual);
