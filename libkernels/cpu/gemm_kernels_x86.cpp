@@ -24,7 +24,10 @@ namespace {
 constexpr int kMr512 = 8;
 constexpr int kNr512 = 32;
 
-template <int ROWS>
+// HALF: the tile has at most 16 columns (a panel's ragged end: 196 = 6 x 32 + 4 output pixels,
+// or N = 1), so only the first 16 are computed; the second accumulators stay zero and are
+// stored under an empty mask.
+template <int ROWS, bool HALF>
 FUSECTL_AVX512 void tile512(const TileArgs& t) {
   __m512 acc0[ROWS], acc1[ROWS];
 #pragma GCC unroll 8
@@ -46,12 +49,17 @@ FUSECTL_AVX512 void tile512(const TileArgs& t) {
   const int64_t bs = t.b_stride;
   for (int64_t k = 0; k < t.kc; ++k) {
     const __m512 b0 = _mm512_loadu_ps(b);
-    const __m512 b1 = _mm512_loadu_ps(b + 16);
+    if (HALF) {
 #pragma GCC unroll 8
-    for (int r = 0; r < ROWS; ++r) {
-      const __m512 av = _mm512_set1_ps(a[r]);
-      acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
-      acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
+      for (int r = 0; r < ROWS; ++r) acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r]), b0, acc0[r]);
+    } else {
+      const __m512 b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < ROWS; ++r) {
+        const __m512 av = _mm512_set1_ps(a[r]);
+        acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
+      }
     }
     a += kMr512;
     b += bs;
@@ -98,17 +106,23 @@ FUSECTL_AVX512 void tile512(const TileArgs& t) {
   }
 }
 
-FUSECTL_AVX512 void tileAvx512(const TileArgs& t) {
+template <bool HALF>
+FUSECTL_AVX512 void tileAvx512Rows(const TileArgs& t) {
   switch (t.rows) {
-    case 8: tile512<8>(t); break;
-    case 7: tile512<7>(t); break;
-    case 6: tile512<6>(t); break;
-    case 5: tile512<5>(t); break;
-    case 4: tile512<4>(t); break;
-    case 3: tile512<3>(t); break;
-    case 2: tile512<2>(t); break;
-    default: tile512<1>(t); break;
+    case 8: tile512<8, HALF>(t); break;
+    case 7: tile512<7, HALF>(t); break;
+    case 6: tile512<6, HALF>(t); break;
+    case 5: tile512<5, HALF>(t); break;
+    case 4: tile512<4, HALF>(t); break;
+    case 3: tile512<3, HALF>(t); break;
+    case 2: tile512<2, HALF>(t); break;
+    default: tile512<1, HALF>(t); break;
   }
+}
+
+FUSECTL_AVX512 void tileAvx512(const TileArgs& t) {
+  if (t.cols <= 16) tileAvx512Rows<true>(t);
+  else tileAvx512Rows<false>(t);
 }
 
 // ---- AVX2 + FMA: 6 rows x 2 ymm (16 columns), 12 accumulators ----
