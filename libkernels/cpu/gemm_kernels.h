@@ -33,6 +33,10 @@ struct TileArgs {
   int rows = 0, cols = 0;
   bool load_c = false;
   const TileEpilogue* ep = nullptr;
+  // Cache lines to fetch into L2 while the tile runs, spread over its k loop (the driver hands
+  // each tile a share of the next B panel of prepacked weights); kernels may ignore them.
+  const char* prefetch = nullptr;
+  int64_t prefetch_lines = 0;
 };
 
 using TileKernel = void (*)(const TileArgs&);

@@ -6,6 +6,8 @@
 // case) runs only the FMAs of its real rows; columns past the edge are masked. Functions carry
 // target attributes instead of the file being built with -mavx512f, so that nothing else in the
 // binary (inline functions from headers included) can pick up instructions the CPU may lack.
+#include <algorithm>
+
 #include "gemm_kernels.h"
 #include "gemm_vector_epilogue.h"
 
@@ -47,7 +49,17 @@ FUSECTL_AVX512 void tile512(const TileArgs& t) {
   const float* a = t.a;
   const float* b = t.b;
   const int64_t bs = t.b_stride;
+  // One prefetch every `every` k steps until the tile's share of lines is requested.
+  const char* pf = t.prefetch;
+  const char* const pf_end = pf ? pf + t.prefetch_lines * 64 : nullptr;
+  const int64_t every = t.prefetch_lines > 0 ? std::max<int64_t>(1, t.kc / t.prefetch_lines) : 0;
+  int64_t countdown = every;
   for (int64_t k = 0; k < t.kc; ++k) {
+    if (pf != pf_end && --countdown == 0) {
+      _mm_prefetch(pf, _MM_HINT_T1);
+      pf += 64;
+      countdown = every;
+    }
     const __m512 b0 = _mm512_loadu_ps(b);
     if (HALF) {
 #pragma GCC unroll 8

@@ -237,8 +237,32 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
             t.b_stride = NR;
           }
           t.cols = static_cast<int>(nr);
+          // Prepacked weights stream from memory once per product: while this panel's tiles
+          // run (from L1/L2), fetch the next panel in line into L2 (the packed operand is one
+          // contiguous run of panels), a share of its lines per tile.
+          const char* next_panel = nullptr;
+          int64_t next_lines = 0, lines_per_tile = 0;
+          // With few row tiles (the decode case) the panel is streamed at memory speed anyway
+          // and the hardware prefetcher keeps up; extra requests only cost issue slots there.
+          const int64_t tiles = (mc + MR - 1) / MR;
+          if (pb && tiles >= 4) {
+            const float* next = bblock + (jr + NR) * kc;
+            const float* end = pb->data.get() + pb->padded * pb->depth;
+            if (next < end) {
+              next_panel = reinterpret_cast<const char*>(next);
+              next_lines = (std::min<int64_t>(NR * kc, end - next) * 4 + 63) / 64;
+              lines_per_tile = (next_lines + tiles - 1) / tiles;
+            }
+          }
+          t.prefetch = nullptr;
+          t.prefetch_lines = 0;
           for (int64_t ir = 0; ir < mc; ir += MR) {
             const int64_t row = ic + ir;
+            if (next_panel) {
+              const int64_t first = std::min(ir / MR * lines_per_tile, next_lines);
+              t.prefetch = next_panel + first * 64;
+              t.prefetch_lines = std::min(lines_per_tile, next_lines - first);
+            }
             t.rows = static_cast<int>(std::min(MR, mc - ir));
             t.a = ablock + ir * kc;
             t.c = p.C + row * p.ldc + col;
