@@ -222,6 +222,21 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
           packA(s, mc, kc, A + ic * p.a_rs + pc * p.a_cs, p.a_rs, p.a_cs, p.alpha, apack);
           ablock = apack;
         }
+        // The same for prepacked weights on the A side (Conv): the block after this one in
+        // memory (the next row block, or the next K slice's first) is fetched while this
+        // block's tiles run, a share per tile over all of them.
+        const char* next_ablock = nullptr;
+        int64_t next_a_lines = 0, a_lines_per_tile = 0;
+        if (pa && !pb) {
+          const float* next = ablock + roundUp(mc, MR) * kc;
+          const float* end = pa->data.get() + pa->padded * pa->depth;
+          const int64_t tiles = (nc + NR - 1) / NR * ((mc + MR - 1) / MR);
+          if (next < end && tiles >= 4) {
+            next_ablock = reinterpret_cast<const char*>(next);
+            next_a_lines = (std::min<int64_t>(roundUp(mc, MR) * kc, end - next) * 4 + 63) / 64;
+            a_lines_per_tile = (next_a_lines + tiles - 1) / tiles;
+          }
+        }
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int64_t nr = std::min(NR, nc - jr);
           const int64_t col = jc + jr;
@@ -262,6 +277,11 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
               const int64_t first = std::min(ir / MR * lines_per_tile, next_lines);
               t.prefetch = next_panel + first * 64;
               t.prefetch_lines = std::min(lines_per_tile, next_lines - first);
+            } else if (next_ablock) {
+              const int64_t tile = jr / NR * ((mc + MR - 1) / MR) + ir / MR;
+              const int64_t first = std::min(tile * a_lines_per_tile, next_a_lines);
+              t.prefetch = next_ablock + first * 64;
+              t.prefetch_lines = std::min(a_lines_per_tile, next_a_lines - first);
             }
             t.rows = static_cast<int>(std::min(MR, mc - ir));
             t.a = ablock + ir * kc;
