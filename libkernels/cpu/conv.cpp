@@ -31,6 +31,7 @@
 #include "conv_depthwise.h"
 #include "gemm_micro.h"
 #include "gemm_packed_state.h"
+#include "vec_kernels.h"
 
 namespace fusectl::kernels {
 namespace cpu {
@@ -126,6 +127,8 @@ void im2col(const T* x, int64_t channels, const Window& w, int64_t p0, int64_t p
             std::fill(o + a, o + lo, T(0));
             if (SW == 1) {
               std::memcpy(o + lo, row + lo, (hi - lo) * sizeof(T));
+            } else if constexpr (std::is_same_v<T, float>) {
+              vec::gatherStrided(row + lo * SW, SW, o + lo, hi - lo);
             } else {
               for (int64_t ow = lo; ow < hi; ++ow) o[ow] = row[ow * SW];
             }

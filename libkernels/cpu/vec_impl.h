@@ -522,6 +522,16 @@ void windowMax(const float* in, int64_t stride, int64_t k, int64_t dilation, flo
   }
 }
 
+void gatherStrided(const float* in, int64_t stride, float* out, int64_t n) {
+  float* __restrict o = out;
+  if (stride == 2) {  // a constant stride: vectorised as loads and even-lane permutes
+    const float* __restrict x = in;
+    for (int64_t i = 0; i < n; ++i) o[i] = x[2 * i];
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) o[i] = in[i * stride];
+}
+
 void windowMean(const float* in, int64_t stride, int64_t k, int64_t dilation,
                 const float* col_scale, float row_scale, float* out, int64_t n) {
   float* __restrict o = out;

@@ -62,13 +62,14 @@ struct Table {
   void (*windowMax)(const float*, int64_t, int64_t, int64_t, float*, int64_t);
   void (*windowMean)(const float*, int64_t, int64_t, int64_t, const float*, float, float*,
                      int64_t);
+  void (*gatherStrided)(const float*, int64_t, float*, int64_t);
 };
 
 #define FUSECTL_VEC_TABLE(ns)                                                            \
   Table {                                                                                \
     ns::unary, ns::binary, ns::affine, ns::sum, ns::sumSquaredDeviations, ns::max, ns::softmaxRow,   \
         ns::softmaxColumns, ns::layerNormRow, ns::maxRows, ns::sumRows, ns::windowMax,   \
-        ns::windowMean                                                                    \
+        ns::windowMean, ns::gatherStrided                                                \
   }
 
 const Table kPortable = FUSECTL_VEC_TABLE(portable);
@@ -177,6 +178,9 @@ void windowMax(const float* in, int64_t stride, int64_t k, int64_t dilation, flo
 void windowMean(const float* in, int64_t stride, int64_t k, int64_t dilation,
                 const float* col_scale, float row_scale, float* out, int64_t n) {
   table().windowMean(in, stride, k, dilation, col_scale, row_scale, out, n);
+}
+void gatherStrided(const float* in, int64_t stride, float* out, int64_t n) {
+  table().gatherStrided(in, stride, out, n);
 }
 
 }  // namespace fusectl::kernels::vec

@@ -83,5 +83,7 @@ void windowMax(const float* in, int64_t stride, int64_t k, int64_t dilation, flo
 // its division by the counted taps in one pass over the row.
 void windowMean(const float* in, int64_t stride, int64_t k, int64_t dilation,
                 const float* col_scale, float row_scale, float* out, int64_t n);
+// out[i] = in[i * stride], i < n: a strided convolution's im2col row.
+void gatherStrided(const float* in, int64_t stride, float* out, int64_t n);
 
 }  // namespace fusectl::kernels::vec
