@@ -3,7 +3,7 @@
 // ResNet-50's convolution shapes (GFLOP/s through the registered Conv kernel, weights prepacked
 // in its state as in a session).
 //
-//   bench_gemm [--repeat R] [--only gemm|skinny|conv] [--clock wall|cpu]
+//   bench_gemm [--repeat R] [--only gemm|skinny|cold|conv] [--clock wall|cpu]
 //
 // One JSON line per measurement, the median of R runs after a warm-up; no assertions.
 #include <algorithm>
@@ -72,6 +72,38 @@ void benchSquare(int repeat) {
     }
   }
   gemmForceKernel("auto");
+}
+
+// Weights as a model has them: twelve different prepacked B operands (BERT-base's FFN shapes,
+// 113 MB in all) used in turn, so each product streams its weights from memory rather than
+// from a cache the previous repetition warmed. GFLOP/s of the twelve products together.
+void benchColdWeights(int repeat) {
+  constexpr int kLayers = 12;
+  const struct { int64_t M, N, K; } shapes[] = {{128, 3072, 768}, {128, 768, 3072}};
+  for (const auto& sh : shapes) {
+    std::vector<float> a = randomFloats(sh.M * sh.K, 5), c(sh.M * sh.N);
+    std::vector<PackedMatrix> weights;
+    for (int l = 0; l < kLayers; ++l) {
+      const std::vector<float> b = randomFloats(sh.K * sh.N, 10 + l);
+      weights.push_back(packGemmB(sh.K, sh.N, b.data(), sh.N, 1));
+    }
+    for (int threads : {1, 2}) {
+      const double s = medianSeconds(repeat, [&] {
+        for (const PackedMatrix& w : weights) {
+          GemmParams p = gemmParams(sh.M, sh.N, sh.K, a.data(), sh.K, false, nullptr, sh.N, false,
+                                    c.data(), sh.N);
+          p.packed_b = &w;
+          gemm(p, threads);
+        }
+      });
+      std::printf("{\"bench\":\"cold_weights\",\"M\":%lld,\"N\":%lld,\"K\":%lld,"
+                  "\"layers\":%d,\"kernel\":\"%s\",\"threads\":%d,\"ms\":%.3f,"
+                  "\"gflops\":%.1f}\n",
+                  (long long)sh.M, (long long)sh.N, (long long)sh.K, kLayers, gemmKernelName(),
+                  threads, s * 1e3, 2.0 * sh.M * sh.N * sh.K * kLayers / s * 1e-9);
+      std::fflush(stdout);
+    }
+  }
 }
 
 // The decode case: a few rows against a large weight matrix, which must stream at bandwidth.
@@ -176,12 +208,13 @@ int main(int argc, char** argv) {
     else if (a == "--clock") g_cpu_clock = std::string(argv[i + 1]) == "cpu";
     else {
       std::fprintf(stderr,
-                   "usage: bench_gemm [--repeat R] [--only gemm|skinny|conv] [--clock wall|cpu]\n");
+                   "usage: bench_gemm [--repeat R] [--only gemm|skinny|cold|conv] [--clock wall|cpu]\n");
       return 2;
     }
   }
   if (only.empty() || only == "gemm") benchSquare(repeat);
   if (only.empty() || only == "skinny") benchSkinny(repeat);
+  if (only.empty() || only == "cold") benchColdWeights(repeat);
   if (only.empty() || only == "conv") benchConv(repeat);
   return 0;
 }
