@@ -628,3 +628,20 @@ TEST_CASE("GlobalAveragePool and GlobalMaxPool match double references", "[kerne
     }
   }
 }
+
+TEST_CASE("gatherStrided copies every stride-th element on every ISA", "[kernels][vectorized]") {
+  std::vector<float> in(4 * 97 + 3);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) * 0.5f - 7.f;
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (int64_t stride : {1, 2, 3, 4}) {
+      for (int64_t n : {0, 1, 15, 16, 17, 33, 97}) {
+        INFO(vec::isaName(isa) << " stride " << stride << " n " << n);
+        std::vector<float> out(static_cast<size_t>(n) + 1, -1.f);
+        vec::gatherStrided(in.data() + 1, stride, out.data(), n);
+        for (int64_t i = 0; i < n; ++i) REQUIRE(out[i] == in[static_cast<size_t>(1 + i * stride)]);
+        REQUIRE(out[static_cast<size_t>(n)] == -1.f);  // nothing past n is written
+      }
+    }
+  }
+}
