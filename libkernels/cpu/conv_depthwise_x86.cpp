@@ -216,10 +216,22 @@ FUSECTL_AVX512 void depthwiseRowsDense(const float* x, const float* w, float* y,
     if (!vector_act)
       for (int r = 0; r < kRows; ++r) ep.activate(y + (oh + r) * OW, OW);
   }
-  for (; oh < OH; ++oh) {
-    for (int64_t b = 0; b < blocks; ++b)
-      depthwiseBlockDense<S, K, 1>(x, wv, y, win, ep, act, bias, residual, oh, b * 16, masksOf(b));
-    if (!vector_act) ep.activate(y + oh * OW, OW);
+  // The last 1-3 rows as one group too: on small planes (7x7: 4 + 3 rows) they are almost half
+  // the plane, and one row at a time would load their shared input rows again for each.
+  const int64_t rest = OH - oh;
+  if (rest > 0) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const BlockMasks masks = masksOf(b);
+      if (rest == 3) {
+        depthwiseBlockDense<S, K, 3>(x, wv, y, win, ep, act, bias, residual, oh, b * 16, masks);
+      } else if (rest == 2) {
+        depthwiseBlockDense<S, K, 2>(x, wv, y, win, ep, act, bias, residual, oh, b * 16, masks);
+      } else {
+        depthwiseBlockDense<S, K, 1>(x, wv, y, win, ep, act, bias, residual, oh, b * 16, masks);
+      }
+    }
+    if (!vector_act)
+      for (int64_t r = oh; r < OH; ++r) ep.activate(y + r * OW, OW);
   }
 }
 
