@@ -21,6 +21,7 @@ constexpr int64_t kMrPortable = 6;
 constexpr int64_t kNrPortable = 16;
 
 typedef float v4f __attribute__((vector_size(16)));
+typedef int v4i __attribute__((vector_size(16)));
 
 inline v4f load4(const float* p) {
   v4f v;
@@ -94,6 +95,52 @@ const GemmKernelSpec& currentKernel() {
 
 int64_t roundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// One MR-tall panel (MR = 6 or 8) of a row-major A, k in whole groups of 4: each group is
+// loaded as one 4-float vector per row and transposed (4x4 blocks of unpacks and moves) into
+// the panel's k-major order. Returns how many k it packed (the caller packs the rest).
+int64_t packPanelRowMajor(const float* A, int64_t rs, int64_t kc, int64_t MR, float alpha,
+                          float* out) {
+  const v4f a4 = v4f{} + alpha;
+  int64_t k = 0;
+  for (; k + 4 <= kc; k += 4) {
+    v4f r[8];
+    for (int64_t i = 0; i < MR; ++i) r[i] = load4(A + i * rs + k) * a4;
+    const v4f t0 = __builtin_shuffle(r[0], r[1], v4i{0, 4, 1, 5});
+    const v4f t1 = __builtin_shuffle(r[2], r[3], v4i{0, 4, 1, 5});
+    const v4f t2 = __builtin_shuffle(r[0], r[1], v4i{2, 6, 3, 7});
+    const v4f t3 = __builtin_shuffle(r[2], r[3], v4i{2, 6, 3, 7});
+    const v4f c[4] = {__builtin_shuffle(t0, t1, v4i{0, 1, 4, 5}),
+                      __builtin_shuffle(t0, t1, v4i{2, 3, 6, 7}),
+                      __builtin_shuffle(t2, t3, v4i{0, 1, 4, 5}),
+                      __builtin_shuffle(t2, t3, v4i{2, 3, 6, 7})};
+    float* o = out + k * MR;
+    if (MR == 8) {
+      const v4f u0 = __builtin_shuffle(r[4], r[5], v4i{0, 4, 1, 5});
+      const v4f u1 = __builtin_shuffle(r[6], r[7], v4i{0, 4, 1, 5});
+      const v4f u2 = __builtin_shuffle(r[4], r[5], v4i{2, 6, 3, 7});
+      const v4f u3 = __builtin_shuffle(r[6], r[7], v4i{2, 6, 3, 7});
+      const v4f d[4] = {__builtin_shuffle(u0, u1, v4i{0, 1, 4, 5}),
+                        __builtin_shuffle(u0, u1, v4i{2, 3, 6, 7}),
+                        __builtin_shuffle(u2, u3, v4i{0, 1, 4, 5}),
+                        __builtin_shuffle(u2, u3, v4i{2, 3, 6, 7})};
+      for (int j = 0; j < 4; ++j) {
+        std::memcpy(o + j * 8, &c[j], sizeof(v4f));
+        std::memcpy(o + j * 8 + 4, &d[j], sizeof(v4f));
+      }
+    } else {  // MR == 6: rows 4 and 5 interleaved give two k per vector
+      const v4f lo = __builtin_shuffle(r[4], r[5], v4i{0, 4, 1, 5});  // k, k+1
+      const v4f hi = __builtin_shuffle(r[4], r[5], v4i{2, 6, 3, 7});  // k+2, k+3
+      const float tail[4][2] = {{lo[0], lo[1]}, {lo[2], lo[3]}, {hi[0], hi[1]}, {hi[2], hi[3]}};
+      for (int j = 0; j < 4; ++j) {
+        std::memcpy(o + j * 6, &c[j], sizeof(v4f));
+        o[j * 6 + 4] = tail[j][0];
+        o[j * 6 + 5] = tail[j][1];
+      }
+    }
+  }
+  return k;
+}
+
 // Packs rows [0, mc) x depth [0, kc) of A (already offset) into MR-tall panels, k-major inside a
 // panel, scaled by alpha; rows past mc are zero.
 void packA(const GemmKernelSpec& s, int64_t mc, int64_t kc, const float* A, int64_t rs,
@@ -110,10 +157,14 @@ void packA(const GemmKernelSpec& s, int64_t mc, int64_t kc, const float* A, int6
       }
       continue;
     }
-    // Row by row: contiguous reads when cs == 1, strided writes that stay in L1.
+    // Whole panels of a row-major A (activations packed per call): 4x4 transposes in vector
+    // registers, 4 k at a time, so each k's MR values go out as whole vectors.
+    int64_t k0 = 0;
+    if (cs == 1 && mr == MR && (MR == 8 || MR == 6)) k0 = packPanelRowMajor(A + i0 * rs, rs, kc, MR, alpha, out);
+    // The rest row by row: contiguous reads, strided writes that stay in L1.
     for (int64_t r = 0; r < mr; ++r) {
       const float* src = A + (i0 + r) * rs;
-      for (int64_t k = 0; k < kc; ++k) out[k * MR + r] = alpha * src[k * cs];
+      for (int64_t k = k0; k < kc; ++k) out[k * MR + r] = alpha * src[k * cs];
     }
     for (int64_t r = mr; r < MR; ++r) {
       for (int64_t k = 0; k < kc; ++k) out[k * MR + r] = 0.f;
