@@ -21,7 +21,6 @@ constexpr int64_t kMrPortable = 6;
 constexpr int64_t kNrPortable = 16;
 
 typedef float v4f __attribute__((vector_size(16)));
-typedef int v4i __attribute__((vector_size(16)));
 
 inline v4f load4(const float* p) {
   v4f v;
@@ -105,31 +104,31 @@ int64_t packPanelRowMajor(const float* A, int64_t rs, int64_t kc, int64_t MR, fl
   for (; k + 4 <= kc; k += 4) {
     v4f r[8];
     for (int64_t i = 0; i < MR; ++i) r[i] = load4(A + i * rs + k) * a4;
-    const v4f t0 = __builtin_shuffle(r[0], r[1], v4i{0, 4, 1, 5});
-    const v4f t1 = __builtin_shuffle(r[2], r[3], v4i{0, 4, 1, 5});
-    const v4f t2 = __builtin_shuffle(r[0], r[1], v4i{2, 6, 3, 7});
-    const v4f t3 = __builtin_shuffle(r[2], r[3], v4i{2, 6, 3, 7});
-    const v4f c[4] = {__builtin_shuffle(t0, t1, v4i{0, 1, 4, 5}),
-                      __builtin_shuffle(t0, t1, v4i{2, 3, 6, 7}),
-                      __builtin_shuffle(t2, t3, v4i{0, 1, 4, 5}),
-                      __builtin_shuffle(t2, t3, v4i{2, 3, 6, 7})};
+    const v4f t0 = __builtin_shufflevector(r[0], r[1], 0, 4, 1, 5);
+    const v4f t1 = __builtin_shufflevector(r[2], r[3], 0, 4, 1, 5);
+    const v4f t2 = __builtin_shufflevector(r[0], r[1], 2, 6, 3, 7);
+    const v4f t3 = __builtin_shufflevector(r[2], r[3], 2, 6, 3, 7);
+    const v4f c[4] = {__builtin_shufflevector(t0, t1, 0, 1, 4, 5),
+                      __builtin_shufflevector(t0, t1, 2, 3, 6, 7),
+                      __builtin_shufflevector(t2, t3, 0, 1, 4, 5),
+                      __builtin_shufflevector(t2, t3, 2, 3, 6, 7)};
     float* o = out + k * MR;
     if (MR == 8) {
-      const v4f u0 = __builtin_shuffle(r[4], r[5], v4i{0, 4, 1, 5});
-      const v4f u1 = __builtin_shuffle(r[6], r[7], v4i{0, 4, 1, 5});
-      const v4f u2 = __builtin_shuffle(r[4], r[5], v4i{2, 6, 3, 7});
-      const v4f u3 = __builtin_shuffle(r[6], r[7], v4i{2, 6, 3, 7});
-      const v4f d[4] = {__builtin_shuffle(u0, u1, v4i{0, 1, 4, 5}),
-                        __builtin_shuffle(u0, u1, v4i{2, 3, 6, 7}),
-                        __builtin_shuffle(u2, u3, v4i{0, 1, 4, 5}),
-                        __builtin_shuffle(u2, u3, v4i{2, 3, 6, 7})};
+      const v4f u0 = __builtin_shufflevector(r[4], r[5], 0, 4, 1, 5);
+      const v4f u1 = __builtin_shufflevector(r[6], r[7], 0, 4, 1, 5);
+      const v4f u2 = __builtin_shufflevector(r[4], r[5], 2, 6, 3, 7);
+      const v4f u3 = __builtin_shufflevector(r[6], r[7], 2, 6, 3, 7);
+      const v4f d[4] = {__builtin_shufflevector(u0, u1, 0, 1, 4, 5),
+                        __builtin_shufflevector(u0, u1, 2, 3, 6, 7),
+                        __builtin_shufflevector(u2, u3, 0, 1, 4, 5),
+                        __builtin_shufflevector(u2, u3, 2, 3, 6, 7)};
       for (int j = 0; j < 4; ++j) {
         std::memcpy(o + j * 8, &c[j], sizeof(v4f));
         std::memcpy(o + j * 8 + 4, &d[j], sizeof(v4f));
       }
     } else {  // MR == 6: rows 4 and 5 interleaved give two k per vector
-      const v4f lo = __builtin_shuffle(r[4], r[5], v4i{0, 4, 1, 5});  // k, k+1
-      const v4f hi = __builtin_shuffle(r[4], r[5], v4i{2, 6, 3, 7});  // k+2, k+3
+      const v4f lo = __builtin_shufflevector(r[4], r[5], 0, 4, 1, 5);  // k, k+1
+      const v4f hi = __builtin_shufflevector(r[4], r[5], 2, 6, 3, 7);  // k+2, k+3
       const float tail[4][2] = {{lo[0], lo[1]}, {lo[2], lo[3]}, {hi[0], hi[1]}, {hi[2], hi[3]}};
       for (int j = 0; j < 4; ++j) {
         std::memcpy(o + j * 6, &c[j], sizeof(v4f));
