@@ -278,12 +278,13 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
         const char* next_ablock = nullptr;
         int64_t next_a_lines = 0, a_lines_per_tile = 0;
         if (pa && !pb) {
-          const float* next = ablock + roundUp(mc, MR) * kc;
-          const float* end = pa->data.get() + pa->padded * pa->depth;
+          // Offsets, not pointers: a pointer past the operand's end is not to be formed.
+          const int64_t next = (ablock - pa->data.get()) + roundUp(mc, MR) * kc;
+          const int64_t total = pa->padded * pa->depth;
           const int64_t tiles = (nc + NR - 1) / NR * ((mc + MR - 1) / MR);
-          if (next < end && tiles >= 4) {
-            next_ablock = reinterpret_cast<const char*>(next);
-            next_a_lines = (std::min<int64_t>(roundUp(mc, MR) * kc, end - next) * 4 + 63) / 64;
+          if (next < total && tiles >= 4) {
+            next_ablock = reinterpret_cast<const char*>(pa->data.get() + next);
+            next_a_lines = (std::min<int64_t>(roundUp(mc, MR) * kc, total - next) * 4 + 63) / 64;
             a_lines_per_tile = (next_a_lines + tiles - 1) / tiles;
           }
         }
@@ -311,11 +312,11 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
           // and the hardware prefetcher keeps up; extra requests only cost issue slots there.
           const int64_t tiles = (mc + MR - 1) / MR;
           if (pb && tiles >= 4) {
-            const float* next = bblock + (jr + NR) * kc;
-            const float* end = pb->data.get() + pb->padded * pb->depth;
-            if (next < end) {
-              next_panel = reinterpret_cast<const char*>(next);
-              next_lines = (std::min<int64_t>(NR * kc, end - next) * 4 + 63) / 64;
+            const int64_t next = (bblock - pb->data.get()) + (jr + NR) * kc;
+            const int64_t total = pb->padded * pb->depth;
+            if (next < total) {
+              next_panel = reinterpret_cast<const char*>(pb->data.get() + next);
+              next_lines = (std::min<int64_t>(NR * kc, total - next) * 4 + 63) / 64;
               lines_per_tile = (next_lines + tiles - 1) / tiles;
             }
           }
