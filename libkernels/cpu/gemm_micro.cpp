@@ -94,9 +94,21 @@ const GemmKernelSpec& currentKernel() {
 
 int64_t roundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// c[j] = (r[0][j], r[1][j], r[2][j], r[3][j]): a 4x4 transpose by unpacks and moves.
+inline void transpose4x4(const v4f* r, v4f* c) {
+  const v4f t0 = __builtin_shufflevector(r[0], r[1], 0, 4, 1, 5);
+  const v4f t1 = __builtin_shufflevector(r[2], r[3], 0, 4, 1, 5);
+  const v4f t2 = __builtin_shufflevector(r[0], r[1], 2, 6, 3, 7);
+  const v4f t3 = __builtin_shufflevector(r[2], r[3], 2, 6, 3, 7);
+  c[0] = __builtin_shufflevector(t0, t1, 0, 1, 4, 5);
+  c[1] = __builtin_shufflevector(t0, t1, 2, 3, 6, 7);
+  c[2] = __builtin_shufflevector(t2, t3, 0, 1, 4, 5);
+  c[3] = __builtin_shufflevector(t2, t3, 2, 3, 6, 7);
+}
+
 // One MR-tall panel (MR = 6 or 8) of a row-major A, k in whole groups of 4: each group is
-// loaded as one 4-float vector per row and transposed (4x4 blocks of unpacks and moves) into
-// the panel's k-major order. Returns how many k it packed (the caller packs the rest).
+// loaded as one 4-float vector per row and transposed in registers into the panel's k-major
+// order. Returns how many k it packed (the caller packs the rest).
 int64_t packPanelRowMajor(const float* A, int64_t rs, int64_t kc, int64_t MR, float alpha,
                           float* out) {
   const v4f a4 = v4f{} + alpha;
@@ -104,24 +116,12 @@ int64_t packPanelRowMajor(const float* A, int64_t rs, int64_t kc, int64_t MR, fl
   for (; k + 4 <= kc; k += 4) {
     v4f r[8];
     for (int64_t i = 0; i < MR; ++i) r[i] = load4(A + i * rs + k) * a4;
-    const v4f t0 = __builtin_shufflevector(r[0], r[1], 0, 4, 1, 5);
-    const v4f t1 = __builtin_shufflevector(r[2], r[3], 0, 4, 1, 5);
-    const v4f t2 = __builtin_shufflevector(r[0], r[1], 2, 6, 3, 7);
-    const v4f t3 = __builtin_shufflevector(r[2], r[3], 2, 6, 3, 7);
-    const v4f c[4] = {__builtin_shufflevector(t0, t1, 0, 1, 4, 5),
-                      __builtin_shufflevector(t0, t1, 2, 3, 6, 7),
-                      __builtin_shufflevector(t2, t3, 0, 1, 4, 5),
-                      __builtin_shufflevector(t2, t3, 2, 3, 6, 7)};
+    v4f c[4];
+    transpose4x4(r, c);  // rows 0-3
     float* o = out + k * MR;
     if (MR == 8) {
-      const v4f u0 = __builtin_shufflevector(r[4], r[5], 0, 4, 1, 5);
-      const v4f u1 = __builtin_shufflevector(r[6], r[7], 0, 4, 1, 5);
-      const v4f u2 = __builtin_shufflevector(r[4], r[5], 2, 6, 3, 7);
-      const v4f u3 = __builtin_shufflevector(r[6], r[7], 2, 6, 3, 7);
-      const v4f d[4] = {__builtin_shufflevector(u0, u1, 0, 1, 4, 5),
-                        __builtin_shufflevector(u0, u1, 2, 3, 6, 7),
-                        __builtin_shufflevector(u2, u3, 0, 1, 4, 5),
-                        __builtin_shufflevector(u2, u3, 2, 3, 6, 7)};
+      v4f d[4];
+      transpose4x4(r + 4, d);  // rows 4-7
       for (int j = 0; j < 4; ++j) {
         std::memcpy(o + j * 8, &c[j], sizeof(v4f));
         std::memcpy(o + j * 8 + 4, &d[j], sizeof(v4f));
@@ -158,8 +158,8 @@ void packA(const GemmKernelSpec& s, int64_t mc, int64_t kc, const float* A, int6
     }
     // Whole panels of a row-major A (activations packed per call): 4x4 transposes in vector
     // registers, 4 k at a time, so each k's MR values go out as whole vectors.
-    int64_t k0 = 0;
-    if (cs == 1 && mr == MR && (MR == 8 || MR == 6)) k0 = packPanelRowMajor(A + i0 * rs, rs, kc, MR, alpha, out);
+    const bool vector_panel = cs == 1 && mr == MR && (MR == 8 || MR == 6);
+    const int64_t k0 = vector_panel ? packPanelRowMajor(A + i0 * rs, rs, kc, MR, alpha, out) : 0;
     // The rest row by row: contiguous reads, strided writes that stay in L1.
     for (int64_t r = 0; r < mr; ++r) {
       const float* src = A + (i0 + r) * rs;
