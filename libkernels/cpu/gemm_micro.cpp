@@ -220,6 +220,33 @@ struct ScratchBuffer {
 
 // ---- the blocked product over one region of C ----
 
+// Prepacked weights stream from memory once per product, so the tiles working on one block
+// fetch the next into L2 while they run: a run of cache lines split evenly among them, tile i
+// taking lines [i * per_tile, (i + 1) * per_tile).
+struct PrefetchShare {
+  const char* base = nullptr;
+  int64_t lines = 0, per_tile = 0;
+
+  // The `floats` floats at `offset` in `m` (clipped at its end; none past it) over `tiles`.
+  // Offsets, not pointers: a pointer past the operand's end is not to be formed.
+  static PrefetchShare of(const PackedMatrix& m, int64_t offset, int64_t floats, int64_t tiles) {
+    PrefetchShare share;
+    const int64_t total = m.padded * m.depth;
+    if (offset >= total || tiles <= 0) return share;
+    share.base = reinterpret_cast<const char*>(m.data.get() + offset);
+    share.lines = (std::min(floats, total - offset) * 4 + 63) / 64;
+    share.per_tile = (share.lines + tiles - 1) / tiles;
+    return share;
+  }
+
+  // Hands tile `tile` its lines (none when the share is empty).
+  void assign(TileArgs& t, int64_t tile) const {
+    const int64_t first = std::min(tile * per_tile, lines);
+    t.prefetch = base ? base + first * 64 : nullptr;
+    t.prefetch_lines = std::min(per_tile, lines - first);
+  }
+};
+
 // Computes C[i0:i1, j0:j1] of p; i0 and j0 are multiples of MR and NR (the packed operands'
 // panels are addressed by global row and column).
 void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_t i1, int64_t j0,
@@ -272,21 +299,16 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
           packA(s, mc, kc, A + ic * p.a_rs + pc * p.a_cs, p.a_rs, p.a_cs, p.alpha, apack);
           ablock = apack;
         }
-        // The same for prepacked weights on the A side (Conv): the block after this one in
-        // memory (the next row block, or the next K slice's first) is fetched while this
-        // block's tiles run, a share per tile over all of them.
-        const char* next_ablock = nullptr;
-        int64_t next_a_lines = 0, a_lines_per_tile = 0;
-        if (pa && !pb) {
-          // Offsets, not pointers: a pointer past the operand's end is not to be formed.
-          const int64_t next = (ablock - pa->data.get()) + roundUp(mc, MR) * kc;
-          const int64_t total = pa->padded * pa->depth;
-          const int64_t tiles = (nc + NR - 1) / NR * ((mc + MR - 1) / MR);
-          if (next < total && tiles >= 4) {
-            next_ablock = reinterpret_cast<const char*>(pa->data.get() + next);
-            next_a_lines = (std::min<int64_t>(roundUp(mc, MR) * kc, total - next) * 4 + 63) / 64;
-            a_lines_per_tile = (next_a_lines + tiles - 1) / tiles;
-          }
+        // Prepacked A (Conv's filters): the block after this one in memory (the next row block,
+        // or the next K slice's first), over all the block's tiles. With fewer than 4 tiles
+        // (the decode case) the operand streams at memory speed anyway and the hardware
+        // prefetcher keeps up; extra requests would only cost issue slots. The same holds below.
+        const int64_t row_tiles = (mc + MR - 1) / MR;
+        const int64_t block_tiles = (nc + NR - 1) / NR * row_tiles;
+        PrefetchShare next_a;
+        if (pa && !pb && block_tiles >= 4) {
+          const int64_t block = roundUp(mc, MR) * kc;
+          next_a = PrefetchShare::of(*pa, (ablock - pa->data.get()) + block, block, block_tiles);
         }
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int64_t nr = std::min(NR, nc - jr);
@@ -303,37 +325,17 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
             t.b_stride = NR;
           }
           t.cols = static_cast<int>(nr);
-          // Prepacked weights stream from memory once per product: while this panel's tiles
-          // run (from L1/L2), fetch the next panel in line into L2 (the packed operand is one
-          // contiguous run of panels), a share of its lines per tile.
-          const char* next_panel = nullptr;
-          int64_t next_lines = 0, lines_per_tile = 0;
-          // With few row tiles (the decode case) the panel is streamed at memory speed anyway
-          // and the hardware prefetcher keeps up; extra requests only cost issue slots there.
-          const int64_t tiles = (mc + MR - 1) / MR;
-          if (pb && tiles >= 4) {
-            const int64_t next = (bblock - pb->data.get()) + (jr + NR) * kc;
-            const int64_t total = pb->padded * pb->depth;
-            if (next < total) {
-              next_panel = reinterpret_cast<const char*>(pb->data.get() + next);
-              next_lines = (std::min<int64_t>(NR * kc, total - next) * 4 + 63) / 64;
-              lines_per_tile = (next_lines + tiles - 1) / tiles;
-            }
+          // Prepacked B (MatMul's weights): the next panel in line (the packed operand is one
+          // contiguous run of panels) over this panel's row tiles.
+          PrefetchShare next_b;
+          if (pb && row_tiles >= 4) {
+            next_b = PrefetchShare::of(*pb, (bblock - pb->data.get()) + (jr + NR) * kc, NR * kc,
+                                       row_tiles);
           }
-          t.prefetch = nullptr;
-          t.prefetch_lines = 0;
           for (int64_t ir = 0; ir < mc; ir += MR) {
             const int64_t row = ic + ir;
-            if (next_panel) {
-              const int64_t first = std::min(ir / MR * lines_per_tile, next_lines);
-              t.prefetch = next_panel + first * 64;
-              t.prefetch_lines = std::min(lines_per_tile, next_lines - first);
-            } else if (next_ablock) {
-              const int64_t tile = jr / NR * ((mc + MR - 1) / MR) + ir / MR;
-              const int64_t first = std::min(tile * a_lines_per_tile, next_a_lines);
-              t.prefetch = next_ablock + first * 64;
-              t.prefetch_lines = std::min(a_lines_per_tile, next_a_lines - first);
-            }
+            if (pb) next_b.assign(t, ir / MR);
+            else next_a.assign(t, jr / NR * row_tiles + ir / MR);
             t.rows = static_cast<int>(std::min(MR, mc - ir));
             t.a = ablock + ir * kc;
             t.c = p.C + row * p.ldc + col;
