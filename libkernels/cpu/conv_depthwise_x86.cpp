@@ -79,7 +79,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void storeRows(
 // its taps in the same order (kh, then kw), so the values are the same.
 template <int S, int K, int R>
 FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlockDense(
-    const float* x, const __m512 (&wv)[K * K], float* y, const Window& win, const Epilogue& ep,
+    const float* x, const __m512* wv, float* y, const Window& win, const Epilogue& ep,
     Activation act, __m512 bias, const float* residual, int64_t oh0, int64_t ow0,
     const BlockMasks& masks) {
   const int64_t H = win.in[0], W = win.in[1];
@@ -160,9 +160,14 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlock(
   storeRows<R>(acc, y, win, ep, act, bias, residual, oh0, ow0);
 }
 
-template <int SW>
-FUSECTL_AVX512 void depthwiseRows(const float* x, const float* w, float* y, const Window& win,
-                                  const Epilogue& ep, int64_t channel, const float* residual) {
+// The walk over one plane both kernels share: 16-column blocks with their load masks computed
+// once per plane, output rows four at a time and the 1-3 left over as one group (on a 7x7 plane
+// they are almost half of it, and one row at a time would load their shared input rows again
+// for each), and the activations without a vector form applied to each finished row. `rows`
+// runs R output rows of one block: rows.template run<R>(oh0, ow0, masks, act, bias).
+template <int SW, class Rows>
+FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwisePlane(
+    const Window& win, const Epilogue& ep, int64_t channel, float* y, const Rows& rows) {
   const int64_t OH = win.out[0], OW = win.out[1];
   const bool vector_act = hasVectorActivation(ep.activation, true);
   const Activation act = vector_act ? ep.activation : Activation::None;
@@ -178,61 +183,69 @@ FUSECTL_AVX512 void depthwiseRows(const float* x, const float* w, float* y, cons
   int64_t oh = 0;
   for (; oh + kRows <= OH; oh += kRows) {
     for (int64_t b = 0; b < blocks; ++b)
-      depthwiseBlock<SW, kRows>(x, w, y, win, ep, act, bias, residual, oh, b * 16, masksOf(b));
+      rows.template run<kRows>(oh, b * 16, masksOf(b), act, bias);
     if (!vector_act)
       for (int r = 0; r < kRows; ++r) ep.activate(y + (oh + r) * OW, OW);
   }
-  for (; oh < OH; ++oh) {
-    for (int64_t b = 0; b < blocks; ++b)
-      depthwiseBlock<SW, 1>(x, w, y, win, ep, act, bias, residual, oh, b * 16, masksOf(b));
-    if (!vector_act) ep.activate(y + oh * OW, OW);
+  const int64_t rest = OH - oh;
+  if (rest == 0) return;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const BlockMasks masks = masksOf(b);
+    if (rest == 3) rows.template run<3>(oh, b * 16, masks, act, bias);
+    else if (rest == 2) rows.template run<2>(oh, b * 16, masks, act, bias);
+    else rows.template run<1>(oh, b * 16, masks, act, bias);
   }
+  if (!vector_act)
+    for (int64_t r = oh; r < OH; ++r) ep.activate(y + r * OW, OW);
+}
+
+// depthwisePlane's row groups for any window (depthwiseBlock).
+template <int SW>
+struct GeneralRows {
+  const float* x;
+  const float* w;
+  float* y;
+  const Window& win;
+  const Epilogue& ep;
+  const float* residual;
+  template <int R>
+  FUSECTL_AVX512 inline __attribute__((always_inline)) void run(
+      int64_t oh0, int64_t ow0, const BlockMasks& masks, Activation act, __m512 bias) const {
+    depthwiseBlock<SW, R>(x, w, y, win, ep, act, bias, residual, oh0, ow0, masks);
+  }
+};
+
+// depthwisePlane's row groups for square 3x3/5x5 windows (depthwiseBlockDense), the K*K
+// weights broadcast once per plane.
+template <int S, int K>
+struct DenseRows {
+  const float* x;
+  const __m512* wv;
+  float* y;
+  const Window& win;
+  const Epilogue& ep;
+  const float* residual;
+  template <int R>
+  FUSECTL_AVX512 inline __attribute__((always_inline)) void run(
+      int64_t oh0, int64_t ow0, const BlockMasks& masks, Activation act, __m512 bias) const {
+    depthwiseBlockDense<S, K, R>(x, wv, y, win, ep, act, bias, residual, oh0, ow0, masks);
+  }
+};
+
+template <int SW>
+FUSECTL_AVX512 void depthwiseRows(const float* x, const float* w, float* y, const Window& win,
+                                  const Epilogue& ep, int64_t channel, const float* residual) {
+  depthwisePlane<SW>(win, ep, channel, y, GeneralRows<SW>{x, w, y, win, ep, residual});
 }
 
 template <int S, int K>
 FUSECTL_AVX512 void depthwiseRowsDense(const float* x, const float* w, float* y, const Window& win,
                                        const Epilogue& ep, int64_t channel,
                                        const float* residual) {
-  const int64_t OH = win.out[0], OW = win.out[1];
-  const bool vector_act = hasVectorActivation(ep.activation, true);
-  const Activation act = vector_act ? ep.activation : Activation::None;
-  const __m512 bias = _mm512_set1_ps(ep.bias ? ep.bias[channel] : 0.f);
   __m512 wv[K * K];
 #pragma GCC unroll 25
   for (int t = 0; t < K * K; ++t) wv[t] = _mm512_set1_ps(w[t]);
-  constexpr int kRows = 4;
-  constexpr int64_t kMaxBlocks = 64;
-  const int64_t blocks = (OW + 15) / 16;
-  BlockMasks kept[kMaxBlocks];
-  const bool keep = blocks <= kMaxBlocks;
-  if (keep)
-    for (int64_t b = 0; b < blocks; ++b) kept[b] = blockMasks<S>(win, b * 16);
-  auto masksOf = [&](int64_t b) { return keep ? kept[b] : blockMasks<S>(win, b * 16); };
-  int64_t oh = 0;
-  for (; oh + kRows <= OH; oh += kRows) {
-    for (int64_t b = 0; b < blocks; ++b)
-      depthwiseBlockDense<S, K, kRows>(x, wv, y, win, ep, act, bias, residual, oh, b * 16,
-                                    masksOf(b));
-    if (!vector_act)
-      for (int r = 0; r < kRows; ++r) ep.activate(y + (oh + r) * OW, OW);
-  }
-  // The last 1-3 rows as one group too: on small planes (7x7: 4 + 3 rows) they are almost half
-  // the plane, and one row at a time would load their shared input rows again for each.
-  const int64_t rest = OH - oh;
-  if (rest > 0) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const BlockMasks masks = masksOf(b);
-      if (rest == 3) {
-        depthwiseBlockDense<S, K, 3>(x, wv, y, win, ep, act, bias, residual, oh, b * 16, masks);
-      } else if (rest == 2) {
-        depthwiseBlockDense<S, K, 2>(x, wv, y, win, ep, act, bias, residual, oh, b * 16, masks);
-      } else {
-        depthwiseBlockDense<S, K, 1>(x, wv, y, win, ep, act, bias, residual, oh, b * 16, masks);
-      }
-    }
-    if (!vector_act)
-      for (int64_t r = oh; r < OH; ++r) ep.activate(y + r * OW, OW);
-  }
+  depthwisePlane<S>(win, ep, channel, y, DenseRows<S, K>{x, wv, y, win, ep, residual});
 }
 
 }  // namespace
