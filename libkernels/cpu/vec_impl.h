@@ -357,18 +357,16 @@ void softmaxRow(const float* x, float* y, int64_t n, bool log_softmax) {
   if (n <= 0) return;
   // A NaN or +inf in the row, or a row of -inf, makes every output NaN, as in the reference.
   const float m = max(x, n);
+  // Both take the exponentials through y (the row is in L1 by now) and sum them from there:
+  // one exp per vector in the loop keeps the exp's constants in registers, where summing four
+  // exps at a time inside blockedSum ran LogSoftmax 1.5x slower.
+  mapLoop(x, y, n, ExpShiftF{m});
+  const double s = sum(y, n);
   if (log_softmax) {
     // (x - m) - log(s), not x - (m + log(s)): m is as large as x and would round log(s) away.
-    // The exponentials go through y (the row is in L1 by now) and are summed from there, as
-    // Softmax does: one exp per vector in the loop keeps the exp's constants in registers,
-    // where summing four exps at a time inside blockedSum ran 1.5x slower.
-    mapLoop(x, y, n, ExpShiftF{m});
-    const double s = sum(y, n);
     mapLoop(x, y, n, ShiftTwiceF{m, static_cast<float>(std::log(s))});
     return;
   }
-  mapLoop(x, y, n, ExpShiftF{m});
-  const double s = sum(y, n);
   mapLoop(y, y, n, AffineF{static_cast<float>(1.0 / s), 0.0f});
 }
 
