@@ -517,8 +517,8 @@ TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][ge
       {{1, 6, 11, 11}, 12, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 6},    // depthwise x2
       {{1, 8, 23, 37}, 8, {3, 3}, {1, 1}, {2, 2}, {2, 2, 2, 2}, 8},     // depthwise dilated, 3 blocks
       {{2, 6, 9, 40}, 6, {7, 7}, {2, 2}, {1, 1}, {3, 3, 3, 3}, 6},      // depthwise 7x7 s2, batch 2
-      // The row-reusing 3x3/5x5 kernels: several column blocks, row counts that leave single
-      // rows after the groups of four, uneven pads.
+      // The row-reusing 3x3/5x5 kernels: several column blocks, row counts that leave 1, 0 and
+      // 3 rows after the groups of four, uneven pads.
       {{1, 4, 37, 45}, 4, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 4},
       {{2, 3, 41, 50}, 3, {3, 3}, {2, 2}, {1, 1}, {0, 1, 1, 0}, 3},
       {{1, 5, 30, 35}, 5, {5, 5}, {2, 2}, {1, 1}, {1, 2, 2, 1}, 5},
@@ -526,7 +526,7 @@ TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][ge
       {{1, 4, 5, 6, 7}, 6, {3, 2, 3}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1, 1, 1, 2}, 2},  // 3-D
       {{1, 64, 20, 20}, 40, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},  // K > KC
       // Five im2col chunks of 224 pixels that start and end inside output rows, K over two
-      // slices, a last chunk of 4 pixels: the patch panels' edges.
+      // slices, a last chunk of 4 pixels.
       {{1, 128, 30, 30}, 9, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
       {{1, 96, 31, 29}, 5, {3, 3}, {2, 2}, {1, 1}, {0, 1, 2, 1}},  // strided, uneven pads
   };
