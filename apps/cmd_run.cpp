@@ -68,6 +68,7 @@ struct RunOptions {
   std::vector<std::string> shapes;
   int threads = 1;
   bool profile = false;
+  std::string device = "cpu";
 };
 
 // A file name for a value name: [A-Za-z0-9._-] kept, everything else '_'; never empty, never a
@@ -109,6 +110,7 @@ int runRun(const RunOptions& opts) {
   std::vector<NamedTensor>& inputs = bound.tensors;
 
   ExecutorOptions exec;
+  exec.backend = deviceBackend(opts.device);
   exec.num_threads = opts.threads;
   exec.profile = opts.profile;
   exec.max_tensor_bytes = maxTensorBytes();
@@ -150,6 +152,12 @@ int runRun(const RunOptions& opts) {
   fmt::print("peak activation bytes: {} ({}); intermediate tensors: {}; nodes: {}; {:.3f} ms\n",
              stats.peak_activation_bytes, formatBytes(stats.peak_activation_bytes),
              stats.intermediate_tensors, stats.nodes_run, stats.seconds * 1e3);
+  if (exec.backend) {
+    fmt::print("{}: {} kernel launches; {} nodes on the CPU; {} copies to the device, {} to the "
+               "host ({})\n",
+               deviceName(exec.backend->device()), stats.device_launches, stats.fallback_nodes,
+               stats.copies_to_device, stats.copies_to_host, formatBytes(stats.copied_bytes));
+  }
   if (opts.profile) {
     for (const NodeTime& nt : stats.node_times) {
       fmt::print("  {:10.3f} ms  {} ({})\n", nt.seconds * 1e3, nt.node, nt.op_type);
@@ -195,7 +203,7 @@ int runRun(const RunOptions& opts) {
 Command addRunCommand(CLI::App& parent) {
   auto opts = std::make_shared<RunOptions>();
   CLI::App* cmd = parent.add_subcommand(
-      "run", "Run a model on the CPU executor and print its outputs' statistics");
+      "run", "Run a model on the executor (CPU or GPU) and print its outputs' statistics");
   cmd->add_option("MODEL", opts->model, "Model (.onnx or .onnxtxt)")->required();
   cmd->add_option("--input", opts->inputs,
                   "Input data: NAME=FILE or FILE (bound to the next input in order); .npy or "
@@ -210,7 +218,9 @@ Command addRunCommand(CLI::App& parent) {
   cmd->add_option("--output-format", opts->output_format, "npy or pb")->capture_default_str();
   cmd->add_option("--threads", opts->threads, "Threads per kernel (0 = all cores)")
       ->capture_default_str();
-  cmd->add_flag("--profile", opts->profile, "Print each node's wall time");
+  cmd->add_flag("--profile", opts->profile,
+                "Print each node's time (wall time; on a GPU, its CUDA-event time)");
+  addDeviceOption(*cmd, opts->device);
   return Command{cmd, [opts] { return runRun(*opts); }};
 }
 

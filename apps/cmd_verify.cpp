@@ -42,6 +42,7 @@ struct VerifyOptions {
   bool json = false;
   std::vector<std::string> shapes;
   int threads = 1;
+  std::string device = "cpu";
 };
 
 nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
@@ -62,6 +63,7 @@ int runVerify(const VerifyOptions& opts) {
   inputs.runs = opts.runs;
   inputs.shapes = shapes;
   inputs.execution.num_threads = opts.threads;
+  inputs.backend_b = deviceBackend(opts.device);
   Tolerance tol;
   tol.atol = opts.atol;
   tol.rtol = opts.rtol;
@@ -132,6 +134,11 @@ Command addVerifyCommand(CLI::App& parent) {
   cmd->add_option("--threads", opts->threads, "Threads per kernel (0 = all cores)")
       ->capture_default_str();
   cmd->add_flag("--json", opts->json, "Print one JSON object (see below)");
+  cmd->add_option("--device", opts->device,
+                  "Where B runs: cpu, or cuda (A, the reference, always runs on the CPU; "
+                  "`verify M M --device cuda` checks the CUDA backend on M)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->footer(
       "An output passes when |b - a| <= atol + rtol * |a| element-wise (NaN only where A has NaN, "
       "equal infinities; integers and bools exactly) and cosine(a, b) >= min-cosine, in every "

@@ -12,6 +12,7 @@
 
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/graph/shape.h"
+#include "fusectl/kernels/backend.h"
 #include "fusectl/passes/html_report.h"
 
 namespace fusectl::cli {
@@ -42,6 +43,11 @@ Command addConformanceCommand(CLI::App& parent);
 // when malformed or not numeric), byte counts as "1.5 MiB" (dims: kernels::formatDims).
 std::vector<std::pair<std::string, Shape>> parseShapeSpecs(const std::vector<std::string>& specs);
 std::string formatBytes(uint64_t bytes);
+// `--device cpu|cuda` (device_option.cpp): the option on `command`, and the backend it names:
+// nullptr for the CPU (the executor's default), the CUDA backend for "cuda", which throws
+// Error(Unsupported) with the reason when fusectl was built without CUDA or has no GPU.
+void addDeviceOption(CLI::App& command, std::string& device);
+const kernels::Backend* deviceBackend(const std::string& device);
 
 // ---- Pass commands (cmd_passes.cpp, cmd_match.cpp, cmd_optimize.cpp, cmd_diff.cpp) ----
 Command addPassesCommand(CLI::App& parent);

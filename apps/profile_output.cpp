@@ -58,6 +58,12 @@ Json sideJson(const SideProfile& s, int top) {
   j["trace_run"] = s.trace_run;
   j["graph_nodes"] = s.graph_nodes;
   j["kernel_invocations"] = s.kernel_invocations;
+  if (s.device != "cpu") {
+    j["device_launches"] = s.device_launches;
+    j["fallback_nodes"] = s.fallback_nodes;
+    j["copies"] = s.copies;
+    j["copied_bytes"] = s.copied_bytes;
+  }
   j["activation_bytes_written"] = s.activation_bytes_written;
   j["peak_activation_bytes"] = s.peak_activation_bytes;
   Json per_op = Json::array();
@@ -233,6 +239,13 @@ void printProfile(const ProfileRequestInfo& info, const ProfileResult& r) {
   row("max", [&](const SideProfile& s) { return msCell(s.latency.max); });
   row("kernel invocations",
       [](const SideProfile& s) { return std::to_string(s.kernel_invocations); });
+  if (sides.front()->device != "cpu") {
+    row("device launches", [](const SideProfile& s) { return std::to_string(s.device_launches); });
+    row("nodes on the CPU", [](const SideProfile& s) { return std::to_string(s.fallback_nodes); });
+    row("host/device copies", [](const SideProfile& s) {
+      return fmt::format("{} ({})", s.copies, formatBytes(s.copied_bytes));
+    });
+  }
   row("activations written",
       [](const SideProfile& s) { return formatBytes(s.activation_bytes_written); });
   row("peak activations",

@@ -112,6 +112,22 @@ class FakeDevice final : public Backend {
                    DType::Float, kFakeDevice});
   }
 
+  // The seam's optional parts: Reshape and friends through the CPU alias functions (their
+  // shape on the host), a Neg kernel that declines every node, and device timestamps that read
+  // a fake clock advancing 1 ms per mark.
+  void extend() {
+    registerAliasKernels(registry_, kFakeDevice, {DType::Float});
+    KernelInfo neg{"", "Neg", 1, 1000, noKernel, DType::Float, kFakeDevice};
+    neg.accepts = [](const Node&) { return false; };
+    registry_.add(std::move(neg));
+    timed_ = true;
+  }
+  int markTime() const override { return timed_ ? marks++ : -1; }
+  double elapsedSeconds(int from, int to) const override { return (to - from) * 1e-3; }
+  void clearMarks() const override { marks = 0; }
+  uint64_t launches() const override { return relu_calls; }
+  mutable std::atomic<int> marks{0};
+
   Device device() const override { return kFakeDevice; }
   std::shared_ptr<DeviceAllocator> allocator() const override { return memory_; }
   const KernelRegistry& kernels() const override { return registry_; }
@@ -144,8 +160,11 @@ class FakeDevice final : public Backend {
     bytes_copied += bytes;
   }
 
+  static void noKernel(KernelContext& ctx) { ctx.fail("a declined kernel ran"); }
+
   std::shared_ptr<ScrambledMemory> memory_;
   KernelRegistry registry_;
+  bool timed_ = false;
 };
 
 bool onFakeDevice(const Node& n) {
@@ -415,4 +434,79 @@ TEST_CASE("executor: initializers are copied to the device once and kept", "[bac
   std::vector<NamedTensor> out = overridden.run({{"x", xs}, {"w", ws}});
   const float* got = out[0].tensor.data<float>();
   CHECK(std::vector<float>(got, got + 4) == std::vector<float>{1.5f, 0.0f, 2.0f, 0.0f});
+}
+
+// x -> Relu -> Reshape(shape) -> Relu -> Neg -> y, with a Shape of the second Relu's output as a
+// second graph output.
+std::unique_ptr<Model> seamModel() {
+  auto m = std::make_unique<Model>();
+  m->setOpsetVersion("", 17);
+  Graph& g = *m->graph;
+  Value* x = g.addInput("x", floatType({2, 6}));
+  Value* shape = g.addInitializer("shape", Tensor::fromValues<int64_t>(DType::Int64, {2}, {3, 4}));
+  Node* r1 = g.createNode({"Relu", "", {x}, {"r1"}, "relu1", {}});
+  r1->output(0)->type = floatType({2, 6});
+  Node* reshape = g.createNode({"Reshape", "", {r1->output(0), shape}, {"rs"}, "reshape", {}});
+  reshape->output(0)->type = floatType({3, 4});
+  Node* r2 = g.createNode({"Relu", "", {reshape->output(0)}, {"r2"}, "relu2", {}});
+  r2->output(0)->type = floatType({3, 4});
+  Node* neg = g.createNode({"Neg", "", {r2->output(0)}, {"y"}, "neg", {}});
+  neg->output(0)->type = floatType({3, 4});
+  Node* shape_of = g.createNode({"Shape", "", {r2->output(0)}, {"s"}, "shape_of", {}});
+  shape_of->output(0)->type.dtype = DType::Int64;
+  shape_of->output(0)->type.shape = Shape::ofStatic({2});
+  g.addOutput(neg->output(0));
+  g.addOutput(shape_of->output(0));
+  return m;
+}
+
+TEST_CASE("executor: host inputs, dims-only inputs and declined nodes cross no more than needed",
+          "[backend]") {
+  std::unique_ptr<Model> model = seamModel();
+  const std::vector<NamedTensor> inputs = floatInputs(*model->graph);
+  const std::vector<NamedTensor> want = runModel(*model, inputs);
+  FakeDevice fake;
+  fake.extend();
+  {
+    ExecutorOptions options;
+    options.backend = &fake;
+    Executor ex(*model, options);
+    ExecutionStats stats;
+    requireBitIdentical(ex.run(inputs, &stats), want);
+    // On the device: both Relus and the Reshape (its shape read on the host, where the
+    // initializer is: nothing copied for it). On the CPU: Neg (declined) and Shape, which reads
+    // only r2's dims, so r2 crosses once, for Neg, not twice.
+    CHECK(stats.fallback_nodes == 2);
+    CHECK(stats.copies_to_device == 1);  // x
+    CHECK(stats.copies_to_host == 1);    // r2, for Neg
+    CHECK(stats.copied_bytes == 2 * 12 * sizeof(float));
+    CHECK(stats.device_launches == 2);   // the Relus; the Reshape is an alias
+  }
+  CHECK(fake.memory().breaches() == 0);
+  CHECK(fake.memory().liveBuffers() == 0);
+}
+
+TEST_CASE("executor: a profiled run times device nodes with the device's marks", "[backend]") {
+  std::unique_ptr<Model> model = seamModel();
+  const std::vector<NamedTensor> inputs = floatInputs(*model->graph);
+  FakeDevice fake;
+  fake.extend();
+  ExecutorOptions options;
+  options.backend = &fake;
+  options.profile = true;
+  Executor ex(*model, options);
+  for (int run = 0; run < 2; ++run) {
+    ExecutionStats stats;
+    ex.run(inputs, &stats);
+    REQUIRE(stats.node_times.size() == 5);
+    for (const NodeTime& t : stats.node_times) {
+      INFO(t.node);
+      if (t.device == kFakeDevice) {
+        CHECK(t.seconds == 1e-3);  // two consecutive marks of the fake clock
+      } else {
+        CHECK(t.seconds != 1e-3);  // the host clock's reading
+      }
+    }
+    CHECK(fake.marks == 6);  // cleared each run: two marks per device node
+  }
 }

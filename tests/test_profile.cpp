@@ -16,6 +16,7 @@
 
 #include "dump_schema_check.h"
 #include "fusectl/graph/onnx_io.h"
+#include "fusectl/kernels/cuda_device.h"
 #include "fusectl/kernels/profile.h"
 #include "fusectl/kernels/seeded_inputs.h"
 #include "fusectl/passes/optimize.h"
@@ -302,11 +303,21 @@ TEST_CASE("profile --baseline: exit 1 only when slower than the saved run allows
 
 TEST_CASE("profile: errors are one line with the documented exit code", "[profile]") {
   const std::string model = shellQuote(modelPath("resnet_mini"));
-  const CliResult cuda = runFusectl("profile " + model + " --device cuda");
-  CHECK(cuda.code == 5);
-  CHECK(lines(cuda.err) == 1);
-  CHECK(cuda.err.find("fusectl: error: --device cuda: the CUDA backend is not built yet") == 0);
-  CHECK(cuda.out.empty());
+  // Without a usable GPU, every command that takes --device cuda refuses it the same way.
+  if (fusectl::cuda::deviceCount() == 0) {
+    for (const std::string& command :
+         {"profile " + model, "run " + model, "verify " + model + " " + model}) {
+      INFO(command);
+      const CliResult cuda = runFusectl(command + " --device cuda");
+      CHECK(cuda.code == 5);
+      CHECK(lines(cuda.err) == 1);
+      CHECK(cuda.err.find("fusectl: error: --device cuda: no CUDA backend: ") == 0);
+      CHECK(cuda.err.find(fusectl::cuda::describe()) != std::string::npos);
+      CHECK(cuda.out.empty());
+    }
+  } else {
+    WARN("a GPU is present: the no-GPU refusal of --device cuda is not exercised");
+  }
 
   const CliResult missing = runFusectl("profile /nonexistent/model.onnx");
   CHECK(missing.code == 4);

@@ -248,13 +248,31 @@ void add(KernelRegistry& r, const char* op, KernelFn fn) {
 
 }  // namespace
 
+void registerAliasKernels(KernelRegistry& r, Device device, const std::vector<DType>& dtypes) {
+  const std::pair<const char*, KernelFn> ops[] = {{"Reshape", reshapeKernel},
+                                                   {"Flatten", flattenKernel},
+                                                   {"Squeeze", squeezeKernel},
+                                                   {"Unsqueeze", unsqueezeKernel}};
+  for (const auto& [op, fn] : ops) {
+    for (DType dtype : dtypes) {
+      KernelInfo info{"", op, 1, 1000, fn, dtype, device};
+      info.host_inputs = 0b10;  // the shape or axes
+      r.add(std::move(info));
+    }
+  }
+}
+
 void registerTensorKernels(KernelRegistry& r) {
   add(r, "Reshape", reshapeKernel);
   add(r, "Flatten", flattenKernel);
   add(r, "Squeeze", squeezeKernel);
   add(r, "Unsqueeze", unsqueezeKernel);
-  add(r, "Shape", shapeKernel);
-  add(r, "Size", sizeKernel);
+  // They read only the input's dims: on another device, its bytes stay where they are.
+  for (auto [op, fn] : {std::pair<const char*, KernelFn>{"Shape", shapeKernel}, {"Size", sizeKernel}}) {
+    KernelInfo info{"", op, 1, 1000, fn};
+    info.dims_only_inputs = 1;
+    r.add(std::move(info));
+  }
   add(r, "Constant", constantKernel);
   add(r, "ConstantOfShape", constantOfShapeKernel);
   add(r, "Range", rangeKernel);

@@ -87,7 +87,9 @@ void finish(Comparison& result) {
 Comparison compareModels(const Model& a, const Model& b, const ComparisonInputs& inputs,
                          const Tolerance& tolerance) {
   Executor run_a(a, inputs.execution);
-  Executor run_b(b, inputs.execution);
+  ExecutorOptions execution_b = inputs.execution;
+  if (inputs.backend_b) execution_b.backend = inputs.backend_b;
+  Executor run_b(b, execution_b);
   std::vector<std::string> names;
   for (const Value* v : a.graph->outputs()) names.push_back(v->name());
   const bool seeded = inputs.given.empty();

@@ -246,8 +246,8 @@ void Executor::resolveKernels() {
       options_.registry ? *options_.registry : KernelRegistry::global();
 
   struct Choice {
-    const KernelInfo* kernel = nullptr;
-    bool on_cpu = false;
+    const KernelInfo* kernel = nullptr;  // the device's (the CPU's when it is the device)
+    const KernelInfo* fallback = nullptr;  // the CPU's, on another device
   };
   // One registry lookup per distinct (domain, op, opset, dtype), not per node.
   std::map<std::tuple<std::string, std::string, int64_t, DType>, Choice> cache;
@@ -268,23 +268,26 @@ void Executor::resolveKernels() {
     if (it == cache.end()) {
       Choice c;
       c.kernel = backend_->kernels().find(n->domain(), n->opType(), opset, dtype, device);
-      if (!c.kernel && may_fall_back) {
-        c.kernel = cpu_kernels.find(n->domain(), n->opType(), opset, dtype, Device::Cpu);
-        c.on_cpu = c.kernel != nullptr;
+      if (may_fall_back) {
+        c.fallback = cpu_kernels.find(n->domain(), n->opType(), opset, dtype, Device::Cpu);
       }
       it = cache.emplace(key, c).first;
     }
-    if (!it->second.kernel) {
+    const KernelInfo* kernel = it->second.kernel;
+    if (kernel && kernel->accepts && !kernel->accepts(*n)) kernel = nullptr;
+    const bool on_cpu = !kernel && it->second.fallback;
+    if (on_cpu) kernel = it->second.fallback;
+    if (!kernel) {
       unsupported.push_back(n);
       unsupported_ops.insert((n->domain().empty() ? "" : n->domain() + "::") + n->opType() +
                              "-" + std::to_string(opset));
     }
-    kernels_.push_back(it->second.kernel);
+    kernels_.push_back(kernel);
     opsets_.push_back(opset);
     kernel_states_.emplace_back();
     if (may_fall_back) {
-      on_cpu_.push_back(it->second.on_cpu);
-      fallback_steps_ += it->second.on_cpu ? 1 : 0;
+      on_cpu_.push_back(on_cpu);
+      fallback_steps_ += on_cpu ? 1 : 0;
     }
   }
   if (!unsupported.empty()) {
@@ -416,6 +419,9 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
 
   pool_.resetPeak();
   const BufferPool::Stats before = pool_.stats();
+  const uint64_t launches_before = backend_->launches();
+  device_marks_.clear();
+  if (options_.profile && stats) backend_->clearMarks();
   ExecutionStats copies;
   if (stats) {
     stats->node_times.clear();
@@ -451,6 +457,11 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
     stats->copies_to_device = copies.copies_to_device;
     stats->copies_to_host = copies.copies_to_host;
     stats->copied_bytes = copies.copied_bytes;
+    stats->device_launches = backend_->launches() - launches_before;
+    // The device's own clock for the nodes it ran (runSteps synchronised at its end).
+    for (const DeviceMark& m : device_marks_) {
+      stats->node_times[m.node_time].seconds = backend_->elapsedSeconds(m.before, m.after);
+    }
     stats->seconds = std::chrono::duration<double>(Clock::now() - start).count();
   }
   return outputs;
@@ -474,8 +485,20 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
       const Value* v = node.input(i);
       if (!v) continue;
       const int s = plan_.slot(v);
-      if (transfers) bringOver(s, on_cpu, true, slots, host, copies);
-      const HostTensor& t = side[s];
+      if (transfers && i < 64 && ((kernels_[step]->dims_only_inputs >> i) & 1u)) {
+        const HostTensor& t = slots[s].dtype() != DType::Undefined ? slots[s] : host[s];
+        if (t.dtype() == DType::Undefined) {
+          throwInvalid(nodePrefix(node) + "input " + std::to_string(i) + " ('" + v->name() +
+                       "') was not produced by its node");
+        }
+        args[i] = &t;
+        continue;
+      }
+      // A device kernel reads its host inputs (shapes, axes) from a host copy.
+      const bool host_arg =
+          on_cpu || (transfers && i < 64 && ((kernels_[step]->host_inputs >> i) & 1u));
+      if (transfers) bringOver(s, host_arg, true, slots, host, copies);
+      const HostTensor& t = (transfers && host_arg) ? host[s] : side[s];
       if (t.dtype() == DType::Undefined) {
         throwInvalid(nodePrefix(node) + "input " + std::to_string(i) + " ('" + v->name() +
                      "') was not produced by its node");
@@ -500,6 +523,7 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
     }
     const KernelState* state_before = kernel_states_[step].get();
     const auto node_start = options_.profile ? Clock::now() : Clock::time_point();
+    const int mark_before = options_.profile && stats && !on_cpu ? backend_->markTime() : -1;
     try {
       kernels_[step]->fn(ctx);
     } catch (const Error& e) {
@@ -511,6 +535,7 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
       throw Error(ErrorKind::Internal, nodePrefix(node) + "kernel failed: " + e.what());
     }
     if (kernel_states_[step].get() != state_before) releaseCopiedWeights(node, kernel_states_[step].get(), constant_inputs);
+    const int mark_after = mark_before >= 0 ? backend_->markTime() : -1;
     const double node_seconds =
         options_.profile ? std::chrono::duration<double>(Clock::now() - node_start).count() : 0;
     uint64_t written = 0;
@@ -533,6 +558,7 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
       t.output_dims.reserve(node.numOutputs());
       for (const HostTensor& out : ctx.outputs()) t.output_dims.push_back(out.dims());
       t.output_bytes = written;
+      if (mark_after >= 0) device_marks_.push_back({stats->node_times.size(), mark_before, mark_after});
       stats->node_times.push_back(std::move(t));
     }
 
@@ -563,6 +589,14 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
     }
   }
   backend_->synchronize();
+}
+
+std::vector<const Node*> Executor::cpuFallbacks() const {
+  std::vector<const Node*> nodes;
+  for (size_t step = 0; step < on_cpu_.size(); ++step) {
+    if (on_cpu_[step]) nodes.push_back(plan_.order[step]);
+  }
+  return nodes;
 }
 
 std::vector<NamedTensor> runModel(const Model& model, const std::vector<NamedTensor>& inputs,

@@ -21,6 +21,7 @@ struct SideRun {
   std::vector<ExecutionStats> timed;     // pass 1
   std::vector<ExecutionStats> profiled;  // pass 2
   int threads = 1;                       // as the executor resolved it (0 = all cores)
+  Device device = Device::Cpu;           // the executor's backend's
   std::vector<NamedTensor> outputs;      // of the last timed run, for the agreement check
 };
 
@@ -33,6 +34,7 @@ void runPass(std::vector<SideRun>& sides, const std::vector<NamedTensor>& inputs
   for (SideRun& side : sides) {
     side.executor = std::make_unique<Executor>(*side.model, exec);
     side.threads = side.executor->numThreads();
+    side.device = side.executor->backend().device();
   }
   const int total = options.warmup + options.runs;
   for (int r = 0; r < total; ++r) {
@@ -74,6 +76,11 @@ SideProfile summarize(SideRun& run) {
   side.latency = SampleSummary::of(side.run_seconds);
   const ExecutionStats& first = run.timed.front();
   side.kernel_invocations = first.nodes_run;
+  side.device = deviceName(run.device);
+  side.device_launches = first.device_launches;
+  side.fallback_nodes = first.fallback_nodes;
+  side.copies = first.copies_to_device + first.copies_to_host;
+  side.copied_bytes = first.copied_bytes;
   side.activation_bytes_written = first.activation_bytes_written;
   for (const ExecutionStats& s : run.timed)
     side.peak_activation_bytes = std::max(side.peak_activation_bytes, s.peak_activation_bytes);

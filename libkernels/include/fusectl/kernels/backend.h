@@ -44,6 +44,17 @@ class Backend {
   // the device's earlier work on the source. Regions do not overlap.
   virtual void copyToHost(void* host_dst, const void* device_src, size_t bytes) const = 0;
   virtual void copyFromHost(void* device_dst, const void* host_src, size_t bytes) const = 0;
+
+  // Device-side timing of the nodes of a profiled run. markTime() queues a timestamp on the
+  // device after the work queued before it and returns its index (-1: the device keeps none,
+  // and the executor times nodes with the host clock); after synchronize(), elapsedSeconds(a,
+  // b) is the device time between marks a and b. clearMarks() forgets them (once per run).
+  virtual int markTime() const { return -1; }
+  virtual double elapsedSeconds(int from, int to) const { return 0; }
+  virtual void clearMarks() const {}
+  // Kernel launches queued on the device since the backend was created (a library call such
+  // as a cuBLASLt matmul counts one); 0 on devices that do not count them.
+  virtual uint64_t launches() const { return 0; }
 };
 
 // The CPU: host memory, the given registry's Device::Cpu kernels, no synchronisation, and

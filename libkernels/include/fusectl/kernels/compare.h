@@ -83,6 +83,9 @@ struct ComparisonInputs {
   // When not empty: these input sets instead, one run each (seed, runs and shapes unused).
   std::vector<std::vector<NamedTensor>> given;
   ExecutorOptions execution;  // for both models (threads...)
+  // Where B runs when not null (`verify --device cuda`): A stays on execution's backend, the
+  // reference, and B's outputs are compared with it.
+  const Backend* backend_b = nullptr;
 };
 
 // One output of A over every run: the worst figures (largest errors, smallest cosine, summed

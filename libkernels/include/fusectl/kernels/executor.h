@@ -89,6 +89,8 @@ struct ExecutionStats {
   uint64_t copies_to_device = 0;
   uint64_t copies_to_host = 0;
   uint64_t copied_bytes = 0;  // both directions
+  // Kernel launches the device counted during the run (Backend::launches); 0 on the CPU.
+  uint64_t device_launches = 0;
 };
 
 class Executor {
@@ -108,6 +110,9 @@ class Executor {
   const Graph& graph() const { return graph_; }
   int numThreads() const { return num_threads_; }
   const Backend& backend() const { return *backend_; }
+  // The nodes that run on the CPU because the backend's device has no kernel for them (or its
+  // kernel declines them), in execution order; empty on the CPU backend.
+  std::vector<const Node*> cpuFallbacks() const;
 
  private:
   class Allocator;
@@ -151,6 +156,12 @@ class Executor {
   std::vector<HostTensor> device_initializers_;  // per slot: copied on first use, then kept
   BufferPool host_pool_;                       // host buffers of fallbacks and copies
   std::unordered_map<const Graph*, std::unique_ptr<Executor>> bodies_;  // per subgraph
+  // A profiled run on a device with timers: which node_times entry each pair of marks times.
+  struct DeviceMark {
+    size_t node_time;
+    int before, after;
+  };
+  std::vector<DeviceMark> device_marks_;
 };
 
 // Runs `model` once: Executor(model, options).run(inputs, stats).

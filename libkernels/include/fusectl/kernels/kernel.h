@@ -213,6 +213,19 @@ struct KernelInfo {
   KernelFn fn;
   DType dtype = DType::Undefined;  // the kernelDType() it handles; Undefined = any dtype
   Device device = Device::Cpu;
+  // Inputs (bit i = input i) a device kernel reads on the host: shapes, axes, starts and ends,
+  // which decide what is launched. The executor hands it a host copy of each (copied over once
+  // per value, like a fallback's inputs); the rest of its inputs stay on the device. Ignored
+  // for CPU kernels, whose inputs are all on the host.
+  uint64_t host_inputs = 0;
+  // Inputs whose bytes the kernel never reads, only their dtype and dims (Shape, Size): a
+  // CPU fallback gets them from whichever side holds them, and nothing is copied. The tensor
+  // it sees may hold device pointers, which it must not touch.
+  uint64_t dims_only_inputs = 0;
+  // For a device kernel that takes only some nodes of its (op, dtype): whether it takes this
+  // one, from the node's attributes and declared types (Cast's target, Where's value dtype).
+  // A node it declines runs on the CPU. Empty: every node.
+  std::function<bool(const Node&)> accepts = {};
 };
 
 class KernelRegistry {
@@ -234,5 +247,9 @@ class KernelRegistry {
 // Each kernel file group registers through a function called from registerAllKernels() rather
 // than through static initialisers, which a static-library link would silently drop.
 void registerAllKernels(KernelRegistry& registry);
+// Reshape, Flatten, Squeeze and Unsqueeze relabel their input's bytes without reading them (an
+// alias), so the CPU functions serve any device that brings their shape or axes input to the
+// host (KernelInfo::host_inputs): this registers them for `device` and each of `dtypes`.
+void registerAliasKernels(KernelRegistry& registry, Device device, const std::vector<DType>& dtypes);
 
 }  // namespace fusectl::kernels

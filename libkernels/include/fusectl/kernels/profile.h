@@ -114,6 +114,14 @@ struct SideProfile {
   std::vector<double> run_seconds;  // each timed run's wall time (ExecutionStats::seconds)
   SampleSummary latency;            // of run_seconds
   size_t kernel_invocations = 0;    // ExecutionStats::nodes_run of one run
+  // On a device other than the CPU (all zero on the CPU), from one run: kernel launches on the
+  // device, nodes that ran on the CPU for want of a device kernel, and the host/device copies
+  // that cost (ExecutionStats).
+  std::string device = "cpu";
+  uint64_t device_launches = 0;
+  size_t fallback_nodes = 0;
+  uint64_t copies = 0;
+  uint64_t copied_bytes = 0;
   uint64_t activation_bytes_written = 0;
   uint64_t peak_activation_bytes = 0;  // the largest of the timed runs
   int threads = 1;                     // the executor's

@@ -1,0 +1,435 @@
+// fusectl::Attention on the device (fused_ops.def; the CPU kernel is cpu/attention.cpp, whose
+// results this one reproduces to rounding): Y = softmax(scale * Q K^T + M, causal) V per
+// (batch, query head), K/V head h / G serving query head h.
+//
+// Flash-attention style on the CUDA cores (fp32 FMAs whatever the storage, so that fp16 sums
+// the way the CPU's FloatView does): one block of kWarps warps takes kRowsPerWarp query rows
+// per warp of one (batch, head) and walks the keys in tiles of BN. Each tile of K and V is
+// staged in shared memory as float; each lane scores BN / 32 keys against its warp's rows, the
+// rows keep a running max and sum (online softmax: when the max grows, what was accumulated is
+// scaled by exp(m_old - m_new)), and the probabilities go from registers to the V product by
+// warp shuffles. No score ever reaches global memory; the memory is O(BM x D) per block.
+//
+// Semantics kept from the CPU kernel: the mask is added after the scale, then the causal cut
+// (key t hidden from query s when t > s + T - S, bottom-right aligned); a row that sees no key
+// (causal, S > T) is zeros; a row whose visible scores hold a NaN or +inf or are all -inf is
+// NaN, as vec::softmaxRow makes it. The head size (D, and Dv of V) picks a template bucket of
+// 64, 128 or 256.
+//
+// Not run here, so on the CPU: heads larger than 256, K or V of another dtype than Q, a mask
+// neither float32 nor float16. The registration's `accepts` declines such nodes from their
+// declared types and dims; what only the run shows throws fusectl::Error(Unsupported).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cuda_common.h"
+#include "cuda_device_util.cuh"
+#include "fusectl/graph/error.h"
+
+namespace fusectl::kernels::cuda {
+namespace {
+
+constexpr int64_t kMaxHead = 256;
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRowsPerWarp = 4;
+constexpr int kBlockRows = kWarps * kRowsPerWarp;  // BM: query rows per block
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Per head-size bucket DMAX (a multiple of 32, at least max(D, Dv)): the key tile BN and the
+// shared memory it takes. 256 takes BN = 32 so that two blocks still fit on an SM (about
+// 97 KiB each) instead of one.
+template <int DMAX> struct Bucket {
+  static_assert(DMAX % 32 == 0 && DMAX >= 64 && DMAX <= 256, "head-size bucket");
+  static constexpr int kKeys = DMAX <= 128 ? 64 : 32;  // BN
+  static constexpr int kKeysPerLane = kKeys / 32;
+  // K's row stride in float4s is odd, so the 8 lanes of each quarter-warp that read 8
+  // different K rows at one column (128-bit loads) hit 8 different bank groups.
+  static constexpr int kKStride = DMAX + 4;
+  static constexpr int kChunks = DMAX / 32;  // V columns per lane: lane + 32 * i
+  static constexpr size_t kSmemFloats = static_cast<size_t>(kBlockRows) * DMAX +
+                                        static_cast<size_t>(kKeys) * kKStride +
+                                        static_cast<size_t>(kKeys) * DMAX;
+  static constexpr size_t kSmemBytes = kSmemFloats * sizeof(float);
+};
+
+struct Params {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* mask;  // null: no mask
+  void* y;
+  int64_t S, T, Hq, Hkv, group;
+  int D, Dv;
+  float scale;
+  int causal;
+  int64_t mask_b, mask_h, mask_s, mask_t;  // element strides over [B, Hq, S, T], 0 = broadcast
+  int64_t query_blocks;                    // ceil(S / BM)
+};
+
+// Keys [0, visibleKeys(s)) are the ones query row s attends to.
+__device__ __forceinline__ int64_t visibleKeys(const Params& p, int64_t s) {
+  if (!p.causal) return p.T;
+  const int64_t n = s + p.T - p.S + 1;
+  return n < 0 ? 0 : (n > p.T ? p.T : n);
+}
+
+template <typename Elem, typename MaskElem, int DMAX>
+__global__ void __launch_bounds__(kThreads) attentionKernel(Params p) {
+  using B = Bucket<DMAX>;
+  constexpr int BN = B::kKeys;
+  constexpr int KPL = B::kKeysPerLane;
+  constexpr int R = kRowsPerWarp;
+
+  extern __shared__ float4 smem4[];  // float4: the QK loop reads 128 bits at a time
+  float* sQ = reinterpret_cast<float*>(smem4);  // [BM][DMAX]
+  float* sK = sQ + kBlockRows * DMAX;           // [BN][kKStride]
+  float* sV = sK + BN * B::kKStride;            // [BN][DMAX]
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+
+  // Query blocks of one head are adjacent (they share K/V in L2), and the last one, which has
+  // the most keys to see when causal, is scheduled first.
+  int64_t block = blockIdx.x;
+  const int64_t qb = p.query_blocks - 1 - block % p.query_blocks;
+  block /= p.query_blocks;
+  const int64_t h = block % p.Hq;
+  const int64_t b = block / p.Hq;
+  const int64_t kvh = b * p.Hkv + h / p.group;
+
+  const Elem* __restrict__ q = static_cast<const Elem*>(p.q) + (b * p.Hq + h) * p.S * p.D;
+  const Elem* __restrict__ k = static_cast<const Elem*>(p.k) + kvh * p.T * p.D;
+  const Elem* __restrict__ v = static_cast<const Elem*>(p.v) + kvh * p.T * p.Dv;
+  const MaskElem* __restrict__ mask =
+      p.mask ? static_cast<const MaskElem*>(p.mask) + b * p.mask_b + h * p.mask_h : nullptr;
+  Elem* __restrict__ y = static_cast<Elem*>(p.y) + (b * p.Hq + h) * p.S * p.Dv;
+
+  const int D = p.D, Dv = p.Dv;
+  const int DP = (D + 3) & ~3;  // D padded with zeros to whole float4s
+  const int64_t s0 = qb * kBlockRows;
+  const int64_t block_last = (s0 + kBlockRows < p.S ? s0 + kBlockRows : p.S) - 1;
+  const int64_t keys_end = visibleKeys(p, block_last);
+  const int64_t warp_first = s0 + warp * R;
+  const int64_t warp_keys_end =
+      warp_first < p.S
+          ? visibleKeys(p, (warp_first + R < p.S ? warp_first + R : p.S) - 1)
+          : 0;
+
+  // Each warp stages its own query rows; rows past S and columns past D are zeros.
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t s = warp_first + r;
+    float* dst = sQ + (warp * R + r) * DMAX;
+#pragma unroll
+    for (int i = 0; i < B::kChunks; ++i) {
+      const int d = lane + 32 * i;
+      if (d < DP) dst[d] = (s < p.S && d < D) ? toFloat(q[s * D + d]) : 0.f;
+    }
+  }
+
+  float o[R][B::kChunks];
+  float row_max[R], row_sum[R];  // row_sum: this lane's share; summed over the warp at the end
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.f;
+#pragma unroll
+    for (int i = 0; i < B::kChunks; ++i) o[r][i] = 0.f;
+  }
+
+  for (int64_t t0 = 0; t0 < keys_end; t0 += BN) {
+    __syncthreads();  // the previous tile is no longer read
+    // K and V rows past the block's last visible key are zeros, so no lane multiplies a
+    // probability of 0 by stale shared memory (0 * NaN).
+#pragma unroll
+    for (int jw = 0; jw < BN / kWarps; ++jw) {
+      const int j = warp + jw * kWarps;
+      const int64_t t = t0 + j;
+      const bool live = t < keys_end;
+#pragma unroll
+      for (int i = 0; i < B::kChunks; ++i) {
+        const int d = lane + 32 * i;
+        if (d < DP) sK[j * B::kKStride + d] = (live && d < D) ? toFloat(k[t * D + d]) : 0.f;
+        sV[j * DMAX + d] = (live && d < Dv) ? toFloat(v[t * Dv + d]) : 0.f;
+      }
+    }
+    __syncthreads();
+    if (t0 >= warp_keys_end) continue;  // warp-uniform: all of this tile is hidden from the warp
+
+    // Scores of this lane's keys (lane + 32 c) against the warp's R rows.
+    float sc[R][KPL];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) sc[r][c] = 0.f;
+    {
+      const float4* q4 = reinterpret_cast<const float4*>(sQ + warp * R * DMAX);
+      const float4* k4 = reinterpret_cast<const float4*>(sK);
+      const int n4 = DP / 4;
+#pragma unroll 4
+      for (int d4 = 0; d4 < n4; ++d4) {
+        float4 kk[KPL];
+#pragma unroll
+        for (int c = 0; c < KPL; ++c) kk[c] = k4[(lane + 32 * c) * (B::kKStride / 4) + d4];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float4 qq = q4[r * (DMAX / 4) + d4];  // the same address in every lane
+#pragma unroll
+          for (int c = 0; c < KPL; ++c) {
+            float a = sc[r][c];
+            a = fmaf(qq.x, kk[c].x, a);
+            a = fmaf(qq.y, kk[c].y, a);
+            a = fmaf(qq.z, kk[c].z, a);
+            a = fmaf(qq.w, kk[c].w, a);
+            sc[r][c] = a;
+          }
+        }
+      }
+    }
+
+    // Online softmax: sc becomes exp(x - m) with m the row max so far (-inf marks a hidden
+    // key or a padding row, and weighs 0).
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t s = warp_first + r;
+      const int64_t visible = s < p.S ? visibleKeys(p, s) : 0;
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) {
+        const int64_t t = t0 + lane + 32 * c;
+        float x = -INFINITY;
+        if (t < visible) {
+          x = sc[r][c] * p.scale;
+          if (mask) x += toFloat(mask[s * p.mask_s + t * p.mask_t]);
+        }
+        sc[r][c] = x;
+        tile_max = fmaxf(tile_max, x);  // fmaxf drops a NaN here; exp(NaN) spreads it below
+      }
+      tile_max = warpMax(tile_max);
+      const float m_new = fmaxf(row_max[r], tile_max);
+      // While every score so far is -inf the row has nothing to rescale; shifting by 0 keeps
+      // exp(-inf - -inf) = NaN out of it (an all -inf row still ends 0 / 0 = NaN).
+      const float shift = m_new == -INFINITY ? 0.f : m_new;
+      const float correction = expf(row_max[r] - shift);
+      row_max[r] = m_new;
+      float part = 0.f;
+#pragma unroll
+      for (int c = 0; c < KPL; ++c) {
+        sc[r][c] = expf(sc[r][c] - shift);
+        part += sc[r][c];
+      }
+      row_sum[r] = row_sum[r] * correction + part;
+#pragma unroll
+      for (int i = 0; i < B::kChunks; ++i) o[r][i] *= correction;
+    }
+
+    // o += P V over the keys this warp can see in the tile; lane l owns columns l + 32 i.
+    const int64_t n64 = warp_keys_end - t0;
+    const int n = n64 < BN ? static_cast<int>(n64) : BN;
+#pragma unroll
+    for (int c = 0; c < KPL; ++c) {
+      const int jn = n - 32 * c;
+      if (jn <= 0) break;
+      const int count = jn < 32 ? jn : 32;
+      for (int jj = 0; jj < count; ++jj) {
+        float pj[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) pj[r] = __shfl_sync(kFullMask, sc[r][c], jj);
+        const float* vrow = sV + (32 * c + jj) * DMAX + lane;
+#pragma unroll
+        for (int i = 0; i < B::kChunks; ++i) {
+          if (32 * i >= Dv) break;
+          const float vv = vrow[32 * i];
+#pragma unroll
+          for (int r = 0; r < R; ++r) o[r][i] = fmaf(pj[r], vv, o[r][i]);
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t s = warp_first + r;
+    const float l = warpSum(row_sum[r]);
+    if (s >= p.S) continue;
+    const bool sees_none = visibleKeys(p, s) == 0;  // zeros, not 0 / 0
+    const float inv = 1.f / l;
+#pragma unroll
+    for (int i = 0; i < B::kChunks; ++i) {
+      const int d = lane + 32 * i;
+      if (d < Dv) y[s * Dv + d] = fromFloat<Elem>(sees_none ? 0.f : o[r][i] * inv);
+    }
+  }
+}
+
+template <typename Elem, typename MaskElem, int DMAX>
+void launchBucket(const Params& p, int64_t blocks) {
+  constexpr size_t smem = Bucket<DMAX>::kSmemBytes;
+  // Above 48 KiB of dynamic shared memory a kernel has to opt in, once per function (the
+  // backend drives one device).
+  static const bool opted_in = [] {
+    check(cudaFuncSetAttribute(attentionKernel<Elem, MaskElem, DMAX>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem)),
+          "cudaFuncSetAttribute (Attention shared memory)");
+    return true;
+  }();
+  (void)opted_in;
+  attentionKernel<Elem, MaskElem, DMAX>
+      <<<static_cast<unsigned>(blocks), kThreads, smem, stream()>>>(p);
+  launched("Attention");
+}
+
+template <typename Elem, typename MaskElem>
+void launchForHeadSize(const Params& p, int64_t blocks, int head) {
+  if (head <= 64) return launchBucket<Elem, MaskElem, 64>(p, blocks);
+  if (head <= 128) return launchBucket<Elem, MaskElem, 128>(p, blocks);
+  return launchBucket<Elem, MaskElem, 256>(p, blocks);
+}
+
+template <typename Elem>
+void launchForMask(const Params& p, int64_t blocks, int head, DType mask_dtype) {
+  if (mask_dtype == DType::Float16) return launchForHeadSize<Elem, __half>(p, blocks, head);
+  return launchForHeadSize<Elem, float>(p, blocks, head);
+}
+
+// Errors carry the node the way KernelContext::fail spells it, but as Unsupported: the node is
+// valid, this backend just does not run it (the CPU kernel does).
+[[noreturn]] void unsupported(const KernelContext& ctx, const std::string& what) {
+  throw Error(ErrorKind::Unsupported, "node '" + ctx.node().label() + "' (" +
+                                          ctx.node().opType() + "): " + what +
+                                          " is not supported by the CUDA backend");
+}
+
+// The mask's element strides over [B, H, S, T] (0 along a broadcast dim); the CPU kernel's
+// rule and messages.
+void maskStrides(const KernelContext& ctx, const std::vector<int64_t>& dims,
+                 const int64_t (&target)[4], int64_t (&strides)[4]) {
+  if (dims.size() > 4) ctx.fail("mask M has rank " + std::to_string(dims.size()) + ", more than 4");
+  for (int64_t& s : strides) s = 0;
+  int64_t s = 1;
+  const size_t off = 4 - dims.size();
+  for (int64_t i = static_cast<int64_t>(dims.size()) - 1; i >= 0; --i) {
+    const int64_t d = dims[static_cast<size_t>(i)];
+    const int64_t want = target[off + static_cast<size_t>(i)];
+    if (d != 1 && d != want) {
+      ctx.fail("mask M of shape " + formatDims(dims) + " does not broadcast to the scores [" +
+               std::to_string(target[0]) + "," + std::to_string(target[1]) + "," +
+               std::to_string(target[2]) + "," + std::to_string(target[3]) + "]");
+    }
+    strides[off + static_cast<size_t>(i)] = d == 1 ? 0 : s;
+    s *= d;
+  }
+}
+
+void runAttention(KernelContext& ctx) {
+  const HostTensor& q = ctx.requireInput(0);
+  const HostTensor& k = ctx.requireInput(1);
+  const HostTensor& v = ctx.requireInput(2);
+  const HostTensor* m = ctx.input(3);
+  if (!cudaFloatType(q.dtype()))
+    unsupported(ctx, "element type " + std::string(dtypeName(q.dtype())));
+  // The kernel reads K and V as Q's type and converts nothing on the host.
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) {
+    unsupported(ctx, "K (" + std::string(dtypeName(k.dtype())) + ") and V (" +
+                         std::string(dtypeName(v.dtype())) + ") of another type than Q (" +
+                         std::string(dtypeName(q.dtype())) + ")");
+  }
+  if (m && !cudaFloatType(m->dtype()))
+    unsupported(ctx, "a mask of element type " + std::string(dtypeName(m->dtype())));
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4)
+    ctx.fail("Q, K and V must have rank 4 ([batch, heads, sequence, head size])");
+  const int64_t B = q.dims()[0], Hq = q.dims()[1], S = q.dims()[2], D = q.dims()[3];
+  const int64_t Hkv = k.dims()[1], T = k.dims()[2], Dv = v.dims()[3];
+  if (k.dims()[0] != B || v.dims()[0] != B || k.dims()[3] != D || v.dims()[1] != Hkv ||
+      v.dims()[2] != T) {
+    ctx.fail("Q " + formatDims(q.dims()) + ", K " + formatDims(k.dims()) + " and V " +
+             formatDims(v.dims()) + " do not agree ([B,Hq,S,D], [B,Hkv,T,D], [B,Hkv,T,Dv])");
+  }
+  if (Hkv <= 0 || Hq % Hkv != 0)
+    ctx.fail(std::to_string(Hq) + " query heads are not a multiple of " + std::to_string(Hkv) +
+             " key/value heads");
+  const float scale = ctx.attrFloat("scale", 1.f / std::sqrt(static_cast<float>(D)));
+  const bool causal = ctx.attrInt("causal", 0) != 0;
+  const int64_t scores_dims[4] = {B, Hq, S, T};
+  int64_t ms[4] = {0, 0, 0, 0};
+  if (m) maskStrides(ctx, m->dims(), scores_dims, ms);
+  const int64_t head = std::max(D, Dv);
+  if (head > kMaxHead)
+    unsupported(ctx, "head size " + std::to_string(head) + " (Q/K " + std::to_string(D) +
+                         ", V " + std::to_string(Dv) + "; at most " + std::to_string(kMaxHead) +
+                         ")");
+
+  HostTensor& y = ctx.allocateOutput(0, q.dtype(), {B, Hq, S, Dv});
+  if (y.numel() == 0) return;
+
+  Params p{};
+  p.q = q.raw();
+  p.k = k.raw();
+  p.v = v.raw();
+  p.mask = m && m->numel() > 0 ? m->raw() : nullptr;
+  p.y = y.mutableRaw();
+  p.S = S;
+  p.T = T;
+  p.Hq = Hq;
+  p.Hkv = Hkv;
+  p.group = Hq / Hkv;
+  p.D = static_cast<int>(D);
+  p.Dv = static_cast<int>(Dv);
+  p.scale = scale;
+  p.causal = causal ? 1 : 0;
+  p.mask_b = ms[0];
+  p.mask_h = ms[1];
+  p.mask_s = ms[2];
+  p.mask_t = ms[3];
+  p.query_blocks = (S + kBlockRows - 1) / kBlockRows;
+  const int64_t blocks = p.query_blocks * B * Hq;
+  if (blocks > std::numeric_limits<int32_t>::max())
+    ctx.fail("too many query blocks (" + std::to_string(blocks) + ") for one CUDA grid");
+  const DType mask_dtype = m ? m->dtype() : DType::Float;
+  if (q.dtype() == DType::Float16)
+    launchForMask<__half>(p, blocks, static_cast<int>(head), mask_dtype);
+  else
+    launchForMask<float>(p, blocks, static_cast<int>(head), mask_dtype);
+}
+
+// What the declared types and dims already rule out is declined, so that the node runs on the
+// CPU instead of failing; runAttention's own refusals remain for what only the run shows.
+bool attentionAccepts(const Node& n) {
+  const auto present = [](const Value* x) { return x && !x->name().empty(); };
+  const Value* q = n.input(0);
+  const DType qt = present(q) ? q->dtype() : DType::Undefined;
+  for (size_t i : {1, 2}) {
+    const Value* x = n.input(i);
+    if (present(x) && qt != DType::Undefined && x->dtype() != DType::Undefined &&
+        x->dtype() != qt) {
+      return false;
+    }
+  }
+  const Value* m = n.input(3);
+  if (present(m) && m->dtype() != DType::Undefined && !cudaFloatType(m->dtype())) return false;
+  for (size_t i : {0, 2}) {  // Q's D (K's must equal it) and V's Dv
+    const Value* x = n.input(i);
+    if (!present(x) || !x->shape().hasRank() || x->shape().rank() != 4) continue;
+    const Dim& d = x->shape()[3];
+    if (d.isStatic() && d.value() > kMaxHead) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void registerAttentionKernels(KernelRegistry& r) {
+  addCudaKernel(r, "fusectl", "Attention", 1, 1000, runAttention,
+                {DType::Float, DType::Float16}, 0, attentionAccepts);
+}
+
+}  // namespace fusectl::kernels::cuda

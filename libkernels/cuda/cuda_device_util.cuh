@@ -1,0 +1,84 @@
+// Device helpers shared by the .cu kernels: loads and stores of float or half as float, the
+// epilogue activations (the same formulas as epilogue.h), warp and block reductions, and the
+// broadcast walk of cuda_common.h's BroadcastIndex.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "cuda_common.h"
+
+namespace fusectl::kernels::cuda {
+
+__device__ __forceinline__ float toFloat(float v) { return v; }
+__device__ __forceinline__ float toFloat(__half v) { return __half2float(v); }
+template <typename T> __device__ __forceinline__ T fromFloat(float v);
+template <> __device__ __forceinline__ float fromFloat<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half fromFloat<__half>(float v) { return __float2half_rn(v); }
+
+__device__ __forceinline__ float sigmoidf(float x) {
+  if (x >= 0.f) return 1.f / (1.f + expf(-x));
+  const float e = expf(x);
+  return e / (1.f + e);
+}
+
+// Activation::* as an int (the enum is uint8_t-based and host-side).
+__device__ __forceinline__ float activate(float y, int activation, float alpha, float beta) {
+  switch (static_cast<Activation>(activation)) {
+    case Activation::None: return y;
+    case Activation::Relu: return y > 0.f ? y : 0.f;
+    case Activation::Clip: return fminf(fmaxf(y, alpha), beta);
+    case Activation::LeakyRelu: return y < 0.f ? alpha * y : y;
+    case Activation::Sigmoid: return sigmoidf(y);
+    case Activation::HardSigmoid: return fminf(fmaxf(alpha * y + beta, 0.f), 1.f);
+    case Activation::HardSwish: return y * fminf(fmaxf(y * (1.f / 6.f) + 0.5f, 0.f), 1.f);
+    case Activation::Silu: return y * sigmoidf(y);
+    case Activation::Gelu: return 0.5f * y * (1.f + erff(y * 0.70710678118654752f));
+    case Activation::Tanh: return tanhf(y);
+  }
+  return y;
+}
+
+__device__ __forceinline__ float warpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+// `scratch` holds 32 floats of shared memory.
+__device__ __forceinline__ float blockSum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warpSum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  v = lane < warps ? scratch[lane] : 0.f;
+  return warpSum(v);
+}
+__device__ __forceinline__ float blockMax(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warpMax(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  v = lane < warps ? scratch[lane] : -INFINITY;
+  return warpMax(v);
+}
+
+// The flat index into input `k` of output element `i`.
+__device__ __forceinline__ int64_t broadcastOffset(const BroadcastIndex& b, int k, int64_t i) {
+  int64_t offset = 0;
+  for (int d = b.rank - 1; d >= 0; --d) {
+    const int64_t dim = b.out_dims[d];
+    const int64_t q = i / dim;
+    offset += (i - q * dim) * b.strides[k][d];
+    i = q;
+  }
+  return offset;
+}
+
+}  // namespace fusectl::kernels::cuda

@@ -1,0 +1,159 @@
+// Which nodes the CUDA backend would run, decided without a GPU: the executor resolves kernels
+// against cudaKernelRegistry() through a backend that only names the device. The fused testdata
+// models must run every float node on the GPU, or a fusion's gain there would be eaten by copies.
+// And BroadcastIndex, the index walk of the elementwise kernels, which is host code.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "fusectl/graph/onnx_io.h"
+#include "fusectl/kernels/cuda_backend.h"
+#include "fusectl/kernels/cuda_device.h"
+#include "fusectl/kernels/executor.h"
+#include "fusectl/passes/optimize.h"
+
+#ifdef FUSECTL_HAVE_CUDA
+#include "cuda_common.h"
+#endif
+
+using namespace fusectl;
+using namespace fusectl::kernels;
+
+namespace {
+
+// The CUDA registry under the CUDA device id, and nothing a run would need: building an
+// executor over it only places nodes.
+class CudaPlacement final : public Backend {
+ public:
+  Device device() const override { return Device::Cuda; }
+  std::shared_ptr<DeviceAllocator> allocator() const override { return hostAllocator(); }
+  const KernelRegistry& kernels() const override { return cudaKernelRegistry(); }
+  void synchronize() const override {}
+  void copyToHost(void*, const void*, size_t) const override { throw std::logic_error("no run"); }
+  void copyFromHost(void*, const void*, size_t) const override { throw std::logic_error("no run"); }
+};
+
+// "domain::Op" -> count of the float nodes that would run on the CPU and move float data.
+std::map<std::string, int> floatFallbacks(const Model& model) {
+  CudaPlacement placement;
+  ExecutorOptions options;
+  options.backend = &placement;
+  Executor executor(model, options);
+  std::map<std::string, int> ops;
+  for (const Node* n : executor.cpuFallbacks()) {
+    const DType t = kernelDType(*n);
+    // Shape and Size read only dims: they run on the CPU and copy nothing.
+    const KernelInfo* cpu = KernelRegistry::global().find(
+        n->domain(), n->opType(), model.opsetVersion(n->domain()), t);
+    if (cpu && cpu->dims_only_inputs) continue;
+    if (t == DType::Float || t == DType::Float16) ++ops[n->domain() + "::" + n->opType()];
+  }
+  return ops;
+}
+
+std::string describe(const std::map<std::string, int>& ops) {
+  std::string s;
+  for (const auto& [op, n] : ops) s += op + " x" + std::to_string(n) + " ";
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+TEST_CASE("cuda placement: the fused testdata models run every float node on the GPU",
+          "[cuda_placement]") {
+  if (!fusectl::cuda::builtWithCuda()) {
+    WARN("skipped: fusectl was built without CUDA");
+    return;
+  }
+  for (const char* name : {"resnet_mini", "mobilenet_mini", "bert_layer", "bert_op17",
+                           "vit_encoder_op13", "vit_encoder_op17", "gpt2_block"}) {
+    INFO(name);
+    auto model = loadModel(std::string(FUSECTL_SOURCE_DIR "/testdata/models/") + name + ".onnx");
+    // As exported: every float op of these models has a CUDA kernel.
+    const auto unfused = floatFallbacks(*model);
+    CHECK(describe(unfused) == "none");
+    passes::OptimizeRequest request;
+    request.level = 3;
+    passes::optimize(*model, request);
+    const auto fused = floatFallbacks(*model);
+    CHECK(describe(fused) == "none");
+  }
+}
+
+TEST_CASE("cuda placement: ops without a CUDA kernel are listed, not fatal", "[cuda_placement]") {
+  if (!fusectl::cuda::builtWithCuda()) {
+    WARN("skipped: fusectl was built without CUDA");
+    return;
+  }
+  // LLaMA's fused rotary embedding has no CUDA kernel yet: it runs on the CPU, and the
+  // placement says so instead of failing.
+  auto model = loadModel(FUSECTL_SOURCE_DIR "/testdata/models/llama_layer.onnx");
+  passes::OptimizeRequest request;
+  request.level = 3;
+  passes::optimize(*model, request);
+  const auto fused = floatFallbacks(*model);
+  INFO(describe(fused));
+  CHECK(fused.size() >= 1);
+  // The heavy work is still placed on the GPU.
+  for (const auto& [op, n] : fused) {
+    CHECK(op.find("MatMul") == std::string::npos);
+    CHECK(op.find("Attention") == std::string::npos);
+  }
+}
+
+#ifdef FUSECTL_HAVE_CUDA
+TEST_CASE("cuda broadcast index: shapes merge to the fewest dims each input walks as one",
+          "[cuda_placement]") {
+  using fusectl::kernels::cuda::BroadcastIndex;
+  std::vector<int64_t> out;
+  const std::vector<int64_t> a{2, 3, 4}, same{2, 3, 4}, bias{4}, chan{3, 1}, scalar{};
+  BroadcastIndex b = BroadcastIndex::make({&a, &same}, out);
+  CHECK(out == a);
+  CHECK(b.rank == 1);
+  CHECK(b.numel == 24);
+  CHECK((b.contiguous(0) && b.contiguous(1)));
+
+  b = BroadcastIndex::make({&a, &bias}, out);  // a per-column bias: [6 rows, 4 cols]
+  REQUIRE(b.rank == 2);
+  CHECK(b.out_dims[0] == 6);
+  CHECK(b.out_dims[1] == 4);
+  CHECK(b.strides[1][0] == 0);
+  CHECK(b.strides[1][1] == 1);
+  CHECK(!b.contiguous(1));
+
+  b = BroadcastIndex::make({&a, &chan}, out);  // per row of the middle dim: [2, 3, 4]
+  REQUIRE(b.rank == 3);
+  CHECK(b.strides[1][0] == 0);
+  CHECK(b.strides[1][1] == 1);
+  CHECK(b.strides[1][2] == 0);
+  CHECK(b.strides[0][0] == 12);
+
+  b = BroadcastIndex::make({&scalar, &a}, out);
+  CHECK(out == a);
+  CHECK(b.rank == 1);
+  CHECK(b.strides[0][0] == 0);
+
+  // Walk every element with the strides and compare with a direct computation.
+  const std::vector<int64_t> x{5, 1, 7}, y{1, 6, 1};
+  b = BroadcastIndex::make({&x, &y}, out);
+  CHECK(out == std::vector<int64_t>{5, 6, 7});
+  for (int64_t i = 0; i < b.numel; ++i) {
+    int64_t rest = i, ox = 0, oy = 0;
+    for (int d = b.rank - 1; d >= 0; --d) {
+      const int64_t idx = rest % b.out_dims[d];
+      rest /= b.out_dims[d];
+      ox += idx * b.strides[0][d];
+      oy += idx * b.strides[1][d];
+    }
+    const int64_t i0 = i / 42, i1 = i / 7 % 6, i2 = i % 7;
+    CHECK(ox == i0 * 7 + i2);
+    CHECK(oy == i1);
+  }
+
+  const std::vector<int64_t> bad{3};
+  CHECK_THROWS_WITH(BroadcastIndex::make({&a, &bad}, out),
+                    Catch::Contains("[2,3,4] and [3] do not broadcast"));
+}
+#endif
