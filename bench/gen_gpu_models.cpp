@@ -37,6 +37,7 @@
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/graph/onnx_io.h"
+#include "fusectl/kernels/half.h"
 
 namespace {
 
@@ -50,36 +51,8 @@ using fusectl::Tensor;
 using fusectl::Value;
 using fusectl::ValueType;
 
-// ---- float16 ---------------------------------------------------------------------------------
-
-// float32 -> IEEE binary16, round to nearest, ties to even; overflow to +-inf, subnormals kept.
-uint16_t floatToHalf(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  const uint32_t absu = u & 0x7fffffffu;
-  if (absu >= 0x7f800000u) {  // inf or nan
-    if (absu == 0x7f800000u) return sign | 0x7c00u;
-    return static_cast<uint16_t>(sign | 0x7e00u | ((absu >> 13) & 0x3ffu));
-  }
-  if (absu >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: inf
-  if (absu < 0x38800000u) {                        // below 2^-14: subnormal or zero
-    if (absu < 0x33000000u) return sign;           // below 2^-25: zero
-    const uint32_t exp = absu >> 23;
-    const uint32_t mant = (absu & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126u - exp;
-    uint32_t q = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1u);
-    const uint32_t half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (q & 1u))) ++q;
-    return static_cast<uint16_t>(sign | q);
-  }
-  uint32_t r = absu - ((127u - 15u) << 23);
-  const uint32_t rem = r & 0x1fffu;
-  r >>= 13;
-  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;  // a carry into the exponent is right
-  return static_cast<uint16_t>(sign | r);
-}
+// float16 weights are rounded by libkernels' header-only converter (half.h).
+using fusectl::kernels::floatToHalf;
 
 // ---- deterministic random numbers ------------------------------------------------------------
 
