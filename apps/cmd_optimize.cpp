@@ -160,6 +160,7 @@ Report optimizeGated(const OptimizeOptions& opts, std::unique_ptr<Model>& model,
       m.cosine = n.cosine;
       m.max_abs_error = n.max_abs_error;
       m.p99_abs_error = n.p99_abs_error;
+      m.dtype = n.dtype;
       m.detail = n.detail;
       out.push_back(std::move(m));
     }

@@ -99,9 +99,15 @@ int runVerify(const VerifyOptions& opts) {
                opts.model_a, opts.model_b, opts.runs, opts.runs == 1 ? "" : "s", opts.seed,
                opts.atol, opts.rtol, opts.min_cosine);
     for (const OutputComparison& v : comparison.outputs) {
-      fmt::print("  {} {}{}: max abs {:.3g}, max rel {:.3g}, cosine {:.8f}: {}\n",
+      // A half output's tolerance is raised to its type's resolution (Tolerance::forDType).
+      const Tolerance used = tol.forDType(v.dtype);
+      const std::string raised =
+          used.atol != tol.atol || used.rtol != tol.rtol
+              ? fmt::format(" ({}: atol {:g}, rtol {:g})", dtypeName(v.dtype), used.atol, used.rtol)
+              : "";
+      fmt::print("  {} {}{}: max abs {:.3g}, max rel {:.3g}, cosine {:.8f}: {}{}\n",
                  v.passed ? "ok  " : "FAIL", v.name, formatDims(v.dims), v.max_abs_error,
-                 v.max_rel_error, v.cosine, v.passed ? "within tolerance" : v.detail);
+                 v.max_rel_error, v.cosine, v.passed ? "within tolerance" : v.detail, raised);
     }
     size_t failed = 0;
     for (const OutputComparison& v : comparison.outputs) failed += v.passed ? 0 : 1;

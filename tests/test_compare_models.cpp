@@ -11,6 +11,7 @@
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/compare.h"
+#include "fusectl/kernels/half.h"
 
 using namespace fusectl;
 using namespace fusectl::kernels;
@@ -190,4 +191,37 @@ TEST_CASE("compareModels: outputs B lacks, and checkSameInterface names the mode
     CHECK_THAT(e.what(), Catch::StartsWith("input mismatch: 'X' is float") &&
                              Catch::EndsWith("in i.onnx"));
   }
+}
+
+TEST_CASE("compareTensors: a half tensor is judged at its type's resolution", "[compare]") {
+  // e = 1.0 in every element; a differs by `delta` (rounded to the type) in element 1.
+  auto pair = [](DType t, double delta) {
+    HostTensor a(t, {4}), e(t, {4});
+    auto* ap = a.mutableData<uint16_t>();
+    auto* ep = e.mutableData<uint16_t>();
+    const auto bits = [t](float v) {
+      return t == DType::Float16 ? fusectl::kernels::floatToHalf(v)
+                                 : fusectl::kernels::floatToBFloat16(v);
+    };
+    for (int i = 0; i < 4; ++i) ap[i] = ep[i] = bits(1.0f);
+    ap[1] = bits(static_cast<float>(1.0 + delta));
+    return std::make_pair(std::move(a), std::move(e));
+  };
+  Tolerance tol;  // atol 1e-5, rtol 1e-4 for float32
+  // float16: 16 epsilons of 2^-10 raise both to 1.5625e-2, so |a - e| <= 3.125e-2 at e = 1.
+  auto [a1, e1] = pair(DType::Float16, 0x1p-10 * 30);  // 30 ulps: within
+  CHECK(compareTensors(a1, e1, tol).passed);
+  auto [a2, e2] = pair(DType::Float16, 0x1p-10 * 33);  // 33 ulps: outside
+  CHECK_FALSE(compareTensors(a2, e2, tol).passed);
+  // bfloat16: 16 epsilons of 2^-7 are 0.125 each, so |a - e| <= 0.25 at e = 1.
+  auto [a3, e3] = pair(DType::BFloat16, 0x1p-7 * 31);
+  CHECK(compareTensors(a3, e3, tol).passed);
+  auto [a4, e4] = pair(DType::BFloat16, 0x1p-7 * 33);
+  CHECK_FALSE(compareTensors(a4, e4, tol).passed);
+  // 0 epsilons: the float32 tolerance as given, which one float16 ulp already exceeds.
+  tol.half_min_epsilons = 0;
+  auto [a5, e5] = pair(DType::Float16, 0x1p-10);
+  CHECK_FALSE(compareTensors(a5, e5, tol).passed);
+  CHECK(Tolerance{}.forDType(DType::Float).atol == 1e-5);
+  CHECK(Tolerance{}.forDType(DType::Float16).rtol == 16 * 0x1p-10);
 }

@@ -54,6 +54,7 @@ SiteMeasure kernelMeasure(const Model& original, const std::vector<kernels::Name
       m.cosine = n.cosine;
       m.max_abs_error = n.max_abs_error;
       m.p99_abs_error = n.p99_abs_error;
+      m.dtype = n.dtype;
       m.detail = n.detail;
       out.push_back(m);
     }
@@ -342,4 +343,43 @@ TEST_CASE("gate: fusectl optimize --gate writes the gate into the report and und
   CHECK_THAT(bad.err, Catch::Contains("--gate: 'cosine=2': a cosine is at most 1"));
   CHECK_FALSE(fs::exists(dir / "bad.onnx"));
   fs::remove_all(dir);
+}
+
+TEST_CASE("gate: a float16 site is held to limits scaled to its type, and kept at the defaults",
+          "[gate][half]") {
+  const GateThresholds given;
+  CHECK(given.forDType(DType::Float).max_abs_error == given.max_abs_error);
+  CHECK(given.forDType(DType::Float16).max_abs_error == given.max_abs_error * 8192);
+  CHECK(given.forDType(DType::BFloat16).max_abs_error == given.max_abs_error * 65536);
+  CHECK(given.forDType(DType::Float16).min_cosine == given.min_cosine);
+
+  // A float16 LayerNorm chain: the fused node rounds once where the chain rounded nine times,
+  // so its output differs from the chain's by more than float32's 1e-4, within float16's limit.
+  const std::string text = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float16[4, 16] X) => (float16[4, 16] Y)
+<float eps32 = {1e-5}>
+{
+  eps = Cast <to = 10> (eps32)
+  M = ReduceMean <axes = [-1]> (X)
+  D = Sub (X, M)
+  Q = Mul (D, D)
+  V = ReduceMean <axes = [-1]> (Q)
+  A = Add (V, eps)
+  S = Sqrt (A)
+  Y = Div (D, S)
+}
+)";
+  auto original = parseModelText(text, "half_layer_norm");
+  const std::vector<kernels::NamedTensor> inputs = kernels::makeRandomInputs(*original->graph, 3);
+  OptimizeRequest request;
+  request.passes = "fold-constants,fuse-layer-norm";
+  const GatedOptimization gated =
+      optimizeWithGate(*original, request, given, kernelMeasure(*original, inputs));
+  REQUIRE(gated.report.gate.sites.size() == 1);
+  const GatedSite& site = gated.report.gate.sites[0];
+  INFO(site.detail);
+  CHECK(site.verdict == "kept");
+  CHECK(site.max_abs_error > given.max_abs_error);  // float32's limit would have undone it
+  CHECK(site.cosine >= given.min_cosine);
+  CHECK(numericGatePassed(gated.report));
 }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <utility>
 
 namespace fusectl {
 
@@ -92,6 +93,64 @@ bool consume(std::string_view& s, std::string_view prefix) {
   return true;
 }
 
+// decodeFusedSpelling of a name without a dtype suffix.
+std::optional<FusedSpelling> decodeFloat32Spelling(std::string_view op_type) {
+  const size_t base_end = op_type.find('_');
+  const FusedOpInfo* op = findFusedOp(op_type.substr(0, base_end));
+  if (!op || !op->takesEpilogue()) return std::nullopt;
+  FusedSpelling s;
+  s.op = op;
+  s.plain = base_end == std::string_view::npos;
+  if (s.plain) return s;
+  std::string_view rest = op_type.substr(base_end);
+  s.bias = !consume(rest, kNoBias);
+  s.residual = consume(rest, kAdd);
+  if (rest.empty()) return s;
+  if (!consume(rest, "_")) return std::nullopt;
+  for (Activation a : op->epilogue_activations) {
+    if (activationName(a) == rest) {
+      s.activation = a;
+      return s;
+    }
+  }
+  return std::nullopt;
+}
+
+// The element types whose nodes are spelled with a suffix (fused_ops.h).
+constexpr DType kSuffixedDTypes[] = {DType::Float16, DType::BFloat16};
+
+// ("LayerNorm", Float16) for "LayerNorm_float16", by the text alone; (op_type, nullopt) without
+// a suffix.
+std::pair<std::string_view, std::optional<DType>> splitDTypeSuffix(std::string_view op_type) {
+  for (DType t : kSuffixedDTypes) {
+    const std::string_view name = dtypeName(t);
+    if (op_type.size() > name.size() + 1 &&
+        op_type.substr(op_type.size() - name.size()) == name &&
+        op_type[op_type.size() - name.size() - 1] == '_')
+      return {op_type.substr(0, op_type.size() - name.size() - 1), t};
+  }
+  return {op_type, std::nullopt};
+}
+
+constexpr std::string_view kElementwisePrefix = "Elementwise_";
+
+// "Elementwise_" and 16 lower-case hex digits (elementwiseSpelling).
+bool isElementwiseSpelling(std::string_view op_type) {
+  if (op_type.size() != kElementwisePrefix.size() + 16 ||
+      op_type.substr(0, kElementwisePrefix.size()) != kElementwisePrefix)
+    return false;
+  for (char c : op_type.substr(kElementwisePrefix.size()))
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+// A name attachFusectlFunctions can give a float32 node: an op, an epilogue spelling or an
+// Elementwise spelling.
+bool isFloat32Spelling(std::string_view op_type) {
+  return findFusedOp(op_type) || decodeFloat32Spelling(op_type) ||
+         isElementwiseSpelling(op_type);
+}
+
 }  // namespace
 
 const std::vector<ActivationInfo>& allActivations() {
@@ -130,25 +189,7 @@ std::string fusedSpellingName(std::string_view base, bool bias, bool residual, A
 }
 
 std::optional<FusedSpelling> decodeFusedSpelling(std::string_view op_type) {
-  const size_t base_end = op_type.find('_');
-  const FusedOpInfo* op = findFusedOp(op_type.substr(0, base_end));
-  if (!op || !op->takesEpilogue()) return std::nullopt;
-  FusedSpelling s;
-  s.op = op;
-  s.plain = base_end == std::string_view::npos;
-  if (s.plain) return s;
-  std::string_view rest = op_type.substr(base_end);
-  s.bias = !consume(rest, kNoBias);
-  s.residual = consume(rest, kAdd);
-  if (rest.empty()) return s;
-  if (!consume(rest, "_")) return std::nullopt;
-  for (Activation a : op->epilogue_activations) {
-    if (activationName(a) == rest) {
-      s.activation = a;
-      return s;
-    }
-  }
-  return std::nullopt;
+  return decodeFloat32Spelling(splitDTypeSuffix(op_type).first);
 }
 
 std::optional<FusedOperandSlots> fusedOperandSlots(std::string_view op_type) {
@@ -166,10 +207,6 @@ std::optional<FusedOperandSlots> fusedOperandSlots(std::string_view op_type) {
   return slots;
 }
 
-namespace {
-constexpr std::string_view kElementwisePrefix = "Elementwise_";
-}  // namespace
-
 std::string elementwiseSpelling(std::string_view program) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
   for (unsigned char c : program) {
@@ -180,12 +217,23 @@ std::string elementwiseSpelling(std::string_view program) {
 }
 
 std::string_view fusedOpBaseName(std::string_view op_type) {
-  if (op_type.size() != kElementwisePrefix.size() + 16 ||
-      op_type.substr(0, kElementwisePrefix.size()) != kElementwisePrefix)
-    return op_type;
-  for (char c : op_type.substr(kElementwisePrefix.size()))
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return op_type;
-  return "Elementwise";
+  const auto [float32_spelling, dtype] = splitDTypeSuffix(op_type);
+  if (isElementwiseSpelling(float32_spelling)) return "Elementwise";
+  if (dtype && isFloat32Spelling(float32_spelling)) return float32_spelling;
+  return op_type;
+}
+
+std::optional<DType> fusedSpellingDType(std::string_view op_type) {
+  const auto [float32_spelling, dtype] = splitDTypeSuffix(op_type);
+  if (!dtype || !isFloat32Spelling(float32_spelling)) return std::nullopt;
+  return dtype;
+}
+
+std::string fusedDTypeSpelling(std::string_view float32_spelling, DType dtype) {
+  std::string name(float32_spelling);
+  for (DType t : kSuffixedDTypes)
+    if (t == dtype) name += "_" + std::string(dtypeName(t));
+  return name;
 }
 
 }  // namespace fusectl

@@ -12,6 +12,11 @@
 // `value`), then taken apart with Gather.
 // An activation op (fusectl::Gelu) becomes the function of its name: Y = act(X). A composite op
 // (LayerNorm, Attention...) becomes the function its builder in fused_ops_composite.cpp writes.
+// A float16 or bfloat16 node gets the spelling of its float32 twin plus a dtype suffix
+// (fused_ops.h), whose function is the float32 one wrapped by castWrappedFunction:
+//   X_float = Cast<to = FLOAT>(X)  ...   <the float32 body on X_float...>   Y = Cast(Y_float)
+// so the runtime computes in float32 and rounds each output once, as the kernels do; the float32
+// bodies, whose Constants are float32, stay the only ones written.
 //
 // The bodies are IR graphs written by functionToBinary (onnx_function.h). Their bytes are part
 // of every optimized file, so the node order, the fresh names (t0, t1...) and the doc strings
@@ -240,13 +245,51 @@ void makeParamsExplicit(Node& n, Activation act, int64_t opset) {
   }
 }
 
+// The element type a fusectl node computes in: output 0's, else input 0's (both are T), else
+// the one its spelling's suffix names (a model without types); float32 when nothing says.
+DType elementType(const Node& n) {
+  for (const Value* v : {n.output(0), n.input(0)})
+    if (v && v->dtype() != DType::Undefined) return v->dtype();
+  return fusedSpellingDType(n.opType()).value_or(DType::Float);
+}
+
+// A half function Casts to and from float32: float16 is a Cast type from opset 6, bfloat16 from
+// opset 13.
+void requireCastOpset(const Node& n, DType dtype, int64_t opset) {
+  const int64_t since = dtype == DType::BFloat16 ? 13 : dtype == DType::Float16 ? 6 : 0;
+  if (opset >= since) return;
+  throwUnsupported(fmt::format("{}: the function of a {} fusectl node Casts its {} values, "
+                               "which needs opset {}; the model imports {}",
+                               n.label(), dtypeName(dtype), dtypeName(dtype), since, opset));
+}
+
+// The formal parameters of `op` of type T: those a half function Casts.
+std::vector<std::string> typedParameters(const FusedOpInfo& op) {
+  std::vector<std::string> names;
+  for (const FusedOpInput& in : op.inputs)
+    if (in.type == "T") names.emplace_back(in.name);
+  for (const FusedOpOutput& out : op.outputs)
+    if (out.type == "T") names.emplace_back(out.name);
+  return names;
+}
+
+// The function `name` of a dtype-suffixed spelling: the float32 function between Casts.
+std::string castWrapped(const std::string& float32_function, const std::string& name,
+                        const std::string& float32_name, DType dtype, const FusedOpInfo& op) {
+  return castWrappedFunction(
+      float32_function, name, dtype, typedParameters(op),
+      fmt::format("fusectl {}: {} in float32, the inputs Cast from {} and the outputs back; see "
+                  "docs/ops.md",
+                  name, float32_name, dtypeName(dtype)));
+}
+
 }  // namespace
 
 std::string fusedOpSpelling(const Node& node) {
   std::optional<FusedSpelling> s = decodeFusedSpelling(node.opType());
   if (!s) throwInvalid(fmt::format("{}: {} is not a fused op with an epilogue", node.label(),
                                    node.opType()));
-  return spelling(variantOf(node, *s));
+  return fusedDTypeSpelling(spelling(variantOf(node, *s)), elementType(node));
 }
 
 void attachFusectlFunctions(Model& model) {
@@ -255,31 +298,46 @@ void attachFusectlFunctions(Model& model) {
   for (const std::string& bytes : model.functions)
     if (auto id = functionIdOf(bytes)) defined.insert(*id);
 
-  // Sorted: functions are appended in name order. An activation op has no Variant.
-  std::map<std::string, std::optional<Variant>> needed;
+  // A function to add: the op, its float32 spelling and the element type of its calls. An
+  // activation or composite op has no Variant.
+  struct Needed {
+    const FusedOpInfo* op = nullptr;
+    std::optional<Variant> variant;
+    std::string float32_name;
+    DType dtype = DType::Float;
+  };
+  // Sorted: functions are appended in name order.
+  std::map<std::string, Needed> needed;
   auto requireOpset = [&] {
     if (opset <= 0) {
       throwUnsupported("the model imports no default-domain opset; the fusectl functions need "
                        "one");
     }
   };
-  // Elementwise spellings, one function per distinct program (parsed once, when first seen).
+  // Elementwise spellings, one function per distinct program and element type (parsed once,
+  // when first seen).
   struct SpelledProgram {
     std::string text;
     size_t inputs = 0;
     ElementwiseProgram program;
+    std::string float32_name;
+    DType dtype = DType::Float;
   };
   std::map<std::string, SpelledProgram> programs;
   forEachNode(*model.graph, [&](Node& n) {
     if (n.domain() != kFusectlDomain) return;
+    const DType dtype = elementType(n);
     if (fusedOpBaseName(n.opType()) == "Elementwise") {
       requireOpset();
+      requireCastOpset(n, dtype, opset);
       const std::string text = n.attrString("program", "");
-      const std::string name = elementwiseSpelling(text);
+      const std::string float32_name = elementwiseSpelling(text);
+      const std::string name = fusedDTypeSpelling(float32_name, dtype);
       auto it = programs.find(name);
       if (it == programs.end()) {
         programs.emplace(name, SpelledProgram{text, n.numInputs(),
-                                              ElementwiseProgram::parse(text, n.numInputs())});
+                                              ElementwiseProgram::parse(text, n.numInputs()),
+                                              float32_name, dtype});
       } else if (it->second.text != text || it->second.inputs != n.numInputs()) {
         throwUnsupported(fmt::format(
             "{}: programs '{}' and '{}' (or their input counts) share the function name {}",
@@ -288,10 +346,13 @@ void attachFusectlFunctions(Model& model) {
       if (n.opType() != name) n.graph()->setOpType(&n, name, std::string(kFusectlDomain));
       return;
     }
-    const FusedOpInfo* op = findFusedOp(n.opType());
+    const FusedOpInfo* op = findFusedOp(fusedOpBaseName(n.opType()));
     if (op && !op->takesEpilogue()) {
       requireOpset();
-      needed.emplace(n.opType(), std::nullopt);
+      requireCastOpset(n, dtype, opset);
+      const std::string name = fusedDTypeSpelling(op->name, dtype);
+      needed.emplace(name, Needed{op, std::nullopt, std::string(op->name), dtype});
+      if (n.opType() != name) n.graph()->setOpType(&n, name, std::string(kFusectlDomain));
       if (op->isComposite()) nameEveryOutput(n, *op);  // last: it replaces n
       return;
     }
@@ -304,33 +365,43 @@ void attachFusectlFunctions(Model& model) {
       return;
     }
     requireOpset();
+    requireCastOpset(n, dtype, opset);
     Variant v = variantOf(n, *s);
     makeParamsExplicit(n, v.activation, opset);
-    std::string name = spelling(v);
-    needed.emplace(name, v);
+    const std::string float32_name = spelling(v);
+    const std::string name = fusedDTypeSpelling(float32_name, dtype);
+    needed.emplace(name, Needed{v.op, v, float32_name, dtype});
     respell(n, name, v);  // last: it may replace n
   });
 
-  for (const auto& [name, v] : needed) {
+  for (const auto& [name, need] : needed) {
     if (defined.count({std::string(kFusectlDomain), name})) continue;
-    if (v) {
-      model.functions.push_back(buildEpilogueFunction(name, *v, opset));
-      continue;
+    const FusedOpInfo& op = *need.op;
+    std::string function;
+    if (need.variant) {
+      function = buildEpilogueFunction(need.float32_name, *need.variant, opset);
+    } else if (!op.isComposite()) {
+      function = buildActivationFunction(op, opset);
+    } else {
+      CompositeBodyBuilder build = findCompositeBodyBuilder(op.name);
+      if (!build) {
+        throwUnsupported(
+            fmt::format("no portable ONNX function is known for fusectl::{}", op.name));
+      }
+      function = build(op, opset);
     }
-    const FusedOpInfo& op = *findFusedOp(name);
-    if (!op.isComposite()) {
-      model.functions.push_back(buildActivationFunction(op, opset));
-      continue;
-    }
-    CompositeBodyBuilder build = findCompositeBodyBuilder(name);
-    if (!build) {
-      throwUnsupported(fmt::format("no portable ONNX function is known for fusectl::{}", name));
-    }
-    model.functions.push_back(build(op, opset));
+    if (name != need.float32_name)
+      function = castWrapped(function, name, need.float32_name, need.dtype, op);
+    model.functions.push_back(std::move(function));
   }
   for (const auto& [name, p] : programs) {
     if (defined.count({std::string(kFusectlDomain), name})) continue;
-    model.functions.push_back(buildElementwiseFunction(name, p.program, p.inputs, opset));
+    std::string function = buildElementwiseFunction(p.float32_name, p.program, p.inputs, opset);
+    if (name != p.float32_name) {
+      function = castWrapped(function, name, p.float32_name, p.dtype,
+                             *findFusedOp("Elementwise"));
+    }
+    model.functions.push_back(std::move(function));
   }
   if (!needed.empty() || !programs.empty()) {
     if (model.opsetVersion(kFusectlDomain) == 0) model.setOpsetVersion(kFusectlDomain, 1);

@@ -7,7 +7,14 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "fusectl/graph/error.h"
 
 #include "onnx_convert.h"
 
@@ -61,6 +68,63 @@ std::string functionToBinary(const FunctionDef& function) {
     import->set_version(o.version);
   }
   if (!function.domain.empty()) f.set_domain(function.domain);
+  return onnx_convert::serializeDeterministic(f);
+}
+
+std::string castWrappedFunction(const std::string& float_function, const std::string& name,
+                                DType dtype, const std::vector<std::string>& cast,
+                                const std::string& doc_string) {
+  onnx::FunctionProto body;
+  if (!body.ParseFromString(float_function)) throwInternal(name + ": the function does not parse");
+  auto casts = [&](const std::string& v) {
+    return std::find(cast.begin(), cast.end(), v) != cast.end();
+  };
+  std::set<std::string> used(body.input().begin(), body.input().end());
+  used.insert(body.output().begin(), body.output().end());
+  for (const onnx::NodeProto& n : body.node()) {
+    used.insert(n.input().begin(), n.input().end());
+    used.insert(n.output().begin(), n.output().end());
+    for (const onnx::AttributeProto& a : n.attribute())
+      if (a.has_g() || a.graphs_size() > 0) throwInternal(name + ": the body holds a subgraph");
+  }
+  std::map<std::string, std::string> renamed;  // formal name -> its float32 value in the body
+  const std::string suffix = "_" + std::string(dtypeName(DType::Float));
+  auto rename = [&](const std::string& formal) {
+    if (!casts(formal)) return;
+    const std::string inner = formal + suffix;
+    if (used.count(inner) || !renamed.emplace(formal, inner).second)
+      throwInternal(fmt::format("{}: cannot name {}'s float32 copy {}", name, formal, inner));
+  };
+  for (const std::string& in : body.input()) rename(in);
+  for (const std::string& out : body.output()) rename(out);
+
+  onnx::FunctionProto f = body;
+  f.set_name(name);
+  f.clear_node();
+  if (doc_string.empty()) f.clear_doc_string();
+  else f.set_doc_string(doc_string);
+  auto castNode = [&](const std::string& from, const std::string& to, DType to_type) {
+    onnx::NodeProto* c = f.add_node();
+    c->set_op_type("Cast");
+    c->add_input(from);
+    c->add_output(to);
+    onnx::AttributeProto* a = c->add_attribute();
+    a->set_name("to");
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(static_cast<int64_t>(to_type));
+  };
+  for (const std::string& in : body.input())
+    if (casts(in)) castNode(in, renamed.at(in), DType::Float);
+  for (const onnx::NodeProto& n : body.node()) {
+    onnx::NodeProto* copy = f.add_node();
+    *copy = n;
+    for (std::string& v : *copy->mutable_input())
+      if (auto it = renamed.find(v); it != renamed.end()) v = it->second;
+    for (std::string& v : *copy->mutable_output())
+      if (auto it = renamed.find(v); it != renamed.end()) v = it->second;
+  }
+  for (const std::string& out : body.output())
+    if (casts(out)) castNode(renamed.at(out), out, dtype);
   return onnx_convert::serializeDeterministic(f);
 }
 

@@ -17,7 +17,9 @@
 // empty required inputs and the types of the attributes libonnx knows. The full node-test
 // suite (opsets 18 to 25) passes that, but for the ops kRelaxedAfterLibonnx lists. Ops libonnx
 // does not know (Gelu-20) and deprecated schemas are not checked. Domain "fusectl" is checked
-// against fused_ops.h. Everything else (com.microsoft, custom domains) is preserved unchecked.
+// against fused_ops.h, including that a dtype-suffixed spelling ("LayerNorm_float16") has that
+// element type where the node's type is known. Everything else (com.microsoft, custom domains)
+// is preserved unchecked.
 #include "fusectl/graph/schema_check.h"
 
 #include <onnx/defs/schema.h>
@@ -146,6 +148,23 @@ class SchemaChecker {
     return std::nullopt;
   }
 
+  // A dtype-suffixed spelling calls a function that Casts from that type (fused_ops.h), so a
+  // node of another type would run a function typed for values it does not have.
+  static std::optional<std::string> checkDTypeSuffix(const Node& n) {
+    const std::optional<DType> spelled = fusedSpellingDType(n.opType());
+    if (!spelled) return std::nullopt;
+    auto mismatch = [&](const Value* v, std::string_view which) -> std::optional<std::string> {
+      if (v->dtype() == *spelled) return std::nullopt;
+      return fmt::format("the spelling is for {} but {} '{}' is {}", dtypeName(*spelled), which,
+                         v->name(), dtypeName(v->dtype()));
+    };
+    if (n.output(0) && n.output(0)->dtype() != DType::Undefined)
+      return mismatch(n.output(0), "output 0");
+    if (n.input(0) && n.input(0)->dtype() != DType::Undefined)
+      return mismatch(n.input(0), "input 0");
+    return std::nullopt;  // untyped: shape inference types it later
+  }
+
   static std::optional<std::string> checkFusedNode(const Node& n) {
     const FusedOpInfo* op = findFusedOp(fusedOpBaseName(n.opType()));
     if (!op) {
@@ -178,6 +197,7 @@ class SchemaChecker {
         return fmt::format("output {} ('{}') of fusectl.{} is required but empty", i,
                            op->outputs[i].name, op->name);
     }
+    if (std::optional<std::string> mismatch = checkDTypeSuffix(n)) return mismatch;
     for (const Attribute& a : n.attributes()) {
       if (!a.ref_attr_name.empty()) continue;
       for (const FusedOpAttribute& known : op->attributes) {

@@ -12,7 +12,8 @@
 //    computed at all. The sums are taken in another order than the one-pass softmax's, so the
 //    two layouts agree to rounding, not bit for bit.
 // Blocks run in parallel; each GEMM runs on its block's thread, so the result does not depend
-// on the thread count. Non-float32 inputs are converted to float32 once (FloatView).
+// on the thread count. Non-float32 inputs (all four of one type) are converted to float32 once
+// (FloatView) and Y is rounded to their type once (FloatSink).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -137,10 +138,11 @@ void runAttention(KernelContext& ctx) {
   const HostTensor& k = ctx.requireInput(1);
   const HostTensor& v = ctx.requireInput(2);
   const HostTensor* m = ctx.input(3);
-  for (const HostTensor* t : {&q, &k, &v, m}) {
-    if (t && !isFloatComputeType(t->dtype()))
-      ctx.fail("unsupported element type " + std::string(dtypeName(t->dtype())));
-  }
+  if (!isFloatComputeType(q.dtype()))
+    ctx.fail("unsupported element type " + std::string(dtypeName(q.dtype())));
+  requireSameDType(ctx, q, "Q", &k, "K");
+  requireSameDType(ctx, q, "Q", &v, "V");
+  requireSameDType(ctx, q, "Q", m, "M");
   if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4)
     ctx.fail("Q, K and V must have rank 4 ([batch, heads, sequence, head size])");
   const int64_t B = q.dims()[0], Hq = q.dims()[1], S = q.dims()[2], D = q.dims()[3];

@@ -158,6 +158,32 @@ class FloatSink {
   std::vector<float> scratch_;
 };
 
+// The types of the fusectl ops written for float32 that also take float16/bfloat16: read through
+// FloatView, computed by the float32 code, rounded once by FloatSink, so that a half node gives
+// the float32 node's result rounded to half.
+inline bool isFloatOrHalf(DType t) {
+  return t == DType::Float || t == DType::Float16 || t == DType::BFloat16;
+}
+
+inline void requireFloatOrHalf(const KernelContext& ctx, const HostTensor& t, const char* what) {
+  if (!isFloatOrHalf(t.dtype())) {
+    ctx.fail(std::string(what) + " is " + std::string(dtypeName(t.dtype())) +
+             "; the kernel takes float32, float16 or bfloat16");
+  }
+}
+
+// A fusectl op's inputs share one type T (fused_ops.def), which is also its outputs' type. The
+// float views would read a mixed node without complaint and pick one input's type for the
+// output; a runtime running the op's function body rejects it, so the executor does too.
+inline void requireSameDType(const KernelContext& ctx, const HostTensor& ref, const char* ref_what,
+                             const HostTensor* t, const char* what) {
+  if (t && t->dtype() != ref.dtype()) {
+    ctx.fail(std::string(what) + " is " + std::string(dtypeName(t->dtype())) + " but " +
+             ref_what + " is " + std::string(dtypeName(ref.dtype())) +
+             "; the inputs must have one element type");
+  }
+}
+
 // The 8-bit types of the quantized ops.
 inline void checkInt8(const KernelContext& ctx, const HostTensor& t, const char* what) {
   if (t.dtype() != DType::UInt8 && t.dtype() != DType::Int8) {

@@ -311,6 +311,11 @@ void runConv(KernelContext& ctx, bool fused) {
   const HostTensor* z = operands.residual;
   std::vector<int64_t> ydims = outputDims(d);
   if (z && z->dims() != ydims) ctx.fail("residual Z must have the output's shape");
+  if (fused) {
+    requireSameDType(ctx, x, "X", &w, "W");
+    requireSameDType(ctx, x, "X", b, "B");
+    requireSameDType(ctx, x, "X", z, "Z");
+  }
 
   FloatView xf(x), wf(w), bf(b), zf(z);
   Epilogue ep;

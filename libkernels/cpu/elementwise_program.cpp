@@ -9,7 +9,11 @@
 // those) stays one number: it is computed once per block, not per element. Each op computes
 // what its standard kernel computes (elementwise.cpp): the transcendentals through the same
 // vectorised loops (vec_kernels.h), the binary arithmetic through vec::binary (the same
-// IEEE operations, per ISA), the rest with the same scalar expressions. float32 only.
+// IEEE operations, per ISA), the rest with the same scalar expressions.
+//
+// float16/bfloat16 groups run the float32 program on float32 copies of the inputs and round the
+// output once: where the unfused half chain rounds after every op, the group rounds at its end,
+// so the two agree to the intermediates' rounding, not bit for bit.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -243,11 +247,15 @@ void runElementwise(KernelContext& ctx) {
   if (num_inputs == 0 || num_inputs > N)
     ctx.fail(fmt::format("takes 1 to {} inputs, has {}", N, num_inputs));
   std::vector<const std::vector<int64_t>*> shapes;
+  const HostTensor& x0 = ctx.requireInput(0);
+  if (!isFloatOrHalf(x0.dtype()))
+    ctx.fail(fmt::format("input 0 is {}; Elementwise computes float32, float16 or bfloat16",
+                         dtypeName(x0.dtype())));
   for (size_t i = 0; i < num_inputs; ++i) {
     const HostTensor& t = ctx.requireInput(i);
-    if (t.dtype() != DType::Float)
-      ctx.fail(fmt::format("input {} is {}; Elementwise computes float32 only", i,
-                           dtypeName(t.dtype())));
+    if (t.dtype() != x0.dtype())
+      ctx.fail(fmt::format("input {} is {} but input 0 is {}; the inputs must have one element "
+                           "type", i, dtypeName(t.dtype()), dtypeName(x0.dtype())));
     shapes.push_back(&t.dims());
   }
   auto* state = dynamic_cast<ProgramState*>(ctx.state());
@@ -262,11 +270,16 @@ void runElementwise(KernelContext& ctx) {
   plan_shapes.fill(&kScalar);
   for (size_t i = 0; i < num_inputs; ++i) plan_shapes[i] = shapes[i];
   const BroadcastPlan<N> plan = planBroadcast<N>(dims, plan_shapes);
-  HostTensor& y = ctx.allocateOutput(0, DType::Float, dims);
+  HostTensor& y = ctx.allocateOutput(0, x0.dtype(), dims);
   if (y.numel() == 0) return;
+  std::array<FloatView, N> views;
   std::array<const float*, N> base{};
-  for (size_t i = 0; i < num_inputs; ++i) base[i] = ctx.requireInput(i).data<float>();
-  float* yp = y.mutableData<float>();
+  for (size_t i = 0; i < num_inputs; ++i) {
+    views[i] = FloatView(ctx.requireInput(i));
+    base[i] = views[i].data();
+  }
+  FloatSink ys(y);
+  float* yp = ys.data();
   const ProgramState& s = *state;
   // parallelRows' split, with the registers set up once per piece rather than once per row (a
   // row is as short as one channel's H x W when an input is per channel).
@@ -298,12 +311,13 @@ void runElementwise(KernelContext& ctx) {
         row(b, off, e - b, st);
       });
     });
-    return;
+  } else {
+    parallelFor(rows, ctx.numThreads(), std::max<int64_t>(1, kParallelGrain / inner),
+                [&](int64_t b, int64_t e) {
+                  piece([&](auto&& row) { forEachRow<N>(plan, row, b, e); });
+                });
   }
-  parallelFor(rows, ctx.numThreads(), std::max<int64_t>(1, kParallelGrain / inner),
-              [&](int64_t b, int64_t e) {
-                piece([&](auto&& row) { forEachRow<N>(plan, row, b, e); });
-              });
+  ys.commit();
 }
 
 }  // namespace

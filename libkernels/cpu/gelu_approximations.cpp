@@ -1,7 +1,8 @@
 // fusectl::GeluTanh and fusectl::QuickGelu, the Gelu approximations fuse-gelu writes where no
 // standard op computes them: one vectorised pass over memory each (vec_kernels.h). QuickGelu,
 // x * sigmoid(1.702 x), scales a block into a small stack buffer (it stays in L1), runs the
-// vectorised Sigmoid on it and multiplies x back in. float32 only (fuse-gelu emits nothing else).
+// vectorised Sigmoid on it and multiplies x back in. float16/bfloat16 run the float32 loop on a
+// float32 copy of X and round Y once.
 #include <algorithm>
 #include <string>
 
@@ -18,27 +19,28 @@ constexpr int64_t kGrain = 1 << 15;
 
 const HostTensor& floatInput(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
-  if (x.dtype() != DType::Float) {
-    ctx.fail("X must be float32, it is " + std::string(dtypeName(x.dtype())));
-  }
+  requireFloatOrHalf(ctx, x, "X");
   return x;
 }
 
 void runGeluTanh(KernelContext& ctx) {
   const HostTensor& x = floatInput(ctx);
-  HostTensor& y = ctx.allocateOutput(0, DType::Float, x.dims());
-  const float* xp = x.data<float>();
-  float* yp = y.mutableData<float>();
+  const FloatView xv(x);
+  FloatSink ys(ctx.allocateOutput(0, x.dtype(), x.dims()));
+  const float* xp = xv.data();
+  float* yp = ys.data();
   parallelFor(x.numel(), ctx.numThreads(), kGrain, [&](int64_t begin, int64_t end) {
     vec::unary(vec::Unary::GeluTanh, xp + begin, yp + begin, end - begin);
   });
+  ys.commit();
 }
 
 void runQuickGelu(KernelContext& ctx) {
   const HostTensor& x = floatInput(ctx);
-  HostTensor& y = ctx.allocateOutput(0, DType::Float, x.dims());
-  const float* xp = x.data<float>();
-  float* yp = y.mutableData<float>();
+  const FloatView xv(x);
+  FloatSink ys(ctx.allocateOutput(0, x.dtype(), x.dims()));
+  const float* xp = xv.data();
+  float* yp = ys.data();
   parallelFor(x.numel(), ctx.numThreads(), kGrain, [&](int64_t begin, int64_t end) {
     float gate[kBlock];
     for (int64_t b = begin; b < end; b += kBlock) {
@@ -48,6 +50,7 @@ void runQuickGelu(KernelContext& ctx) {
       for (int64_t i = 0; i < n; ++i) yp[b + i] = xp[b + i] * gate[i];
     }
   });
+  ys.commit();
 }
 
 }  // namespace

@@ -58,6 +58,11 @@ void runGemm(KernelContext& ctx, bool fused) {
   }
   const HostTensor* z = operands.residual;
   if (z && (z->numel() != M * N)) ctx.fail("residual Z must have shape [M, N]");
+  if (fused) {
+    requireSameDType(ctx, a, "A", &b, "B");
+    requireSameDType(ctx, a, "A", c, "C");
+    requireSameDType(ctx, a, "A", z, "Z");
+  }
 
   HostTensor& y = ctx.allocateOutput(0, a.dtype(), {M, N});
   FloatView af(a), bf(b), cf(c), zf(z);
@@ -274,6 +279,9 @@ void runFusedMatMul(KernelContext& ctx) {
              " elements (one per output column), it has " + std::to_string(c->numel()));
   }
   if (z && z->dims() != out_dims) ctx.fail("residual Z must have exactly the shape of Y");
+  requireSameDType(ctx, a, "A", &b, "B");
+  requireSameDType(ctx, a, "A", c, "C");
+  requireSameDType(ctx, a, "A", z, "Z");
   const std::string act = ctx.attrString("activation", "");
   const auto kind = parseActivation(act);
   if (!kind) ctx.fail("unknown activation '" + act + "'");

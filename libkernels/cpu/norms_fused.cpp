@@ -8,11 +8,15 @@
 // double, stable when the mean is large beside the spread); an RMSNorm row sums squares
 // (vec::sumSquaredDeviations from 0, in double) and scales. Memory traffic per element: read X
 // (and Skip), write Y (and Sum): the unfused chains read and write every intermediate.
+//
+// float16/bfloat16 nodes are the float32 kernel on float32 copies of the inputs, each output
+// rounded once: Y is normalised from the float32 sum, not from the rounded Sum output.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "compute_common.h"
@@ -78,10 +82,7 @@ struct NormKind {
 
 void runFusedNorm(KernelContext& ctx, NormKind kind) {
   const HostTensor& x = ctx.requireInput(0);
-  if (x.dtype() != DType::Float) {
-    ctx.fail("unsupported element type " + std::string(dtypeName(x.dtype())) +
-             " (float32 only)");
-  }
+  requireFloatOrHalf(ctx, x, "X");
   if (!ctx.node().hasAttr("axis") || !ctx.node().hasAttr("epsilon"))
     ctx.fail("needs both 'axis' and 'epsilon' (its function body cannot default them)");
   const int64_t rank = static_cast<int64_t>(x.rank());
@@ -97,6 +98,7 @@ void runFusedNorm(KernelContext& ctx, NormKind kind) {
   bool skip_per_row = false;  // a [cols] bias broadcast over the rows
   if (kind.skip) {
     const HostTensor& s = ctx.requireInput(next++);
+    requireSameDType(ctx, x, "X", &s, "Skip");
     skip = FloatView(s);
     if (skip.size() == cols && s.dims() != x.dims()) {
       skip_per_row = true;
@@ -104,16 +106,26 @@ void runFusedNorm(KernelContext& ctx, NormKind kind) {
       ctx.fail("Skip must have X's shape or hold one row of the normalised shape");
     }
   }
-  const std::vector<float> scale = rowParameter(ctx, ctx.requireInput(next++), cols, "Scale");
+  const HostTensor& scale_t = ctx.requireInput(next++);
+  requireSameDType(ctx, x, "X", &scale_t, "Scale");
+  const std::vector<float> scale = rowParameter(ctx, scale_t, cols, "Scale");
   std::vector<float> bias;
-  if (!kind.rms) bias = rowParameter(ctx, ctx.requireInput(next++), cols, "B");
+  if (!kind.rms) {
+    const HostTensor& bias_t = ctx.requireInput(next++);
+    requireSameDType(ctx, x, "X", &bias_t, "B");
+    bias = rowParameter(ctx, bias_t, cols, "B");
+  }
 
-  HostTensor& y = ctx.allocateOutput(0, DType::Float, x.dims());
-  float* yd = y.mutableData<float>();
+  FloatSink ys(ctx.allocateOutput(0, x.dtype(), x.dims()));
+  float* yd = ys.data();
+  std::optional<FloatSink> sum_sink;
   float* sum = nullptr;
-  if (kind.skip && ctx.numOutputs() > 1 && ctx.outputWanted(1))
-    sum = ctx.allocateOutput(1, DType::Float, x.dims()).mutableData<float>();
-  const float* xd = x.data<float>();
+  if (kind.skip && ctx.numOutputs() > 1 && ctx.outputWanted(1)) {
+    sum_sink.emplace(ctx.allocateOutput(1, x.dtype(), x.dims()));
+    sum = sum_sink->data();
+  }
+  const FloatView xv(x);
+  const float* xd = xv.data();
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1));
   parallelFor(rows, ctx.numThreads(), grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -132,6 +144,8 @@ void runFusedNorm(KernelContext& ctx, NormKind kind) {
       }
     }
   });
+  ys.commit();
+  if (sum_sink) sum_sink->commit();
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
 // The arithmetic is the exported nodes' own, in float32 and in their order, so that the fused
 // node gives the graph's numbers: the norm is x * (1 / sqrt(mean(x^2) + eps)) * scale as
 // fusectl::RMSNorm computes it (the mean in double), and the rotation x * cos + (-x2) * sin,
-// which is x * cos - x2 * sin exactly.
+// which is x * cos - x2 * sin exactly. float16/bfloat16 nodes compute the same on float32 copies
+// of their inputs and round Y once: the normalised row is never rounded to half.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -67,10 +68,7 @@ void rotateRow(const float* x, float* y, int64_t half, const float* c, const flo
 
 void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved = false) {
   const HostTensor& x = ctx.requireInput(0);
-  if (x.dtype() != DType::Float) {
-    ctx.fail("unsupported element type " + std::string(dtypeName(x.dtype())) +
-             " (float32 only)");
-  }
+  requireFloatOrHalf(ctx, x, "X");
   if (x.rank() == 0) ctx.fail("X must have at least one dim");
   const int64_t rank = static_cast<int64_t>(x.rank());
   const int64_t d = x.dim(rank - 1);
@@ -83,7 +81,9 @@ void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved = false) {
     if (!ctx.node().hasAttr("epsilon"))
       ctx.fail("needs 'epsilon' (its function body cannot default it)");
     eps = ctx.attrFloat("epsilon", 1e-5f);
-    FloatView sv(ctx.requireInput(next++));
+    const HostTensor& scale_t = ctx.requireInput(next++);
+    requireSameDType(ctx, x, "X", &scale_t, "Scale");
+    FloatView sv(scale_t);
     if (sv.size() == d) {
       scale.assign(sv.data(), sv.data() + d);
     } else if (sv.size() == 1) {
@@ -94,14 +94,18 @@ void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved = false) {
   }
   const HostTensor& cos_t = ctx.requireInput(next);
   const HostTensor& sin_t = ctx.requireInput(next + 1);
+  requireSameDType(ctx, x, "X", &cos_t, "Cos");
+  requireSameDType(ctx, x, "X", &sin_t, "Sin");
   if (cos_t.dims() != sin_t.dims()) ctx.fail("Cos and Sin differ in shape");
   const std::vector<int64_t> strides = tableStrides(ctx, x, cos_t, "Cos");
   FloatView cf(cos_t), sf(sin_t);
 
-  HostTensor& y = ctx.allocateOutput(0, DType::Float, x.dims());
+  HostTensor& y = ctx.allocateOutput(0, x.dtype(), x.dims());
   if (x.numel() == 0) return;
-  const float* xd = x.data<float>();
-  float* yd = y.mutableData<float>();
+  const FloatView xv(x);
+  FloatSink ys(y);
+  const float* xd = xv.data();
+  float* yd = ys.data();
   const int64_t rows = x.numel() / d;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(d, 1));
   parallelFor(rows, ctx.numThreads(), grain, [&](int64_t r0, int64_t r1) {
@@ -125,6 +129,7 @@ void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved = false) {
                                               sf.data() + table_offset);
     }
   });
+  ys.commit();
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // fusectl::SwiGLU: Y = G * sigmoid(G) * U, the gated unit of LLaMA-style MLPs, in one pass over
 // memory: each block of G goes through the vectorised Sigmoid into a small stack buffer (it
-// stays in L1), then one loop multiplies in G and U. float32 only (fuse-swiglu emits nothing
-// else); G and U must have the same shape, Y has it.
+// stays in L1), then one loop multiplies in G and U. G and U must have the same shape, Y has
+// it. float16/bfloat16 run the float32 loop on float32 copies of the inputs and round Y once.
 #include <algorithm>
 #include <string>
 
@@ -18,17 +18,16 @@ constexpr int64_t kBlock = 1024;  // floats per Sigmoid block: 4 KiB, well insid
 void runSwiGLU(KernelContext& ctx) {
   const HostTensor& g = ctx.requireInput(0);
   const HostTensor& u = ctx.requireInput(1);
-  if (g.dtype() != DType::Float || u.dtype() != DType::Float) {
-    ctx.fail("G and U must be float32, they are " + std::string(dtypeName(g.dtype())) + " and " +
-             std::string(dtypeName(u.dtype())));
-  }
+  requireFloatOrHalf(ctx, g, "G");
+  requireSameDType(ctx, g, "G", &u, "U");
   if (g.dims() != u.dims()) {
     ctx.fail("G and U must have the same shape (SwiGLU does not broadcast)");
   }
-  HostTensor& y = ctx.allocateOutput(0, DType::Float, g.dims());
-  const float* gp = g.data<float>();
-  const float* up = u.data<float>();
-  float* yp = y.mutableData<float>();
+  const FloatView gv(g), uv(u);
+  FloatSink ys(ctx.allocateOutput(0, g.dtype(), g.dims()));
+  const float* gp = gv.data();
+  const float* up = uv.data();
+  float* yp = ys.data();
   parallelFor(g.numel(), ctx.numThreads(), 1 << 15, [&](int64_t begin, int64_t end) {
     float gate[kBlock];
     for (int64_t b = begin; b < end; b += kBlock) {
@@ -37,23 +36,25 @@ void runSwiGLU(KernelContext& ctx) {
       for (int64_t i = 0; i < n; ++i) yp[b + i] = gp[b + i] * gate[i] * up[b + i];
     }
   });
+  ys.commit();
 }
 
 // X = [rows, 2I]: each row's gate is its first half, its up projection the second.
 void runSwiGLUPacked(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
-  if (x.dtype() != DType::Float)
-    ctx.fail("X must be float32, it is " + std::string(dtypeName(x.dtype())));
+  requireFloatOrHalf(ctx, x, "X");
   if (x.rank() == 0 || x.dims().back() % 2 != 0)
     ctx.fail("X's last dim must be even (gate and up side by side), X is " + formatDims(x.dims()));
   std::vector<int64_t> dims = x.dims();
   const int64_t inter = dims.back() / 2;
   dims.back() = inter;
-  HostTensor& y = ctx.allocateOutput(0, DType::Float, dims);
+  HostTensor& y = ctx.allocateOutput(0, x.dtype(), dims);
   if (y.numel() == 0) return;
   const int64_t rows = y.numel() / inter;
-  const float* xp = x.data<float>();
-  float* yp = y.mutableData<float>();
+  const FloatView xv(x);
+  FloatSink ys(y);
+  const float* xp = xv.data();
+  float* yp = ys.data();
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / inter);
   parallelFor(rows, ctx.numThreads(), grain, [&](int64_t r0, int64_t r1) {
     float gate[kBlock];
@@ -68,6 +69,7 @@ void runSwiGLUPacked(KernelContext& ctx) {
       }
     }
   });
+  ys.commit();
 }
 
 }  // namespace

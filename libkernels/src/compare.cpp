@@ -80,8 +80,17 @@ double elementAsDouble(const HostTensor& t, int64_t i) {
   }
 }
 
+Tolerance Tolerance::forDType(DType t) const {
+  const double epsilon = t == DType::Float16 ? 0x1p-10 : t == DType::BFloat16 ? 0x1p-7 : 0;
+  Tolerance out = *this;
+  out.atol = std::max(atol, half_min_epsilons * epsilon);
+  out.rtol = std::max(rtol, half_min_epsilons * epsilon);
+  return out;
+}
+
 CompareResult compareTensors(const HostTensor& actual, const HostTensor& expected,
-                             const Tolerance& tol) {
+                             const Tolerance& given) {
+  const Tolerance tol = given.forDType(expected.dtype());
   CompareResult r;
   r.dtype_match = actual.dtype() == expected.dtype();
   r.shape_match = actual.dims() == expected.dims();

@@ -94,6 +94,7 @@ std::vector<NodeNumbers> measureReplacementNodes(const Model& original, const Mo
       continue;
     }
     targets[i] = n;
+    r.dtype = out->dtype();
     from_original.insert(out->name());
     for (const Value* in : n->inputs()) {
       if (!in || in->isConstant()) continue;

@@ -16,6 +16,29 @@ bool isFoldableFloat(DType t) {
   return t == DType::Float || t == DType::Double || t == DType::Float16 || t == DType::BFloat16;
 }
 
+std::optional<double> exactReciprocal(double v, DType t) {
+  if (!std::isfinite(v) || v == 0) return std::nullopt;
+  int exponent = 0;
+  if (std::fabs(std::frexp(v, &exponent)) != 0.5) return std::nullopt;
+  double smallest_normal = 2.2250738585072014e-308, largest = 1.7976931348623157e+308;
+  switch (t) {
+    case DType::Float:
+    case DType::BFloat16:  // float32's exponent range, 8 significant bits
+      smallest_normal = 1.1754943508222875e-38;
+      largest = t == DType::Float ? 3.4028234663852886e+38 : 3.3895313892515355e+38;
+      break;
+    case DType::Float16:
+      smallest_normal = 6.103515625e-05;
+      largest = 65504.0;
+      break;
+    case DType::Double: break;
+    default: return std::nullopt;
+  }
+  const double r = 1.0 / v;
+  if (std::fabs(r) < smallest_normal || std::fabs(r) > largest) return std::nullopt;
+  return r;
+}
+
 std::vector<double> constantAsDoubles(const Tensor& t) {
   const int64_t n = t.numel();
   std::vector<double> out(static_cast<size_t>(n));

@@ -21,6 +21,11 @@ namespace fusectl::passes {
 // float, double, float16, bfloat16: the dtypes whose constants passes may fold.
 bool isFoldableFloat(DType t);
 
+// 1/v when v is a power of two whose reciprocal is a normal number of the float type `t`
+// (float32, float64, float16, bfloat16), so that x * (1/v) is x / v bit for bit; nullopt
+// otherwise (canonicalize's div-by-constant and the catalog rule that explains its refusals).
+std::optional<double> exactReciprocal(double v, DType t);
+
 // Every element of a numeric tensor as double (row-major).
 std::vector<double> constantAsDoubles(const Tensor& t);
 

@@ -125,6 +125,11 @@ Constraint batchNormInference(std::string capture) {
           }};
 }
 
+const std::vector<DType>& fusibleFloatTypes() {
+  static const std::vector<DType> types = {DType::Float, DType::Float16, DType::BFloat16};
+  return types;
+}
+
 Constraint dtypeIn(std::vector<std::string> captures, std::vector<DType> dtypes) {
   std::string names;
   for (const std::string& c : captures) names += (names.empty() ? "" : ",") + c;

@@ -27,11 +27,11 @@ void appendOnce(std::vector<std::string>& out, const std::string& s) {
 // ---- merge-narrow-projections (merge-parallel-matmuls' condition 3) ----
 
 // What merge-parallel-matmuls takes as a member (its condition 1): a MatMul reading `x` as A
-// with a constant 2-D float32 weight.
+// with a constant 2-D weight of x's dtype.
 bool isProjectionOf(const Node& n, const Value* x) {
   if (!n.is("MatMul") || n.numInputs() < 2 || n.input(0) != x || n.input(1) == x) return false;
   const Value* w = n.input(1);
-  return w && w->isConstant() && w->dtype() == DType::Float &&
+  return w && w->isConstant() && w->dtype() == x->dtype() &&
          w->initializer()->dims().size() == 2;
 }
 
@@ -54,16 +54,19 @@ Constraint firstOfParallelProjections() {
             if (group.size() < 2 || group[0] != mm) {
               return why.fail(*mm, [&] {
                 if (group.size() < 2) {
-                  return fmt::format("{} is the only MatMul of '{}' by a constant 2-D float weight",
+                  return fmt::format("{} is the only MatMul of '{}' by a constant 2-D weight of its type",
                                      mm->label(), x->name());
                 }
                 return fmt::format("{} is not the first projection of '{}' ({} is)", mm->label(),
                                    x->name(), group[0]->label());
               });
             }
-            if (x->dtype() != DType::Float || !x->shape().hasRank() || x->shape().rank() < 2) {
+            const std::vector<DType>& fusible = constraints::fusibleFloatTypes();
+            if (std::find(fusible.begin(), fusible.end(), x->dtype()) == fusible.end() ||
+                !x->shape().hasRank() || x->shape().rank() < 2) {
               return why.fail(*mm, [&] {
-                return fmt::format("'{}' is {} with shape {}: the pass merges float32 of rank >= 2 only",
+                return fmt::format("'{}' is {} with shape {}: the pass merges float32, float16 or "
+                                   "bfloat16 of rank >= 2 only",
                                    x->name(), dtypeName(x->dtype()), x->shape().str());
               });
             }
@@ -90,23 +93,13 @@ Constraint narrowestUnderHalfWidest() {
 }
 
 Pattern mergeNarrowProjections() {
-  Pattern p = Pattern::parse("mm:MatMul[dtype=float]($x, $w:const)", "merge-narrow-projections");
+  Pattern p = Pattern::parse("mm:MatMul[dtype=float|float16|bfloat16]($x, $w:const)", "merge-narrow-projections");
   p.require(firstOfParallelProjections()).require(narrowestUnderHalfWidest());
   return p.producing({"MatMul", "Slice"});
 }
 
 // ---- div-by-inexact-constant, div-by-sqrt-to-reciprocal (canonicalize) ----
 
-// Whether 1/v is exact in `t` and a normal number: v a power of two (canonicalize's condition 3).
-bool hasExactReciprocal(double v, DType t) {
-  if (!std::isfinite(v) || v == 0) return false;
-  int exponent = 0;
-  if (std::fabs(std::frexp(v, &exponent)) != 0.5) return false;
-  const double r = std::fabs(1.0 / v);
-  const double smallest_normal = t == DType::Float ? 1.1754943508222875e-38 : 2.2250738585072014e-308;
-  const double largest = t == DType::Float ? 3.4028234663852886e+38 : 1.7976931348623157e+308;
-  return r >= smallest_normal && r <= largest;
-}
 
 // A constant x is fold-constants' business, as canonicalize says.
 Constraint computedDividend() {
@@ -132,7 +125,7 @@ Constraint inexactReciprocal() {
               });
             }
             for (double v : constantAsDoubles(*c->initializer()))
-              if (!hasExactReciprocal(v, c->dtype())) return true;
+              if (!exactReciprocal(v, c->dtype())) return true;
             return why.fail(*d, [&] {
               return fmt::format("{} divides by '{}', every element a power of two: canonicalize "
                                  "rewrites that exactly",
@@ -142,7 +135,7 @@ Constraint inexactReciprocal() {
 }
 
 Pattern divByInexactConstant() {
-  Pattern p = Pattern::parse("d:Div[dtype=float|double]($x, $c:const)", "div-by-inexact-constant");
+  Pattern p = Pattern::parse("d:Div[dtype=float|double|float16|bfloat16]($x, $c:const)", "div-by-inexact-constant");
   p.require(computedDividend()).require(inexactReciprocal());
   return p.producing({"Mul"});
 }

@@ -97,14 +97,22 @@ Constraint trailingReduceAxes(std::vector<std::string> reduces, std::string x_le
 }
 
 Constraint floatChain(std::vector<std::string> captures) {
-  return {"float32", [captures](const Match& m, Why& why) {
+  return {"float-chain", [captures](const Match& m, Why& why) {
+            const DType first = m.get(captures.front())->output(0)->dtype();
+            const std::vector<DType>& fusible = constraints::fusibleFloatTypes();
             for (const std::string& c : captures) {
               const Node* n = m.get(c);
               const DType t = n->output(0)->dtype();
-              if (t == DType::Float) continue;
+              if (t == first && std::find(fusible.begin(), fusible.end(), t) != fusible.end())
+                continue;
               return why.fail(*n, [&] {
-                return fmt::format("{} output is {}, not float: each op of the chain rounds to "
-                                   "it, the fused norm would round once",
+                if (t != first) {
+                  return fmt::format("{} output is {}, {} is {}: the chain mixes dtypes",
+                                     n->label(), dtypeName(t),
+                                     m.get(captures.front())->label(), dtypeName(first));
+                }
+                return fmt::format("{} output is {}, not float, float16 or bfloat16 (the fused "
+                                   "norms compute those in float32)",
                                    n->label(), dtypeName(t));
               });
             }
@@ -144,10 +152,11 @@ Constraint rowParameter(std::string leaf, std::string reader, std::string reduce
                                    n->label(), nonConstantOrigin(*p));
               });
             }
-            if (p->dtype() != DType::Float) {
+            const DType x_type = m.value(x_leaf)->dtype();
+            if (p->dtype() != x_type) {
               return why.fail(*n, [&] {
-                return fmt::format("{} '{}' is {}, not float", role, p->name(),
-                                   dtypeName(p->dtype()));
+                return fmt::format("{} '{}' is {}, the normalised input is {}", role, p->name(),
+                                   dtypeName(p->dtype()), dtypeName(x_type));
               });
             }
             Why quiet(false);
@@ -186,24 +195,25 @@ Tensor rowTensor(const Tensor& t, const std::vector<int64_t>& dims) {
     stride[i] = src_dims[i] == 1 ? 0 : s;
     s *= src_dims[i];
   }
-  std::vector<float> out(static_cast<size_t>(n));
+  // Doubles hold every value of the parameter's dtype exactly, so the copy is exact.
+  std::vector<double> out(static_cast<size_t>(n));
   std::vector<int64_t> idx(dims.size(), 0);
   for (int64_t i = 0; i < n; ++i) {
     int64_t src = 0;
     for (size_t d = 0; d < dims.size(); ++d) src += idx[d] * stride[d];
-    out[static_cast<size_t>(i)] = static_cast<float>(t.valueAsDouble(src));
+    out[static_cast<size_t>(i)] = t.valueAsDouble(src);
     for (size_t d = dims.size(); d-- > 0;) {
       if (++idx[d] < dims[d]) break;
       idx[d] = 0;
     }
   }
-  return Tensor::fromValues(DType::Float, dims, out);
+  return tensorFromDoubles(t.dtype(), dims, out);
 }
 
-Tensor filledTensor(const std::vector<int64_t>& dims, float value) {
+Tensor filledTensor(DType dtype, const std::vector<int64_t>& dims, float value) {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
-  return Tensor::fromValues(DType::Float, dims, std::vector<float>(static_cast<size_t>(n), value));
+  return tensorFromDoubles(dtype, dims, std::vector<double>(static_cast<size_t>(n), value));
 }
 
 }  // namespace fusectl::passes

@@ -32,12 +32,13 @@ std::optional<NormGeometry> normGeometry(const Node& reduce, const Value& x, Why
 // Every ReduceMean among `reduces` normalises the trailing axes of leaf `x_leaf`, all the same
 // axes, keeping the reduced dims; x's normalised dims are static.
 Constraint trailingReduceAxes(std::vector<std::string> reduces, std::string x_leaf);
-// Every capture's output 0 is float32 (a float16 chain rounds after every op, the fused norm
-// once; an fp16 export's Casts to float leave a float chain inside them).
+// Every capture's output 0 has one dtype, a fusible float (fusibleFloatTypes: a float16 chain
+// rounds after every op, the fused norm computes in float32 and rounds once; an fp16 export
+// that wraps its norms in Casts to float leaves a float32 chain inside them).
 Constraint floatChain(std::vector<std::string> captures);
 // Leaf `eps_leaf` (what node `add` adds to the variance) is a one-element constant.
 Constraint constantEpsilon(std::string eps_leaf, std::string add);
-// Leaf `leaf` (what node `reader` multiplies or adds) is a float constant that broadcasts over
+// Leaf `leaf` (what node `reader` multiplies or adds) is a constant of x's dtype that broadcasts over
 // the normalised axes only (1 or the dim there, 1 before them), so that the chain's output keeps
 // x's shape and the value is one row of parameters. `role` names it in reasons ("scale").
 Constraint rowParameter(std::string leaf, std::string reader, std::string reduce,
@@ -45,9 +46,9 @@ Constraint rowParameter(std::string leaf, std::string reader, std::string reduce
 
 // The one value of a one-element constant.
 float scalarValue(const Value& v);
-// A row parameter (rowParameter held) as a float tensor of exactly `dims`.
+// A row parameter (rowParameter held) as a tensor of its own dtype of exactly `dims`.
 Tensor rowTensor(const Tensor& t, const std::vector<int64_t>& dims);
-// A float tensor of `dims` filled with `value` (a unit scale, a zero bias).
-Tensor filledTensor(const std::vector<int64_t>& dims, float value);
+// A tensor of `dtype` and `dims` filled with `value` (a unit scale, a zero bias).
+Tensor filledTensor(DType dtype, const std::vector<int64_t>& dims, float value);
 
 }  // namespace fusectl::passes

@@ -30,18 +30,22 @@ double parseNumber(std::string_view item, std::string_view text) {
   return v;
 }
 
-bool within(const SiteMeasurement& m, const GateThresholds& t) {
+bool within(const SiteMeasurement& m, const GateThresholds& given) {
+  const GateThresholds t = given.forDType(m.dtype);
   return m.cosine >= t.min_cosine && m.max_abs_error <= t.max_abs_error &&
          m.p99_abs_error <= t.max_p99_abs_error;
 }
 
-std::string outside(const SiteMeasurement& m, const GateThresholds& t) {
+std::string outside(const SiteMeasurement& m, const GateThresholds& given) {
+  const GateThresholds t = given.forDType(m.dtype);
   std::vector<std::string> why;
   if (!(m.cosine >= t.min_cosine)) why.push_back(fmt::format("cosine {:.9g} < {:.9g}", m.cosine, t.min_cosine));
   if (!(m.max_abs_error <= t.max_abs_error))
     why.push_back(fmt::format("max abs {:.3g} > {:.3g}", m.max_abs_error, t.max_abs_error));
   if (!(m.p99_abs_error <= t.max_p99_abs_error))
     why.push_back(fmt::format("p99 abs {:.3g} > {:.3g}", m.p99_abs_error, t.max_p99_abs_error));
+  if (t.max_abs_error != given.max_abs_error)
+    why.push_back(fmt::format("absolute limits scaled for {}", dtypeName(m.dtype)));
   return fmt::format("{}", fmt::join(why, ", "));
 }
 
@@ -57,6 +61,15 @@ GatedSite gatedSite(const FusionSite& f, int round) {
 }
 
 }  // namespace
+
+GateThresholds GateThresholds::forDType(DType t) const {
+  // Machine epsilons relative to float32's 2^-23: float16 has 10 fraction bits, bfloat16 7.
+  const double scale = t == DType::Float16 ? 8192.0 : t == DType::BFloat16 ? 65536.0 : 1.0;
+  GateThresholds out = *this;
+  out.max_abs_error *= scale;
+  out.max_p99_abs_error *= scale;
+  return out;
+}
 
 GateThresholds parseGateSpec(std::string_view spec) {
   GateThresholds t;

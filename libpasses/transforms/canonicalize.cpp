@@ -30,8 +30,11 @@
 //     so 1/c is exact and x * (1/c) is x / c bit for bit. Other divisors are kept: x / c and
 //     x * fl(1/c) differ by up to one ulp, and the fusions accept Div as well as Mul where a
 //     scale is a constant (attention's 1/sqrt(d), Gelu's sqrt(2)).
-//  4. The arithmetic is float32 or float64 (pow-rsqrt, div-by-constant, hard-swish): a float16
-//     chain rounds after each op, and the replacement would round differently.
+//  4. The arithmetic is a float type. pow-rsqrt takes float32 and float64 only: in float16 the
+//     replacement's two roundings are 1.5 half ulps (relative 1.5e-3) from Pow's one. div-one
+//     and div-by-constant are exact in every float type, half included (1/c is a power of two
+//     that the half type holds as a normal number). hard-swish takes half as a fusion does: the
+//     HardSigmoid's rounding and the Mul's become HardSwish's one.
 //  5. hard-swish: the model's opset is at least 14 (HardSwish does not exist before; the pass
 //     does not raise the model's opset, which would change other ops' semantics), and the
 //     HardSigmoid is read by that Mul only (otherwise it would be computed twice).
@@ -62,6 +65,9 @@ std::string describeConstant(const Value* c) {
 }
 
 bool isFloat32Or64(DType t) { return t == DType::Float || t == DType::Double; }
+bool isFloatType(DType t) {
+  return isFloat32Or64(t) || t == DType::Float16 || t == DType::BFloat16;
+}
 
 // A `$name:const` leaf also matches a Constant node's output, whose values these rewrites do not
 // read (they read initializers); fold-constants turns such a node into an initializer at -O1,
@@ -110,12 +116,10 @@ Constraint floatArithmetic(std::string capture) {
   return {"dtype:" + capture, [capture](const Match& m, Why& why) {
             Node* n = m.get(capture);
             const DType t = n->output(0)->dtype();
-            if (isFloat32Or64(t)) return true;
+            if (isFloatType(t)) return true;
             return why.fail(*n, [&] {
-              return fmt::format(
-                  "{} computes in {}: only float32/float64 are rewritten (the replacement "
-                  "would round differently)",
-                  n->label(), dtypeName(t));
+              return fmt::format("{} computes in {}: only float types are rewritten",
+                                 n->label(), dtypeName(t));
             });
           }};
 }
@@ -234,17 +238,6 @@ Pattern divOnePattern() {
   return p;
 }
 
-// 1/v when v is a power of two whose reciprocal is a normal number of `t`; nullopt otherwise.
-std::optional<double> exactReciprocal(double v, DType t) {
-  if (!std::isfinite(v) || v == 0) return std::nullopt;
-  int exponent = 0;
-  if (std::fabs(std::frexp(v, &exponent)) != 0.5) return std::nullopt;
-  const double r = 1.0 / v;
-  const double smallest_normal = t == DType::Float ? 1.1754943508222875e-38 : 2.2250738585072014e-308;
-  const double largest = t == DType::Float ? 3.4028234663852886e+38 : 1.7976931348623157e+308;
-  if (std::fabs(r) < smallest_normal || std::fabs(r) > largest) return std::nullopt;
-  return r;
-}
 
 Constraint divisorHasExactReciprocal() {
   return {"exact-reciprocal:d", [](const Match& m, Why& why) {

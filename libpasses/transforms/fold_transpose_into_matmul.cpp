@@ -19,6 +19,7 @@
 // already, so at -O3 the case that remains is the activation's.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "constant_math.h"
@@ -68,13 +69,14 @@ Constraint gemmForm() {
             if (c->is("Gemm") || t->input(0)->isConstant()) return true;
             for (size_t i = 0; i < 2; ++i) {
               const Value* v = c->input(i);
+              const std::vector<DType>& fusible = constraints::fusibleFloatTypes();
               const bool ok = v->shape().hasRank() && v->shape().rank() == 2 &&
-                              v->dtype() == DType::Float;
+                              std::find(fusible.begin(), fusible.end(), v->dtype()) != fusible.end();
               if (ok) continue;
               return why.fail(*c, [&] {
                 return fmt::format(
-                    "{} operand '{}' is {} {}: a Gemm with transA/transB needs 2-D float32 "
-                    "operands",
+                    "{} operand '{}' is {} {}: a Gemm with transA/transB needs 2-D float32, "
+                    "float16 or bfloat16 operands",
                     c->label(), v->name(), dtypeName(v->dtype()), v->shape().str());
               });
             }

@@ -34,7 +34,8 @@
 //  6. K^T is a Transpose of a rank-4 value;
 //  7. Q, K and V have rank 4, one batch, equal head sizes, and the head counts are derivable:
 //     Hq a static multiple of Hkv, or the two provably equal;
-//  8. float32, and the model's opset is at least 13 (the function body needs it).
+//  8. float32, float16 or bfloat16 (fusibleFloatTypes; the mask of the scores' dtype), and the
+//     model's opset is at least 13 (the function body needs it).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -320,13 +321,15 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
   if (Node* add = site.mask_add) {
     const Shape& out = add->output(0)->shape();
     const Shape& ms = site.mask->shape();
+    const DType out_type = add->output(0)->dtype();
     bool same = out.hasRank() && scores_shape.hasRank() && out.rank() == scores_shape.rank();
     for (size_t i = 0; same && i < out.rank(); ++i) same = out[i].provablyEqual(scores_shape[i]);
-    if (!same || !ms.hasRank() || ms.rank() > 4 || site.mask->dtype() != DType::Float) {
+    if (!same || !ms.hasRank() || ms.rank() > 4 || site.mask->dtype() != out_type) {
       why.fail(*add, [&] {
         return fmt::format("{} mask '{}' of shape {} does not provably broadcast to the scores {} "
-                           "(the sum has shape {}; the mask must be float32 of rank <= 4)",
-                           add->label(), site.mask->name(), ms.str(), scores_shape.str(), out.str());
+                           "(the sum has shape {}; the mask must be {} of rank <= 4)",
+                           add->label(), site.mask->name(), ms.str(), scores_shape.str(), out.str(),
+                           dtypeName(out_type));
       });
       return std::nullopt;
     }
@@ -434,7 +437,7 @@ Pattern buildPattern() {
       .require(check("causal-mask", kCausal))
       .require(check("k-transposed", kTranspose))
       .require(check("heads-derivable", kHeads))
-      .require(dtypeIn({"sm", "pv"}, {DType::Float}));
+      .require(dtypeIn({"sm", "pv"}, fusibleFloatTypes()));
   p.producing({"fusectl::Attention"});
   return p;
 }
@@ -484,7 +487,12 @@ class FuseAttentionPass : public Pass {
       k = rw.addNode(std::move(t), site.k_source->name() + "_heads", type, pv)->output(0);
     }
     Value* mask = site.mask;
-    if (!mask) mask = rw.addConstant("attention_no_mask", Tensor::fromValues(DType::Float, {}, std::vector<float>{0.f}));
+    if (!mask) {
+      const DType t = pv->output(0)->dtype();
+      const std::string name = t == DType::Float ? "attention_no_mask"
+                                                 : fmt::format("attention_no_mask_{}", dtypeName(t));
+      mask = rw.addConstant(name, tensorFromDoubles(t, {}, {0.0}));
+    }
     NewNode attention;
     attention.op_type = "Attention";
     attention.domain = "fusectl";

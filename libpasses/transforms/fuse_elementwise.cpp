@@ -15,7 +15,8 @@
 // A node may join when, each failure a reported rejection where it keeps a neighbour out:
 //  1. its op is in the program's instruction set (op classes elementwise-unary/-binary and
 //     activation; Max/Min of exactly two inputs; Clip with constant bounds; the exact Gelu);
-//  2. every input and its output are float32 (the kernel's type);
+//  2. its output is float32, float16 or bfloat16 (fusibleFloatTypes) and its inputs are of that
+//     type (the kernel computes half in float32: the group's roundings after each op become one);
 //  3. its output is no graph output and is read by group members only (one output leaves the
 //     group), and has the group output's shape: a smaller value would be computed again for
 //     every output element it broadcasts to (a [1, 1, 1, S] mask chain 12 x S times over), so
@@ -24,7 +25,7 @@
 //     fusectl::Elementwise's inputs);
 //  and the model imports opset 7 or later (before it the binary ops broadcast one way, along an
 //  `axis`).
-// One-element float constants become numbers in the program when that cannot change the
+// One-element constants of the group's type become numbers in the program when that cannot change the
 // output's rank; other constants (a bias, a per-channel scale) are inputs.
 #include <fmt/format.h>
 
@@ -53,9 +54,15 @@ struct Translation {
   std::vector<Value*> operands;
 };
 
-// A one-element float32 constant's value (constant_math's scalarConstant, float32 only).
+bool fusibleFloat(DType t) {
+  const std::vector<DType>& types = constraints::fusibleFloatTypes();
+  return std::find(types.begin(), types.end(), t) != types.end();
+}
+
+// A one-element constant's value, of a fusible float type (a float16/bfloat16 value is exact in
+// float32, so the program's float32 constant is the model's constant).
 std::optional<float> constantScalar(const Value* v) {
-  if (!v || v->dtype() != DType::Float) return std::nullopt;
+  if (!v || !fusibleFloat(v->dtype())) return std::nullopt;
   std::optional<double> c = scalarConstant(v);
   if (!c) return std::nullopt;
   return static_cast<float>(*c);
@@ -138,17 +145,18 @@ std::optional<Translation> translate(const Node& n, int64_t opset, std::string& 
     }
     t.operands.push_back(v);
   }
+  const DType type = n.output(0)->dtype();
+  if (!fusibleFloat(type)) {
+    why = fmt::format("{} writes type {}; Elementwise computes float32, float16 or bfloat16",
+                      n.label(), dtypeName(type));
+    return std::nullopt;
+  }
   for (const Value* v : t.operands) {
-    if (v->dtype() != DType::Float) {
-      why = fmt::format("{} reads '{}' of type {}; Elementwise computes float32", n.label(),
-                        v->name(), dtypeName(v->dtype()));
+    if (v->dtype() != type) {
+      why = fmt::format("{} reads '{}' of type {} and writes {}; an Elementwise group has one "
+                        "type", n.label(), v->name(), dtypeName(v->dtype()), dtypeName(type));
       return std::nullopt;
     }
-  }
-  if (n.output(0)->dtype() != DType::Float) {
-    why = fmt::format("{} writes type {}; Elementwise computes float32", n.label(),
-                      dtypeName(n.output(0)->dtype()));
-    return std::nullopt;
   }
   return t;
 }

@@ -27,8 +27,9 @@
 // Legality, checked in this order (each failure is a reported rejection):
 //  1. Every intermediate (c, the Add's output before an activation, the Sigmoid's output)
 //     is read by the fused nodes only and is not a graph output: it disappears.
-//  2. Every tensor involved is float32: the kernels compute in float, and a float16 model would
-//     silently gain float32 rounding.
+//  2. Every tensor involved is float32, float16 or bfloat16 (fusibleFloatTypes): the kernels
+//     compute in float32, so a half chain's roundings after the Conv and after each epilogue op
+//     become one rounding of the result.
 //  3. Residual: the Add's other input is not c itself, not a constant (a per-channel constant is
 //     fuse-bias-add's job), and its shape is provably c's shape (Z is read without
 //     broadcasting).
@@ -237,7 +238,7 @@ std::vector<Form> buildForms(int64_t opset) {
       p.require(constraints::uniqueConsumer("c"));
       if (s.residual && s.activation) p.require(constraints::uniqueConsumer("add"));
     }
-    // 2. float32 throughout
+    // 2. one fusible float type throughout
     std::vector<std::string> captures = {"c"};
     if (s.residual) captures.push_back("add");
     if (s.silu) {
@@ -246,7 +247,7 @@ std::vector<Form> buildForms(int64_t opset) {
     } else if (s.activation) {
       captures.push_back("act");
     }
-    p.require(constraints::dtypeIn(captures, {DType::Float}));
+    p.require(constraints::dtypeIn(captures, constraints::fusibleFloatTypes()));
     // 3. residual
     if (s.residual) p.require(residualLegal("c", "add"));
     // 4-5. activation parameters

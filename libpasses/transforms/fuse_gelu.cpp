@@ -22,7 +22,8 @@
 //     node of the chain only and is not a graph output: it disappears.
 //  3. The chain's output has x's shape for every value of the symbolic dims (a constant of
 //     higher rank would broadcast x; Gelu(x) does not).
-//  4. Everything is float32: a float16 chain rounds after each op, the fused Gelu once.
+//  4. Everything is float32, float16 or bfloat16 (fusibleFloatTypes): a half chain rounds after
+//     each op; the fused Gelu computes in float32 and rounds once.
 //
 // The tanh approximation (GPT-2's "gelu_new"), 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))):
 //   gelu-tanh            inner:Mul -> ^t:Tanh -> one:Add -> inner2:Mul -> outer:Mul
@@ -337,7 +338,7 @@ Pattern buildPattern(bool half_first) {
       .require(uniqueConsumer(half_first ? "half" : "inner"))
       .require(outputKeepsInputShape(half_first));
   std::vector<std::string> all = {"s", "e", "one", "outer", half_first ? "half" : "inner"};
-  p.require(dtypeIn(all, {DType::Float}));
+  p.require(dtypeIn(all, fusibleFloatTypes()));
   return p;
 }
 
@@ -356,7 +357,7 @@ Pattern buildTanhPattern(bool half_first) {
       .require(uniqueConsumer(half_first ? "half" : "inner2"))
       .require(outputKeepsInputShape(half_first, true));
   std::vector<std::string> all = {"inner", "t", "one", "outer", half_first ? "half" : "inner2"};
-  p.require(dtypeIn(all, {DType::Float}));
+  p.require(dtypeIn(all, fusibleFloatTypes()));
   return p;
 }
 
@@ -406,7 +407,7 @@ Pattern buildQuickGeluPattern() {
                                        out->label(), o.str(), in.str(), x->name());
                   });
                 }})
-      .require(dtypeIn({"s", "sig", "out"}, {DType::Float}));
+      .require(dtypeIn({"s", "sig", "out"}, fusibleFloatTypes()));
   return p;
 }
 

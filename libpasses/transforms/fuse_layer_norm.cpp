@@ -21,8 +21,11 @@
 //     bias that fails this is left outside: the next form without it fuses the rest.
 //  4. Every intermediate is read only inside the chain and is no graph output (d by its square
 //     and the division).
-//  5. Everything is float32 (an fp16 export wraps the norm in Casts to float: the float chain
-//     inside fuses, the Casts stay).
+//  5. The chain computes in one dtype, float32, float16 or bfloat16 (fusibleFloatTypes), and the
+//     scale and bias are of that dtype. A float16 chain becomes a float16 node that computes in
+//     float32 and rounds once (a standard LayerNormalization's stash_type 1 says the same). An
+//     fp16 export that wraps its norms in Casts to float leaves a float32 chain: that fuses and
+//     the Casts stay.
 #include <fmt/format.h>
 
 #include "fusectl/passes/rewriter.h"
@@ -105,7 +108,8 @@ class FuseLayerNormPass : public Pass {
     auto parameter = [&](const char* leaf, const char* suffix, float fill) -> Value* {
       Value* p = leaf ? m.value(leaf) : nullptr;
       if (p && p->initializer()->dims() == g.dims) return p;
-      Tensor t = p ? rowTensor(*p->initializer(), g.dims) : filledTensor(g.dims, fill);
+      Tensor t =
+          p ? rowTensor(*p->initializer(), g.dims) : filledTensor(x->dtype(), g.dims, fill);
       return rw.addConstant(base + suffix, std::move(t));
     };
     NewNode node;

@@ -29,7 +29,8 @@
 //  1. Every intermediate (the MatMul output, the biased sum before a residual or activation, the
 //     residual sum before an activation, the Sigmoid) is read by the fused nodes only and is not
 //     a graph output: it disappears.
-//  2. Everything is float32: the kernel computes in float.
+//  2. Everything is float32, float16 or bfloat16 (fusibleFloatTypes): the kernel computes in
+//     float32 and rounds the result once.
 //  3. The weight W is a constant of rank 2 (packed once per session), and A has a known rank
 //     >= 2 (a vector A has no row to give the GEMM).
 //  4. The bias is broadcast on the last axis only: its shape is [N] or [1, ..., 1, N] with rank
@@ -221,7 +222,7 @@ std::vector<Form> buildForms() {
     } else if (f.activation) {
       p.require(constraints::uniqueConsumer(last_sum));
     }
-    // 2. float32 throughout
+    // 2. one fusible float type throughout
     std::vector<std::string> captures = {"mm"};
     if (f.bias) captures.push_back("bias");
     if (f.residual) captures.push_back("add");
@@ -231,7 +232,7 @@ std::vector<Form> buildForms() {
     } else if (f.activation) {
       captures.push_back("act");
     }
-    p.require(constraints::dtypeIn(captures, {DType::Float}));
+    p.require(constraints::dtypeIn(captures, constraints::fusibleFloatTypes()));
     // 3-6.
     p.require(weightAndActivations());
     if (f.bias) p.require(biasOnLastAxis());

@@ -21,10 +21,11 @@
 //  1. The ReduceMean reduces the trailing axes of x (keepdims on, axes constant); x's
 //     normalised dims are static.
 //  2. epsilon is a one-element float constant.
-//  3. The scale is a float constant that broadcasts over the normalised axes only (else it stays
+//  3. The scale is a constant of x's dtype that broadcasts over the normalised axes only (else it stays
 //     outside and the weight-free form fuses).
 //  4. Every intermediate is read only inside the chain and is no graph output.
-//  5. Everything is float32.
+//  5. The chain computes in one dtype: float32, or float16/bfloat16 (a half chain without the
+//     Casts becomes a half node that computes in float32 and rounds once).
 #include <fmt/format.h>
 
 #include "fusectl/passes/rewriter.h"
@@ -92,7 +93,8 @@ class FuseRmsNormPass : public Pass {
       scale = rw.addConstant(last->output(0)->name() + "_scale",
                              rowTensor(*m.value("scale")->initializer(), g.dims));
     } else {
-      scale = rw.addConstant(last->output(0)->name() + "_unit_scale", filledTensor({1}, 1.f));
+      scale = rw.addConstant(last->output(0)->name() + "_unit_scale",
+                             filledTensor(x->dtype(), {1}, 1.f));
     }
     NewNode node;
     node.op_type = "RMSNorm";

@@ -31,7 +31,7 @@
 //  3. The intermediates are read only inside the match and are no graph outputs.
 //  4. QK-norm forms: the RMSNorm normalises the last axis only, its scale has D elements or
 //     one, and the Transpose keeps the last axis last.
-//  5. Everything is float32 (the kernels' type).
+//  5. Everything is float32, float16 or bfloat16 (fusibleFloatTypes; half computed in float32).
 //   rotary-interleaved         GPT-J's rotate_every_two: Add(Mul($x, $cos), Mul(Reshape(Concat(
 //                              Unsqueeze(Neg(x[1::2]), -1), Unsqueeze(x[0::2], -1), -1)), $sin))
 //                              => fusectl::InterleavedRotaryEmbedding(x, cos, sin)
@@ -345,7 +345,7 @@ Pattern buildPattern(Form f) {
     if (qkNorm(f)) p.require(qkNormQualifies(f));
     std::vector<std::string> typed = {"y", "xc", "xs", "cat", "neg"};
     if (qkNorm(f)) typed.push_back("norm");
-    p.require(dtypeIn(typed, {DType::Float}));
+    p.require(dtypeIn(typed, fusibleFloatTypes()));
     return p;
   }
   Pattern p = Pattern::parse(
@@ -366,7 +366,7 @@ Pattern buildPattern(Form f) {
   // Not the Slices: their starts/ends are int64; Neg and Concat see their float outputs.
   std::vector<std::string> typed = {"y", "xc", "xs", "cat", "neg"};
   if (qkNorm(f)) typed.push_back("norm");
-  p.require(dtypeIn(typed, {DType::Float}));
+  p.require(dtypeIn(typed, fusibleFloatTypes()));
   return p;
 }
 

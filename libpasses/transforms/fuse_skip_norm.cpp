@@ -21,7 +21,8 @@
 //     broadcast on the last axis only ([H] or [1, ..., H]) of a norm over that one axis.
 //  3. A standard LayerNormalization has stash_type 1 and no Mean/InvStdDev output in use, and
 //     a bias or a scale of static shape (its zeros take the missing bias's place).
-//  4. Everything is float32.
+//  4. Everything is float32, float16 or bfloat16 (fusibleFloatTypes; one dtype, as the ops
+//     require). A half node computes the sum in float32 and normalises it before rounding.
 #include <fmt/format.h>
 
 #include "fusectl/graph/op_classes.h"
@@ -163,7 +164,7 @@ Pattern buildPattern(NormOp op) {
   p.producing({op == NormOp::RMSNorm ? "fusectl::SkipRMSNorm" : "fusectl::SkipLayerNorm"});
   p.require(notGraphOutput("a")).require(sumBetterInEpilogue()).require(residualShapes());
   if (op == NormOp::StandardLayerNorm) p.require(standardLayerNormQualifies());
-  p.require(dtypeIn({"a", "n"}, {DType::Float}));
+  p.require(dtypeIn({"a", "n"}, fusibleFloatTypes()));
   return p;
 }
 
@@ -194,7 +195,7 @@ class FuseSkipNormPass : public Pass {
       Value* bias = n->input(2);
       if (!bias) {
         bias = rw.addConstant(n->output(0)->name() + "_bias",
-                              filledTensor(n->input(1)->shape().staticDims(), 0.f));
+                              filledTensor(n->input(1)->dtype(), n->input(1)->shape().staticDims(), 0.f));
       }
       node.inputs.push_back(bias);
     }

@@ -16,7 +16,7 @@
 //     something else), and out multiplies silu by another value, up.
 //  2. The Sigmoid's and silu's outputs are read by the chain only and are not graph outputs.
 //  3. g, up and Y provably have one shape: SwiGLU does not broadcast.
-//  4. Everything is float32 (the kernel's type).
+//  4. Everything is float32, float16 or bfloat16 (fusibleFloatTypes; half computed in float32).
 // When gate and up are the two halves of one value's last dim (merge-parallel-matmuls reads its
 // merged gate/up MatMul through Slice(x, [0, I)) and Slice(x, [I, 2I))), each Slice read by the
 // chain only, the node is fusectl::SwiGLUPacked(x) instead and the Slices go too: the SwiGLU
@@ -120,7 +120,7 @@ Pattern build() {
       .require(uniqueConsumer("sig"))
       .require(uniqueConsumer("silu"))
       .require(sameShapes())
-      .require(dtypeIn({"sig", "silu", "out"}, {DType::Float}));
+      .require(dtypeIn({"sig", "silu", "out"}, fusibleFloatTypes()));
   return p;
 }
 

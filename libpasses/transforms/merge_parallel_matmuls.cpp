@@ -13,8 +13,9 @@
 // [1, ..., 1, N_i]); a member without one contributes zeros to the merged bias.
 //
 // Conditions, per shared input X (each failure is a reported rejection):
-//  1. At least two MatMuls read X as their A with a constant 2-D float32 weight; X is float32
-//     with a known rank >= 2. (Gemm is not taken: its transB and 2-D A need other rules.)
+//  1. At least two MatMuls read X as their A with a constant 2-D weight of X's dtype; X is
+//     float32, float16 or bfloat16 with a known rank >= 2 (the merge copies weights and biases
+//     bytewise, so no value changes in any dtype). (Gemm is not taken: its transB and 2-D A need other rules.)
 //  2. The model imports opset >= 10 (Slice with starts/ends inputs).
 //  3. Worth it: every member's width N_i is at least half the widest one's. Grouped-query K/V
 //     a quarter of Q's width are left separate, as the FlashRT notes observed a Q+KV merge
@@ -45,14 +46,15 @@ struct Member {
   Value* output() const { return bias_add ? bias_add->output(0) : mm->output(0); }
 };
 
-// A constant [N] or [1, ..., 1, N] float32 bias added to mm's output only; nullptr otherwise.
+// A constant [N] or [1, ..., 1, N] bias of the MatMul's dtype added to mm's output only; nullptr
+// otherwise.
 Value* constantBias(Node* mm, Node** add_out, int64_t n) {
   Value* out = mm->output(0);
   if (out->isGraphOutput() || out->consumers().size() != 1) return nullptr;
   Node* add = out->consumers()[0];
   if (!add->is("Add") || add->numInputs() != 2 || add->input(0) == add->input(1)) return nullptr;
   Value* b = otherOperand(*add, out);
-  if (!b || !b->isConstant() || b->dtype() != DType::Float) return nullptr;
+  if (!b || !b->isConstant() || b->dtype() != out->dtype()) return nullptr;
   const Tensor* t = b->initializer();
   if (t->numel() != n || t->dims().empty() || t->dims().back() != n) return nullptr;
   if (t->dims().size() > out->shape().rank()) return nullptr;
@@ -60,13 +62,14 @@ Value* constantBias(Node* mm, Node** add_out, int64_t n) {
   return b;
 }
 
-// The MatMuls that read `x` as A with a constant 2-D float32 weight (condition 1).
+// The MatMuls that read `x` as A with a constant 2-D weight of x's dtype (condition 1).
 std::vector<Member> candidates(const Value* x) {
   std::vector<Member> out;
   for (Node* c : x->consumers()) {
     if (!c->is("MatMul") || c->input(0) != x || c->input(1) == x) continue;
     const Value* w = c->input(1);
-    if (!w || !w->isConstant() || w->dtype() != DType::Float || w->initializer()->dims().size() != 2) continue;
+    if (!w || !w->isConstant() || w->dtype() != x->dtype() || w->initializer()->dims().size() != 2)
+      continue;
     if (std::any_of(out.begin(), out.end(), [c](const Member& m) { return m.mm == c; })) continue;
     Member m;
     m.mm = c;
@@ -77,30 +80,31 @@ std::vector<Member> candidates(const Value* x) {
   return out;
 }
 
-Tensor concatenateWeights(const std::vector<Member>& group, int64_t k, int64_t total) {
-  std::vector<float> w(static_cast<size_t>(k * total));
+// The weights side by side, byte for byte (any element type: merging changes no value).
+Tensor concatenateWeights(const std::vector<Member>& group, DType dtype, int64_t k, int64_t total) {
+  const size_t elem = dtypeSize(dtype);
+  Tensor w(dtype, {k, total});
+  uint8_t* dst = w.mutableBytes();
   int64_t col = 0;
   for (const Member& m : group) {
-    const float* src = m.mm->input(1)->initializer()->data<float>();
+    const uint8_t* src = m.mm->input(1)->initializer()->bytes();
     for (int64_t r = 0; r < k; ++r)
-      std::memcpy(&w[r * total + col], src + r * m.width, m.width * sizeof(float));
+      std::memcpy(dst + (r * total + col) * elem, src + r * m.width * elem, m.width * elem);
     col += m.width;
   }
-  return Tensor::fromValues(DType::Float, {k, total}, w);
+  return w;
 }
 
-Tensor concatenateBiases(const std::vector<Member>& group, int64_t total) {
-  std::vector<float> b;
-  b.reserve(static_cast<size_t>(total));
+// The biases one after the other, zeros (Tensor's fill) for a member without one.
+Tensor concatenateBiases(const std::vector<Member>& group, DType dtype, int64_t total) {
+  const size_t elem = dtypeSize(dtype);
+  Tensor b(dtype, {total});
+  uint8_t* dst = b.mutableBytes();
   for (const Member& m : group) {
-    if (!m.bias) {
-      b.insert(b.end(), static_cast<size_t>(m.width), 0.f);
-      continue;
-    }
-    const float* src = m.bias->initializer()->data<float>();
-    b.insert(b.end(), src, src + m.width);
+    if (m.bias) std::memcpy(dst, m.bias->initializer()->bytes(), m.width * elem);
+    dst += m.width * elem;
   }
-  return Tensor::fromValues(DType::Float, {total}, b);
+  return b;
 }
 
 class MergeParallelMatMulsPass : public Pass {
@@ -148,10 +152,12 @@ class MergeParallelMatMulsPass : public Pass {
   }
 
   static bool legal(Rewriter& rw, const Value* x, const std::vector<Member>& group) {
-    if (x->dtype() != DType::Float || !x->shape().hasRank() || x->shape().rank() < 2) {
+    const std::vector<DType>& fusible = constraints::fusibleFloatTypes();
+    if (std::find(fusible.begin(), fusible.end(), x->dtype()) == fusible.end() ||
+        !x->shape().hasRank() || x->shape().rank() < 2) {
       reject(rw, group[0],
              fmt::format("{} MatMuls share input '{}' of type {} and shape {}: merging needs "
-                         "float32 with rank >= 2",
+                         "float32, float16 or bfloat16 with rank >= 2",
                          group.size(), x->name(), dtypeName(x->dtype()), x->shape().str()));
       return false;
     }
@@ -201,14 +207,14 @@ class MergeParallelMatMulsPass : public Pass {
     }
 
     ValueType merged_type;
-    merged_type.dtype = DType::Float;
+    merged_type.dtype = x->dtype();
     merged_type.shape = x->shape();
     merged_type.shape[merged_type.shape.rank() - 1] = Dim::known(total);
     const std::string base = first->name().empty() ? x->name() : first->name();
 
     NewNode mm;
     mm.op_type = "MatMul";
-    mm.inputs = {x, rw.addConstant(base + "_merged_weight", concatenateWeights(group, k, total))};
+    mm.inputs = {x, rw.addConstant(base + "_merged_weight", concatenateWeights(group, x->dtype(), k, total))};
     mm.name = base + "_merged";
     Node* merged_mm = rw.addNode(std::move(mm), base + "_merged", merged_type, first);
     Node* merged_add = nullptr;
@@ -216,7 +222,7 @@ class MergeParallelMatMulsPass : public Pass {
     if (any_bias) {
       NewNode add;
       add.op_type = "Add";
-      add.inputs = {merged, rw.addConstant(base + "_merged_bias", concatenateBiases(group, total))};
+      add.inputs = {merged, rw.addConstant(base + "_merged_bias", concatenateBiases(group, x->dtype(), total))};
       add.name = base + "_merged_bias_add";
       merged_add = rw.addNode(std::move(add), base + "_merged_biased", merged_type, first);
       merged = merged_add->output(0);

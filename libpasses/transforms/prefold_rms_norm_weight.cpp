@@ -7,15 +7,19 @@
 // is multiplied by g[i]. The same for SkipRMSNorm's Y (its Sum output is untouched).
 //
 // Conditions, each failure reported with its reason:
-//  1. The weight g is a float constant over the last axis only (the norm's axis is the last) and
+//  1. The weight g is a float constant (float32, float16 or bfloat16) over the last axis only (the norm's axis is the last) and
 //     is not already the unit [1].
 //  2. The norm's Y is no graph output and every reader qualifies: a MatMul reading Y as A with a
-//     float constant weight of rank >= 2 whose second-to-last dim is the channel count, or a
-//     Gemm (transA 0) reading Y as A with a float constant B. The reason names every reader that
+//     constant weight of Y's dtype and of rank >= 2 whose second-to-last dim is the channel
+//     count, or a Gemm (transA 0) reading Y as A with a constant B of Y's dtype. Each product
+//     g[i] * W[i][j] is computed in double and rounded once to the weight's dtype; in half the
+//     product of two roundings (n * g, then the MatMul) becomes one. The reason names every reader that
 //     did not.
 // A weight read by other nodes too is copied before it is scaled (setConstantInput writes in
 // place only when this reader is its only one), so the others keep the original.
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "constant_math.h"
 #include "fusectl/passes/rewriter.h"
@@ -44,9 +48,9 @@ std::string readerProblem(const Node& reader, const Value& y, int64_t channels) 
   if (!w->isConstant())
     return fmt::format("{} weight '{}' is not a constant ({})", reader.label(), w->name(),
                        nonConstantOrigin(*w));
-  if (w->dtype() != DType::Float)
-    return fmt::format("{} weight '{}' is {}, not float", reader.label(), w->name(),
-                       dtypeName(w->dtype()));
+  if (w->dtype() != y.dtype())
+    return fmt::format("{} weight '{}' is {}, the norm's output is {}", reader.label(), w->name(),
+                       dtypeName(w->dtype()), dtypeName(y.dtype()));
   const std::vector<int64_t>& d = w->initializer()->dims();
   const bool trans_b = !matmul && reader.attrInt("transB", 0) != 0;
   const int64_t rows = d.size() < 2 ? -1 : trans_b ? d.back() : d[d.size() - 2];
@@ -60,8 +64,12 @@ std::string readerProblem(const Node& reader, const Value& y, int64_t channels) 
 int64_t channelsOf(const Node& n, size_t scale_input, Why& why) {
   const Value* g = n.input(scale_input);
   const Value* y = n.output(0);
-  if (!g || !g->isConstant() || g->dtype() != DType::Float) {
-    why.fail(n, [&] { return fmt::format("{} weight is not a float constant", n.label()); });
+  const std::vector<DType>& fusible = constraints::fusibleFloatTypes();
+  if (!g || !g->isConstant() ||
+      std::find(fusible.begin(), fusible.end(), g->dtype()) == fusible.end()) {
+    why.fail(n, [&] {
+      return fmt::format("{} weight is not a float, float16 or bfloat16 constant", n.label());
+    });
     return -1;
   }
   const int64_t c = g->initializer()->numel();
@@ -136,6 +144,7 @@ class PrefoldRmsNormWeightPass : public Pass {
 
  private:
   static void prefold(Rewriter& rw, const Norm& norm, Node* n) {
+    const DType g_type = n->input(norm.scale_input)->dtype();
     const std::vector<double> g = constantAsDoubles(*n->input(norm.scale_input)->initializer());
     const int64_t c = static_cast<int64_t>(g.size());
     for (Node* reader : n->output(0)->consumers()) {
@@ -147,12 +156,12 @@ class PrefoldRmsNormWeightPass : public Pass {
         const int64_t channel = trans_b ? i % c : (i / cols) % c;
         v[static_cast<size_t>(i)] *= g[static_cast<size_t>(channel)];
       }
-      rw.setConstantInput(reader, 1, tensorFromDoubles(DType::Float, w.dims(), v),
+      rw.setConstantInput(reader, 1, tensorFromDoubles(w.dtype(), w.dims(), v),
                           reader->input(1)->name() + "_prefolded");
       rw.context().count("prefolded_weights");
     }
     rw.rewireInput(n, norm.scale_input,
-                   rw.addConstant(n->output(0)->name() + "_unit_scale", filledTensor({1}, 1.f)));
+                   rw.addConstant(n->output(0)->name() + "_unit_scale", filledTensor(g_type, {1}, 1.f)));
     rw.noteRedefined(*n->output(0));
     rw.context().count("weight_free_norms");
   }

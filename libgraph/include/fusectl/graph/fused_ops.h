@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "fusectl/graph/attribute.h"
+#include "fusectl/graph/dtype.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/graph/op_classes.h"
 
@@ -125,7 +126,8 @@ struct FusedSpelling {
 
 std::string fusedSpellingName(std::string_view base, bool bias, bool residual, Activation act);
 // The spelling of an epilogue op's name, or nullopt (another op, an unknown suffix, suffixes out
-// of order).
+// of order). A dtype suffix ("FusedConv_Add_Relu_float16", fusedSpellingDType) changes nothing
+// here: it reads as the spelling before it.
 std::optional<FusedSpelling> decodeFusedSpelling(std::string_view op_type);
 
 // Calls fn(name) for every name a node of the epilogue op `base` can have: `base` itself and
@@ -162,19 +164,40 @@ std::optional<FusedOperandSlots> fusedOperandSlots(std::string_view op_type);
 // the same name, in every model). Kernels, shape inference and the schema check read such a
 // node as Elementwise (fusedOpBaseName).
 std::string elementwiseSpelling(std::string_view program);
-// "Elementwise" for an Elementwise spelling; `op_type` itself otherwise.
+// The op a spelling names, for the kernel registry, shape inference and the schema check:
+// "Elementwise" for an Elementwise spelling (with or without a dtype suffix), the float32
+// spelling for one with a dtype suffix ("FusedConv_Add_Relu_float16" -> "FusedConv_Add_Relu",
+// "LayerNorm_bfloat16" -> "LayerNorm"); `op_type` itself otherwise.
 std::string_view fusedOpBaseName(std::string_view op_type);
+
+// ---- Spellings of float16 and bfloat16 nodes ----
+//
+// A function body is typed by its Constants, so one body cannot serve every element type. The
+// bodies compute in float32; a node whose element type (output 0's, T) is float16 or bfloat16 is
+// spelled on export as its float32 spelling + "_" + dtypeName ("LayerNorm_float16",
+// "FusedGemm_Add_Relu_bfloat16", "Elementwise_<hash>_float16"), and that function is the float32
+// one with every input Cast to float32 on entry and every output Cast back on exit: what the
+// kernels compute (float32 arithmetic, the output rounded once). float32 and double nodes have no
+// suffix.
+
+// The element type a spelling's suffix names (Float16 or BFloat16); nullopt when it has none or
+// is no fusectl spelling.
+std::optional<DType> fusedSpellingDType(std::string_view op_type);
+// The spelling of a node of element type `dtype` whose float32 spelling is `float32_spelling`.
+std::string fusedDTypeSpelling(std::string_view float32_spelling, DType dtype);
 
 // ---- ONNX functions (fused_ops_functions.cpp) ----
 
 // For every fusectl op used in the main graph or any subgraph: renames FusedConv/FusedGemm
-// nodes to their spelling, makes their activation_params explicit (and, below opset 12,
-// mirrors them in a tensor attribute `activation_params_tensor` that the function reads), and
-// appends the missing functions to model.functions sorted by name. Adds the imports the
-// functions need ("fusectl": 1; the default domain is the model's) and raises ir_version to 8
-// (model-local functions). Idempotent: a second call changes nothing. Throws
+// nodes to their spelling and float16/bfloat16 nodes to their dtype-suffixed spelling (whose
+// functions Cast to float32 and back), makes epilogue nodes' activation_params explicit (and,
+// below opset 12, mirrors them in a tensor attribute `activation_params_tensor` that the
+// function reads), and appends the missing functions to model.functions sorted by name. Adds the
+// imports the functions need ("fusectl": 1; the default domain is the model's) and raises
+// ir_version to 8 (model-local functions). Idempotent: a second call changes nothing. Throws
 // fusectl::Error(Unsupported) for a fusectl op it cannot define and the model does not define
-// either, or for a model without a default-domain opset import. PassManager::run calls it.
+// either, for a model without a default-domain opset import, or for a bfloat16 node below
+// opset 13 (float16 below 6), where Cast does not take the type. PassManager::run calls it.
 void attachFusectlFunctions(Model& model);
 
 // True when fused_ops_composite.cpp has a function body for the composite op `op_type`
@@ -182,7 +205,8 @@ void attachFusectlFunctions(Model& model);
 bool hasCompositeFunctionBody(std::string_view op_type);
 
 // The spelling attachFusectlFunctions gives a FusedConv/FusedGemm node (any of its spellings),
-// e.g. "FusedConv_Add_Relu"; throws fusectl::Error(InvalidInput) for an unknown activation.
+// e.g. "FusedConv_Add_Relu" ("FusedConv_Add_Relu_float16" for a float16 node); throws
+// fusectl::Error(InvalidInput) for an unknown activation.
 std::string fusedOpSpelling(const Node& node);
 
 // The generated part of docs/ops.md (fused_ops_markdown.cpp); `fusectl ops --markdown`.

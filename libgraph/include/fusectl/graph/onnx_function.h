@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusectl/graph/dtype.h"
 #include "fusectl/graph/graph.h"
 
 namespace fusectl {
@@ -30,6 +31,15 @@ struct FunctionDef {
 // attributes with their data in the typed fields (float_data, int64_data...) rather than
 // raw_data, as hand-written functions have them.
 std::string functionToBinary(const FunctionDef& function);
+
+// The serialized function `float_function`, computing in float32, as the function `name` over
+// `dtype`: each formal input named in `cast` is Cast to float32 on entry (as "<input>_float"),
+// the body runs unchanged on those copies, and each formal output named in `cast` is computed
+// as "<output>_float" and Cast to `dtype` on exit. Deterministic, like functionToBinary; throws
+// Error(Internal) when the body already uses a name it would give or holds a subgraph.
+std::string castWrappedFunction(const std::string& float_function, const std::string& name,
+                                DType dtype, const std::vector<std::string>& cast,
+                                const std::string& doc_string);
 
 // (domain, name) of a serialized FunctionProto; nullopt when the bytes do not parse.
 std::optional<std::pair<std::string, std::string>> functionIdOf(const std::string& bytes);

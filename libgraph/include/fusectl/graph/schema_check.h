@@ -22,7 +22,8 @@ struct SchemaViolation {
 // The first node, in graph order and depth first into subgraphs, whose input or output count,
 // empty required inputs, attribute types or missing required attributes break its schema:
 // libonnx's OpSchema for the model's opset (standard domains, as far as libonnx knows the op
-// and the opset), fused_ops.h for domain "fusectl". Other ops are not checked.
+// and the opset), fused_ops.h for domain "fusectl" (where a dtype-suffixed spelling must also
+// match the node's element type). Other ops are not checked.
 std::optional<SchemaViolation> findSchemaViolation(const Model& model);
 
 // Throws Error(InvalidInput) "<display_name>: <violation>" for the first violation.

@@ -51,6 +51,12 @@ inline void checkFusedSpelling(const KernelContext& ctx, std::string_view base, 
   const std::string& op = ctx.node().opType();
   if (op == base) return;
   std::string expected = fusedSpellingName(base, bias, residual, act);
+  // A float16/bfloat16 node is exported with its type after the spelling (fused_ops.h), and
+  // that function Casts from the type, so the name must also say the inputs' type.
+  if (const std::optional<DType> t = fusedSpellingDType(op)) {
+    const HostTensor* x = ctx.input(0);
+    expected = fusedDTypeSpelling(expected, x ? x->dtype() : *t);
+  }
   if (op != expected) {
     ctx.fail("the op type says " + op + " but the inputs and attributes make it " + expected);
   }

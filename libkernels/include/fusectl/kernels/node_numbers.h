@@ -26,6 +26,7 @@ struct NodeNumbers {
   double max_abs_error = 0;
   double p99_abs_error = 0;  // the 99th percentile of |replacement - original| over the elements
   int64_t elements = 0;
+  DType dtype = DType::Undefined;  // the node's output type (the gate scales its limits by it)
   std::string detail;
 };
 

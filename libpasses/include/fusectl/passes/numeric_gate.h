@@ -29,10 +29,16 @@
 
 namespace fusectl::passes {
 
+// The absolute limits are stated for float32 results. A float16 or bfloat16 site's result can be
+// only as exact as its type, so it is held to them scaled by its type's machine epsilon over
+// float32's (forDType: x8192 for float16, x65536 for bfloat16); the cosine is scale-free and
+// applies as given.
 struct GateThresholds {
   double min_cosine = 0.99999;
   double max_abs_error = 1e-4;
   double max_p99_abs_error = INFINITY;  // no p99 limit unless given
+
+  GateThresholds forDType(DType t) const;
 };
 
 // "default" (the defaults above) or a comma-separated list of cosine=C, max-abs=A and
@@ -43,6 +49,7 @@ GateThresholds parseGateSpec(std::string_view spec);
 struct SiteMeasurement {
   bool measured = false;
   double cosine = 1, max_abs_error = 0, p99_abs_error = 0;
+  DType dtype = DType::Float;  // the replacement's output type (GateThresholds::forDType)
   std::string detail;  // why it was not measured
 };
 

@@ -289,6 +289,12 @@ Constraint constantInput(std::string capture, int input);
 Constraint batchNormInference(std::string capture);
 // Every input and output dtype of the captures is one of `dtypes`.
 Constraint dtypeIn(std::vector<std::string> captures, std::vector<DType> dtypes);
+// The float types the fusectl ops compute in: float32, and float16/bfloat16, which their kernels
+// convert to float32, compute as float32 and round once on output. A half chain rounds after
+// every op; the fused op is the chain without those intermediate roundings, so it differs from
+// the chain by at most the chain's own rounding errors (docs/passes.md, "Half precision").
+// float64 is not among them: a fused op would compute it in float32.
+const std::vector<DType>& fusibleFloatTypes();
 // The capture's output `output` has a known rank.
 Constraint rankKnown(std::string capture, int output = 0);
 // Input `input` of the capture has the same shape as output 0 of `other` for every value of
