@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "half_model.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/cuda_backend.h"
 #include "fusectl/kernels/cuda_device.h"
@@ -79,6 +80,27 @@ TEST_CASE("cuda placement: the fused testdata models run every float node on the
     passes::optimize(*model, request);
     const auto fused = floatFallbacks(*model);
     CHECK(describe(fused) == "none");
+  }
+}
+
+TEST_CASE("cuda placement: the float16 twins of the testdata transformers, fused, run every "
+          "float node on the GPU",
+          "[cuda_placement][half]") {
+  if (!fusectl::cuda::builtWithCuda()) {
+    WARN("skipped: fusectl was built without CUDA");
+    return;
+  }
+  // The half fused nodes (FusedMatMul, SkipLayerNorm, Attention, Gelu... in float16) must find
+  // their CUDA kernels as the float32 ones do: a float16 BERT is the GPU check's fp16 model.
+  for (const char* name : {"bert_op17", "vit_encoder_op13", "gpt2_block"}) {
+    INFO(name);
+    auto model = fusectl::test::loadTestModelAsFloat16(name);
+    CHECK(describe(floatFallbacks(*model)) == "none");
+    passes::OptimizeRequest request;
+    request.level = 3;
+    const passes::Report report = passes::optimize(*model, request);
+    CHECK(!report.fusions.empty());
+    CHECK(describe(floatFallbacks(*model)) == "none");
   }
 }
 

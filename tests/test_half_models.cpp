@@ -11,14 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "half_model.h"
 #include "ort_runner.h"
 #include "shell_util.h"
 #include "test_files.h"
 #include "fusectl/graph/onnx_io.h"
-#include "fusectl/graph/shape_inference.h"
 #include "fusectl/kernels/compare.h"
 #include "fusectl/kernels/executor.h"
-#include "fusectl/kernels/half.h"
 #include "fusectl/kernels/seeded_inputs.h"
 #include "fusectl/passes/optimize.h"
 
@@ -28,44 +27,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Tensor toHalf(const Tensor& t) {
-  if (t.dtype() != DType::Float) return t;
-  const int64_t n = t.numel();
-  std::vector<uint16_t> h(static_cast<size_t>(n));
-  floatToHalf(t.data<float>(), h.data(), n);
-  return Tensor::fromValues(DType::Float16, t.dims(), h);
-}
-
-void convertGraph(Graph& g) {
-  for (Value* v : g.allValues()) {
-    if (v->initializer() && v->dtype() == DType::Float) v->setInitializer(toHalf(*v->initializer()));
-    if (v->dtype() == DType::Float) v->type.dtype = DType::Float16;
-  }
-  for (Node* n : g.nodes()) {
-    if (n->is("Cast") && n->attrInt("to", 0) == static_cast<int64_t>(DType::Float))
-      n->setAttr(Attribute::ofInt("to", static_cast<int64_t>(DType::Float16)));
-    for (const char* name : {"value", "value_float"}) {
-      const Attribute* a = n->attr(name);
-      if (!a) continue;
-      if (a->kind == AttrKind::Tensor && a->t.tensor().dtype() == DType::Float)
-        n->setAttr(Attribute::ofTensor(name, toHalf(a->t.tensor())));
-      if (a->kind == AttrKind::Float) {
-        const uint16_t h = floatToHalf(a->f);
-        n->setAttr(Attribute::ofTensor("value", Tensor::fromValues(DType::Float16, {}, std::vector<uint16_t>{h})));
-      }
-    }
-  }
-}
-
 std::unique_ptr<Model> loadModelFile(const std::string& name) {
   return loadModel(std::string(FUSECTL_SOURCE_DIR) + "/testdata/models/" + name + ".onnx");
 }
 
 std::unique_ptr<Model> loadAsFloat16(const std::string& name) {
-  auto model = loadModelFile(name);
-  convertGraph(*model->graph);
-  inferShapes(*model);
-  return model;
+  return fusectl::test::loadTestModelAsFloat16(name);
 }
 
 std::map<std::string, size_t> opHistogram(const Graph& graph) {
