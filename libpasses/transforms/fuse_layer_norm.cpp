@@ -22,10 +22,12 @@
 //  4. Every intermediate is read only inside the chain and is no graph output (d by its square
 //     and the division).
 //  5. The chain computes in one dtype, float32, float16 or bfloat16 (fusibleFloatTypes), and the
-//     scale and bias are of that dtype. A float16 chain becomes a float16 node that computes in
-//     float32 and rounds once (a standard LayerNormalization's stash_type 1 says the same). An
-//     fp16 export that wraps its norms in Casts to float leaves a float32 chain: that fuses and
-//     the Casts stay.
+//     scale and bias are of that dtype. A float16 chain becomes a float16 node: fusectl's
+//     LayerNorm computes in float32 and rounds once; the standard LayerNormalization (stash_type
+//     1) computes the statistics in float32 and, by its function body, rounds the normalised
+//     value to float16 before the scale and the bias. Either is within the chain's own roundings
+//     of it. An fp16 export that wraps its norms in Casts to float leaves a float32 chain: that
+//     fuses and the Casts stay.
 #include <fmt/format.h>
 
 #include "fusectl/passes/rewriter.h"
