@@ -13,6 +13,7 @@
 #include "fusectl/kernels/cuda_backend.h"
 #include "fusectl/kernels/cuda_device.h"
 #include "fusectl/kernels/executor.h"
+#include "fusectl/kernels/seeded_inputs.h"
 #include "fusectl/passes/optimize.h"
 
 #ifdef FUSECTL_HAVE_CUDA
@@ -90,9 +91,11 @@ TEST_CASE("cuda placement: the float16 twins of the testdata transformers, fused
     WARN("skipped: fusectl was built without CUDA");
     return;
   }
-  // The half fused nodes (FusedMatMul, SkipLayerNorm, Attention, Gelu... in float16) must find
-  // their CUDA kernels as the float32 ones do: a float16 BERT is the GPU check's fp16 model.
-  for (const char* name : {"bert_op17", "vit_encoder_op13", "gpt2_block"}) {
+  // The half fused nodes (FusedMatMul, SkipLayerNorm, Attention, Gelu, the rotary embeddings,
+  // SwiGLUPacked... in float16) must find their CUDA kernels as the float32 ones do: a float16
+  // BERT is the GPU check's fp16 model.
+  for (const char* name : {"bert_op17", "vit_encoder_op13", "gpt2_block", "llama_layer",
+                           "llama_gqa_block"}) {
     INFO(name);
     auto model = fusectl::test::loadTestModelAsFloat16(name);
     CHECK(describe(floatFallbacks(*model)) == "none");
@@ -104,25 +107,48 @@ TEST_CASE("cuda placement: the float16 twins of the testdata transformers, fused
   }
 }
 
+TEST_CASE("cuda placement: the fused LLaMA testdata blocks run every float node on the GPU",
+          "[cuda_placement]") {
+  if (!fusectl::cuda::builtWithCuda()) {
+    WARN("skipped: fusectl was built without CUDA");
+    return;
+  }
+  // Their fused rotary embeddings (and the QK-norm, SwiGLU and attention around them) have
+  // CUDA kernels: nothing of the block goes back to the host.
+  for (const char* name : {"llama_layer", "llama_gqa_block"}) {
+    INFO(name);
+    auto model = loadModel(std::string(FUSECTL_SOURCE_DIR "/testdata/models/") + name + ".onnx");
+    CHECK(describe(floatFallbacks(*model)) == "none");
+    passes::OptimizeRequest request;
+    request.level = 3;
+    passes::optimize(*model, request);
+    std::map<std::string, int> fused_ops;
+    for (const Node* n : model->graph->nodes())
+      if (n->domain() == "fusectl") ++fused_ops[n->opType()];
+    INFO(describe(fused_ops));
+    CHECK(fused_ops.count("RotaryEmbedding") + fused_ops.count("QKNormRotaryEmbedding") == 1);
+    CHECK(fused_ops.count("SwiGLUPacked") == 1);
+    CHECK(describe(floatFallbacks(*model)) == "none");
+  }
+}
+
 TEST_CASE("cuda placement: ops without a CUDA kernel are listed, not fatal", "[cuda_placement]") {
   if (!fusectl::cuda::builtWithCuda()) {
     WARN("skipped: fusectl was built without CUDA");
     return;
   }
-  // LLaMA's fused rotary embedding has no CUDA kernel yet: it runs on the CPU, and the
+  // Comparisons have no CUDA kernel: Greater runs on the CPU between device nodes, and the
   // placement says so instead of failing.
-  auto model = loadModel(FUSECTL_SOURCE_DIR "/testdata/models/llama_layer.onnx");
-  passes::OptimizeRequest request;
-  request.level = 3;
-  passes::optimize(*model, request);
-  const auto fused = floatFallbacks(*model);
-  INFO(describe(fused));
-  CHECK(fused.size() >= 1);
-  // The heavy work is still placed on the GPU.
-  for (const auto& [op, n] : fused) {
-    CHECK(op.find("MatMul") == std::string::npos);
-    CHECK(op.find("Attention") == std::string::npos);
-  }
+  const auto model = parseModelText(
+      "<ir_version: 8, opset_import: [\"\" : 17]>\n"
+      "g (float[4, 8] X, float[8, 16] W, float[16] Z) => (float[4, 16] Y)\n"
+      "{\n  M = MatMul (X, W)\n  G = Greater (M, Z)\n  Y = Where (G, M, Z)\n}\n",
+      "greater");
+  const auto fallbacks = floatFallbacks(*model);
+  INFO(describe(fallbacks));
+  CHECK(describe(fallbacks) == "::Greater x1 ");
+  // And the model still runs, on the CPU here.
+  CHECK_NOTHROW(runModel(*model, makeRandomInputs(*model->graph, 7)));
 }
 
 #ifdef FUSECTL_HAVE_CUDA

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -131,6 +132,25 @@ class FloatView {
   std::vector<float> owned_;
   int64_t n_ = 0;
   bool present_ = false;
+};
+
+// A FloatView made on first use, for a GEMM's constant B: a float16/bfloat16 weight whose packed
+// form is cached (gemm_packed_state.h) is then not converted again on every run, which on a
+// float16 BERT-base (85M weights) cost more than the products themselves.
+class LazyFloatView {
+ public:
+  explicit LazyFloatView(const HostTensor& t) : t_(t) {}
+  // float32 data in place, without a copy; nullptr for another type (then call data()).
+  const float* inPlace() const { return t_.dtype() == DType::Float ? t_.data<float>() : nullptr; }
+  const float* data() {
+    if (const float* p = inPlace()) return p;
+    if (!view_) view_.emplace(t_);
+    return view_->data();
+  }
+
+ private:
+  const HostTensor& t_;
+  std::optional<FloatView> view_;
 };
 
 // A float buffer for an output tensor: writes straight into float32 outputs; for other types

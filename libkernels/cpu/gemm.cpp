@@ -65,7 +65,8 @@ void runGemm(KernelContext& ctx, bool fused) {
   }
 
   HostTensor& y = ctx.allocateOutput(0, a.dtype(), {M, N});
-  FloatView af(a), bf(b), cf(c), zf(z);
+  FloatView af(a), cf(c), zf(z);
+  LazyFloatView bf(b);
   FloatSink ys(y);
   float* yp = ys.data();
   Epilogue ep;
@@ -94,14 +95,11 @@ void runGemm(KernelContext& ctx, bool fused) {
       accumulate = true;
     }
   }
-  GemmParams p = gemmParams(M, N, K, af.data(), a.dim(1), ta, bf.data(), b.dim(1), tb, yp, N);
+  GemmParams p = gemmParams(M, N, K, af.data(), a.dim(1), ta, bf.inPlace(), b.dim(1), tb, yp, N);
   p.alpha = alpha;
   p.accumulate = accumulate;
   p.epilogue = &ep;
-  const PackedWeights* packed = cachedPackedWeights(ctx, 1, tb, [&](PackedWeights& w) {
-    w.parts.push_back(packGemmB(K, N, p.B, p.b_rs, p.b_cs));
-  });
-  if (packed) p.packed_b = &packed->parts[0];
+  bindPackedB(ctx, p, bf, tb);
   gemm(p, ctx.numThreads());
   ys.commit();
 }
@@ -216,7 +214,8 @@ void runMatMul(KernelContext& ctx) {
   if (!isFloatComputeType(a.dtype())) {
     ctx.fail("unsupported element type " + std::string(dtypeName(a.dtype())));
   }
-  FloatView af(a), bf(b);
+  FloatView af(a);
+  LazyFloatView bf(b);
   FloatSink ys(y);
   float* yp = ys.data();
   const int64_t M = p.M, N = p.N, K = p.K;
@@ -228,11 +227,14 @@ void runMatMul(KernelContext& ctx) {
   const PackedWeights* packed =
       p.b_shared ? cachedPackedWeights(ctx, 1, 0, [&](PackedWeights& w) {
         w.parts.push_back(packGemmB(K, N, bf.data(), N, 1));
+        if (!bf.inPlace()) w.parts.back().source = nullptr;  // that copy ends with this call
       })
                  : nullptr;
   const PackedMatrix* packed_b = packed ? &packed->parts[0] : nullptr;
+  // A cached half weight is read from its packed panels only: no float32 copy per run.
+  const float* bp = packed_b && !bf.inPlace() ? nullptr : bf.data();
   if (p.b_shared && p.a_contiguous_batches) {  // one tall GEMM: [batches*M, K] x [K, N]
-    GemmParams g = gemmParams(batches * M, N, K, af.data(), K, false, bf.data(), N, false, yp, N);
+    GemmParams g = gemmParams(batches * M, N, K, af.data(), K, false, bp, N, false, yp, N);
     g.packed_b = packed_b;
     gemm(g, ctx.numThreads());
   } else {
@@ -242,7 +244,7 @@ void runMatMul(KernelContext& ctx) {
     parallelFor(batches, per_batch_threads ? ctx.numThreads() : 1, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t t = b0; t < b1; ++t) {
         GemmParams g = gemmParams(M, N, K, af.data() + p.a_off[t], K, false,
-                                  bf.data() + p.b_off[t], N, false, yp + t * M * N, N);
+                                  bp ? bp + p.b_off[t] : nullptr, N, false, yp + t * M * N, N);
         g.packed_b = packed_b;
         gemm(g, inner_threads);
       }
@@ -288,7 +290,8 @@ void runFusedMatMul(KernelContext& ctx) {
   checkFusedSpelling(ctx, "FusedMatMul", c != nullptr, z != nullptr, *kind);
 
   HostTensor& y = ctx.allocateOutput(0, a.dtype(), out_dims);
-  FloatView af(a), bf(b), cf(c), zf(z);
+  FloatView af(a), cf(c), zf(z);
+  LazyFloatView bf(b);
   FloatSink ys(y);
   if (M * N == 0) {
     ys.commit();
@@ -302,12 +305,9 @@ void runFusedMatMul(KernelContext& ctx) {
     ep.residual = zf.data();
     ep.ld_residual = N;
   }
-  GemmParams p = gemmParams(M, N, K, af.data(), K, false, bf.data(), N, false, ys.data(), N);
+  GemmParams p = gemmParams(M, N, K, af.data(), K, false, bf.inPlace(), N, false, ys.data(), N);
   p.epilogue = &ep;
-  const PackedWeights* packed = cachedPackedWeights(ctx, 1, 0, [&](PackedWeights& w) {
-    w.parts.push_back(packGemmB(K, N, p.B, p.b_rs, p.b_cs));
-  });
-  if (packed) p.packed_b = &packed->parts[0];
+  bindPackedB(ctx, p, bf, 0);
   gemm(p, ctx.numThreads());
   ys.commit();
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fusectl/kernels/copied_inputs.h"
+#include "compute_common.h"
 #include "fusectl/kernels/kernel.h"
 #include "gemm_micro.h"
 
@@ -45,6 +46,21 @@ inline const PackedWeights* cachedPackedWeights(KernelContext& ctx, size_t input
   const PackedWeights* result = packed.get();
   ctx.setState(std::move(packed));
   return result;
+}
+
+// Sets p.packed_b from the cache (packing B, input 1, on a miss) and p.B where the GEMM must read
+// B itself. p.B is B in place for float32, nullptr for a half B: a half B that is cached packed
+// is never converted again (its panels are all the GEMM reads), one that is not is converted
+// here. The packed matrix forgets the converted copy it was packed from, which ends with this
+// call.
+inline void bindPackedB(KernelContext& ctx, GemmParams& p, LazyFloatView& b, int64_t variant) {
+  const bool in_place = p.B != nullptr;
+  const PackedWeights* packed = cachedPackedWeights(ctx, 1, variant, [&](PackedWeights& w) {
+    w.parts.push_back(packGemmB(p.K, p.N, b.data(), p.b_rs, p.b_cs));
+    if (!in_place) w.parts.back().source = nullptr;
+  });
+  if (packed) p.packed_b = &packed->parts[0];
+  if (!p.B && !packed) p.B = b.data();
 }
 
 }  // namespace fusectl::kernels::cpu

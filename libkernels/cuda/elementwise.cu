@@ -1,12 +1,14 @@
 // Elementwise CUDA kernels: activations and other unary ops, broadcasting binary arithmetic,
-// Where, Cast, SwiGLU, and the epilogue of the fused GEMM and convolution kernels. Each
-// computes in float what the CPU kernel of the same op computes (elementwise.cpp,
-// epilogue.h), so the two agree to rounding; float16 tensors are converted on load and store.
+// Where, Cast, SwiGLU and SwiGLUPacked, and the epilogue of the fused GEMM and convolution
+// kernels. Each computes in float what the CPU kernel of the same op computes (elementwise.cpp,
+// swiglu.cpp, epilogue.h), so the two agree to rounding; float16 tensors are converted on load
+// and store.
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "cuda_common.h"
 #include "cuda_device_util.cuh"
@@ -119,6 +121,19 @@ __global__ void swigluKernel(const T* __restrict__ g, const T* __restrict__ u, T
        i += int64_t{gridDim.x} * blockDim.x) {
     const float v = toFloat(g[i]);
     y[i] = fromFloat<T>(v * sigmoidf(v) * toFloat(u[i]));
+  }
+}
+
+// X = [rows, 2I], each row its gate then its up projection; Y = [rows, I].
+template <typename T>
+__global__ void swigluPackedKernel(const T* __restrict__ x, T* __restrict__ y, int64_t inter,
+                                   int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / inter, j = i - r * inter;
+    const T* g = x + r * 2 * inter;
+    const float v = toFloat(g[j]);
+    y[i] = fromFloat<T>(v * sigmoidf(v) * toFloat(g[inter + j]));
   }
 }
 
@@ -245,6 +260,26 @@ void runSwiGLU(KernelContext& ctx) {
                                                                     y.mutableData<float>(), n);
   }
   launched("SwiGLU");
+}
+
+void runSwiGLUPacked(KernelContext& ctx) {
+  const HostTensor& x = ctx.requireInput(0);
+  if (x.rank() == 0 || x.dims().back() % 2 != 0)
+    ctx.fail("X's last dim must be even (gate and up side by side), X is " + formatDims(x.dims()));
+  std::vector<int64_t> dims = x.dims();
+  const int64_t inter = dims.back() / 2;
+  dims.back() = inter;
+  HostTensor& y = ctx.allocateOutput(0, x.dtype(), dims);
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  if (isHalf(x)) {
+    swigluPackedKernel<<<gridFor(n, kThreads), kThreads, 0, stream()>>>(
+        x.data<__half>(), y.mutableData<__half>(), inter, n);
+  } else {
+    swigluPackedKernel<<<gridFor(n, kThreads), kThreads, 0, stream()>>>(
+        x.data<float>(), y.mutableData<float>(), inter, n);
+  }
+  launched("SwiGLUPacked");
 }
 
 template <typename From>
@@ -407,6 +442,7 @@ void registerElementwiseKernels(KernelRegistry& r) {
     return n.numInputs() == 3 && n.input(1) && cudaFloatType(n.input(1)->dtype());
   });
   addCudaKernel(r, "fusectl", "SwiGLU", 1, 1000, runSwiGLU);
+  addCudaKernel(r, "fusectl", "SwiGLUPacked", 1, 1000, runSwiGLUPacked);
   const auto castable = [](DType t) {
     return cudaFloatType(t) || t == DType::Int64 || t == DType::Int32 || t == DType::Int8 ||
            t == DType::UInt8 || t == DType::Bool;
