@@ -263,10 +263,18 @@ void printProfile(const ProfileRequestInfo& info, const ProfileResult& r) {
       max_abs = std::max(max_abs, o.max_abs_error);
       min_cos = std::min(min_cos, o.cosine);
     }
-    fmt::print("outputs agree: {} (atol {:g}, rtol {:g}, min cosine {:g}; max abs error {:.3g}, "
+    // A half output is judged at its type's resolution (Tolerance::forDType); say so.
+    std::string raised;
+    for (const OutputComparison& o : r.agreement->outputs) {
+      const Tolerance used = tol.forDType(o.dtype);
+      if (raised.empty() && (used.atol != tol.atol || used.rtol != tol.rtol))
+        raised = fmt::format(", {} outputs at atol {:g}, rtol {:g}", dtypeName(o.dtype), used.atol,
+                             used.rtol);
+    }
+    fmt::print("outputs agree: {} (atol {:g}, rtol {:g}, min cosine {:g}{}; max abs error {:.3g}, "
                "cosine {:.8f})\n",
-               r.agreement->passed ? "yes" : "NO", tol.atol, tol.rtol, tol.min_cosine, max_abs,
-               min_cos);
+               r.agreement->passed ? "yes" : "NO", tol.atol, tol.rtol, tol.min_cosine, raised,
+               max_abs, min_cos);
     for (const OutputComparison& o : r.agreement->outputs) {
       if (!o.passed) fmt::print("  output {}: {}\n", o.name, o.detail);
     }

@@ -6,6 +6,9 @@
 // Cast-wrapped functions (LayerNorm_float16...), must run in ONNX Runtime and agree there too.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -168,4 +171,31 @@ TEST_CASE("half models: ONNX Runtime runs the fused float16 export as our execut
       }
     }
   }
+}
+
+TEST_CASE("half models: fusectl verify judges float16 outputs at float16's resolution and says so",
+          "[half][cli]") {
+  const fs::path work = fusectl::testing::processTempPath("fusectl_half_verify");
+  fs::remove_all(work);
+  fs::create_directories(work);
+  auto original = loadAsFloat16("bert_op17");
+  const fs::path a = work / "bert16.onnx", b = work / "bert16.opt.onnx";
+  saveModel(*original, a.string());
+  passes::OptimizeRequest request;
+  request.level = 3;
+  passes::optimize(*original, request);
+  saveModel(*original, b.string());
+  const fs::path out = work / "verify.txt";
+  const std::string cmd = fusectl::test::shellQuote(FUSECTL_BINARY) + " verify " +
+                          fusectl::test::shellQuote(a.string()) + " " +
+                          fusectl::test::shellQuote(b.string()) +
+                          " --shape hidden=2x8x64 --shape attention_mask=2x1x1x8 > " +
+                          fusectl::test::shellQuote(out.string()) + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  const std::string text = fusectl::testing::slurp(out);
+  INFO(cmd << "\n" << text);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(text.find("within tolerance (float16: atol 0.015625, rtol 0.015625)") != std::string::npos);
+  CHECK(text.find("PASS: 1 of 1 outputs within tolerance") != std::string::npos);
 }
