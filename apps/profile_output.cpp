@@ -156,49 +156,6 @@ Json reportJson(const ProfileRequestInfo& info, const ProfileResult& r) {
   return j;
 }
 
-// ---- Chrome trace-event JSON: each side's median per-node run, one "X" event per kernel ----
-
-Json traceJson(const ProfileResult& r) {
-  Json events = Json::array();
-  int pid = 1;
-  for (const std::optional<SideProfile>* side : {&r.unfused, &r.fused}) {
-    if (!*side) continue;
-    const SideProfile& s = **side;
-    events.push_back({{"name", "process_name"},
-                      {"ph", "M"},
-                      {"pid", pid},
-                      {"tid", 0},
-                      {"args", {{"name", s.name}}}});
-    events.push_back(
-        {{"name", "thread_name"},
-         {"ph", "M"},
-         {"pid", pid},
-         {"tid", 0},
-         {"args", {{"name", fmt::format("per-node run {} (the median)", s.trace_run)}}}});
-    // Kernels back to back: node_times hold durations only, so the executor's time between
-    // kernels is left out and each event starts where the one before ended.
-    double ts = 0;
-    for (const NodeTime& t : s.trace_run_nodes) {
-      const double dur = t.seconds * 1e6;
-      events.push_back({{"name", t.node},
-                        {"cat", t.op_type},
-                        {"ph", "X"},
-                        {"ts", ts},
-                        {"dur", dur},
-                        {"pid", pid},
-                        {"tid", 0},
-                        {"args",
-                         {{"op", t.op_type},
-                          {"input_shapes", t.input_dims},
-                          {"output_shapes", t.output_dims},
-                          {"output_bytes", t.output_bytes}}}});
-      ts += dur;
-    }
-    ++pid;
-  }
-  return Json{{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-}
-
 // ---- Text ----
 
 }  // namespace
@@ -356,8 +313,6 @@ std::string profileAnnotation(const ProfileResult& r, const SideProfile& side,
 std::string profileReportJson(const ProfileRequestInfo& info, const ProfileResult& r) {
   return reportJson(info, r).dump(2) + "\n";
 }
-
-std::string profileTraceJson(const ProfileResult& r) { return traceJson(r).dump() + "\n"; }
 
 std::vector<kernels::FusionSiteInput> profileFusionSites(const passes::Report& report,
                                                          const Model& fused) {

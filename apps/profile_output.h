@@ -1,5 +1,6 @@
 // How `fusectl profile` shows a kernels::ProfileResult (profile_output.cpp): text on stdout, the
-// JSON report (docs/schemas/profile.schema.json), the Chrome trace, the annotation summary; and
+// JSON report (docs/schemas/profile.schema.json), the annotation summary (the Chrome trace is
+// libkernels' profileTraceJson); and
 // the optimizer's fusion sites as profileModels takes them (also for `fusectl report --profile`).
 #pragma once
 
@@ -33,10 +34,6 @@ void printProfile(const ProfileRequestInfo& info, const kernels::ProfileResult& 
 
 // The JSON report, indented, with a final newline.
 std::string profileReportJson(const ProfileRequestInfo& info, const kernels::ProfileResult& result);
-
-// Chrome trace-event JSON: each side a process ("unfused", "fused"), its median per-node run
-// one complete ("X") event per kernel invocation, laid back to back.
-std::string profileTraceJson(const kernels::ProfileResult& result);
 
 // One line for the annotated model's "fusectl.profile" metadata.
 std::string profileAnnotation(const kernels::ProfileResult& result,

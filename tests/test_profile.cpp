@@ -581,3 +581,50 @@ TEST_CASE("annotateModel: one line per node, a summary, annotating twice changes
 }
 
 }  // namespace
+
+TEST_CASE("profile trace: a device side's kernels get their own track, its CPU nodes the cpu track",
+          "[profile]") {
+  auto node = [](std::string name, kernels::Device device, double seconds) {
+    kernels::NodeTime t;
+    t.node = std::move(name);
+    t.op_type = "Op";
+    t.seconds = seconds;
+    t.device = device;
+    return t;
+  };
+  kernels::ProfileResult r;
+  r.unfused.emplace();
+  r.unfused->name = "unfused";
+  r.unfused->trace_run_nodes = {node("a", kernels::Device::Cpu, 1e-3), node("b", kernels::Device::Cpu, 2e-3)};
+  r.fused.emplace();
+  r.fused->name = "fused";
+  r.fused->trace_run = 4;
+  r.fused->trace_run_nodes = {node("gemm", kernels::Device::Cuda, 1e-3), node("shape", kernels::Device::Cpu, 1e-6),
+                              node("norm", kernels::Device::Cuda, 5e-4)};
+  const json events = json::parse(kernels::profileTraceJson(r))["traceEvents"];
+  std::map<std::string, std::pair<int, int>> where;  // kernel -> (pid, tid)
+  std::map<std::pair<int, int>, std::string> tracks;
+  std::map<std::string, double> start;
+  for (const json& e : events) {
+    if (e["ph"] == "X") {
+      where[e["name"]] = {e["pid"].get<int>(), e["tid"].get<int>()};
+      start[e["name"]] = e["ts"].get<double>();
+    } else if (e["name"] == "thread_name") {
+      tracks[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"];
+    }
+  }
+  // The CPU-only side keeps one track, named as before.
+  CHECK(where["a"] == std::make_pair(1, 0));
+  CHECK(where["b"] == std::make_pair(1, 0));
+  CHECK(tracks[{1, 0}] == "per-node run 0 (the median)");
+  CHECK(tracks.count({1, 1}) == 0);
+  // The device side: CUDA kernels on tid 1, the CPU node on tid 0, in the run's order in time.
+  CHECK(where["gemm"] == std::make_pair(2, 1));
+  CHECK(where["norm"] == std::make_pair(2, 1));
+  CHECK(where["shape"] == std::make_pair(2, 0));
+  CHECK(tracks[{2, 1}] == "cuda kernels: per-node run 4 (the median)");
+  CHECK(tracks[{2, 0}] == "cpu: per-node run 4 (the median)");
+  CHECK(start["gemm"] == 0);
+  CHECK(start["shape"] == Approx(1000));
+  CHECK(start["norm"] == Approx(1001));
+}

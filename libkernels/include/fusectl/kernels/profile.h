@@ -208,6 +208,14 @@ SpeedupEstimate estimateSpeedup(const std::vector<double>& unfused,
 // node the side lacks keeps its doc_string. Only doc strings and metadata change.
 void annotateModel(Model& model, const SideProfile& side, const std::string& summary);
 
+// Chrome trace-event JSON (Perfetto, chrome://tracing) of `r`, with a final newline: each side
+// a process ("unfused", "fused"), its median per-node run one complete ("X") event per kernel
+// invocation with the node's name, op, shapes and output bytes, laid back to back (the node
+// times hold durations only). A side that ran on a device puts the kernels its device ran on a
+// track of their own ("<device> kernels"), and what ran on the CPU (fallbacks, dims-only ops) on
+// the "cpu" track, each event where it falls in the run's order.
+std::string profileTraceJson(const ProfileResult& r);
+
 // A CI gate: `current` against `baseline` (seconds). Regressed when slower by more than
 // `max_regression_percent` percent.
 struct RegressionCheck {
