@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,8 +20,11 @@ namespace fusectl::test {
 inline Tensor toFloat16(const Tensor& t) {
   if (t.dtype() != DType::Float) return t;
   const int64_t n = t.numel();
+  // Copied out first: an initializer mapped from the file need not be 4-byte aligned.
+  std::vector<float> f(static_cast<size_t>(n));
+  if (n > 0) std::memcpy(f.data(), t.bytes(), f.size() * sizeof(float));
   std::vector<uint16_t> h(static_cast<size_t>(n));
-  kernels::floatToHalf(t.data<float>(), h.data(), n);
+  kernels::floatToHalf(f.data(), h.data(), n);
   return Tensor::fromValues(DType::Float16, t.dims(), h);
 }
 

@@ -130,6 +130,11 @@ const std::vector<DType>& fusibleFloatTypes() {
   return types;
 }
 
+bool isFusibleFloat(DType t) {
+  const std::vector<DType>& types = fusibleFloatTypes();
+  return std::find(types.begin(), types.end(), t) != types.end();
+}
+
 Constraint dtypeIn(std::vector<std::string> captures, std::vector<DType> dtypes) {
   std::string names;
   for (const std::string& c : captures) names += (names.empty() ? "" : ",") + c;

@@ -61,9 +61,7 @@ Constraint firstOfParallelProjections() {
                                    x->name(), group[0]->label());
               });
             }
-            const std::vector<DType>& fusible = constraints::fusibleFloatTypes();
-            if (std::find(fusible.begin(), fusible.end(), x->dtype()) == fusible.end() ||
-                !x->shape().hasRank() || x->shape().rank() < 2) {
+            if (!constraints::isFusibleFloat(x->dtype()) || !x->shape().hasRank() || x->shape().rank() < 2) {
               return why.fail(*mm, [&] {
                 return fmt::format("'{}' is {} with shape {}: the pass merges float32, float16 or "
                                    "bfloat16 of rank >= 2 only",

@@ -99,12 +99,10 @@ Constraint trailingReduceAxes(std::vector<std::string> reduces, std::string x_le
 Constraint floatChain(std::vector<std::string> captures) {
   return {"float-chain", [captures](const Match& m, Why& why) {
             const DType first = m.get(captures.front())->output(0)->dtype();
-            const std::vector<DType>& fusible = constraints::fusibleFloatTypes();
             for (const std::string& c : captures) {
               const Node* n = m.get(c);
               const DType t = n->output(0)->dtype();
-              if (t == first && std::find(fusible.begin(), fusible.end(), t) != fusible.end())
-                continue;
+              if (t == first && constraints::isFusibleFloat(t)) continue;
               return why.fail(*n, [&] {
                 if (t != first) {
                   return fmt::format("{} output is {}, {} is {}: the chain mixes dtypes",

@@ -69,9 +69,8 @@ Constraint gemmForm() {
             if (c->is("Gemm") || t->input(0)->isConstant()) return true;
             for (size_t i = 0; i < 2; ++i) {
               const Value* v = c->input(i);
-              const std::vector<DType>& fusible = constraints::fusibleFloatTypes();
               const bool ok = v->shape().hasRank() && v->shape().rank() == 2 &&
-                              std::find(fusible.begin(), fusible.end(), v->dtype()) != fusible.end();
+                              constraints::isFusibleFloat(v->dtype());
               if (ok) continue;
               return why.fail(*c, [&] {
                 return fmt::format(

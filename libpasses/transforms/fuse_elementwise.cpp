@@ -54,15 +54,10 @@ struct Translation {
   std::vector<Value*> operands;
 };
 
-bool fusibleFloat(DType t) {
-  const std::vector<DType>& types = constraints::fusibleFloatTypes();
-  return std::find(types.begin(), types.end(), t) != types.end();
-}
-
 // A one-element constant's value, of a fusible float type (a float16/bfloat16 value is exact in
 // float32, so the program's float32 constant is the model's constant).
 std::optional<float> constantScalar(const Value* v) {
-  if (!v || !fusibleFloat(v->dtype())) return std::nullopt;
+  if (!v || !constraints::isFusibleFloat(v->dtype())) return std::nullopt;
   std::optional<double> c = scalarConstant(v);
   if (!c) return std::nullopt;
   return static_cast<float>(*c);
@@ -146,7 +141,7 @@ std::optional<Translation> translate(const Node& n, int64_t opset, std::string& 
     t.operands.push_back(v);
   }
   const DType type = n.output(0)->dtype();
-  if (!fusibleFloat(type)) {
+  if (!constraints::isFusibleFloat(type)) {
     why = fmt::format("{} writes type {}; Elementwise computes float32, float16 or bfloat16",
                       n.label(), dtypeName(type));
     return std::nullopt;

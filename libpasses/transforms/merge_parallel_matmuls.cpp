@@ -152,9 +152,7 @@ class MergeParallelMatMulsPass : public Pass {
   }
 
   static bool legal(Rewriter& rw, const Value* x, const std::vector<Member>& group) {
-    const std::vector<DType>& fusible = constraints::fusibleFloatTypes();
-    if (std::find(fusible.begin(), fusible.end(), x->dtype()) == fusible.end() ||
-        !x->shape().hasRank() || x->shape().rank() < 2) {
+    if (!constraints::isFusibleFloat(x->dtype()) || !x->shape().hasRank() || x->shape().rank() < 2) {
       reject(rw, group[0],
              fmt::format("{} MatMuls share input '{}' of type {} and shape {}: merging needs "
                          "float32, float16 or bfloat16 with rank >= 2",

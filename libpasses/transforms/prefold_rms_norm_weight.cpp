@@ -64,9 +64,7 @@ std::string readerProblem(const Node& reader, const Value& y, int64_t channels) 
 int64_t channelsOf(const Node& n, size_t scale_input, Why& why) {
   const Value* g = n.input(scale_input);
   const Value* y = n.output(0);
-  const std::vector<DType>& fusible = constraints::fusibleFloatTypes();
-  if (!g || !g->isConstant() ||
-      std::find(fusible.begin(), fusible.end(), g->dtype()) == fusible.end()) {
+  if (!g || !g->isConstant() || !constraints::isFusibleFloat(g->dtype())) {
     why.fail(n, [&] {
       return fmt::format("{} weight is not a float, float16 or bfloat16 constant", n.label());
     });

@@ -295,6 +295,7 @@ Constraint dtypeIn(std::vector<std::string> captures, std::vector<DType> dtypes)
 // the chain by at most the chain's own rounding errors (docs/passes.md, "Half precision").
 // float64 is not among them: a fused op would compute it in float32.
 const std::vector<DType>& fusibleFloatTypes();
+bool isFusibleFloat(DType t);  // t is one of fusibleFloatTypes()
 // The capture's output `output` has a known rank.
 Constraint rankKnown(std::string capture, int output = 0);
 // Input `input` of the capture has the same shape as output 0 of `other` for every value of
