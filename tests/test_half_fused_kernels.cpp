@@ -321,6 +321,13 @@ TEST_CASE("half fused kernels: FusedMatMul, FusedGemm and FusedConv epilogues",
                       {{"Y", {2, 6, 9, 9}}},
                       "Y = fusectl.FusedConv <pads = [1, 1, 1, 1], activation = \"Relu\"> "
                       "(X, W, B, Z)"});
+  // Two groups, the weight constant: the second run reads each group's packed panels only.
+  checkBothHalfTypes({"FusedConv grouped, constant W",
+                      {{"X", {1, 4, 7, 7}},
+                       {"W", {6, 2, 3, 3}, -0.5f, 0.5f, true},
+                       {"B", {6}}},
+                      {{"Y", {1, 6, 5, 5}}},
+                      "Y = fusectl.FusedConv <group = 2, activation = \"Relu\"> (X, W, B)"});
   checkBothHalfTypes({"FusedConv depthwise with residual and Sigmoid",
                       {{"X", {1, 4, 8, 8}},
                        {"W", {4, 1, 3, 3}, -0.5f, 0.5f},

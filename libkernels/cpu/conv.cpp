@@ -226,7 +226,8 @@ float* im2colScratch(int64_t floats) {
 }
 
 // Float convolution with an epilogue (bias per output channel, residual laid out like Y).
-// `packed_w`, when set, holds each group's W_g packed as the GEMM's A operand.
+// `packed_w`, when set, holds each group's W_g packed as the GEMM's A operand; `w` may then be
+// nullptr (a half weight has no float32 copy after the run that packed it).
 void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epilogue ep,
                int threads, const PackedWeights* packed_w) {
   const int64_t Cg = d.C / d.group, Mg = d.M / d.group;
@@ -284,7 +285,8 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
         bmat = col;
         ldb = p1 - p0;
       }
-      GemmParams p = gemmParams(Mg, p1 - p0, K, w + g * Mg * K, K, false, bmat, ldb, false,
+      GemmParams p = gemmParams(Mg, p1 - p0, K, w ? w + g * Mg * K : nullptr, K, false, bmat, ldb,
+                                false,
                                 y + (n * d.M + g * Mg) * P + p0, P);
       p.epilogue = &en;
       p.epilogue_row0 = g * Mg;
@@ -317,7 +319,8 @@ void runConv(KernelContext& ctx, bool fused) {
     requireSameDType(ctx, x, "X", z, "Z");
   }
 
-  FloatView xf(x), wf(w), bf(b), zf(z);
+  FloatView xf(x), bf(b), zf(z);
+  LazyFloatView wf(w);
   Epilogue ep;
   ep.bias = b ? bf.data() : nullptr;
   ep.residual = z ? zf.data() : nullptr;
@@ -338,10 +341,13 @@ void runConv(KernelContext& ctx, bool fused) {
       gemm_path ? cachedPackedWeights(ctx, 1, d.group, [&](PackedWeights& pw) {
         for (int64_t g = 0; g < d.group; ++g) {
           pw.parts.push_back(packGemmA(Mg, K, wf.data() + g * Mg * K, K, 1));
+          if (!wf.inPlace()) pw.parts.back().source = nullptr;  // that copy ends with this call
         }
       })
                 : nullptr;
-  convFloat(xf.data(), wf.data(), ys.data(), d, ep, ctx.numThreads(), packed);
+  // Cached half weights are read from their packed panels only: no float32 copy per run.
+  const float* wp = packed && !wf.inPlace() ? nullptr : wf.data();
+  convFloat(xf.data(), wp, ys.data(), d, ep, ctx.numThreads(), packed);
   ys.commit();
 }
 
