@@ -204,6 +204,17 @@ inline void requireSameDType(const KernelContext& ctx, const HostTensor& ref, co
   }
 }
 
+// The rotary ops' Cos/Sin table broadcast into X (whose last dim the table's last dim must
+// equal): per leading (non-last) dim of X, how far a step along it moves in the table (0 where
+// the table has size 1 or no such dim); fails naming `what` otherwise. Shared by the CPU and CUDA
+// kernels (rotary_fused.cpp, cuda/rotary.cu), so both check and word it alike.
+std::vector<int64_t> rotaryTableStrides(const KernelContext& ctx, const HostTensor& x,
+                                        const HostTensor& table, const char* what);
+
+// SwiGLUPacked's output dims: X's with the last (gate and up side by side) halved; fails when it
+// is odd. Shared by the CPU and CUDA kernels (swiglu.cpp, cuda/elementwise.cu).
+std::vector<int64_t> swigluPackedOutputDims(const KernelContext& ctx, const HostTensor& x);
+
 // The 8-bit types of the quantized ops.
 inline void checkInt8(const KernelContext& ctx, const HostTensor& t, const char* what) {
   if (t.dtype() != DType::UInt8 && t.dtype() != DType::Int8) {

@@ -24,31 +24,6 @@ namespace fusectl::kernels {
 namespace cpu {
 namespace {
 
-// Per leading (non-last) dim of X, how far a step along it moves in a table broadcast into X
-// (0 where the table has size 1 or no such dim).
-std::vector<int64_t> tableStrides(const KernelContext& ctx, const HostTensor& x,
-                                  const HostTensor& table, const char* what) {
-  const size_t rank = x.rank(), trank = table.rank();
-  const int64_t d = x.dim(static_cast<int64_t>(rank) - 1);
-  if (trank == 0 || trank > rank || table.dims().back() != d) {
-    ctx.fail(fmt::format("{} {} does not broadcast into X {} along its last dim {}", what,
-                         formatDims(table.dims()), formatDims(x.dims()), d));
-  }
-  std::vector<int64_t> strides(rank - 1, 0);
-  int64_t stride = d;
-  for (size_t i = trank - 1; i-- > 0;) {
-    const int64_t td = table.dims()[i];
-    const size_t xi = rank - trank + i;
-    if (td != 1 && td != x.dims()[xi]) {
-      ctx.fail(fmt::format("{} {} does not broadcast into X {}", what, formatDims(table.dims()),
-                           formatDims(x.dims())));
-    }
-    if (td != 1) strides[xi] = stride;
-    stride *= td;
-  }
-  return strides;
-}
-
 // Neighbouring pairs (x[2k], x[2k + 1]): GPT-J's rotate_every_two.
 void rotatePairs(const float* x, float* y, int64_t half, const float* c, const float* s) {
   for (int64_t k = 0; k < half; ++k) {
@@ -97,7 +72,7 @@ void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved = false) {
   requireSameDType(ctx, x, "X", &cos_t, "Cos");
   requireSameDType(ctx, x, "X", &sin_t, "Sin");
   if (cos_t.dims() != sin_t.dims()) ctx.fail("Cos and Sin differ in shape");
-  const std::vector<int64_t> strides = tableStrides(ctx, x, cos_t, "Cos");
+  const std::vector<int64_t> strides = rotaryTableStrides(ctx, x, cos_t, "Cos");
   FloatView cf(cos_t), sf(sin_t);
 
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), x.dims());
@@ -133,6 +108,30 @@ void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved = false) {
 }
 
 }  // namespace
+
+std::vector<int64_t> rotaryTableStrides(const KernelContext& ctx, const HostTensor& x,
+                                  const HostTensor& table, const char* what) {
+  const size_t rank = x.rank(), trank = table.rank();
+  const int64_t d = x.dim(static_cast<int64_t>(rank) - 1);
+  if (trank == 0 || trank > rank || table.dims().back() != d) {
+    ctx.fail(fmt::format("{} {} does not broadcast into X {} along its last dim {}", what,
+                         formatDims(table.dims()), formatDims(x.dims()), d));
+  }
+  std::vector<int64_t> strides(rank - 1, 0);
+  int64_t stride = d;
+  for (size_t i = trank - 1; i-- > 0;) {
+    const int64_t td = table.dims()[i];
+    const size_t xi = rank - trank + i;
+    if (td != 1 && td != x.dims()[xi]) {
+      ctx.fail(fmt::format("{} {} does not broadcast into X {}", what, formatDims(table.dims()),
+                           formatDims(x.dims())));
+    }
+    if (td != 1) strides[xi] = stride;
+    stride *= td;
+  }
+  return strides;
+}
+
 }  // namespace cpu
 
 void registerFusedRotaryKernels(KernelRegistry& r) {

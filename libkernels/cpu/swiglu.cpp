@@ -43,11 +43,8 @@ void runSwiGLU(KernelContext& ctx) {
 void runSwiGLUPacked(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
   requireFloatOrHalf(ctx, x, "X");
-  if (x.rank() == 0 || x.dims().back() % 2 != 0)
-    ctx.fail("X's last dim must be even (gate and up side by side), X is " + formatDims(x.dims()));
-  std::vector<int64_t> dims = x.dims();
-  const int64_t inter = dims.back() / 2;
-  dims.back() = inter;
+  const std::vector<int64_t> dims = swigluPackedOutputDims(ctx, x);
+  const int64_t inter = dims.back();
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), dims);
   if (y.numel() == 0) return;
   const int64_t rows = y.numel() / inter;
@@ -73,6 +70,15 @@ void runSwiGLUPacked(KernelContext& ctx) {
 }
 
 }  // namespace
+
+std::vector<int64_t> swigluPackedOutputDims(const KernelContext& ctx, const HostTensor& x) {
+  if (x.rank() == 0 || x.dims().back() % 2 != 0)
+    ctx.fail("X's last dim must be even (gate and up side by side), X is " + formatDims(x.dims()));
+  std::vector<int64_t> dims = x.dims();
+  dims.back() /= 2;
+  return dims;
+}
+
 }  // namespace cpu
 
 void registerSwiGLUKernels(KernelRegistry& r) {

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../cpu/compute_common.h"
 #include "cuda_common.h"
 #include "cuda_device_util.cuh"
 #include "fusectl/graph/error.h"
@@ -264,11 +265,8 @@ void runSwiGLU(KernelContext& ctx) {
 
 void runSwiGLUPacked(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
-  if (x.rank() == 0 || x.dims().back() % 2 != 0)
-    ctx.fail("X's last dim must be even (gate and up side by side), X is " + formatDims(x.dims()));
-  std::vector<int64_t> dims = x.dims();
-  const int64_t inter = dims.back() / 2;
-  dims.back() = inter;
+  const std::vector<int64_t> dims = cpu::swigluPackedOutputDims(ctx, x);
+  const int64_t inter = dims.back();
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), dims);
   const int64_t n = y.numel();
   if (n == 0) return;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "../cpu/compute_common.h"
 #include "cuda_common.h"
 #include "cuda_device_util.cuh"
 #include "fusectl/graph/error.h"
@@ -96,28 +97,12 @@ __global__ void rotaryKernel(const T* __restrict__ x, const T* __restrict__ scal
                                           " is not supported by the CUDA backend");
 }
 
-// The CPU's tableStrides (same checks, same messages), then adjacent leading dims merged where
-// the outer one steps the table by the inner one's whole extent (both broadcast, or both
-// walking the table contiguously); dims of extent 1 drop out.
+// The CPU's table strides (cpu::rotaryTableStrides: same checks, same messages), then adjacent
+// leading dims merged where the outer one steps the table by the inner one's whole extent (both
+// broadcast, or both walking the table contiguously); dims of extent 1 drop out.
 TableIndex tableIndex(const KernelContext& ctx, const HostTensor& x, const HostTensor& table) {
-  const size_t rank = x.rank(), trank = table.rank();
-  const int64_t d = x.dim(rank - 1);
-  if (trank == 0 || trank > rank || table.dims().back() != d) {
-    ctx.fail("Cos " + formatDims(table.dims()) + " does not broadcast into X " +
-             formatDims(x.dims()) + " along its last dim " + std::to_string(d));
-  }
-  std::vector<int64_t> strides(rank - 1, 0);
-  int64_t stride = d;
-  for (size_t i = trank - 1; i-- > 0;) {
-    const int64_t td = table.dims()[i];
-    const size_t xi = rank - trank + i;
-    if (td != 1 && td != x.dims()[xi]) {
-      ctx.fail("Cos " + formatDims(table.dims()) + " does not broadcast into X " +
-               formatDims(x.dims()));
-    }
-    if (td != 1) strides[xi] = stride;
-    stride *= td;
-  }
+  const size_t rank = x.rank();
+  const std::vector<int64_t> strides = cpu::rotaryTableStrides(ctx, x, table, "Cos");
   std::vector<int64_t> dims, merged;  // outermost first
   for (size_t i = 0; i + 1 < rank; ++i) {
     const int64_t extent = x.dim(i);
@@ -143,14 +128,6 @@ TableIndex tableIndex(const KernelContext& ctx, const HostTensor& x, const HostT
   return index;
 }
 
-void requireXDType(const KernelContext& ctx, const HostTensor& x, const HostTensor& t,
-                   const char* what) {
-  if (t.dtype() != x.dtype()) {
-    ctx.fail(std::string(what) + " is " + std::string(dtypeName(t.dtype())) + " but X is " +
-             std::string(dtypeName(x.dtype())) + "; the inputs must have one element type");
-  }
-}
-
 void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved) {
   const HostTensor& x = ctx.requireInput(0);
   if (!cudaFloatType(x.dtype())) {
@@ -169,7 +146,7 @@ void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved) {
       ctx.fail("needs 'epsilon' (its function body cannot default it)");
     eps = ctx.attrFloat("epsilon", 1e-5f);
     scale = &ctx.requireInput(next++);
-    requireXDType(ctx, x, *scale, "Scale");
+    cpu::requireSameDType(ctx, x, "X", scale, "Scale");
     if (scale->numel() != d && scale->numel() != 1) {
       ctx.fail("Scale has " + std::to_string(scale->numel()) + " elements; X's last dim is " +
                std::to_string(d));
@@ -177,8 +154,8 @@ void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved) {
   }
   const HostTensor& cos_t = ctx.requireInput(next);
   const HostTensor& sin_t = ctx.requireInput(next + 1);
-  requireXDType(ctx, x, cos_t, "Cos");
-  requireXDType(ctx, x, sin_t, "Sin");
+  cpu::requireSameDType(ctx, x, "X", &cos_t, "Cos");
+  cpu::requireSameDType(ctx, x, "X", &sin_t, "Sin");
   if (cos_t.dims() != sin_t.dims()) ctx.fail("Cos and Sin differ in shape");
   const TableIndex table = tableIndex(ctx, x, cos_t);
 
