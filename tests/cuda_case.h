@@ -8,6 +8,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "fusectl/kernels/cuda_backend.h"
 #include "fusectl/kernels/cuda_device.h"
 #include "fusectl/kernels/executor.h"
+#include "fusectl/kernels/memory_plan.h"
 #include "fusectl/kernels/seeded_inputs.h"
 
 namespace fusectl::testing {
@@ -70,6 +73,30 @@ inline CudaRun checkCudaAgainstCpu(const std::string& model_text, double max_nms
                                    bool fallbacks_allowed = false, uint64_t seed = 7) {
   const auto model = parseModelText(model_text, "<cuda test>");
   return checkCudaAgainstCpu(*model, max_nmse, fallbacks_allowed, seed);
+}
+
+// The CUDA registry under the CUDA device id and nothing a run needs: an executor over it only
+// resolves kernels, which is where a missing (op, opset, dtype) or a declining `accepts` shows.
+// Needs no GPU.
+class CudaPlacement final : public kernels::Backend {
+ public:
+  kernels::Device device() const override { return kernels::Device::Cuda; }
+  std::shared_ptr<kernels::DeviceAllocator> allocator() const override {
+    return kernels::hostAllocator();
+  }
+  const kernels::KernelRegistry& kernels() const override { return kernels::cudaKernelRegistry(); }
+  void synchronize() const override {}
+  void copyToHost(void*, const void*, size_t) const override { throw std::logic_error("no run"); }
+  void copyFromHost(void*, const void*, size_t) const override { throw std::logic_error("no run"); }
+};
+
+// The nodes of `model` the CUDA backend would run on the CPU (Executor::cpuFallbacks).
+inline std::vector<const Node*> cudaFallbackNodes(const Model& model) {
+  CudaPlacement placement;
+  kernels::ExecutorOptions options;
+  options.backend = &placement;
+  const kernels::Executor executor(model, options);
+  return executor.cpuFallbacks();
 }
 
 }  // namespace fusectl::testing

@@ -96,6 +96,17 @@ class KernelCase {
     threads_ = n;
     return *this;
   }
+  // The op's domain ("fusectl" for the fused ops; default the ONNX one).
+  KernelCase& domain(std::string d) {
+    domain_ = std::move(d);
+    return *this;
+  }
+  // Finds the kernel in `r` (e.g. KernelRegistry::global(), every built-in kernel) instead of
+  // k2Registry().
+  KernelCase& registry(const kernels::KernelRegistry& r) {
+    registry_ = &r;
+    return *this;
+  }
   // Serves outputs from `a` instead of fresh zero-filled tensors (for timing).
   KernelCase& allocator(kernels::OutputAllocator* a) {
     allocator_ = a;
@@ -106,6 +117,7 @@ class KernelCase {
     graph_ = std::make_unique<Graph>("t");
     Graph::NodeSpec spec;
     spec.op_type = op_;
+    spec.domain = domain_;
     spec.name = "node_" + op_;
     std::vector<const HostTensor*> ptrs;
     for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -123,7 +135,8 @@ class KernelCase {
     spec.attributes = attrs_;
     Node* node = graph_->createNode(std::move(spec));
     for (Value* v : node->outputs()) graph_->addOutput(v);
-    const kernels::KernelInfo* info = k2Registry().find("", op_, opset_);
+    const kernels::KernelRegistry& registry = registry_ ? *registry_ : k2Registry();
+    const kernels::KernelInfo* info = registry.find(domain_, op_, opset_);
     if (!info) throw std::logic_error("no kernel for " + op_);
     PlainAllocator plain;
     kernels::KernelContext ctx(*node, opset_, ptrs, allocator_ ? *allocator_ : plain, threads_);
@@ -133,6 +146,8 @@ class KernelCase {
 
  private:
   std::string op_;
+  std::string domain_;
+  const kernels::KernelRegistry* registry_ = nullptr;
   int64_t opset_;
   int num_outputs_;
   std::vector<std::optional<HostTensor>> inputs_;

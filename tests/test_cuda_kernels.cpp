@@ -256,18 +256,6 @@ void runCases(const std::vector<Case>& cases) {
 
 // ---- Placement without a GPU ---------------------------------------------------------------
 
-// The CUDA registry under the CUDA device id and nothing a run needs: an executor over it only
-// resolves kernels, which is where a missing (op, opset, dtype) or a declining `accepts` shows.
-class CudaPlacement final : public Backend {
- public:
-  Device device() const override { return Device::Cuda; }
-  std::shared_ptr<DeviceAllocator> allocator() const override { return hostAllocator(); }
-  const KernelRegistry& kernels() const override { return cudaKernelRegistry(); }
-  void synchronize() const override {}
-  void copyToHost(void*, const void*, size_t) const override { throw std::logic_error("no run"); }
-  void copyFromHost(void*, const void*, size_t) const override { throw std::logic_error("no run"); }
-};
-
 std::string describeNodes(const std::vector<const Node*>& nodes) {
   std::string s;
   for (const Node* n : nodes) s += (s.empty() ? "" : ", ") + n->opType();
@@ -307,11 +295,7 @@ void checkCaseWithoutGpu(const Case& c) {
     CHECK(allFinite(out.tensor));
   }
   if (!fusectl::cuda::builtWithCuda()) return;
-  CudaPlacement placement;
-  ExecutorOptions options;
-  options.backend = &placement;
-  const Executor executor(*model, options);
-  const auto fallbacks = executor.cpuFallbacks();
+  const auto fallbacks = fusectl::testing::cudaFallbackNodes(*model);
   INFO("on the CPU: " << describeNodes(fallbacks));
   CHECK(fallbacks.size() == static_cast<size_t>(c.fallbacks));
 }
@@ -1291,11 +1275,7 @@ TEST_CASE("cuda kernels: the cases' accepts predicates decline what they must", 
   for (const auto& [name, text] : declined) {
     INFO(name << "\n" << text);
     const auto model = parseModelText(text, name);
-    CudaPlacement placement;
-    ExecutorOptions options;
-    options.backend = &placement;
-    const Executor executor(*model, options);
-    CHECK(executor.cpuFallbacks().size() == 1);
+    CHECK(fusectl::testing::cudaFallbackNodes(*model).size() == 1);
     // And the CPU runs it.
     CHECK_NOTHROW(runModel(*model, makeRandomInputs(*model->graph, 7)));
   }

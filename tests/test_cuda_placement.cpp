@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cuda_case.h"
 #include "half_model.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/cuda_backend.h"
@@ -25,26 +26,10 @@ using namespace fusectl::kernels;
 
 namespace {
 
-// The CUDA registry under the CUDA device id, and nothing a run would need: building an
-// executor over it only places nodes.
-class CudaPlacement final : public Backend {
- public:
-  Device device() const override { return Device::Cuda; }
-  std::shared_ptr<DeviceAllocator> allocator() const override { return hostAllocator(); }
-  const KernelRegistry& kernels() const override { return cudaKernelRegistry(); }
-  void synchronize() const override {}
-  void copyToHost(void*, const void*, size_t) const override { throw std::logic_error("no run"); }
-  void copyFromHost(void*, const void*, size_t) const override { throw std::logic_error("no run"); }
-};
-
 // "domain::Op" -> count of the float nodes that would run on the CPU and move float data.
 std::map<std::string, int> floatFallbacks(const Model& model) {
-  CudaPlacement placement;
-  ExecutorOptions options;
-  options.backend = &placement;
-  Executor executor(model, options);
   std::map<std::string, int> ops;
-  for (const Node* n : executor.cpuFallbacks()) {
+  for (const Node* n : fusectl::testing::cudaFallbackNodes(model)) {
     const DType t = kernelDType(*n);
     // Shape and Size read only dims: they run on the CPU and copy nothing.
     const KernelInfo* cpu = KernelRegistry::global().find(

@@ -134,24 +134,8 @@ std::vector<Case> allCases() {
   return all;
 }
 
-// The CUDA registry under the CUDA device id and nothing a run needs: an executor over it only
-// resolves kernels.
-class CudaPlacement final : public Backend {
- public:
-  Device device() const override { return Device::Cuda; }
-  std::shared_ptr<DeviceAllocator> allocator() const override { return hostAllocator(); }
-  const KernelRegistry& kernels() const override { return cudaKernelRegistry(); }
-  void synchronize() const override {}
-  void copyToHost(void*, const void*, size_t) const override { throw std::logic_error("no run"); }
-  void copyFromHost(void*, const void*, size_t) const override { throw std::logic_error("no run"); }
-};
-
 size_t cudaFallbacks(const Model& model) {
-  CudaPlacement placement;
-  ExecutorOptions options;
-  options.backend = &placement;
-  const Executor executor(model, options);
-  return executor.cpuFallbacks().size();
+  return fusectl::testing::cudaFallbackNodes(model).size();
 }
 
 bool allFinite(const HostTensor& t) {

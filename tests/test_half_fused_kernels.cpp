@@ -21,6 +21,7 @@
 #include "fusectl/kernels/executor.h"
 #include "fusectl/kernels/half.h"
 #include "fusectl/kernels/kernel.h"
+#include "kernel_case.h"
 
 namespace {
 
@@ -374,39 +375,15 @@ TEST_CASE("half fused kernels: nodes spelled with their type, as exported",
 
 namespace {
 
-class PlainAllocator : public OutputAllocator {
- public:
-  HostTensor allocate(DType dtype, const std::vector<int64_t>& dims) override {
-    return HostTensor(dtype, dims);
-  }
-};
-
 // One fusectl node run through the registry, outside the executor: its inputs may have any
 // types, whatever a model would declare.
 std::vector<HostTensor> runNode(const std::string& op, const std::vector<HostTensor>& inputs,
                                 std::vector<Attribute> attrs = {}) {
-  Graph g("t");
-  Graph::NodeSpec spec;
-  spec.op_type = op;
-  spec.domain = "fusectl";
-  spec.name = "node_" + op;
-  std::vector<const HostTensor*> args;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    ValueType vt;
-    vt.dtype = inputs[i].dtype();
-    spec.inputs.push_back(g.addInput("in" + std::to_string(i), vt));
-    args.push_back(&inputs[i]);
-  }
-  spec.output_names = {"Y"};
-  spec.attributes = std::move(attrs);
-  Node* node = g.createNode(std::move(spec));
-  g.addOutput(node->output(0));
-  const KernelInfo* info = KernelRegistry::global().find("fusectl", op, 1);
-  REQUIRE(info != nullptr);
-  PlainAllocator plain;
-  KernelContext ctx(*node, 1, args, plain, 1);
-  info->fn(ctx);
-  return ctx.outputs();
+  fusectl::testing::KernelCase k(op, 1);
+  k.domain("fusectl").registry(KernelRegistry::global());
+  for (const HostTensor& t : inputs) k.input(t);
+  for (Attribute& a : attrs) k.attr(std::move(a));
+  return k.run();
 }
 
 // A tensor of ones (1.0 in every type).
