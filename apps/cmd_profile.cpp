@@ -55,6 +55,7 @@ struct ProfileCliOptions {
   std::string trace;
   std::string annotate;
   std::string device = "cpu";
+  bool cuda_graph = true;
   std::string only;
   std::string baseline;
   double max_regression = 5;
@@ -145,13 +146,16 @@ class ProgressLine {
   std::chrono::steady_clock::time_point last_;
 };
 
-int runProfile(const ProfileCliOptions& opts, bool level_given) {
+int runProfile(const ProfileCliOptions& opts, bool level_given, bool cuda_graph_given) {
   if (opts.runs < 1) usage("--runs must be at least 1");
   if (opts.warmup < 0) usage("--warmup must be >= 0");
   if (opts.threads < 0) usage("--threads must be >= 0");
   if (opts.top < 0) usage("--top must be >= 0");
   if (opts.atol < 0 || opts.rtol < 0) usage("tolerances must be >= 0");
   if (opts.max_regression < 0) usage("--max-regression must be >= 0");
+  if (cuda_graph_given && opts.cuda_graph && opts.device != "cuda") {
+    usage("--cuda-graph needs --device cuda");
+  }
   const kernels::Backend* backend = deviceBackend(opts.device);
   checkOutputPath("--json", opts.json, opts);
   checkOutputPath("--trace", opts.trace, opts);
@@ -191,6 +195,7 @@ int runProfile(const ProfileCliOptions& opts, bool level_given) {
                                            : ProfiledSides::Both;
   options.execution.num_threads = opts.threads;
   options.execution.backend = backend;
+  options.execution.capture_graph = opts.device == "cuda" && opts.cuda_graph;
   options.tolerance.atol = opts.atol;
   options.tolerance.rtol = opts.rtol;
   options.tolerance.min_cosine = opts.min_cosine;
@@ -290,6 +295,11 @@ Command addProfileCommand(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_option("--top", opts->top, "Slowest nodes listed per side")->capture_default_str();
   addDeviceOption(*cmd, opts->device);
+  CLI::Option* cuda_graph = cmd->add_flag(
+      "--cuda-graph,!--no-cuda-graph", opts->cuda_graph,
+      "--device cuda: each side's timed runs replay a CUDA Graph recorded in its warmup (on by "
+      "default; needs --warmup 2 or more, no node on the CPU and no host reads of computed "
+      "values, else the runs are queued node by node and the output says why)");
   cmd->add_option("--only", opts->only, "Profile one side only: fused or unfused")
       ->check(CLI::IsMember({"fused", "unfused"}));
   cmd->add_option("--json", opts->json,
@@ -317,7 +327,9 @@ Command addProfileCommand(CLI::App& parent) {
       "Exit codes: 0 done; 1 the outputs differ or --baseline found a regression (files still "
       "written); 2 usage; 3 invalid model or baseline; 4 I/O error; 5 unsupported (an op "
       "without a kernel; --device cuda without a usable GPU). See docs/cli.md.");
-  return Command{cmd, [opts, level] { return runProfile(*opts, level->count() > 0); }};
+  return Command{cmd, [opts, level, cuda_graph] {
+    return runProfile(*opts, level->count() > 0, cuda_graph->count() > 0);
+  }};
 }
 
 }  // namespace fusectl::cli

@@ -64,6 +64,9 @@ Json sideJson(const SideProfile& s, int top) {
     j["copies"] = s.copies;
     j["copied_bytes"] = s.copied_bytes;
   }
+  if (!s.device_graph.empty()) {
+    j["cuda_graph"] = {{"replayed_runs", s.graph_replays}, {"status", s.device_graph}};
+  }
   j["activation_bytes_written"] = s.activation_bytes_written;
   j["peak_activation_bytes"] = s.peak_activation_bytes;
   Json per_op = Json::array();
@@ -202,11 +205,23 @@ void printProfile(const ProfileRequestInfo& info, const ProfileResult& r) {
     row("host/device copies", [](const SideProfile& s) {
       return fmt::format("{} ({})", s.copies, formatBytes(s.copied_bytes));
     });
+    bool graphs_asked = false;
+    for (const SideProfile* s : sides) graphs_asked = graphs_asked || !s->device_graph.empty();
+    if (graphs_asked) {
+      row("CUDA graph replays", [](const SideProfile& s) {
+        return fmt::format("{}/{}", s.graph_replays, s.run_seconds.size());
+      });
+    }
   }
   row("activations written",
       [](const SideProfile& s) { return formatBytes(s.activation_bytes_written); });
   row("peak activations",
       [](const SideProfile& s) { return formatBytes(s.peak_activation_bytes); });
+  for (const SideProfile* s : sides) {
+    if (!s->device_graph.empty() && s->graph_replays < s->run_seconds.size()) {
+      fmt::print("CUDA graph, {}: {}\n", s->name, s->device_graph);
+    }
+  }
   if (r.speedup) {
     fmt::print(
         "speedup: {:.3f}x (unfused median / fused median; {:.0f}% interval {:.3f}x to "

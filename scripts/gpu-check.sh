@@ -16,7 +16,9 @@
 #  5. generates ResNet-50 (batch 1 and 8) and BERT-base (batch 8, seq 128, float and float16) with
 #     gen_gpu_models in a temporary folder, and verifies and profiles each the same way;
 #  6. prints one table: unfused and fused median ms, speedup, device launches unfused/fused and
-#     their ratio, nodes on the CPU in the fused model, whether profile's two sides agree, verify.
+#     their ratio, timed runs that replayed a CUDA Graph per side (profile's --cuda-graph, on by
+#     default; PROFILE_ARGS=--no-cuda-graph turns it off), nodes on the CPU in the fused model,
+#     whether profile's two sides agree, verify.
 #
 # Everything goes to OUT (default gpu-check-out/): console.txt (this run's output), summary.txt
 # (the table), results.tsv (its raw figures), cuda-tests.txt, and per model verify/NAME.txt,
@@ -40,6 +42,7 @@
 #   CUDA_TEST_SPEC    Catch2 test spec (default "[cuda],[cuda_codegen],[cuda_placement]")
 #   GEN_SPECS         generated models, "NAME:gen_gpu_models args" separated by ';'
 #                     (default: the four models of step 5)
+#   PROFILE_ARGS      more flags for every profile (e.g. --no-cuda-graph)
 #   PROFILE_THREADS   --threads for profile and verify (CPU reference and fallbacks; default 0,
 #                     all cores)
 #   KEEP_MODELS       1: keep the generated models (in OUT/models instead of a temporary folder)
@@ -58,6 +61,7 @@ batch=${BATCH:-1}
 seq_len=${SEQ:-16}
 test_spec=${CUDA_TEST_SPEC:-[cuda],[cuda_codegen],[cuda_placement]}
 threads=${PROFILE_THREADS:-0}
+read -r -a profile_extra <<<"${PROFILE_ARGS:-}" || true
 device=${FUSECTL_CHECK_DEVICE:-cuda}
 budget=${BUDGET_S:-450}
 default_gen_specs="resnet50_b1:--model resnet50 --batch 1;resnet50_b8:--model resnet50 --batch 8;bert_base_b8_s128:--model bert_base --batch 8 --seq 128 --dtype float;bert_base_b8_s128_fp16:--model bert_base --batch 8 --seq 128 --dtype float16"
@@ -293,12 +297,14 @@ check_model() {  # NAME MODEL_FILE VERIFY_TOLERANCE... (as one string, may be em
   rc=0
   rm -f "$out/profile/$name.json"
   limited 300 "$fusectl" profile "$model" "${device_args[@]}" --runs "$runs" --threads "$threads" \
-    "${shapes[@]}" "${ptol_args[@]}" --json "$out/profile/$name.json" \
+    "${shapes[@]}" "${ptol_args[@]}" "${profile_extra[@]}" --json "$out/profile/$name.json" \
     >"$out/profile/$name.txt" 2>&1 || rc=$?
   pstatus=$(status_of_rc "$rc")
   # Exit 1: the two sides' outputs differ (the report is still written).
   if [ "$rc" = 1 ] && [ -s "$out/profile/$name.json" ]; then pstatus=DIFFER; fi
   log "$name: profile $pstatus: $(grep -E '^speedup|^outputs agree|error' "$out/profile/$name.txt" | tr '\n' ' ' | cut -c1-160)"
+  # A side whose timed runs did not all replay a CUDA Graph says why.
+  grep -E '^CUDA graph, ' "$out/profile/$name.txt" | while IFS= read -r line; do log "$name: $line"; done || true
   [ "$rc" = 0 ] || fail "$name: profile $pstatus (see $out/profile/$name.txt)"
   printf '%s\t%s\t%s\t%s\n' "$name" "$out/profile/$name.json" "$vstatus" "$pstatus" >>"$out/results.tsv"
 }
@@ -355,7 +361,8 @@ fi
 
 # ---- the table ------------------------------------------------------------------------------
 # One TSV line of figures from a profile report: unfused ms, fused ms, speedup, launches
-# unfused, launches fused, fused nodes on the CPU, outputs agree ("-" where absent). python3,
+# unfused, launches fused, fused nodes on the CPU, outputs agree, CUDA Graph replays unfused,
+# fused ("-" where absent). python3,
 # else jq, else grep (the report is pretty-printed with keys in schema order: unfused first).
 json_tool=${GPU_CHECK_JSON_TOOL:-}
 if [ -z "$json_tool" ]; then
@@ -366,10 +373,10 @@ if [ -z "$json_tool" ]; then
 fi
 figures() {  # REPORT.json
   local f=$1
-  if [ ! -s "$f" ]; then printf -- '-\t-\t-\t-\t-\t-\t-\n'; return; fi
+  if [ ! -s "$f" ]; then printf -- '-\t-\t-\t-\t-\t-\t-\t-\t-\n'; return; fi
   case $json_tool in
     python3)
-      python3 - "$f" <<'PY' || printf -- '-\t-\t-\t-\t-\t-\t-\n'
+      python3 - "$f" <<'PY' || printf -- '-\t-\t-\t-\t-\t-\t-\t-\t-\n'
 import json, sys
 
 def get(d, *keys):
@@ -390,14 +397,16 @@ try:
     with open(sys.argv[1]) as fh:
         d = json.load(fh)
 except Exception:
-    print("\t".join(["-"] * 7))
+    print("\t".join(["-"] * 9))
     sys.exit(0)
 speedup = d.get("speedup") if isinstance(d, dict) else None
 if isinstance(speedup, dict):
     speedup = speedup.get("median")
 row = [get(d, "sides", "unfused", "median_ms"), get(d, "sides", "fused", "median_ms"), speedup,
        get(d, "sides", "unfused", "device_launches"), get(d, "sides", "fused", "device_launches"),
-       get(d, "sides", "fused", "fallback_nodes"), get(d, "outputs_agree")]
+       get(d, "sides", "fused", "fallback_nodes"), get(d, "outputs_agree"),
+       get(d, "sides", "unfused", "cuda_graph", "replayed_runs"),
+       get(d, "sides", "fused", "cuda_graph", "replayed_runs")]
 print("\t".join(text(v) for v in row))
 PY
       ;;
@@ -406,22 +415,24 @@ PY
               (if (.speedup | type) == "object" then .speedup.median else .speedup end),
               .sides.unfused.device_launches, .sides.fused.device_launches,
               .sides.fused.fallback_nodes,
-              (if .outputs_agree == true then "yes" elif .outputs_agree == false then "no" else null end)]
+              (if .outputs_agree == true then "yes" elif .outputs_agree == false then "no" else null end),
+              .sides.unfused.cuda_graph.replayed_runs, .sides.fused.cuda_graph.replayed_runs]
              | map(if . == null then "-" else tostring end) | @tsv' "$f" 2>/dev/null ||
-        printf -- '-\t-\t-\t-\t-\t-\t-\n'
+        printf -- '-\t-\t-\t-\t-\t-\t-\t-\t-\n'
       ;;
     *)
       local num='-?[0-9][0-9.eE+-]*'
-      local -a med=() dl=() fb=()
+      local -a med=() dl=() fb=() gr=()
       mapfile -t med < <(grep -oE "\"median_ms\": *$num" "$f" | sed -E 's/.*: *//' || true)
       mapfile -t dl < <(grep -oE "\"device_launches\": *$num" "$f" | sed -E 's/.*: *//' || true)
       mapfile -t fb < <(grep -oE "\"fallback_nodes\": *$num" "$f" | sed -E 's/.*: *//' || true)
+      mapfile -t gr < <(grep -oE "\"replayed_runs\": *$num" "$f" | sed -E 's/.*: *//' || true)
       local sp agree
       sp=$(tr -d '\n' <"$f" | grep -oE "\"speedup\": *\\{[^}]*" | grep -oE "\"median\": *$num" | head -n 1 | sed -E 's/.*: *//' || true)
       [ -n "$sp" ] || sp=$(grep -oE "\"speedup\": *$num" "$f" | head -n 1 | sed -E 's/.*: *//' || true)
       agree=$(grep -oE '"outputs_agree": *(true|false)' "$f" | head -n 1 | sed -E 's/.*: *//; s/true/yes/; s/false/no/' || true)
-      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${med[0]:--}" "${med[1]:--}" "${sp:--}" \
-        "${dl[0]:--}" "${dl[1]:--}" "${fb[1]:--}" "${agree:--}"
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${med[0]:--}" "${med[1]:--}" "${sp:--}" \
+        "${dl[0]:--}" "${dl[1]:--}" "${fb[1]:--}" "${agree:--}" "${gr[0]:--}" "${gr[1]:--}"
       ;;
   esac
 }
@@ -431,7 +442,7 @@ section "summary"
   printf 'device %s; %s timed runs per side; figures from %s\n' "$device" "$runs" "$json_tool"
   while IFS=$'\t' read -r name json vstatus pstatus; do
     printf '%s\t%s\t%s\t' "$name" "$vstatus" "$pstatus"
-    if [ "$json" = - ]; then printf -- '-\t-\t-\t-\t-\t-\t-\n'; else figures "$json"; fi
+    if [ "$json" = - ]; then printf -- '-\t-\t-\t-\t-\t-\t-\t-\t-\n'; else figures "$json"; fi
   done <"$out/results.tsv"
 } >"$out/figures.tsv"
 table() {
@@ -441,21 +452,22 @@ table() {
     function ms(v) { return num(v) ? sprintf("%.3f", v) : v }
     {
       name = $1; verify = $2; prof = $3; u = $4; f = $5; sp = $6; lu = $7; lf = $8; cpu = $9; agree = $10
+      graphs = $11 "/" $12
       speed = num(sp) ? sprintf("%.2fx", sp) : sp
       launches = lu "/" lf
       ratio = (num(lu) && num(lf) && lf > 0) ? sprintf("%.2fx", lu / lf) : "-"
       if (prof != "ok") agree = agree " (" prof ")"
-      rows[++n] = sprintf("%-26s %11s %9s %8s %15s %7s %8s %-14s %s", name, ms(u), ms(f), speed,
-                          launches, ratio, cpu, agree, verify)
+      rows[++n] = sprintf("%-26s %11s %9s %8s %15s %7s %9s %8s %-14s %s", name, ms(u), ms(f), speed,
+                          launches, ratio, graphs, cpu, agree, verify)
     }
     END {
-      printf "%-26s %11s %9s %8s %15s %7s %8s %-14s %s\n", "model", "unfused ms", "fused ms",
-             "speedup", "launches u/f", "ratio", "cpu nodes", "sides agree", "verify"
+      printf "%-26s %11s %9s %8s %15s %7s %9s %8s %-14s %s\n", "model", "unfused ms", "fused ms",
+             "speedup", "launches u/f", "ratio", "graph u/f", "cpu nodes", "sides agree", "verify"
       for (i = 1; i <= n; i++) print rows[i]
     }' "$out/figures.tsv"
 }
 table | tee "$out/summary.txt"
-printf '\n(cpu nodes: nodes of the fused model that ran on the CPU; sides agree: profile'"'"'s unfused vs fused outputs on the device; verify: verify M M --device %s, the CPU as reference. Tolerances (verify and sides agree): testdata models the defaults, generated float models %s, float16 %s)\n' \
+printf '\n(graph u/f: timed runs per side that replayed a CUDA Graph, "-" when not asked for; cpu nodes: nodes of the fused model that ran on the CPU; sides agree: profile'"'"'s unfused vs fused outputs on the device; verify: verify M M --device %s, the CPU as reference. Tolerances (verify and sides agree): testdata models the defaults, generated float models %s, float16 %s)\n' \
   "$device" "$tol_fp32_generated" "$tol_fp16" | tee -a "$out/summary.txt"
 
 elapsed=$((SECONDS - script_start))

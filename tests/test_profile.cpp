@@ -324,6 +324,10 @@ TEST_CASE("profile: errors are one line with the documented exit code", "[profil
   CHECK(lines(missing.err) == 1);
   CHECK(missing.err.find("/nonexistent/model.onnx") != std::string::npos);
 
+  const CliResult cpu_graph = runFusectl("profile " + model + " --cuda-graph");
+  CHECK(cpu_graph.code == 2);
+  CHECK(cpu_graph.err == "fusectl: error: --cuda-graph needs --device cuda\n");
+  CHECK(runFusectl("profile " + model + " --no-cuda-graph --runs 1 --warmup 0").code == 0);
   CHECK(runFusectl("profile " + model + " --runs 0").code == 2);
   CHECK(runFusectl("profile " + model + " --only both").code == 2);
   CHECK(runFusectl("profile " + model + " -O3 --passes dce").code == 2);

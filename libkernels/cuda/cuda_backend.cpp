@@ -1,5 +1,6 @@
 // The CUDA backend: an arena of device memory, one stream, events for node timing, pinned
-// staging for host copies, and the launch counter. Host code (g++), over the CUDA runtime.
+// staging for host copies, the launch counter and recorded runs (CUDA Graphs). Host code
+// (g++), over the CUDA runtime.
 #include "fusectl/kernels/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -48,15 +49,15 @@ void* workspace(size_t bytes) {
   static void* buffer = nullptr;
   static size_t capacity = 0;
   std::lock_guard<std::mutex> lock(mu);
+  // A grown workspace never frees the smaller one: a recorded run (a CUDA Graph) holds the
+  // address it was recorded with, and replays it after any other executor grew the workspace.
+  static std::vector<void*> outgrown;
   if (bytes > capacity) {
-    if (buffer) {
-      check(cudaStreamSynchronize(g_stream), "synchronize before growing the workspace");
-      cudaFree(buffer);
-      buffer = nullptr;
-      capacity = 0;
-    }
+    if (buffer) outgrown.push_back(buffer);
     const size_t rounded = std::max<size_t>(bytes, size_t{32} << 20);
-    check(cudaMalloc(&buffer, rounded), "workspace allocation");
+    void* grown = nullptr;
+    check(cudaMalloc(&grown, rounded), "workspace allocation");
+    buffer = grown;
     capacity = rounded;
   }
   return buffer;
@@ -128,6 +129,21 @@ class CudaArena final : public DeviceAllocator {
   std::vector<void*> chunks_;  // kept until exit: device memory is released with the process
 };
 
+// A recorded run: the CUDA Graph captured from the stream and its executable instance.
+class CudaRecordedRun final : public Backend::RecordedRun {
+ public:
+  CudaRecordedRun(cudaGraph_t graph, cudaGraphExec_t exec) : graph_(graph), exec_(exec) {}
+  ~CudaRecordedRun() override {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+  }
+  cudaGraphExec_t exec() const { return exec_; }
+
+ private:
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend() {
@@ -195,6 +211,59 @@ class CudaBackend final : public Backend {
     used_events_ = 0;
   }
   uint64_t launches() const override { return cuda::launchCount(); }
+
+  // Relaxed capture: host-side set-up a kernel may still do while queueing (an allocation
+  // served by the arena) is allowed and not recorded; a synchronisation or a synchronous copy
+  // fails the capture, which the executor reports as its reason not to record.
+  bool canCapture() const override { return true; }
+  void beginCapture() const override {
+    cuda::check(cudaStreamBeginCapture(cuda::g_stream, cudaStreamCaptureModeRelaxed),
+                "begin recording");
+  }
+  std::unique_ptr<RecordedRun> endCapture() const override {
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(cuda::g_stream, &graph);
+    if (ended != cudaSuccess) {
+      if (graph) cudaGraphDestroy(graph);
+      cuda::check(ended, "end recording");
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    if (made != cudaSuccess) {
+      cudaGraphDestroy(graph);
+      cuda::check(made, "graph instantiation");
+    }
+    return std::make_unique<CudaRecordedRun>(graph, exec);
+  }
+  void abortCapture() const noexcept override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(cuda::g_stream, &status) == cudaSuccess &&
+        status != cudaStreamCaptureStatusNone) {
+      cudaGraph_t graph = nullptr;
+      cudaStreamEndCapture(cuda::g_stream, &graph);
+      if (graph) cudaGraphDestroy(graph);
+    }
+    cudaGetLastError();  // the capture's error, so the next call reports its own
+  }
+  void replay(const RecordedRun& run) const override {
+    cuda::check(cudaGraphLaunch(static_cast<const CudaRecordedRun&>(run).exec(), cuda::g_stream),
+                "graph launch");
+  }
+  std::shared_ptr<void> allocatePinned(size_t bytes) const override {
+    void* p = nullptr;
+    cuda::check(cudaMallocHost(&p, bytes), "pinned allocation");
+    return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+  }
+  void copyFromPinnedAsync(void* device_dst, const void* pinned_src, size_t bytes) const override {
+    cuda::check(cudaMemcpyAsync(device_dst, pinned_src, bytes, cudaMemcpyHostToDevice,
+                                cuda::g_stream),
+                "copy to device");
+  }
+  void copyToPinnedAsync(void* pinned_dst, const void* device_src, size_t bytes) const override {
+    cuda::check(cudaMemcpyAsync(pinned_dst, device_src, bytes, cudaMemcpyDeviceToHost,
+                                cuda::g_stream),
+                "copy to host");
+  }
 
  private:
   static constexpr size_t kStaging = size_t{16} << 20;

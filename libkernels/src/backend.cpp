@@ -3,7 +3,23 @@
 
 #include <cstring>
 
+#include "fusectl/graph/error.h"
+
 namespace fusectl::kernels {
+
+namespace {
+[[noreturn]] void noRecording(const Backend& b) {
+  throw Error(ErrorKind::Unsupported,
+              "the " + deviceName(b.device()) + " backend does not record runs");
+}
+}  // namespace
+
+void Backend::beginCapture() const { noRecording(*this); }
+std::unique_ptr<Backend::RecordedRun> Backend::endCapture() const { noRecording(*this); }
+void Backend::replay(const RecordedRun&) const { noRecording(*this); }
+std::shared_ptr<void> Backend::allocatePinned(size_t) const { noRecording(*this); }
+void Backend::copyFromPinnedAsync(void*, const void*, size_t) const { noRecording(*this); }
+void Backend::copyToPinnedAsync(void*, const void*, size_t) const { noRecording(*this); }
 
 CpuBackend::CpuBackend(const KernelRegistry& kernels) : kernels_(kernels) {}
 

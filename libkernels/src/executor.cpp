@@ -18,10 +18,16 @@
 
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/tensor_limit.h"
+#include "fusectl/kernels/compare.h"
 
 namespace fusectl::kernels {
 
 namespace {
+
+// Why the run being recorded cannot be: thrown inside it, caught by tryRecording.
+struct RecordingRefused {
+  std::string reason;
+};
 
 using Clock = std::chrono::steady_clock;
 
@@ -380,6 +386,11 @@ void Executor::bringOver(int s, bool to_host, bool pooled, std::vector<HostTenso
   HostTensor& dst = to_host ? host[s] : device[s];
   const HostTensor& src = to_host ? device[s] : host[s];
   if (dst.dtype() != DType::Undefined || src.dtype() == DType::Undefined) return;
+  if (recording_run_) {
+    throw RecordingRefused{"'" + plan_.values[static_cast<size_t>(s)]->name() +
+                           "' would be copied to the " + (to_host ? "host" : "device") +
+                           " during the run"};
+  }
   if (src.dtype() == DType::String) {  // strings never leave the host
     dst = src;
     return;
@@ -400,8 +411,258 @@ void Executor::bringOver(int s, bool to_host, bool pooled, std::vector<HostTenso
   if (!to_host && isInitializer(s, src)) device_initializers_[s] = dst;
 }
 
+namespace {
+
+// The inputs' names, dtypes and dims, in name order: a recording replays only runs alike.
+std::string inputSignature(const std::vector<NamedTensor>& inputs) {
+  std::vector<std::string> parts;
+  parts.reserve(inputs.size());
+  for (const NamedTensor& in : inputs) {
+    parts.push_back(in.name + ":" + typeText(in.tensor.dtype(), in.tensor.dims()));
+  }
+  std::sort(parts.begin(), parts.end());
+  std::string signature;
+  for (const std::string& p : parts) signature += p + ";";
+  return signature;
+}
+
+}  // namespace
+
+// A recorded run (ExecutorOptions::capture_graph): what the device replays, and the buffers it
+// reads and writes, which must stay where they were when it was recorded.
+struct Executor::Recording {
+  struct Binding {
+    std::string name;
+    int slot = -1;
+    DType dtype = DType::Undefined;
+    std::vector<int64_t> dims;
+    size_t bytes = 0;
+    std::shared_ptr<void> pinned;  // the host side of the copy inside the recording
+    HostTensor device;             // holds the device buffer as long as the recording
+  };
+  std::string signature;
+  std::vector<Binding> inputs;   // as given when recorded
+  std::vector<Binding> outputs;  // the graph's, in order
+  std::unique_ptr<Backend::RecordedRun> run;
+  ExecutionStats figures;  // of the queued run it was recorded after (no node times)
+};
+
 std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
                                        ExecutionStats* stats) {
+  if (!options_.capture_graph || options_.profile) return runQueued(inputs, stats);
+  const std::string signature = inputSignature(inputs);
+  if (recording_ && recording_->signature == signature) return replay(*recording_, inputs, stats);
+  if (!recording_ && graph_refusal_.empty()) graph_refusal_ = staticRecordingRefusal();
+  // Two runs alike before recording: the first may set up what a recording cannot contain
+  // (weights uploaded, kernel states built, the pool and workspace grown to their size).
+  const bool record_now = !recording_ && graph_refusal_.empty() && signature == last_signature_;
+  last_signature_ = signature;
+  ExecutionStats local;
+  ExecutionStats* run_stats = stats ? stats : (record_now ? &local : nullptr);
+  std::vector<NamedTensor> outputs = runQueued(inputs, run_stats);
+  if (record_now) tryRecording(inputs, outputs, *run_stats);
+  if (stats) {
+    if (recording_ && record_now) {
+      stats->device_graph = "recorded after this run (its replay agreed with it)";
+    } else if (recording_) {
+      stats->device_graph = "not used: the inputs differ from the recorded run's (" +
+                            recording_->signature + ")";
+    } else if (!graph_refusal_.empty()) {
+      stats->device_graph = "not used: " + graph_refusal_;
+    } else {
+      stats->device_graph = "not recorded yet: the next run with these inputs' dims records one";
+    }
+  }
+  return outputs;
+}
+
+std::string Executor::staticRecordingRefusal() const {
+  if (!backend_->canCapture()) {
+    return "the " + deviceName(backend_->device()) + " backend does not record runs";
+  }
+  if (fallback_steps_ > 0) {
+    const Node* first = nullptr;
+    for (size_t step = 0; step < on_cpu_.size() && !first; ++step) {
+      if (on_cpu_[step]) first = plan_.order[step];
+    }
+    return std::to_string(fallback_steps_) + (fallback_steps_ == 1 ? " node runs" : " nodes run") +
+           " on the CPU (first: '" + (first ? first->label() : std::string("?")) + "' (" +
+           (first ? first->opType() : std::string()) + "))";
+  }
+  if (!bodies_.empty()) return "the graph has subgraphs (control flow), which run on the CPU";
+  return "";
+}
+
+void Executor::tryRecording(const std::vector<NamedTensor>& inputs,
+                            const std::vector<NamedTensor>& expected,
+                            const ExecutionStats& queued) {
+  std::unique_ptr<Recording> recording;
+  try {
+    recording = record(inputs, expected);
+  } catch (const RecordingRefused& e) {
+    graph_refusal_ = e.reason;
+    return;
+  } catch (const std::exception& e) {
+    graph_refusal_ = std::string("recording failed: ") + e.what();
+    return;
+  }
+  recording->figures = queued;
+  recording->figures.node_times.clear();
+  std::vector<NamedTensor> replayed;
+  try {
+    replayed = replay(*recording, inputs, nullptr);
+  } catch (const std::exception& e) {
+    graph_refusal_ = std::string("the recorded run failed: ") + e.what();
+    return;
+  }
+  // The check that makes a recording safe to use: it must compute what the queued run did.
+  const Comparison agreement = compareRunOutputs(expected, replayed, Tolerance{});
+  if (!agreement.passed) {
+    std::string detail;
+    for (const OutputComparison& o : agreement.outputs) {
+      if (!o.passed) {
+        detail = "output '" + o.name + "': " + o.detail;
+        break;
+      }
+    }
+    graph_refusal_ = "the recorded run's outputs differ from the queued run's (" + detail + ")";
+    return;
+  }
+  recording_ = std::move(recording);
+}
+
+std::unique_ptr<Executor::Recording> Executor::record(const std::vector<NamedTensor>& inputs,
+                                                      const std::vector<NamedTensor>& expected) {
+  auto recording = std::make_unique<Recording>();
+  recording->signature = inputSignature(inputs);
+  std::vector<HostTensor> slots(plan_.values.size());
+  std::vector<HostTensor> host(slots.size());
+  bindInputs(inputs, host);
+  for (size_t s = 0; s < device_initializers_.size(); ++s) {
+    const HostTensor& kept = device_initializers_[s];
+    if (kept.dtype() != DType::Undefined && isInitializer(static_cast<int>(s), host[s])) {
+      slots[s] = kept;
+    }
+  }
+  // Buffers allocated before recording starts: an allocation while recording is not part of
+  // the recording, and on some devices not allowed during it.
+  for (const NamedTensor& in : inputs) {
+    const int s = plan_.slot(graph_.findValue(in.name));
+    if (s < 0) continue;  // an input no node reads
+    if (in.tensor.dtype() == DType::String) {
+      throw RecordingRefused{"input '" + in.name + "' is a string tensor, which stays on the host"};
+    }
+    Recording::Binding b;
+    b.name = in.name;
+    b.slot = s;
+    b.dtype = in.tensor.dtype();
+    b.dims = in.tensor.dims();
+    b.bytes = in.tensor.byteSize();
+    b.pinned = backend_->allocatePinned(std::max<size_t>(b.bytes, 1));
+    std::shared_ptr<void> buffer = pool_.acquireUnpooled(b.bytes);
+    void* data = buffer.get();
+    b.device = HostTensor::borrow(b.dtype, b.dims, data, std::move(buffer));
+    slots[s] = b.device;
+    recording->inputs.push_back(std::move(b));
+  }
+  const auto& graph_outputs = graph_.outputs();
+  if (expected.size() != graph_outputs.size()) throwInternal("outputs of the queued run missing");
+  for (size_t i = 0; i < graph_outputs.size(); ++i) {
+    const HostTensor& t = expected[i].tensor;
+    if (t.dtype() == DType::String) {
+      throw RecordingRefused{"output '" + expected[i].name + "' is a string tensor"};
+    }
+    Recording::Binding b;
+    b.name = expected[i].name;
+    b.slot = plan_.slot(graph_outputs[i]);
+    b.dtype = t.dtype();
+    b.dims = t.dims();
+    b.bytes = t.byteSize();
+    b.pinned = backend_->allocatePinned(std::max<size_t>(b.bytes, 1));
+    recording->outputs.push_back(std::move(b));
+  }
+
+  backend_->beginCapture();
+  recording_run_ = true;
+  try {
+    for (Recording::Binding& b : recording->inputs) {
+      if (b.bytes) backend_->copyFromPinnedAsync(b.device.mutableRaw(), b.pinned.get(), b.bytes);
+    }
+    ExecutionStats copies;
+    uint64_t written = 0;
+    runSteps(slots, host, nullptr, nullptr, copies, written);
+    for (Recording::Binding& b : recording->outputs) {
+      const HostTensor& t = slots[b.slot];
+      if (t.dtype() == DType::Undefined) {
+        throw RecordingRefused{"output '" + b.name + "' is not computed on the device"};
+      }
+      if (t.dtype() != b.dtype || t.dims() != b.dims) {
+        throw RecordingRefused{"output '" + b.name + "' came out as " +
+                               typeText(t.dtype(), t.dims()) + " while recording, " +
+                               typeText(b.dtype, b.dims) + " before"};
+      }
+      b.device = t;
+      if (b.bytes) backend_->copyToPinnedAsync(b.pinned.get(), t.raw(), b.bytes);
+    }
+    recording_run_ = false;
+    recording->run = backend_->endCapture();
+  } catch (...) {
+    recording_run_ = false;
+    backend_->abortCapture();
+    throw;
+  }
+  return recording;
+}
+
+std::vector<NamedTensor> Executor::replay(const Recording& recording,
+                                          const std::vector<NamedTensor>& inputs,
+                                          ExecutionStats* stats) {
+  const auto start = Clock::now();
+  {
+    std::vector<HostTensor> checked(plan_.values.size());
+    bindInputs(inputs, checked);  // the same checks as a queued run's
+  }
+  std::unordered_map<std::string_view, const HostTensor*> given;
+  for (const NamedTensor& in : inputs) given.emplace(in.name, &in.tensor);
+  uint64_t copied = 0;
+  for (const Recording::Binding& b : recording.inputs) {
+    const HostTensor* t = given.at(b.name);
+    if (b.bytes) std::memcpy(b.pinned.get(), t->raw(), b.bytes);
+    copied += b.bytes;
+  }
+  backend_->replay(*recording.run);
+  backend_->synchronize();
+  std::vector<NamedTensor> outputs;
+  outputs.reserve(recording.outputs.size());
+  for (const Recording::Binding& b : recording.outputs) {
+    HostTensor t(b.dtype, b.dims);
+    if (b.bytes) std::memcpy(t.mutableRaw(), b.pinned.get(), b.bytes);
+    copied += b.bytes;
+    outputs.push_back({b.name, std::move(t)});
+  }
+  if (stats) {
+    const ExecutionStats& f = recording.figures;
+    stats->node_times.clear();
+    stats->peak_activation_bytes = f.peak_activation_bytes;
+    stats->pool_reserved_bytes = pool_.stats().reserved_bytes;
+    stats->buffer_reuses = f.buffer_reuses;
+    stats->intermediate_tensors = f.intermediate_tensors;
+    stats->nodes_run = f.nodes_run;
+    stats->activation_bytes_written = f.activation_bytes_written;
+    stats->fallback_nodes = 0;
+    stats->copies_to_device = recording.inputs.size();
+    stats->copies_to_host = recording.outputs.size();
+    stats->copied_bytes = copied;
+    stats->device_launches = f.device_launches;
+    stats->graph_replayed = true;
+    stats->device_graph = "replayed";
+    stats->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  return outputs;
+}
+
+std::vector<NamedTensor> Executor::runQueued(const std::vector<NamedTensor>& inputs,
+                                             ExecutionStats* stats) {
   const auto start = Clock::now();
   // On the CPU backend `slots` holds the one copy of each value. On another device it holds the
   // device copies and `host` the host ones; a value gets a copy on the other side when a node
@@ -497,6 +758,13 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
       // A device kernel reads its host inputs (shapes, axes) from a host copy.
       const bool host_arg =
           on_cpu || (transfers && i < 64 && ((kernels_[step]->host_inputs >> i) & 1u));
+      // A kernel reads a host input while it queues its work: a recording would keep the value
+      // it had then, which is right only for a constant.
+      if (recording_run_ && host_arg &&
+          !(host[s].dtype() != DType::Undefined && isInitializer(s, host[s]))) {
+        throw RecordingRefused{nodePrefix(node) + "reads '" + v->name() +
+                               "' on the host, and it is not a constant"};
+      }
       if (transfers) bringOver(s, host_arg, true, slots, host, copies);
       const HostTensor& t = (transfers && host_arg) ? host[s] : side[s];
       if (t.dtype() == DType::Undefined) {
@@ -588,7 +856,7 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
       if (transfers) host[s] = HostTensor();
     }
   }
-  backend_->synchronize();
+  if (!recording_run_) backend_->synchronize();
 }
 
 std::vector<const Node*> Executor::cpuFallbacks() const {

@@ -82,8 +82,11 @@ SideProfile summarize(SideRun& run) {
   side.copies = first.copies_to_device + first.copies_to_host;
   side.copied_bytes = first.copied_bytes;
   side.activation_bytes_written = first.activation_bytes_written;
-  for (const ExecutionStats& s : run.timed)
+  for (const ExecutionStats& s : run.timed) {
     side.peak_activation_bytes = std::max(side.peak_activation_bytes, s.peak_activation_bytes);
+    side.graph_replays += s.graph_replayed ? 1 : 0;
+  }
+  side.device_graph = run.timed.back().device_graph;
 
   for (const ExecutionStats& s : run.profiled) side.node_run_seconds.push_back(s.seconds);
   side.trace_run = medianRunIndex(side.node_run_seconds);

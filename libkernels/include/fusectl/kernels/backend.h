@@ -55,6 +55,30 @@ class Backend {
   // Kernel launches queued on the device since the backend was created (a library call such
   // as a cuBLASLt matmul counts one); 0 on devices that do not count them.
   virtual uint64_t launches() const { return 0; }
+
+  // Recorded runs (CUDA Graphs): the device work of one whole run queued once while the device
+  // records it, then replayed with a single launch per run. The executor records a run when
+  // ExecutorOptions::capture_graph asks for it (executor.h says when it may). Between
+  // beginCapture() and endCapture() the device records what is queued instead of running it;
+  // synchronize() and the synchronous copies above then fail (throw), which is how a run that
+  // cannot be recorded shows. endCapture() returns the recording ready to replay, or throws;
+  // abortCapture() ends a recording the executor gave up and never throws. The defaults: no
+  // recording (canCapture() false, the rest throw Unsupported).
+  class RecordedRun {
+   public:
+    virtual ~RecordedRun() = default;
+  };
+  virtual bool canCapture() const { return false; }
+  virtual void beginCapture() const;
+  virtual std::unique_ptr<RecordedRun> endCapture() const;
+  virtual void abortCapture() const noexcept {}
+  virtual void replay(const RecordedRun& run) const;
+  // Page-locked host memory, and copies between it and device memory queued in order with the
+  // device's work (no synchronisation): how a recorded run's inputs and outputs travel, inside
+  // the recording. Both copies may be recorded.
+  virtual std::shared_ptr<void> allocatePinned(size_t bytes) const;
+  virtual void copyFromPinnedAsync(void* device_dst, const void* pinned_src, size_t bytes) const;
+  virtual void copyToPinnedAsync(void* pinned_dst, const void* device_src, size_t bytes) const;
 };
 
 // The CPU: host memory, the given registry's Device::Cpu kernels, no synchronisation, and

@@ -52,6 +52,18 @@ struct ExecutorOptions {
   // name gives) before anything is allocated. What keeps a model whose declared or mutated
   // shapes ask for terabytes from ending in an allocation failure, or in swapping.
   uint64_t max_tensor_bytes = LoadOptions::kDefaultMaxTensorBytes;  // the loader's default
+  // Record a run on the device (Backend::beginCapture: a CUDA Graph) and replay it, one launch
+  // per run instead of one per kernel, while later runs get inputs of the same names, dtypes
+  // and dims. The first run with given shapes runs as usual; the next one with the same shapes
+  // runs as usual too, then records the run and replays it on the same inputs, and keeps the
+  // recording only if the replay's outputs agree with that run's (compareRunOutputs, default
+  // tolerance): a recording that computes something else is never used. Refused, with the
+  // reason in ExecutionStats::device_graph, when the backend cannot record, a node runs on the
+  // CPU (fallbacks, control flow), a device kernel reads a value on the host that is not a
+  // constant, or recording fails; then every run is a plain one. Ignored when `profile` is set
+  // (per-node timing needs the nodes queued one by one). Inputs and outputs of replays go
+  // through page-locked buffers kept with the recording.
+  bool capture_graph = false;
 };
 
 struct NodeTime {
@@ -89,8 +101,14 @@ struct ExecutionStats {
   uint64_t copies_to_device = 0;
   uint64_t copies_to_host = 0;
   uint64_t copied_bytes = 0;  // both directions
-  // Kernel launches the device counted during the run (Backend::launches); 0 on the CPU.
+  // Kernel launches the device counted during the run (Backend::launches); 0 on the CPU. For a
+  // replayed run: the kernels the recording holds (recorded once, replayed by one launch).
   uint64_t device_launches = 0;
+  // ExecutorOptions::capture_graph: whether this run was a replay of the recorded run, and one
+  // line on the recording ("" when not asked for): "replayed", "recorded after this run
+  // (checked against it)", "not recorded yet: ...", "not used: <reason>".
+  bool graph_replayed = false;
+  std::string device_graph;
 };
 
 class Executor {
@@ -118,6 +136,19 @@ class Executor {
   class Allocator;
   class BodyRunner;
   struct Scope;
+  struct Recording;
+  // One run as the nodes' kernels queue it (what run() does without a recording).
+  std::vector<NamedTensor> runQueued(const std::vector<NamedTensor>& inputs, ExecutionStats* stats);
+  // Records the run with these inputs (after runQueued gave `expected` for them), replays it and
+  // keeps it in recording_ when it agrees; else sets graph_refusal_.
+  void tryRecording(const std::vector<NamedTensor>& inputs,
+                    const std::vector<NamedTensor>& expected, const ExecutionStats& queued);
+  std::unique_ptr<Recording> record(const std::vector<NamedTensor>& inputs,
+                                    const std::vector<NamedTensor>& expected);
+  std::vector<NamedTensor> replay(const Recording& recording,
+                                  const std::vector<NamedTensor>& inputs, ExecutionStats* stats);
+  // Why no run of this executor can be recorded, whatever its inputs ("" when one may be).
+  std::string staticRecordingRefusal() const;
   // The executor of a subgraph `body` nested `depth` graphs deep in `model`.
   Executor(const Model& model, const Graph& body, ExecutorOptions options, int depth);
   // Builds an executor for every subgraph of this graph's nodes.
@@ -162,6 +193,13 @@ class Executor {
     int before, after;
   };
   std::vector<DeviceMark> device_marks_;
+  // ExecutorOptions::capture_graph: the recording, the reason none is made, the inputs'
+  // names, dtypes and dims in the last run (a recording needs two runs alike), and whether a
+  // run is being recorded (then nothing may be copied or synchronised).
+  std::unique_ptr<Recording> recording_;
+  std::string graph_refusal_;
+  std::string last_signature_;
+  bool recording_run_ = false;
 };
 
 // Runs `model` once: Executor(model, options).run(inputs, stats).

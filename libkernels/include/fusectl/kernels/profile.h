@@ -5,7 +5,9 @@
 //  1. timing: one Executor per side, built once; `warmup` untimed runs per side, then `runs`
 //     timed runs alternating unfused, fused, unfused, fused... so that both sides see the same
 //     drift of the machine (frequency, other processes, caches). Latency, kernel invocations
-//     and memory figures come from these runs.
+//     and memory figures come from these runs. With ExecutorOptions::capture_graph on a device
+//     that records (CUDA Graphs), a side's second warmup run records its run and the timed
+//     runs replay it (executor.h); the per-node pass never does.
 //  2. per node: the same again on executors that record per-node times
 //     (ExecutorOptions::profile). A node's figure is its median over these runs. They are kept
 //     apart from the timing runs because recording costs per node (its label, its shapes):
@@ -122,6 +124,10 @@ struct SideProfile {
   size_t fallback_nodes = 0;
   uint64_t copies = 0;
   uint64_t copied_bytes = 0;
+  // ExecutorOptions::capture_graph (a CUDA Graph per side): how many timed runs replayed the
+  // recorded run, and the last timed run's ExecutionStats::device_graph ("" when not asked).
+  size_t graph_replays = 0;
+  std::string device_graph;
   uint64_t activation_bytes_written = 0;
   uint64_t peak_activation_bytes = 0;  // the largest of the timed runs
   int threads = 1;                     // the executor's
