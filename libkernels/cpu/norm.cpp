@@ -1,7 +1,8 @@
 // BatchNormalization, LayerNormalization and InstanceNormalization.
 //
 // Statistics are accumulated in double (float lanes over short blocks, vec_kernels.h), the
-// normalization itself runs in float, vectorised.
+// normalization itself runs in float, vectorised. A float16/bfloat16 LayerNormalization rounds
+// where its function body does (layerNormHalfRows), not once at the end.
 // BatchNormalization in inference form folds each channel into y = x * a + b with
 // a = scale / sqrt(var + eps), b = B - mean * a. Its training form (training_mode=1 at opset 14+,
 // or the extra outputs of opsets 1-9) normalizes with the batch statistics and returns the
@@ -157,6 +158,36 @@ void runBatchNorm(KernelContext& ctx) {
   ys.commit();
 }
 
+// LayerNormalization on float16/bfloat16 rows, as its function body rounds: stage one in
+// float32 (stash_type), then Cast(Normalized, to = T), then Mul(., Scale) and Add(., B) in T, one
+// rounding each. Rounding only the final float32 y (FloatSink) differs from that by a half ulp
+// on a quarter to a third of the elements. Each step is done in float32 and rounded to T: the
+// product of two half values is exact in float32, and their float32 sum rounds to the same half
+// value as the exact sum (24 >= 2p + 2 bits, p = 11 or 8), so this is the half arithmetic itself.
+void layerNormHalfRows(const KernelContext& ctx, DType t, const float* x, uint16_t* y,
+                       int64_t rows, int64_t cols, const float* scale, const float* bias,
+                       float eps, float* means, float* inv_std) {
+  // A unit scale and no bias make vec::layerNormRow return Normalized itself (the product by 1
+  // is exact), with the statistics and the float32 Normalized of the float32 path.
+  const std::vector<float> unit(static_cast<size_t>(cols), 1.0f);
+  parallelFor(rows, ctx.numThreads(), grainFor(cols), [&](int64_t r0, int64_t r1) {
+    std::vector<float> v(static_cast<size_t>(cols));
+    for (int64_t r = r0; r < r1; ++r) {
+      uint16_t* yr = y + r * cols;
+      vec::layerNormRow(x + r * cols, v.data(), cols, unit.data(), nullptr, eps, &means[r],
+                        &inv_std[r]);
+      fromFloat(v.data(), t, yr, cols);
+      toFloat(t, yr, v.data(), cols);
+      for (int64_t j = 0; j < cols; ++j) v[j] *= scale[j];
+      fromFloat(v.data(), t, yr, cols);
+      if (!bias) continue;
+      toFloat(t, yr, v.data(), cols);
+      for (int64_t j = 0; j < cols; ++j) v[j] += bias[j];
+      fromFloat(v.data(), t, yr, cols);
+    }
+  });
+}
+
 void runLayerNorm(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
   requireFloat(ctx, x);
@@ -178,15 +209,21 @@ void runLayerNorm(KernelContext& ctx) {
   stat_dims.resize(static_cast<size_t>(rank), 1);
   const DType stat_type = ctx.attrInt("stash_type", 1) == 16 ? DType::BFloat16 : DType::Float;
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), x.dims());
-  FloatSink ys(y);
   std::vector<float> means(static_cast<size_t>(rows)), inv_std(static_cast<size_t>(rows));
-  parallelFor(rows, ctx.numThreads(), grainFor(cols), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      vec::layerNormRow(xf.data() + r * cols, ys.data() + r * cols, cols, scale.data(),
-                        bias.empty() ? nullptr : bias.data(), eps, &means[r], &inv_std[r]);
-    }
-  });
-  ys.commit();
+  if (x.dtype() == DType::Float16 || x.dtype() == DType::BFloat16) {
+    layerNormHalfRows(ctx, x.dtype(), xf.data(), y.mutableData<uint16_t>(), rows, cols,
+                      scale.data(), bias.empty() ? nullptr : bias.data(), eps, means.data(),
+                      inv_std.data());
+  } else {
+    FloatSink ys(y);
+    parallelFor(rows, ctx.numThreads(), grainFor(cols), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        vec::layerNormRow(xf.data() + r * cols, ys.data() + r * cols, cols, scale.data(),
+                          bias.empty() ? nullptr : bias.data(), eps, &means[r], &inv_std[r]);
+      }
+    });
+    ys.commit();
+  }
   for (size_t out = 1; out <= 2; ++out) {
     if (out >= ctx.numOutputs() || !ctx.outputWanted(out)) continue;
     HostTensor& t = ctx.allocateOutput(out, stat_type, stat_dims);
