@@ -485,3 +485,25 @@ TEST_CASE("recorded runs: profile's timed runs replay from the second warmup run
     CHECK(r.unfused->device_graph == "replayed");
   }
 }
+
+TEST_CASE("recorded runs: profile records both sides or neither", "[recorded_runs][profile]") {
+  // The unfused side has a node on the CPU (Sigmoid), the fused one does not: were the fused side
+  // replayed, its speedup would be the recording's, not the fusion's.
+  RecordingDevice device(kMlpOps);
+  const auto unfused =
+      parseModelText(mlpText("2", "  Z = Sigmoid (Y)\n", ", float[2, 4, 4] Z"), "mlp_sigmoid");
+  const auto fused =
+      parseModelText(mlpText("2", "  Z = Relu (Y)\n", ", float[2, 4, 4] Z"), "mlp_relu");
+  ProfileOptions options;
+  options.execution.backend = &device;
+  options.execution.capture_graph = true;
+  options.warmup = 3;
+  options.runs = 3;
+  const ProfileResult r = profileModels(unfused.get(), fused.get(), inputsFor(*unfused, 9), {},
+                                        options);
+  CHECK(r.unfused->graph_replays == 0);
+  CHECK(r.unfused->device_graph == "not used: 1 node runs on the CPU (first: 'Sigmoid(Z)' (Sigmoid))");
+  CHECK(r.fused->graph_replays == 0);
+  CHECK(r.fused->device_graph ==
+        "not used: the unfused side has no recording, and the two are timed alike");
+}

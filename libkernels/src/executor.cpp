@@ -476,6 +476,11 @@ std::vector<NamedTensor> Executor::run(const std::vector<NamedTensor>& inputs,
   return outputs;
 }
 
+void Executor::forgoRecording(const std::string& reason) {
+  recording_.reset();
+  graph_refusal_ = reason;
+}
+
 std::string Executor::staticRecordingRefusal() const {
   if (!backend_->canCapture()) {
     return "the " + deviceName(backend_->device()) + " backend does not record runs";

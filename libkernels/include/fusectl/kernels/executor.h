@@ -132,6 +132,12 @@ class Executor {
   // kernel declines them), in execution order; empty on the CPU backend.
   std::vector<const Node*> cpuFallbacks() const;
 
+  // ExecutorOptions::capture_graph: whether a recording is kept, and a way to give it up for
+  // good (later runs are queued, and ExecutionStats::device_graph says "not used: <reason>"):
+  // what a comparison does when the other side it is timed against has none.
+  bool hasRecording() const { return recording_ != nullptr; }
+  void forgoRecording(const std::string& reason);
+
  private:
   class Allocator;
   class BodyRunner;
