@@ -41,7 +41,9 @@ void countLaunches(uint64_t n = 1);
 uint64_t launchCount();
 
 // The dtypes the CUDA kernels take; others run on the CPU (the executor's fallback).
-inline bool cudaFloatType(DType t) { return t == DType::Float || t == DType::Float16; }
+inline bool cudaFloatType(DType t) {
+  return t == DType::Float || t == DType::Float16 || t == DType::BFloat16;
+}
 
 // Blocks of `threads` covering n elements, capped so that a grid-stride loop covers the rest.
 inline unsigned gridFor(int64_t n, int threads) {

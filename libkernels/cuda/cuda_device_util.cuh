@@ -3,17 +3,41 @@
 // broadcast walk of cuda_common.h's BroadcastIndex.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <string>
+#include <utility>
+
 #include "cuda_common.h"
+#include "fusectl/graph/error.h"
 
 namespace fusectl::kernels::cuda {
 
+// Storage types: float, __half (float16) and __nv_bfloat16 (bfloat16); kernels compute in float.
 __device__ __forceinline__ float toFloat(float v) { return v; }
 __device__ __forceinline__ float toFloat(__half v) { return __half2float(v); }
+__device__ __forceinline__ float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <typename T> __device__ __forceinline__ T fromFloat(float v);
 template <> __device__ __forceinline__ float fromFloat<float>(float v) { return v; }
 template <> __device__ __forceinline__ __half fromFloat<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Host side: calls fn(T{}) with the storage type of `t` (float, __half, __nv_bfloat16), so a
+// kernel launch is written once for all three; throws fusectl::Error(Unsupported) for others.
+template <typename Fn> decltype(auto) withFloatType(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::Float: return std::forward<Fn>(fn)(float{});
+    case DType::Float16: return std::forward<Fn>(fn)(__half{});
+    case DType::BFloat16: return std::forward<Fn>(fn)(__nv_bfloat16{});
+    default:
+      throw Error(ErrorKind::Unsupported,
+                  "CUDA kernels take float, float16 and bfloat16, not " +
+                      std::string(dtypeName(t)));
+  }
+}
 
 __device__ __forceinline__ float sigmoidf(float x) {
   if (x >= 0.f) return 1.f / (1.f + expf(-x));
