@@ -3,14 +3,18 @@
 // to 256 (each template bucket, and Dv != D), sequences of 1, 7, 130 and 600 (one and several
 // key tiles and query blocks, partial ones), the causal cut with S = T, S < T and S > T (rows
 // that see no key), every broadcast of the additive mask, a padding mask of large negative
-// entries, the scalar zero mask of a node fused without one and the default scale, in float32
-// and float16.
+// entries, the scalar zero mask of a node fused without one and the default scale, in float32,
+// float16 and bfloat16.
 //
 // Tolerances. float32: both kernels compute in float32 and differ only in the order of their
 // sums (the online softmax rescales partial sums; the CPU sums a whole row, or other tiles),
 // about 1e-7 relative per element, so an nmse near 1e-13; 1e-7 leaves a wide margin and still
 // catches any wrong weight or index. float16: both round float32 results to half once, so they
 // differ by at most one half ulp where their float32 values straddle a rounding boundary.
+// bfloat16: the same inputs on both sides (Q, K, V and the mask are bfloat16 values, read as
+// float32) and one rounding of Y, but an ulp of 2^-7 relative for float16's 2^-10, so a
+// straddled boundary costs 8x more (one rounding of a whole tensor would be an nmse near 5e-6):
+// 1e-4, still far below what a wrong weight or index gives (an nmse near 1).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -26,6 +30,7 @@ using fusectl::testing::cudaDeviceOrSkip;
 
 constexpr double kFloatNmse = 1e-7;
 constexpr double kHalfNmse = 1e-5;
+constexpr double kBFloat16Nmse = 1e-4;
 
 struct Spec {
   std::string type = "float";  // Q, K, V and Y
@@ -71,11 +76,14 @@ std::string modelText(const Spec& s) {
          initializers + "{\n  Y = fusectl.Attention" + attr_text + " (Q, K, V, M)\n}\n";
 }
 
-double nmseFor(const Spec& s) { return s.type == "float16" ? kHalfNmse : kFloatNmse; }
+double nmseFor(const Spec& s) {
+  if (s.type == "float16") return kHalfNmse;
+  return s.type == "bfloat16" ? kBFloat16Nmse : kFloatNmse;
+}
 
-// Runs `s` in float32 and in float16.
-void checkBothTypes(Spec s) {
-  for (const char* type : {"float", "float16"}) {
+// Runs `s` in float32, float16 and bfloat16.
+void checkEveryType(Spec s) {
+  for (const char* type : {"float", "float16", "bfloat16"}) {
     s.type = type;
     const std::string text = modelText(s);
     INFO(text);
@@ -93,7 +101,7 @@ TEST_CASE("cuda attention: multi-head over head sizes and sequence lengths", "[c
       s.B = 2, s.Hq = s.Hkv = 3, s.S = s.T = seq, s.D = d;
       s.scale = 1.f / 8.f;
       s.mask_dims = {2, 1, 1, seq};  // a per-batch key mask, as BERT's
-      checkBothTypes(s);
+      checkEveryType(s);
     }
   }
 }
@@ -105,11 +113,11 @@ TEST_CASE("cuda attention: grouped-query heads, causal, 600 tokens", "[cuda]") {
   s.causal = true;
   s.default_scale = true;
   s.mask_dims = {};  // the scalar 0 that fuse-attention gives a node without a mask
-  checkBothTypes(s);
+  checkEveryType(s);
   s.Hq = 4, s.Hkv = 1, s.D = 64;  // multi-query: one key/value head for every query head
   s.causal = false;
   s.mask_dims = {1, 1, 1, 600};
-  checkBothTypes(s);
+  checkEveryType(s);
 }
 
 TEST_CASE("cuda attention: causal with fewer and with more queries than keys", "[cuda]") {
@@ -126,7 +134,7 @@ TEST_CASE("cuda attention: causal with fewer and with more queries than keys", "
     s.Hq = 4, s.Hkv = 2, s.S = l.S, s.T = l.T, s.D = 80;
     s.causal = true;
     s.mask_dims = {1, 1, 1, l.T};
-    checkBothTypes(s);
+    checkEveryType(s);
   }
 }
 
@@ -149,7 +157,7 @@ TEST_CASE("cuda attention: the additive mask broadcasts as on the CPU", "[cuda]"
       s.B = B, s.Hq = Hq, s.Hkv = 2, s.S = S, s.T = T, s.D = 32;
       s.causal = causal;
       s.mask_dims = dims;
-      checkBothTypes(s);
+      checkEveryType(s);
     }
   }
 }
@@ -191,10 +199,10 @@ TEST_CASE("cuda attention: head size 256, Dv != D, a zero mask, default scale", 
     s.mask_type = "float";
     s.mask_values = "{0}";
     s.default_scale = true;
-    checkBothTypes(s);
+    checkEveryType(s);
     s.causal = true;
     s.S = 7;
-    checkBothTypes(s);
+    checkEveryType(s);
   }
 }
 
@@ -208,6 +216,41 @@ TEST_CASE("cuda attention: float16 heads with a float32 mask", "[cuda]") {
   s.causal = true;
   INFO(modelText(s));
   checkCudaAgainstCpu(modelText(s), kHalfNmse);
+}
+
+TEST_CASE("cuda attention: bfloat16 heads with a mask of each float type", "[cuda]") {
+  if (!cudaDeviceOrSkip()) return;
+  for (const char* mask_type : {"bfloat16", "float", "float16"}) {
+    Spec s;
+    s.type = "bfloat16";
+    s.mask_type = mask_type;
+    s.B = 2, s.Hq = 4, s.Hkv = 2, s.S = 130, s.T = 130, s.D = 64;
+    s.mask_dims = {2, 1, 130, 130};
+    s.causal = true;
+    INFO(modelText(s));
+    checkCudaAgainstCpu(modelText(s), kBFloat16Nmse);
+  }
+}
+
+// Placement only (no GPU needed): bfloat16 heads with a mask of any float type are the CUDA
+// kernel's; bfloat16 Q with float32 V is declined (the kernel reads K and V as Q's type).
+TEST_CASE("cuda attention: bfloat16 nodes are placed on the GPU", "[cuda]") {
+  if (!fusectl::cuda::builtWithCuda()) return;
+  for (const char* mask_type : {"bfloat16", "float", "float16"}) {
+    Spec s;
+    s.type = "bfloat16";
+    s.mask_type = mask_type;
+    INFO(modelText(s));
+    CHECK(fusectl::testing::cudaFallbackNodes(*fusectl::parseModelText(modelText(s), "<attn>"))
+              .empty());
+  }
+  const std::string mixed =
+      "<ir_version: 8, opset_import: [\"\" : 17, \"fusectl\" : 1]>\n"
+      "g (bfloat16[1, 2, 7, 32] Q, bfloat16[1, 2, 7, 32] K, float[1, 2, 7, 32] V, "
+      "bfloat16[1, 1, 1, 7] M) => (bfloat16[1, 2, 7, 32] Y)\n"
+      "{\n  Y = fusectl.Attention <scale = 0.25> (Q, K, V, M)\n}\n";
+  CHECK(fusectl::testing::cudaFallbackNodes(*fusectl::parseModelText(mixed, "<attn>")).size() ==
+        1);
 }
 
 TEST_CASE("cuda attention: nodes the kernel does not take run on the CPU", "[cuda]") {

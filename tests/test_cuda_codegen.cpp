@@ -64,12 +64,13 @@ std::string errorOf(const std::function<void()>& f, ErrorKind* kind = nullptr) {
 
 }  // namespace
 
-TEST_CASE("cuda codegen: every op compiles with NVRTC, float32 and float16", "[cuda_codegen]") {
+TEST_CASE("cuda codegen: every op compiles with NVRTC, float32, float16 and bfloat16",
+          "[cuda_codegen]") {
   for (const EwOpInfo& op : allEwOps()) {
     const std::string text = programUsing(op);
     INFO(text);
     const ElementwiseProgram program = ElementwiseProgram::parse(text, 2);
-    for (DType dtype : {DType::Float, DType::Float16}) {
+    for (DType dtype : {DType::Float, DType::Float16, DType::BFloat16}) {
       INFO(dtypeName(dtype));
       const std::string source =
           elementwiseKernelSource(program, 2, 3, dtype, "k", kContiguousAndStrided);
@@ -141,6 +142,40 @@ TEST_CASE("cuda codegen: the source of a small program", "[cuda_codegen]") {
     CHECK_THAT(s, !Catch::Contains("#include"));
   }
 
+  SECTION("bfloat16: bits shifted in, rounded to nearest even out, no header") {
+    const std::string s = elementwiseKernelSource(program, 2, 1, DType::BFloat16, "ew",
+                                                  {EwAccess::Contiguous, EwAccess::Scalar});
+    // NVRTC has no cuda_bf16.h built in, so __nv_bfloat16 travels as its 16 bits.
+    CHECK_THAT(s, Catch::Contains("typedef unsigned short ew_elem;  // bfloat16 bits "
+                                  "(__nv_bfloat16's layout)\n"));
+    CHECK_THAT(s, Catch::Contains("// bfloat16; x0 contiguous, x1 scalar\n"));
+    // Load: the bits are a float's top half (exact).
+    CHECK_THAT(s, Catch::Contains("float ew_load(unsigned short b) {\n"
+                                  "  return __uint_as_float((unsigned int)b << 16);\n"));
+    // Store: NaN kept quiet with its sign, otherwise round to nearest even (half.h's
+    // floatToBFloat16), overflow carrying into the exponent as infinity.
+    CHECK_THAT(s, Catch::Contains("unsigned short ew_store(float f) {\n"
+                                  "  const unsigned int u = __float_as_uint(f);\n"
+                                  "  if ((u & 0x7fffffffu) > 0x7f800000u) "
+                                  "return (unsigned short)((u >> 16) | 0x40u);\n"
+                                  "  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u))"
+                                  " >> 16);\n"));
+    // Float math in between, as for the other types.
+    CHECK_THAT(s, Catch::Contains("  const float x1 = ew_load(in1[0]);\n"));
+    CHECK_THAT(s, Catch::Contains("    const float x0 = ew_load(in0[i]);\n"));
+    CHECK_THAT(s, Catch::Contains("    y[i] = ew_store(t2);\n"));
+    CHECK_THAT(s, !Catch::Contains("#include") && !Catch::Contains("cvt.") &&
+                      !Catch::Contains("__half") && !Catch::Contains("f16"));
+    // Not the float16 conversions, and a different source (the compile cache keys on it).
+    CHECK(s != elementwiseKernelSource(program, 2, 1, DType::Float16, "ew",
+                                       {EwAccess::Contiguous, EwAccess::Scalar}));
+    // Plain integer code: it compiles for architectures without bfloat16 instructions too.
+    const std::string ptx =
+        compileToCubinOrPtx(s, "ew.cu", 7, 5, /*ptx_only=*/true, elementwiseCompileOptions());
+    CHECK_THAT(ptx, Catch::Contains(".target sm_75"));
+    CHECK_THAT(ptx, !Catch::Contains("bf16"));
+  }
+
   SECTION("instructions on scalars and constants run once, before the loop") {
     const ElementwiseProgram p = ElementwiseProgram::parse(
         "t0 = Mul(x1, 2); t1 = Exp(t0); t2 = Add(x0, t1); t3 = Max(t2, nan); t4 = Clip(t3, -inf, 6)",
@@ -203,7 +238,7 @@ TEST_CASE("cuda codegen: unsupported and malformed requests are clear errors", "
   const ElementwiseProgram p = ElementwiseProgram::parse("t0 = Add(x0, x1)", 2);
   ErrorKind kind{};
   CHECK_THAT(errorOf([&] { elementwiseKernelSource(p, 2, 1, DType::Int32, "ew"); }, &kind),
-             Catch::Contains("float32 and float16, not int32"));
+             Catch::Contains("float32, float16 and bfloat16, not int32"));
   CHECK(kind == ErrorKind::Unsupported);
   CHECK_THAT(errorOf([&] { elementwiseKernelSource(p, 1, 1, DType::Float, "ew"); }, &kind),
              Catch::Contains("t0 reads x1, the node has 1 inputs"));
@@ -315,16 +350,19 @@ TEST_CASE("cuda elementwise: one executor across shapes picks each kernel", "[cu
   }
 }
 
-TEST_CASE("cuda elementwise: float16 against the float32 CPU kernel", "[cuda]") {
-  if (!fusectl::testing::cudaDeviceOrSkip()) return;
-  // The CPU kernel computes float32 only: it runs the float32 model on the same (half-valued)
-  // inputs, and the half output may differ from it by the rounding to half.
+namespace {
+
+// The CPU kernel computes float32 only: it runs the float32 model on the same (16-bit-valued)
+// inputs, and the 16-bit output (`dtype`: float16 or bfloat16) may differ from it by one
+// rounding, at most half an ulp per element.
+void checkSixteenBitAgainstFloat(DType dtype, double max_nmse) {
   const std::vector<std::string> shapes = {"2, 3, 4, 5", "3, 1, 5", ""};
   const std::string program =
       "t0 = Mul(x0, x1); t1 = Add(t0, x2); t2 = Sigmoid(t1); t3 = Mul(t1, t2); "
       "t4 = LeakyRelu(t3, 0.1); t5 = Div(t4, 0.75)";
+  const std::string type(dtypeName(dtype));
   const auto half_model =
-      parseModelText(elementwiseModel("float16", shapes, "2, 3, 4, 5", program), "<cuda test>");
+      parseModelText(elementwiseModel(type, shapes, "2, 3, 4, 5", program), "<cuda test>");
   const auto float_model =
       parseModelText(elementwiseModel("float", shapes, "2, 3, 4, 5", program), "<cuda test>");
   const auto half_inputs = kernels::makeRandomInputs(*half_model->graph, 5);
@@ -340,9 +378,33 @@ TEST_CASE("cuda elementwise: float16 against the float32 CPU kernel", "[cuda]") 
   kernels::ExecutionStats stats;
   const auto gpu = kernels::runModel(*half_model, half_inputs, options, &stats);
   const auto cpu = kernels::runModel(*float_model, float_inputs);
-  REQUIRE(gpu[0].tensor.dtype() == DType::Float16);
+  REQUIRE(gpu[0].tensor.dtype() == dtype);
   CHECK(stats.fallback_nodes == 0);
-  CHECK(fusectl::testing::normalizedMse(gpu[0].tensor, cpu[0].tensor) <= 1e-6);
+  CHECK(fusectl::testing::normalizedMse(gpu[0].tensor, cpu[0].tensor) <= max_nmse);
+}
+
+}  // namespace
+
+TEST_CASE("cuda elementwise: float16 against the float32 CPU kernel", "[cuda]") {
+  if (!fusectl::testing::cudaDeviceOrSkip()) return;
+  checkSixteenBitAgainstFloat(DType::Float16, 1e-6);
+}
+
+TEST_CASE("cuda elementwise: bfloat16 against the float32 CPU kernel", "[cuda]") {
+  if (!fusectl::testing::cudaDeviceOrSkip()) return;
+  // One rounding to 8 significant bits: a relative error up to 2^-8 per element, an nmse up to
+  // about (2^-7)^2 / 12 = 5e-6 over a tensor; 1e-4 leaves a wide margin and still catches a
+  // wrong conversion (a bfloat16 read as float16 bits gives an nmse near 1).
+  checkSixteenBitAgainstFloat(DType::BFloat16, 1e-4);
+}
+
+// Placement only (no GPU needed): a bfloat16 Elementwise node is the CUDA kernel's.
+TEST_CASE("cuda elementwise: a bfloat16 node is placed on the GPU", "[cuda_codegen]") {
+  if (!fusectl::cuda::builtWithCuda()) return;
+  const auto model = parseModelText(
+      elementwiseModel("bfloat16", {"2, 3", "3"}, "2, 3", "t0 = Mul(x0, x1); t1 = Relu(t0)"),
+      "<cuda test>");
+  CHECK(fusectl::testing::cudaFallbackNodes(*model).empty());
 }
 
 #endif  // FUSECTL_HAVE_CUDA

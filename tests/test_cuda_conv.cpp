@@ -3,7 +3,7 @@
 // the kernels choose between (cuDNN's fused bias + residual + Relu call, a convolution followed
 // by the epilogue kernel, the zero-padded copy of X for asymmetric pads, pools whose output cuDNN
 // would size differently). float32 to a normalised MSE of 1e-7 (the convolutions run without
-// TF32), float16 to 1e-5. Without a GPU every case says so and passes.
+// TF32), float16 to 1e-5, bfloat16 to 1e-4. Without a GPU every case says so and passes.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -17,6 +17,11 @@ using fusectl::testing::cudaDeviceOrSkip;
 
 constexpr double kFloatNmse = 1e-7;
 constexpr double kHalfNmse = 1e-5;
+// Both backends convolve the same bfloat16 values with float32 sums and round Y once (8
+// significant bits: up to 2^-8 relative, an nmse up to about 5e-6); the epilogue-kernel path
+// rounds the convolution before its epilogue, twice in all. 1e-4 keeps a 10x margin over that
+// and still catches a wrong weight, pad or window (an nmse near 1).
+constexpr double kBFloat16Nmse = 1e-4;
 
 // A one-graph model in ONNX textual syntax with the fusectl domain imported.
 std::string model(const std::string& inputs, const std::string& outputs, const std::string& body) {
@@ -248,46 +253,87 @@ TEST_CASE("cuda conv: what cuDNN cannot pool runs on the CPU", "[cuda]") {
   CHECK(r.stats.fallback_nodes == 1);
 }
 
-TEST_CASE("cuda conv: float16", "[cuda]") {
-  if (!cudaDeviceOrSkip()) return;
-  checkCudaAgainstCpu(model("float16[2, 8, 16, 16] X, float16[16, 8, 3, 3] W, float16[16] B",
-                            "float16[2, 16, 16, 16] Y",
-                            "Y = Conv <pads = [1, 1, 1, 1]> (X, W, B)"),
-                      kHalfNmse);
-  checkCudaAgainstCpu(model("float16[1, 8, 10, 10] X, float16[8, 1, 3, 3] W, float16[8] B",
-                            "float16[1, 8, 5, 5] Y",
+namespace {
+
+// Each 16-bit type `t` ("float16" or "bfloat16") on every path: a direct, a grouped and a
+// padded-copy convolution, cuDNN's fused call (Relu) and the epilogue kernel (HardSwish), the
+// pools.
+void checkSixteenBit(const std::string& t, double nmse) {
+  const auto T = [&t](const std::string& dims_and_name) { return t + dims_and_name; };
+  checkCudaAgainstCpu(model(T("[2, 8, 16, 16] X, ") + T("[16, 8, 3, 3] W, ") + T("[16] B"),
+                            T("[2, 16, 16, 16] Y"), "Y = Conv <pads = [1, 1, 1, 1]> (X, W, B)"),
+                      nmse);
+  checkCudaAgainstCpu(model(T("[1, 8, 10, 10] X, ") + T("[8, 1, 3, 3] W, ") + T("[8] B"),
+                            T("[1, 8, 5, 5] Y"),
                             "Y = Conv <group = 8, pads = [1, 1, 1, 1], "
                             "strides = [2, 2]> (X, W, B)"),
-                      kHalfNmse);
-  checkCudaAgainstCpu(model("float16[1, 4, 8, 8] X, float16[6, 4, 3, 3] W",
-                            "float16[1, 6, 4, 4] Y",
+                      nmse);
+  checkCudaAgainstCpu(model(T("[1, 4, 8, 8] X, ") + T("[6, 4, 3, 3] W"), T("[1, 6, 4, 4] Y"),
                             "Y = Conv <auto_pad = \"SAME_UPPER\", strides = [2, 2]> (X, W)"),
-                      kHalfNmse);
-  const std::string inputs = "float16[2, 8, 12, 12] X, float16[16, 8, 3, 3] W, float16[16] B, "
-                             "float16[2, 16, 12, 12] Z";
+                      nmse);
+  const std::string inputs = T("[2, 8, 12, 12] X, ") + T("[16, 8, 3, 3] W, ") + T("[16] B, ") +
+                             T("[2, 16, 12, 12] Z");
   for (const char* act : {"Relu", "HardSwish"}) {
     INFO(act);
-    checkCudaAgainstCpu(model(inputs, "float16[2, 16, 12, 12] Y",
+    checkCudaAgainstCpu(model(inputs, T("[2, 16, 12, 12] Y"),
                               std::string("Y = fusectl.FusedConv <activation = \"") + act +
                                   "\", pads = [1, 1, 1, 1]> (X, W, B, Z)"),
-                        kHalfNmse);
+                        nmse);
   }
-  checkCudaAgainstCpu(model("float16[2, 8, 15, 15] X", "float16[2, 8, 8, 8] Y",
+  checkCudaAgainstCpu(model(T("[2, 8, 15, 15] X"), T("[2, 8, 8, 8] Y"),
                             "Y = MaxPool <kernel_shape = [3, 3], pads = [1, 1, 1, 1], "
                             "strides = [2, 2]> (X)"),
-                      kHalfNmse);
+                      nmse);
   for (int include : {0, 1}) {
     INFO("count_include_pad " << include);
-    checkCudaAgainstCpu(model("float16[1, 4, 16, 16] X", "float16[1, 4, 9, 9] Y",
+    checkCudaAgainstCpu(model(T("[1, 4, 16, 16] X"), T("[1, 4, 9, 9] Y"),
                               "Y = AveragePool <kernel_shape = [3, 3], pads = [1, 1, 1, 1], "
                               "strides = [2, 2], ceil_mode = 1, count_include_pad = " +
                                   std::to_string(include) + "> (X)"),
-                        kHalfNmse);
+                        nmse);
   }
   for (const char* op : {"GlobalAveragePool", "GlobalMaxPool"}) {
     INFO(op);
-    checkCudaAgainstCpu(model("float16[2, 16, 7, 7] X", "float16[2, 16, 1, 1] Y",
+    checkCudaAgainstCpu(model(T("[2, 16, 7, 7] X"), T("[2, 16, 1, 1] Y"),
                               std::string("Y = ") + op + " (X)"),
-                        kHalfNmse);
+                        nmse);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda conv: float16", "[cuda]") {
+  if (!cudaDeviceOrSkip()) return;
+  checkSixteenBit("float16", kHalfNmse);
+}
+
+TEST_CASE("cuda conv: bfloat16", "[cuda]") {
+  if (!cudaDeviceOrSkip()) return;
+  checkSixteenBit("bfloat16", kBFloat16Nmse);
+}
+
+// Placement only (no GPU needed): the bfloat16 nodes resolve to the cuDNN kernels.
+TEST_CASE("cuda conv: bfloat16 nodes are placed on the GPU", "[cuda]") {
+  if (!fusectl::cuda::builtWithCuda()) return;
+  const std::string nodes[] = {
+      "Y = Conv <pads = [1, 1, 1, 1]> (X, W, B)",
+      "Y = fusectl.FusedConv <activation = \"Relu\", pads = [1, 1, 1, 1]> (X, W, B)",
+      "Y = MaxPool <kernel_shape = [3, 3], pads = [1, 1, 1, 1]> (X)",
+      "Y = AveragePool <kernel_shape = [3, 3], pads = [1, 1, 1, 1]> (X)",
+  };
+  for (const std::string& node : nodes) {
+    const std::string text = model(
+        "bfloat16[1, 8, 6, 6] X, bfloat16[8, 8, 3, 3] W, bfloat16[8] B", "bfloat16[1, 8, 6, 6] Y",
+        node);
+    INFO(text);
+    CHECK(fusectl::testing::cudaFallbackNodes(*fusectl::parseModelText(text, "<conv test>"))
+              .empty());
+  }
+  for (const char* op : {"GlobalAveragePool", "GlobalMaxPool"}) {
+    const std::string text = model("bfloat16[1, 8, 6, 6] X", "bfloat16[1, 8, 1, 1] Y",
+                                   std::string("Y = ") + op + " (X)");
+    INFO(text);
+    CHECK(fusectl::testing::cudaFallbackNodes(*fusectl::parseModelText(text, "<conv test>"))
+              .empty());
   }
 }

@@ -1,8 +1,8 @@
 // The CUDA MatMul, Gemm, FusedGemm and FusedMatMul kernels (libkernels/cuda/gemm_cublaslt.cpp)
 // against the CPU kernels, by normalised MSE: float32 to 1e-7 (1e-6 for K >= 1024, where the
-// two sum in different orders), float16 to 1e-5. Where a case pins down which path the kernel
-// takes, the launch count says it: one cuBLASLt call per strided batch, plus one applyEpilogue
-// for what cuBLASLt's epilogues cannot compute exactly.
+// two sum in different orders), float16 to 1e-5, bfloat16 to 1e-4. Where a case pins down
+// which path the kernel takes, the launch count says it: one cuBLASLt call per strided batch,
+// plus one applyEpilogue for what cuBLASLt's epilogues cannot compute exactly.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -28,6 +28,13 @@ namespace {
 constexpr double kFloatNmse = 1e-7;
 constexpr double kLongSumFloatNmse = 1e-6;  // K >= 1024
 constexpr double kHalfNmse = 1e-5;
+// Both backends take the same bfloat16 inputs and sum in float32, so they differ by the float32
+// order of summation, then by Y's rounding to bfloat16 (8 significant bits: up to 2^-8
+// relative, an nmse up to about 5e-6 for a whole tensor). Where the GPU rounds twice (the
+// product is stored before applyEpilogue adds a broadcast C or an activation) and the CPU once,
+// that doubles at most: 1e-4 keeps a 10x margin and still catches a wrong weight or index
+// (which costs an nmse near 1).
+constexpr double kBFloat16Nmse = 1e-4;
 
 using Dims = std::vector<int64_t>;
 
@@ -166,7 +173,7 @@ CudaRun checkFusedGemm(const GemmCase& c, bool residual, const std::string& acti
 CudaRun checkFusedMatMul(const Dims& a, int64_t N, bool bias, bool residual,
                          const std::string& activation, DType dtype = DType::Float,
                          double nmse = kFloatNmse) {
-  const std::string t = dtype == DType::Float16 ? "float16" : "float";
+  const std::string t = dtype == DType::Float ? "float" : std::string(dtypeName(dtype));
   Dims y = a;
   y.back() = N;
   std::string inputs = typeText(t, a) + " A";
@@ -192,7 +199,7 @@ TEST_CASE("CUDA gemm kernels: MatMul, Gemm, FusedGemm and FusedMatMul are regist
     CHECK(r.find("", "MatMul", 17, DType::Float, Device::Cuda) == nullptr);
     return;
   }
-  for (DType t : {DType::Float, DType::Float16}) {
+  for (DType t : {DType::Float, DType::Float16, DType::BFloat16}) {
     INFO(dtypeName(t));
     CHECK(r.find("", "MatMul", 1, t, Device::Cuda) != nullptr);
     CHECK(r.find("", "MatMul", 17, t, Device::Cuda) != nullptr);
@@ -426,5 +433,59 @@ TEST_CASE("CUDA gemm kernels in float16", "[cuda]") {
         typeText("float16", a) + " A", typeText("float16", matmulDims(a, {32, 24})) + " Y",
         zeroInitializer("W", {32, 24}), "Y = MatMul (A, W)");
     checkText(text, kHalfNmse, DType::Float16);
+  }
+}
+
+// Placement only (no GPU needed): every bfloat16 gemm node resolves to a CUDA kernel.
+TEST_CASE("CUDA gemm kernels: bfloat16 nodes are placed on the GPU", "[cuda]") {
+  if (!fusectl::cuda::builtWithCuda()) return;
+  const std::string t = "bfloat16";
+  for (const std::string& node :
+       {std::string("Y = MatMul (A, B)"), std::string("Y = Gemm <transB = 1> (A, Bt, C)"),
+        std::string("Y = fusectl.FusedGemm <transB = 1, activation = \"Gelu\"> (A, Bt, C)"),
+        std::string("Y = fusectl.FusedMatMul <activation = \"Relu\"> (A, B, C)")}) {
+    const std::string text = oneNodeModel(
+        typeText(t, {5, 8}) + " A, " + typeText(t, {8, 6}) + " B, " + typeText(t, {6, 8}) +
+            " Bt, " + typeText(t, {6}) + " C",
+        typeText(t, {5, 6}) + " Y", "", node);
+    INFO(text);
+    const auto model = parseModelText(text, "<cuda gemm test>");
+    CHECK(fusectl::testing::cudaFallbackNodes(*model).empty());
+  }
+}
+
+TEST_CASE("CUDA gemm kernels in bfloat16", "[cuda]") {
+  if (!cudaDeviceOrSkip()) return;
+  checkMatMul({37, 64}, {64, 29}, "bfloat16", kBFloat16Nmse);
+  checkMatMul({5, 3}, {3, 7}, "bfloat16", kBFloat16Nmse);
+  checkMatMul({2, 3, 5, 16}, {3, 16, 8}, "bfloat16", kBFloat16Nmse);
+  checkMatMul({4, 1, 5, 8}, {1, 3, 8, 6}, "bfloat16", kBFloat16Nmse);
+  checkMatMul({16}, {2, 16, 7}, "bfloat16", kBFloat16Nmse);
+  checkMatMul({4, 1024}, {1024, 32}, "bfloat16", kBFloat16Nmse);  // a long float32 sum
+  GemmCase c;
+  c.dtype = "bfloat16";
+  c.c_dims = {c.N};
+  c.trans_b = true;
+  checkGemm(c, kBFloat16Nmse);
+  c.c_dims = {c.M, c.N};
+  c.beta = 0.5f;
+  checkGemm(c, kBFloat16Nmse);
+  c.c_dims = {};
+  checkGemm(c, kBFloat16Nmse);
+  c.c_dims = {c.N};
+  c.beta = 1.f;
+  // cuBLASLt's RELU_BIAS epilogue with a bfloat16 bias: one launch, as for float16.
+  CHECK(checkFusedGemm(c, true, "Relu", "", kBFloat16Nmse).stats.device_launches == 1);
+  checkFusedGemm(c, true, "Gelu", "", kBFloat16Nmse);
+  c.c_dims = {c.M, 1};
+  checkFusedGemm(c, true, "Sigmoid", "", kBFloat16Nmse);
+  checkFusedMatMul({2, 7, 64}, 48, true, true, "Relu", DType::BFloat16, kBFloat16Nmse);
+  checkFusedMatMul({2, 7, 64}, 48, true, true, "Gelu", DType::BFloat16, kBFloat16Nmse);
+  checkFusedMatMul({3, 5, 32}, 24, false, false, "", DType::BFloat16, kBFloat16Nmse);
+  for (const Dims& a : {Dims{2, 7, 32}, Dims{32}}) {
+    const std::string text = oneNodeModel(
+        typeText("bfloat16", a) + " A", typeText("bfloat16", matmulDims(a, {32, 24})) + " Y",
+        zeroInitializer("W", {32, 24}), "Y = MatMul (A, W)");
+    checkText(text, kBFloat16Nmse, DType::BFloat16);
   }
 }

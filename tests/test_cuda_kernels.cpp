@@ -10,7 +10,11 @@
 // takes float16: both compute in float and round once to half, differing only where their float
 // results straddle a rounding boundary: 1e-5. float16 against the float32 twin of the model (for
 // the fusectl ops whose CPU kernels are float32 only): the half output's rounding itself, a
-// relative error up to 2^-11, nmse about 1e-7: 1e-5 too.
+// relative error up to 2^-11, nmse about 1e-7: 1e-5 too. bfloat16 keeps 8 significant bits
+// where float16 keeps 11: one rounding is a relative error up to 2^-8, nmse about 1e-5 against
+// the float32 twin, and where the CPU and the GPU straddle a rounding boundary they differ by a
+// whole bfloat16 ulp (2^-7 relative), 8x float16's. 1e-4 covers one rounding with a 10x margin
+// and still catches a wrong index or formula, which costs an nmse near 1.
 //
 // The cases are data (Case), so the tests that need no GPU can parse every model, run it on the
 // CPU and check where the CUDA backend would place each node: a typo in a model, an op the CUDA
@@ -29,6 +33,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -52,6 +57,7 @@ namespace {
 
 constexpr double kFloatNmse = 1e-7;
 constexpr double kHalfNmse = 1e-5;
+constexpr double kBFloat16Nmse = 1e-4;
 constexpr double kExact = 0;
 
 using Dims = std::vector<int64_t>;
@@ -149,7 +155,8 @@ struct Case {
   std::string name;
   std::string text;
   double nmse = kFloatNmse;
-  bool half = false;  // a float16 model: its float initializers become float16 after parsing
+  // Float16 or BFloat16: a half model, whose float initializers become that dtype after parsing.
+  DType half = DType::Float;
   Reference reference = Reference::SameModel;
   int fallbacks = 0;      // nodes the CUDA backend leaves to the CPU
   int64_t launches = -1;  // device launches of one run, where the kernels' paths fix it; -1: any
@@ -167,32 +174,56 @@ Case floatCase(std::string name, std::string text, int64_t launches, double nmse
 Case halfCase(std::string name, std::string text, int64_t launches,
               Reference reference = Reference::SameModel) {
   Case c = floatCase(std::move(name), std::move(text), launches, kHalfNmse);
-  c.half = true;
+  c.half = DType::Float16;
   c.reference = reference;
   return c;
 }
 
-// float32 initializer values rounded to float16: as a float16 tensor, or (for a float twin)
-// as the float32 values that float16 holds.
-Tensor roundedToHalf(const Tensor& t, bool keep_float) {
+Case bfloat16Case(std::string name, std::string text, int64_t launches,
+                  Reference reference = Reference::SameModel) {
+  Case c = floatCase(std::move(name), std::move(text), launches, kBFloat16Nmse);
+  c.half = DType::BFloat16;
+  c.reference = reference;
+  return c;
+}
+
+// A case of a half model spelled in `dtype` ("float16" or "bfloat16"), with that dtype's bound.
+Case narrowCase(const std::string& dtype, std::string name, std::string text, int64_t launches,
+                Reference reference = Reference::SameModel) {
+  if (dtype == "bfloat16")
+    return bfloat16Case(std::move(name), std::move(text), launches, reference);
+  if (dtype != "float16") throw std::logic_error("not a half dtype: " + dtype);
+  return halfCase(std::move(name), std::move(text), launches, reference);
+}
+
+float halfBitsToFloat(uint16_t bits, DType half) {
+  return half == DType::BFloat16 ? bfloat16ToFloat(bits) : halfToFloat(bits);
+}
+
+// float32 initializer values rounded to `half`: as a tensor of that dtype, or (for a float
+// twin) as the float32 values it holds.
+Tensor roundedToHalf(const Tensor& t, DType half, bool keep_float) {
   const HostTensor h = HostTensor::fromTensor(t);
   std::vector<uint16_t> halves(static_cast<size_t>(h.numel()));
   std::vector<float> floats(halves.size());
   for (size_t i = 0; i < halves.size(); ++i) {
-    halves[i] = floatToHalf(h.data<float>()[i]);
-    floats[i] = halfToFloat(halves[i]);
+    const float f = h.data<float>()[i];
+    halves[i] = half == DType::BFloat16 ? floatToBFloat16(f) : floatToHalf(f);
+    floats[i] = halfBitsToFloat(halves[i], half);
   }
   if (keep_float) return Tensor::fromValues(DType::Float, t.dims(), floats);
-  return Tensor::fromValues(DType::Float16, t.dims(), halves);
+  return Tensor::fromValues(half, t.dims(), halves);
 }
 
 std::unique_ptr<Model> parseCase(const Case& c, bool float_twin = false) {
-  const std::string text = float_twin ? replaceAll(c.text, "float16", "float") : c.text;
+  // bfloat16 first: "float16" is a substring of it.
+  const std::string text =
+      float_twin ? replaceAll(replaceAll(c.text, "bfloat16", "float"), "float16", "float") : c.text;
   auto model = parseModelText(text, c.name);
-  if (c.half) {
+  if (c.half != DType::Float) {
     for (Value* v : model->graph->initializers()) {
       if (v->dtype() != DType::Float) continue;
-      const Tensor rounded = roundedToHalf(*v->initializer(), float_twin);
+      const Tensor rounded = roundedToHalf(*v->initializer(), c.half, float_twin);
       v->type.dtype = rounded.dtype();
       v->setInitializer(rounded);
     }
@@ -200,18 +231,19 @@ std::unique_ptr<Model> parseCase(const Case& c, bool float_twin = false) {
   return model;
 }
 
-// The float twin's inputs: the float32 values the float16 inputs hold, so that both sides see
-// the same numbers.
+// The float twin's inputs: the float32 values the float16 or bfloat16 inputs hold, so that both
+// sides see the same numbers.
 std::vector<NamedTensor> widened(const std::vector<NamedTensor>& inputs) {
   std::vector<NamedTensor> out;
   for (const NamedTensor& in : inputs) {
-    if (in.tensor.dtype() != DType::Float16) {
+    const DType dtype = in.tensor.dtype();
+    if (dtype != DType::Float16 && dtype != DType::BFloat16) {
       out.push_back(in);
       continue;
     }
     HostTensor t(DType::Float, in.tensor.dims());
     for (int64_t i = 0; i < t.numel(); ++i)
-      t.mutableData<float>()[i] = halfToFloat(in.tensor.data<uint16_t>()[i]);
+      t.mutableData<float>()[i] = halfBitsToFloat(in.tensor.data<uint16_t>()[i], dtype);
     out.push_back({in.name, std::move(t)});
   }
   return out;
@@ -242,7 +274,7 @@ void runCase(const Case& c) {
   for (size_t i = 0; i < cpu.size(); ++i) {
     INFO("output " << cpu[i].name);
     CHECK(gpu[i].tensor.dtype() == (cpu[i].tensor.dtype() == DType::Float
-                                        ? DType::Float16
+                                        ? c.half
                                         : cpu[i].tensor.dtype()));
     REQUIRE(gpu[i].tensor.dims() == cpu[i].tensor.dims());
     CHECK(normalizedMse(gpu[i].tensor, cpu[i].tensor) <= c.nmse);
@@ -263,7 +295,8 @@ std::string describeNodes(const std::vector<const Node*>& nodes) {
 }
 
 bool allFinite(const HostTensor& t) {
-  if (t.dtype() != DType::Float && t.dtype() != DType::Float16) return true;
+  if (t.dtype() != DType::Float && t.dtype() != DType::Float16 && t.dtype() != DType::BFloat16)
+    return true;
   for (int64_t i = 0; i < t.numel(); ++i)
     if (!std::isfinite(elementAsDouble(t, i))) return false;
   return true;
@@ -278,12 +311,12 @@ void checkCaseWithoutGpu(const Case& c) {
   std::unique_ptr<Model> twin;
   if (c.reference == Reference::FloatTwin) {
     REQUIRE_NOTHROW(twin = parseCase(c, true));
-    // The float16 model itself never runs here: at least its outputs must be declared as the
+    // The half model itself never runs here: at least its outputs must be declared as the
     // GPU will produce them (types are inferred when the text is parsed, before its float
-    // initializers become float16).
+    // initializers become float16 or bfloat16).
     for (const Value* out : model->graph->outputs()) {
       INFO("output " << out->name());
-      CHECK(out->dtype() == DType::Float16);
+      CHECK(out->dtype() == c.half);
     }
   }
   const Model& cpu_model = twin ? *twin : *model;
@@ -410,30 +443,33 @@ std::vector<Case> unaryCases() {
   return cases;
 }
 
-std::vector<Case> unaryHalfCases() {
+std::vector<Case> unaryHalfCases(const std::string& dtype = "float16") {
   std::vector<Case> cases;
   for (const char* op : {"Relu", "Sigmoid", "Tanh", "Exp", "LeakyRelu <alpha = 0.2>", "HardSwish",
                          "fusectl.Gelu"})
-    cases.push_back(halfCase(std::string(op) + " float16", unaryModel(op, Pre::Scale, "float16"), 2));
-  cases.push_back(halfCase("Sqrt float16", unaryModel("Sqrt", Pre::Positive, "float16"), 3));
-  cases.push_back(halfCase("Gelu tanh float16 (opset 20)",
-                           unaryModel("Gelu <approximate = \"tanh\">", Pre::Scale, "float16", 20),
-                           2));
-  // float16 bounds, read on the host as half.
-  cases.push_back(halfCase(
-      "Clip-13 float16",
-      modelText(13, "float16[3, 7, 37] X", "float16[3, 7, 37] Y",
+    cases.push_back(narrowCase(dtype, std::string(op) + " " + dtype,
+                               unaryModel(op, Pre::Scale, dtype), 2));
+  cases.push_back(narrowCase(dtype, "Sqrt " + dtype, unaryModel("Sqrt", Pre::Positive, dtype), 3));
+  cases.push_back(narrowCase(dtype, "Gelu tanh " + dtype + " (opset 20)",
+                             unaryModel("Gelu <approximate = \"tanh\">", Pre::Scale, dtype, 20),
+                             2));
+  // Bounds of the half dtype, read on the host as such.
+  const std::string xy = typeText(dtype, {3, 7, 37}) + " X";
+  cases.push_back(narrowCase(
+      dtype, "Clip-13 " + dtype,
+      modelText(13, xy, typeText(dtype, {3, 7, 37}) + " Y",
                 {scalarInit("K", 4), scalarInit("Lo", -1.5), scalarInit("Hi", 2.25)},
                 "  T = Mul (X, K)\n  Y = Clip (T, Lo, Hi)"),
       2));
   // The CPU kernels of these take float32 only.
   for (const char* op : {"fusectl.GeluTanh", "fusectl.QuickGelu"})
-    cases.push_back(halfCase(std::string(op) + " float16", unaryModel(op, Pre::None, "float16"), 1,
-                             Reference::FloatTwin));
-  cases.push_back(halfCase("fusectl.SwiGLU float16",
-                           modelText(17, "float16[3, 7, 37] G, float16[3, 7, 37] U",
-                                     "float16[3, 7, 37] Y", {}, "  Y = fusectl.SwiGLU (G, U)"),
-                           1, Reference::FloatTwin));
+    cases.push_back(narrowCase(dtype, std::string(op) + " " + dtype,
+                               unaryModel(op, Pre::None, dtype), 1, Reference::FloatTwin));
+  const std::string t = typeText(dtype, {3, 7, 37});
+  cases.push_back(narrowCase(dtype, "fusectl.SwiGLU " + dtype,
+                             modelText(17, t + " G, " + t + " U", t + " Y", {},
+                                       "  Y = fusectl.SwiGLU (G, U)"),
+                             1, Reference::FloatTwin));
   return cases;
 }
 
@@ -497,15 +533,15 @@ std::vector<Case> binaryCases() {
   return cases;
 }
 
-std::vector<Case> binaryHalfCases() {
+std::vector<Case> binaryHalfCases(const std::string& d = "float16") {
   return {
-      halfCase("Add float16 per-channel", binaryModel("Add", {2, 8, 5, 5}, {8, 1, 1}, "float16"), 1),
-      halfCase("Mul float16 scalar", binaryModel("Mul", {4, 6}, {}, "float16"), 1),
-      halfCase("Sub float16 bidirectional", binaryModel("Sub", {2, 1, 4}, {3, 1}, "float16"), 1),
-      halfCase("Div float16 same shape", binaryModel("Div", {3, 5, 7}, {3, 5, 7}, "float16"), 3),
-      halfCase("Max float16 per-column", binaryModel("Max", {6, 4, 9}, {9}, "float16"), 1),
-      halfCase("PRelu float16 per-channel", binaryModel("PRelu", {2, 8, 5, 5}, {8, 1, 1}, "float16"),
-               1),
+      narrowCase(d, "Add " + d + " per-channel", binaryModel("Add", {2, 8, 5, 5}, {8, 1, 1}, d), 1),
+      narrowCase(d, "Mul " + d + " scalar", binaryModel("Mul", {4, 6}, {}, d), 1),
+      narrowCase(d, "Sub " + d + " bidirectional", binaryModel("Sub", {2, 1, 4}, {3, 1}, d), 1),
+      narrowCase(d, "Div " + d + " same shape", binaryModel("Div", {3, 5, 7}, {3, 5, 7}, d), 3),
+      narrowCase(d, "Max " + d + " per-column", binaryModel("Max", {6, 4, 9}, {9}, d), 1),
+      narrowCase(d, "PRelu " + d + " per-channel",
+                 binaryModel("PRelu", {2, 8, 5, 5}, {8, 1, 1}, d), 1),
   };
 }
 
@@ -528,6 +564,11 @@ std::vector<Case> whereCastCases() {
                                      "float16[2, 3, 4] Y", {}, "  Y = Where (C, X, Z)"),
                            1));
   cases.back().nmse = kExact;
+  cases.push_back(bfloat16Case("Where bfloat16",
+                               modelText(17, "bool[2, 3, 4] C, bfloat16[2, 3, 4] X, bfloat16 Z",
+                                         "bfloat16[2, 3, 4] Y", {}, "  Y = Where (C, X, Z)"),
+                               1));
+  cases.back().nmse = kExact;
 
   // Both sides round to nearest even, so the round trip through float16 is exact.
   cases.push_back(floatCase("Cast float -> float16 -> float",
@@ -542,6 +583,21 @@ std::vector<Case> whereCastCases() {
                             modelText(17, "float16[3, 7, 37] X", "float[3, 7, 37] Y", {},
                                       "  Y = Cast <to = 1> (X)"),
                             1, kExact));
+  // bfloat16 likewise: both sides round float32 to nearest even once, and widen exactly; between
+  // the two half types through float32, which holds either exactly.
+  for (const auto& [from, to, code] :
+       {std::tuple<const char*, const char*, int>{"float", "bfloat16", 16},
+        {"bfloat16", "float", 1}, {"bfloat16", "float16", 10}, {"float16", "bfloat16", 16}}) {
+    cases.push_back(floatCase(fmt::format("Cast {} -> {}", from, to),
+                              modelText(17, std::string(from) + "[3, 7, 37] X",
+                                        std::string(to) + "[3, 7, 37] Y", {},
+                                        fmt::format("  Y = Cast <to = {}> (X)", code)),
+                              1, kExact));
+  }
+  cases.push_back(floatCase("Cast float -> bfloat16 -> float",
+                            modelText(17, "float[3, 7, 37] X", "float[3, 7, 37] Y", {},
+                                      "  H = Cast <to = 16> (X)\n  Y = Cast <to = 1> (H)"),
+                            2, kExact));
   // Integer targets of X * 10: truncation toward zero on both sides, of the same products.
   struct IntTarget {
     const char* name;
@@ -573,6 +629,12 @@ std::vector<Case> whereCastCases() {
                                      "  T = Mul (X, K)\n  Y = Cast <to = 7> (T)"),
                            2));
   cases.back().nmse = kExact;
+  cases.push_back(bfloat16Case("Cast bfloat16 -> int64",
+                               modelText(17, "bfloat16[3, 7, 37] X", "int64[3, 7, 37] Y",
+                                         {scalarInit("K", 10)},
+                                         "  T = Mul (X, K)\n  Y = Cast <to = 7> (T)"),
+                               2));
+  cases.back().nmse = kExact;
   // A Cast to the input's own type is an alias.
   cases.push_back(floatCase("Cast float -> float",
                             modelText(17, "float[3, 7, 37] X", "float[3, 7, 37] Y",
@@ -585,6 +647,14 @@ std::vector<Case> whereCastCases() {
                             1, kExact));
   cases.push_back(floatCase("CastLike float16 -> float",
                             modelText(17, "float16[3, 7, 37] X, float[1] L", "float[3, 7, 37] Y",
+                                      {}, "  Y = CastLike (X, L)"),
+                            1, kExact));
+  cases.push_back(floatCase("CastLike float -> bfloat16",
+                            modelText(17, "float[3, 7, 37] X, bfloat16[1] L",
+                                      "bfloat16[3, 7, 37] Y", {}, "  Y = CastLike (X, L)"),
+                            1, kExact));
+  cases.push_back(floatCase("CastLike bfloat16 -> float",
+                            modelText(17, "bfloat16[3, 7, 37] X, float[1] L", "float[3, 7, 37] Y",
                                       {}, "  Y = CastLike (X, L)"),
                             1, kExact));
   cases.push_back(floatCase("CastLike float -> int64",
@@ -835,41 +905,44 @@ std::vector<Case> aliasCases() {
                 "  R = Relu (X)\n  H = Reshape (R, S)\n  T = Transpose <perm = [0, 2, 1, 3]> (H)\n"
                 "  Y = Reshape (T, S2)"),
       2, kExact));
-  cases.push_back(halfCase("Reshape float16",
-                           relu_then({2, 3, 4}, {2, 12}, "Reshape (R, S)",
-                                     {intsInit("S", {0, -1})}, "float16"),
-                           1));
-  cases.back().nmse = kExact;
+  for (const char* dtype : {"float16", "bfloat16"}) {
+    cases.push_back(narrowCase(dtype, std::string("Reshape ") + dtype,
+                               relu_then({2, 3, 4}, {2, 12}, "Reshape (R, S)",
+                                         {intsInit("S", {0, -1})}, dtype),
+                               1));
+    cases.back().nmse = kExact;
+  }
   return cases;
 }
 
-std::vector<Case> movementHalfCases() {
+std::vector<Case> movementHalfCases(const std::string& d = "float16") {
+  const auto t = [&d](const Dims& dims) { return typeText(d, dims); };
   std::vector<Case> cases = {
-      halfCase("Transpose float16 [0, 2, 1, 3]", transposeModel({2, 3, 4, 5}, {0, 2, 1, 3}, "float16"),
-               1),
-      halfCase("Transpose float16 [0, 2, 3, 1]", transposeModel({2, 3, 4, 5}, {0, 2, 3, 1}, "float16"),
-               1),
-      halfCase("Concat float16 axis 1",
-               modelText(17, "float16[2, 3, 4] A, float16[2, 5, 4] B", "float16[2, 8, 4] Y", {},
-                         "  Y = Concat <axis = 1> (A, B)"),
-               2),
-      halfCase("Split-18 float16",
-               modelText(18, "float16[2, 3, 8] X",
-                         "float16[2, 3, 3] Y0, float16[2, 3, 3] Y1, float16[2, 3, 2] Y2", {},
-                         "  Y0, Y1, Y2 = Split <axis = -1, num_outputs = 3> (X)"),
-               3),
-      halfCase("Slice float16 step -1",
-               sliceModel({6, 8, 10}, {6, 8, 10}, {-1}, {-kInt64Max}, {1}, {-1}, "float16"), 1),
+      narrowCase(d, "Transpose " + d + " [0, 2, 1, 3]",
+                 transposeModel({2, 3, 4, 5}, {0, 2, 1, 3}, d), 1),
+      narrowCase(d, "Transpose " + d + " [0, 2, 3, 1]",
+                 transposeModel({2, 3, 4, 5}, {0, 2, 3, 1}, d), 1),
+      narrowCase(d, "Concat " + d + " axis 1",
+                 modelText(17, t({2, 3, 4}) + " A, " + t({2, 5, 4}) + " B", t({2, 8, 4}) + " Y", {},
+                           "  Y = Concat <axis = 1> (A, B)"),
+                 2),
+      narrowCase(d, "Split-18 " + d,
+                 modelText(18, t({2, 3, 8}) + " X",
+                           t({2, 3, 3}) + " Y0, " + t({2, 3, 3}) + " Y1, " + t({2, 3, 2}) + " Y2",
+                           {}, "  Y0, Y1, Y2 = Split <axis = -1, num_outputs = 3> (X)"),
+                 3),
+      narrowCase(d, "Slice " + d + " step -1",
+                 sliceModel({6, 8, 10}, {6, 8, 10}, {-1}, {-kInt64Max}, {1}, {-1}, d), 1),
       // The table as an input: Y's dtype is inferred from it when the text is parsed, before
-      // a float initializer would become float16.
-      halfCase("Gather float16 embedding",
-               modelText(17, "float16[12, 16] W, int64[3, 4] I", "float16[3, 4, 16] Y", {},
-                         "  Y = Gather (W, I)"),
-               1),
-      halfCase("Expand float16",
-               modelText(17, "float16[3, 1] X", "float16[2, 3, 4] Y", {intsInit("S", {2, 3, 4})},
-                         "  Y = Expand (X, S)"),
-               1),
+      // a float initializer would become float16 or bfloat16.
+      narrowCase(d, "Gather " + d + " embedding",
+                 modelText(17, t({12, 16}) + " W, int64[3, 4] I", t({3, 4, 16}) + " Y", {},
+                           "  Y = Gather (W, I)"),
+                 1),
+      narrowCase(d, "Expand " + d,
+                 modelText(17, t({3, 1}) + " X", t({2, 3, 4}) + " Y", {intsInit("S", {2, 3, 4})},
+                           "  Y = Expand (X, S)"),
+                 1),
   };
   for (Case& c : cases) c.nmse = kExact;
   return cases;
@@ -902,7 +975,8 @@ std::vector<Case> softmaxCases(const std::string& dtype = "float") {
                                          "  Y = " + std::string(op) + attr + " (X)");
       const std::string name = fmt::format("{}-{} {} {} axis {}", op, s.opset, dtype,
                                            dimsText(s.x), s.axis.empty() ? "default" : s.axis);
-      cases.push_back(dtype == "float" ? floatCase(name, text, 1) : halfCase(name, text, 1));
+      cases.push_back(dtype == "float" ? floatCase(name, text, 1)
+                                       : narrowCase(dtype, name, text, 1));
     }
   }
   return cases;
@@ -967,7 +1041,7 @@ std::vector<Case> layerNormCases() {
 
 // fusectl LayerNorm, RMSNorm, SkipLayerNorm and SkipRMSNorm (axis and epsilon both required).
 std::vector<Case> fusedNormCases(const std::string& dtype = "float") {
-  const bool half = dtype == "float16";
+  const bool half = dtype != "float";
   const std::string x = typeText(dtype, {2, 7, 64}) + " X", y = typeText(dtype, {2, 7, 64}) + " Y";
   const std::string sum = ", " + typeText(dtype, {2, 7, 64}) + " Sum";
   const std::string s64 = floatInit("S", {64}, 0.5, 1.5, 21), b64 = floatInit("B", {64}, -0.5, 0.5, 22);
@@ -1017,7 +1091,8 @@ std::vector<Case> fusedNormCases(const std::string& dtype = "float") {
     const std::string text = modelText(17, n.inputs, n.outputs, n.inits, "  " + n.node);
     const std::string name = "fusectl " + n.name + " " + dtype;
     // The CPU kernels are float32 only.
-    cases.push_back(half ? halfCase(name, text, 1, Reference::FloatTwin) : floatCase(name, text, 1));
+    cases.push_back(half ? narrowCase(dtype, name, text, 1, Reference::FloatTwin)
+                         : floatCase(name, text, 1));
   }
   return cases;
 }
@@ -1035,7 +1110,8 @@ std::vector<Case> batchNormCases(const std::string& dtype = "float") {
                                        "  Y = BatchNormalization <epsilon = 0.001> "
                                        "(X, Sc, Bi, Me, Va)");
     const std::string name = "BatchNormalization-15 " + dtype + " " + dimsText(x);
-    cases.push_back(dtype == "float" ? floatCase(name, text, 1) : halfCase(name, text, 1));
+    cases.push_back(dtype == "float" ? floatCase(name, text, 1)
+                                     : narrowCase(dtype, name, text, 1));
   }
   return cases;
 }
@@ -1134,32 +1210,30 @@ std::vector<Case> reduceCases() {
   return cases;
 }
 
-std::vector<Case> rowsHalfCases() {
-  std::vector<Case> cases = softmaxCases("float16");
-  for (Case& c : batchNormCases("float16")) cases.push_back(c);
-  cases.push_back(halfCase(
-      "LayerNormalization float16 with Mean and InvStdDev",
-      modelText(17, "float16[2, 7, 64] X",
-                "float16[2, 7, 64] Y, float[2, 7, 1] M, float[2, 7, 1] R",
+std::vector<Case> rowsHalfCases(const std::string& d = "float16") {
+  std::vector<Case> cases = softmaxCases(d);
+  for (Case& c : batchNormCases(d)) cases.push_back(c);
+  const std::string x = typeText(d, {2, 7, 64}) + " X", y = typeText(d, {2, 7, 64}) + " Y";
+  cases.push_back(narrowCase(
+      d, "LayerNormalization " + d + " with Mean and InvStdDev",
+      modelText(17, x, y + ", float[2, 7, 1] M, float[2, 7, 1] R",
                 {floatInit("S", {64}, 0.5, 1.5, 11), floatInit("B", {64}, -0.5, 0.5, 12)},
                 "  Y, M, R = LayerNormalization (X, S, B)"),
       1));
-  cases.push_back(halfCase("LayerNormalization float16 axis 1",
-                           modelText(17, "float16[2, 7, 64] X", "float16[2, 7, 64] Y",
-                                     {floatInit("S", {7, 64}, 0.5, 1.5, 13)},
-                                     "  Y = LayerNormalization <axis = 1> (X, S)"),
-                           1));
-  cases.push_back(halfCase("ReduceMean float16 last axis",
-                           reduceModel("ReduceMean", 17, {3, 4, 5000}, {-1}, false, false, "float16"),
-                           1));
-  cases.push_back(halfCase("ReduceSum float16 middle axis",
-                           reduceModel("ReduceSum", 13, {4, 6, 5}, {1}, true, true, "float16"), 1));
-  cases.push_back(halfCase("ReduceMax float16 axes {0, 2}",
-                           reduceModel("ReduceMax", 17, {4, 6, 5}, {0, 2}, false, false, "float16"),
-                           1));
-  cases.push_back(halfCase("ReduceMin float16 last axis",
-                           reduceModel("ReduceMin", 18, {4, 6, 37}, {-1}, true, true, "float16"), 1));
-  for (Case& c : fusedNormCases("float16")) cases.push_back(c);
+  cases.push_back(narrowCase(d, "LayerNormalization " + d + " axis 1",
+                             modelText(17, x, y, {floatInit("S", {7, 64}, 0.5, 1.5, 13)},
+                                       "  Y = LayerNormalization <axis = 1> (X, S)"),
+                             1));
+  cases.push_back(narrowCase(d, "ReduceMean " + d + " last axis",
+                             reduceModel("ReduceMean", 17, {3, 4, 5000}, {-1}, false, false, d),
+                             1));
+  cases.push_back(narrowCase(d, "ReduceSum " + d + " middle axis",
+                             reduceModel("ReduceSum", 13, {4, 6, 5}, {1}, true, true, d), 1));
+  cases.push_back(narrowCase(d, "ReduceMax " + d + " axes {0, 2}",
+                             reduceModel("ReduceMax", 17, {4, 6, 5}, {0, 2}, false, false, d), 1));
+  cases.push_back(narrowCase(d, "ReduceMin " + d + " last axis",
+                             reduceModel("ReduceMin", 18, {4, 6, 37}, {-1}, true, true, d), 1));
+  for (Case& c : fusedNormCases(d)) cases.push_back(c);
   return cases;
 }
 
@@ -1184,7 +1258,8 @@ std::vector<Case> allCases() {
        {unaryCases(), unaryHalfCases(), binaryCases(), binaryHalfCases(), whereCastCases(),
         transposeCases(), concatSplitCases(), sliceCases(), gatherExpandCases(), aliasCases(),
         movementHalfCases(), softmaxCases(), layerNormCases(), fusedNormCases(), batchNormCases(),
-        reduceCases(), rowsHalfCases(), constantCases()}) {
+        reduceCases(), rowsHalfCases(), constantCases(), unaryHalfCases("bfloat16"),
+        binaryHalfCases("bfloat16"), movementHalfCases("bfloat16"), rowsHalfCases("bfloat16")}) {
     all.insert(all.end(), group.begin(), group.end());
   }
   return all;
@@ -1225,7 +1300,7 @@ TEST_CASE("cuda kernels: the ops, opsets and dtypes these tests use are register
       {"", "ReduceSum", 13}, {"", "ReduceMax", 17}, {"", "ReduceMax", 18}, {"", "ReduceMin", 17},
       {"", "ReduceMin", 18}, {"", "Constant", 17}};
   for (const Entry& e : floats) {
-    for (DType t : {DType::Float, DType::Float16}) {
+    for (DType t : {DType::Float, DType::Float16, DType::BFloat16}) {
       INFO(e.domain << "::" << e.op << "-" << e.opset << " " << dtypeName(t));
       const KernelInfo* k = r.find(e.domain, e.op, e.opset, t, Device::Cuda);
       REQUIRE(k != nullptr);
@@ -1293,10 +1368,16 @@ TEST_CASE("cuda kernels: unary ops and activations, float16", "[cuda]") {
   runCases(unaryHalfCases());
 }
 
+TEST_CASE("cuda kernels: unary ops and activations, bfloat16", "[cuda]") {
+  if (!cudaDeviceOrSkip()) return;
+  runCases(unaryHalfCases("bfloat16"));
+}
+
 TEST_CASE("cuda kernels: binary ops over every broadcast", "[cuda]") {
   if (!cudaDeviceOrSkip()) return;
   runCases(binaryCases());
   runCases(binaryHalfCases());
+  runCases(binaryHalfCases("bfloat16"));
 }
 
 TEST_CASE("cuda kernels: Where, Cast and CastLike", "[cuda]") {
@@ -1335,6 +1416,11 @@ TEST_CASE("cuda kernels: data movement in float16", "[cuda]") {
   runCases(movementHalfCases());
 }
 
+TEST_CASE("cuda kernels: data movement in bfloat16", "[cuda]") {
+  if (!cudaDeviceOrSkip()) return;
+  runCases(movementHalfCases("bfloat16"));
+}
+
 TEST_CASE("cuda kernels: Softmax and LogSoftmax", "[cuda]") {
   if (!cudaDeviceOrSkip()) return;
   runCases(softmaxCases());
@@ -1359,6 +1445,11 @@ TEST_CASE("cuda kernels: BatchNormalization and reductions", "[cuda]") {
 TEST_CASE("cuda kernels: softmax, norms and reductions in float16", "[cuda]") {
   if (!cudaDeviceOrSkip()) return;
   runCases(rowsHalfCases());
+}
+
+TEST_CASE("cuda kernels: softmax, norms and reductions in bfloat16", "[cuda]") {
+  if (!cudaDeviceOrSkip()) return;
+  runCases(rowsHalfCases("bfloat16"));
 }
 
 TEST_CASE("cuda kernels: a Constant is uploaded once and served on every run", "[cuda]") {

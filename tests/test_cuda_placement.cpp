@@ -35,7 +35,8 @@ std::map<std::string, int> floatFallbacks(const Model& model) {
     const KernelInfo* cpu = KernelRegistry::global().find(
         n->domain(), n->opType(), model.opsetVersion(n->domain()), t);
     if (cpu && cpu->dims_only_inputs) continue;
-    if (t == DType::Float || t == DType::Float16) ++ops[n->domain() + "::" + n->opType()];
+    if (t == DType::Float || t == DType::Float16 || t == DType::BFloat16)
+      ++ops[n->domain() + "::" + n->opType()];
   }
   return ops;
 }
@@ -83,6 +84,28 @@ TEST_CASE("cuda placement: the float16 twins of the testdata transformers, fused
                            "llama_gqa_block"}) {
     INFO(name);
     auto model = fusectl::test::loadTestModelAsFloat16(name);
+    CHECK(describe(floatFallbacks(*model)) == "none");
+    passes::OptimizeRequest request;
+    request.level = 3;
+    const passes::Report report = passes::optimize(*model, request);
+    CHECK(!report.fusions.empty());
+    CHECK(describe(floatFallbacks(*model)) == "none");
+  }
+}
+
+TEST_CASE("cuda placement: the bfloat16 twins of the testdata models, as given and fused, run "
+          "every float node on the GPU",
+          "[cuda_placement][half]") {
+  if (!fusectl::cuda::builtWithCuda()) {
+    WARN("skipped: fusectl was built without CUDA");
+    return;
+  }
+  // bfloat16 is what most LLM checkpoints ship in: a bfloat16 graph must not run on the CPU
+  // for want of bfloat16 kernels, unfused (the GPU check's baseline) or fused.
+  for (const char* name : {"resnet_mini", "mobilenet_mini", "bert_op17", "vit_encoder_op13",
+                           "gpt2_block", "llama_layer", "llama_gqa_block"}) {
+    INFO(name);
+    auto model = fusectl::test::loadTestModelAsHalf(name, DType::BFloat16);
     CHECK(describe(floatFallbacks(*model)) == "none");
     passes::OptimizeRequest request;
     request.level = 3;

@@ -3,14 +3,16 @@
 // X of rank 3 and 4, head sizes 32 to 128 (fewer pairs than a warp's lanes, one and two pairs
 // per lane, a partial second round), row counts that fill no whole block, Cos and Sin as [S, D],
 // [B, 1, S, D], [B, S, 1, D], [1, D] and X's own shape, the QK-norm's Scale of [D] and [1], in
-// float32 and float16.
+// float32, float16 and bfloat16.
 //
 // Tolerances. float32: both sides compute in float32 in the same order; the QK-norm's sum of
 // squares is float32 on the GPU and double on the CPU, and the GPU may contract a product and a
 // sum into one fma: a few ulps per element, an nmse near 1e-13, so 1e-7 leaves a wide margin
 // and still catches a wrong pair, table row or scale. float16: both read the same halves,
 // compute in float32 and round once, differing where their float32 results straddle a
-// rounding boundary: 1e-5.
+// rounding boundary: 1e-5. bfloat16: the same, with 8 significant bits for float16's 11, so a
+// straddled boundary costs up to 2^-8 relative (one rounding of a whole tensor would be an
+// nmse near 5e-6): 1e-4, as for the other bfloat16 kernels, still catches a wrong pair or row.
 //
 // Without a GPU every model is still parsed, run on the CPU (finite outputs) and placed against
 // the CUDA registry, so a typo, a missing registration or an `accepts` that declines shows here.
@@ -39,6 +41,7 @@ namespace {
 
 constexpr double kFloatNmse = 1e-7;
 constexpr double kHalfNmse = 1e-5;
+constexpr double kBFloat16Nmse = 1e-4;
 
 using Dims = std::vector<int64_t>;
 
@@ -84,7 +87,9 @@ std::string layoutName(const Layout& l) {
 }
 
 std::vector<Case> rotaryCases(const std::string& dtype) {
-  const double nmse = dtype == "float16" ? kHalfNmse : kFloatNmse;
+  const double nmse = dtype == "float16"    ? kHalfNmse
+                      : dtype == "bfloat16" ? kBFloat16Nmse
+                                            : kFloatNmse;
   std::vector<Case> cases;
   for (const Layout& l : layouts()) {
     const int64_t d = l.x.back();
@@ -112,7 +117,9 @@ std::vector<Case> rotaryCases(const std::string& dtype) {
 }
 
 std::vector<Case> swigluPackedCases(const std::string& dtype) {
-  const double nmse = dtype == "float16" ? kHalfNmse : kFloatNmse;
+  const double nmse = dtype == "float16"    ? kHalfNmse
+                      : dtype == "bfloat16" ? kBFloat16Nmse
+                                            : kFloatNmse;
   std::vector<Case> cases;
   for (const Dims& y_dims : std::vector<Dims>{{3, 7, 37}, {5, 1100}, {2, 64}, {5}}) {
     Dims x_dims = y_dims;
@@ -127,7 +134,7 @@ std::vector<Case> swigluPackedCases(const std::string& dtype) {
 
 std::vector<Case> allCases() {
   std::vector<Case> all;
-  for (const char* dtype : {"float", "float16"}) {
+  for (const char* dtype : {"float", "float16", "bfloat16"}) {
     for (auto group : {rotaryCases(dtype), swigluPackedCases(dtype)})
       all.insert(all.end(), group.begin(), group.end());
   }
@@ -150,7 +157,7 @@ bool allFinite(const HostTensor& t) {
 
 TEST_CASE("cuda rotary: every case parses, runs on the CPU and places on the GPU", "[cuda]") {
   const std::vector<Case> cases = allCases();
-  CHECK(cases.size() == 2 * (8 * 6 + 4));
+  CHECK(cases.size() == 3 * (8 * 6 + 4));
   for (const Case& c : cases) {
     INFO(c.name << "\n" << c.text);
     std::unique_ptr<Model> model;
@@ -183,7 +190,7 @@ TEST_CASE("cuda rotary: X of a declared rank past the kernel's dims is declined"
 
 TEST_CASE("cuda rotary: the four rotary embeddings against the CPU, one launch each", "[cuda]") {
   if (!cudaDeviceOrSkip()) return;
-  for (const char* dtype : {"float", "float16"}) {
+  for (const char* dtype : {"float", "float16", "bfloat16"}) {
     for (const Case& c : rotaryCases(dtype)) {
       INFO(c.name << "\n" << c.text);
       const CudaRun r = checkCudaAgainstCpu(c.text, c.nmse);
@@ -194,7 +201,7 @@ TEST_CASE("cuda rotary: the four rotary embeddings against the CPU, one launch e
 
 TEST_CASE("cuda rotary: SwiGLUPacked against the CPU, one launch each", "[cuda]") {
   if (!cudaDeviceOrSkip()) return;
-  for (const char* dtype : {"float", "float16"}) {
+  for (const char* dtype : {"float", "float16", "bfloat16"}) {
     for (const Case& c : swigluPackedCases(dtype)) {
       INFO(c.name << "\n" << c.text);
       const CudaRun r = checkCudaAgainstCpu(c.text, c.nmse);

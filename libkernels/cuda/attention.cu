@@ -2,13 +2,14 @@
 // results this one reproduces to rounding): Y = softmax(scale * Q K^T + M, causal) V per
 // (batch, query head), K/V head h / G serving query head h.
 //
-// Flash-attention style on the CUDA cores (fp32 FMAs whatever the storage, so that fp16 sums
-// the way the CPU's FloatView does): one block of kWarps warps takes kRowsPerWarp query rows
-// per warp of one (batch, head) and walks the keys in tiles of BN. Each tile of K and V is
-// staged in shared memory as float; each lane scores BN / 32 keys against its warp's rows, the
-// rows keep a running max and sum (online softmax: when the max grows, what was accumulated is
-// scaled by exp(m_old - m_new)), and the probabilities go from registers to the V product by
-// warp shuffles. No score ever reaches global memory; the memory is O(BM x D) per block.
+// Flash-attention style on the CUDA cores (fp32 FMAs whatever the storage, so that fp16 and
+// bf16 sum the way the CPU's FloatView does): one block of kWarps warps takes kRowsPerWarp
+// query rows per warp of one (batch, head) and walks the keys in tiles of BN. Each tile of K
+// and V is staged in shared memory as float; each lane scores BN / 32 keys against its warp's
+// rows, the rows keep a running max and sum (online softmax: when the max grows, what was
+// accumulated is scaled by exp(m_old - m_new)), and the probabilities go from registers to the
+// V product by warp shuffles. No score ever reaches global memory; the memory is O(BM x D)
+// per block.
 //
 // Semantics kept from the CPU kernel: the mask is added after the scale, then the causal cut
 // (key t hidden from query s when t > s + T - S, bottom-right aligned); a row that sees no key
@@ -16,9 +17,11 @@
 // NaN, as vec::softmaxRow makes it. The head size (D, and Dv of V) picks a template bucket of
 // 64, 128 or 256.
 //
-// Not run here, so on the CPU: heads larger than 256, K or V of another dtype than Q, a mask
-// neither float32 nor float16. The registration's `accepts` declines such nodes from their
+// Q, K, V: float32, float16 or bfloat16 (all one type); the mask any of the three, whatever Q
+// is. Not run here, so on the CPU: heads larger than 256, K or V of another dtype than Q, a
+// mask of another type. The registration's `accepts` declines such nodes from their
 // declared types and dims; what only the run shows throws fusectl::Error(Unsupported).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -297,8 +300,9 @@ void launchForHeadSize(const Params& p, int64_t blocks, int head) {
 
 template <typename Elem>
 void launchForMask(const Params& p, int64_t blocks, int head, DType mask_dtype) {
-  if (mask_dtype == DType::Float16) return launchForHeadSize<Elem, __half>(p, blocks, head);
-  return launchForHeadSize<Elem, float>(p, blocks, head);
+  withFloatType(mask_dtype, [&](auto mask_tag) {
+    launchForHeadSize<Elem, decltype(mask_tag)>(p, blocks, head);
+  });
 }
 
 // Errors carry the node the way KernelContext::fail spells it, but as Unsupported: the node is
@@ -395,10 +399,9 @@ void runAttention(KernelContext& ctx) {
   if (blocks > std::numeric_limits<int32_t>::max())
     ctx.fail("too many query blocks (" + std::to_string(blocks) + ") for one CUDA grid");
   const DType mask_dtype = m ? m->dtype() : DType::Float;
-  if (q.dtype() == DType::Float16)
-    launchForMask<__half>(p, blocks, static_cast<int>(head), mask_dtype);
-  else
-    launchForMask<float>(p, blocks, static_cast<int>(head), mask_dtype);
+  withFloatType(q.dtype(), [&](auto tag) {
+    launchForMask<decltype(tag)>(p, blocks, static_cast<int>(head), mask_dtype);
+  });
 }
 
 // What the declared types and dims already rule out is declined, so that the node runs on the
@@ -429,7 +432,7 @@ bool attentionAccepts(const Node& n) {
 
 void registerAttentionKernels(KernelRegistry& r) {
   addCudaKernel(r, "fusectl", "Attention", 1, 1000, runAttention,
-                {DType::Float, DType::Float16}, 0, attentionAccepts);
+                {DType::Float, DType::Float16, DType::BFloat16}, 0, attentionAccepts);
 }
 
 }  // namespace fusectl::kernels::cuda

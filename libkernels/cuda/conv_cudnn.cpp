@@ -26,9 +26,11 @@
 // the node.
 //
 // Numerics: float32 convolutions use CUDNN_FMA_MATH (no TF32: results must match the CPU to a
-// normalised MSE of 1e-7), float16 ones half tensors with float accumulation and tensor-op math.
-// The FFT algorithms are never used (large workspaces, error that grows with the image), nor,
-// for float16, WINOGRAD_NONFUSED (its transforms may round to half).
+// normalised MSE of 1e-7), float16 and bfloat16 ones 16-bit tensors with float accumulation
+// (PSEUDO_HALF / PSEUDO_BFLOAT16: the convolution descriptor's compute type is FLOAT) and
+// tensor-op math. The FFT algorithms are never used (large workspaces, error that grows with the
+// image), nor, for float16 and bfloat16, WINOGRAD_NONFUSED (its transforms may round to the
+// 16-bit type, and bfloat16 has only 8 bits of mantissa to lose).
 //
 // One cuDNN handle serves the process; calls on it are serialised by a mutex, as cuDNN requires
 // of a handle shared between host threads, and each queues its work on cuda::stream().
@@ -128,8 +130,14 @@ using ReduceDesc = Descriptor<cudnnReduceTensorDescriptor_t, cudnnCreateReduceTe
                               cudnnDestroyReduceTensorDescriptor>;
 
 cudnnDataType_t cudnnType(DType t) {
-  return t == DType::Float16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+  switch (t) {
+    case DType::Float16: return CUDNN_DATA_HALF;
+    case DType::BFloat16: return CUDNN_DATA_BFLOAT16;
+    default: return CUDNN_DATA_FLOAT;
+  }
 }
+
+bool is16Bit(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 
 // cuDNN's legacy descriptors take int dims, and a tensor may hold at most 2^31 - 1 elements.
 constexpr int64_t kMaxElements = INT_MAX;
@@ -170,7 +178,8 @@ void setTensor(cudnnTensorDescriptor_t desc, DType dtype, const std::vector<int6
 
 size_t alignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-const float kOne = 1.f, kZero = 0.f;  // cuDNN's scaling factors are float for float and half data
+// cuDNN's scaling factors are float for float, half and bfloat16 data (double only for double).
+const float kOne = 1.f, kZero = 0.f;
 
 // ---- spatial geometry as cuDNN sees it ----
 
@@ -294,7 +303,7 @@ bool algoAllowed(cudnnConvolutionFwdAlgo_t algo, DType dtype) {
   switch (algo) {
     case CUDNN_CONVOLUTION_FWD_ALGO_FFT:
     case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return false;
-    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return dtype != DType::Float16;
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return !is16Bit(dtype);
     default: return true;
   }
 }
@@ -401,7 +410,7 @@ std::unique_ptr<ConvPlan> makeConvPlan(const KernelContext& ctx, const ConvShape
   checkCudnn(cudnnSetConvolutionGroupCount(p->conv, static_cast<int>(d.group)),
              "cudnnSetConvolutionGroupCount");
   checkCudnn(cudnnSetConvolutionMathType(
-                 p->conv, dtype == DType::Float16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+                 p->conv, is16Bit(dtype) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
              "cudnnSetConvolutionMathType");
 
   // cuDNN's idea of the output must be the CPU's, or the geometry mapping above is wrong.
@@ -420,7 +429,9 @@ std::unique_ptr<ConvPlan> makeConvPlan(const KernelContext& ctx, const ConvShape
   if (fusable) {
     std::vector<int64_t> bdims(ydims.size(), 1);
     bdims[1] = d.M;
-    setTensor(p->bias, dtype, bdims);  // the bias has Y's type: HALF under PSEUDO_HALF_CONFIG
+    // The bias has Y's type: HALF under PSEUDO_HALF_CONFIG, BFLOAT16 under PSEUDO_BFLOAT16.
+    // Should cuDNN refuse the fused call for a type, runConv falls back to convolve + epilogue.
+    setTensor(p->bias, dtype, bdims);
     const bool relu = act == Activation::Relu;
     checkCudnn(cudnnSetActivationDescriptor(
                    p->act, relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
@@ -646,12 +657,15 @@ void runGlobalPool(KernelContext& ctx, bool is_max) {
   TensorDesc cdesc;
   setTensor(cdesc, dtype, cdims);
   if (P == 0) {  // empty planes: the CPU's mean of nothing (0) and max of nothing (-inf)
+    // cudnnSetTensor's value has the tensor's own type (not float, as scaling factors do).
     const float f = is_max ? -INFINITY : 0.f;
-    const uint16_t h = is_max ? 0xFC00 : 0;  // half -inf, +0
+    const uint16_t h = is_max ? 0xFC00 : 0;   // half -inf, +0
+    const uint16_t bf = is_max ? 0xFF80 : 0;  // bfloat16 -inf, +0
+    const void* value = dtype == DType::Float16    ? static_cast<const void*>(&h)
+                        : dtype == DType::BFloat16 ? static_cast<const void*>(&bf)
+                                                   : static_cast<const void*>(&f);
     Cudnn dnn;
-    checkCudnn(cudnnSetTensor(dnn.get(), cdesc, y.mutableRaw(),
-                              dtype == DType::Float16 ? static_cast<const void*>(&h) : &f),
-               "cudnnSetTensor");
+    checkCudnn(cudnnSetTensor(dnn.get(), cdesc, y.mutableRaw(), value), "cudnnSetTensor");
     countLaunches(1);
     return;
   }
@@ -737,7 +751,7 @@ bool poolAccepts(const Node& n, bool is_max) {
 }  // namespace
 
 void registerConvKernels(KernelRegistry& r) {
-  const std::initializer_list<DType> types = {DType::Float, DType::Float16};
+  const std::initializer_list<DType> types = {DType::Float, DType::Float16, DType::BFloat16};
   addCudaKernel(r, "", "Conv", 1, 1000, [](KernelContext& c) { runConv(c, false); }, types, 0,
                 convAccepts);
   // FusedConv and its portable spellings FusedConv[_NoBias][_Add][_<activation>] (fused_ops.h).
@@ -749,9 +763,10 @@ void registerConvKernels(KernelRegistry& r) {
                 [](const Node& n) { return poolAccepts(n, true); });
   addCudaKernel(r, "", "AveragePool", 1, 1000, [](KernelContext& c) { runPool(c, false); }, types,
                 0, [](const Node& n) { return poolAccepts(n, false); });
-  addCudaKernel(r, "", "GlobalMaxPool", 1, 1000, [](KernelContext& c) { runGlobalPool(c, true); });
+  addCudaKernel(r, "", "GlobalMaxPool", 1, 1000, [](KernelContext& c) { runGlobalPool(c, true); },
+                types);
   addCudaKernel(r, "", "GlobalAveragePool", 1, 1000,
-                [](KernelContext& c) { runGlobalPool(c, false); });
+                [](KernelContext& c) { runGlobalPool(c, false); }, types);
 }
 
 }  // namespace fusectl::kernels::cuda

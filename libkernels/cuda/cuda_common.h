@@ -40,7 +40,8 @@ void countLaunches(uint64_t n = 1);
 // Kernel launches since the process started; the backend reports the difference per run.
 uint64_t launchCount();
 
-// The dtypes the CUDA kernels take; others run on the CPU (the executor's fallback).
+// The dtypes the CUDA kernels take (each registers the ones it handles); others run on the
+// CPU (the executor's fallback).
 inline bool cudaFloatType(DType t) {
   return t == DType::Float || t == DType::Float16 || t == DType::BFloat16;
 }

@@ -1,8 +1,9 @@
 // Elementwise CUDA kernels: activations and other unary ops, broadcasting binary arithmetic,
 // Where, Cast, SwiGLU and SwiGLUPacked, and the epilogue of the fused GEMM and convolution
 // kernels. Each computes in float what the CPU kernel of the same op computes (elementwise.cpp,
-// swiglu.cpp, epilogue.h), so the two agree to rounding; float16 tensors are converted on load
-// and store.
+// swiglu.cpp, epilogue.h), so the two agree to rounding; float16 and bfloat16 tensors are
+// converted on load and store.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -143,7 +144,8 @@ __global__ void castKernel(const From* __restrict__ x, To* __restrict__ y, int64
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float v = toFloat(x[i]);
-    if constexpr (std::is_same_v<To, __half> || std::is_same_v<To, float>) {
+    if constexpr (std::is_same_v<To, __half> || std::is_same_v<To, __nv_bfloat16> ||
+                  std::is_same_v<To, float>) {
       y[i] = fromFloat<To>(v);
     } else if constexpr (std::is_same_v<To, bool>) {
       y[i] = v != 0.f;
@@ -171,21 +173,16 @@ __global__ void epilogueKernel(T* __restrict__ y, int64_t rows, int64_t cols,
   }
 }
 
-bool isHalf(const HostTensor& t) { return t.dtype() == DType::Float16; }
-
 void runUnary(KernelContext& ctx, UnaryOp op, float a = 0.f, float b = 0.f) {
   const HostTensor& x = ctx.requireInput(0);
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), x.dims());
   const int64_t n = x.numel();
   if (n == 0) return;
-  if (isHalf(x)) {
-    unaryKernel<<<gridFor(n, kThreads), kThreads, 0, stream()>>>(
-        x.data<__half>(), y.mutableData<__half>(), n, op, a, b);
-  } else {
-    unaryKernel<<<gridFor(n, kThreads), kThreads, 0, stream()>>>(x.data<float>(),
-                                                                   y.mutableData<float>(), n, op,
-                                                                   a, b);
-  }
+  withFloatType(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    unaryKernel<<<gridFor(n, kThreads), kThreads, 0, stream()>>>(x.data<T>(), y.mutableData<T>(),
+                                                                   n, op, a, b);
+  });
   launched(ctx.node().opType().c_str());
 }
 
@@ -214,11 +211,7 @@ void runBinary(KernelContext& ctx, BinaryOp op) {
   }
   HostTensor& y = ctx.allocateOutput(0, a.dtype(), dims);
   if (index.numel == 0) return;
-  if (isHalf(a)) {
-    launchBinary<__half>(a, b, y, index, op);
-  } else {
-    launchBinary<float>(a, b, y, index, op);
-  }
+  withFloatType(a.dtype(), [&](auto tag) { launchBinary<decltype(tag)>(a, b, y, index, op); });
   launched(ctx.node().opType().c_str());
 }
 
@@ -236,13 +229,11 @@ void runWhere(KernelContext& ctx) {
   }
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), dims);
   if (index.numel == 0) return;
-  if (isHalf(x)) {
+  withFloatType(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
     whereKernel<<<gridFor(index.numel, kThreads), kThreads, 0, stream()>>>(
-        c.data<bool>(), x.data<__half>(), z.data<__half>(), y.mutableData<__half>(), index);
-  } else {
-    whereKernel<<<gridFor(index.numel, kThreads), kThreads, 0, stream()>>>(
-        c.data<bool>(), x.data<float>(), z.data<float>(), y.mutableData<float>(), index);
-  }
+        c.data<bool>(), x.data<T>(), z.data<T>(), y.mutableData<T>(), index);
+  });
   launched("Where");
 }
 
@@ -253,13 +244,11 @@ void runSwiGLU(KernelContext& ctx) {
   HostTensor& y = ctx.allocateOutput(0, g.dtype(), g.dims());
   const int64_t n = g.numel();
   if (n == 0) return;
-  if (isHalf(g)) {
-    swigluKernel<<<gridFor(n, kThreads), kThreads, 0, stream()>>>(
-        g.data<__half>(), u.data<__half>(), y.mutableData<__half>(), n);
-  } else {
-    swigluKernel<<<gridFor(n, kThreads), kThreads, 0, stream()>>>(g.data<float>(), u.data<float>(),
-                                                                    y.mutableData<float>(), n);
-  }
+  withFloatType(g.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    swigluKernel<<<gridFor(n, kThreads), kThreads, 0, stream()>>>(g.data<T>(), u.data<T>(),
+                                                                    y.mutableData<T>(), n);
+  });
   launched("SwiGLU");
 }
 
@@ -270,13 +259,11 @@ void runSwiGLUPacked(KernelContext& ctx) {
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), dims);
   const int64_t n = y.numel();
   if (n == 0) return;
-  if (isHalf(x)) {
+  withFloatType(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
     swigluPackedKernel<<<gridFor(n, kThreads), kThreads, 0, stream()>>>(
-        x.data<__half>(), y.mutableData<__half>(), inter, n);
-  } else {
-    swigluPackedKernel<<<gridFor(n, kThreads), kThreads, 0, stream()>>>(
-        x.data<float>(), y.mutableData<float>(), inter, n);
-  }
+        x.data<T>(), y.mutableData<T>(), inter, n);
+  });
   launched("SwiGLUPacked");
 }
 
@@ -290,6 +277,7 @@ void castFrom(KernelContext& ctx, const HostTensor& x, DType to) {
   switch (to) {
     case DType::Float: castKernel<<<grid, kThreads, 0, stream()>>>(in, y.mutableData<float>(), n); break;
     case DType::Float16: castKernel<<<grid, kThreads, 0, stream()>>>(in, y.mutableData<__half>(), n); break;
+    case DType::BFloat16: castKernel<<<grid, kThreads, 0, stream()>>>(in, y.mutableData<__nv_bfloat16>(), n); break;
     case DType::Int64: castKernel<<<grid, kThreads, 0, stream()>>>(in, y.mutableData<int64_t>(), n); break;
     case DType::Int32: castKernel<<<grid, kThreads, 0, stream()>>>(in, y.mutableData<int32_t>(), n); break;
     case DType::Int8: castKernel<<<grid, kThreads, 0, stream()>>>(in, y.mutableData<int8_t>(), n); break;
@@ -309,11 +297,7 @@ void runCast(KernelContext& ctx) {
     ctx.setOutput(0, x.reshaped(x.dims()));
     return;
   }
-  if (isHalf(x)) {
-    castFrom<__half>(ctx, x, to);
-  } else {
-    castFrom<float>(ctx, x, to);
-  }
+  withFloatType(x.dtype(), [&](auto tag) { castFrom<decltype(tag)>(ctx, x, to); });
 }
 
 // Clip's bounds: attributes before opset 11, optional scalar inputs (on the host) after.
@@ -327,8 +311,13 @@ void runClip(KernelContext& ctx) {
       const HostTensor* t = ctx.input(i);
       if (!t || t->numel() == 0) continue;
       if (t->numel() != 1) ctx.fail("Clip bounds must be scalars");
-      const float v = t->dtype() == DType::Float16 ? halfToFloat(t->data<uint16_t>()[0])
-                                                    : t->data<float>()[0];
+      float v;
+      switch (t->dtype()) {
+        case DType::Float: v = t->data<float>()[0]; break;
+        case DType::Float16: v = halfToFloat(t->data<uint16_t>()[0]); break;
+        case DType::BFloat16: v = bfloat16ToFloat(t->data<uint16_t>()[0]); break;
+        default: ctx.fail("Clip bounds must be float, float16 or bfloat16");
+      }
       (i == 1 ? lo : hi) = v;
     }
   }
@@ -341,8 +330,12 @@ void runGelu(KernelContext& ctx) {
   runUnary(ctx, approx == "tanh" ? UnaryOp::GeluTanh : UnaryOp::Gelu);
 }
 
+const std::initializer_list<DType> kFloatTypes = {DType::Float, DType::Float16,
+                                                  DType::BFloat16};
+
 void addUnary(KernelRegistry& r, const char* op, UnaryOp code) {
-  addCudaKernel(r, "", op, 1, 1000, [code](KernelContext& ctx) { runUnary(ctx, code); });
+  addCudaKernel(r, "", op, 1, 1000, [code](KernelContext& ctx) { runUnary(ctx, code); },
+                kFloatTypes);
 }
 
 }  // namespace
@@ -352,26 +345,29 @@ void applyEpilogue(void* y, DType dtype, int64_t rows, int64_t cols, const Devic
   if (n == 0 || e.empty()) return;
   const int act = static_cast<int>(e.activation);
   const unsigned grid = gridFor(n, kThreads);
-  const bool half_bias = e.bias && e.bias_dtype == DType::Float16;
-  if (dtype == DType::Float16) {
-    auto* out = static_cast<__half*>(y);
-    const auto* res = static_cast<const __half*>(e.residual);
-    if (half_bias) {
+  // The bias is either float (a float32 bias folded into a half GEMM keeps its precision) or
+  // of Y's own dtype; the residual always has Y's dtype.
+  const bool bias_same_as_y = e.bias && e.bias_dtype == dtype;
+  withFloatType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto* out = static_cast<T*>(y);
+    const auto* res = static_cast<const T*>(e.residual);
+    if (bias_same_as_y) {
       epilogueKernel<<<grid, kThreads, 0, stream()>>>(out, rows, cols,
-                                                      static_cast<const __half*>(e.bias),
+                                                      static_cast<const T*>(e.bias),
                                                       e.bias_per_row, e.bias_period, res, act,
                                                       e.alpha, e.beta);
     } else {
+      if (e.bias && e.bias_dtype != DType::Float)
+        throw Error(ErrorKind::Unsupported,
+                    "epilogue bias of dtype " + std::string(dtypeName(e.bias_dtype)) +
+                        " with Y of dtype " + std::string(dtypeName(dtype)));
       epilogueKernel<<<grid, kThreads, 0, stream()>>>(out, rows, cols,
                                                       static_cast<const float*>(e.bias),
                                                       e.bias_per_row, e.bias_period, res, act,
                                                       e.alpha, e.beta);
     }
-  } else {
-    epilogueKernel<<<grid, kThreads, 0, stream()>>>(
-        static_cast<float*>(y), rows, cols, static_cast<const float*>(e.bias), e.bias_per_row,
-        e.bias_period, static_cast<const float*>(e.residual), act, e.alpha, e.beta);
-  }
+  });
   launched("epilogue");
 }
 
@@ -393,27 +389,30 @@ void registerElementwiseKernels(KernelRegistry& r) {
   addUnary(r, "Softplus", UnaryOp::Softplus);
   addUnary(r, "Softsign", UnaryOp::Softsign);
   addUnary(r, "HardSwish", UnaryOp::HardSwish);
-  addCudaKernel(r, "", "Gelu", 20, 1000, runGelu);
+  addCudaKernel(r, "", "Gelu", 20, 1000, runGelu, kFloatTypes);
   addCudaKernel(r, "fusectl", "Gelu", 1, 1000,
-                [](KernelContext& ctx) { runUnary(ctx, UnaryOp::Gelu); });
+                [](KernelContext& ctx) { runUnary(ctx, UnaryOp::Gelu); },
+                kFloatTypes);
   addCudaKernel(r, "fusectl", "GeluTanh", 1, 1000,
-                [](KernelContext& ctx) { runUnary(ctx, UnaryOp::GeluTanh); });
+                [](KernelContext& ctx) { runUnary(ctx, UnaryOp::GeluTanh); },
+                kFloatTypes);
   addCudaKernel(r, "fusectl", "QuickGelu", 1, 1000,
-                [](KernelContext& ctx) { runUnary(ctx, UnaryOp::QuickGelu); });
+                [](KernelContext& ctx) { runUnary(ctx, UnaryOp::QuickGelu); },
+                kFloatTypes);
   addCudaKernel(r, "", "LeakyRelu", 1, 1000, [](KernelContext& ctx) {
     runUnary(ctx, UnaryOp::LeakyRelu, ctx.attrFloat("alpha", 0.01f));
-  });
+  }, kFloatTypes);
   addCudaKernel(r, "", "Elu", 1, 1000, [](KernelContext& ctx) {
     runUnary(ctx, UnaryOp::Elu, ctx.attrFloat("alpha", 1.f));
-  });
+  }, kFloatTypes);
   addCudaKernel(r, "", "Selu", 1, 1000, [](KernelContext& ctx) {
     runUnary(ctx, UnaryOp::Selu, ctx.attrFloat("alpha", 1.67326319217681884765625f),
              ctx.attrFloat("gamma", 1.05070102214813232421875f));
-  });
+  }, kFloatTypes);
   addCudaKernel(r, "", "HardSigmoid", 1, 1000, [](KernelContext& ctx) {
     runUnary(ctx, UnaryOp::HardSigmoid, ctx.attrFloat("alpha", 0.2f), ctx.attrFloat("beta", 0.5f));
-  });
-  addCudaKernel(r, "", "Clip", 1, 1000, runClip, {DType::Float, DType::Float16}, 0b110);
+  }, kFloatTypes);
+  addCudaKernel(r, "", "Clip", 1, 1000, runClip, kFloatTypes, 0b110);
 
   const std::pair<const char*, BinaryOp> binaries[] = {
       {"Add", BinaryOp::Add}, {"Sub", BinaryOp::Sub}, {"Mul", BinaryOp::Mul},
@@ -426,37 +425,37 @@ void registerElementwiseKernels(KernelRegistry& r) {
   for (const auto& [op, code] : binaries) {
     const BinaryOp c = code;
     addCudaKernel(r, "", op, 7, 1000, [c](KernelContext& ctx) { runBinary(ctx, c); },
-                  {DType::Float, DType::Float16}, 0, same_dtypes);
+                  kFloatTypes, 0, same_dtypes);
   }
   // Max and Min are variadic; the CUDA kernel takes the common two-input form (others: CPU).
   for (const auto& [op, code] : {std::pair<const char*, BinaryOp>{"Max", BinaryOp::Max},
                                  {"Min", BinaryOp::Min}}) {
     const BinaryOp c = code;
     addCudaKernel(r, "", op, 8, 1000, [c](KernelContext& ctx) { runBinary(ctx, c); },
-                  {DType::Float, DType::Float16}, 0, same_dtypes);
+                  kFloatTypes, 0, same_dtypes);
   }
   // Where on integers (shape arithmetic) and casts to other dtypes stay on the CPU.
   addCudaKernel(r, "", "Where", 9, 1000, runWhere, {DType::Bool}, 0, [](const Node& n) {
     return n.numInputs() == 3 && n.input(1) && cudaFloatType(n.input(1)->dtype());
   });
-  addCudaKernel(r, "fusectl", "SwiGLU", 1, 1000, runSwiGLU);
-  addCudaKernel(r, "fusectl", "SwiGLUPacked", 1, 1000, runSwiGLUPacked);
+  addCudaKernel(r, "fusectl", "SwiGLU", 1, 1000, runSwiGLU, kFloatTypes);
+  addCudaKernel(r, "fusectl", "SwiGLUPacked", 1, 1000, runSwiGLUPacked, kFloatTypes);
   const auto castable = [](DType t) {
     return cudaFloatType(t) || t == DType::Int64 || t == DType::Int32 || t == DType::Int8 ||
            t == DType::UInt8 || t == DType::Bool;
   };
-  addCudaKernel(r, "", "Cast", 6, 1000, runCast, {DType::Float, DType::Float16}, 0,
+  addCudaKernel(r, "", "Cast", 6, 1000, runCast, kFloatTypes, 0,
                 [castable](const Node& n) {
                   return castable(static_cast<DType>(n.attrInt("to", 0)));
                 });
-  addCudaKernel(r, "", "CastLike", 15, 1000, runCast, {DType::Float, DType::Float16}, 0,
+  addCudaKernel(r, "", "CastLike", 15, 1000, runCast, kFloatTypes, 0,
                 [castable](const Node& n) {
                   return n.numInputs() == 2 && n.input(1) && castable(n.input(1)->dtype());
                 });
   addCudaKernel(r, "", "Identity", 1, 1000, [](KernelContext& ctx) {
     const HostTensor& x = ctx.requireInput(0);
     ctx.setOutput(0, x.reshaped(x.dims()));
-  });
+  }, kFloatTypes);
 }
 
 }  // namespace fusectl::kernels::cuda

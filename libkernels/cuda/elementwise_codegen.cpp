@@ -20,7 +20,10 @@
 // Half is handled as its bits (unsigned short) converted with the PTX cvt instructions that
 // cuda_fp16.h itself uses: NVRTC does not have cuda_fp16.h among its built-in headers (CUDA 13),
 // and a machine that runs fusectl need not have the toolkit's include directory, so the source
-// includes nothing.
+// includes nothing. Bfloat16 likewise (cuda_bf16.h is no built-in either): its bits are the top
+// half of a float's, so loading is a shift, and storing rounds to nearest even with integer
+// arithmetic (half.h's floatToBFloat16, bit for bit, NaNs included) rather than cvt.rn.bf16.f32,
+// which needs sm_80 where the float16 cvt runs on every architecture.
 #include "elementwise_codegen.h"
 
 #include <fmt/format.h>
@@ -147,6 +150,19 @@ constexpr const char* kHalfIo =
     "  return h;\n"
     "}\n";
 
+// Round to nearest even, as __float2bfloat16_rn; NaN stays a quiet NaN with its sign, overflow
+// gives infinity (the carry runs into the exponent).
+constexpr const char* kBFloat16Io =
+    "typedef unsigned short ew_elem;  // bfloat16 bits (__nv_bfloat16's layout)\n"
+    "static __device__ __forceinline__ float ew_load(unsigned short b) {\n"
+    "  return __uint_as_float((unsigned int)b << 16);\n"
+    "}\n"
+    "static __device__ __forceinline__ unsigned short ew_store(float f) {\n"
+    "  const unsigned int u = __float_as_uint(f);\n"
+    "  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);\n"
+    "  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
+    "}\n";
+
 bool isIdentifier(const std::string& s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
   return std::all_of(s.begin(), s.end(), [](char c) {
@@ -189,9 +205,9 @@ std::vector<std::string> elementwiseCompileOptions() { return {"--fmad=false"}; 
 std::string elementwiseKernelSource(const ElementwiseProgram& program, size_t num_inputs,
                                     int rank, DType dtype, const std::string& kernel_name,
                                     const std::vector<EwAccess>& access_in) {
-  if (dtype != DType::Float && dtype != DType::Float16)
-    throwUnsupported(fmt::format("Elementwise on CUDA computes float32 and float16, not {}",
-                                 dtypeName(dtype)));
+  if (dtype != DType::Float && dtype != DType::Float16 && dtype != DType::BFloat16)
+    throwUnsupported(fmt::format(
+        "Elementwise on CUDA computes float32, float16 and bfloat16, not {}", dtypeName(dtype)));
   if (num_inputs == 0 || num_inputs > static_cast<size_t>(kEwMaxInputs))
     invalid(fmt::format("{} inputs (1 to {})", num_inputs, kEwMaxInputs));
   if (!isIdentifier(kernel_name)) invalid(fmt::format("kernel name '{}' is no identifier", kernel_name));
@@ -254,7 +270,12 @@ std::string elementwiseKernelSource(const ElementwiseProgram& program, size_t nu
     calls[i] = fmt::format("const float t{} = ew_{}({});", i, info.name, fmt::join(args, ", "));
   }
 
-  const bool half = dtype == DType::Float16;
+  const char* dtype_label = dtype == DType::Float16    ? "float16"
+                           : dtype == DType::BFloat16 ? "bfloat16"
+                                                      : "float32";
+  const char* io = dtype == DType::Float16    ? kHalfIo
+                   : dtype == DType::BFloat16 ? kBFloat16Io
+                                              : kFloatIo;
   std::string s;
   s += fmt::format("// fusectl::Elementwise: {}\n", program.str());
   std::vector<std::string> reads;
@@ -264,12 +285,12 @@ std::string elementwiseKernelSource(const ElementwiseProgram& program, size_t nu
                                                         : "strided";
     reads.push_back(fmt::format("x{} {}{}", k, how, read[k] ? "" : " (unread)"));
   }
-  s += fmt::format("// {}; {}", half ? "float16" : "float32", fmt::join(reads, ", "));
+  s += fmt::format("// {}; {}", dtype_label, fmt::join(reads, ", "));
   s += any_strided ? fmt::format("; index rank {}\n", rank) : "\n";
   s += kIndexStruct;
   s += fmt::format("static_assert(sizeof(EwIndex) == {}, \"EwIndex is cuda_common.h's BroadcastIndex\");\n",
                    kEwIndexBytes);
-  s += half ? kHalfIo : kFloatIo;
+  s += io;
   if (used_op[static_cast<size_t>(EwOp::HardSwish)] || used_op[static_cast<size_t>(EwOp::HardSigmoid)])
     s += fmt::format("static __device__ __forceinline__ {}\n", kClamp01);
   for (const EwOpInfo& info : allEwOps())

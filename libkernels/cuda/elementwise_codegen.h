@@ -42,17 +42,18 @@ inline constexpr size_t kEwIndexNumelOffset = 440;
 inline constexpr int kEwThreadsPerBlock = 256;
 
 // The source of `extern "C" __global__ void <kernel_name>(EwIndex idx, T* y, const T* in0, ...,
-// const T* in<num_inputs-1>)`, T float or IEEE half (as unsigned short bits), computing the
+// const T* in<num_inputs-1>)`, T float, or IEEE half or bfloat16 as unsigned short bits (the
+// source includes no header: NVRTC has neither cuda_fp16.h nor cuda_bf16.h built in), computing the
 // program at every output element (a grid-stride loop over idx.numel). `access` gives one
 // EwAccess per input; empty means all Strided (correct for any index). `rank` (1..6) is the
 // index rank the Strided inputs are walked in; it is ignored, and not written into the source,
 // when no input is Strided. Deterministic: the same arguments give the same text (the compile
 // cache keys on it).
 //
-// Throws fusectl::Error: Unsupported for a dtype other than Float and Float16; Internal for
-// arguments no valid launch produces (no input or more than 8, a program reading an input past
-// num_inputs or a temp before it is defined, an `access` of the wrong length, a rank out of
-// range with a Strided input, a kernel name that is no C identifier).
+// Throws fusectl::Error: Unsupported for a dtype other than Float, Float16 and BFloat16;
+// Internal for arguments no valid launch produces (no input or more than 8, a program reading
+// an input past num_inputs or a temp before it is defined, an `access` of the wrong length, a
+// rank out of range with a Strided input, a kernel name that is no C identifier).
 std::string elementwiseKernelSource(const ElementwiseProgram& program, size_t num_inputs,
                                     int rank, DType dtype, const std::string& kernel_name,
                                     const std::vector<EwAccess>& access = {});

@@ -131,8 +131,8 @@ void runElementwise(KernelContext& ctx) {
   for (size_t i = 0; i < num_inputs; ++i) {
     const HostTensor& t = ctx.requireInput(i);
     if (!cudaFloatType(t.dtype()) || t.dtype() != dtype)
-      ctx.fail(fmt::format("input {} is {}; Elementwise on CUDA computes float32 or float16, "
-                           "every input of the same dtype",
+      ctx.fail(fmt::format("input {} is {}; Elementwise on CUDA computes float32, float16 or "
+                           "bfloat16, every input of the same dtype",
                            i, dtypeName(t.dtype())));
     shapes.push_back(&t.dims());
   }
@@ -212,7 +212,7 @@ void runElementwise(KernelContext& ctx) {
 
 void registerElementwiseProgramKernels(KernelRegistry& r) {
   addCudaKernel(r, "fusectl", "Elementwise", 1, 1000, runElementwise,
-                {DType::Float, DType::Float16});
+                {DType::Float, DType::Float16, DType::BFloat16});
 }
 
 }  // namespace fusectl::kernels::cuda

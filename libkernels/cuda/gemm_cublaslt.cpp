@@ -64,8 +64,14 @@ cublasLtHandle_t ltHandle() {
   return handle;
 }
 
-size_t elementBytes(DType t) { return t == DType::Float16 ? 2 : 4; }
-cudaDataType_t cudaType(DType t) { return t == DType::Float16 ? CUDA_R_16F : CUDA_R_32F; }
+size_t elementBytes(DType t) { return t == DType::Float16 || t == DType::BFloat16 ? 2 : 4; }
+cudaDataType_t cudaType(DType t) {
+  switch (t) {
+    case DType::Float16: return CUDA_R_16F;
+    case DType::BFloat16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
 
 // The largest power of two (capped at kMaxAlignment) dividing every address and stride OR-ed
 // into `bits`.
@@ -208,13 +214,17 @@ cublasLtMatrixLayout_t makeLayout(DType dtype, int64_t rows, int64_t cols, int64
 
 std::unique_ptr<LtPlan> buildPlan(const GemmProblem& p, const Alignments& al) {
   auto plan = std::make_unique<LtPlan>();
-  // COMPUTE_32F, not 32F_FAST_TF32: float32 results are compared with the CPU's to 1e-7.
+  // COMPUTE_32F, not 32F_FAST_TF32: float32 results are compared with the CPU's to 1e-7. For
+  // float16 and bfloat16 it also keeps the sums in float32 (the CPU's FloatView does), rounding
+  // only D; the scale type stays CUDA_R_32F, so alpha and beta are floats for every dtype.
   checkLt(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
           "matmul descriptor creation");
   setDescAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   setDescAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
   setDescAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, p.epilogue);
   if (hasBias(p.epilogue)) {
+    // The bias has Y's dtype (requireDType), which is also cuBLASLt's default for 16F and 16BF
+    // D; said explicitly so that the descriptor does not depend on that default.
     setDescAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                      static_cast<int32_t>(cudaType(p.dtype)));
     // The heuristic reads the pointer's alignment.
@@ -660,8 +670,8 @@ bool declaresOneDType(const Node& node) {
 
 void addGemmKernel(KernelRegistry& r, const std::string& domain, const std::string& op,
                    KernelFn fn) {
-  addCudaKernel(r, domain, op, 1, 1000, std::move(fn), {DType::Float, DType::Float16}, 0,
-                declaresOneDType);
+  addCudaKernel(r, domain, op, 1, 1000, std::move(fn),
+                {DType::Float, DType::Float16, DType::BFloat16}, 0, declaresOneDType);
 }
 
 }  // namespace

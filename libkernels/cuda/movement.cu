@@ -42,8 +42,8 @@ __global__ void gatherStridedKernel(const T* __restrict__ x, T* __restrict__ y, 
   }
 }
 
-// The same by element size, so one instantiation serves float and half (and any 2- or
-// 4-byte type) alike.
+// The same by element size, so one instantiation serves float, float16 and bfloat16 (and any
+// 2- or 4-byte type) alike.
 void launchStrided(const void* x, void* y, size_t element_bytes, const StridedView& v) {
   if (v.numel == 0) return;
   const unsigned grid = gridFor(v.numel, kThreads);
@@ -317,11 +317,9 @@ void runGather(KernelContext& ctx) {
   for (size_t d = axis + 1; d < x.rank(); ++d) inner *= x.dim(d);
   const int64_t count = idx.numel();
   if (outer * count * inner == 0) return;
-  if (x.dtype() == DType::Float16) {
-    launchGather<__half>(x, idx, y, outer, count, x.dim(axis), inner);
-  } else {
-    launchGather<float>(x, idx, y, outer, count, x.dim(axis), inner);
-  }
+  withFloatType(x.dtype(), [&](auto tag) {
+    launchGather<decltype(tag)>(x, idx, y, outer, count, x.dim(axis), inner);
+  });
   launched("Gather");
 }
 
@@ -387,14 +385,16 @@ void runConstant(KernelContext& ctx) {
 }  // namespace
 
 void registerMovementKernels(KernelRegistry& r) {
-  addCudaKernel(r, "", "Constant", 1, 1000, runConstant);
-  registerAliasKernels(r, Device::Cuda, {DType::Float, DType::Float16});
-  addCudaKernel(r, "", "Transpose", 1, 1000, runTranspose);
-  addCudaKernel(r, "", "Concat", 4, 1000, runConcat);
-  addCudaKernel(r, "", "Split", 2, 1000, runSplit, {DType::Float, DType::Float16}, 0b10);
-  addCudaKernel(r, "", "Slice", 1, 1000, runSlice, {DType::Float, DType::Float16}, 0b11110);
-  addCudaKernel(r, "", "Gather", 1, 1000, runGather);
-  addCudaKernel(r, "", "Expand", 8, 1000, runExpand, {DType::Float, DType::Float16}, 0b10);
+  const std::initializer_list<DType> kFloatTypes = {DType::Float, DType::Float16,
+                                                    DType::BFloat16};
+  addCudaKernel(r, "", "Constant", 1, 1000, runConstant, kFloatTypes);
+  registerAliasKernels(r, Device::Cuda, kFloatTypes);
+  addCudaKernel(r, "", "Transpose", 1, 1000, runTranspose, kFloatTypes);
+  addCudaKernel(r, "", "Concat", 4, 1000, runConcat, kFloatTypes);
+  addCudaKernel(r, "", "Split", 2, 1000, runSplit, kFloatTypes, 0b10);
+  addCudaKernel(r, "", "Slice", 1, 1000, runSlice, kFloatTypes, 0b11110);
+  addCudaKernel(r, "", "Gather", 1, 1000, runGather, kFloatTypes);
+  addCudaKernel(r, "", "Expand", 8, 1000, runExpand, kFloatTypes, 0b10);
 }
 
 }  // namespace fusectl::kernels::cuda

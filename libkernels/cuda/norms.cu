@@ -79,26 +79,16 @@ void runSoftmax(KernelContext& ctx, bool log_softmax) {
     else if (d == axis || ctx.opset() < 13) axis_len *= v;  // before 13: all dims from axis on
     else inner *= v;
   }
-  const bool half = x.dtype() == DType::Float16;
-  if (inner == 1) {
-    const int threads = threadsForRow(axis_len);
-    if (half) {
-      softmaxRowsKernel<<<static_cast<unsigned>(outer), threads, 0, stream()>>>(
-          x.data<__half>(), y.mutableData<__half>(), axis_len, log_softmax);
+  withFloatType(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (inner == 1) {
+      softmaxRowsKernel<<<static_cast<unsigned>(outer), threadsForRow(axis_len), 0, stream()>>>(
+          x.data<T>(), y.mutableData<T>(), axis_len, log_softmax);
     } else {
-      softmaxRowsKernel<<<static_cast<unsigned>(outer), threads, 0, stream()>>>(
-          x.data<float>(), y.mutableData<float>(), axis_len, log_softmax);
+      softmaxStridedKernel<<<gridFor(outer * inner, 256), 256, 0, stream()>>>(
+          x.data<T>(), y.mutableData<T>(), outer, axis_len, inner, log_softmax);
     }
-  } else {
-    const unsigned grid = gridFor(outer * inner, 256);
-    if (half) {
-      softmaxStridedKernel<<<grid, 256, 0, stream()>>>(x.data<__half>(), y.mutableData<__half>(),
-                                                       outer, axis_len, inner, log_softmax);
-    } else {
-      softmaxStridedKernel<<<grid, 256, 0, stream()>>>(x.data<float>(), y.mutableData<float>(),
-                                                       outer, axis_len, inner, log_softmax);
-    }
-  }
+  });
   launched(log_softmax ? "LogSoftmax" : "Softmax");
 }
 
@@ -202,19 +192,13 @@ void runNorm(KernelContext& ctx, NormKind kind) {
   if (x.numel() == 0) return;
   const int threads = threadsForRow(cols);
   const unsigned grid = static_cast<unsigned>(rows);
-  if (x.dtype() == DType::Float16) {
+  withFloatType(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
     normRowsKernel<<<grid, threads, 0, stream()>>>(
-        x.data<__half>(), skip ? skip->data<__half>() : nullptr, skip_per_row,
-        scale.data<__half>(), scale.numel() == 1, bias ? bias->data<__half>() : nullptr,
-        bias && bias->numel() == 1, y.mutableData<__half>(), static_cast<__half*>(sum), stats[0],
-        stats[1], cols, eps, kind.rms);
-  } else {
-    normRowsKernel<<<grid, threads, 0, stream()>>>(
-        x.data<float>(), skip ? skip->data<float>() : nullptr, skip_per_row, scale.data<float>(),
-        scale.numel() == 1, bias ? bias->data<float>() : nullptr, bias && bias->numel() == 1,
-        y.mutableData<float>(), static_cast<float*>(sum), stats[0], stats[1], cols, eps,
-        kind.rms);
-  }
+        x.data<T>(), skip ? skip->data<T>() : nullptr, skip_per_row, scale.data<T>(),
+        scale.numel() == 1, bias ? bias->data<T>() : nullptr, bias && bias->numel() == 1,
+        y.mutableData<T>(), static_cast<T*>(sum), stats[0], stats[1], cols, eps, kind.rms);
+  });
   launched(ctx.node().opType().c_str());
 }
 
@@ -252,17 +236,13 @@ void runBatchNorm(KernelContext& ctx) {
   const int64_t spatial = n / (x.dim(0) * channels);
   const float eps = ctx.attrFloat("epsilon", 1e-5f);
   const unsigned grid = gridFor(n, 256);
-  if (x.dtype() == DType::Float16) {
+  withFloatType(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
     batchNormKernel<<<grid, 256, 0, stream()>>>(
-        x.data<__half>(), ctx.requireInput(1).data<__half>(), ctx.requireInput(2).data<__half>(),
-        ctx.requireInput(3).data<__half>(), ctx.requireInput(4).data<__half>(),
-        y.mutableData<__half>(), channels, spatial, n, eps);
-  } else {
-    batchNormKernel<<<grid, 256, 0, stream()>>>(
-        x.data<float>(), ctx.requireInput(1).data<float>(), ctx.requireInput(2).data<float>(),
-        ctx.requireInput(3).data<float>(), ctx.requireInput(4).data<float>(),
-        y.mutableData<float>(), channels, spatial, n, eps);
-  }
+        x.data<T>(), ctx.requireInput(1).data<T>(), ctx.requireInput(2).data<T>(),
+        ctx.requireInput(3).data<T>(), ctx.requireInput(4).data<T>(), y.mutableData<T>(),
+        channels, spatial, n, eps);
+  });
   launched("BatchNormalization");
 }
 
@@ -391,46 +371,47 @@ void runReduce(KernelContext& ctx, ReduceOp op, int64_t axes_input_since) {
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), out_dims);
   if (v.outputs == 0) return;
   if (v.count == 0) ctx.fail("reduction over an empty axis has no CUDA kernel");
-  const bool half = x.dtype() == DType::Float16;
-  if (tail) {
-    const int threads = threadsForRow(v.count);
-    const unsigned grid = static_cast<unsigned>(v.outputs);
-    if (half) {
-      reduceRowsKernel<<<grid, threads, 0, stream()>>>(x.data<__half>(), y.mutableData<__half>(), v.count, op);
+  withFloatType(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (tail) {
+      reduceRowsKernel<<<static_cast<unsigned>(v.outputs), threadsForRow(v.count), 0, stream()>>>(
+          x.data<T>(), y.mutableData<T>(), v.count, op);
     } else {
-      reduceRowsKernel<<<grid, threads, 0, stream()>>>(x.data<float>(), y.mutableData<float>(), v.count, op);
+      reduceStridedKernel<<<gridFor(v.outputs, 256), 256, 0, stream()>>>(
+          x.data<T>(), y.mutableData<T>(), v, op);
     }
-  } else {
-    const unsigned grid = gridFor(v.outputs, 256);
-    if (half) {
-      reduceStridedKernel<<<grid, 256, 0, stream()>>>(x.data<__half>(), y.mutableData<__half>(), v, op);
-    } else {
-      reduceStridedKernel<<<grid, 256, 0, stream()>>>(x.data<float>(), y.mutableData<float>(), v, op);
-    }
-  }
+  });
   launched(ctx.node().opType().c_str());
 }
 
 }  // namespace
 
 void registerNormKernels(KernelRegistry& r) {
-  addCudaKernel(r, "", "Softmax", 1, 1000, [](KernelContext& ctx) { runSoftmax(ctx, false); });
-  addCudaKernel(r, "", "LogSoftmax", 1, 1000, [](KernelContext& ctx) { runSoftmax(ctx, true); });
+  const std::initializer_list<DType> kFloatTypes = {DType::Float, DType::Float16,
+                                                    DType::BFloat16};
+  addCudaKernel(r, "", "Softmax", 1, 1000, [](KernelContext& ctx) { runSoftmax(ctx, false); },
+                kFloatTypes);
+  addCudaKernel(r, "", "LogSoftmax", 1, 1000, [](KernelContext& ctx) { runSoftmax(ctx, true); },
+                kFloatTypes);
   addCudaKernel(r, "", "LayerNormalization", 17, 1000,
                 [](KernelContext& ctx) { runNorm(ctx, {false, false, true}); },
-                {DType::Float, DType::Float16}, 0,
+                kFloatTypes, 0,
                 [](const Node& n) { return n.attrInt("stash_type", 1) == 1; });
   addCudaKernel(r, "fusectl", "LayerNorm", 1, 1000,
-                [](KernelContext& ctx) { runNorm(ctx, {false, false, false}); });
+                [](KernelContext& ctx) { runNorm(ctx, {false, false, false}); },
+                kFloatTypes);
   addCudaKernel(r, "fusectl", "RMSNorm", 1, 1000,
-                [](KernelContext& ctx) { runNorm(ctx, {true, false, false}); });
+                [](KernelContext& ctx) { runNorm(ctx, {true, false, false}); },
+                kFloatTypes);
   addCudaKernel(r, "fusectl", "SkipLayerNorm", 1, 1000,
-                [](KernelContext& ctx) { runNorm(ctx, {false, true, false}); });
+                [](KernelContext& ctx) { runNorm(ctx, {false, true, false}); },
+                kFloatTypes);
   addCudaKernel(r, "fusectl", "SkipRMSNorm", 1, 1000,
-                [](KernelContext& ctx) { runNorm(ctx, {true, true, false}); });
+                [](KernelContext& ctx) { runNorm(ctx, {true, true, false}); },
+                kFloatTypes);
   // Inference only, parameters of X's dtype; training outputs and mixed dtypes: CPU.
   addCudaKernel(r, "", "BatchNormalization", 1, 1000, runBatchNorm,
-                {DType::Float, DType::Float16}, 0, [](const Node& n) {
+                kFloatTypes, 0, [](const Node& n) {
                   if (n.attrInt("training_mode", 0) != 0 || n.numOutputs() > 1) return false;
                   for (size_t i = 1; i < n.numInputs(); ++i) {
                     if (!n.input(i) || n.input(i)->dtype() != n.input(0)->dtype()) return false;
@@ -439,16 +420,16 @@ void registerNormKernels(KernelRegistry& r) {
                 });
   addCudaKernel(r, "", "ReduceMean", 1, 1000,
                 [](KernelContext& ctx) { runReduce(ctx, ReduceOp::Mean, 18); },
-                {DType::Float, DType::Float16}, 0b10);
+                kFloatTypes, 0b10);
   addCudaKernel(r, "", "ReduceSum", 1, 1000,
                 [](KernelContext& ctx) { runReduce(ctx, ReduceOp::Sum, 13); },
-                {DType::Float, DType::Float16}, 0b10);
+                kFloatTypes, 0b10);
   addCudaKernel(r, "", "ReduceMax", 1, 1000,
                 [](KernelContext& ctx) { runReduce(ctx, ReduceOp::Max, 18); },
-                {DType::Float, DType::Float16}, 0b10);
+                kFloatTypes, 0b10);
   addCudaKernel(r, "", "ReduceMin", 1, 1000,
                 [](KernelContext& ctx) { runReduce(ctx, ReduceOp::Min, 18); },
-                {DType::Float, DType::Float16}, 0b10);
+                kFloatTypes, 0b10);
 }
 
 }  // namespace fusectl::kernels::cuda

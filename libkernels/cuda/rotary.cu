@@ -9,13 +9,14 @@
 //
 // The arithmetic is the CPU's, in float32: the norm x * (1 / sqrt(mean(x^2) + eps)) * scale
 // (the sum of squares in float32 here, in double there: a relative difference near 1e-7), then
-// x1 * cos - x2 * sin and x2 * cos + x1 * sin; float16 is converted on load and rounded once on
-// store, the normalised row never rounded to half.
+// x1 * cos - x2 * sin and x2 * cos + x1 * sin; float16 and bfloat16 are converted on load and
+// rounded once on store, the normalised row never rounded to 16 bits.
 //
 // Cos and Sin broadcast into X as on the CPU (last dim D, the others 1 or X's). X's leading dims
 // are merged where the tables step along them as along one dim, so [B, H, S, D] against [S, D]
 // walks two dims and against [B, 1, S, D] three; more than kMaxLeading after merging is
 // declined (`accepts`) when X's declared rank shows it, and Unsupported when only the run does.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -131,7 +132,8 @@ TableIndex tableIndex(const KernelContext& ctx, const HostTensor& x, const HostT
 void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved) {
   const HostTensor& x = ctx.requireInput(0);
   if (!cudaFloatType(x.dtype())) {
-    ctx.fail("X is " + std::string(dtypeName(x.dtype())) + "; the CUDA kernel takes float32 or float16");
+    ctx.fail("X is " + std::string(dtypeName(x.dtype())) +
+             "; the CUDA kernel takes float32, float16 or bfloat16");
   }
   if (x.rank() == 0) ctx.fail("X must have at least one dim");
   const int64_t d = x.dim(x.rank() - 1);
@@ -164,16 +166,12 @@ void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved) {
   const int64_t rows = x.numel() / d;
   const unsigned grid = gridFor(rows, kWarps);
   const bool scale_scalar = scale && scale->numel() == 1;
-  if (x.dtype() == DType::Float16) {
+  withFloatType(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
     rotaryKernel<<<grid, kThreads, 0, stream()>>>(
-        x.data<__half>(), scale ? scale->data<__half>() : nullptr, scale_scalar,
-        cos_t.data<__half>(), sin_t.data<__half>(), y.mutableData<__half>(), table, rows, d, eps,
-        qk_norm, interleaved);
-  } else {
-    rotaryKernel<<<grid, kThreads, 0, stream()>>>(
-        x.data<float>(), scale ? scale->data<float>() : nullptr, scale_scalar, cos_t.data<float>(),
-        sin_t.data<float>(), y.mutableData<float>(), table, rows, d, eps, qk_norm, interleaved);
-  }
+        x.data<T>(), scale ? scale->data<T>() : nullptr, scale_scalar, cos_t.data<T>(),
+        sin_t.data<T>(), y.mutableData<T>(), table, rows, d, eps, qk_norm, interleaved);
+  });
   launched(ctx.node().opType().c_str());
 }
 
@@ -193,7 +191,7 @@ void registerRotaryKernels(KernelRegistry& r) {
                   [qk_norm, interleaved](KernelContext& ctx) {
                     runRotary(ctx, qk_norm, interleaved);
                   },
-                  {DType::Float, DType::Float16}, 0, rotaryAccepts);
+                  {DType::Float, DType::Float16, DType::BFloat16}, 0, rotaryAccepts);
   };
   add("RotaryEmbedding", /*qk_norm=*/false, /*interleaved=*/false);
   add("InterleavedRotaryEmbedding", /*qk_norm=*/false, /*interleaved=*/true);
