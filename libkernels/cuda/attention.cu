@@ -432,7 +432,7 @@ bool attentionAccepts(const Node& n) {
 
 void registerAttentionKernels(KernelRegistry& r) {
   addCudaKernel(r, "fusectl", "Attention", 1, 1000, runAttention,
-                {DType::Float, DType::Float16, DType::BFloat16}, 0, attentionAccepts);
+                kCudaFloatTypes, 0, attentionAccepts);
 }
 
 }  // namespace fusectl::kernels::cuda

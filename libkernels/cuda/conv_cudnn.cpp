@@ -751,7 +751,7 @@ bool poolAccepts(const Node& n, bool is_max) {
 }  // namespace
 
 void registerConvKernels(KernelRegistry& r) {
-  const std::initializer_list<DType> types = {DType::Float, DType::Float16, DType::BFloat16};
+  const std::initializer_list<DType> types = kCudaFloatTypes;
   addCudaKernel(r, "", "Conv", 1, 1000, [](KernelContext& c) { runConv(c, false); }, types, 0,
                 convAccepts);
   // FusedConv and its portable spellings FusedConv[_NoBias][_Add][_<activation>] (fused_ops.h).

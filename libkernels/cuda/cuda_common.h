@@ -89,11 +89,15 @@ struct DeviceEpilogue {
 };
 void applyEpilogue(void* y, DType dtype, int64_t rows, int64_t cols, const DeviceEpilogue& e);
 
+// The float types the CUDA kernels register: what cudaFloatType() accepts.
+inline const std::initializer_list<DType> kCudaFloatTypes = {DType::Float, DType::Float16,
+                                                             DType::BFloat16};
+
 // Registers `fn` as the CUDA kernel of (domain, op) for opsets [since, until] and each of
 // `dtypes` (kernelDType of the node); `host_inputs` and `accepts` as KernelInfo's.
 inline void addCudaKernel(KernelRegistry& r, const std::string& domain, const std::string& op,
                           int64_t since, int64_t until, KernelFn fn,
-                          std::initializer_list<DType> dtypes = {DType::Float, DType::Float16},
+                          std::initializer_list<DType> dtypes = kCudaFloatTypes,
                           uint64_t host_inputs = 0,
                           std::function<bool(const Node&)> accepts = {}) {
   for (DType t : dtypes) {

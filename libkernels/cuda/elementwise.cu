@@ -330,12 +330,9 @@ void runGelu(KernelContext& ctx) {
   runUnary(ctx, approx == "tanh" ? UnaryOp::GeluTanh : UnaryOp::Gelu);
 }
 
-const std::initializer_list<DType> kFloatTypes = {DType::Float, DType::Float16,
-                                                  DType::BFloat16};
-
 void addUnary(KernelRegistry& r, const char* op, UnaryOp code) {
   addCudaKernel(r, "", op, 1, 1000, [code](KernelContext& ctx) { runUnary(ctx, code); },
-                kFloatTypes);
+                kCudaFloatTypes);
 }
 
 }  // namespace
@@ -389,30 +386,30 @@ void registerElementwiseKernels(KernelRegistry& r) {
   addUnary(r, "Softplus", UnaryOp::Softplus);
   addUnary(r, "Softsign", UnaryOp::Softsign);
   addUnary(r, "HardSwish", UnaryOp::HardSwish);
-  addCudaKernel(r, "", "Gelu", 20, 1000, runGelu, kFloatTypes);
+  addCudaKernel(r, "", "Gelu", 20, 1000, runGelu, kCudaFloatTypes);
   addCudaKernel(r, "fusectl", "Gelu", 1, 1000,
                 [](KernelContext& ctx) { runUnary(ctx, UnaryOp::Gelu); },
-                kFloatTypes);
+                kCudaFloatTypes);
   addCudaKernel(r, "fusectl", "GeluTanh", 1, 1000,
                 [](KernelContext& ctx) { runUnary(ctx, UnaryOp::GeluTanh); },
-                kFloatTypes);
+                kCudaFloatTypes);
   addCudaKernel(r, "fusectl", "QuickGelu", 1, 1000,
                 [](KernelContext& ctx) { runUnary(ctx, UnaryOp::QuickGelu); },
-                kFloatTypes);
+                kCudaFloatTypes);
   addCudaKernel(r, "", "LeakyRelu", 1, 1000, [](KernelContext& ctx) {
     runUnary(ctx, UnaryOp::LeakyRelu, ctx.attrFloat("alpha", 0.01f));
-  }, kFloatTypes);
+  }, kCudaFloatTypes);
   addCudaKernel(r, "", "Elu", 1, 1000, [](KernelContext& ctx) {
     runUnary(ctx, UnaryOp::Elu, ctx.attrFloat("alpha", 1.f));
-  }, kFloatTypes);
+  }, kCudaFloatTypes);
   addCudaKernel(r, "", "Selu", 1, 1000, [](KernelContext& ctx) {
     runUnary(ctx, UnaryOp::Selu, ctx.attrFloat("alpha", 1.67326319217681884765625f),
              ctx.attrFloat("gamma", 1.05070102214813232421875f));
-  }, kFloatTypes);
+  }, kCudaFloatTypes);
   addCudaKernel(r, "", "HardSigmoid", 1, 1000, [](KernelContext& ctx) {
     runUnary(ctx, UnaryOp::HardSigmoid, ctx.attrFloat("alpha", 0.2f), ctx.attrFloat("beta", 0.5f));
-  }, kFloatTypes);
-  addCudaKernel(r, "", "Clip", 1, 1000, runClip, kFloatTypes, 0b110);
+  }, kCudaFloatTypes);
+  addCudaKernel(r, "", "Clip", 1, 1000, runClip, kCudaFloatTypes, 0b110);
 
   const std::pair<const char*, BinaryOp> binaries[] = {
       {"Add", BinaryOp::Add}, {"Sub", BinaryOp::Sub}, {"Mul", BinaryOp::Mul},
@@ -425,37 +422,37 @@ void registerElementwiseKernels(KernelRegistry& r) {
   for (const auto& [op, code] : binaries) {
     const BinaryOp c = code;
     addCudaKernel(r, "", op, 7, 1000, [c](KernelContext& ctx) { runBinary(ctx, c); },
-                  kFloatTypes, 0, same_dtypes);
+                  kCudaFloatTypes, 0, same_dtypes);
   }
   // Max and Min are variadic; the CUDA kernel takes the common two-input form (others: CPU).
   for (const auto& [op, code] : {std::pair<const char*, BinaryOp>{"Max", BinaryOp::Max},
                                  {"Min", BinaryOp::Min}}) {
     const BinaryOp c = code;
     addCudaKernel(r, "", op, 8, 1000, [c](KernelContext& ctx) { runBinary(ctx, c); },
-                  kFloatTypes, 0, same_dtypes);
+                  kCudaFloatTypes, 0, same_dtypes);
   }
   // Where on integers (shape arithmetic) and casts to other dtypes stay on the CPU.
   addCudaKernel(r, "", "Where", 9, 1000, runWhere, {DType::Bool}, 0, [](const Node& n) {
     return n.numInputs() == 3 && n.input(1) && cudaFloatType(n.input(1)->dtype());
   });
-  addCudaKernel(r, "fusectl", "SwiGLU", 1, 1000, runSwiGLU, kFloatTypes);
-  addCudaKernel(r, "fusectl", "SwiGLUPacked", 1, 1000, runSwiGLUPacked, kFloatTypes);
+  addCudaKernel(r, "fusectl", "SwiGLU", 1, 1000, runSwiGLU, kCudaFloatTypes);
+  addCudaKernel(r, "fusectl", "SwiGLUPacked", 1, 1000, runSwiGLUPacked, kCudaFloatTypes);
   const auto castable = [](DType t) {
     return cudaFloatType(t) || t == DType::Int64 || t == DType::Int32 || t == DType::Int8 ||
            t == DType::UInt8 || t == DType::Bool;
   };
-  addCudaKernel(r, "", "Cast", 6, 1000, runCast, kFloatTypes, 0,
+  addCudaKernel(r, "", "Cast", 6, 1000, runCast, kCudaFloatTypes, 0,
                 [castable](const Node& n) {
                   return castable(static_cast<DType>(n.attrInt("to", 0)));
                 });
-  addCudaKernel(r, "", "CastLike", 15, 1000, runCast, kFloatTypes, 0,
+  addCudaKernel(r, "", "CastLike", 15, 1000, runCast, kCudaFloatTypes, 0,
                 [castable](const Node& n) {
                   return n.numInputs() == 2 && n.input(1) && castable(n.input(1)->dtype());
                 });
   addCudaKernel(r, "", "Identity", 1, 1000, [](KernelContext& ctx) {
     const HostTensor& x = ctx.requireInput(0);
     ctx.setOutput(0, x.reshaped(x.dims()));
-  }, kFloatTypes);
+  }, kCudaFloatTypes);
 }
 
 }  // namespace fusectl::kernels::cuda

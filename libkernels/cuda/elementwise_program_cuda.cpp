@@ -212,7 +212,7 @@ void runElementwise(KernelContext& ctx) {
 
 void registerElementwiseProgramKernels(KernelRegistry& r) {
   addCudaKernel(r, "fusectl", "Elementwise", 1, 1000, runElementwise,
-                {DType::Float, DType::Float16, DType::BFloat16});
+                kCudaFloatTypes);
 }
 
 }  // namespace fusectl::kernels::cuda

@@ -671,7 +671,7 @@ bool declaresOneDType(const Node& node) {
 void addGemmKernel(KernelRegistry& r, const std::string& domain, const std::string& op,
                    KernelFn fn) {
   addCudaKernel(r, domain, op, 1, 1000, std::move(fn),
-                {DType::Float, DType::Float16, DType::BFloat16}, 0, declaresOneDType);
+                kCudaFloatTypes, 0, declaresOneDType);
 }
 
 }  // namespace

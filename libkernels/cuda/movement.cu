@@ -385,16 +385,14 @@ void runConstant(KernelContext& ctx) {
 }  // namespace
 
 void registerMovementKernels(KernelRegistry& r) {
-  const std::initializer_list<DType> kFloatTypes = {DType::Float, DType::Float16,
-                                                    DType::BFloat16};
-  addCudaKernel(r, "", "Constant", 1, 1000, runConstant, kFloatTypes);
-  registerAliasKernels(r, Device::Cuda, kFloatTypes);
-  addCudaKernel(r, "", "Transpose", 1, 1000, runTranspose, kFloatTypes);
-  addCudaKernel(r, "", "Concat", 4, 1000, runConcat, kFloatTypes);
-  addCudaKernel(r, "", "Split", 2, 1000, runSplit, kFloatTypes, 0b10);
-  addCudaKernel(r, "", "Slice", 1, 1000, runSlice, kFloatTypes, 0b11110);
-  addCudaKernel(r, "", "Gather", 1, 1000, runGather, kFloatTypes);
-  addCudaKernel(r, "", "Expand", 8, 1000, runExpand, kFloatTypes, 0b10);
+  addCudaKernel(r, "", "Constant", 1, 1000, runConstant, kCudaFloatTypes);
+  registerAliasKernels(r, Device::Cuda, kCudaFloatTypes);
+  addCudaKernel(r, "", "Transpose", 1, 1000, runTranspose, kCudaFloatTypes);
+  addCudaKernel(r, "", "Concat", 4, 1000, runConcat, kCudaFloatTypes);
+  addCudaKernel(r, "", "Split", 2, 1000, runSplit, kCudaFloatTypes, 0b10);
+  addCudaKernel(r, "", "Slice", 1, 1000, runSlice, kCudaFloatTypes, 0b11110);
+  addCudaKernel(r, "", "Gather", 1, 1000, runGather, kCudaFloatTypes);
+  addCudaKernel(r, "", "Expand", 8, 1000, runExpand, kCudaFloatTypes, 0b10);
 }
 
 }  // namespace fusectl::kernels::cuda

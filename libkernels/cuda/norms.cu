@@ -387,31 +387,29 @@ void runReduce(KernelContext& ctx, ReduceOp op, int64_t axes_input_since) {
 }  // namespace
 
 void registerNormKernels(KernelRegistry& r) {
-  const std::initializer_list<DType> kFloatTypes = {DType::Float, DType::Float16,
-                                                    DType::BFloat16};
   addCudaKernel(r, "", "Softmax", 1, 1000, [](KernelContext& ctx) { runSoftmax(ctx, false); },
-                kFloatTypes);
+                kCudaFloatTypes);
   addCudaKernel(r, "", "LogSoftmax", 1, 1000, [](KernelContext& ctx) { runSoftmax(ctx, true); },
-                kFloatTypes);
+                kCudaFloatTypes);
   addCudaKernel(r, "", "LayerNormalization", 17, 1000,
                 [](KernelContext& ctx) { runNorm(ctx, {false, false, true}); },
-                kFloatTypes, 0,
+                kCudaFloatTypes, 0,
                 [](const Node& n) { return n.attrInt("stash_type", 1) == 1; });
   addCudaKernel(r, "fusectl", "LayerNorm", 1, 1000,
                 [](KernelContext& ctx) { runNorm(ctx, {false, false, false}); },
-                kFloatTypes);
+                kCudaFloatTypes);
   addCudaKernel(r, "fusectl", "RMSNorm", 1, 1000,
                 [](KernelContext& ctx) { runNorm(ctx, {true, false, false}); },
-                kFloatTypes);
+                kCudaFloatTypes);
   addCudaKernel(r, "fusectl", "SkipLayerNorm", 1, 1000,
                 [](KernelContext& ctx) { runNorm(ctx, {false, true, false}); },
-                kFloatTypes);
+                kCudaFloatTypes);
   addCudaKernel(r, "fusectl", "SkipRMSNorm", 1, 1000,
                 [](KernelContext& ctx) { runNorm(ctx, {true, true, false}); },
-                kFloatTypes);
+                kCudaFloatTypes);
   // Inference only, parameters of X's dtype; training outputs and mixed dtypes: CPU.
   addCudaKernel(r, "", "BatchNormalization", 1, 1000, runBatchNorm,
-                kFloatTypes, 0, [](const Node& n) {
+                kCudaFloatTypes, 0, [](const Node& n) {
                   if (n.attrInt("training_mode", 0) != 0 || n.numOutputs() > 1) return false;
                   for (size_t i = 1; i < n.numInputs(); ++i) {
                     if (!n.input(i) || n.input(i)->dtype() != n.input(0)->dtype()) return false;
@@ -420,16 +418,16 @@ void registerNormKernels(KernelRegistry& r) {
                 });
   addCudaKernel(r, "", "ReduceMean", 1, 1000,
                 [](KernelContext& ctx) { runReduce(ctx, ReduceOp::Mean, 18); },
-                kFloatTypes, 0b10);
+                kCudaFloatTypes, 0b10);
   addCudaKernel(r, "", "ReduceSum", 1, 1000,
                 [](KernelContext& ctx) { runReduce(ctx, ReduceOp::Sum, 13); },
-                kFloatTypes, 0b10);
+                kCudaFloatTypes, 0b10);
   addCudaKernel(r, "", "ReduceMax", 1, 1000,
                 [](KernelContext& ctx) { runReduce(ctx, ReduceOp::Max, 18); },
-                kFloatTypes, 0b10);
+                kCudaFloatTypes, 0b10);
   addCudaKernel(r, "", "ReduceMin", 1, 1000,
                 [](KernelContext& ctx) { runReduce(ctx, ReduceOp::Min, 18); },
-                kFloatTypes, 0b10);
+                kCudaFloatTypes, 0b10);
 }
 
 }  // namespace fusectl::kernels::cuda

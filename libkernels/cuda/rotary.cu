@@ -191,7 +191,7 @@ void registerRotaryKernels(KernelRegistry& r) {
                   [qk_norm, interleaved](KernelContext& ctx) {
                     runRotary(ctx, qk_norm, interleaved);
                   },
-                  {DType::Float, DType::Float16, DType::BFloat16}, 0, rotaryAccepts);
+                  kCudaFloatTypes, 0, rotaryAccepts);
   };
   add("RotaryEmbedding", /*qk_norm=*/false, /*interleaved=*/false);
   add("InterleavedRotaryEmbedding", /*qk_norm=*/false, /*interleaved=*/true);
