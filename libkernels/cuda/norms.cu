@@ -101,7 +101,7 @@ __global__ void normRowsKernel(const T* __restrict__ x, const T* __restrict__ sk
                                bool scale_scalar, const T* __restrict__ bias, bool bias_scalar,
                                T* __restrict__ y, T* __restrict__ sum, float* __restrict__ mean_out,
                                float* __restrict__ inv_std_out, int64_t cols, float eps,
-                               bool rms) {
+                               bool rms, bool round_each_step) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const T* in = x + row * cols;
@@ -128,7 +128,15 @@ __global__ void normRowsKernel(const T* __restrict__ x, const T* __restrict__ sk
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     const float v = value(j);
     if (sum_row) sum_row[j] = fromFloat<T>(v);
-    float r = (v - mean) * inv_std * toFloat(scale[scale_scalar ? 0 : j]);
+    float r;
+    if (round_each_step) {
+      // ai.onnx LayerNormalization in a 16-bit type, as its function body (and the CPU kernel)
+      // rounds: Normalized cast to T, then the Mul by Scale in T; the Add of B rounds on store.
+      const float normalized = toFloat(fromFloat<T>((v - mean) * inv_std));
+      r = toFloat(fromFloat<T>(normalized * toFloat(scale[scale_scalar ? 0 : j])));
+    } else {
+      r = (v - mean) * inv_std * toFloat(scale[scale_scalar ? 0 : j]);
+    }
     if (bias) r += toFloat(bias[bias_scalar ? 0 : j]);
     out[j] = fromFloat<T>(r);
   }
@@ -197,7 +205,8 @@ void runNorm(KernelContext& ctx, NormKind kind) {
     normRowsKernel<<<grid, threads, 0, stream()>>>(
         x.data<T>(), skip ? skip->data<T>() : nullptr, skip_per_row, scale.data<T>(),
         scale.numel() == 1, bias ? bias->data<T>() : nullptr, bias && bias->numel() == 1,
-        y.mutableData<T>(), static_cast<T*>(sum), stats[0], stats[1], cols, eps, kind.rms);
+        y.mutableData<T>(), static_cast<T*>(sum), stats[0], stats[1], cols, eps, kind.rms,
+        kind.onnx && x.dtype() != DType::Float);
   });
   launched(ctx.node().opType().c_str());
 }
