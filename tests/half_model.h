@@ -46,8 +46,7 @@ inline void convertToHalf(Graph& g, DType half) {
       if (a->kind == AttrKind::Tensor && a->t.tensor().dtype() == DType::Float)
         n->setAttr(Attribute::ofTensor(name, toHalf(a->t.tensor(), half)));
       if (a->kind == AttrKind::Float) {
-        const uint16_t h = half == DType::BFloat16 ? kernels::floatToBFloat16(a->f)
-                                                   : kernels::floatToHalf(a->f);
+        const uint16_t h = kernels::floatToHalfBits(half, a->f);
         n->setAttr(Attribute::ofTensor("value",
                                        Tensor::fromValues(half, {}, std::vector<uint16_t>{h})));
       }

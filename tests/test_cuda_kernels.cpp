@@ -171,33 +171,32 @@ Case floatCase(std::string name, std::string text, int64_t launches, double nmse
   return c;
 }
 
-Case halfCase(std::string name, std::string text, int64_t launches,
-              Reference reference = Reference::SameModel) {
-  Case c = floatCase(std::move(name), std::move(text), launches, kHalfNmse);
-  c.half = DType::Float16;
+// A case of a model in the half type `half`, with that type's bound.
+Case halfTypeCase(DType half, std::string name, std::string text, int64_t launches,
+                  Reference reference = Reference::SameModel) {
+  Case c = floatCase(std::move(name), std::move(text), launches,
+                     half == DType::BFloat16 ? kBFloat16Nmse : kHalfNmse);
+  c.half = half;
   c.reference = reference;
   return c;
 }
 
+Case halfCase(std::string name, std::string text, int64_t launches,
+              Reference reference = Reference::SameModel) {
+  return halfTypeCase(DType::Float16, std::move(name), std::move(text), launches, reference);
+}
+
 Case bfloat16Case(std::string name, std::string text, int64_t launches,
                   Reference reference = Reference::SameModel) {
-  Case c = floatCase(std::move(name), std::move(text), launches, kBFloat16Nmse);
-  c.half = DType::BFloat16;
-  c.reference = reference;
-  return c;
+  return halfTypeCase(DType::BFloat16, std::move(name), std::move(text), launches, reference);
 }
 
 // A case of a half model spelled in `dtype` ("float16" or "bfloat16"), with that dtype's bound.
 Case narrowCase(const std::string& dtype, std::string name, std::string text, int64_t launches,
                 Reference reference = Reference::SameModel) {
-  if (dtype == "bfloat16")
-    return bfloat16Case(std::move(name), std::move(text), launches, reference);
-  if (dtype != "float16") throw std::logic_error("not a half dtype: " + dtype);
-  return halfCase(std::move(name), std::move(text), launches, reference);
-}
-
-float halfBitsToFloat(uint16_t bits, DType half) {
-  return half == DType::BFloat16 ? bfloat16ToFloat(bits) : halfToFloat(bits);
+  if (dtype != "float16" && dtype != "bfloat16") throw std::logic_error("not a half dtype: " + dtype);
+  return halfTypeCase(dtype == "bfloat16" ? DType::BFloat16 : DType::Float16, std::move(name),
+                      std::move(text), launches, reference);
 }
 
 // float32 initializer values rounded to `half`: as a tensor of that dtype, or (for a float
@@ -208,8 +207,8 @@ Tensor roundedToHalf(const Tensor& t, DType half, bool keep_float) {
   std::vector<float> floats(halves.size());
   for (size_t i = 0; i < halves.size(); ++i) {
     const float f = h.data<float>()[i];
-    halves[i] = half == DType::BFloat16 ? floatToBFloat16(f) : floatToHalf(f);
-    floats[i] = halfBitsToFloat(halves[i], half);
+    halves[i] = floatToHalfBits(half, f);
+    floats[i] = halfBitsToFloat(half, halves[i]);
   }
   if (keep_float) return Tensor::fromValues(DType::Float, t.dims(), floats);
   return Tensor::fromValues(half, t.dims(), halves);
@@ -243,7 +242,7 @@ std::vector<NamedTensor> widened(const std::vector<NamedTensor>& inputs) {
     }
     HostTensor t(DType::Float, in.tensor.dims());
     for (int64_t i = 0; i < t.numel(); ++i)
-      t.mutableData<float>()[i] = halfBitsToFloat(in.tensor.data<uint16_t>()[i], dtype);
+      t.mutableData<float>()[i] = halfBitsToFloat(dtype, in.tensor.data<uint16_t>()[i]);
     out.push_back({in.name, std::move(t)});
   }
   return out;

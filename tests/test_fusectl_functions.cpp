@@ -368,16 +368,12 @@ using fusectl::test::shellQuote;
 
 namespace {
 
-float halfToFloat32(DType t, uint16_t bits) {
-  return t == DType::Float16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
-}
-
 // The elements of a float32, float16 or bfloat16 tensor, as float32.
 std::vector<float> floatsOf(const HostTensor& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   for (size_t i = 0; i < out.size(); ++i)
     out[i] = t.dtype() == DType::Float ? t.data<float>()[i]
-                                       : halfToFloat32(t.dtype(), t.data<uint16_t>()[i]);
+                                       : halfBitsToFloat(t.dtype(), t.data<uint16_t>()[i]);
   return out;
 }
 
@@ -738,9 +734,8 @@ std::string halfDisagreement(const std::vector<float>& actual, const std::vector
     return fmt::format("output '{}': {} elements, expected {}", output, actual.size(),
                        reference.size());
   for (size_t i = 0; i < actual.size(); ++i) {
-    const uint16_t bits = t == DType::Float16 ? floatToHalf(reference[i])
-                                              : floatToBFloat16(reference[i]);
-    const float rounded = halfToFloat32(t, bits);
+    const uint16_t bits = floatToHalfBits(t, reference[i]);
+    const float rounded = halfBitsToFloat(t, bits);
     const double ulps = std::fabs(double(actual[i]) - rounded) / halfUlp(t, rounded);
     if (!(ulps <= 2)) {
       return fmt::format("output '{}' element {}: {} vs {} (float32 {}), {:.1f} {} ulps", output,

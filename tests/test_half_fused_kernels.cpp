@@ -51,14 +51,6 @@ struct Case {
   std::string node;
 };
 
-float roundTo(DType t, float v) {
-  return t == DType::Float16 ? halfToFloat(floatToHalf(v)) : bfloat16ToFloat(floatToBFloat16(v));
-}
-
-uint16_t halfBits(DType t, float v) {
-  return t == DType::Float16 ? floatToHalf(v) : floatToBFloat16(v);
-}
-
 // Seeded values in [lo, hi], rounded to `half` so that both models read the same numbers.
 std::vector<float> inputValues(const In& in, DType half, uint32_t seed) {
   int64_t n = 1;
@@ -66,7 +58,7 @@ std::vector<float> inputValues(const In& in, DType half, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(in.lo, in.hi);
   std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = roundTo(half, dist(rng));
+  for (float& x : v) x = roundToHalf(half, dist(rng));
   return v;
 }
 
@@ -108,7 +100,7 @@ std::unique_ptr<Model> buildModel(const Case& c, const std::string& type, DType 
     for (Value* v : model->graph->initializers()) {
       const HostTensor t = HostTensor::fromTensor(*v->initializer());
       std::vector<uint16_t> bits(static_cast<size_t>(t.numel()));
-      for (size_t k = 0; k < bits.size(); ++k) bits[k] = halfBits(dtype, t.data<float>()[k]);
+      for (size_t k = 0; k < bits.size(); ++k) bits[k] = floatToHalfBits(dtype, t.data<float>()[k]);
       v->type.dtype = dtype;
       v->setInitializer(Tensor::fromValues(dtype, t.dims(), bits));
     }
@@ -127,7 +119,7 @@ std::vector<NamedTensor> graphInputs(const Case& c, DType dtype,
       if (dtype == DType::Float)
         t.mutableData<float>()[k] = values[i][k];
       else
-        t.mutableData<uint16_t>()[k] = halfBits(dtype, values[i][k]);
+        t.mutableData<uint16_t>()[k] = floatToHalfBits(dtype, values[i][k]);
     }
     out.push_back({in.name, std::move(t)});
   }
@@ -177,7 +169,7 @@ void checkCase(const Case& c, const std::string& type, DType dtype) {
     REQUIRE(g.numel() > 0);
     int64_t differ = 0, first = -1;
     for (int64_t k = 0; k < g.numel(); ++k) {
-      if (g.data<uint16_t>()[k] != halfBits(dtype, w.data<float>()[k])) {
+      if (g.data<uint16_t>()[k] != floatToHalfBits(dtype, w.data<float>()[k])) {
         if (first < 0) first = k;
         ++differ;
       }
@@ -187,7 +179,7 @@ void checkCase(const Case& c, const std::string& type, DType dtype) {
       const uint16_t gb = g.data<uint16_t>()[first];
       INFO(differ << " of " << g.numel() << " elements differ; first at " << first
                   << ": float32 gives " << wf << " (rounded: 0x" << std::hex
-                  << halfBits(dtype, wf) << "), the half node 0x" << gb << std::dec);
+                  << floatToHalfBits(dtype, wf) << "), the half node 0x" << gb << std::dec);
       CHECK(differ == 0);
     }
   }
@@ -393,7 +385,7 @@ HostTensor ones(DType t, Dims dims) {
     if (t == DType::Float)
       h.mutableData<float>()[i] = 1.f;
     else
-      h.mutableData<uint16_t>()[i] = halfBits(t, 1.f);
+      h.mutableData<uint16_t>()[i] = floatToHalfBits(t, 1.f);
   }
   return h;
 }

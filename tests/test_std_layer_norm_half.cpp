@@ -33,21 +33,12 @@
 namespace {
 
 using fusectl::DType;
-using fusectl::kernels::bfloat16ToFloat;
-using fusectl::kernels::floatToBFloat16;
-using fusectl::kernels::floatToHalf;
-using fusectl::kernels::halfToFloat;
+using fusectl::kernels::floatToHalfBits;
+using fusectl::kernels::halfBitsToFloat;
 using fusectl::kernels::HostTensor;
 using fusectl::kernels::KernelRegistry;
+using fusectl::kernels::roundToHalf;
 using Dims = std::vector<int64_t>;
-
-uint16_t toBits(DType t, float v) {
-  return t == DType::Float16 ? floatToHalf(v) : floatToBFloat16(v);
-}
-float fromBits(DType t, uint16_t b) {
-  return t == DType::Float16 ? halfToFloat(b) : bfloat16ToFloat(b);
-}
-float roundTo(DType t, float v) { return fromBits(t, toBits(t, v)); }
 
 const char* typeName(DType t) { return t == DType::Float16 ? "float16" : "bfloat16"; }
 
@@ -62,13 +53,13 @@ std::vector<float> halfValues(DType t, int64_t n, uint32_t seed, float lo, float
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = roundTo(t, dist(rng));
+  for (float& x : v) x = roundToHalf(t, dist(rng));
   return v;
 }
 
 HostTensor halfTensor(DType t, const Dims& dims, const std::vector<float>& v) {
   HostTensor h(t, dims);
-  for (size_t i = 0; i < v.size(); ++i) h.mutableData<uint16_t>()[i] = toBits(t, v[i]);
+  for (size_t i = 0; i < v.size(); ++i) h.mutableData<uint16_t>()[i] = floatToHalfBits(t, v[i]);
   return h;
 }
 
@@ -176,18 +167,18 @@ TEST_CASE("LayerNormalization float16/bfloat16: Y rounds Normalized, the Mul and
         for (int64_t j = 0; j < in.cols; ++j) {
           const int64_t i = r * in.cols + j;
           const float normalized = (in.x[i] - mean[r]) * inv_std[r];
-          const float normalized_t = roundTo(t, normalized);
-          const float scaled = roundTo(t, normalized_t * in.scale[j]);
-          const float want = c.bias ? roundTo(t, scaled + in.bias[j]) : scaled;
-          const float once = roundTo(t, c.bias ? normalized * in.scale[j] + in.bias[j]
+          const float normalized_t = roundToHalf(t, normalized);
+          const float scaled = roundToHalf(t, normalized_t * in.scale[j]);
+          const float want = c.bias ? roundToHalf(t, scaled + in.bias[j]) : scaled;
+          const float once = roundToHalf(t, c.bias ? normalized * in.scale[j] + in.bias[j]
                                                : normalized * in.scale[j]);
-          if (toBits(t, once) != toBits(t, want)) ++rounded_once_differs;
+          if (floatToHalfBits(t, once) != floatToHalfBits(t, want)) ++rounded_once_differs;
           const uint16_t got = y.data<uint16_t>()[i];
-          if (got != toBits(t, want)) {
+          if (got != floatToHalfBits(t, want)) {
             if (first < 0) {
               first = i;
               first_want = want;
-              first_got = fromBits(t, got);
+              first_got = halfBitsToFloat(t, got);
             }
             ++differ;
           }

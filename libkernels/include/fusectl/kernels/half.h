@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "fusectl/graph/dtype.h"
+
 namespace fusectl::kernels {
 
 inline uint32_t floatBits(float f) {
@@ -83,6 +85,16 @@ inline uint16_t floatToBFloat16(float f) {
   const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>((u + rounding) >> 16);
 }
+
+// One value of the half type `t` (DType::Float16 or DType::BFloat16): its bits from a float,
+// the float it holds, and a float rounded to it.
+inline uint16_t floatToHalfBits(DType t, float f) {
+  return t == DType::BFloat16 ? floatToBFloat16(f) : floatToHalf(f);
+}
+inline float halfBitsToFloat(DType t, uint16_t bits) {
+  return t == DType::BFloat16 ? bfloat16ToFloat(bits) : halfToFloat(bits);
+}
+inline float roundToHalf(DType t, float f) { return halfBitsToFloat(t, floatToHalfBits(t, f)); }
 
 // Bulk helpers for kernels that convert whole buffers.
 inline void halfToFloat(const uint16_t* src, float* dst, int64_t n) {
