@@ -402,38 +402,48 @@ TEST_CASE("CUDA FusedMatMul: one product over A's rows, epilogue as the contract
   checkFusedMatMul({4, 128, 1024}, 64, true, true, "Relu", DType::Float, kLongSumFloatNmse);
 }
 
-TEST_CASE("CUDA gemm kernels in float16", "[cuda]") {
-  if (!cudaDeviceOrSkip()) return;
-  checkMatMul({37, 64}, {64, 29}, "float16", kHalfNmse);
-  checkMatMul({5, 3}, {3, 7}, "float16", kHalfNmse);
-  checkMatMul({2, 3, 5, 16}, {3, 16, 8}, "float16", kHalfNmse);
-  checkMatMul({4, 1, 5, 8}, {1, 3, 8, 6}, "float16", kHalfNmse);
-  checkMatMul({16}, {2, 16, 7}, "float16", kHalfNmse);
+namespace {
+
+// The 16-bit cases, the same for float16 and bfloat16 (`type` spells `dtype`) at its bound.
+void checkSixteenBitGemms(const std::string& type, DType dtype, double nmse) {
+  checkMatMul({37, 64}, {64, 29}, type, nmse);
+  checkMatMul({5, 3}, {3, 7}, type, nmse);
+  checkMatMul({2, 3, 5, 16}, {3, 16, 8}, type, nmse);
+  checkMatMul({4, 1, 5, 8}, {1, 3, 8, 6}, type, nmse);
+  checkMatMul({16}, {2, 16, 7}, type, nmse);
   GemmCase c;
-  c.dtype = "float16";
+  c.dtype = type;
   c.c_dims = {c.N};
   c.trans_b = true;
-  checkGemm(c, kHalfNmse);
+  checkGemm(c, nmse);
   c.c_dims = {c.M, c.N};
   c.beta = 0.5f;
-  checkGemm(c, kHalfNmse);
+  checkGemm(c, nmse);
   c.c_dims = {};
-  checkGemm(c, kHalfNmse);
+  checkGemm(c, nmse);
   c.c_dims = {c.N};
   c.beta = 1.f;
-  CHECK(checkFusedGemm(c, true, "Relu", "", kHalfNmse).stats.device_launches == 1);
-  checkFusedGemm(c, true, "Gelu", "", kHalfNmse);
+  // cuBLASLt's RELU_BIAS epilogue with a 16-bit bias: one launch.
+  CHECK(checkFusedGemm(c, true, "Relu", "", nmse).stats.device_launches == 1);
+  checkFusedGemm(c, true, "Gelu", "", nmse);
   c.c_dims = {c.M, 1};
-  checkFusedGemm(c, true, "Sigmoid", "", kHalfNmse);
-  checkFusedMatMul({2, 7, 64}, 48, true, true, "Relu", DType::Float16, kHalfNmse);
-  checkFusedMatMul({2, 7, 64}, 48, true, true, "Gelu", DType::Float16, kHalfNmse);
-  checkFusedMatMul({3, 5, 32}, 24, false, false, "", DType::Float16, kHalfNmse);
+  checkFusedGemm(c, true, "Sigmoid", "", nmse);
+  checkFusedMatMul({2, 7, 64}, 48, true, true, "Relu", dtype, nmse);
+  checkFusedMatMul({2, 7, 64}, 48, true, true, "Gelu", dtype, nmse);
+  checkFusedMatMul({3, 5, 32}, 24, false, false, "", dtype, nmse);
   for (const Dims& a : {Dims{2, 7, 32}, Dims{32}}) {
     const std::string text = oneNodeModel(
-        typeText("float16", a) + " A", typeText("float16", matmulDims(a, {32, 24})) + " Y",
+        typeText(type, a) + " A", typeText(type, matmulDims(a, {32, 24})) + " Y",
         zeroInitializer("W", {32, 24}), "Y = MatMul (A, W)");
-    checkText(text, kHalfNmse, DType::Float16);
+    checkText(text, nmse, dtype);
   }
+}
+
+}  // namespace
+
+TEST_CASE("CUDA gemm kernels in float16", "[cuda]") {
+  if (!cudaDeviceOrSkip()) return;
+  checkSixteenBitGemms("float16", DType::Float16, kHalfNmse);
 }
 
 // Placement only (no GPU needed): every bfloat16 gemm node resolves to a CUDA kernel.
@@ -456,36 +466,6 @@ TEST_CASE("CUDA gemm kernels: bfloat16 nodes are placed on the GPU", "[cuda]") {
 
 TEST_CASE("CUDA gemm kernels in bfloat16", "[cuda]") {
   if (!cudaDeviceOrSkip()) return;
-  checkMatMul({37, 64}, {64, 29}, "bfloat16", kBFloat16Nmse);
-  checkMatMul({5, 3}, {3, 7}, "bfloat16", kBFloat16Nmse);
-  checkMatMul({2, 3, 5, 16}, {3, 16, 8}, "bfloat16", kBFloat16Nmse);
-  checkMatMul({4, 1, 5, 8}, {1, 3, 8, 6}, "bfloat16", kBFloat16Nmse);
-  checkMatMul({16}, {2, 16, 7}, "bfloat16", kBFloat16Nmse);
+  checkSixteenBitGemms("bfloat16", DType::BFloat16, kBFloat16Nmse);
   checkMatMul({4, 1024}, {1024, 32}, "bfloat16", kBFloat16Nmse);  // a long float32 sum
-  GemmCase c;
-  c.dtype = "bfloat16";
-  c.c_dims = {c.N};
-  c.trans_b = true;
-  checkGemm(c, kBFloat16Nmse);
-  c.c_dims = {c.M, c.N};
-  c.beta = 0.5f;
-  checkGemm(c, kBFloat16Nmse);
-  c.c_dims = {};
-  checkGemm(c, kBFloat16Nmse);
-  c.c_dims = {c.N};
-  c.beta = 1.f;
-  // cuBLASLt's RELU_BIAS epilogue with a bfloat16 bias: one launch, as for float16.
-  CHECK(checkFusedGemm(c, true, "Relu", "", kBFloat16Nmse).stats.device_launches == 1);
-  checkFusedGemm(c, true, "Gelu", "", kBFloat16Nmse);
-  c.c_dims = {c.M, 1};
-  checkFusedGemm(c, true, "Sigmoid", "", kBFloat16Nmse);
-  checkFusedMatMul({2, 7, 64}, 48, true, true, "Relu", DType::BFloat16, kBFloat16Nmse);
-  checkFusedMatMul({2, 7, 64}, 48, true, true, "Gelu", DType::BFloat16, kBFloat16Nmse);
-  checkFusedMatMul({3, 5, 32}, 24, false, false, "", DType::BFloat16, kBFloat16Nmse);
-  for (const Dims& a : {Dims{2, 7, 32}, Dims{32}}) {
-    const std::string text = oneNodeModel(
-        typeText("bfloat16", a) + " A", typeText("bfloat16", matmulDims(a, {32, 24})) + " Y",
-        zeroInitializer("W", {32, 24}), "Y = MatMul (A, W)");
-    checkText(text, kBFloat16Nmse, DType::BFloat16);
-  }
 }

@@ -4,6 +4,7 @@
 // And BroadcastIndex, the index walk of the elementwise kernels, which is host code.
 #include <catch2/catch.hpp>
 
+#include <initializer_list>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -47,6 +48,21 @@ std::string describe(const std::map<std::string, int>& ops) {
   return s.empty() ? "none" : s;
 }
 
+// The `half` twins of these testdata models place every float node on the GPU, as given and
+// after -O3 (which must fuse something).
+void checkHalfTwinsOnGpu(DType half, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    INFO(name);
+    auto model = fusectl::test::loadTestModelAsHalf(name, half);
+    CHECK(describe(floatFallbacks(*model)) == "none");
+    passes::OptimizeRequest request;
+    request.level = 3;
+    const passes::Report report = passes::optimize(*model, request);
+    CHECK(!report.fusions.empty());
+    CHECK(describe(floatFallbacks(*model)) == "none");
+  }
+}
+
 }  // namespace
 
 TEST_CASE("cuda placement: the fused testdata models run every float node on the GPU",
@@ -80,17 +96,8 @@ TEST_CASE("cuda placement: the float16 twins of the testdata transformers, fused
   // The half fused nodes (FusedMatMul, SkipLayerNorm, Attention, Gelu, the rotary embeddings,
   // SwiGLUPacked... in float16) must find their CUDA kernels as the float32 ones do: a float16
   // BERT is the GPU check's fp16 model.
-  for (const char* name : {"bert_op17", "vit_encoder_op13", "gpt2_block", "llama_layer",
-                           "llama_gqa_block"}) {
-    INFO(name);
-    auto model = fusectl::test::loadTestModelAsFloat16(name);
-    CHECK(describe(floatFallbacks(*model)) == "none");
-    passes::OptimizeRequest request;
-    request.level = 3;
-    const passes::Report report = passes::optimize(*model, request);
-    CHECK(!report.fusions.empty());
-    CHECK(describe(floatFallbacks(*model)) == "none");
-  }
+  checkHalfTwinsOnGpu(DType::Float16, {"bert_op17", "vit_encoder_op13", "gpt2_block",
+                                       "llama_layer", "llama_gqa_block"});
 }
 
 TEST_CASE("cuda placement: the bfloat16 twins of the testdata models, as given and fused, run "
@@ -102,17 +109,9 @@ TEST_CASE("cuda placement: the bfloat16 twins of the testdata models, as given a
   }
   // bfloat16 is what most LLM checkpoints ship in: a bfloat16 graph must not run on the CPU
   // for want of bfloat16 kernels, unfused (the GPU check's baseline) or fused.
-  for (const char* name : {"resnet_mini", "mobilenet_mini", "bert_op17", "vit_encoder_op13",
-                           "gpt2_block", "llama_layer", "llama_gqa_block"}) {
-    INFO(name);
-    auto model = fusectl::test::loadTestModelAsHalf(name, DType::BFloat16);
-    CHECK(describe(floatFallbacks(*model)) == "none");
-    passes::OptimizeRequest request;
-    request.level = 3;
-    const passes::Report report = passes::optimize(*model, request);
-    CHECK(!report.fusions.empty());
-    CHECK(describe(floatFallbacks(*model)) == "none");
-  }
+  checkHalfTwinsOnGpu(DType::BFloat16, {"resnet_mini", "mobilenet_mini", "bert_op17",
+                                        "vit_encoder_op13", "gpt2_block", "llama_layer",
+                                        "llama_gqa_block"});
 }
 
 TEST_CASE("cuda placement: the fused LLaMA testdata blocks run every float node on the GPU",

@@ -258,6 +258,14 @@ void requireSameOutputs(const std::vector<NamedTensor>& got, const std::vector<N
   }
 }
 
+// One run of `executor` on `inputs`, whose outputs must be the CPU's bit for bit; its stats.
+ExecutionStats runLikeCpu(Executor& executor, const Model& model,
+                          const std::vector<NamedTensor>& inputs) {
+  ExecutionStats stats;
+  requireSameOutputs(executor.run(inputs, &stats), runModel(model, inputs));
+  return stats;
+}
+
 ExecutorOptions recordingOptions(const Backend& device) {
   ExecutorOptions options;
   options.backend = &device;
@@ -278,10 +286,7 @@ TEST_CASE("recorded runs: replays compute each run's inputs, one recording for r
 
   for (uint64_t run = 1; run <= 6; ++run) {
     INFO("run " << run);
-    const auto inputs = inputsFor(*model, 100 + run);
-    ExecutionStats stats;
-    const auto outputs = executor.run(inputs, &stats);
-    requireSameOutputs(outputs, runModel(*model, inputs));
+    const ExecutionStats stats = runLikeCpu(executor, *model, inputsFor(*model, 100 + run));
     CHECK(stats.nodes_run == 5);
     CHECK(stats.device_launches == 4);
     if (run == 1) {
@@ -321,18 +326,15 @@ TEST_CASE("recorded runs: other dims run queued, and the recording serves its ow
   REQUIRE(stats.device_graph == "recorded after this run (its replay agreed with it)");
 
   const auto three = batch(3, 3);
-  requireSameOutputs(executor.run(three, &stats), runModel(*model, three));
+  stats = runLikeCpu(executor, *model, three);
   CHECK_FALSE(stats.graph_replayed);
   CHECK(stats.device_graph ==
         "not used: the inputs differ from the recorded run's (X:float[2,8];)");
   // Two runs of the new dims do not replace the recording: one is kept per executor.
-  requireSameOutputs(executor.run(three, &stats), runModel(*model, three));
-  CHECK_FALSE(stats.graph_replayed);
+  CHECK_FALSE(runLikeCpu(executor, *model, three).graph_replayed);
   CHECK(device.captures == 1);
 
-  const auto two = batch(2, 4);
-  requireSameOutputs(executor.run(two, &stats), runModel(*model, two));
-  CHECK(stats.graph_replayed);
+  CHECK(runLikeCpu(executor, *model, batch(2, 4)).graph_replayed);
 }
 
 TEST_CASE("recorded runs: a node on the CPU, or a host read of a computed value, is refused",
@@ -345,9 +347,7 @@ TEST_CASE("recorded runs: a node on the CPU, or a host read of a computed value,
     Executor executor(*model, recordingOptions(device));
     REQUIRE(executor.cpuFallbacks().size() == 1);
     for (uint64_t run = 1; run <= 3; ++run) {
-      const auto inputs = inputsFor(*model, run);
-      ExecutionStats stats;
-      requireSameOutputs(executor.run(inputs, &stats), runModel(*model, inputs));
+      const ExecutionStats stats = runLikeCpu(executor, *model, inputsFor(*model, run));
       CHECK_FALSE(stats.graph_replayed);
       CHECK(stats.device_graph == "not used: 1 node runs on the CPU (first: 'Sigmoid(Z)' (Sigmoid))");
     }
@@ -416,10 +416,7 @@ TEST_CASE("recorded runs: a recording that fails or disagrees is dropped, and ru
     device.fail_end_capture = true;
     Executor executor(*model, recordingOptions(device));
     ExecutionStats stats;
-    for (uint64_t run = 1; run <= 4; ++run) {
-      const auto inputs = inputsFor(*model, run);
-      requireSameOutputs(executor.run(inputs, &stats), runModel(*model, inputs));
-    }
+    for (uint64_t run = 1; run <= 4; ++run) stats = runLikeCpu(executor, *model, inputsFor(*model, run));
     CHECK(stats.device_graph == "not used: recording failed: the device refused the recording");
     CHECK(device.captures == 1);  // tried once, not on every run
     CHECK(device.aborts == 1);
@@ -430,8 +427,7 @@ TEST_CASE("recorded runs: a recording that fails or disagrees is dropped, and ru
     Executor executor(*model, recordingOptions(device));
     ExecutionStats stats;
     for (uint64_t run = 1; run <= 4; ++run) {
-      const auto inputs = inputsFor(*model, run);
-      requireSameOutputs(executor.run(inputs, &stats), runModel(*model, inputs));
+      stats = runLikeCpu(executor, *model, inputsFor(*model, run));
       CHECK_FALSE(stats.graph_replayed);
     }
     CHECK(stats.device_graph.rfind(
@@ -522,9 +518,6 @@ TEST_CASE("recorded runs: outputs that alias an input or a weight are read from 
   Executor executor(*model, recordingOptions(device));
   for (uint64_t run = 1; run <= 4; ++run) {
     INFO("run " << run);
-    const auto inputs = inputsFor(*model, 40 + run);
-    ExecutionStats stats;
-    requireSameOutputs(executor.run(inputs, &stats), runModel(*model, inputs));
-    CHECK(stats.graph_replayed == (run >= 3));
+    CHECK(runLikeCpu(executor, *model, inputsFor(*model, 40 + run)).graph_replayed == (run >= 3));
   }
 }
