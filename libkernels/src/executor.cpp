@@ -376,6 +376,16 @@ void Executor::bindInputs(const std::vector<NamedTensor>& inputs,
   }
 }
 
+void Executor::reuseDeviceInitializers(const std::vector<HostTensor>& host,
+                                       std::vector<HostTensor>& slots) const {
+  for (size_t s = 0; s < device_initializers_.size(); ++s) {
+    const HostTensor& kept = device_initializers_[s];
+    if (kept.dtype() != DType::Undefined && isInitializer(static_cast<int>(s), host[s])) {
+      slots[s] = kept;
+    }
+  }
+}
+
 bool Executor::isInitializer(int s, const HostTensor& t) const {
   const HostTensor& init = initializers_[s];
   return init.dtype() != DType::Undefined && t.raw() == init.raw() && t.dims() == init.dims();
@@ -543,12 +553,7 @@ std::unique_ptr<Executor::Recording> Executor::record(const std::vector<NamedTen
   std::vector<HostTensor> slots(plan_.values.size());
   std::vector<HostTensor> host(slots.size());
   bindInputs(inputs, host);
-  for (size_t s = 0; s < device_initializers_.size(); ++s) {
-    const HostTensor& kept = device_initializers_[s];
-    if (kept.dtype() != DType::Undefined && isInitializer(static_cast<int>(s), host[s])) {
-      slots[s] = kept;
-    }
-  }
+  reuseDeviceInitializers(host, slots);
   // Buffers allocated before recording starts: an allocation while recording is not part of
   // the recording, and on some devices not allowed during it.
   for (const NamedTensor& in : inputs) {
@@ -676,12 +681,7 @@ std::vector<NamedTensor> Executor::runQueued(const std::vector<NamedTensor>& inp
   std::vector<HostTensor> slots(plan_.values.size());
   std::vector<HostTensor> host(transfers ? slots.size() : 0);
   bindInputs(inputs, transfers ? host : slots);
-  for (size_t s = 0; s < device_initializers_.size(); ++s) {
-    const HostTensor& kept = device_initializers_[s];
-    if (kept.dtype() != DType::Undefined && isInitializer(static_cast<int>(s), host[s])) {
-      slots[s] = kept;
-    }
-  }
+  reuseDeviceInitializers(host, slots);
 
   pool_.resetPeak();
   const BufferPool::Stats before = pool_.stats();

@@ -170,6 +170,10 @@ class Executor {
   void bindInputs(const std::vector<NamedTensor>& inputs, std::vector<HostTensor>& slots) const;
   // Whether `t` is slot `s`'s initializer itself (not an input overriding it).
   bool isInitializer(int s, const HostTensor& t) const;
+  // On a device: the device copies kept from earlier runs, put in `slots` for the initializers
+  // `host` holds (bound by bindInputs), so they are not copied again.
+  void reuseDeviceInitializers(const std::vector<HostTensor>& host,
+                               std::vector<HostTensor>& slots) const;
   // Makes sure slot `s` has a copy on the host (`to_host`) or the device, copying it across
   // the boundary when it has none yet; counts the copy in `stats`.
   void bringOver(int s, bool to_host, bool pooled, std::vector<HostTensor>& device,
