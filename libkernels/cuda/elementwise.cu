@@ -331,8 +331,7 @@ void runGelu(KernelContext& ctx) {
 }
 
 void addUnary(KernelRegistry& r, const char* op, UnaryOp code) {
-  addCudaKernel(r, "", op, 1, 1000, [code](KernelContext& ctx) { runUnary(ctx, code); },
-                kCudaFloatTypes);
+  addCudaKernel(r, "", op, 1, 1000, [code](KernelContext& ctx) { runUnary(ctx, code); });
 }
 
 }  // namespace
@@ -386,29 +385,26 @@ void registerElementwiseKernels(KernelRegistry& r) {
   addUnary(r, "Softplus", UnaryOp::Softplus);
   addUnary(r, "Softsign", UnaryOp::Softsign);
   addUnary(r, "HardSwish", UnaryOp::HardSwish);
-  addCudaKernel(r, "", "Gelu", 20, 1000, runGelu, kCudaFloatTypes);
+  addCudaKernel(r, "", "Gelu", 20, 1000, runGelu);
   addCudaKernel(r, "fusectl", "Gelu", 1, 1000,
-                [](KernelContext& ctx) { runUnary(ctx, UnaryOp::Gelu); },
-                kCudaFloatTypes);
+                [](KernelContext& ctx) { runUnary(ctx, UnaryOp::Gelu); });
   addCudaKernel(r, "fusectl", "GeluTanh", 1, 1000,
-                [](KernelContext& ctx) { runUnary(ctx, UnaryOp::GeluTanh); },
-                kCudaFloatTypes);
+                [](KernelContext& ctx) { runUnary(ctx, UnaryOp::GeluTanh); });
   addCudaKernel(r, "fusectl", "QuickGelu", 1, 1000,
-                [](KernelContext& ctx) { runUnary(ctx, UnaryOp::QuickGelu); },
-                kCudaFloatTypes);
+                [](KernelContext& ctx) { runUnary(ctx, UnaryOp::QuickGelu); });
   addCudaKernel(r, "", "LeakyRelu", 1, 1000, [](KernelContext& ctx) {
     runUnary(ctx, UnaryOp::LeakyRelu, ctx.attrFloat("alpha", 0.01f));
-  }, kCudaFloatTypes);
+  });
   addCudaKernel(r, "", "Elu", 1, 1000, [](KernelContext& ctx) {
     runUnary(ctx, UnaryOp::Elu, ctx.attrFloat("alpha", 1.f));
-  }, kCudaFloatTypes);
+  });
   addCudaKernel(r, "", "Selu", 1, 1000, [](KernelContext& ctx) {
     runUnary(ctx, UnaryOp::Selu, ctx.attrFloat("alpha", 1.67326319217681884765625f),
              ctx.attrFloat("gamma", 1.05070102214813232421875f));
-  }, kCudaFloatTypes);
+  });
   addCudaKernel(r, "", "HardSigmoid", 1, 1000, [](KernelContext& ctx) {
     runUnary(ctx, UnaryOp::HardSigmoid, ctx.attrFloat("alpha", 0.2f), ctx.attrFloat("beta", 0.5f));
-  }, kCudaFloatTypes);
+  });
   addCudaKernel(r, "", "Clip", 1, 1000, runClip, kCudaFloatTypes, 0b110);
 
   const std::pair<const char*, BinaryOp> binaries[] = {
@@ -435,8 +431,8 @@ void registerElementwiseKernels(KernelRegistry& r) {
   addCudaKernel(r, "", "Where", 9, 1000, runWhere, {DType::Bool}, 0, [](const Node& n) {
     return n.numInputs() == 3 && n.input(1) && cudaFloatType(n.input(1)->dtype());
   });
-  addCudaKernel(r, "fusectl", "SwiGLU", 1, 1000, runSwiGLU, kCudaFloatTypes);
-  addCudaKernel(r, "fusectl", "SwiGLUPacked", 1, 1000, runSwiGLUPacked, kCudaFloatTypes);
+  addCudaKernel(r, "fusectl", "SwiGLU", 1, 1000, runSwiGLU);
+  addCudaKernel(r, "fusectl", "SwiGLUPacked", 1, 1000, runSwiGLUPacked);
   const auto castable = [](DType t) {
     return cudaFloatType(t) || t == DType::Int64 || t == DType::Int32 || t == DType::Int8 ||
            t == DType::UInt8 || t == DType::Bool;
@@ -452,7 +448,7 @@ void registerElementwiseKernels(KernelRegistry& r) {
   addCudaKernel(r, "", "Identity", 1, 1000, [](KernelContext& ctx) {
     const HostTensor& x = ctx.requireInput(0);
     ctx.setOutput(0, x.reshaped(x.dims()));
-  }, kCudaFloatTypes);
+  });
 }
 
 }  // namespace fusectl::kernels::cuda

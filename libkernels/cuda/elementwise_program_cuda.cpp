@@ -211,8 +211,7 @@ void runElementwise(KernelContext& ctx) {
 }  // namespace
 
 void registerElementwiseProgramKernels(KernelRegistry& r) {
-  addCudaKernel(r, "fusectl", "Elementwise", 1, 1000, runElementwise,
-                kCudaFloatTypes);
+  addCudaKernel(r, "fusectl", "Elementwise", 1, 1000, runElementwise);
 }
 
 }  // namespace fusectl::kernels::cuda

@@ -385,13 +385,13 @@ void runConstant(KernelContext& ctx) {
 }  // namespace
 
 void registerMovementKernels(KernelRegistry& r) {
-  addCudaKernel(r, "", "Constant", 1, 1000, runConstant, kCudaFloatTypes);
+  addCudaKernel(r, "", "Constant", 1, 1000, runConstant);
   registerAliasKernels(r, Device::Cuda, kCudaFloatTypes);
-  addCudaKernel(r, "", "Transpose", 1, 1000, runTranspose, kCudaFloatTypes);
-  addCudaKernel(r, "", "Concat", 4, 1000, runConcat, kCudaFloatTypes);
+  addCudaKernel(r, "", "Transpose", 1, 1000, runTranspose);
+  addCudaKernel(r, "", "Concat", 4, 1000, runConcat);
   addCudaKernel(r, "", "Split", 2, 1000, runSplit, kCudaFloatTypes, 0b10);
   addCudaKernel(r, "", "Slice", 1, 1000, runSlice, kCudaFloatTypes, 0b11110);
-  addCudaKernel(r, "", "Gather", 1, 1000, runGather, kCudaFloatTypes);
+  addCudaKernel(r, "", "Gather", 1, 1000, runGather);
   addCudaKernel(r, "", "Expand", 8, 1000, runExpand, kCudaFloatTypes, 0b10);
 }
 

@@ -396,26 +396,20 @@ void runReduce(KernelContext& ctx, ReduceOp op, int64_t axes_input_since) {
 }  // namespace
 
 void registerNormKernels(KernelRegistry& r) {
-  addCudaKernel(r, "", "Softmax", 1, 1000, [](KernelContext& ctx) { runSoftmax(ctx, false); },
-                kCudaFloatTypes);
-  addCudaKernel(r, "", "LogSoftmax", 1, 1000, [](KernelContext& ctx) { runSoftmax(ctx, true); },
-                kCudaFloatTypes);
+  addCudaKernel(r, "", "Softmax", 1, 1000, [](KernelContext& ctx) { runSoftmax(ctx, false); });
+  addCudaKernel(r, "", "LogSoftmax", 1, 1000, [](KernelContext& ctx) { runSoftmax(ctx, true); });
   addCudaKernel(r, "", "LayerNormalization", 17, 1000,
                 [](KernelContext& ctx) { runNorm(ctx, {false, false, true}); },
                 kCudaFloatTypes, 0,
                 [](const Node& n) { return n.attrInt("stash_type", 1) == 1; });
   addCudaKernel(r, "fusectl", "LayerNorm", 1, 1000,
-                [](KernelContext& ctx) { runNorm(ctx, {false, false, false}); },
-                kCudaFloatTypes);
+                [](KernelContext& ctx) { runNorm(ctx, {false, false, false}); });
   addCudaKernel(r, "fusectl", "RMSNorm", 1, 1000,
-                [](KernelContext& ctx) { runNorm(ctx, {true, false, false}); },
-                kCudaFloatTypes);
+                [](KernelContext& ctx) { runNorm(ctx, {true, false, false}); });
   addCudaKernel(r, "fusectl", "SkipLayerNorm", 1, 1000,
-                [](KernelContext& ctx) { runNorm(ctx, {false, true, false}); },
-                kCudaFloatTypes);
+                [](KernelContext& ctx) { runNorm(ctx, {false, true, false}); });
   addCudaKernel(r, "fusectl", "SkipRMSNorm", 1, 1000,
-                [](KernelContext& ctx) { runNorm(ctx, {true, true, false}); },
-                kCudaFloatTypes);
+                [](KernelContext& ctx) { runNorm(ctx, {true, true, false}); });
   // Inference only, parameters of X's dtype; training outputs and mixed dtypes: CPU.
   addCudaKernel(r, "", "BatchNormalization", 1, 1000, runBatchNorm,
                 kCudaFloatTypes, 0, [](const Node& n) {
