@@ -3,7 +3,11 @@
 // ResNet-50's convolution shapes (GFLOP/s through the registered Conv kernel, weights prepacked
 // in its state as in a session).
 //
-//   bench_gemm [--repeat R] [--only gemm|skinny|cold|conv] [--clock wall|cpu]
+//   bench_gemm [--repeat R] [--only gemm|skinny|cold|conv|conv3x3] [--clock wall|cpu]
+//              [--conv-algorithm auto|im2col|winograd]
+//
+// conv3x3: 3x3 stride-1 shapes beyond ResNet-50's (small channel counts, large and tiny
+// images), to compare the im2col and Winograd convolutions (--conv-algorithm).
 //
 // One JSON line per measurement, the median of R runs after a warm-up; no assertions.
 #include <algorithm>
@@ -21,6 +25,7 @@
 #include "bench_clock.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/kernels/kernel.h"
+#include "conv_winograd.h"
 #include "gemm_micro.h"
 
 namespace {
@@ -145,16 +150,15 @@ class ReusingAllocator : public OutputAllocator {
   std::shared_ptr<HostTensor> buffer_;
 };
 
-void benchConv(int repeat) {
-  struct Shape {
-    int64_t C, H, M, k, stride;
-  };
-  const Shape shapes[] = {{3, 224, 64, 7, 2},    {64, 56, 64, 1, 1},    {64, 56, 64, 3, 1},
-                          {64, 56, 256, 1, 1},   {256, 56, 64, 1, 1},   {256, 56, 128, 1, 1},
-                          {128, 56, 128, 3, 2},  {128, 28, 512, 1, 1},  {512, 28, 128, 1, 1},
-                          {128, 28, 128, 3, 1},  {256, 28, 256, 3, 2},  {256, 14, 1024, 1, 1},
-                          {1024, 14, 256, 1, 1}, {256, 14, 256, 3, 1},  {512, 14, 512, 3, 2},
-                          {512, 7, 2048, 1, 1},  {2048, 7, 512, 1, 1},  {512, 7, 512, 3, 1}};
+struct ConvShape {
+  int64_t C, H, M, k, stride;
+};
+
+void benchConv(int repeat, const std::vector<ConvShape>& shapes) {
+  using Shape = ConvShape;
+  const char* algorithm = convForcedAlgorithm() == ConvAlgorithm::Winograd ? "winograd"
+                          : convForcedAlgorithm() == ConvAlgorithm::Im2col ? "im2col"
+                                                                           : "auto";
   const KernelInfo* conv = KernelRegistry::global().find("", "Conv", 17);
   for (int threads : {1, 2}) {
     for (const Shape& s : shapes) {
@@ -186,15 +190,31 @@ void benchConv(int repeat) {
       });
       const double flops = 2.0 * s.M * OH * OH * s.C * s.k * s.k;
       std::printf("{\"bench\":\"conv\",\"x\":[1,%lld,%lld,%lld],\"w\":[%lld,%lld,%lld,%lld],"
-                  "\"stride\":%lld,\"kernel\":\"%s\",\"threads\":%d,\"ms\":%.3f,"
-                  "\"gflops\":%.1f}\n",
+                  "\"stride\":%lld,\"kernel\":\"%s\",\"algorithm\":\"%s\",\"threads\":%d,"
+                  "\"ms\":%.3f,\"gflops\":%.1f}\n",
                   (long long)s.C, (long long)s.H, (long long)s.H, (long long)s.M, (long long)s.C,
-                  (long long)s.k, (long long)s.k, (long long)s.stride, gemmKernelName(), threads,
-                  sec * 1e3, flops / sec * 1e-9);
+                  (long long)s.k, (long long)s.k, (long long)s.stride, gemmKernelName(), algorithm,
+                  threads, sec * 1e3, flops / sec * 1e-9);
       std::fflush(stdout);
     }
   }
 }
+
+// ResNet-50's convolutions (im2col GEMM, or Winograd for the 3x3 stride-1 ones when it pays).
+const std::vector<ConvShape> kResNet50Convs = {{3, 224, 64, 7, 2},    {64, 56, 64, 1, 1},    {64, 56, 64, 3, 1},
+                          {64, 56, 256, 1, 1},   {256, 56, 64, 1, 1},   {256, 56, 128, 1, 1},
+                          {128, 56, 128, 3, 2},  {128, 28, 512, 1, 1},  {512, 28, 128, 1, 1},
+                          {128, 28, 128, 3, 1},  {256, 28, 256, 3, 2},  {256, 14, 1024, 1, 1},
+                          {1024, 14, 256, 1, 1}, {256, 14, 256, 3, 1},  {512, 14, 512, 3, 2},
+                          {512, 7, 2048, 1, 1},  {2048, 7, 512, 1, 1},  {512, 7, 512, 3, 1}};
+
+// 3x3 stride-1 convolutions: where Winograd does and does not pay.
+const std::vector<ConvShape> kConv3x3 = {
+    {16, 112, 16, 3, 1},  {32, 112, 32, 3, 1}, {32, 56, 32, 3, 1},   {64, 112, 64, 3, 1},
+    {16, 28, 16, 3, 1},   {64, 56, 64, 3, 1},  {128, 28, 128, 3, 1}, {256, 14, 256, 3, 1},
+    {512, 7, 512, 3, 1},  {512, 14, 512, 3, 1}, {128, 7, 128, 3, 1}, {64, 14, 64, 3, 1},
+    {256, 7, 256, 3, 1},  {1024, 7, 1024, 3, 1}, {32, 4, 32, 3, 1},  {16, 8, 64, 3, 1},
+    {64, 28, 256, 3, 1},  {256, 28, 64, 3, 1}};
 
 }  // namespace
 
@@ -206,15 +226,22 @@ int main(int argc, char** argv) {
     if (a == "--repeat") repeat = std::max(1, std::atoi(argv[i + 1]));
     else if (a == "--only") only = argv[i + 1];
     else if (a == "--clock") g_cpu_clock = std::string(argv[i + 1]) == "cpu";
-    else {
+    else if (a == "--conv-algorithm") {
+      const std::string v = argv[i + 1];
+      if (v == "im2col") convForceAlgorithm(ConvAlgorithm::Im2col);
+      else if (v == "winograd") convForceAlgorithm(ConvAlgorithm::Winograd);
+      else if (v != "auto") return std::fprintf(stderr, "unknown --conv-algorithm %s\n", v.c_str()), 2;
+    } else {
       std::fprintf(stderr,
-                   "usage: bench_gemm [--repeat R] [--only gemm|skinny|cold|conv] [--clock wall|cpu]\n");
+                   "usage: bench_gemm [--repeat R] [--only gemm|skinny|cold|conv|conv3x3] "
+                   "[--clock wall|cpu] [--conv-algorithm auto|im2col|winograd]\n");
       return 2;
     }
   }
   if (only.empty() || only == "gemm") benchSquare(repeat);
   if (only.empty() || only == "skinny") benchSkinny(repeat);
   if (only.empty() || only == "cold") benchColdWeights(repeat);
-  if (only.empty() || only == "conv") benchConv(repeat);
+  if (only.empty() || only == "conv") benchConv(repeat, kResNet50Convs);
+  if (only == "conv3x3") benchConv(repeat, kConv3x3);
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../libkernels/cpu/conv_winograd.h"
 #include "../libkernels/cpu/gemm_micro.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/kernels/epilogue.h"
@@ -578,3 +579,91 @@ TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][ge
     }
   }
 }
+
+namespace {
+
+// Forces a convolution algorithm for one scope.
+struct ForcedConvAlgorithm {
+  explicit ForcedConvAlgorithm(ConvAlgorithm a) { convForceAlgorithm(a); }
+  ~ForcedConvAlgorithm() { convForceAlgorithm(ConvAlgorithm::Auto); }
+};
+
+}  // namespace
+
+TEST_CASE("Winograd F(2x2, 3x3) convolutions match the definition", "[kernels][gemm][winograd]") {
+  EachKernel kernels;
+  ForcedConvAlgorithm forced(ConvAlgorithm::Winograd);
+  const std::vector<ConvSpec> cases = {
+      {{1, 16, 8, 8}, 16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {{2, 19, 13, 11}, 21, {3, 3}, {1, 1}, {1, 1}, {1, 0, 2, 1}},  // odd sizes, uneven pads
+      {{1, 33, 7, 7}, 40, {3, 3}, {1, 1}, {1, 1}, {0, 0, 0, 0}},    // unpadded, odd output
+      {{1, 5, 4, 5}, 3, {3, 3}, {1, 1}, {1, 1}, {2, 2, 3, 2}},      // pads wider than a tile
+      {{1, 64, 30, 30}, 24, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},  // two chunks of tile rows
+      {{1, 600, 6, 6}, 8, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},    // C over two GEMM K slices
+      {{1, 1, 5, 5}, 1, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},      // one channel
+      {{1, 8, 3, 3}, 9, {3, 3}, {1, 1}, {1, 1}, {0, 0, 0, 0}},      // a single output pixel
+  };
+  int id = 0;
+  for (const ConvSpec& c : cases) {
+    ++id;
+    const Dims wd = {c.M, c.x[1], 3, 3};
+    const Dims yd = convOutDims(c);
+    const int64_t xn = std::accumulate(c.x.begin(), c.x.end(), int64_t{1}, std::multiplies<>());
+    const int64_t wn = c.M * c.x[1] * 9;
+    const int64_t yn = std::accumulate(yd.begin(), yd.end(), int64_t{1}, std::multiplies<>());
+    const std::vector<float> xv = randomFloats(xn, 50 + id), wv = randomFloats(wn, 60 + id),
+                             bv = randomFloats(c.M, 70 + id), zv = randomFloats(yn, 80 + id);
+    HostTensor x = floatTensor(c.x, xv), w = floatTensor(wd, wv), b = floatTensor({c.M}, bv),
+               z = floatTensor(yd, zv);
+    const double atol = 2e-5 * (wn / c.M + 1);
+    const std::vector<double> plain = convReference(c, xv, wv, bv, nullptr, Activation::None);
+    const std::vector<double> silu = convReference(c, xv, wv, bv, &zv, Activation::Silu);
+    for (const std::string& isa : kernels.names) {
+      REQUIRE(gemmForceKernel(isa.c_str()));
+      StatefulNode conv("", "Conv", 3, convAttrs(c), 0b110);
+      // The weights not constant: no transformed filters to keep, so the im2col path runs.
+      StatefulNode varying("", "Conv", 3, convAttrs(c), 0b100);
+      std::vector<Attribute> attrs = convAttrs(c);
+      attrs.push_back(Attribute::ofString("activation", "Silu"));
+      StatefulNode fused("fusectl", "FusedConv", 4, attrs, 0b110);
+      for (int threads : {1, 2, 3}) {
+        for (int run = 0; run < 2; ++run) {  // the second run uses the kept filters
+          INFO("case " << id << " kernel " << isa << " threads " << threads << " run " << run);
+          const HostTensor y = conv.run({&x, &w, &b}, threads);
+          REQUIRE(y.dims() == yd);
+          requireNear(valuesOf(y), plain, atol, 1e-4);
+          requireNear(valuesOf(fused.run({&x, &w, &b, &z}, threads)), silu, atol, 1e-4);
+          requireNear(valuesOf(varying.run({&x, &w, &b}, threads)), plain, atol, 1e-4);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("Winograd and im2col convolutions agree on ResNet shapes", "[kernels][gemm][winograd]") {
+  // Float rounding only: the two algorithms sum the same products in different orders.
+  struct Shape {
+    int64_t C, H, M;
+  };
+  for (const Shape& s : {Shape{64, 56, 64}, Shape{128, 28, 128}, Shape{256, 14, 256},
+                         Shape{512, 7, 512}}) {
+    const ConvSpec c = {{1, s.C, s.H, s.H}, s.M, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}};
+    const Dims wd = {s.M, s.C, 3, 3};
+    const std::vector<float> xv = randomFloats(s.C * s.H * s.H, 90),
+                             wv = randomFloats(s.M * s.C * 9, 91), bv = randomFloats(s.M, 92);
+    HostTensor x = floatTensor(c.x, xv), w = floatTensor(wd, wv), b = floatTensor({s.M}, bv);
+    std::vector<float> by_algorithm[2];
+    const ConvAlgorithm algorithms[] = {ConvAlgorithm::Im2col, ConvAlgorithm::Winograd};
+    for (int a = 0; a < 2; ++a) {
+      ForcedConvAlgorithm forced(algorithms[a]);
+      StatefulNode conv("", "Conv", 3, convAttrs(c), 0b110);
+      by_algorithm[a] = valuesOf(conv.run({&x, &w, &b}, 2));
+    }
+    // randomFloats are in [-1, 1]: |y| stays below about sqrt(9 C) / 3; the error grows like
+    // sqrt(9 C) float roundings of values of that size.
+    const std::vector<double> im2col(by_algorithm[0].begin(), by_algorithm[0].end());
+    INFO("C " << s.C << " H " << s.H);
+    requireNear(by_algorithm[1], im2col, 2e-6 * 9 * s.C, 1e-4);
+  }
+}
+

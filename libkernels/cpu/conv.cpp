@@ -3,8 +3,10 @@
 // Float Conv = im2col + the packed GEMM (gemm_micro.h), one GEMM per image, group and chunk of
 // output pixels (about 1 MiB of im2col each, so it is still cached when the GEMM packs it):
 //   Y_g[Mg x P] = W_g[Mg x Cg*k] * col[Cg*k x P]   (P output pixels, k kernel taps)
-// with two shortcuts: a 1x1/stride-1/unpadded conv multiplies X directly (no im2col), and a
-// depthwise 2-D conv (one input channel per group) runs a direct loop. The bias, and for
+// with three shortcuts: a 1x1/stride-1/unpadded conv multiplies X directly (no im2col), a
+// depthwise 2-D conv (one input channel per group) runs a direct loop, and a 3x3 stride-1 conv
+// with constant weights and enough channels runs Winograd F(2x2, 3x3) (conv_winograd.h: 2.25x
+// fewer multiplications, its filters transformed once per session). The bias, and for
 // FusedConv the residual and activation, are the GEMM's epilogue, applied in the micro-kernel's
 // registers: a fused conv runs the same loops as the plain one. Constant weights are packed
 // once per session into the GEMM's A panels (gemm_packed_state.h).
@@ -29,6 +31,7 @@
 #include "compute_common.h"
 #include "fusectl/kernels/epilogue.h"
 #include "conv_depthwise.h"
+#include "conv_winograd.h"
 #include "gemm_micro.h"
 #include "gemm_packed_state.h"
 #include "vec_kernels.h"
@@ -229,7 +232,7 @@ float* im2colScratch(int64_t floats) {
 // `packed_w`, when set, holds each group's W_g packed as the GEMM's A operand; `w` may then be
 // nullptr (a half weight has no float32 copy after the run that packed it).
 void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epilogue ep,
-               int threads, const PackedWeights* packed_w) {
+               int threads, const PackedWeights* packed_w, bool winograd) {
   const int64_t Cg = d.C / d.group, Mg = d.M / d.group;
   const int64_t taps = d.kernelTaps(), K = Cg * taps;
   const int64_t in_pixels = d.inPixels(), P = d.outPixels();
@@ -237,6 +240,21 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
   ep.bias_per_row = true;
   ep.ld_residual = P;
   if (d.N == 0 || d.M == 0 || P == 0) return;
+
+  if (winograd) {
+    Winograd3x3Shape s;
+    s.N = d.N;
+    s.C = d.C;
+    s.M = d.M;
+    s.H = d.win.in[0];
+    s.W = d.win.in[1];
+    s.OH = d.win.out[0];
+    s.OW = d.win.out[1];
+    s.pad_top = d.win.pad_begin[0];
+    s.pad_left = d.win.pad_begin[1];
+    convWinograd3x3(x, y, s, ep, packed_w->parts, threads);
+    return;
+  }
 
   // Depthwise: direct loop, parallel over (image, output channel); AVX-512 rows with the
   // epilogue in registers where the CPU has it (conv_depthwise.h).
@@ -297,6 +315,32 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
   });
 }
 
+// Whether Winograd F(2x2, 3x3) can compute this convolution: 2-D, 3x3, stride 1, undilated,
+// one group (any pads: the input transform reads zeros outside the input).
+bool winogradShape(const ConvDims& d) {
+  const Window& w = d.win;
+  if (w.rank() != 2 || d.group != 1) return false;
+  for (size_t i = 0; i < 2; ++i) {
+    if (w.kernel[i] != 3 || w.strides[i] != 1 || w.dilations[i] != 1) return false;
+    if (w.pad_begin[i] < 0 || w.pad_end[i] < 0) return false;
+  }
+  return true;
+}
+
+// Winograd where the shape allows it and it pays (or it is forced), for constant weights only:
+// its transformed filters are made once per session.
+bool useWinograd(const KernelContext& ctx, const ConvDims& d) {
+  const ConvAlgorithm forced = convForcedAlgorithm();
+  if (forced == ConvAlgorithm::Im2col || !winogradShape(d) || !ctx.inputIsConstant(1)) {
+    return false;
+  }
+  return forced == ConvAlgorithm::Winograd ||
+         winogradPays(d.C, d.M, d.win.out[0], d.win.out[1]);
+}
+
+// The packed-weights variant of the Winograd filters (the im2col packing uses the group count).
+constexpr int64_t kWinogradVariant = -1;
+
 // Shared by Conv and FusedConv: reads X, W, B (input 2) and, when fused, Z (input 3; see
 // fusedOperands for the gapless spellings).
 void runConv(KernelContext& ctx, bool fused) {
@@ -337,8 +381,14 @@ void runConv(KernelContext& ctx, bool fused) {
   // The weights, as the GEMM's A operand of each group, packed once per session.
   const int64_t Cg = d.C / d.group, Mg = d.M / d.group, K = Cg * d.kernelTaps();
   const bool gemm_path = !(Cg == 1 && d.win.rank() <= 2);
+  const bool winograd = gemm_path && useWinograd(ctx, d);
   const PackedWeights* packed =
-      gemm_path ? cachedPackedWeights(ctx, 1, d.group, [&](PackedWeights& pw) {
+      gemm_path ? cachedPackedWeights(ctx, 1, winograd ? kWinogradVariant : d.group,
+                                      [&](PackedWeights& pw) {
+        if (winograd) {
+          pw.parts = packWinogradFilters(wf.data(), d.M, d.C);
+          return;
+        }
         for (int64_t g = 0; g < d.group; ++g) {
           pw.parts.push_back(packGemmA(Mg, K, wf.data() + g * Mg * K, K, 1));
           if (!wf.inPlace()) pw.parts.back().source = nullptr;  // that copy ends with this call
@@ -347,7 +397,7 @@ void runConv(KernelContext& ctx, bool fused) {
                 : nullptr;
   // Cached half weights are read from their packed panels only: no float32 copy per run.
   const float* wp = packed && !wf.inPlace() ? nullptr : wf.data();
-  convFloat(xf.data(), wp, ys.data(), d, ep, ctx.numThreads(), packed);
+  convFloat(xf.data(), wp, ys.data(), d, ep, ctx.numThreads(), packed, winograd && packed);
   ys.commit();
 }
 

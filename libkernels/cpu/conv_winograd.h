@@ -1,0 +1,53 @@
+// Winograd F(2x2, 3x3) for 3x3, stride-1, undilated, ungrouped 2-D convolutions (Lavin & Gray,
+// "Fast Algorithms for Convolutional Neural Networks", 2015).
+//
+// Each 2x2 block of output pixels ("tile") is computed from the 4x4 input patch under it:
+//   Y = A^T [ (G g G^T) (.) (B^T d B) ] A
+// so a tile costs 16 multiply-adds per input/output channel pair instead of 36: 2.25x fewer
+// than the im2col GEMM. The 16 elementwise products over all channels are 16 independent GEMMs,
+//   M_e[M x T] = U_e[M x C] * V_e[C x T]      (e = 0..15, T tiles)
+// run by the packed GEMM (gemm_micro.h) with the transformed filters U_e packed once per session.
+// The input transform (V) and the output transform (A^T m A, then bias, residual and activation
+// while the rows are in L1) are single passes over a chunk of tile rows sized to stay in L2.
+//
+// Rounding differs from the im2col path (each output sums 16 products of transformed values,
+// with exact +-1 and 0.5 coefficients); the difference is of the order of float rounding over
+// the sum, and tests bound it against a double reference like the other paths.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fusectl/kernels/epilogue.h"
+#include "gemm_micro.h"
+
+namespace fusectl::kernels::cpu {
+
+// One image batch of a 3x3 stride-1 convolution: X [N, C, H, W] -> Y [N, M, OH, OW], with the
+// given leading pads (the trailing ones are implied by OH and OW).
+struct Winograd3x3Shape {
+  int64_t N = 0, C = 0, M = 0, H = 0, W = 0, OH = 0, OW = 0, pad_top = 0, pad_left = 0;
+};
+
+// Which algorithm convFloat uses for the convolutions Winograd can compute. Auto picks Winograd
+// where it was measured faster than im2col (winogradPays); the others force one, for tests and
+// benchmarks. Process-wide, like gemmForceKernel.
+enum class ConvAlgorithm { Auto, Im2col, Winograd };
+void convForceAlgorithm(ConvAlgorithm algorithm);
+ConvAlgorithm convForcedAlgorithm();
+
+// Whether F(2x2, 3x3) beats the im2col GEMM on this shape (see the measurements in the .cpp).
+bool winogradPays(int64_t C, int64_t M, int64_t OH, int64_t OW);
+
+// The 16 transformed filters U_e = (G g G^T)_e of W [M, C, 3, 3], each packed as the GEMM's A
+// operand (M x C) for the micro-kernel in use now. Their `source` is null: the transformed
+// filters are not kept unpacked.
+std::vector<PackedMatrix> packWinogradFilters(const float* w, int64_t M, int64_t C);
+
+// Y = epilogue(conv(X, W)) for the filters packed by packWinogradFilters (for the micro-kernel in
+// use now). The epilogue's bias is per output channel and its residual laid out like Y (of one
+// image when the pointer is set per image: the function offsets it per image itself).
+void convWinograd3x3(const float* x, float* y, const Winograd3x3Shape& s, const Epilogue& ep,
+                     const std::vector<PackedMatrix>& filters, int threads);
+
+}  // namespace fusectl::kernels::cpu
