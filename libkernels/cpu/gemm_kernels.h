@@ -47,6 +47,9 @@ struct GemmKernelSpec {
   int64_t kc, mc, nc;  // cache blocking: A panel + B panel in L1, A block in L2, B block in L3
   TileKernel tile;
   bool vector_exp;  // Sigmoid, Silu, Tanh and Gelu in registers (hasVectorActivation)
+  // A one-column tile reads only b[k * b_stride] (no NR-wide panel), so a product with N = 1
+  // reads B in place instead of packing it into a zero-padded panel NR times its size.
+  bool column_in_place = false;
 };
 
 // Which activations a vector kernel computes in registers (the others run the scalar

@@ -132,8 +132,47 @@ FUSECTL_AVX512 void tileAvx512Rows(const TileArgs& t) {
   }
 }
 
+// A one-column tile (a matrix-vector product: N = 1, as in the 1x1 convolutions of a
+// squeeze-and-excitation block, or a panel's last column): the A panel's 8 rows of one k are one
+// vector, multiplied by that k's single B value. The 2-D tile would spend 8 broadcasts and 8
+// FMAs per k on one useful lane each; this spends one load and one FMA, over four independent
+// sums. The epilogue is the scalar one (Epilogue::activate) on the few values stored.
+FUSECTL_AVX512 void tileColumn512(const TileArgs& t) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  const float* a = t.a;
+  const float* b = t.b;
+  const int64_t bs = t.b_stride;
+  int64_t k = 0;
+  for (; k + 4 <= t.kc; k += 4) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(a + (k + j) * kMr512),
+                               _mm256_set1_ps(b[(k + j) * bs]), acc[j]);
+    }
+  }
+  for (; k < t.kc; ++k) {
+    acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + k * kMr512), _mm256_set1_ps(b[k * bs]), acc[0]);
+  }
+  alignas(32) float sum[kMr512];
+  _mm256_store_ps(sum, _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  const TileEpilogue* ep = t.ep;
+  for (int r = 0; r < t.rows; ++r) {
+    float* c = t.c + r * t.ldc;
+    float v = sum[r];
+    if (t.load_c) v = *c + v;
+    if (ep) {
+      if (ep->bias) v += ep->bias_per_row ? ep->bias[r] : ep->bias[0];
+      if (ep->residual) v += ep->residual[r * ep->ld_residual];
+    }
+    *c = v;
+    if (ep) ep->full->activate(c, 1);
+  }
+}
+
 FUSECTL_AVX512 void tileAvx512(const TileArgs& t) {
-  if (t.cols <= 16) tileAvx512Rows<true>(t);
+  if (t.cols == 1) tileColumn512(t);
+  else if (t.cols <= 16) tileAvx512Rows<true>(t);
   else tileAvx512Rows<false>(t);
 }
 
@@ -263,7 +302,8 @@ FUSECTL_AVX2 void tileAvx2(const TileArgs& t) {
 // (384 KiB), the KC x NR panel of B is reused across the A panels of an MC block. Measured on
 // 1024^3 (CPU-time medians, bench_gemm --clock cpu): KC 512 beat 192/256/384 by 5-15%, as C is
 // loaded and stored half as often; the ResNet-50 conv shapes did not change beyond noise.
-const GemmKernelSpec kAvx512Spec = {"avx512", kMr512, kNr512, 512, 192, 4096, tileAvx512, true};
+const GemmKernelSpec kAvx512Spec = {"avx512", kMr512, kNr512, 512, 192, 4096, tileAvx512, true,
+                                    true};
 // 6 x 256 A panel + 256 x 16 B panel = 22 KiB in L1; 144 x 256 A block in L2.
 const GemmKernelSpec kAvx2Spec = {"avx2-fma", kMr256, 16, 256, 144, 4096, tileAvx2, false};
 

@@ -259,9 +259,12 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
   const float* B = p.B ? p.B : p.packed_b ? p.packed_b->source : nullptr;
   // Skinny products (the decode case) read a row-major B in place: streamed once, never packed.
   const bool direct_b = !pb && p.b_cs == 1 && i1 - i0 <= 2 * MR;
+  // One column (a matrix-vector product) is read in place by a kernel whose one-column tile
+  // needs no panel, whatever B's layout.
+  const bool column_b = !pb && !direct_b && j1 - j0 == 1 && s.column_in_place;
   thread_local ScratchBuffer abuf, bbuf, edgebuf;
   float* apack = pa ? nullptr : abuf.get(std::min(MC, roundUp(i1 - i0, MR)) * std::min(K, KC));
-  float* bpack = pb || direct_b
+  float* bpack = pb || direct_b || column_b
                      ? nullptr
                      : bbuf.get(std::min(K, KC) * std::min(NC, roundUp(j1 - j0, NR)));
   float* edge = direct_b ? edgebuf.get(std::min(K, KC) * NR) : nullptr;
@@ -286,7 +289,7 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
       const float* bblock = nullptr;
       if (pb) {
         bblock = pb->data.get() + pc * pb->padded + jc * kc;
-      } else if (!direct_b) {
+      } else if (!direct_b && !column_b) {
         packB(s, kc, nc, B + pc * p.b_rs + jc * p.b_cs, p.b_rs, p.b_cs, bpack);
         bblock = bpack;
       }
@@ -313,7 +316,10 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int64_t nr = std::min(NR, nc - jr);
           const int64_t col = jc + jr;
-          if (direct_b && nr == NR) {
+          if (column_b) {
+            t.b = B + pc * p.b_rs + col * p.b_cs;
+            t.b_stride = p.b_rs;
+          } else if (direct_b && nr == NR) {
             t.b = B + pc * p.b_rs + col;
             t.b_stride = p.b_rs;
           } else if (direct_b) {  // the ragged last panel, zero-padded
