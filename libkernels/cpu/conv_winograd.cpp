@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <stdexcept>
+#include <string_view>
 
 #include "compute_common.h"
 #include "gemm_kernels.h"
@@ -272,9 +273,13 @@ struct Transforms {
   OutputTransform output;
 };
 
+// The AVX-512 transforms go with the AVX-512 GEMM kernel, so that a test forcing another
+// kernel also runs the portable transforms.
 Transforms transforms() {
 #ifdef FUSECTL_AVX512
-  if (avx512KernelSpec()) return {inputTransformAvx512, outputTransformAvx512};
+  if (std::string_view(gemmKernelName()) == "avx512") {
+    return {inputTransformAvx512, outputTransformAvx512};
+  }
 #endif
   return {inputTransformPortable, outputTransformPortable};
 }
