@@ -664,6 +664,31 @@ TEST_CASE("Winograd and im2col convolutions agree on ResNet shapes", "[kernels][
     const std::vector<double> im2col(by_algorithm[0].begin(), by_algorithm[0].end());
     INFO("C " << s.C << " H " << s.H);
     requireNear(by_algorithm[1], im2col, 2e-6 * 9 * s.C, 1e-4);
+    // Left to choose, the kernel takes Winograd on these shapes (winogradPays): bit for bit
+    // the forced Winograd result, which rounds differently from im2col.
+    REQUIRE(winogradPays(s.C, s.M, s.H, s.H));
+    StatefulNode automatic("", "Conv", 3, convAttrs(c), 0b110);
+    REQUIRE(valuesOf(automatic.run({&x, &w, &b}, 2)) == by_algorithm[1]);
+    REQUIRE(by_algorithm[1] != by_algorithm[0]);
+  }
+  // And keeps im2col where Winograd does not pay (16 channels) or cannot run (stride 2).
+  REQUIRE_FALSE(winogradPays(16, 64, 8, 8));
+  for (const int64_t stride : {int64_t{1}, int64_t{2}}) {
+    const int64_t C = stride == 1 ? 16 : 64;
+    const ConvSpec c = {{1, C, 8, 8}, 64, {3, 3}, {stride, stride}, {1, 1}, {1, 1, 1, 1}};
+    const std::vector<float> xv = randomFloats(C * 64, 93), wv = randomFloats(64 * C * 9, 94),
+                             bv = randomFloats(64, 95);
+    HostTensor x = floatTensor(c.x, xv), w = floatTensor({64, C, 3, 3}, wv),
+               b = floatTensor({64}, bv);
+    std::vector<float> im2col;
+    {
+      ForcedConvAlgorithm forced(ConvAlgorithm::Im2col);
+      StatefulNode conv("", "Conv", 3, convAttrs(c), 0b110);
+      im2col = valuesOf(conv.run({&x, &w, &b}));
+    }
+    StatefulNode automatic("", "Conv", 3, convAttrs(c), 0b110);
+    INFO("stride " << stride);
+    REQUIRE(valuesOf(automatic.run({&x, &w, &b})) == im2col);
   }
 }
 
