@@ -4,7 +4,7 @@
 // in its state as in a session).
 //
 //   bench_gemm [--repeat R] [--only gemm|skinny|cold|conv|conv3x3] [--clock wall|cpu]
-//              [--conv-algorithm auto|im2col|winograd]
+//              [--conv-algorithm auto|im2col|winograd|winograd4]
 //
 // conv3x3: 3x3 stride-1 shapes beyond ResNet-50's (small channel counts, large and tiny
 // images), to compare the im2col and Winograd convolutions (--conv-algorithm).
@@ -156,7 +156,8 @@ struct ConvShape {
 
 void benchConv(int repeat, const std::vector<ConvShape>& shapes) {
   using Shape = ConvShape;
-  const char* algorithm = convForcedAlgorithm() == ConvAlgorithm::Winograd ? "winograd"
+  const char* algorithm = convForcedAlgorithm() == ConvAlgorithm::Winograd4  ? "winograd4"
+                          : convForcedAlgorithm() == ConvAlgorithm::Winograd ? "winograd"
                           : convForcedAlgorithm() == ConvAlgorithm::Im2col ? "im2col"
                                                                            : "auto";
   const KernelInfo* conv = KernelRegistry::global().find("", "Conv", 17);
@@ -230,11 +231,12 @@ int main(int argc, char** argv) {
       const std::string v = argv[i + 1];
       if (v == "im2col") convForceAlgorithm(ConvAlgorithm::Im2col);
       else if (v == "winograd") convForceAlgorithm(ConvAlgorithm::Winograd);
+      else if (v == "winograd4") convForceAlgorithm(ConvAlgorithm::Winograd4);
       else if (v != "auto") return std::fprintf(stderr, "unknown --conv-algorithm %s\n", v.c_str()), 2;
     } else {
       std::fprintf(stderr,
                    "usage: bench_gemm [--repeat R] [--only gemm|skinny|cold|conv|conv3x3] "
-                   "[--clock wall|cpu] [--conv-algorithm auto|im2col|winograd]\n");
+                   "[--clock wall|cpu] [--conv-algorithm auto|im2col|winograd|winograd4]\n");
       return 2;
     }
   }

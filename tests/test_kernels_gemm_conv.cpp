@@ -590,9 +590,9 @@ struct ForcedConvAlgorithm {
 
 }  // namespace
 
-TEST_CASE("Winograd F(2x2, 3x3) convolutions match the definition", "[kernels][gemm][winograd]") {
+TEST_CASE("Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions match the definition",
+          "[kernels][gemm][winograd]") {
   EachKernel kernels;
-  ForcedConvAlgorithm forced(ConvAlgorithm::Winograd);
   const std::vector<ConvSpec> cases = {
       {{1, 16, 8, 8}, 16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
       {{2, 19, 13, 11}, 21, {3, 3}, {1, 1}, {1, 1}, {1, 0, 2, 1}},  // odd sizes, uneven pads
@@ -619,6 +619,8 @@ TEST_CASE("Winograd F(2x2, 3x3) convolutions match the definition", "[kernels][g
     const double atol = 2e-5 * (wn / c.M + 1);
     const std::vector<double> plain = convReference(c, xv, wv, bv, nullptr, Activation::None);
     const std::vector<double> silu = convReference(c, xv, wv, bv, &zv, Activation::Silu);
+    for (const ConvAlgorithm algorithm : {ConvAlgorithm::Winograd, ConvAlgorithm::Winograd4}) {
+    ForcedConvAlgorithm forced(algorithm);
     for (const std::string& isa : kernels.names) {
       REQUIRE(gemmForceKernel(isa.c_str()));
       StatefulNode conv("", "Conv", 3, convAttrs(c), 0b110);
@@ -629,7 +631,8 @@ TEST_CASE("Winograd F(2x2, 3x3) convolutions match the definition", "[kernels][g
       StatefulNode fused("fusectl", "FusedConv", 4, attrs, 0b110);
       for (int threads : {1, 2, 3}) {
         for (int run = 0; run < 2; ++run) {  // the second run uses the kept filters
-          INFO("case " << id << " kernel " << isa << " threads " << threads << " run " << run);
+          INFO("case " << id << " tile " << (algorithm == ConvAlgorithm::Winograd4 ? 4 : 2)
+                        << " kernel " << isa << " threads " << threads << " run " << run);
           const HostTensor y = conv.run({&x, &w, &b}, threads);
           REQUIRE(y.dims() == yd);
           requireNear(valuesOf(y), plain, atol, 1e-4);
@@ -637,6 +640,7 @@ TEST_CASE("Winograd F(2x2, 3x3) convolutions match the definition", "[kernels][g
           requireNear(valuesOf(varying.run({&x, &w, &b}, threads)), plain, atol, 1e-4);
         }
       }
+    }
     }
   }
 }
@@ -653,9 +657,10 @@ TEST_CASE("Winograd and im2col convolutions agree on ResNet shapes", "[kernels][
     const std::vector<float> xv = randomFloats(s.C * s.H * s.H, 90),
                              wv = randomFloats(s.M * s.C * 9, 91), bv = randomFloats(s.M, 92);
     HostTensor x = floatTensor(c.x, xv), w = floatTensor(wd, wv), b = floatTensor({s.M}, bv);
-    std::vector<float> by_algorithm[2];
-    const ConvAlgorithm algorithms[] = {ConvAlgorithm::Im2col, ConvAlgorithm::Winograd};
-    for (int a = 0; a < 2; ++a) {
+    std::vector<float> by_algorithm[3];
+    const ConvAlgorithm algorithms[] = {ConvAlgorithm::Im2col, ConvAlgorithm::Winograd,
+                                        ConvAlgorithm::Winograd4};
+    for (int a = 0; a < 3; ++a) {
       ForcedConvAlgorithm forced(algorithms[a]);
       StatefulNode conv("", "Conv", 3, convAttrs(c), 0b110);
       by_algorithm[a] = valuesOf(conv.run({&x, &w, &b}, 2));
@@ -665,14 +670,20 @@ TEST_CASE("Winograd and im2col convolutions agree on ResNet shapes", "[kernels][
     const std::vector<double> im2col(by_algorithm[0].begin(), by_algorithm[0].end());
     INFO("C " << s.C << " H " << s.H);
     requireNear(by_algorithm[1], im2col, 2e-6 * 9 * s.C, 1e-4);
-    // Left to choose, the kernel takes Winograd on these shapes (winogradPays): bit for bit
-    // the forced Winograd result, which rounds differently from im2col.
-    REQUIRE(winogradPays(s.C, s.M, s.H, s.H));
+    requireNear(by_algorithm[2], im2col, 2e-6 * 9 * s.C, 1e-4);
+    // Left to choose, the kernel takes Winograd on these shapes (winogradTile): bit for bit
+    // the forced result of that tile, which rounds differently from im2col.
+    const int tile = winogradTile(s.C, s.M, s.H, s.H);
+    REQUIRE(tile != 0);
     StatefulNode automatic("", "Conv", 3, convAttrs(c), 0b110);
-    REQUIRE(valuesOf(automatic.run({&x, &w, &b}, 2)) == by_algorithm[1]);
+    REQUIRE(valuesOf(automatic.run({&x, &w, &b}, 2)) == by_algorithm[tile == 4 ? 2 : 1]);
     REQUIRE(by_algorithm[1] != by_algorithm[0]);
+    REQUIRE(by_algorithm[2] != by_algorithm[1]);
   }
-  // And keeps im2col where Winograd does not pay (16 channels) or cannot run (stride 2).
+  REQUIRE(winogradTile(64, 64, 56, 56) == 4);
+  REQUIRE(winogradTile(256, 256, 14, 14) == 2);
+  // And keeps im2col where Winograd does not pay (16 channels on a small plane) or cannot run
+  // (stride 2).
   REQUIRE_FALSE(winogradPays(16, 64, 8, 8));
   for (const int64_t stride : {int64_t{1}, int64_t{2}}) {
     const int64_t C = stride == 1 ? 16 : 64;

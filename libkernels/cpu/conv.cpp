@@ -327,19 +327,15 @@ bool winogradShape(const ConvDims& d) {
   return true;
 }
 
-// Winograd where the shape allows it and it pays (or it is forced), for constant weights only:
-// its transformed filters are made once per session.
-bool useWinograd(const KernelContext& ctx, const ConvDims& d) {
+// The Winograd tile (2 or 4) where the shape allows it and it pays (or it is forced), for
+// constant weights only: its transformed filters are made once per session; 0 for im2col.
+int winogradTileFor(const KernelContext& ctx, const ConvDims& d) {
   const ConvAlgorithm forced = convForcedAlgorithm();
-  if (forced == ConvAlgorithm::Im2col || !winogradShape(d) || !ctx.inputIsConstant(1)) {
-    return false;
-  }
-  return forced == ConvAlgorithm::Winograd ||
-         winogradPays(d.C, d.M, d.win.out[0], d.win.out[1]);
+  if (forced == ConvAlgorithm::Im2col || !winogradShape(d) || !ctx.inputIsConstant(1)) return 0;
+  if (forced == ConvAlgorithm::Winograd) return 2;
+  if (forced == ConvAlgorithm::Winograd4) return 4;
+  return winogradTile(d.C, d.M, d.win.out[0], d.win.out[1]);
 }
-
-// The packed-weights variant of the Winograd filters (the im2col packing uses the group count).
-constexpr int64_t kWinogradVariant = -1;
 
 // Shared by Conv and FusedConv: reads X, W, B (input 2) and, when fused, Z (input 3; see
 // fusedOperands for the gapless spellings).
@@ -381,12 +377,14 @@ void runConv(KernelContext& ctx, bool fused) {
   // The weights, as the GEMM's A operand of each group, packed once per session.
   const int64_t Cg = d.C / d.group, Mg = d.M / d.group, K = Cg * d.kernelTaps();
   const bool gemm_path = !(Cg == 1 && d.win.rank() <= 2);
-  const bool winograd = gemm_path && useWinograd(ctx, d);
+  const int winograd_tile = gemm_path ? winogradTileFor(ctx, d) : 0;
+  const bool winograd = winograd_tile != 0;
+  // The packed-weights variant: the group count for im2col, minus the tile for Winograd.
   const PackedWeights* packed =
-      gemm_path ? cachedPackedWeights(ctx, 1, winograd ? kWinogradVariant : d.group,
+      gemm_path ? cachedPackedWeights(ctx, 1, winograd ? -winograd_tile : d.group,
                                       [&](PackedWeights& pw) {
         if (winograd) {
-          pw.parts = packWinogradFilters(wf.data(), d.M, d.C);
+          pw.parts = packWinogradFilters(wf.data(), d.M, d.C, winograd_tile);
           return;
         }
         for (int64_t g = 0; g < d.group; ++g) {

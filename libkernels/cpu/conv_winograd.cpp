@@ -1,4 +1,4 @@
-// Winograd F(2x2, 3x3) convolution (see conv_winograd.h).
+// Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions (see conv_winograd.h).
 #include "conv_winograd.h"
 
 #include <algorithm>
@@ -15,7 +15,35 @@ namespace {
 
 std::atomic<ConvAlgorithm> g_algorithm{ConvAlgorithm::Auto};
 
-constexpr int64_t kTransformed = 16;  // values per tile after the transforms (4x4)
+// The transforms of F(m x m, 3 x 3) (Lavin & Gray): an m x m output tile from the n x n input
+// patch under it, n = m + 2, through n * n products per channel pair.
+template <int TM>
+struct WinogradMatrices;
+
+template <>
+struct WinogradMatrices<2> {
+  static constexpr int n = 4;
+  static constexpr float bt[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
+  static constexpr float at[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
+  static constexpr double g[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+};
+
+// Interpolation points 0, +-1, +-2 and infinity.
+template <>
+struct WinogradMatrices<4> {
+  static constexpr int n = 6;
+  static constexpr float bt[6][6] = {{4, 0, -5, 0, 1, 0},  {0, -4, -4, 1, 1, 0},
+                                     {0, 4, -4, -1, 1, 0}, {0, -2, -1, 2, 1, 0},
+                                     {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}};
+  static constexpr float at[4][6] = {
+      {1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
+  static constexpr double g[6][3] = {{1.0 / 4, 0, 0},
+                                     {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                     {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                     {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                     {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                     {0, 0, 1}};
+};
 
 // A chunk of tile rows is transformed, multiplied and transformed back before the next one, so
 // that V (16 x C x tiles) and the products (16 x M x tiles) are still cached when the next phase
@@ -30,30 +58,35 @@ float* grow(std::vector<float>& buffer, int64_t floats) {
   return buffer.data();
 }
 
-// Floats per scratch row of the input transform: the padded row (2 * TW + 2) and slack for the
-// whole-vector reads past its end.
-int64_t transformRowFloats(int64_t TW) { return (2 * TW + 2 + 34 + 15) / 16 * 16; }
+// Floats per scratch row of the transforms: the padded input row (TM * TW + 2) and slack for
+// the whole-vector reads, gathers and scatters past its end.
+int64_t transformRowFloats(int TM, int64_t TW) {
+  return (TM * TW + 2 + 16 * TM + 34 + 15) / 16 * 16;
+}
 
 // V = B^T d B for the tiles of rows [ty0, ty1) of one input channel `xc` (H x W), written to
-// V_e[c][t] at v + e * plane + t (t counts the chunk's tiles row by row). `rows` holds 8 rows
-// of transformRowFloats(TW): the four zero-padded input rows under a tile row, then B^T d of
-// them.
-// The loops run over whole rows with unit or stride-2 access, which the compiler vectorizes.
-inline __attribute__((always_inline)) void inputTransformBody(
-    const float* xc, int64_t H, int64_t W, int64_t pad_top, int64_t pad_left, int64_t TW,
-    int64_t ty0, int64_t ty1, float* v, int64_t plane, float* rows) {
-  const int64_t Wp = 2 * TW + 2, stride = transformRowFloats(TW);
-  float* p[4];
-  float* t[4];
-  for (int i = 0; i < 4; ++i) {
+// V_e[c][t] at v + e * plane + t (t counts the chunk's tiles row by row). `rows` holds 2n rows
+// of transformRowFloats: the n zero-padded input rows under a tile row, then B^T d of them.
+// The loops run over whole rows with unit or stride-TM access, which the compiler vectorizes;
+// the coefficient loops unroll, so that the zero coefficients drop out.
+template <int TM>
+void inputTransformPortable(const float* xc, int64_t H, int64_t W, int64_t pad_top,
+                            int64_t pad_left, int64_t TW, int64_t ty0, int64_t ty1, float* v,
+                            int64_t plane, float* rows) {
+  using T = WinogradMatrices<TM>;
+  constexpr int N = T::n;
+  const int64_t Wp = TM * TW + 2, stride = transformRowFloats(TM, TW);
+  float* p[N];
+  float* t[N];
+  for (int i = 0; i < N; ++i) {
     p[i] = rows + i * stride;
-    t[i] = rows + (4 + i) * stride;
+    t[i] = rows + (N + i) * stride;
   }
   // Padded column q holds input column q - pad_left.
   const int64_t q0 = std::min(pad_left, Wp), q1 = std::max(q0, std::min(pad_left + W, Wp));
   for (int64_t ty = ty0; ty < ty1; ++ty) {
-    for (int i = 0; i < 4; ++i) {
-      const int64_t ih = 2 * ty - pad_top + i;
+    for (int i = 0; i < N; ++i) {
+      const int64_t ih = TM * ty - pad_top + i;
       float* __restrict pr = p[i];
       if (ih < 0 || ih >= H) {
         std::fill(pr, pr + Wp, 0.f);
@@ -63,84 +96,86 @@ inline __attribute__((always_inline)) void inputTransformBody(
       std::copy(xc + ih * W + (q0 - pad_left), xc + ih * W + (q1 - pad_left), pr + q0);
       std::fill(pr + q1, pr + Wp, 0.f);
     }
-    {
-      const float* __restrict d0 = p[0];
-      const float* __restrict d1 = p[1];
-      const float* __restrict d2 = p[2];
-      const float* __restrict d3 = p[3];
-      float* __restrict t0 = t[0];
-      float* __restrict t1 = t[1];
-      float* __restrict t2 = t[2];
-      float* __restrict t3 = t[3];
+#pragma GCC unroll 6
+    for (int i = 0; i < N; ++i) {
+      float* __restrict ti = t[i];
       for (int64_t q = 0; q < Wp; ++q) {
-        t0[q] = d0[q] - d2[q];
-        t1[q] = d1[q] + d2[q];
-        t2[q] = d2[q] - d1[q];
-        t3[q] = d1[q] - d3[q];
+        float acc = 0.f;
+#pragma GCC unroll 6
+        for (int j = 0; j < N; ++j) {
+          if (T::bt[i][j] != 0.f) acc += T::bt[i][j] * p[j][q];
+        }
+        ti[q] = acc;
       }
     }
     const int64_t base = (ty - ty0) * TW;
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < N; ++i) {
       const float* __restrict r = t[i];
-      float* __restrict v0 = v + (i * 4 + 0) * plane + base;
-      float* __restrict v1 = v + (i * 4 + 1) * plane + base;
-      float* __restrict v2 = v + (i * 4 + 2) * plane + base;
-      float* __restrict v3 = v + (i * 4 + 3) * plane + base;
       for (int64_t tx = 0; tx < TW; ++tx) {
-        const float a = r[2 * tx], b = r[2 * tx + 1], c = r[2 * tx + 2], d = r[2 * tx + 3];
-        v0[tx] = a - c;
-        v1[tx] = b + c;
-        v2[tx] = c - b;
-        v3[tx] = b - d;
+#pragma GCC unroll 6
+        for (int k = 0; k < N; ++k) {
+          float acc = 0.f;
+#pragma GCC unroll 6
+          for (int j = 0; j < N; ++j) {
+            if (T::bt[k][j] != 0.f) acc += T::bt[k][j] * r[TM * tx + j];
+          }
+          v[(i * N + k) * plane + base + tx] = acc;
+        }
       }
     }
   }
 }
 
 // Y = A^T m A for the tiles of rows [ty0, ty1) of one output channel: m_e at mo + e * plane,
-// the output plane (OH x OW) at yo. Each tile row gives two output rows, built in `rows`
-// (2 x 2 * TW floats), copied out without the columns past OW, then the epilogue is applied to
-// them while they are in L1.
-inline __attribute__((always_inline)) void outputTransformBody(
-    const float* mo, int64_t plane, int64_t TW, int64_t ty0, int64_t ty1, int64_t OH, int64_t OW,
-    float* yo, float* rows, const Epilogue& ep, int64_t oc) {
-  float* __restrict r0 = rows;
-  float* __restrict r1 = rows + 2 * TW;
-  const int64_t P = OH * OW;
-  for (int64_t ty = ty0; ty < ty1; ++ty) {
-    const float* m[kTransformed];
-    for (int64_t e = 0; e < kTransformed; ++e) m[e] = mo + e * plane + (ty - ty0) * TW;
-    for (int64_t tx = 0; tx < TW; ++tx) {
-      float s0[4], s1[4];
-      for (int j = 0; j < 4; ++j) {
-        s0[j] = m[j][tx] + m[4 + j][tx] + m[8 + j][tx];
-        s1[j] = m[4 + j][tx] - m[8 + j][tx] - m[12 + j][tx];
-      }
-      r0[2 * tx] = s0[0] + s0[1] + s0[2];
-      r0[2 * tx + 1] = s0[1] - s0[2] - s0[3];
-      r1[2 * tx] = s1[0] + s1[1] + s1[2];
-      r1[2 * tx + 1] = s1[1] - s1[2] - s1[3];
-    }
-    for (int64_t dy = 0; dy < 2; ++dy) {
-      const int64_t oh = 2 * ty + dy;
-      if (oh >= OH) break;
-      float* out = yo + oh * OW;
-      std::copy(dy ? r1 : r0, (dy ? r1 : r0) + OW, out);
-      if (!ep.empty()) ep.apply(out, P, oc, oh * OW, 1, OW);
-    }
-  }
-}
-
-void inputTransformPortable(const float* xc, int64_t H, int64_t W, int64_t pad_top,
-                            int64_t pad_left, int64_t TW, int64_t ty0, int64_t ty1, float* v,
-                            int64_t plane, float* rows) {
-  inputTransformBody(xc, H, W, pad_top, pad_left, TW, ty0, ty1, v, plane, rows);
-}
-
+// the output plane (OH x OW) at yo. Each tile row gives TM output rows, built in `rows`
+// (TM rows of transformRowFloats), copied out without the columns past OW, then the epilogue is
+// applied to them while they are in L1.
+template <int TM>
 void outputTransformPortable(const float* mo, int64_t plane, int64_t TW, int64_t ty0,
                              int64_t ty1, int64_t OH, int64_t OW, float* yo, float* rows,
                              const Epilogue& ep, int64_t oc) {
-  outputTransformBody(mo, plane, TW, ty0, ty1, OH, OW, yo, rows, ep, oc);
+  using T = WinogradMatrices<TM>;
+  constexpr int N = T::n;
+  const int64_t stride = transformRowFloats(TM, TW);
+  const int64_t P = OH * OW;
+  for (int64_t ty = ty0; ty < ty1; ++ty) {
+    const float* m[N * N];
+    for (int e = 0; e < N * N; ++e) m[e] = mo + e * plane + (ty - ty0) * TW;
+    for (int64_t tx = 0; tx < TW; ++tx) {
+      float s[TM][N];
+#pragma GCC unroll 6
+      for (int j = 0; j < N; ++j) {
+#pragma GCC unroll 4
+        for (int a = 0; a < TM; ++a) {
+          float acc = 0.f;
+#pragma GCC unroll 6
+          for (int i = 0; i < N; ++i) {
+            if (T::at[a][i] != 0.f) acc += T::at[a][i] * m[i * N + j][tx];
+          }
+          s[a][j] = acc;
+        }
+      }
+#pragma GCC unroll 4
+      for (int a = 0; a < TM; ++a) {
+#pragma GCC unroll 4
+        for (int b = 0; b < TM; ++b) {
+          float acc = 0.f;
+#pragma GCC unroll 6
+          for (int j = 0; j < N; ++j) {
+            if (T::at[b][j] != 0.f) acc += T::at[b][j] * s[a][j];
+          }
+          rows[a * stride + TM * tx + b] = acc;
+        }
+      }
+    }
+    for (int a = 0; a < TM; ++a) {
+      const int64_t oh = TM * ty + a;
+      if (oh >= OH) break;
+      float* out = yo + oh * OW;
+      std::copy(rows + a * stride, rows + a * stride + OW, out);
+      if (!ep.empty()) ep.apply(out, P, oc, oh * OW, 1, OW);
+    }
+  }
 }
 
 #ifdef FUSECTL_AVX512
@@ -155,7 +190,7 @@ inline __mmask16 firstLanes(int64_t n) {
 FUSECTL_AVX512 void inputTransformAvx512(const float* xc, int64_t H, int64_t W, int64_t pad_top,
                                          int64_t pad_left, int64_t TW, int64_t ty0, int64_t ty1,
                                          float* v, int64_t plane, float* rows) {
-  const int64_t Wp = 2 * TW + 2, stride = transformRowFloats(TW);
+  const int64_t Wp = 2 * TW + 2, stride = transformRowFloats(2, TW);
   float* p[4];
   float* t[4];
   for (int i = 0; i < 4; ++i) {
@@ -264,6 +299,173 @@ FUSECTL_AVX512 void outputTransformAvx512(const float* mo, int64_t plane, int64_
     }
   }
 }
+
+// F(4x4, 3x3): tiles 4 columns apart, so the horizontal input transform deinterleaves 64
+// columns into 4 vectors (lane l holds column 4 l + j) and the output transform interleaves each
+// output row's 4 vectors back; the epilogue runs on them in registers.
+// d[k][l] = r[4 l + k] for the 64 floats at r: two rounds of even/odd selection.
+FUSECTL_AVX512 inline __attribute__((always_inline)) void deinterleave4(const float* r,
+                                                                       __m512* d) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512 l0 = _mm512_loadu_ps(r), l1 = _mm512_loadu_ps(r + 16);
+  const __m512 l2 = _mm512_loadu_ps(r + 32), l3 = _mm512_loadu_ps(r + 48);
+  const __m512 e01 = _mm512_permutex2var_ps(l0, even, l1), o01 = _mm512_permutex2var_ps(l0, odd, l1);
+  const __m512 e23 = _mm512_permutex2var_ps(l2, even, l3), o23 = _mm512_permutex2var_ps(l2, odd, l3);
+  d[0] = _mm512_permutex2var_ps(e01, even, e23);
+  d[1] = _mm512_permutex2var_ps(o01, even, o23);
+  d[2] = _mm512_permutex2var_ps(e01, odd, e23);
+  d[3] = _mm512_permutex2var_ps(o01, odd, o23);
+}
+
+// The inverse: out[4 l + k] = y[k][l], as four vectors of 16 (out[0..15], ..., out[48..63]).
+FUSECTL_AVX512 inline __attribute__((always_inline)) void interleave4(const __m512* y,
+                                                                     __m512* out) {
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  // u = (y0, y2) interleaved, v = (y1, y3): then (u, v) interleaved is (y0, y1, y2, y3).
+  const __m512 u_lo = _mm512_permutex2var_ps(y[0], lo, y[2]);
+  const __m512 u_hi = _mm512_permutex2var_ps(y[0], hi, y[2]);
+  const __m512 v_lo = _mm512_permutex2var_ps(y[1], lo, y[3]);
+  const __m512 v_hi = _mm512_permutex2var_ps(y[1], hi, y[3]);
+  out[0] = _mm512_permutex2var_ps(u_lo, lo, v_lo);
+  out[1] = _mm512_permutex2var_ps(u_lo, hi, v_lo);
+  out[2] = _mm512_permutex2var_ps(u_hi, lo, v_hi);
+  out[3] = _mm512_permutex2var_ps(u_hi, hi, v_hi);
+}
+
+template <int TM>
+FUSECTL_AVX512 void inputTransformAvx512By4(const float* xc, int64_t H, int64_t W,
+                                               int64_t pad_top, int64_t pad_left, int64_t TW,
+                                               int64_t ty0, int64_t ty1, float* v,
+                                               int64_t plane, float* rows) {
+  using T = WinogradMatrices<TM>;
+  constexpr int N = T::n;
+  const int64_t Wp = TM * TW + 2, stride = transformRowFloats(TM, TW);
+  float* p[N];
+  float* t[N];
+  for (int i = 0; i < N; ++i) {
+    p[i] = rows + i * stride;
+    t[i] = rows + (N + i) * stride;
+  }
+  const int64_t q0 = std::min(pad_left, Wp), q1 = std::max(q0, std::min(pad_left + W, Wp));
+  for (int64_t ty = ty0; ty < ty1; ++ty) {
+    for (int i = 0; i < N; ++i) {
+      const int64_t ih = TM * ty - pad_top + i;
+      float* pr = p[i];
+      if (ih < 0 || ih >= H) {
+        std::fill(pr, pr + Wp, 0.f);
+        continue;
+      }
+      std::fill(pr, pr + q0, 0.f);
+      std::copy(xc + ih * W + (q0 - pad_left), xc + ih * W + (q1 - pad_left), pr + q0);
+      std::fill(pr + q1, pr + Wp, 0.f);
+    }
+    for (int64_t q = 0; q < Wp; q += 16) {  // whole vectors: the rows have slack
+      __m512 d[N];
+      for (int j = 0; j < N; ++j) d[j] = _mm512_loadu_ps(p[j] + q);
+#pragma GCC unroll 6
+      for (int i = 0; i < N; ++i) {
+        __m512 acc = _mm512_setzero_ps();
+#pragma GCC unroll 6
+        for (int j = 0; j < N; ++j) {
+          if (T::bt[i][j] != 0.f) acc = _mm512_fmadd_ps(_mm512_set1_ps(T::bt[i][j]), d[j], acc);
+        }
+        _mm512_storeu_ps(t[i] + q, acc);
+      }
+    }
+    const int64_t base = (ty - ty0) * TW;
+    for (int64_t tx = 0; tx < TW; tx += 16) {
+      const __mmask16 m = firstLanes(TW - tx);
+      for (int i = 0; i < N; ++i) {
+        const float* r = t[i] + TM * tx;
+        __m512 d[N];
+        static_assert(TM == 4, "the deinterleave below is by 4");
+        deinterleave4(r, d);  // columns 0-3 of 16 tiles
+        __m512 next[4];
+        deinterleave4(r + 4, next);  // columns 4 and 5: the next tile's 0 and 1
+        d[4] = next[0];
+        d[5] = next[1];
+#pragma GCC unroll 6
+        for (int k = 0; k < N; ++k) {
+          __m512 acc = _mm512_setzero_ps();
+#pragma GCC unroll 6
+          for (int j = 0; j < N; ++j) {
+            if (T::bt[k][j] != 0.f) acc = _mm512_fmadd_ps(_mm512_set1_ps(T::bt[k][j]), d[j], acc);
+          }
+          _mm512_mask_storeu_ps(v + (i * N + k) * plane + base + tx, m, acc);
+        }
+      }
+    }
+  }
+}
+
+template <int TM>
+FUSECTL_AVX512 void outputTransformAvx512By4(const float* mo, int64_t plane, int64_t TW,
+                                                 int64_t ty0, int64_t ty1, int64_t OH,
+                                                 int64_t OW, float* yo, float* /*rows*/,
+                                                 const Epilogue& ep, int64_t oc) {
+  using T = WinogradMatrices<TM>;
+  constexpr int N = T::n;
+  const __m512 bias = _mm512_set1_ps(ep.bias ? ep.bias[oc] : 0.f);
+  const float* residual = ep.residual ? ep.residual + oc * ep.ld_residual : nullptr;
+  const Activation act = ep.activation;
+  for (int64_t ty = ty0; ty < ty1; ++ty) {
+    const float* m = mo + (ty - ty0) * TW;
+    for (int64_t tx = 0; tx < TW; tx += 16) {
+      const __mmask16 in = firstLanes(TW - tx);
+      __m512 s[TM][N];
+#pragma GCC unroll 6
+      for (int j = 0; j < N; ++j) {
+        __m512 col[N];
+#pragma GCC unroll 6
+        for (int i = 0; i < N; ++i) col[i] = _mm512_maskz_loadu_ps(in, m + (i * N + j) * plane + tx);
+#pragma GCC unroll 4
+        for (int a = 0; a < TM; ++a) {
+          __m512 acc = _mm512_setzero_ps();
+#pragma GCC unroll 6
+          for (int i = 0; i < N; ++i) {
+            if (T::at[a][i] != 0.f) acc = _mm512_fmadd_ps(_mm512_set1_ps(T::at[a][i]), col[i], acc);
+          }
+          s[a][j] = acc;
+        }
+      }
+      const int64_t col0 = TM * tx;
+#pragma GCC unroll 4
+      for (int a = 0; a < TM; ++a) {
+        const int64_t oh = TM * ty + a;
+        if (oh >= OH) break;
+        __m512 y[TM];
+#pragma GCC unroll 4
+        for (int b = 0; b < TM; ++b) {
+          __m512 acc = _mm512_setzero_ps();
+#pragma GCC unroll 6
+          for (int j = 0; j < N; ++j) {
+            if (T::at[b][j] != 0.f) acc = _mm512_fmadd_ps(_mm512_set1_ps(T::at[b][j]), s[a][j], acc);
+          }
+          y[b] = acc;
+        }
+        static_assert(TM == 4, "the interleave below is by 4");
+        __m512 row[4];
+        interleave4(y, row);
+        float* out = yo + oh * OW;
+        const float* z = residual ? residual + oh * OW : nullptr;
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+          const int64_t col = col0 + 16 * q;
+          const __mmask16 mk = firstLanes(OW - col);
+          if (!mk) break;
+          __m512 val = row[q];
+          if (ep.bias) val = _mm512_add_ps(val, bias);
+          if (z) val = _mm512_add_ps(val, _mm512_maskz_loadu_ps(mk, z + col));
+          if (act != Activation::None) val = activate512(val, act, ep.alpha, ep.beta);
+          _mm512_mask_storeu_ps(out + col, mk, val);
+        }
+      }
+    }
+  }
+}
 #endif
 
 using InputTransform = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
@@ -278,13 +480,15 @@ struct Transforms {
 
 // The AVX-512 transforms go with the AVX-512 GEMM kernel, so that a test forcing another
 // kernel also runs the portable transforms.
-Transforms transforms() {
+Transforms transforms(int tile) {
 #ifdef FUSECTL_AVX512
   if (std::string_view(gemmKernelName()) == "avx512") {
-    return {inputTransformAvx512, outputTransformAvx512};
+    if (tile == 2) return {inputTransformAvx512, outputTransformAvx512};
+    return {inputTransformAvx512By4<4>, outputTransformAvx512By4<4>};
   }
 #endif
-  return {inputTransformPortable, outputTransformPortable};
+  if (tile == 2) return {inputTransformPortable<2>, outputTransformPortable<2>};
+  return {inputTransformPortable<4>, outputTransformPortable<4>};
 }
 
 }  // namespace
@@ -294,67 +498,90 @@ void convForceAlgorithm(ConvAlgorithm algorithm) { g_algorithm.store(algorithm);
 ConvAlgorithm convForcedAlgorithm() { return g_algorithm.load(); }
 
 // Measured with bench_gemm --only conv3x3 (1 and 2 threads, AVX-512, best of three alternating
-// runs; bench/README.md): Winograd took 1.4-2.4x less time from 32 channels in and out and
-// 7x7 outputs up, including 1024 channels at 7x7 where its filters are 64 MiB. It lost on
-// small planes (4x4: 0.75-0.82x; 16 channels at 8x8: 0.87-0.92x), where the transforms cost as
-// much as the products they save, and gained little with 16 channels at 112x112 (1.06-1.11x).
-bool winogradPays(int64_t C, int64_t M, int64_t OH, int64_t OW) {
-  return C >= 32 && M >= 32 && OH >= 7 && OW >= 7;
+// runs; bench/README.md): F(2x2, 3x3) took 1.4-2.4x less time than im2col from 32 channels in and
+// out and 7x7 outputs up, including 1024 channels at 7x7 where its filters are 64 MiB. It lost
+// on small planes (4x4: 0.75-0.82x; 16 channels at 8x8: 0.87-0.92x), where the transforms cost
+// as much as the products they save, and gained little with 16 channels at 112x112
+// (1.06-1.11x). F(4x4, 3x3) took another 1.26-1.50x off F(2x2, 3x3) from 28x28 outputs up
+// (16-256 channels; 1.06-1.15x at 112x112 with 32-64 channels), 2x off im2col with 16 channels
+// at 112x112, but lost below (14x14: 0.64-1.11x, 7x7: 0.46-0.58x), where a 4-wide tile row
+// fills few vector lanes. Its filters take 4x the weights' memory (F(2x2, 3x3): 16/9x), so it
+// is kept to layers of at most 256 x 256 channels.
+int winogradTile(int64_t C, int64_t M, int64_t OH, int64_t OW) {
+  if (C >= 16 && M >= 16 && OH >= 28 && OW >= 28 && C * M <= 256 * 256) return 4;
+  if (C >= 32 && M >= 32 && OH >= 7 && OW >= 7) return 2;
+  return 0;
 }
 
-std::vector<PackedMatrix> packWinogradFilters(const float* w, int64_t M, int64_t C) {
+bool winogradPays(int64_t C, int64_t M, int64_t OH, int64_t OW) {
+  return winogradTile(C, M, OH, OW) != 0;
+}
+
+namespace {
+
+template <int TM>
+std::vector<PackedMatrix> packFilters(const float* w, int64_t M, int64_t C) {
+  using T = WinogradMatrices<TM>;
+  constexpr int N = T::n;
   const int64_t plane = M * C;
-  std::vector<float> u(static_cast<size_t>(kTransformed * plane));
-  // G g G^T in double, rounded once: G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1].
+  std::vector<float> u(static_cast<size_t>(N * N * plane));
+  // G g G^T in double, rounded once.
   for (int64_t mc = 0; mc < plane; ++mc) {
     const float* g = w + mc * 9;
-    double t[4][3];
-    for (int j = 0; j < 3; ++j) {
-      const double g0 = g[j], g1 = g[3 + j], g2 = g[6 + j];
-      t[0][j] = g0;
-      t[1][j] = 0.5 * (g0 + g1 + g2);
-      t[2][j] = 0.5 * (g0 - g1 + g2);
-      t[3][j] = g2;
+    double t[N][3];
+    for (int i = 0; i < N; ++i) {
+      for (int j = 0; j < 3; ++j) {
+        t[i][j] = T::g[i][0] * g[j] + T::g[i][1] * g[3 + j] + T::g[i][2] * g[6 + j];
+      }
     }
-    for (int i = 0; i < 4; ++i) {
-      float* ui = u.data() + i * 4 * plane + mc;
-      ui[0 * plane] = static_cast<float>(t[i][0]);
-      ui[1 * plane] = static_cast<float>(0.5 * (t[i][0] + t[i][1] + t[i][2]));
-      ui[2 * plane] = static_cast<float>(0.5 * (t[i][0] - t[i][1] + t[i][2]));
-      ui[3 * plane] = static_cast<float>(t[i][2]);
+    for (int i = 0; i < N; ++i) {
+      for (int k = 0; k < N; ++k) {
+        const double uik = t[i][0] * T::g[k][0] + t[i][1] * T::g[k][1] + t[i][2] * T::g[k][2];
+        u[static_cast<size_t>((i * N + k) * plane + mc)] = static_cast<float>(uik);
+      }
     }
   }
   std::vector<PackedMatrix> parts;
-  parts.reserve(kTransformed);
-  for (int64_t e = 0; e < kTransformed; ++e) {
+  parts.reserve(N * N);
+  for (int64_t e = 0; e < N * N; ++e) {
     parts.push_back(packGemmA(M, C, u.data() + e * plane, C, 1));
     parts.back().source = nullptr;  // u ends with this call
   }
   return parts;
 }
 
+}  // namespace
+
+std::vector<PackedMatrix> packWinogradFilters(const float* w, int64_t M, int64_t C, int tile) {
+  if (tile == 4) return packFilters<4>(w, M, C);
+  if (tile == 2) return packFilters<2>(w, M, C);
+  throw std::logic_error("packWinogradFilters: tile must be 2 or 4");
+}
+
 void convWinograd3x3(const float* x, float* y, const Winograd3x3Shape& s, const Epilogue& ep_in,
                      const std::vector<PackedMatrix>& filters, int threads) {
-  if (filters.size() != static_cast<size_t>(kTransformed) ||
-      !packedForCurrentKernel(filters[0])) {
-    throw std::logic_error("convWinograd3x3: filters not packed for the GEMM kernel in use");
+  const int TM = filters.size() == 36 ? 4 : filters.size() == 16 ? 2 : 0;
+  if (!TM || !packedForCurrentKernel(filters[0])) {
+    throw std::logic_error("convWinograd3x3: filters not packed by packWinogradFilters for the "
+                           "GEMM kernel in use");
   }
+  const int64_t E = static_cast<int64_t>(filters.size());  // products per tile: (TM + 2)^2
   const int64_t C = s.C, M = s.M, OH = s.OH, OW = s.OW, P = OH * OW;
   if (s.N <= 0 || M <= 0 || P <= 0) return;
-  const int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2;
+  const int64_t TH = (OH + TM - 1) / TM, TW = (OW + TM - 1) / TM;
   Epilogue ep = ep_in;
   ep.bias_per_row = true;
   ep.ld_residual = P;
-  // Each chunk streams all of U (16 x M x C) again: where U outgrows the L2, let a chunk's V
+  // Each chunk streams all of U (E x M x C) again: where U outgrows the L2, let a chunk's V
   // and products grow as large as U, so that the repeated filter traffic never exceeds theirs.
-  const int64_t chunk_floats = std::max(kChunkFloats, kTransformed * M * C);
-  const int64_t rows_per_chunk =
-      std::clamp<int64_t>(chunk_floats / (kTransformed * (C + M) * TW), 1, TH);
+  const int64_t chunk_floats = std::max(kChunkFloats, E * M * C);
+  const int64_t rows_per_chunk = std::clamp<int64_t>(chunk_floats / (E * (C + M) * TW), 1, TH);
   const int64_t max_tiles = rows_per_chunk * TW;
   thread_local std::vector<float> v_buffer, m_buffer;
-  float* V = grow(v_buffer, kTransformed * C * max_tiles);
-  float* Mo = grow(m_buffer, kTransformed * M * max_tiles);
-  const Transforms tf = transforms();
+  float* V = grow(v_buffer, E * C * max_tiles);
+  float* Mo = grow(m_buffer, E * M * max_tiles);
+  const Transforms tf = transforms(TM);
+  const int64_t row_floats = transformRowFloats(TM, TW);
 
   for (int64_t n = 0; n < s.N; ++n) {
     const float* xn = x + n * C * s.H * s.W;
@@ -365,13 +592,13 @@ void convWinograd3x3(const float* x, float* y, const Winograd3x3Shape& s, const 
       const int64_t ty1 = std::min(TH, ty0 + rows_per_chunk), tiles = (ty1 - ty0) * TW;
       parallelFor(C, threads, 4, [&](int64_t c0, int64_t c1) {
         thread_local std::vector<float> rows;
-        float* r = grow(rows, 8 * transformRowFloats(TW));
+        float* r = grow(rows, 2 * (TM + 2) * row_floats);
         for (int64_t c = c0; c < c1; ++c) {
           tf.input(xn + c * s.H * s.W, s.H, s.W, s.pad_top, s.pad_left, TW, ty0, ty1,
                    V + c * tiles, C * tiles, r);
         }
       });
-      parallelFor(kTransformed, threads, 1, [&](int64_t e0, int64_t e1) {
+      parallelFor(E, threads, 1, [&](int64_t e0, int64_t e1) {
         for (int64_t e = e0; e < e1; ++e) {
           GemmParams p = gemmParams(M, tiles, C, nullptr, C, false, V + e * C * tiles, tiles,
                                     false, Mo + e * M * tiles, tiles);
@@ -381,7 +608,7 @@ void convWinograd3x3(const float* x, float* y, const Winograd3x3Shape& s, const 
       });
       parallelFor(M, threads, 4, [&](int64_t m0, int64_t m1) {
         thread_local std::vector<float> rows;
-        float* r = grow(rows, 4 * TW);
+        float* r = grow(rows, TM * row_floats);
         for (int64_t oc = m0; oc < m1; ++oc) {
           tf.output(Mo + oc * tiles, M * tiles, TW, ty0, ty1, OH, OW, yn + oc * P, r, en, oc);
         }

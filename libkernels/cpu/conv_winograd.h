@@ -1,10 +1,11 @@
-// Winograd F(2x2, 3x3) for 3x3, stride-1, undilated, ungrouped 2-D convolutions (Lavin & Gray,
-// "Fast Algorithms for Convolutional Neural Networks", 2015).
+// Winograd F(2x2, 3x3) and F(4x4, 3x3) for 3x3, stride-1, undilated, ungrouped 2-D
+// convolutions (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2015).
 //
 // Each 2x2 block of output pixels ("tile") is computed from the 4x4 input patch under it:
 //   Y = A^T [ (G g G^T) (.) (B^T d B) ] A
 // so a tile costs 16 multiply-adds per input/output channel pair instead of 36: 2.25x fewer
-// than the im2col GEMM. The 16 elementwise products over all channels are 16 independent GEMMs,
+// than the im2col GEMM. F(4x4, 3x3) takes 6x6 patches: 36 for 144, 4x fewer, with larger
+// transform coefficients (up to 8 in A, 1/24 in G), so somewhat more rounding. The 16 elementwise products over all channels are 16 independent GEMMs,
 //   M_e[M x T] = U_e[M x C] * V_e[C x T]      (e = 0..15, T tiles)
 // run by the packed GEMM (gemm_micro.h) with the transformed filters U_e packed once per session.
 // The input transform (V) and the output transform (A^T m A, then bias, residual and activation
@@ -30,22 +31,25 @@ struct Winograd3x3Shape {
 };
 
 // Which algorithm convFloat uses for the convolutions Winograd can compute. Auto picks Winograd
-// where it was measured faster than im2col (winogradPays); the others force one, for tests and
-// benchmarks. Process-wide, like gemmForceKernel.
-enum class ConvAlgorithm { Auto, Im2col, Winograd };
+// where it was measured faster than im2col (winogradTile); the others force one (Winograd:
+// F(2x2, 3x3), Winograd4: F(4x4, 3x3)), for tests and benchmarks. Process-wide, like
+// gemmForceKernel.
+enum class ConvAlgorithm { Auto, Im2col, Winograd, Winograd4 };
 void convForceAlgorithm(ConvAlgorithm algorithm);
 ConvAlgorithm convForcedAlgorithm();
 
-// Whether F(2x2, 3x3) beats the im2col GEMM on this shape (see the measurements in the .cpp).
-bool winogradPays(int64_t C, int64_t M, int64_t OH, int64_t OW);
+// The Winograd output tile that beats the im2col GEMM on this shape: 2 (F(2x2, 3x3)), 4
+// (F(4x4, 3x3)), or 0 where im2col is faster (see the measurements in the .cpp).
+int winogradTile(int64_t C, int64_t M, int64_t OH, int64_t OW);
+bool winogradPays(int64_t C, int64_t M, int64_t OH, int64_t OW);  // winogradTile(...) != 0
 
-// The 16 transformed filters U_e = (G g G^T)_e of W [M, C, 3, 3], each packed as the GEMM's A
-// operand (M x C) for the micro-kernel in use now. Their `source` is null: the transformed
-// filters are not kept unpacked.
-std::vector<PackedMatrix> packWinogradFilters(const float* w, int64_t M, int64_t C);
+// The (tile + 2)^2 transformed filters U_e = (G g G^T)_e of W [M, C, 3, 3] (tile 2 or 4), each
+// packed as the GEMM's A operand (M x C) for the micro-kernel in use now. Their `source` is null:
+// the transformed filters are not kept unpacked.
+std::vector<PackedMatrix> packWinogradFilters(const float* w, int64_t M, int64_t C, int tile);
 
 // Y = epilogue(conv(X, W)) for the filters packed by packWinogradFilters (for the micro-kernel in
-// use now). The epilogue's bias is per output channel and its residual laid out like Y (of one
+// use now; their count says the tile). The epilogue's bias is per output channel and its residual laid out like Y (of one
 // image when the pointer is set per image: the function offsets it per image itself).
 void convWinograd3x3(const float* x, float* y, const Winograd3x3Shape& s, const Epilogue& ep,
                      const std::vector<PackedMatrix>& filters, int threads);
