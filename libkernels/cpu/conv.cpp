@@ -5,8 +5,9 @@
 //   Y_g[Mg x P] = W_g[Mg x Cg*k] * col[Cg*k x P]   (P output pixels, k kernel taps)
 // with three shortcuts: a 1x1/stride-1/unpadded conv multiplies X directly (no im2col), a
 // depthwise 2-D conv (one input channel per group) runs a direct loop, and a 3x3 stride-1 conv
-// with constant weights and enough channels runs Winograd F(2x2, 3x3) (conv_winograd.h: 2.25x
-// fewer multiplications, its filters transformed once per session). The bias, and for
+// with constant weights and enough channels runs Winograd F(2x2, 3x3) or, on planes of 28x28
+// and up, F(4x4, 3x3) (conv_winograd.h: 2.25x or 4x fewer multiplications, its filters
+// transformed once per session). The bias, and for
 // FusedConv the residual and activation, are the GEMM's epilogue, applied in the micro-kernel's
 // registers: a fused conv runs the same loops as the plain one. Constant weights are packed
 // once per session into the GEMM's A panels (gemm_packed_state.h).
