@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../libkernels/cpu/conv_pixel_rows.h"
 #include "../libkernels/cpu/conv_winograd.h"
 #include "../libkernels/cpu/gemm_micro.h"
 #include "fusectl/graph/graph.h"
@@ -530,6 +531,11 @@ TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][ge
       // slices, a last chunk of 4 pixels.
       {{1, 128, 30, 30}, 9, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
       {{1, 96, 31, 29}, 5, {3, 3}, {2, 2}, {1, 1}, {0, 1, 2, 1}},  // strided, uneven pads
+      // Pixels as GEMM rows (conv_pixel_rows.h): 7x7 and 9x9 planes, pointwise and im2col,
+      // two images, 96 channels (three 32-wide tiles).
+      {{1, 40, 7, 7}, 64, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      {{2, 24, 14, 14}, 96, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+      {{1, 16, 9, 9}, 64, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
   };
   int id = 0;
   for (const ConvSpec& c : cases) {
@@ -680,6 +686,10 @@ TEST_CASE("Winograd and im2col convolutions agree on ResNet shapes", "[kernels][
     REQUIRE(by_algorithm[1] != by_algorithm[0]);
     REQUIRE(by_algorithm[2] != by_algorithm[1]);
   }
+  REQUIRE(pixelRowsPay(49, 64));
+  REQUIRE(pixelRowsPay(81, 64));
+  REQUIRE_FALSE(pixelRowsPay(196, 64));  // 6 whole tiles and a 16-wide one: 94% used
+  REQUIRE_FALSE(pixelRowsPay(49, 32));
   REQUIRE(winogradTile(64, 64, 56, 56) == 4);
   REQUIRE(winogradTile(256, 256, 14, 14) == 2);
   // And keeps im2col where Winograd does not pay (16 channels on a small plane) or cannot run

@@ -32,6 +32,7 @@
 #include "compute_common.h"
 #include "fusectl/kernels/epilogue.h"
 #include "conv_depthwise.h"
+#include "conv_pixel_rows.h"
 #include "conv_winograd.h"
 #include "gemm_micro.h"
 #include "gemm_packed_state.h"
@@ -232,8 +233,11 @@ float* im2colScratch(int64_t floats) {
 // Float convolution with an epilogue (bias per output channel, residual laid out like Y).
 // `packed_w`, when set, holds each group's W_g packed as the GEMM's A operand; `w` may then be
 // nullptr (a half weight has no float32 copy after the run that packed it).
+// How convFloat multiplies: which product the packed weights were made for.
+enum class ConvProduct { ChannelRows, PixelRows, Winograd };
+
 void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epilogue ep,
-               int threads, const PackedWeights* packed_w, bool winograd) {
+               int threads, const PackedWeights* packed_w, ConvProduct product) {
   const int64_t Cg = d.C / d.group, Mg = d.M / d.group;
   const int64_t taps = d.kernelTaps(), K = Cg * taps;
   const int64_t in_pixels = d.inPixels(), P = d.outPixels();
@@ -242,7 +246,7 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
   ep.ld_residual = P;
   if (d.N == 0 || d.M == 0 || P == 0) return;
 
-  if (winograd) {
+  if (product == ConvProduct::Winograd) {
     Winograd3x3Shape s;
     s.N = d.N;
     s.C = d.C;
@@ -303,6 +307,18 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
         im2col(xg, Cg, d.win, p0, p1, col);
         bmat = col;
         ldb = p1 - p0;
+      }
+      if (product == ConvProduct::PixelRows) {  // one group (conv_pixel_rows.h)
+        thread_local std::vector<float> pixel_rows;
+        if (pixel_rows.size() < static_cast<size_t>((p1 - p0) * Mg)) {
+          pixel_rows.resize(static_cast<size_t>((p1 - p0) * Mg));
+        }
+        GemmParams pt = gemmParams(p1 - p0, Mg, K, bmat, ldb, true, w, K, true,
+                                   pixel_rows.data(), Mg);
+        pt.packed_b = &packed_w->parts[0];
+        gemm(pt, task_parallel ? 1 : threads);
+        storeChannelRows(pixel_rows.data(), p1 - p0, Mg, Mg, y + n * d.M * P + p0, P, en, p0);
+        continue;
       }
       GemmParams p = gemmParams(Mg, p1 - p0, K, w ? w + g * Mg * K : nullptr, K, false, bmat, ldb,
                                 false,
@@ -380,12 +396,24 @@ void runConv(KernelContext& ctx, bool fused) {
   const bool gemm_path = !(Cg == 1 && d.win.rank() <= 2);
   const int winograd_tile = gemm_path ? winogradTileFor(ctx, d) : 0;
   const bool winograd = winograd_tile != 0;
-  // The packed-weights variant: the group count for im2col, minus the tile for Winograd.
+  const bool pixel_rows = gemm_path && !winograd && d.group == 1 &&
+                          pixelRowsPay(d.outPixels(), d.M);
+  // The packed-weights variant: the group count for channels-by-pixels, minus the tile for
+  // Winograd, kPixelRowsVariant for pixels-by-channels.
+  constexpr int64_t kPixelRowsVariant = -100;
   const PackedWeights* packed =
-      gemm_path ? cachedPackedWeights(ctx, 1, winograd ? -winograd_tile : d.group,
+      gemm_path ? cachedPackedWeights(ctx, 1,
+                                      winograd     ? -winograd_tile
+                                      : pixel_rows ? kPixelRowsVariant
+                                                   : d.group,
                                       [&](PackedWeights& pw) {
         if (winograd) {
           pw.parts = packWinogradFilters(wf.data(), d.M, d.C, winograd_tile);
+          return;
+        }
+        if (pixel_rows) {  // W^T as the GEMM's B operand: K x M, read column by column
+          pw.parts.push_back(packGemmB(K, d.M, wf.data(), 1, K));
+          if (!wf.inPlace()) pw.parts.back().source = nullptr;
           return;
         }
         for (int64_t g = 0; g < d.group; ++g) {
@@ -396,7 +424,11 @@ void runConv(KernelContext& ctx, bool fused) {
                 : nullptr;
   // Cached half weights are read from their packed panels only: no float32 copy per run.
   const float* wp = packed && !wf.inPlace() ? nullptr : wf.data();
-  convFloat(xf.data(), wp, ys.data(), d, ep, ctx.numThreads(), packed, winograd && packed);
+  const ConvProduct product = !packed      ? ConvProduct::ChannelRows
+                              : winograd    ? ConvProduct::Winograd
+                              : pixel_rows  ? ConvProduct::PixelRows
+                                            : ConvProduct::ChannelRows;
+  convFloat(xf.data(), wp, ys.data(), d, ep, ctx.numThreads(), packed, product);
   ys.commit();
 }
 

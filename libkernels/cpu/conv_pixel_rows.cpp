@@ -1,0 +1,69 @@
+// Convolutions on small output planes as pixels x channels products (see conv_pixel_rows.h).
+#include "conv_pixel_rows.h"
+
+#include <string_view>
+
+#include "gemm_micro.h"
+#include "gemm_vector_epilogue.h"
+
+namespace fusectl::kernels::cpu {
+namespace {
+
+void storeChannelRowsPortable(const float* yt, int64_t rows, int64_t cols, int64_t ldt,
+                              float* y, int64_t ldy, const Epilogue& ep, int64_t col0) {
+  for (int64_t j = 0; j < cols; ++j) {
+    float* out = y + j * ldy;
+    for (int64_t i = 0; i < rows; ++i) out[i] = yt[i * ldt + j];
+    if (!ep.empty()) ep.apply(out, ldy, j, col0, 1, rows);
+  }
+}
+
+#ifdef FUSECTL_AVX512
+// Sixteen pixels of one channel at a time: a gather down the channel's column of yt (its lines
+// stay in L1 for the next 15 channels), then the epilogue in registers and one store.
+FUSECTL_AVX512 void storeChannelRowsAvx512(const float* yt, int64_t rows, int64_t cols,
+                                           int64_t ldt, float* y, int64_t ldy, const Epilogue& ep,
+                                           int64_t col0) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i index = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(ldt)));
+  const Activation act = ep.activation;
+  for (int64_t i = 0; i < rows; i += 16) {
+    const __mmask16 m =
+        rows - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (rows - i)) - 1);
+    const float* column = yt + i * ldt;
+    for (int64_t j = 0; j < cols; ++j) {
+      __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, index, column + j, 4);
+      if (ep.bias) v = _mm512_add_ps(v, _mm512_set1_ps(ep.bias[j]));
+      if (ep.residual) {
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, ep.residual + j * ep.ld_residual + col0 + i));
+      }
+      if (act != Activation::None) v = activate512(v, act, ep.alpha, ep.beta);
+      _mm512_mask_storeu_ps(y + j * ldy + i, m, v);
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+bool pixelRowsPay(int64_t P, int64_t M) {
+  // Columns the channels-by-pixels product computes: whole 32-wide tiles, and a last one of 16
+  // when at most 16 pixels are left.
+  const int64_t rest = P % 32;
+  const int64_t computed = P / 32 * 32 + (rest == 0 ? 0 : rest <= 16 ? 16 : 32);
+  return M >= 64 && P <= 256 && P < computed * 0.85;
+}
+
+void storeChannelRows(const float* yt, int64_t rows, int64_t cols, int64_t ldt, float* y,
+                      int64_t ldy, const Epilogue& ep, int64_t col0) {
+#ifdef FUSECTL_AVX512
+  // With the AVX-512 GEMM kernel, so that tests forcing another kernel run the portable path.
+  if (std::string_view(gemmKernelName()) == "avx512") {
+    storeChannelRowsAvx512(yt, rows, cols, ldt, y, ldy, ep, col0);
+    return;
+  }
+#endif
+  storeChannelRowsPortable(yt, rows, cols, ldt, y, ldy, ep, col0);
+}
+
+}  // namespace fusectl::kernels::cpu
