@@ -9,7 +9,11 @@
 # Env: MODELS (default "resnet50 mobilenet_v2 efficientnet_b0 bert_base"), THREADS ("1 2"),
 # RUNS (20), WARMUP (3), MEMORY_MODEL (resnet50; empty skips the memory section),
 # FUSECTL_ORT_DIR (/work/ort: the folder holding node_modules/onnxruntime-node),
-# PIN (1: 1-thread runs under `taskset -c 1`), OUT (bench/out/profile-<UTC time>: raw JSON kept).
+# PIN (1: 1-thread runs under `taskset -c 1`), OUT (bench/out/profile-<UTC time>: raw JSON kept),
+# ROUNDS (1): how many times each model's fusectl and ONNX Runtime measurements are repeated,
+# alternating. On a machine whose speed drifts, one round can put fusectl in a fast minute and
+# ONNX Runtime in a slow one; with ROUNDS > 1 the table gives the median over rounds and, for
+# fused / ORT all, the range of the per-round ratios (profile mode only).
 #
 # fusectl's side comes from `fusectl profile` (A/B/A/B in one process, JSON report) when the
 # binary has that subcommand. Older binaries fall back to `fusectl optimize -O3` and
@@ -27,6 +31,8 @@ runs=${RUNS:-20}
 warmup=${WARMUP:-3}
 memory_model=${MEMORY_MODEL-resnet50}
 pin=${PIN:-1}
+rounds=${ROUNDS:-1}
+[ "$rounds" -ge 1 ] 2>/dev/null || { echo "run_profile_bench: ROUNDS must be >= 1" >&2; exit 2; }
 export FUSECTL_ORT_DIR=${FUSECTL_ORT_DIR:-/work/ort}
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$here/out/profile-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -82,16 +88,23 @@ for m in $models; do
     block_runs=$(( (runs + 2) / 3 ))
   fi
   for t in $threads; do
-    echo "run_profile_bench: $m, $t thread(s)" >&2
     if [ "$mode" = profile ]; then
       mapfile -t args < <(input_args "$inputs")
-      # Exit 1 means a check failed (outputs differ): the report is still written, and the
-      # table says so; anything else is an error.
-      rc=0
-      pinned "$t" "$fusectl" profile "$model" "${args[@]}" --threads "$t" --runs "$runs" \
-        --warmup "$warmup" --json "$out/fusectl-$m-t$t.json" >"$out/fusectl-$m-t$t.txt" || rc=$?
-      [ "$rc" -le 1 ] && [ -f "$out/fusectl-$m-t$t.json" ] || die "fusectl profile $model failed (exit $rc)"
+      for ((round = 1; round <= rounds; round++)); do
+        echo "run_profile_bench: $m, $t thread(s), round $round of $rounds" >&2
+        # Exit 1 means a check failed (outputs differ): the report is still written, and the
+        # table says so; anything else is an error.
+        rc=0
+        report=$out/fusectl-$m-t$t-r$round
+        pinned "$t" "$fusectl" profile "$model" "${args[@]}" --threads "$t" --runs "$runs" \
+          --warmup "$warmup" --json "$report.json" >"$report.txt" || rc=$?
+        [ "$rc" -le 1 ] && [ -f "$report.json" ] || die "fusectl profile $model failed (exit $rc)"
+        pinned "$t" node "$here/ort_profile.js" "$model" "$inputs" --threads "$t" --runs "$runs" \
+          --warmup "$warmup" --levels disabled,all --label "$m#$round" >>"$out/ort.jsonl"
+      done
+      continue
     else
+      echo "run_profile_bench: $m, $t thread(s)" >&2
       for block in 1 2 3; do
         fallback_side "$model" "$t" "$inputs" >>"$out/fallback-$m-t$t-unfused.jsonl"
         fallback_side "$fused" "$t" "$inputs" >>"$out/fallback-$m-t$t-fused.jsonl"
@@ -139,20 +152,22 @@ if [ -n "$memory_model" ]; then
   rm -f "$out/time.tmp" "$out/rss-cmd.out"
 fi
 
-MODE=$mode MODELS_LIST=$models THREADS_LIST=$threads python3 - "$out" <<'EOF'
+MODE=$mode MODELS_LIST=$models THREADS_LIST=$threads ROUNDS_N=$rounds python3 - "$out" <<'EOF'
 import glob, json, os, statistics, sys
 
 out = sys.argv[1]
 mode = os.environ["MODE"]
+rounds = int(os.environ["ROUNDS_N"]) if mode == "profile" else 1
 ort = {}
 for line in open(os.path.join(out, "ort.jsonl")):
     r = json.loads(line)
-    ort[(r["label"], r["threads"], r["level"])] = r["median_ms"]
+    label, _, rnd = r["label"].partition("#")
+    ort[(label, r["threads"], r["level"], int(rnd or 1))] = r["median_ms"]
 
-def fusectl_side(m, t):
+def fusectl_side(m, t, rnd):
     """(unfused ms, fused ms, fused/unfused gain, unfused calls, fused calls, outputs agree)."""
     if mode == "profile":
-        j = json.load(open(os.path.join(out, f"fusectl-{m}-t{t}.json")))
+        j = json.load(open(os.path.join(out, f"fusectl-{m}-t{t}-r{rnd}.json")))
         u, f = j["sides"]["unfused"], j["sides"]["fused"]
         agree = {True: "yes", False: "NO"}.get(j.get("outputs_agree"), "-")
         return (u["median_ms"], f["median_ms"], j["speedup"]["median"],
@@ -170,19 +185,28 @@ head = ["model", "threads", "fusectl unfused ms", "fusectl fused (-O3) ms", "fus
         "ORT disabled ms", "ORT all ms", "ORT gain", "fused / ORT all", "goal met",
         "kernels unfused -> fused", "outputs agree"]
 print(f"\nfusectl ({'profile' if mode == 'profile' else 'optimize -O3 + bench_latency, fallback'}) "
-      f"vs ONNX Runtime, medians, batch 1; goal: fused <= 0.9x ORT all and fusectl gain >= ORT gain\n")
+      f"vs ONNX Runtime, medians, batch 1; goal: fused <= 0.9x ORT all and fusectl gain >= ORT gain"
+      + (f"; each figure the median of {rounds} alternating rounds, fused / ORT all with the range "
+         f"of the rounds' ratios" if rounds > 1 else "") + "\n")
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
 for m in os.environ["MODELS_LIST"].split():
     for t in map(int, os.environ["THREADS_LIST"].split()):
-        u, f, gain, uc, fc, agree = fusectl_side(m, t)
-        od, oa = ort[(m, t, "disabled")], ort[(m, t, "all")]
-        ratio, ort_gain = f / oa, od / oa
+        per_round = [fusectl_side(m, t, k) + (ort[(m, t, "disabled", k)], ort[(m, t, "all", k)])
+                     for k in range(1, rounds + 1)]
+        med = lambda i: statistics.median(r[i] for r in per_round)
+        u, f, gain, od, oa = med(0), med(1), med(2), med(6), med(7)
+        uc, fc = per_round[0][3], per_round[0][4]
+        agree = "yes" if all(r[5] == "yes" for r in per_round) else per_round[0][5]
+        ratios = [r[1] / r[7] for r in per_round]
+        ratio = statistics.median(ratios)
+        ort_gain = statistics.median(r[6] / r[7] for r in per_round)
+        ratio_text = f"{ratio:.2f}x" + (f" ({min(ratios):.2f}-{max(ratios):.2f})" if rounds > 1 else "")
         lat_ok, gain_ok = ratio <= 0.9, gain >= ort_gain
         goal = "yes" if lat_ok and gain_ok else \
             "no (" + ", ".join(w for w, ok in (("latency", lat_ok), ("gain", gain_ok)) if not ok) + ")"
         print(f"| {m} | {t} | {ms(u)} | {ms(f)} | {gain:.2f}x | {ms(od)} | {ms(oa)} | "
-              f"{ort_gain:.2f}x | {ratio:.2f}x | {goal} | {uc} -> {fc} | {agree} |")
+              f"{ort_gain:.2f}x | {ratio_text} | {goal} | {uc} -> {fc} | {agree} |")
 
 mem = os.path.join(out, "memory.jsonl")
 if os.path.exists(mem):
