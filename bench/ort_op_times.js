@@ -6,12 +6,15 @@
 // name ends in "_kernel_time") per op type over the timed runs, divided by the run count.
 //
 //   node bench/ort_op_times.js ORIGINAL EMITTED INPUTS [--threads N] [--runs R] [--warmup W]
+//                              [--per-node FILE]
 //
 // INPUTS is a folder with <input name>.npy for every graph input (bench/export_profile_models.py
 // writes them). Prints one JSON line per model: end-to-end median ms (wall, taken around
 // session.run), nodes in ONNX Runtime's optimized graph, and per op type the kernel ms per run
 // and the number of kernel calls per run; then one line with MatMul-family and other kernel
-// time per run for both and the share of the other time removed.
+// time per run for both and the share of the other time removed. --per-node FILE also writes
+// each side's kernel ms per run by node name (ONNX Runtime keeps the name of the node a fusion
+// started from, so its Conv+activation nodes pair with fusectl's fused ones by name).
 'use strict';
 
 const fs = require('fs');
@@ -21,7 +24,7 @@ const { loadOrt, readNpy } = require('../tests/ort_reference.js');
 
 function usage() {
   console.error('usage: node ort_op_times.js ORIGINAL EMITTED INPUTS_DIR [--threads N] ' +
-                '[--runs R] [--warmup W]');
+                '[--runs R] [--warmup W] [--per-node FILE]');
   process.exit(2);
 }
 
@@ -31,14 +34,16 @@ async function main() {
   const args = process.argv.slice(2);
   if (args.length < 3) usage();
   const [original, emitted, inputsDir] = args;
-  let threads = 1, runs = 10, warmup = 3;
+  let threads = 1, runs = 10, warmup = 3, perNodeFile = '';
   for (let i = 3; i < args.length; i += 2) {
     const v = Number(args[i + 1]);
     if (args[i] === '--threads') threads = v;
     else if (args[i] === '--runs') runs = v;
     else if (args[i] === '--warmup') warmup = v;
+    else if (args[i] === '--per-node' && args[i + 1]) perNodeFile = args[i + 1];
     else usage();
   }
+  const perNodeAll = {};
   const ort = loadOrt();
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'ort_op_times_'));
   const sides = [];
@@ -80,13 +85,18 @@ async function main() {
     const timed = runStarts.slice(-runs);
     const from = timed.length ? timed[0].ts : 0;
     const perOp = {};
+    const perNode = {};
     for (const e of events) {
       if (e.cat !== 'Node' || !e.name.endsWith('_kernel_time') || e.ts < from) continue;
       const op = (e.args && e.args.op_name) || '?';
       perOp[op] = perOp[op] || { ms: 0, calls: 0 };
       perOp[op].ms += e.dur / 1000 / runs;
       perOp[op].calls += 1 / runs;
+      const node = e.name.slice(0, -'_kernel_time'.length);
+      perNode[node] = perNode[node] || { op, ms: 0 };
+      perNode[node].ms += e.dur / 1000 / runs;
     }
+    perNodeAll[s.label] = perNode;
     let matmul = 0, other = 0;
     for (const [op, v] of Object.entries(perOp)) {
       v.ms = Number(v.ms.toFixed(3));
@@ -108,6 +118,7 @@ async function main() {
     other_kernel_ms_emitted: Number(e.other.toFixed(2)),
     other_removed_share: Number((1 - e.other / o.other).toFixed(3)),
   }));
+  if (perNodeFile) fs.writeFileSync(perNodeFile, JSON.stringify(perNodeAll, null, 1) + '\n');
   fs.rmSync(work, { recursive: true, force: true });
 }
 
