@@ -46,8 +46,8 @@ struct WinogradMatrices<4> {
 };
 
 // A chunk of tile rows is transformed, multiplied and transformed back before the next one, so
-// that V (16 x C x tiles) and the products (16 x M x tiles) are still cached when the next phase
-// reads them: together about this many floats, 4 MiB. Measured (bench_gemm --only conv3x3, one
+// that V (E x C x tiles) and the products (E x M x tiles; E = 16 or 36 values per tile) are
+// still cached when the next phase reads them: together about this many floats, 4 MiB. Measured (bench_gemm --only conv3x3, one
 // thread, best of three alternating runs) against 1 MiB, the L2 here, whose smaller GEMMs were
 // up to 11% slower (64 -> 256 channels at 28x28), and 16 MiB, up to 23% slower (64 channels
 // at 112x112).
@@ -59,7 +59,8 @@ float* grow(std::vector<float>& buffer, int64_t floats) {
 }
 
 // Floats per scratch row of the transforms: the padded input row (TM * TW + 2) and slack for
-// the whole-vector reads, gathers and scatters past its end.
+// the whole-vector reads past its end (the by-4 deinterleave reads 68 floats from a tile's
+// first column).
 int64_t transformRowFloats(int TM, int64_t TW) {
   return (TM * TW + 2 + 16 * TM + 34 + 15) / 16 * 16;
 }

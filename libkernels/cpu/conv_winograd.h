@@ -5,15 +5,15 @@
 //   Y = A^T [ (G g G^T) (.) (B^T d B) ] A
 // so a tile costs 16 multiply-adds per input/output channel pair instead of 36: 2.25x fewer
 // than the im2col GEMM. F(4x4, 3x3) takes 6x6 patches: 36 for 144, 4x fewer, with larger
-// transform coefficients (up to 8 in A, 1/24 in G), so somewhat more rounding. The 16 elementwise products over all channels are 16 independent GEMMs,
-//   M_e[M x T] = U_e[M x C] * V_e[C x T]      (e = 0..15, T tiles)
+// transform coefficients (up to 8 in A, 1/24 in G), so somewhat more rounding. The E = 16 (or
+// 36) elementwise products over all channels are E independent GEMMs,
+//   M_e[M x T] = U_e[M x C] * V_e[C x T]      (e < E, T tiles)
 // run by the packed GEMM (gemm_micro.h) with the transformed filters U_e packed once per session.
 // The input transform (V) and the output transform (A^T m A, then bias, residual and activation
-// while the rows are in L1) are single passes over a chunk of tile rows sized to stay in L2.
+// in registers) are single passes over a chunk of tile rows sized to stay cached.
 //
-// Rounding differs from the im2col path (each output sums 16 products of transformed values,
-// with exact +-1 and 0.5 coefficients); the difference is of the order of float rounding over
-// the sum, and tests bound it against a double reference like the other paths.
+// Rounding differs from the im2col path (each output sums E products of transformed values);
+// tests bound both tiles against a double reference like the other paths, and against im2col.
 #pragma once
 
 #include <cstdint>
