@@ -495,6 +495,41 @@ std::vector<double> convReference(const ConvSpec& c, const std::vector<float>& x
   return y;
 }
 
+// A case's operands, seeded: X, W, B and a residual Z of Y's shape, values in [-1, 1]. The
+// seeds are seed + id, seed + 10 + id, ... for X, W, B and Z.
+struct ConvOperands {
+  const ConvSpec& c;
+  Dims yd;
+  std::vector<float> xv, wv, bv, zv;
+  HostTensor x, w, b, z;
+  double atol = 0;  // float rounding over a sum of (weights per output channel) products
+
+  ConvOperands(const ConvSpec& spec, uint32_t seed, int id) : c(spec) {
+    Dims wd = {c.M, c.x[1] / c.group};
+    wd.insert(wd.end(), c.k.begin(), c.k.end());
+    yd = convOutDims(c);
+    const auto count = [](const Dims& d) {
+      return std::accumulate(d.begin(), d.end(), int64_t{1}, std::multiplies<>());
+    };
+    const int64_t wn = count(wd);
+    xv = randomFloats(count(c.x), seed + id);
+    wv = randomFloats(wn, seed + 10 + id);
+    bv = randomFloats(c.M, seed + 20 + id);
+    zv = randomFloats(count(yd), seed + 30 + id);
+    x = floatTensor(c.x, xv);
+    w = floatTensor(wd, wv);
+    b = floatTensor({c.M}, bv);
+    z = floatTensor(yd, zv);
+    atol = 2e-5 * (wn / c.M + 1);
+  }
+  // act(conv(X, W) + B (+ Z)) in double.
+  std::vector<double> reference(bool residual, Activation act) const {
+    return convReference(c, xv, wv, bv, residual ? &zv : nullptr, act);
+  }
+  std::vector<const HostTensor*> plainInputs() const { return {&x, &w, &b}; }
+  std::vector<const HostTensor*> fusedInputs() const { return {&x, &w, &b, &z}; }
+};
+
 std::vector<Attribute> convAttrs(const ConvSpec& c) {
   return {Attribute::ofInts("kernel_shape", c.k), Attribute::ofInts("strides", c.strides),
           Attribute::ofInts("dilations", c.dilations), Attribute::ofInts("pads", c.pads),
@@ -540,24 +575,14 @@ TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][ge
   int id = 0;
   for (const ConvSpec& c : cases) {
     ++id;
-    Dims wd = {c.M, c.x[1] / c.group};
-    wd.insert(wd.end(), c.k.begin(), c.k.end());
-    const Dims yd = convOutDims(c);
-    const int64_t xn = std::accumulate(c.x.begin(), c.x.end(), int64_t{1}, std::multiplies<>());
-    const int64_t wn = std::accumulate(wd.begin(), wd.end(), int64_t{1}, std::multiplies<>());
-    const int64_t yn = std::accumulate(yd.begin(), yd.end(), int64_t{1}, std::multiplies<>());
-    const std::vector<float> xv = randomFloats(xn, 10 + id), wv = randomFloats(wn, 20 + id),
-                             bv = randomFloats(c.M, 30 + id), zv = randomFloats(yn, 40 + id);
-    HostTensor x = floatTensor(c.x, xv), w = floatTensor(wd, wv), b = floatTensor({c.M}, bv),
-               z = floatTensor(yd, zv);
-    const double atol = 2e-5 * (wn / c.M + 1);
+    const ConvOperands ops(c, 10, id);
     // The double-precision references, once per case rather than once per micro-kernel.
     const Activation activations[] = {Activation::Relu, Activation::Clip, Activation::Sigmoid,
                                       Activation::Silu};
-    const std::vector<double> plain = convReference(c, xv, wv, bv, nullptr, Activation::None);
+    const std::vector<double> plain = ops.reference(false, Activation::None);
     std::vector<std::vector<double>> wanted;
     for (const Activation act : activations) {
-      wanted.push_back(convReference(c, xv, wv, bv, &zv, act));
+      wanted.push_back(ops.reference(true, act));
     }
     for (const std::string& isa : kernels.names) {
       REQUIRE(gemmForceKernel(isa.c_str()));
@@ -575,10 +600,10 @@ TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][ge
           for (int run = 0; run < 2; ++run) {  // the second run uses the packed weights
             INFO("case " << id << " kernel " << isa << " activation "
                          << activationInfo(act).name << " threads " << threads << " run " << run);
-            const HostTensor y = conv.run({&x, &w, &b}, threads);
-            REQUIRE(y.dims() == yd);
-            requireNear(valuesOf(y), plain, atol, 1e-4);
-            requireNear(valuesOf(fused.run({&x, &w, &b, &z}, threads)), want, atol, 1e-4);
+            const HostTensor y = conv.run(ops.plainInputs(), threads);
+            REQUIRE(y.dims() == ops.yd);
+            requireNear(valuesOf(y), plain, ops.atol, 1e-4);
+            requireNear(valuesOf(fused.run(ops.fusedInputs(), threads)), want, ops.atol, 1e-4);
           }
         }
       }
@@ -613,40 +638,31 @@ TEST_CASE("Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions match the definitio
   int id = 0;
   for (const ConvSpec& c : cases) {
     ++id;
-    const Dims wd = {c.M, c.x[1], 3, 3};
-    const Dims yd = convOutDims(c);
-    const int64_t xn = std::accumulate(c.x.begin(), c.x.end(), int64_t{1}, std::multiplies<>());
-    const int64_t wn = c.M * c.x[1] * 9;
-    const int64_t yn = std::accumulate(yd.begin(), yd.end(), int64_t{1}, std::multiplies<>());
-    const std::vector<float> xv = randomFloats(xn, 50 + id), wv = randomFloats(wn, 60 + id),
-                             bv = randomFloats(c.M, 70 + id), zv = randomFloats(yn, 80 + id);
-    HostTensor x = floatTensor(c.x, xv), w = floatTensor(wd, wv), b = floatTensor({c.M}, bv),
-               z = floatTensor(yd, zv);
-    const double atol = 2e-5 * (wn / c.M + 1);
-    const std::vector<double> plain = convReference(c, xv, wv, bv, nullptr, Activation::None);
-    const std::vector<double> silu = convReference(c, xv, wv, bv, &zv, Activation::Silu);
+    const ConvOperands ops(c, 50, id);
+    const std::vector<double> plain = ops.reference(false, Activation::None);
+    const std::vector<double> silu = ops.reference(true, Activation::Silu);
     for (const ConvAlgorithm algorithm : {ConvAlgorithm::Winograd, ConvAlgorithm::Winograd4}) {
-    ForcedConvAlgorithm forced(algorithm);
-    for (const std::string& isa : kernels.names) {
-      REQUIRE(gemmForceKernel(isa.c_str()));
-      StatefulNode conv("", "Conv", 3, convAttrs(c), 0b110);
-      // The weights not constant: no transformed filters to keep, so the im2col path runs.
-      StatefulNode varying("", "Conv", 3, convAttrs(c), 0b100);
-      std::vector<Attribute> attrs = convAttrs(c);
-      attrs.push_back(Attribute::ofString("activation", "Silu"));
-      StatefulNode fused("fusectl", "FusedConv", 4, attrs, 0b110);
-      for (int threads : {1, 2, 3}) {
-        for (int run = 0; run < 2; ++run) {  // the second run uses the kept filters
-          INFO("case " << id << " tile " << (algorithm == ConvAlgorithm::Winograd4 ? 4 : 2)
-                        << " kernel " << isa << " threads " << threads << " run " << run);
-          const HostTensor y = conv.run({&x, &w, &b}, threads);
-          REQUIRE(y.dims() == yd);
-          requireNear(valuesOf(y), plain, atol, 1e-4);
-          requireNear(valuesOf(fused.run({&x, &w, &b, &z}, threads)), silu, atol, 1e-4);
-          requireNear(valuesOf(varying.run({&x, &w, &b}, threads)), plain, atol, 1e-4);
+      ForcedConvAlgorithm forced(algorithm);
+      for (const std::string& isa : kernels.names) {
+        REQUIRE(gemmForceKernel(isa.c_str()));
+        StatefulNode conv("", "Conv", 3, convAttrs(c), 0b110);
+        // The weights not constant: no transformed filters to keep, so the im2col path runs.
+        StatefulNode varying("", "Conv", 3, convAttrs(c), 0b100);
+        std::vector<Attribute> attrs = convAttrs(c);
+        attrs.push_back(Attribute::ofString("activation", "Silu"));
+        StatefulNode fused("fusectl", "FusedConv", 4, attrs, 0b110);
+        for (int threads : {1, 2, 3}) {
+          for (int run = 0; run < 2; ++run) {  // the second run uses the kept filters
+            INFO("case " << id << " tile " << (algorithm == ConvAlgorithm::Winograd4 ? 4 : 2)
+                          << " kernel " << isa << " threads " << threads << " run " << run);
+            const HostTensor y = conv.run(ops.plainInputs(), threads);
+            REQUIRE(y.dims() == ops.yd);
+            requireNear(valuesOf(y), plain, ops.atol, 1e-4);
+            requireNear(valuesOf(fused.run(ops.fusedInputs(), threads)), silu, ops.atol, 1e-4);
+            requireNear(valuesOf(varying.run(ops.plainInputs(), threads)), plain, ops.atol, 1e-4);
+          }
         }
       }
-    }
     }
   }
 }

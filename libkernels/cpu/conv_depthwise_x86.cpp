@@ -34,8 +34,7 @@ FUSECTL_AVX512 BlockMasks blockMasks(const Window& win, int64_t ow0) {
   const int64_t DW = win.dilations[1], PW = win.pad_begin[1];
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i zero_i = _mm512_setzero_si512(), width = _mm512_set1_epi32(static_cast<int>(W));
-  const __mmask16 out_mask =
-      OW - ow0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (OW - ow0)) - 1);
+  const __mmask16 out_mask = firstLanes(OW - ow0);
   BlockMasks m;
   for (int64_t kw = 0; kw < KW; ++kw) {
     const int64_t base = ow0 * SW + kw * DW - PW;  // input column of lane 0
@@ -58,16 +57,12 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void storeRows(
     const __m512 (&acc)[R], float* y, const Window& win, const Epilogue& ep, Activation act,
     __m512 bias, const float* residual, int64_t oh0, int64_t ow0) {
   const int64_t OW = win.out[1];
-  const __mmask16 out_mask =
-      OW - ow0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (OW - ow0)) - 1);
+  const __mmask16 out_mask = firstLanes(OW - ow0);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-    const int64_t oh = oh0 + r;
-    __m512 v = acc[r];
-    if (ep.bias) v = _mm512_add_ps(v, bias);
-    if (residual) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(out_mask, residual + oh * OW + ow0));
-    if (act != Activation::None) v = activate512(v, act, ep.alpha, ep.beta);
-    _mm512_mask_storeu_ps(y + oh * OW + ow0, out_mask, v);
+    const int64_t at = (oh0 + r) * OW + ow0;
+    storeWithEpilogue512(y + at, out_mask, acc[r], ep.bias != nullptr, bias,
+                         residual ? residual + at : nullptr, act, ep.alpha, ep.beta);
   }
 }
 

@@ -26,19 +26,15 @@ FUSECTL_AVX512 void storeChannelRowsAvx512(const float* yt, int64_t rows, int64_
                                            int64_t col0) {
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i index = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(ldt)));
-  const Activation act = ep.activation;
   for (int64_t i = 0; i < rows; i += 16) {
-    const __mmask16 m =
-        rows - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (rows - i)) - 1);
+    const __mmask16 m = firstLanes(rows - i);
     const float* column = yt + i * ldt;
     for (int64_t j = 0; j < cols; ++j) {
-      __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, index, column + j, 4);
-      if (ep.bias) v = _mm512_add_ps(v, _mm512_set1_ps(ep.bias[j]));
-      if (ep.residual) {
-        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, ep.residual + j * ep.ld_residual + col0 + i));
-      }
-      if (act != Activation::None) v = activate512(v, act, ep.alpha, ep.beta);
-      _mm512_mask_storeu_ps(y + j * ldy + i, m, v);
+      const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, index, column + j, 4);
+      storeWithEpilogue512(y + j * ldy + i, m, v, ep.bias != nullptr,
+                           _mm512_set1_ps(ep.bias ? ep.bias[j] : 0.f),
+                           ep.residual ? ep.residual + j * ep.ld_residual + col0 + i : nullptr,
+                           ep.activation, ep.alpha, ep.beta);
     }
   }
 }

@@ -47,10 +47,10 @@ struct WinogradMatrices<4> {
 
 // A chunk of tile rows is transformed, multiplied and transformed back before the next one, so
 // that V (E x C x tiles) and the products (E x M x tiles; E = 16 or 36 values per tile) are
-// still cached when the next phase reads them: together about this many floats, 4 MiB. Measured (bench_gemm --only conv3x3, one
-// thread, best of three alternating runs) against 1 MiB, the L2 here, whose smaller GEMMs were
-// up to 11% slower (64 -> 256 channels at 28x28), and 16 MiB, up to 23% slower (64 channels
-// at 112x112).
+// still cached when the next phase reads them: together about this many floats, 4 MiB.
+// Measured (bench_gemm --only conv3x3, one thread, best of three alternating runs) against
+// 1 MiB, the L2 here, whose smaller GEMMs were up to 11% slower (64 -> 256 channels at
+// 28x28), and 16 MiB, up to 23% slower (64 channels at 112x112).
 constexpr int64_t kChunkFloats = int64_t{1} << 20;
 
 float* grow(std::vector<float>& buffer, int64_t floats) {
@@ -65,6 +65,40 @@ int64_t transformRowFloats(int TM, int64_t TW) {
   return (TM * TW + 2 + 16 * TM + 34 + 15) / 16 * 16;
 }
 
+// The input transforms' scratch rows: N zero-padded input rows (p), then N rows of B^T d (t),
+// each transformRowFloats(TM, TW) apart.
+template <int N>
+struct TransformRows {
+  float* p[N];
+  float* t[N];
+  TransformRows(float* rows, int64_t stride) {
+    for (int i = 0; i < N; ++i) {
+      p[i] = rows + i * stride;
+      t[i] = rows + (N + i) * stride;
+    }
+  }
+};
+
+// Fills p[0..N) with input rows first_row.. of `xc` (H x W), Wp columns each: padded column q
+// holds input column q - pad_left, zero outside the input.
+template <int N>
+inline __attribute__((always_inline)) void loadPaddedRows(const float* xc, int64_t H, int64_t W,
+                                                          int64_t pad_left, int64_t first_row,
+                                                          int64_t Wp, float* const* p) {
+  const int64_t q0 = std::min(pad_left, Wp), q1 = std::max(q0, std::min(pad_left + W, Wp));
+  for (int i = 0; i < N; ++i) {
+    const int64_t ih = first_row + i;
+    float* pr = p[i];
+    if (ih < 0 || ih >= H) {
+      std::fill(pr, pr + Wp, 0.f);
+      continue;
+    }
+    std::fill(pr, pr + q0, 0.f);
+    std::copy(xc + ih * W + (q0 - pad_left), xc + ih * W + (q1 - pad_left), pr + q0);
+    std::fill(pr + q1, pr + Wp, 0.f);
+  }
+}
+
 // V = B^T d B for the tiles of rows [ty0, ty1) of one input channel `xc` (H x W), written to
 // V_e[c][t] at v + e * plane + t (t counts the chunk's tiles row by row). `rows` holds 2n rows
 // of transformRowFloats: the n zero-padded input rows under a tile row, then B^T d of them.
@@ -76,27 +110,12 @@ void inputTransformPortable(const float* xc, int64_t H, int64_t W, int64_t pad_t
                             int64_t plane, float* rows) {
   using T = WinogradMatrices<TM>;
   constexpr int N = T::n;
-  const int64_t Wp = TM * TW + 2, stride = transformRowFloats(TM, TW);
-  float* p[N];
-  float* t[N];
-  for (int i = 0; i < N; ++i) {
-    p[i] = rows + i * stride;
-    t[i] = rows + (N + i) * stride;
-  }
-  // Padded column q holds input column q - pad_left.
-  const int64_t q0 = std::min(pad_left, Wp), q1 = std::max(q0, std::min(pad_left + W, Wp));
+  const int64_t Wp = TM * TW + 2;
+  const TransformRows<N> scratch(rows, transformRowFloats(TM, TW));
+  const auto& p = scratch.p;
+  const auto& t = scratch.t;
   for (int64_t ty = ty0; ty < ty1; ++ty) {
-    for (int i = 0; i < N; ++i) {
-      const int64_t ih = TM * ty - pad_top + i;
-      float* __restrict pr = p[i];
-      if (ih < 0 || ih >= H) {
-        std::fill(pr, pr + Wp, 0.f);
-        continue;
-      }
-      std::fill(pr, pr + q0, 0.f);
-      std::copy(xc + ih * W + (q0 - pad_left), xc + ih * W + (q1 - pad_left), pr + q0);
-      std::fill(pr + q1, pr + Wp, 0.f);
-    }
+    loadPaddedRows<N>(xc, H, W, pad_left, TM * ty - pad_top, Wp, p);
 #pragma GCC unroll 6
     for (int i = 0; i < N; ++i) {
       float* __restrict ti = t[i];
@@ -184,35 +203,17 @@ void outputTransformPortable(const float* mo, int64_t plane, int64_t TW, int64_t
 // the even (or odd) lanes; the two output columns of a tile are interleaved back the same way.
 // The output side applies the epilogue in registers and stores straight into Y.
 
-inline __mmask16 firstLanes(int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
-
 FUSECTL_AVX512 void inputTransformAvx512(const float* xc, int64_t H, int64_t W, int64_t pad_top,
                                          int64_t pad_left, int64_t TW, int64_t ty0, int64_t ty1,
                                          float* v, int64_t plane, float* rows) {
-  const int64_t Wp = 2 * TW + 2, stride = transformRowFloats(2, TW);
-  float* p[4];
-  float* t[4];
-  for (int i = 0; i < 4; ++i) {
-    p[i] = rows + i * stride;
-    t[i] = rows + (4 + i) * stride;
-  }
-  const int64_t q0 = std::min(pad_left, Wp), q1 = std::max(q0, std::min(pad_left + W, Wp));
+  const int64_t Wp = 2 * TW + 2;
+  const TransformRows<4> scratch(rows, transformRowFloats(2, TW));
+  const auto& p = scratch.p;
+  const auto& t = scratch.t;
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   for (int64_t ty = ty0; ty < ty1; ++ty) {
-    for (int i = 0; i < 4; ++i) {
-      const int64_t ih = 2 * ty - pad_top + i;
-      float* pr = p[i];
-      if (ih < 0 || ih >= H) {
-        std::fill(pr, pr + Wp, 0.f);
-        continue;
-      }
-      std::fill(pr, pr + q0, 0.f);
-      std::copy(xc + ih * W + (q0 - pad_left), xc + ih * W + (q1 - pad_left), pr + q0);
-      std::fill(pr + q1, pr + Wp, 0.f);
-    }
+    loadPaddedRows<4>(xc, H, W, pad_left, 2 * ty - pad_top, Wp, p);
     for (int64_t q = 0; q < Wp; q += 16) {  // whole vectors: the rows have slack
       const __m512 d0 = _mm512_loadu_ps(p[0] + q), d1 = _mm512_loadu_ps(p[1] + q);
       const __m512 d2 = _mm512_loadu_ps(p[2] + q), d3 = _mm512_loadu_ps(p[3] + q);
@@ -278,24 +279,13 @@ FUSECTL_AVX512 void outputTransformAvx512(const float* mo, int64_t plane, int64_
       for (int dy = 0; dy < 2; ++dy) {
         const int64_t oh = 2 * ty + dy;
         if (oh >= OH) break;
-        __m512 v_lo = _mm512_permutex2var_ps(y[dy][0], lo, y[dy][1]);
-        __m512 v_hi = _mm512_permutex2var_ps(y[dy][0], hi, y[dy][1]);
-        if (ep.bias) {
-          v_lo = _mm512_add_ps(v_lo, bias);
-          v_hi = _mm512_add_ps(v_hi, bias);
-        }
-        if (residual) {
-          const float* z = residual + oh * OW + col;
-          v_lo = _mm512_add_ps(v_lo, _mm512_maskz_loadu_ps(m_lo, z));
-          v_hi = _mm512_add_ps(v_hi, _mm512_maskz_loadu_ps(m_hi, z + 16));
-        }
-        if (act != Activation::None) {
-          v_lo = activate512(v_lo, act, ep.alpha, ep.beta);
-          v_hi = activate512(v_hi, act, ep.alpha, ep.beta);
-        }
-        float* out = yo + oh * OW + col;
-        _mm512_mask_storeu_ps(out, m_lo, v_lo);
-        _mm512_mask_storeu_ps(out + 16, m_hi, v_hi);
+        const int64_t at = oh * OW + col;
+        const float* z = residual ? residual + at : nullptr;
+        storeWithEpilogue512(yo + at, m_lo, _mm512_permutex2var_ps(y[dy][0], lo, y[dy][1]),
+                             ep.bias != nullptr, bias, z, act, ep.alpha, ep.beta);
+        storeWithEpilogue512(yo + at + 16, m_hi, _mm512_permutex2var_ps(y[dy][0], hi, y[dy][1]),
+                             ep.bias != nullptr, bias, z ? z + 16 : nullptr, act, ep.alpha,
+                             ep.beta);
       }
     }
   }
@@ -311,8 +301,10 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void deinterleave4(const fl
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512 l0 = _mm512_loadu_ps(r), l1 = _mm512_loadu_ps(r + 16);
   const __m512 l2 = _mm512_loadu_ps(r + 32), l3 = _mm512_loadu_ps(r + 48);
-  const __m512 e01 = _mm512_permutex2var_ps(l0, even, l1), o01 = _mm512_permutex2var_ps(l0, odd, l1);
-  const __m512 e23 = _mm512_permutex2var_ps(l2, even, l3), o23 = _mm512_permutex2var_ps(l2, odd, l3);
+  const __m512 e01 = _mm512_permutex2var_ps(l0, even, l1);
+  const __m512 o01 = _mm512_permutex2var_ps(l0, odd, l1);
+  const __m512 e23 = _mm512_permutex2var_ps(l2, even, l3);
+  const __m512 o23 = _mm512_permutex2var_ps(l2, odd, l3);
   d[0] = _mm512_permutex2var_ps(e01, even, e23);
   d[1] = _mm512_permutex2var_ps(o01, even, o23);
   d[2] = _mm512_permutex2var_ps(e01, odd, e23);
@@ -336,33 +328,19 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void interleave4(const __m5
   out[3] = _mm512_permutex2var_ps(u_hi, hi, v_hi);
 }
 
-template <int TM>
 FUSECTL_AVX512 void inputTransformAvx512By4(const float* xc, int64_t H, int64_t W,
-                                               int64_t pad_top, int64_t pad_left, int64_t TW,
-                                               int64_t ty0, int64_t ty1, float* v,
-                                               int64_t plane, float* rows) {
+                                            int64_t pad_top, int64_t pad_left, int64_t TW,
+                                            int64_t ty0, int64_t ty1, float* v, int64_t plane,
+                                            float* rows) {
+  constexpr int TM = 4;
   using T = WinogradMatrices<TM>;
   constexpr int N = T::n;
-  const int64_t Wp = TM * TW + 2, stride = transformRowFloats(TM, TW);
-  float* p[N];
-  float* t[N];
-  for (int i = 0; i < N; ++i) {
-    p[i] = rows + i * stride;
-    t[i] = rows + (N + i) * stride;
-  }
-  const int64_t q0 = std::min(pad_left, Wp), q1 = std::max(q0, std::min(pad_left + W, Wp));
+  const int64_t Wp = TM * TW + 2;
+  const TransformRows<N> scratch(rows, transformRowFloats(TM, TW));
+  const auto& p = scratch.p;
+  const auto& t = scratch.t;
   for (int64_t ty = ty0; ty < ty1; ++ty) {
-    for (int i = 0; i < N; ++i) {
-      const int64_t ih = TM * ty - pad_top + i;
-      float* pr = p[i];
-      if (ih < 0 || ih >= H) {
-        std::fill(pr, pr + Wp, 0.f);
-        continue;
-      }
-      std::fill(pr, pr + q0, 0.f);
-      std::copy(xc + ih * W + (q0 - pad_left), xc + ih * W + (q1 - pad_left), pr + q0);
-      std::fill(pr + q1, pr + Wp, 0.f);
-    }
+    loadPaddedRows<N>(xc, H, W, pad_left, TM * ty - pad_top, Wp, p);
     for (int64_t q = 0; q < Wp; q += 16) {  // whole vectors: the rows have slack
       __m512 d[N];
       for (int j = 0; j < N; ++j) d[j] = _mm512_loadu_ps(p[j] + q);
@@ -382,7 +360,6 @@ FUSECTL_AVX512 void inputTransformAvx512By4(const float* xc, int64_t H, int64_t 
       for (int i = 0; i < N; ++i) {
         const float* r = t[i] + TM * tx;
         __m512 d[N];
-        static_assert(TM == 4, "the deinterleave below is by 4");
         deinterleave4(r, d);  // columns 0-3 of 16 tiles
         __m512 next[4];
         deinterleave4(r + 4, next);  // columns 4 and 5: the next tile's 0 and 1
@@ -402,11 +379,11 @@ FUSECTL_AVX512 void inputTransformAvx512By4(const float* xc, int64_t H, int64_t 
   }
 }
 
-template <int TM>
 FUSECTL_AVX512 void outputTransformAvx512By4(const float* mo, int64_t plane, int64_t TW,
-                                                 int64_t ty0, int64_t ty1, int64_t OH,
-                                                 int64_t OW, float* yo, float* /*rows*/,
-                                                 const Epilogue& ep, int64_t oc) {
+                                             int64_t ty0, int64_t ty1, int64_t OH, int64_t OW,
+                                             float* yo, float* /*rows*/, const Epilogue& ep,
+                                             int64_t oc) {
+  constexpr int TM = 4;
   using T = WinogradMatrices<TM>;
   constexpr int N = T::n;
   const __m512 bias = _mm512_set1_ps(ep.bias ? ep.bias[oc] : 0.f);
@@ -421,7 +398,9 @@ FUSECTL_AVX512 void outputTransformAvx512By4(const float* mo, int64_t plane, int
       for (int j = 0; j < N; ++j) {
         __m512 col[N];
 #pragma GCC unroll 6
-        for (int i = 0; i < N; ++i) col[i] = _mm512_maskz_loadu_ps(in, m + (i * N + j) * plane + tx);
+        for (int i = 0; i < N; ++i) {
+          col[i] = _mm512_maskz_loadu_ps(in, m + (i * N + j) * plane + tx);
+        }
 #pragma GCC unroll 4
         for (int a = 0; a < TM; ++a) {
           __m512 acc = _mm512_setzero_ps();
@@ -443,11 +422,11 @@ FUSECTL_AVX512 void outputTransformAvx512By4(const float* mo, int64_t plane, int
           __m512 acc = _mm512_setzero_ps();
 #pragma GCC unroll 6
           for (int j = 0; j < N; ++j) {
-            if (T::at[b][j] != 0.f) acc = _mm512_fmadd_ps(_mm512_set1_ps(T::at[b][j]), s[a][j], acc);
+            if (T::at[b][j] == 0.f) continue;
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(T::at[b][j]), s[a][j], acc);
           }
           y[b] = acc;
         }
-        static_assert(TM == 4, "the interleave below is by 4");
         __m512 row[4];
         interleave4(y, row);
         float* out = yo + oh * OW;
@@ -457,11 +436,8 @@ FUSECTL_AVX512 void outputTransformAvx512By4(const float* mo, int64_t plane, int
           const int64_t col = col0 + 16 * q;
           const __mmask16 mk = firstLanes(OW - col);
           if (!mk) break;
-          __m512 val = row[q];
-          if (ep.bias) val = _mm512_add_ps(val, bias);
-          if (z) val = _mm512_add_ps(val, _mm512_maskz_loadu_ps(mk, z + col));
-          if (act != Activation::None) val = activate512(val, act, ep.alpha, ep.beta);
-          _mm512_mask_storeu_ps(out + col, mk, val);
+          storeWithEpilogue512(out + col, mk, row[q], ep.bias != nullptr, bias,
+                               z ? z + col : nullptr, act, ep.alpha, ep.beta);
         }
       }
     }
@@ -485,7 +461,7 @@ Transforms transforms(int tile) {
 #ifdef FUSECTL_AVX512
   if (std::string_view(gemmKernelName()) == "avx512") {
     if (tile == 2) return {inputTransformAvx512, outputTransformAvx512};
-    return {inputTransformAvx512By4<4>, outputTransformAvx512By4<4>};
+    return {inputTransformAvx512By4, outputTransformAvx512By4};
   }
 #endif
   if (tile == 2) return {inputTransformPortable<2>, outputTransformPortable<2>};

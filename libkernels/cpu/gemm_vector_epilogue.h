@@ -133,6 +133,24 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 activate512(__m512 v
   }
 }
 
+// The first n lanes (none for n <= 0, all 16 from 16 on): the mask of a row's last partial
+// vector.
+inline __mmask16 firstLanes(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// The epilogue on one vector of outputs, then its masked store at y: bias (a broadcast
+// per-channel value, added when has_bias), the residual at z (masked like the store; none when
+// z is null), the activation. The order of Epilogue::apply.
+FUSECTL_AVX512 inline __attribute__((always_inline)) void storeWithEpilogue512(
+    float* y, __mmask16 mask, __m512 v, bool has_bias, __m512 bias, const float* z,
+    Activation act, float alpha, float beta) {
+  if (has_bias) v = _mm512_add_ps(v, bias);
+  if (z) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, z));
+  if (act != Activation::None) v = activate512(v, act, alpha, beta);
+  _mm512_mask_storeu_ps(y, mask, v);
+}
+
 }  // namespace fusectl::kernels::cpu
 
 #endif
