@@ -3,11 +3,15 @@
 // ResNet-50's convolution shapes (GFLOP/s through the registered Conv kernel, weights prepacked
 // in its state as in a session).
 //
-//   bench_gemm [--repeat R] [--only gemm|skinny|cold|conv|conv3x3] [--clock wall|cpu]
+//   bench_gemm [--repeat R] [--only gemm|skinny|cold|conv|conv3x3|depthwise] [--clock wall|cpu]
 //              [--conv-algorithm auto|im2col|winograd|winograd4]
 //
 // conv3x3: 3x3 stride-1 shapes beyond ResNet-50's (small channel counts, large and tiny
 // images), to compare the im2col and Winograd convolutions (--conv-algorithm).
+//
+// depthwise: MobileNetV2's and EfficientNet-B0's depthwise convolutions with a Silu epilogue,
+// one thread, each through both AVX-512 kernels (a plane's rows across the vector, and 16
+// channels across the vector), to place depthwiseChannelsPay's rule.
 //
 // One JSON line per measurement, the median of R runs after a warm-up; no assertions.
 #include <algorithm>
@@ -25,6 +29,7 @@
 #include "bench_clock.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/kernels/kernel.h"
+#include "conv_depthwise.h"
 #include "conv_winograd.h"
 #include "gemm_micro.h"
 
@@ -201,6 +206,60 @@ void benchConv(int repeat, const std::vector<ConvShape>& shapes) {
   }
 }
 
+struct DepthwiseShape {
+  int64_t C, H, k, stride;
+};
+
+void benchDepthwise(int repeat) {
+  const std::vector<DepthwiseShape> shapes = {
+      {32, 112, 3, 1}, {96, 112, 3, 2}, {144, 56, 3, 1}, {144, 56, 3, 2}, {144, 56, 5, 2},
+      {192, 28, 3, 1}, {240, 28, 5, 1}, {240, 28, 3, 2}, {384, 14, 3, 1}, {480, 14, 3, 1},
+      {480, 14, 5, 1}, {576, 14, 3, 1}, {576, 14, 3, 2}, {672, 14, 5, 1}, {672, 14, 5, 2},
+      {960, 7, 3, 1},  {1152, 7, 5, 1}, {1152, 7, 3, 1}};
+  for (const DepthwiseShape& s : shapes) {
+    Window win;
+    const int64_t pad = s.k / 2, OH = (s.H + 2 * pad - s.k) / s.stride + 1;
+    win.in = {s.H, s.H};
+    win.kernel = {s.k, s.k};
+    win.strides = {s.stride, s.stride};
+    win.dilations = {1, 1};
+    win.pad_begin = {pad, pad};
+    win.pad_end = {pad, pad};
+    win.out = {OH, OH};
+    const std::vector<float> x = randomFloats(s.C * s.H * s.H, 5),
+                             w = randomFloats(s.C * s.k * s.k, 6), bias = randomFloats(s.C, 7);
+    std::vector<float> y(static_cast<size_t>(s.C * OH * OH));
+    Epilogue ep;
+    ep.bias = bias.data();
+    ep.bias_per_row = true;
+    ep.setActivation(Activation::Silu, nullptr, 0);
+    const int64_t taps = s.k * s.k, in_plane = s.H * s.H, P = OH * OH;
+    bool ok = true;
+    const double rows = medianSeconds(repeat, [&] {
+      for (int64_t c = 0; c < s.C; ++c)
+        ok &= depthwisePlaneAvx512(x.data() + c * in_plane, w.data() + c * taps,
+                                   y.data() + c * P, win, ep, c, nullptr);
+    });
+    const double channels = medianSeconds(repeat, [&] {
+      for (int64_t c = 0; c < s.C; c += 16)
+        ok &= depthwiseChannelsAvx512(x.data() + c * in_plane, w.data() + c * taps,
+                                      y.data() + c * P, win, ep, c,
+                                      std::min<int64_t>(16, s.C - c), nullptr);
+    });
+    if (!ok) {
+      std::printf("{\"bench\":\"depthwise\",\"skipped\":\"no AVX-512\"}\n");
+      return;
+    }
+    std::printf("{\"bench\":\"depthwise\",\"x\":[1,%lld,%lld,%lld],\"kernel\":%lld,"
+                "\"stride\":%lld,\"activation\":\"Silu\",\"rows_ms\":%.4f,"
+                "\"channels_ms\":%.4f,\"rows_over_channels\":%.2f,\"chosen\":\"%s\"}\n",
+                (long long)s.C, (long long)s.H, (long long)s.H, (long long)s.k,
+                (long long)s.stride, rows * 1e3, channels * 1e3, rows / channels,
+                depthwiseChannelsPay(win) ? "channels" : "rows");
+    std::fflush(stdout);
+  }
+}
+
 // ResNet-50's convolutions (im2col GEMM, or Winograd for the 3x3 stride-1 ones when it pays).
 const std::vector<ConvShape> kResNet50Convs = {{3, 224, 64, 7, 2},    {64, 56, 64, 1, 1},    {64, 56, 64, 3, 1},
                           {64, 56, 256, 1, 1},   {256, 56, 64, 1, 1},   {256, 56, 128, 1, 1},
@@ -235,7 +294,8 @@ int main(int argc, char** argv) {
       else if (v != "auto") return std::fprintf(stderr, "unknown --conv-algorithm %s\n", v.c_str()), 2;
     } else {
       std::fprintf(stderr,
-                   "usage: bench_gemm [--repeat R] [--only gemm|skinny|cold|conv|conv3x3] "
+                   "usage: bench_gemm [--repeat R] "
+                   "[--only gemm|skinny|cold|conv|conv3x3|depthwise] "
                    "[--clock wall|cpu] [--conv-algorithm auto|im2col|winograd|winograd4]\n");
       return 2;
     }
@@ -245,5 +305,6 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "cold") benchColdWeights(repeat);
   if (only.empty() || only == "conv") benchConv(repeat, kResNet50Convs);
   if (only == "conv3x3") benchConv(repeat, kConv3x3);
+  if (only == "depthwise") benchDepthwise(repeat);
   return 0;
 }

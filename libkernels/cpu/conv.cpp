@@ -264,6 +264,19 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
   // Depthwise: direct loop, parallel over (image, output channel); AVX-512 rows with the
   // epilogue in registers where the CPU has it (conv_depthwise.h).
   if (Cg == 1 && d.win.rank() <= 2) {
+    // Small planes with one output channel per input channel: 16 channels per vector.
+    if (Mg == 1 && depthwiseChannelsPay(d.win)) {
+      const int64_t blocks = (d.M + 15) / 16;
+      parallelFor(d.N * blocks, threads, 1, [&](int64_t b, int64_t e) {
+        for (int64_t nb = b; nb < e; ++nb) {
+          const int64_t n = nb / blocks, m0 = nb % blocks * 16;
+          const int64_t count = std::min<int64_t>(16, d.M - m0), at = n * d.M + m0;
+          depthwiseChannelsAvx512(x + at * in_pixels, w + m0 * taps, y + at * P, d.win, ep, m0,
+                                  count, residual ? residual + at * P : nullptr);
+        }
+      });
+      return;
+    }
     parallelFor(d.N * d.M, threads, 4, [&](int64_t b, int64_t e) {
       for (int64_t nm = b; nm < e; ++nm) {
         const int64_t n = nm / d.M, m = nm % d.M, g = m / Mg;

@@ -15,4 +15,20 @@ namespace fusectl::kernels::cpu {
 bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window& win,
                           const Epilogue& ep, int64_t channel, const float* residual);
 
+// The same convolution for `count` (1..16) consecutive channels of one image at once, with the
+// channels across the vector: x and y point at the first channel's plane, `residual` at its
+// residual plane (or null). Each channel block is turned into a zero-padded [rows][columns][16]
+// scratch image, every tap is then one full-vector FMA per output pixel, and the results go
+// back to planes. On small planes (7x7, 14x14) a plane's rows fill under half of a vector's 16
+// columns or leave a partial one, and the row kernel pays its taps and its activation for the
+// idle lanes too; across channels no lane is idle. Square 3x3 and 5x5 windows at stride 1 or 2
+// only; returns false, touching nothing, otherwise (or without AVX-512).
+bool depthwiseChannelsAvx512(const float* x, const float* w, float* y, const Window& win,
+                             const Epilogue& ep, int64_t channel, int64_t count,
+                             const float* residual);
+
+// Whether depthwiseChannelsAvx512 is the faster of the two for this window (measured:
+// bench_gemm --only depthwise).
+bool depthwiseChannelsPay(const Window& win);
+
 }  // namespace fusectl::kernels::cpu

@@ -7,8 +7,10 @@
 #include <immintrin.h>
 
 #include <cstdint>
-// GCC 12 reports the _mm512_undefined_ps() inside _mm512_max_ps/_mm512_min_ps as uninitialised.
+// GCC 12 reports the _mm512_undefined_ps() inside _mm512_max_ps/_mm512_min_ps (and inside the
+// unpack and shuffle intrinsics) as uninitialised.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "fusectl/kernels/epilogue.h"
 
