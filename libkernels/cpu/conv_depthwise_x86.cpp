@@ -32,6 +32,7 @@ constexpr int64_t kMaxMaskedTaps = 16;  // kernel widths the AVX-512 path takes
 struct BlockMasks {
   __mmask16 lo[kMaxMaskedTaps];
   __mmask16 hi[kMaxMaskedTaps];
+  __mmask16 next;  // stride 2: the inputs 32.. past the block's first (up to 16 of them)
 };
 
 template <int SW>
@@ -42,6 +43,12 @@ FUSECTL_AVX512 BlockMasks blockMasks(const Window& win, int64_t ow0) {
   const __m512i zero_i = _mm512_setzero_si512(), width = _mm512_set1_epi32(static_cast<int>(W));
   const __mmask16 out_mask = firstLanes(OW - ow0);
   BlockMasks m;
+  m.next = 0;
+  if (SW == 2) {
+    const __m512i pos = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(ow0 * 2 - PW + 32)),
+                                         lane);
+    m.next = _mm512_cmpge_epi32_mask(pos, zero_i) & _mm512_cmplt_epi32_mask(pos, width);
+  }
   for (int64_t kw = 0; kw < KW; ++kw) {
     const int64_t base = ow0 * SW + kw * DW - PW;  // input column of lane 0
     const __m512i pos_lo = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)), lane);
@@ -72,6 +79,13 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void storeRows(
   }
 }
 
+// Lanes N.. of `low` followed by the first N lanes of `high`.
+template <int N>
+FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 alignLanes(__m512 high, __m512 low) {
+  return _mm512_castsi512_ps(
+      _mm512_alignr_epi32(_mm512_castps_si512(high), _mm512_castps_si512(low), N));
+}
+
 // The common case (K x K window, stride S of 1 or 2, no dilation) input row by input row: each
 // of the (R - 1) * S + K input rows under R output rows is loaded (at stride 2: loaded and its
 // even lanes kept) once per tap column and feeds every output row it is under, with the K*K
@@ -86,6 +100,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlockDense(
   const int64_t H = win.in[0], W = win.in[1];
   const int64_t PH = win.pad_begin[0], PW = win.pad_begin[1];
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   __m512 acc[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -94,16 +109,33 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlockDense(
     const int64_t ih = oh0 * S - PH + i;
     if (ih < 0 || ih >= H) continue;
     const float* row = x + ih * W + ow0 * S - PW;
+    // At stride 2 the row's 32 inputs are split once into even and odd lanes, and the taps
+    // further right are those shifted by one or two lanes with the next inputs (32, 33, 34)
+    // coming in: 3 loads, 2-4 permutes and 1-3 aligns per row where a permute and two loads per
+    // tap cost 9 (3x3) or 15 (5x5) operations. Each tap still reads the same inputs.
+    __m512 taps_s2[K];
+    if (S == 2) {
+      const __m512 lo = _mm512_maskz_loadu_ps(masks.lo[0], row);
+      const __m512 hi = _mm512_maskz_loadu_ps(masks.hi[0], row + 16);
+      const __m512 next = _mm512_maskz_loadu_ps(masks.next & __mmask16((1u << (K - 2)) - 1),
+                                                row + 32);
+      const __m512 e0 = _mm512_permutex2var_ps(lo, even, hi);
+      const __m512 o0 = _mm512_permutex2var_ps(lo, odd, hi);
+      taps_s2[0] = e0;
+      taps_s2[1] = o0;
+      if (K == 3) {
+        taps_s2[2] = alignLanes<1>(next, e0);
+      } else {
+        const __m512 next_even = _mm512_permutexvar_ps(even, next);
+        const __m512 next_odd = _mm512_permutexvar_ps(odd, next);
+        taps_s2[2] = alignLanes<1>(next_even, e0);
+        taps_s2[3] = alignLanes<1>(next_odd, o0);
+        taps_s2[4] = alignLanes<2>(next_even, e0);
+      }
+    }
 #pragma GCC unroll 5
     for (int kw = 0; kw < K; ++kw) {
-      __m512 v;
-      if (S == 1) {
-        v = _mm512_maskz_loadu_ps(masks.lo[kw], row + kw);
-      } else {
-        const __m512 lo = _mm512_maskz_loadu_ps(masks.lo[kw], row + kw);
-        const __m512 hi = _mm512_maskz_loadu_ps(masks.hi[kw], row + kw + 16);
-        v = _mm512_permutex2var_ps(lo, even, hi);
-      }
+      const __m512 v = S == 1 ? _mm512_maskz_loadu_ps(masks.lo[kw], row + kw) : taps_s2[kw];
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const int kh = i - r * S;
