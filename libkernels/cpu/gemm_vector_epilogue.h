@@ -21,9 +21,10 @@ namespace fusectl::kernels::cpu {
 
 // e^r for |r| <= ln2/2 by a degree-6 polynomial in Horner form (c0 = c1 = 1): a weighted
 // least-squares fit to the relative error on Chebyshev points of that interval, 1.9e-9 in exact
-// arithmetic and 7e-8 (about 1 ulp) evaluated in float. Seven FMAs where the Cephes form
-// 1 + r + r^2 P(r) took eight operations: the activations are op-bound on this machine (two
-// vector operations a cycle), and Silu's exp is most of an EfficientNet's epilogue work.
+// arithmetic and 7e-8 (about 1 ulp) evaluated in float (scripts/fit_exp_polynomial.py derives
+// and checks them). Seven FMAs where the Cephes form 1 + r + r^2 P(r) took eight operations:
+// the activations are op-bound on this machine (two vector operations a cycle), and Silu's exp
+// is most of an EfficientNet's epilogue work.
 FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 expReduced512(__m512 r) {
   __m512 p = _mm512_set1_ps(0.001383684459142387f);
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.008374815806746483f));
