@@ -480,15 +480,18 @@ bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window
   return true;
 }
 
-// The square windows depthwiseChannels is instantiated for, with the int32 gather offsets in
-// range.
+// The square windows depthwiseChannels is instantiated for, with its per-thread scratch image
+// (padded input and output pixels, 16 floats each) under 64 MiB.
 static bool channelsTakes(const Window& win) {
   if (win.rank() != 2) return false;
   const int64_t s = win.strides[1], k = win.kernel[1];
-  return win.strides[0] == s && (s == 1 || s == 2) && win.kernel[0] == k && (k == 3 || k == 5) &&
-         win.dilations[0] == 1 && win.dilations[1] == 1 &&
-         win.in[0] * win.in[1] * 16 < (int64_t{1} << 31) &&
-         win.out[0] * win.out[1] * 16 < (int64_t{1} << 31);
+  if (!(win.strides[0] == s && (s == 1 || s == 2) && win.kernel[0] == k && (k == 3 || k == 5) &&
+        win.dilations[0] == 1 && win.dilations[1] == 1))
+    return false;
+  const int64_t OH = win.out[0], OW = win.out[1];
+  if (OH > (int64_t{1} << 20) || OW > (int64_t{1} << 20)) return false;
+  const int64_t pixels = ((OH - 1) * s + k) * ((OW - 1) * s + k) + OH * OW;
+  return pixels <= (int64_t{1} << 20);
 }
 
 bool depthwiseChannelsAvx512(const float* x, const float* w, float* y, const Window& win,
@@ -510,9 +513,9 @@ bool depthwiseChannelsPay(const Window& win) {
   // 7-wide outputs 1.8-2.7x less time across channels, where a row fills 7 of 16 lanes; 14-wide
   // ones 0.85-1.5x, a gain with 5x5 windows and a loss with 3x3 ones in both models; from 28
   // wide the rows are as fast or faster (no transposes, no scratch image).
+  if (!has_avx512 || !channelsTakes(win)) return false;  // (a 1-D window has no out[1])
   const int64_t out_width = win.out[1];
-  return has_avx512 && channelsTakes(win) &&
-         (out_width <= 8 || (win.kernel[1] == 5 && out_width <= 14));
+  return out_width <= 8 || (win.kernel[1] == 5 && out_width <= 14);
 }
 
 #else
