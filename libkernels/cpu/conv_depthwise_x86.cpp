@@ -87,11 +87,11 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 alignLanes(__m512 hi
 }
 
 // The common case (K x K window, stride S of 1 or 2, no dilation) input row by input row: each
-// of the (R - 1) * S + K input rows under R output rows is loaded (at stride 2: loaded and its
-// even lanes kept) once per tap column and feeds every output row it is under, with the K*K
-// weights held in registers for the whole plane. depthwiseBlock loads K rows per output row
-// and broadcasts each weight per block; this loads each row once. Each output row still sums
-// its taps in the same order (kh, then kw), so the values are the same.
+// of the (R - 1) * S + K input rows under R output rows is loaded once per tap column (at
+// stride 2: once, then split into even and odd lanes) and feeds every output row it is under,
+// with the K*K weights held in registers for the whole plane. depthwiseBlock loads K rows per
+// output row and broadcasts each weight per block; this loads each row once. Each output row
+// still sums its taps in the same order (kh, then kw), so the values are the same.
 template <int S, int K, int R>
 FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlockDense(
     const float* x, const __m512* wv, float* y, const Window& win, const Epilogue& ep,
