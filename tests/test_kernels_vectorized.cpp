@@ -604,7 +604,11 @@ TEST_CASE("GlobalAveragePool and GlobalMaxPool match double references", "[kerne
   for (vec::Isa isa : isasHere()) {
     ForcedIsa forced(isa);
     for (std::vector<int64_t> dims : std::vector<std::vector<int64_t>>{
-             {1, 1, 1, 1}, {2, 3, 7, 1}, {1, 17, 7, 7}, {1, 2, 1000003}, {2, 5}}) {
+             {1, 1, 1, 1}, {2, 3, 7, 1}, {1, 17, 7, 7}, {1, 2, 1000003}, {2, 5},
+             // Planes of up to 256 (GlobalAveragePool's small-plane path on AVX-512): one and
+             // two full vectors, 16 and 32 exactly, a partial last vector, 256 exactly.
+             {1, 3, 4, 4}, {2, 5, 1, 32}, {1, 4, 3, 11}, {1, 9, 14, 14}, {1, 2, 16, 16},
+             {1, 3, 257}}) {
       int64_t n = 1;
       for (int64_t d : dims) n *= d;
       const std::vector<float> x = randomValues(static_cast<size_t>(n), 14, -2, 6);
