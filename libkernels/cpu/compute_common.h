@@ -223,6 +223,13 @@ inline void checkInt8(const KernelContext& ctx, const HostTensor& t, const char*
   }
 }
 
+// A kernel's scratch kept by the caller (usually thread_local) across calls: grown to at least
+// `floats` and never shrunk; the contents are whatever the last user left.
+inline float* growScratch(std::vector<float>& buffer, int64_t floats) {
+  if (buffer.size() < static_cast<size_t>(floats)) buffer.resize(static_cast<size_t>(floats));
+  return buffer.data();
+}
+
 inline int64_t product(const std::vector<int64_t>& v, size_t from = 0, size_t to = SIZE_MAX) {
   int64_t p = 1;
   for (size_t i = from; i < std::min(to, v.size()); ++i) p *= v[i];

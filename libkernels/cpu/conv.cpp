@@ -226,8 +226,7 @@ void depthwise2d(const float* x, const float* w, float* y, const Window& win) {
 // An im2col chunk's scratch, reused by the thread across calls (im2col writes every element).
 float* im2colScratch(int64_t floats) {
   thread_local std::vector<float> buffer;
-  if (buffer.size() < static_cast<size_t>(floats)) buffer.resize(static_cast<size_t>(floats));
-  return buffer.data();
+  return growScratch(buffer, floats);
 }
 
 // Float convolution with an epilogue (bias per output channel, residual laid out like Y).
@@ -323,11 +322,8 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
       }
       if (product == ConvProduct::PixelRows) {  // one group (conv_pixel_rows.h)
         thread_local std::vector<float> pixel_rows;
-        if (pixel_rows.size() < static_cast<size_t>((p1 - p0) * Mg)) {
-          pixel_rows.resize(static_cast<size_t>((p1 - p0) * Mg));
-        }
         GemmParams pt = gemmParams(p1 - p0, Mg, K, bmat, ldb, true, w, K, true,
-                                   pixel_rows.data(), Mg);
+                                   growScratch(pixel_rows, (p1 - p0) * Mg), Mg);
         pt.packed_b = &packed_w->parts[0];
         gemm(pt, task_parallel ? 1 : threads);
         storeChannelRows(pixel_rows.data(), p1 - p0, Mg, Mg, y + n * d.M * P + p0, P, en, p0);

@@ -99,8 +99,8 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlockDense(
     const BlockMasks& masks) {
   const int64_t H = win.in[0], W = win.in[1];
   const int64_t PH = win.pad_begin[0], PW = win.pad_begin[1];
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i even = evenLaneIndices();
+  const __m512i odd = oddLaneIndices();
   __m512 acc[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -155,7 +155,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlock(
   const int64_t KH = win.kernel[0], KW = win.kernel[1], SH = win.strides[0];
   const int64_t DH = win.dilations[0], DW = win.dilations[1];
   const int64_t PH = win.pad_begin[0], PW = win.pad_begin[1];
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i even = evenLaneIndices();
   __m512 acc[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -286,10 +286,9 @@ FUSECTL_AVX512 void depthwiseRowsDense(const float* x, const float* w, float* y,
 // The per-thread scratch of a channel block: its padded input and its outputs, 64-byte aligned.
 float* channelBlockScratch(int64_t floats) {
   thread_local std::vector<float> buffer;
-  const size_t need = static_cast<size_t>(floats) + 16;
-  if (buffer.size() < need) buffer.resize(need);
-  const uintptr_t at = reinterpret_cast<uintptr_t>(buffer.data());
-  return buffer.data() + ((64 - at % 64) % 64) / sizeof(float);
+  float* data = growScratch(buffer, floats + 16);
+  const uintptr_t at = reinterpret_cast<uintptr_t>(data);
+  return data + ((64 - at % 64) % 64) / sizeof(float);
 }
 
 // R neighbouring output pixels of one output row, all 16 channels: R independent chains of

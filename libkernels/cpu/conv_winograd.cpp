@@ -53,11 +53,6 @@ struct WinogradMatrices<4> {
 // 28x28), and 16 MiB, up to 23% slower (64 channels at 112x112).
 constexpr int64_t kChunkFloats = int64_t{1} << 20;
 
-float* grow(std::vector<float>& buffer, int64_t floats) {
-  if (buffer.size() < static_cast<size_t>(floats)) buffer.resize(static_cast<size_t>(floats));
-  return buffer.data();
-}
-
 // Floats per scratch row of the transforms: the padded input row (TM * TW + 2) and slack for
 // the whole-vector reads past its end (the by-4 deinterleave reads 68 floats from a tile's
 // first column).
@@ -210,8 +205,8 @@ FUSECTL_AVX512 void inputTransformAvx512(const float* xc, int64_t H, int64_t W, 
   const TransformRows<4> scratch(rows, transformRowFloats(2, TW));
   const auto& p = scratch.p;
   const auto& t = scratch.t;
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512i even = evenLaneIndices();
+  const __m512i odd = oddLaneIndices();
   for (int64_t ty = ty0; ty < ty1; ++ty) {
     loadPaddedRows<4>(xc, H, W, pad_left, 2 * ty - pad_top, Wp, p);
     for (int64_t q = 0; q < Wp; q += 16) {  // whole vectors: the rows have slack
@@ -250,9 +245,7 @@ FUSECTL_AVX512 void outputTransformAvx512(const float* mo, int64_t plane, int64_
                                           int64_t ty0, int64_t ty1, int64_t OH, int64_t OW,
                                           float* yo, float* /*rows*/, const Epilogue& ep,
                                           int64_t oc) {
-  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i hi =
-      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i lo = interleaveLowIndices(), hi = interleaveHighIndices();
   const __m512 bias = _mm512_set1_ps(ep.bias ? ep.bias[oc] : 0.f);
   const float* residual = ep.residual ? ep.residual + oc * ep.ld_residual : nullptr;
   const Activation act = ep.activation;
@@ -297,8 +290,8 @@ FUSECTL_AVX512 void outputTransformAvx512(const float* mo, int64_t plane, int64_
 // d[k][l] = r[4 l + k] for the 64 floats at r: two rounds of even/odd selection.
 FUSECTL_AVX512 inline __attribute__((always_inline)) void deinterleave4(const float* r,
                                                                        __m512* d) {
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512i even = evenLaneIndices();
+  const __m512i odd = oddLaneIndices();
   const __m512 l0 = _mm512_loadu_ps(r), l1 = _mm512_loadu_ps(r + 16);
   const __m512 l2 = _mm512_loadu_ps(r + 32), l3 = _mm512_loadu_ps(r + 48);
   const __m512 e01 = _mm512_permutex2var_ps(l0, even, l1);
@@ -314,9 +307,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void deinterleave4(const fl
 // The inverse: out[4 l + k] = y[k][l], as four vectors of 16 (out[0..15], ..., out[48..63]).
 FUSECTL_AVX512 inline __attribute__((always_inline)) void interleave4(const __m512* y,
                                                                      __m512* out) {
-  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i hi =
-      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i lo = interleaveLowIndices(), hi = interleaveHighIndices();
   // u = (y0, y2) interleaved, v = (y1, y3): then (u, v) interleaved is (y0, y1, y2, y3).
   const __m512 u_lo = _mm512_permutex2var_ps(y[0], lo, y[2]);
   const __m512 u_hi = _mm512_permutex2var_ps(y[0], hi, y[2]);
@@ -555,8 +546,8 @@ void convWinograd3x3(const float* x, float* y, const Winograd3x3Shape& s, const 
   const int64_t rows_per_chunk = std::clamp<int64_t>(chunk_floats / (E * (C + M) * TW), 1, TH);
   const int64_t max_tiles = rows_per_chunk * TW;
   thread_local std::vector<float> v_buffer, m_buffer;
-  float* V = grow(v_buffer, E * C * max_tiles);
-  float* Mo = grow(m_buffer, E * M * max_tiles);
+  float* V = growScratch(v_buffer, E * C * max_tiles);
+  float* Mo = growScratch(m_buffer, E * M * max_tiles);
   const Transforms tf = transforms(TM);
   const int64_t row_floats = transformRowFloats(TM, TW);
 
@@ -569,7 +560,7 @@ void convWinograd3x3(const float* x, float* y, const Winograd3x3Shape& s, const 
       const int64_t ty1 = std::min(TH, ty0 + rows_per_chunk), tiles = (ty1 - ty0) * TW;
       parallelFor(C, threads, 4, [&](int64_t c0, int64_t c1) {
         thread_local std::vector<float> rows;
-        float* r = grow(rows, 2 * (TM + 2) * row_floats);
+        float* r = growScratch(rows, 2 * (TM + 2) * row_floats);
         for (int64_t c = c0; c < c1; ++c) {
           tf.input(xn + c * s.H * s.W, s.H, s.W, s.pad_top, s.pad_left, TW, ty0, ty1,
                    V + c * tiles, C * tiles, r);
@@ -585,7 +576,7 @@ void convWinograd3x3(const float* x, float* y, const Winograd3x3Shape& s, const 
       });
       parallelFor(M, threads, 4, [&](int64_t m0, int64_t m1) {
         thread_local std::vector<float> rows;
-        float* r = grow(rows, TM * row_floats);
+        float* r = growScratch(rows, TM * row_floats);
         for (int64_t oc = m0; oc < m1; ++oc) {
           tf.output(Mo + oc * tiles, M * tiles, TW, ty0, ty1, OH, OW, yn + oc * P, r, en, oc);
         }

@@ -169,6 +169,22 @@ inline __mmask16 firstLanes(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
+// Permute indices over the 32 lanes of two vectors (lo, hi), for _mm512_permutex2var_ps: the
+// even lanes in order, the odd lanes in order (the stride-2 reads of the depthwise and Winograd
+// kernels), and the interleave of lo's and hi's lanes 0-7 (8-15 for the high half).
+FUSECTL_AVX512 inline __m512i evenLaneIndices() {
+  return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+}
+FUSECTL_AVX512 inline __m512i oddLaneIndices() {
+  return _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+FUSECTL_AVX512 inline __m512i interleaveLowIndices() {
+  return _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+}
+FUSECTL_AVX512 inline __m512i interleaveHighIndices() {
+  return _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+}
+
 // The epilogue on one vector of outputs, then its masked store at y: bias (a broadcast
 // per-channel value, added when has_bias), the residual at z (masked like the store; none when
 // z is null), the activation. The order of Epilogue::apply.
