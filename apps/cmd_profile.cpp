@@ -173,6 +173,7 @@ int runProfile(const ProfileCliOptions& opts, bool level_given, bool cuda_graph_
   const double baseline_ms = opts.baseline.empty() ? 0 : baselineMedianMs(opts);
 
   LoadOptions load = loadOptions();
+  load.prefault_weights = false;  // the executor packs each weight and lets its pages go
   load.input_shapes = shapes;
   std::unique_ptr<Model> unfused = loadModel(opts.model, load);
   std::unique_ptr<Model> fused;

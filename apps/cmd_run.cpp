@@ -102,6 +102,7 @@ int runRun(const RunOptions& opts) {
   const auto shapes = parseShapeSpecs(opts.shapes);
 
   LoadOptions load = loadOptions();
+  load.prefault_weights = false;  // the executor packs each weight and lets its pages go
   load.infer_shapes = false;  // the executor needs only the declared interface
   std::unique_ptr<Model> model = loadModel(opts.model, load);
   const Graph& graph = *model->graph;

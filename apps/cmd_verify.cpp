@@ -53,6 +53,7 @@ int runVerify(const VerifyOptions& opts) {
   const auto shapes = parseShapeSpecs(opts.shapes);
 
   LoadOptions load = loadOptions();
+  load.prefault_weights = false;  // the executor packs each weight and lets its pages go
   load.infer_shapes = false;
   std::unique_ptr<Model> a = loadModel(opts.model_a, load);
   std::unique_ptr<Model> b = loadModel(opts.model_b, load);

@@ -148,7 +148,9 @@ std::unique_ptr<Model> loadModel(const std::string& path, const LoadOptions& opt
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
     Buffer mapped = Buffer::mapFile(path, 0, static_cast<uint64_t>(st.st_size));
-    prefaultMappingInBackground(mapped.data(), mapped.size());  // read front to back, soon
+    if (options.prefault_weights) {
+      prefaultMappingInBackground(mapped.data(), mapped.size());  // read front to back, soon
+    }
     data = mapped.data();
     size = mapped.size();
     owner = mapped.owner();

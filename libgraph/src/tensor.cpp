@@ -12,6 +12,7 @@
 #include <cmath>
 #include <functional>
 #include <string_view>
+#include <vector>
 #include <limits>
 #include <mutex>
 
@@ -220,11 +221,28 @@ uint8_t* Tensor::mutableBytes() {
   return const_cast<uint8_t*>(bytes_.data());
 }
 
+namespace {
+
+// The bytes of `b` for one look: deferred bytes not computed yet are produced into `scratch`
+// and not kept, so that comparing or hashing weights (dedupe-initializers reads every one) does
+// not make a model hold the bytes a pass deferred (fold-conv-bn's: the whole of ResNet-50's
+// convolution weights) for the rest of the run.
+const uint8_t* bytesForLook(const Buffer& b, std::vector<uint8_t>& scratch) {
+  if (!b.isPending()) return b.data();
+  scratch.resize(b.size());
+  b.copyTo(scratch.data());
+  return scratch.data();
+}
+
+}  // namespace
+
 bool Tensor::identical(const Tensor& o) const {
   if (dtype_ != o.dtype_ || dims_ != o.dims_) return false;
   if (dtype_ == DType::String) return strings_ == o.strings_;
-  return byteSize() == o.byteSize() &&
-         (byteSize() == 0 || std::memcmp(bytes(), o.bytes(), byteSize()) == 0);
+  if (byteSize() != o.byteSize()) return false;
+  if (byteSize() == 0) return true;
+  std::vector<uint8_t> mine, theirs;
+  return std::memcmp(bytesForLook(bytes_, mine), bytesForLook(o.bytes_, theirs), byteSize()) == 0;
 }
 
 size_t Tensor::contentHash() const {
@@ -233,9 +251,11 @@ size_t Tensor::contentHash() const {
   for (int64_t d : dims_) mix(std::hash<int64_t>()(d));
   if (dtype_ == DType::String) {
     for (const std::string& s : strings_) mix(std::hash<std::string>()(s));
-  } else if (bytes()) {
-    mix(std::hash<std::string_view>()(
-        std::string_view(reinterpret_cast<const char*>(bytes()), byteSize())));
+  } else {
+    std::vector<uint8_t> scratch;
+    const uint8_t* p = bytesForLook(bytes_, scratch);
+    if (p) mix(std::hash<std::string_view>()(
+        std::string_view(reinterpret_cast<const char*>(p), byteSize())));
   }
   return h;
 }
@@ -304,6 +324,14 @@ int64_t Tensor::valueAsInt64(int64_t index) const {
 }
 
 bool releaseResidentPages(const Buffer& buffer) {
+  if (buffer.isPending()) {
+    bool dropped = false;
+    const auto* deferred = static_cast<const Buffer::Deferred*>(buffer.owner().get());
+    for (const Buffer* source : deferred->recipe->sources()) {
+      dropped = releaseResidentPages(*source) || dropped;
+    }
+    return dropped;
+  }
   if (buffer.size() == 0 || !std::get_deleter<MappedFileDeleter>(buffer.owner())) return false;
   // Whole pages around the bytes: neighbours' pages are file pages too, so dropping them costs
   // at most a re-read.

@@ -102,6 +102,7 @@ class FloatView {
  public:
   FloatView() = default;
   explicit FloatView(const HostTensor& t) : n_(t.numel()), present_(true) {
+    if (t.isReleased()) throwInternal("a kernel reads a released constant without restoring it");
     if (t.dtype() == DType::Float) {
       ptr_ = t.data<float>();
     } else {

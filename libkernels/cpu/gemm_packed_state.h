@@ -3,8 +3,9 @@
 //
 // Only an input that is a model initializer (KernelContext::inputIsConstant) is cached: its bytes
 // and address stay the same for every run of the executor. The state still checks that it was
-// packed from this data pointer, these dims, this variant (transposition, group count) and for
-// the micro-kernel in use now, and repacks otherwise.
+// packed from these bytes (HostTensor::identity: the executor may have released them since), these
+// dims, this variant (transposition, group count) and for the micro-kernel in use now, and
+// repacks otherwise.
 #pragma once
 
 #include <cstdint>
@@ -33,12 +34,15 @@ inline const PackedWeights* cachedPackedWeights(KernelContext& ctx, size_t input
   const HostTensor* t = ctx.input(input);
   if (!t || !ctx.inputIsConstant(input)) return nullptr;
   if (auto* s = dynamic_cast<PackedWeights*>(ctx.state())) {
-    bool fresh = s->source == t->raw() && s->dims == t->dims() && s->variant == variant;
+    bool fresh = s->source == t->identity() && s->dims == t->dims() && s->variant == variant;
     for (const PackedMatrix& m : s->parts) fresh = fresh && packedForCurrentKernel(m);
     if (fresh) return s;
   }
+  // The executor may have let the bytes go once this state held its copy; `pack` reads them
+  // through views of the same tensor object, which this brings them back into.
+  t = ctx.restoredInput(input);
   auto packed = std::make_unique<PackedWeights>();
-  packed->source = t->raw();
+  packed->source = t->identity();
   packed->dims = t->dims();
   packed->variant = variant;
   packed->copied_inputs = input < 64 ? uint64_t{1} << input : 0;
@@ -54,7 +58,8 @@ inline const PackedWeights* cachedPackedWeights(KernelContext& ctx, size_t input
 // here. The packed matrix forgets the converted copy it was packed from, which ends with this
 // call.
 inline void bindPackedB(KernelContext& ctx, GemmParams& p, LazyFloatView& b, int64_t variant) {
-  const bool in_place = p.B != nullptr;
+  // p.B is null for a released float32 B too; a repack restores it first, so ask again.
+  const bool in_place = p.B != nullptr || ctx.input(1)->dtype() == DType::Float;
   const PackedWeights* packed = cachedPackedWeights(ctx, 1, variant, [&](PackedWeights& w) {
     w.parts.push_back(packGemmB(p.K, p.N, b.data(), p.b_rs, p.b_cs));
     if (!in_place) w.parts.back().source = nullptr;

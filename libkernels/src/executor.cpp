@@ -49,19 +49,6 @@ bool isPlainSymbol(const std::string& s) {
   return true;
 }
 
-// Once a kernel keeps its own copy of constant inputs (packed weights), their file pages need
-// not stay resident (see copied_inputs.h).
-void releaseCopiedWeights(const Node& node, const KernelState* state, uint64_t constant_inputs) {
-  const auto* copied = dynamic_cast<const CopiedConstantInputs*>(state);
-  if (!copied) return;
-  const uint64_t bits = copied->copied_inputs & constant_inputs;
-  for (size_t i = 0; i < node.numInputs() && i < 64; ++i) {
-    if (!((bits >> i) & 1u)) continue;
-    const Value* v = node.input(i);
-    if (v && v->initializer()) releaseResidentPages(v->initializer()->buffer());
-  }
-}
-
 }  // namespace
 
 // Graph outputs get unpooled buffers (they outlive the run); everything else is pooled.
@@ -154,17 +141,111 @@ Executor::Executor(const Model& model, const Graph& graph, ExecutorOptions optio
   plan_ = buildMemoryPlan(graph_);
   resolveKernels();
   initializers_.resize(plan_.values.size());
+  countReleasableUses();
   for (const Value* v : graph_.initializers()) {
     const int s = plan_.slot(v);
     if (s >= 0 && v->initializer()) {
+      const Tensor& src = *v->initializer();
       try {
-        initializers_[s] = HostTensor::fromTensor(*v->initializer());
+        // A copy that is let go once packed is made when a node first reads it.
+        initializers_[s] = constant_uses_[static_cast<size_t>(s)] > 0
+                               ? HostTensor::released(src.dtype(), src.dims(),
+                                                      HostTensor::identityOf(src))
+                               : HostTensor::fromTensor(src);
       } catch (const Error& e) {
         throw Error(e.kind(), "initializer '" + v->name() + "': " + e.what());
       }
     }
   }
   prepareBodies(depth);
+}
+
+// An initializer's own copy (fromTensor copies bytes it cannot borrow: raw_data at an odd offset
+// of a mapped file, which is most weights of an exported model) is dead weight once every kernel
+// that reads it has packed a copy of its own; ONNX Runtime drops prepacked initializers alike.
+// Such a copy is made when a node first needs it and let go when its last use has copied it,
+// so that a model's weights are held about once at any moment, not as file pages, copies and
+// packed panels at the same time. Borrowed bytes belong to the model: a file mapping's pages are
+// let go instead (releaseResidentPages), which costs at most a re-read. An initializer is
+// copied up front and kept when it is a graph output, a subgraph reads it, a node reads it as
+// an input past the 64th, or the device is not the host's.
+void Executor::countReleasableUses() {
+  constant_uses_.assign(plan_.values.size(), 0);
+  copied_uses_.assign(plan_.values.size(), {});
+  if (!backend_->sharesHostMemory()) return;
+  std::vector<bool> pinned(plan_.values.size(), false);
+  for (const Value* v : graph_.outputs()) {
+    if (plan_.slot(v) >= 0) pinned[static_cast<size_t>(plan_.slot(v))] = true;
+  }
+  for (const Node* n : plan_.order) {
+    for (const Value* v : n->implicitInputs()) {
+      if (plan_.slot(v) >= 0) pinned[static_cast<size_t>(plan_.slot(v))] = true;
+    }
+    for (size_t i = 0; i < n->numInputs(); ++i) {
+      const int s = n->input(i) ? plan_.slot(n->input(i)) : -1;
+      if (s < 0) continue;
+      if (i >= 64) pinned[static_cast<size_t>(s)] = true;
+      ++constant_uses_[static_cast<size_t>(s)];
+    }
+  }
+  for (size_t s = 0; s < constant_uses_.size(); ++s) {
+    const Tensor* src = plan_.values[s]->initializer();
+    // A tensor short of bytes stays with fromTensor, which says so naming the initializer.
+    const bool copied = src && src->dtype() != DType::String && src->byteSize() > 0 &&
+                        src->byteSize() >= dtypeStorageBytes(src->dtype(), src->numel()) &&
+                        !HostTensor::borrowable(*src) && HostTensor::identityOf(*src);
+    if (pinned[s] || !copied) constant_uses_[s] = 0;
+  }
+}
+
+// Once a kernel keeps its own copy of constant inputs (packed weights), the originals need not
+// stay in memory (copied_inputs.h): a file mapping's pages are dropped at once, an own copy when
+// the last of its uses has copied it.
+void Executor::noteCopiedInputs(size_t step, const KernelState* state, uint64_t constant_inputs,
+                                std::vector<HostTensor>& slots) {
+  const auto* copied = dynamic_cast<const CopiedConstantInputs*>(state);
+  const uint64_t bits = copied ? copied->copied_inputs & constant_inputs : 0;
+  const Node& node = *plan_.order[step];
+  for (size_t i = 0; i < node.numInputs() && i < 64; ++i) {
+    if (!((constant_inputs >> i) & 1u)) continue;
+    const Value* v = node.input(i);
+    if (!v || !v->initializer()) continue;
+    const bool copies = (bits >> i) & 1u;
+    if (copies) releaseResidentPages(v->initializer()->buffer());
+    const auto s = static_cast<size_t>(plan_.slot(v));
+    if (constant_uses_[s] == 0) continue;
+    std::vector<uint64_t>& uses = copied_uses_[s];
+    const uint64_t use = (uint64_t{step} << 6) | i;
+    const auto it = std::find(uses.begin(), uses.end(), use);
+    if (!copies) {  // a new state that reads the input itself
+      if (it != uses.end()) uses.erase(it);
+      continue;
+    }
+    if (it == uses.end()) uses.push_back(use);
+    if (uses.size() < constant_uses_[s] || initializers_[s].isReleased()) continue;
+    initializers_[s] = HostTensor::released(initializers_[s]);
+    slots[s] = initializers_[s];
+  }
+}
+
+bool Executor::useHasCopy(size_t s, size_t step, size_t input) const {
+  const std::vector<uint64_t>& uses = copied_uses_[s];
+  return std::find(uses.begin(), uses.end(), (uint64_t{step} << 6) | input) != uses.end();
+}
+
+void Executor::restoreConstant(size_t s, std::vector<HostTensor>& slots) {
+  if (!initializers_[s].isReleased()) return;
+  // The copy has the same identity(), so the uses' packed copies stay valid.
+  initializers_[s] = HostTensor::fromTensor(*plan_.values[s]->initializer());
+  slots[s] = initializers_[s];
+}
+
+uint64_t Executor::releasedConstantBytes() const {
+  uint64_t bytes = 0;
+  for (size_t s = 0; s < constant_uses_.size(); ++s) {
+    if (constant_uses_[s] && initializers_[s].isReleased()) bytes += initializers_[s].byteSize();
+  }
+  return bytes;
 }
 
 void Executor::prepareBodies(int depth) {
@@ -388,7 +469,8 @@ void Executor::reuseDeviceInitializers(const std::vector<HostTensor>& host,
 
 bool Executor::isInitializer(int s, const HostTensor& t) const {
   const HostTensor& init = initializers_[s];
-  return init.dtype() != DType::Undefined && t.raw() == init.raw() && t.dims() == init.dims();
+  return init.dtype() != DType::Undefined && t.identity() == init.identity() &&
+         t.dims() == init.dims();
 }
 
 void Executor::bringOver(int s, bool to_host, bool pooled, std::vector<HostTensor>& device,
@@ -771,6 +853,10 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
                                "' on the host, and it is not a constant"};
       }
       if (transfers) bringOver(s, host_arg, true, slots, host, copies);
+      if (!transfers && side[s].isReleased() && i < 64 &&
+          !useHasCopy(static_cast<size_t>(s), step, i)) {
+        restoreConstant(static_cast<size_t>(s), side);
+      }
       const HostTensor& t = (transfers && host_arg) ? host[s] : side[s];
       if (t.dtype() == DType::Undefined) {
         throwInvalid(nodePrefix(node) + "input " + std::to_string(i) + " ('" + v->name() +
@@ -783,6 +869,10 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
     KernelContext ctx(node, opsets_[step], args, on_cpu ? host_allocator : allocator,
                       num_threads_);
     ctx.bindPersistentState(&kernel_states_[step], constant_inputs);
+    ctx.bindConstantRestorer([&, &n = node](size_t i) {
+      const int s = plan_.slot(n.input(i));
+      if (s >= 0) restoreConstant(static_cast<size_t>(s), side);
+    });
     BodyRunner bodies(*this, scope);
     if (!node.implicitInputs().empty() || !bodies_.empty()) {
       // Bodies run on the host: their captures need a host copy there too.
@@ -807,7 +897,9 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
     } catch (const std::exception& e) {
       throw Error(ErrorKind::Internal, nodePrefix(node) + "kernel failed: " + e.what());
     }
-    if (kernel_states_[step].get() != state_before) releaseCopiedWeights(node, kernel_states_[step].get(), constant_inputs);
+    if (kernel_states_[step].get() != state_before) {
+      noteCopiedInputs(step, kernel_states_[step].get(), constant_inputs, side);
+    }
     const int mark_after = mark_before >= 0 ? backend_->markTime() : -1;
     const double node_seconds =
         options_.profile ? std::chrono::duration<double>(Clock::now() - node_start).count() : 0;

@@ -73,16 +73,32 @@ HostTensor HostTensor::fromTensor(const Tensor& src) {
                  std::to_string(src.numel()) + " elements has only " +
                  std::to_string(src.byteSize()) + " bytes");
   }
-  const uint8_t* bytes = src.bytes();
-  const size_t align = std::max<size_t>(dtypeSize(src.dtype()), 1);
-  if (bytes == nullptr || reinterpret_cast<uintptr_t>(bytes) % align != 0) {
-    // Kernels read typed pointers: an empty or misaligned buffer (e.g. external data at an odd
-    // file offset) is the one case that is copied instead of borrowed.
+  if (!borrowable(src)) {
     HostTensor t(src.dtype(), src.dims());
-    if (expected) std::memcpy(t.data_, bytes, expected);
+    if (expected == src.byteSize()) {
+      if (expected) src.copyBytesTo(static_cast<uint8_t*>(t.data_));
+    } else {
+      std::memcpy(t.data_, src.bytes(), expected);
+    }
+    t.identity_ = identityOf(src);
     return t;
   }
-  return borrow(src.dtype(), src.dims(), bytes, src.buffer().owner());
+  return borrow(src.dtype(), src.dims(), src.bytes(), src.buffer().owner());
+}
+
+// Kernels read typed pointers: an empty or misaligned buffer (e.g. raw_data at an odd offset of
+// a mapped file) is copied instead of borrowed, and so are bytes a pass deferred (fold-conv-bn's
+// scaled weights), which a copy computes without the model keeping them.
+bool HostTensor::borrowable(const Tensor& src) {
+  if (src.dtype() == DType::String || src.buffer().isPending()) return false;
+  const uint8_t* bytes = src.bytes();
+  const size_t align = std::max<size_t>(dtypeSize(src.dtype()), 1);
+  return bytes != nullptr && reinterpret_cast<uintptr_t>(bytes) % align == 0;
+}
+
+const void* HostTensor::identityOf(const Tensor& src) {
+  if (src.buffer().isPending()) return src.buffer().owner().get();
+  return src.bytes();
 }
 
 Tensor HostTensor::toTensor() const {
@@ -112,6 +128,25 @@ HostTensor HostTensor::reshaped(std::vector<int64_t> dims) const {
   HostTensor t = *this;
   t.dims_ = std::move(dims);
   return t;
+}
+
+HostTensor HostTensor::released(const HostTensor& t) {
+  if (t.kind_ != Kind::Tensor || t.dtype_ == DType::String) {
+    throwInternal("HostTensor::released: only a tensor of bytes can be released");
+  }
+  return released(t.dtype_, t.dims_, t.identity());
+}
+
+HostTensor HostTensor::released(DType dtype, std::vector<int64_t> dims, const void* identity) {
+  if (dtype == DType::String || !identity) {
+    throwInternal("HostTensor::released: needs bytes that name it");
+  }
+  HostTensor r;
+  r.dtype_ = dtype;
+  r.dims_ = std::move(dims);
+  checkedNumel(r.dims_);
+  r.identity_ = identity;
+  return r;
 }
 
 HostTensor OutputAllocator::wrap(DType dtype, std::vector<int64_t> dims, void* data,

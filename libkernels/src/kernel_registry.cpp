@@ -52,6 +52,15 @@ const HostTensor& KernelContext::requireInput(size_t i) const {
   return *t;
 }
 
+const HostTensor* KernelContext::restoredInput(size_t i) {
+  const HostTensor* t = input(i);
+  if (!t || !t->isReleased()) return t;
+  if (!restorer_) fail("input " + std::to_string(i) + " was released and cannot be restored here");
+  restorer_(i);
+  if (t->isReleased()) fail("input " + std::to_string(i) + " was not restored");
+  return t;
+}
+
 bool KernelContext::outputWanted(size_t i) const {
   const Value* v = node_.output(i);
   return v != nullptr && !v->name().empty() && (v->hasUses() || v->isGraphOutput());

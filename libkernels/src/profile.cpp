@@ -25,17 +25,21 @@ struct SideRun {
   std::vector<NamedTensor> outputs;      // of the last timed run, for the agreement check
 };
 
-// One pass over both sides (profile.h): executors built, warmup, measured runs alternating,
-// executors released.
-void runPass(std::vector<SideRun>& sides, const std::vector<NamedTensor>& inputs,
-             bool node_times, const ProfileOptions& options) {
-  ExecutorOptions exec = options.execution;
-  exec.profile = node_times;
+// Both sides' executors, built once for both passes: a second build would pack every weight
+// again while the first side's packed weights are still held.
+void buildExecutors(std::vector<SideRun>& sides, const ProfileOptions& options) {
   for (SideRun& side : sides) {
-    side.executor = std::make_unique<Executor>(*side.model, exec);
+    side.executor = std::make_unique<Executor>(*side.model, options.execution);
     side.threads = side.executor->numThreads();
     side.device = side.executor->backend().device();
   }
+}
+
+// One pass over both sides (profile.h): warmup, then measured runs alternating.
+void runPass(std::vector<SideRun>& sides, const std::vector<NamedTensor>& inputs,
+             bool node_times, const ProfileOptions& options) {
+  const ExecutorOptions& exec = options.execution;
+  for (SideRun& side : sides) side.executor->setProfiling(node_times);
   const int total = options.warmup + options.runs;
   for (int r = 0; r < total; ++r) {
     const bool warmup = r < options.warmup;
@@ -62,7 +66,6 @@ void runPass(std::vector<SideRun>& sides, const std::vector<NamedTensor>& inputs
                                     " side has no recording, and the two are timed alike");
     }
   }
-  for (SideRun& side : sides) side.executor.reset();
 }
 
 // The index of the run whose wall time is the median: the lower middle one for an even count,
@@ -176,8 +179,10 @@ ProfileResult profileModels(const Model* unfused, const Model* fused,
   std::vector<SideRun> sides;  // unfused first: A/B order
   if (run_unfused) sides.push_back({"unfused", unfused, nullptr, {}, {}, 1, {}});
   if (run_fused) sides.push_back({"fused", fused, nullptr, {}, {}, 1, {}});
+  buildExecutors(sides, options);
   runPass(sides, inputs, false, options);
   runPass(sides, inputs, true, options);
+  for (SideRun& side : sides) side.executor.reset();
 
   ProfileResult result;
   result.warmup = options.warmup;

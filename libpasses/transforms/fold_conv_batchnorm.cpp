@@ -160,6 +160,8 @@ class ScaledWeights : public ByteRecipe {
     storeDoubles(w_.dtype(), v.data(), v.size(), dst);
   }
 
+  std::vector<const Buffer*> sources() const override { return {&w_.buffer()}; }
+
   // The common case without the double buffer and the index division per element; the same
   // operations as scaledWeights + storeDoubles (float -> double, times the double scale,
   // rounded to float once), so the same bits.

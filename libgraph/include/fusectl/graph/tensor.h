@@ -19,6 +19,8 @@
 
 namespace fusectl {
 
+class Buffer;
+
 // How to compute a deferred Buffer's bytes (Buffer::deferred).
 class ByteRecipe {
  public:
@@ -27,6 +29,9 @@ class ByteRecipe {
   // bytes (Buffer::copyTo) plus once when they are first read through data(); it must give the
   // same bytes every time, and may run on several threads at once.
   virtual void produce(uint8_t* dst, size_t size) const = 0;
+  // The buffers produce() reads, so that a reader done with the bytes can let their pages go
+  // (releaseResidentPages) as it would the pages of bytes that were never deferred.
+  virtual std::vector<const Buffer*> sources() const { return {}; }
 };
 
 // Immutable bytes with a keep-alive owner (a std::string, an mmap region, a vector...). A value
@@ -62,6 +67,7 @@ class Buffer {
 
  private:
   friend class Tensor;
+  friend bool releaseResidentPages(const Buffer& buffer);  // buffer_residency.h
   struct Deferred;  // tensor.cpp: the recipe and, once computed, the bytes; owned by owner_
   const uint8_t* deferredData() const;
   std::shared_ptr<const void> owner_;

@@ -1,7 +1,10 @@
 // A kernel state that holds its own copy of some constant inputs (weights packed into the GEMM's
 // panel layout) and reads only that copy from then on. The executor lets the originals' memory
-// go once such a state is set (releaseResidentPages: file-mapped weights only, which can be read
-// back), so that a model with packed weights does not hold every weight twice.
+// go once such a state is set, so that a model with packed weights does not hold every weight
+// twice: a file mapping's pages at once (releaseResidentPages), the executor's own copy of
+// bytes it could not borrow once every reader has packed it. The kernel then sees a released
+// tensor (HostTensor::released: dims, no bytes) and must call KernelContext::restoredInput()
+// before it reads the bytes again (cachedPackedWeights does, when it repacks).
 #pragma once
 
 #include <cstdint>

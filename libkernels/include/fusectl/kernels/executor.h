@@ -128,6 +128,13 @@ class Executor {
   const Graph& graph() const { return graph_; }
   int numThreads() const { return num_threads_; }
   const Backend& backend() const { return *backend_; }
+  // Bytes of the initializers' own copies this executor does not hold now, because every
+  // kernel reading one keeps a packed copy (copied_inputs.h); before the first run, those it
+  // will make when a node first reads them. Subgraphs' executors not included.
+  uint64_t releasedConstantBytes() const;
+  // Whether later runs time each node (ExecutorOptions::profile), for one executor to serve
+  // timed and profiled runs without packing its weights twice.
+  void setProfiling(bool on) { options_.profile = on; }
   // The nodes that run on the CPU because the backend's device has no kernel for them (or its
   // kernel declines them), in execution order; empty on the CPU backend.
   std::vector<const Node*> cpuFallbacks() const;
@@ -170,6 +177,15 @@ class Executor {
   void bindInputs(const std::vector<NamedTensor>& inputs, std::vector<HostTensor>& slots) const;
   // Whether `t` is slot `s`'s initializer itself (not an input overriding it).
   bool isInitializer(int s, const HostTensor& t) const;
+  // Which initializers' own copies may be released, and after how many uses' copies.
+  void countReleasableUses();
+  // After step `step` set a new state: lets go of constant inputs it copied (copied_inputs.h).
+  void noteCopiedInputs(size_t step, const KernelState* state, uint64_t constant_inputs,
+                        std::vector<HostTensor>& slots);
+  // Whether input `input` of step `step` reads slot `s` through a packed copy of its own.
+  bool useHasCopy(size_t s, size_t step, size_t input) const;
+  // Brings a released initializer's bytes back into its slot (KernelContext::restoredInput).
+  void restoreConstant(size_t s, std::vector<HostTensor>& slots);
   // On a device: the device copies kept from earlier runs, put in `slots` for the initializers
   // `host` holds (bound by bindInputs), so they are not copied again.
   void reuseDeviceInitializers(const std::vector<HostTensor>& host,
@@ -189,6 +205,10 @@ class Executor {
   std::vector<const KernelInfo*> kernels_;  // per step
   std::vector<int64_t> opsets_;             // per step
   std::vector<HostTensor> initializers_;    // per slot (empty for non-initializers)
+  // Per slot: uses (node inputs) of an initializer copy that is released once each has copied
+  // it (0: kept), and the uses that have, as step << 6 | input.
+  std::vector<uint32_t> constant_uses_;
+  std::vector<std::vector<uint64_t>> copied_uses_;
   std::vector<std::unique_ptr<KernelState>> kernel_states_;  // per step, kept across runs
   BufferPool pool_;                         // the backend's arena
   // Only when the backend's memory is not the host's:

@@ -34,7 +34,13 @@ class HostTensor {
   // Borrows `data`; `keep_alive` (may be null) keeps the owner alive.
   static HostTensor borrow(DType dtype, std::vector<int64_t> dims, const void* data,
                            std::shared_ptr<const void> keep_alive);
-  static HostTensor fromTensor(const Tensor& t);  // borrows the tensor's buffer
+  // Borrows the tensor's buffer, or copies bytes a typed pointer cannot borrow (misaligned:
+  // raw_data at an odd offset of a mapped file) and deferred bytes not computed yet, without
+  // the tensor keeping them. A copy's identity() is the tensor's (identityOf).
+  static HostTensor fromTensor(const Tensor& t);
+  static bool borrowable(const Tensor& t);  // whether fromTensor(t) borrows rather than copies
+  // What names a tensor's bytes: their address, or for deferred bytes their buffer's owner.
+  static const void* identityOf(const Tensor& t);
   Tensor toTensor() const;                        // copies into a graph Tensor
 
   DType dtype() const { return dtype_; }
@@ -54,6 +60,18 @@ class HostTensor {
 
   // Reinterprets the same bytes with new dims (same element count), sharing storage.
   HostTensor reshaped(std::vector<int64_t> dims) const;
+
+  // A constant whose copy the executor does not hold: not made yet, or let go once every
+  // kernel that reads it had packed a copy of its own (copied_inputs.h). The dtype and dims
+  // stay, the bytes and raw() do not, and identity() still names the bytes, so that a kernel's
+  // cache of what it packed from them stays valid. A kernel that must read them again asks
+  // KernelContext::restoredInput() for them.
+  static HostTensor released(const HostTensor& t);
+  static HostTensor released(DType dtype, std::vector<int64_t> dims, const void* identity);
+  bool isReleased() const { return !data_ && identity_; }
+  // What names these bytes across copies: the address of the bytes this tensor holds or copies
+  // (fromTensor), or held before it was released.
+  const void* identity() const { return identity_ ? identity_ : data_; }
 
   // ONNX sequence(tensor) and optional(...) values travel in the executor's slots like
   // tensors, so the memory plan, the step loop and subgraph bodies carry them unchanged. One
@@ -75,6 +93,7 @@ class HostTensor {
   DType dtype_ = DType::Undefined;
   std::vector<int64_t> dims_;
   void* data_ = nullptr;
+  const void* identity_ = nullptr;  // a copy's or a released tensor's: compared, never read
   std::shared_ptr<const void> storage_;
   std::vector<std::string> strings_;
   Kind kind_ = Kind::Tensor;
@@ -169,6 +188,13 @@ class KernelContext {
     state_slot_ = slot;
     constant_inputs_ = constant_inputs;
   }
+  // Input `i` with its bytes: for a released constant (HostTensor::released) the executor
+  // brings them back first, into the same tensor object input(i) points to. A kernel whose
+  // packed copy no longer fits (another variant for new shapes, another micro-kernel) calls it
+  // before it repacks. Fails, naming the node, when no executor can restore them.
+  const HostTensor* restoredInput(size_t i);
+  // Called by the executor: how released constant inputs are brought back (by input index).
+  void bindConstantRestorer(std::function<void(size_t)> restore) { restorer_ = std::move(restore); }
 
   // Runs the node's subgraph held by graph attribute `attr` (see SubgraphRunner); fails naming
   // the node when the attribute is missing or the kernel runs outside an executor.
@@ -189,6 +215,7 @@ class KernelContext {
   std::unique_ptr<KernelState>* state_slot_ = nullptr;
   std::unique_ptr<KernelState> local_state_;
   uint64_t constant_inputs_ = 0;
+  std::function<void(size_t)> restorer_;
   SubgraphRunner* subgraph_runner_ = nullptr;
 };
 

@@ -8,14 +8,13 @@
 //     and memory figures come from these runs. With ExecutorOptions::capture_graph on a device
 //     that records (CUDA Graphs), a side's second warmup run records its run and the timed
 //     runs replay it (executor.h); the per-node pass never does.
-//  2. per node: the same again on executors that record per-node times
-//     (ExecutorOptions::profile). A node's figure is its median over these runs. They are kept
+//  2. per node: the same again with the same executors recording per-node times
+//     (Executor::setProfiling). A node's figure is its median over these runs. They are kept
 //     apart from the timing runs because recording costs per node (its label, its shapes):
 //     about 0.15 us a node here (testdata's bert_layer, 95 nodes: 50 us a run recording, 37 us
 //     not), more on the side with more nodes, which would bias the comparison towards the
 //     fused side.
-// The executors of one pass are released before the next pass builds its own, so at most two
-// exist at a time. The result says how long each side took, what it wrote, how the two compare
+// Both passes share the two executors, so each side's weights are packed once. The result says how long each side took, what it wrote, how the two compare
 // (a speedup with a bootstrap confidence interval over the paired runs), whether their outputs
 // agree (the comparison `fusectl verify` makes, on the outputs of the last timed run of each
 // side: compareRunOutputs) and, per fusion site of the
@@ -74,7 +73,7 @@ struct ProfileOptions {
   int warmup = 3;
   int runs = 20;
   ProfiledSides sides = ProfiledSides::Both;
-  ExecutorOptions execution;  // threads, registry, backend; `profile` is set per pass
+  ExecutorOptions execution;  // threads, registry, backend; profiling is switched per pass
   Tolerance tolerance;        // for outputs_agree; `fusectl profile` uses verify's defaults
   // The speedup's confidence interval: resamples of the paired runs, and the generator's seed
   // (fixed, so the same timings always give the same interval).
