@@ -822,6 +822,16 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
   Allocator allocator(pool_, options_.max_tensor_bytes);
   Allocator host_allocator(host_pool_, options_.max_tensor_bytes);
   const Scope scope{this, &slots, &host, outer};
+  // Released copies exist on the CPU backend only, where `slots` holds every value.
+  struct Restorer : ConstantRestorer {
+    Restorer(Executor& e, std::vector<HostTensor>& s) : executor(e), slots(s) {}
+    void restore(const Node& node, size_t input) override {
+      const int s = executor.plan_.slot(node.input(input));
+      if (s >= 0) executor.restoreConstant(static_cast<size_t>(s), slots);
+    }
+    Executor& executor;
+    std::vector<HostTensor>& slots;
+  } restorer(*this, slots);
   std::vector<const HostTensor*> args;
   for (size_t step = 0; step < plan_.order.size(); ++step) {
     const Node& node = *plan_.order[step];
@@ -869,10 +879,7 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
     KernelContext ctx(node, opsets_[step], args, on_cpu ? host_allocator : allocator,
                       num_threads_);
     ctx.bindPersistentState(&kernel_states_[step], constant_inputs);
-    ctx.bindConstantRestorer([&, &n = node](size_t i) {
-      const int s = plan_.slot(n.input(i));
-      if (s >= 0) restoreConstant(static_cast<size_t>(s), side);
-    });
+    ctx.bindConstantRestorer(&restorer);
     BodyRunner bodies(*this, scope);
     if (!node.implicitInputs().empty() || !bodies_.empty()) {
       // Bodies run on the host: their captures need a host copy there too.

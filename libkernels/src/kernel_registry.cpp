@@ -56,7 +56,7 @@ const HostTensor* KernelContext::restoredInput(size_t i) {
   const HostTensor* t = input(i);
   if (!t || !t->isReleased()) return t;
   if (!restorer_) fail("input " + std::to_string(i) + " was released and cannot be restored here");
-  restorer_(i);
+  restorer_->restore(node_, i);
   if (t->isReleased()) fail("input " + std::to_string(i) + " was not restored");
   return t;
 }

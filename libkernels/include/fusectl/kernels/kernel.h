@@ -139,6 +139,14 @@ class SubgraphRunner {
   virtual std::vector<HostTensor> run(const Graph& body, const std::vector<HostTensor>& inputs) = 0;
 };
 
+// Brings the bytes of a released constant input (HostTensor::released) back into the tensor the
+// node's context points to; the executor implements it (KernelContext::restoredInput).
+class ConstantRestorer {
+ public:
+  virtual ~ConstantRestorer() = default;
+  virtual void restore(const Node& node, size_t input) = 0;
+};
+
 class KernelContext {
  public:
   KernelContext(const Node& node, int64_t opset, std::vector<const HostTensor*> inputs,
@@ -193,8 +201,8 @@ class KernelContext {
   // packed copy no longer fits (another variant for new shapes, another micro-kernel) calls it
   // before it repacks. Fails, naming the node, when no executor can restore them.
   const HostTensor* restoredInput(size_t i);
-  // Called by the executor: how released constant inputs are brought back (by input index).
-  void bindConstantRestorer(std::function<void(size_t)> restore) { restorer_ = std::move(restore); }
+  // Called by the executor: what brings released constant inputs back.
+  void bindConstantRestorer(ConstantRestorer* restorer) { restorer_ = restorer; }
 
   // Runs the node's subgraph held by graph attribute `attr` (see SubgraphRunner); fails naming
   // the node when the attribute is missing or the kernel runs outside an executor.
@@ -215,7 +223,7 @@ class KernelContext {
   std::unique_ptr<KernelState>* state_slot_ = nullptr;
   std::unique_ptr<KernelState> local_state_;
   uint64_t constant_inputs_ = 0;
-  std::function<void(size_t)> restorer_;
+  ConstantRestorer* restorer_ = nullptr;
   SubgraphRunner* subgraph_runner_ = nullptr;
 };
 
