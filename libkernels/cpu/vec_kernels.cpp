@@ -103,10 +103,16 @@ Isa fromEnvironment(Isa best) {
 
 std::atomic<int> g_forced{-1};
 
-const Table& table() {
+// The ISA unless forceIsa says otherwise, with FUSECTL_ISA read once: activeIsa() is asked per
+// kernel call (pool.cpp), where a getenv each time showed in profiles.
+Isa automaticIsa() {
   static const Isa automatic = fromEnvironment(bestSupportedIsa());
+  return automatic;
+}
+
+const Table& table() {
   const int forced = g_forced.load(std::memory_order_relaxed);
-  const Isa isa = forced >= 0 ? static_cast<Isa>(forced) : automatic;
+  const Isa isa = forced >= 0 ? static_cast<Isa>(forced) : automaticIsa();
 #ifdef FUSECTL_VEC_X86
   if (isa == Isa::Avx512) return kAvx512;
   if (isa == Isa::Avx2) return kAvx2;
@@ -123,7 +129,7 @@ Isa bestSupportedIsa() {
 
 Isa activeIsa() {
   const int forced = g_forced.load(std::memory_order_relaxed);
-  return forced >= 0 ? static_cast<Isa>(forced) : fromEnvironment(bestSupportedIsa());
+  return forced >= 0 ? static_cast<Isa>(forced) : automaticIsa();
 }
 
 void forceIsa(std::optional<Isa> isa) {
