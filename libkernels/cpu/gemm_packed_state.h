@@ -58,8 +58,9 @@ inline const PackedWeights* cachedPackedWeights(KernelContext& ctx, size_t input
 // here. The packed matrix forgets the converted copy it was packed from, which ends with this
 // call.
 inline void bindPackedB(KernelContext& ctx, GemmParams& p, LazyFloatView& b, int64_t variant) {
-  // p.B is null for a released float32 B too; a repack restores it first, so ask again.
-  const bool in_place = p.B != nullptr || ctx.input(1)->dtype() == DType::Float;
+  // A float32 B is read in place (p.B, null while the executor has released it), another is
+  // converted; ask the dtype, which a release keeps.
+  const bool in_place = ctx.input(1)->dtype() == DType::Float;
   const PackedWeights* packed = cachedPackedWeights(ctx, 1, variant, [&](PackedWeights& w) {
     w.parts.push_back(packGemmB(p.K, p.N, b.data(), p.b_rs, p.b_cs));
     if (!in_place) w.parts.back().source = nullptr;
