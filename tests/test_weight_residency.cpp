@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "fusectl/graph/buffer_residency.h"
@@ -20,6 +21,13 @@ using namespace fusectl;
 using namespace fusectl::kernels;
 
 namespace {
+
+Value* floatInput(Graph& g, const std::string& name, Shape shape) {
+  ValueType t;
+  t.dtype = DType::Float;
+  t.shape = std::move(shape);
+  return g.addInput(name, t);
+}
 
 std::vector<uint8_t> bytesOf(const Tensor& t) {
   return std::vector<uint8_t>(t.bytes(), t.bytes() + t.byteSize());
@@ -37,10 +45,7 @@ TEST_CASE("weights: only file-mapped bytes are released, and they read back unch
   Graph& g = *m->graph;
   std::vector<float> w(512 * 512);
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 1009) * 0.25f;
-  ValueType xt;
-  xt.dtype = DType::Float;
-  xt.shape = Shape::ofStatic({4, 512});
-  Value* x = g.addInput("x", xt);
+  Value* x = floatInput(g, "x", Shape::ofStatic({4, 512}));
   Value* wv = g.addInitializer("w", Tensor::fromValues<float>(DType::Float, {512, 512}, w));
   Node* mm = g.createNode({"MatMul", "", {x, wv}, {"y"}, "mm", {}});
   mm->output(0)->type.dtype = DType::Float;
@@ -106,10 +111,7 @@ std::unique_ptr<Model> matmulModel(Tensor weight, bool also_added) {
   auto m = std::make_unique<Model>();
   m->setOpsetVersion("", 17);
   Graph& g = *m->graph;
-  ValueType xt;
-  xt.dtype = DType::Float;
-  xt.shape = Shape::ofStatic({4, 64});
-  Value* x = g.addInput("x", xt);
+  Value* x = floatInput(g, "x", Shape::ofStatic({4, 64}));
   Value* wv = g.addInitializer("w", std::move(weight));
   Node* mm = g.createNode({"MatMul", "", {x, wv}, {"y"}, "mm", {}});
   mm->output(0)->type.dtype = DType::Float;
@@ -192,11 +194,8 @@ TEST_CASE("weights: a kernel that must repack gets a released copy back", "[exec
     auto m = std::make_unique<Model>();
     m->setOpsetVersion("", 17);
     Graph& g = *m->graph;
-    ValueType xt;
-    xt.dtype = DType::Float;
-    xt.shape = Shape(std::vector<Dim>{Dim::known(1), Dim::known(32), Dim::symbolic("h"),
-                                      Dim::symbolic("w")});
-    Value* x = g.addInput("x", xt);
+    Value* x = floatInput(g, "x", Shape(std::vector<Dim>{Dim::known(1), Dim::known(32),
+                                                         Dim::symbolic("h"), Dim::symbolic("w")}));
     Value* wv = g.addInitializer("w", std::move(weight));
     Node* conv = g.createNode({"Conv", "", {x, wv}, {"y"}, "conv",
                                {Attribute::ofInts("kernel_shape", {3, 3}),
@@ -256,10 +255,7 @@ TEST_CASE("weights: -O3 keeps fold-conv-bn's scaled weights deferred through a r
   auto m = std::make_unique<Model>();
   m->setOpsetVersion("", 17);
   Graph& g = *m->graph;
-  ValueType xt;
-  xt.dtype = DType::Float;
-  xt.shape = Shape::ofStatic({1, 8, 12, 12});
-  Value* x = g.addInput("x", xt);
+  Value* x = floatInput(g, "x", Shape::ofStatic({1, 8, 12, 12}));
   Value* w = g.addInitializer(
       "w", Tensor::fromValues<float>(DType::Float, {16, 8, 3, 3}, weightValues(16 * 8 * 9)));
   auto perChannel = [&](const char* name, float base) {
