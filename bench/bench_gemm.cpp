@@ -1,9 +1,10 @@
 // GEMM and convolution throughput: GFLOP/s of 1024^3 per micro-kernel ISA at 1 and 2 threads
 // (packed per call and with B prepacked), skinny products M = 1..16 as GB/s of B streamed, and
 // ResNet-50's convolution shapes (GFLOP/s through the registered Conv kernel, weights prepacked
-// in its state as in a session).
+// in its state as in a session), and the FMA peak they are bounded by (peak).
 //
-//   bench_gemm [--repeat R] [--only gemm|skinny|cold|conv|conv3x3|depthwise] [--clock wall|cpu]
+//   bench_gemm [--repeat R] [--only peak|gemm|skinny|cold|conv|conv3x3|depthwise]
+//              [--clock wall|cpu]
 //              [--conv-algorithm auto|im2col|winograd|winograd4]
 //
 // conv3x3: 3x3 stride-1 shapes beyond ResNet-50's (small channel counts, large and tiny
@@ -24,7 +25,12 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "bench_clock.h"
 #include "fusectl/graph/graph.h"
@@ -61,6 +67,71 @@ std::vector<float> randomFloats(int64_t n, uint32_t seed) {
   for (float& x : v) x = dist(gen);
   return v;
 }
+
+// The FMA roofline: fused multiply-adds on registers only, 24 independent accumulators (more
+// than latency x pipes on any x86 core), no loads. What a float GEMM on this ISA can reach at
+// best, so the GEMM and model figures can be read as a share of it rather than against a quoted
+// number (the machine's clock moves; measure it in the same run).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f"))) float fmaLoop512(int64_t iters) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(1e-3f * i);
+  const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-7f);
+  for (int64_t n = 0; n < iters; ++n) {
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+__attribute__((target("avx2,fma"))) float fmaLoop256(int64_t iters) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(1e-3f * i);
+  const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-7f);
+  for (int64_t n = 0; n < iters; ++n) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+  }
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  alignas(32) float v[8];
+  _mm256_store_ps(v, s);
+  return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+}
+
+void benchPeak(int repeat) {
+  struct Isa {
+    const char* name;
+    bool ok;
+    float (*loop)(int64_t);
+    double flops_per_iter;
+  };
+  const Isa isas[] = {
+      {"avx512", __builtin_cpu_supports("avx512f") != 0, fmaLoop512, 24.0 * 16 * 2},
+      {"avx2-fma", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"), fmaLoop256,
+       12.0 * 8 * 2}};
+  const int64_t iters = 2000000;
+  for (const Isa& isa : isas) {
+    if (!isa.ok) continue;
+    for (int threads : {1, 2}) {
+      volatile float sink = 0.f;
+      const double s = medianSeconds(repeat, [&] {
+        std::vector<std::thread> pool;
+        for (int t = 1; t < threads; ++t) pool.emplace_back([&] { sink = isa.loop(iters); });
+        sink = isa.loop(iters);
+        for (std::thread& th : pool) th.join();
+      });
+      std::printf("{\"bench\":\"fma_peak\",\"kernel\":\"%s\",\"threads\":%d,\"ms\":%.3f,"
+                  "\"gflops\":%.1f}\n",
+                  isa.name, threads, s * 1e3, isa.flops_per_iter * iters * threads / s * 1e-9);
+      std::fflush(stdout);
+    }
+  }
+}
+#else
+void benchPeak(int) {}
+#endif
 
 void benchSquare(int repeat) {
   const int64_t n = 1024;
@@ -295,11 +366,12 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_gemm [--repeat R] "
-                   "[--only gemm|skinny|cold|conv|conv3x3|depthwise] "
+                   "[--only peak|gemm|skinny|cold|conv|conv3x3|depthwise] "
                    "[--clock wall|cpu] [--conv-algorithm auto|im2col|winograd|winograd4]\n");
       return 2;
     }
   }
+  if (only.empty() || only == "peak") benchPeak(repeat);
   if (only.empty() || only == "gemm") benchSquare(repeat);
   if (only.empty() || only == "skinny") benchSkinny(repeat);
   if (only.empty() || only == "cold") benchColdWeights(repeat);

@@ -172,6 +172,18 @@ table("GEMM 1024x1024x1024 fp32, GFLOP/s (fusectl: bench_gemm; ORT: MatMul with 
       ["threads", "fusectl kernel", "B", "fusectl GFLOP/s", "ORT disabled", "ORT all",
        "fusectl / best ORT"], rows, keys=3)
 
+# The FMA peak (bench_gemm's register-only loop) the GEMM rows are bounded by.
+rows = []
+for t in threads:
+    for l in (l for l in fus if l.get("bench") == "fma_peak" and l.get("threads") == t):
+        best = max((g.get("gflops") or 0 for g in fus if g.get("bench") == "gemm"
+                    and g.get("threads") == t and g.get("kernel") == l["kernel"]), default=0)
+        rows.append([str(t), l["kernel"], cell(l, "gflops"),
+                     f(ratio(best or None, l.get("gflops")), "{:.0%}")])
+if rows:
+    table("FMA peak, GFLOP/s (fused multiply-adds on registers only; the ceiling of any fp32 GEMM)",
+          ["threads", "ISA", "peak GFLOP/s", "best 1024^3 GEMM / peak"], rows, keys=2)
+
 # Skinny: GB/s of B streamed.
 rows = []
 for name, c in cases.items():
