@@ -21,6 +21,7 @@
 #include "fusectl/kernels/compare.h"
 #include "fusectl/kernels/executor.h"
 #include "fusectl/kernels/half.h"
+#include "fusectl/kernels/memory_plan.h"
 #include "fusectl/kernels/npy.h"
 #include "test_files.h"
 
@@ -50,6 +51,8 @@ struct Recorded {
 Recorded g_recorded;
 int g_preparations = 0;
 std::vector<int> g_constant_flags;  // per Prepared call: bit 0 input 0 constant, bit 1 input 1
+std::vector<int> g_donatable;        // per AddInto call: bit 0 input 0 donatable, bit 1 input 1
+std::vector<bool> g_wrote_in_place;  // per AddInto call
 
 std::vector<float> valuesOfRaw(const HostTensor& t) {
   return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
@@ -79,6 +82,21 @@ const KernelRegistry& testRegistry() {
     reg.add({"test", "Alias", 1, 1000, [](KernelContext& ctx) {
                const HostTensor& x = ctx.requireInput(0);
                ctx.setOutput(0, x.reshaped({x.numel()}));
+             }});
+    // y = a + b, written into a's buffer when the executor lets it (g_wrote_in_place records
+    // whether it did, and g_donatable what inputDonatable said of both inputs).
+    reg.add({"test", "AddInto", 1, 1000, [](KernelContext& ctx) {
+               const HostTensor& a = ctx.requireInput(0);
+               const HostTensor& b = ctx.requireInput(1);
+               if (a.dims() != b.dims()) ctx.fail("shapes differ");
+               g_donatable.push_back(ctx.inputDonatable(0) * 1 + ctx.inputDonatable(1) * 2);
+               HostTensor* in_place = ctx.overwriteInput(0, 0, DType::Float, a.dims());
+               g_wrote_in_place.push_back(in_place != nullptr);
+               if (in_place) CHECK(in_place->raw() == a.raw());
+               HostTensor& y = in_place ? *in_place : ctx.allocateOutput(0, DType::Float, a.dims());
+               for (int64_t i = 0; i < a.numel(); ++i) {
+                 y.mutableData<float>()[i] = a.data<float>()[i] + b.data<float>()[i];
+               }
              }});
     reg.add({"test", "Fail", 1, 1000, [](KernelContext& ctx) { ctx.fail("bad attribute"); }});
     reg.add({"test", "Throw", 1, 1000,
@@ -207,6 +225,121 @@ TEST_CASE("executor: a value lives until its last reader") {
   CHECK(plan.pinned(plan.slot(x)));
   auto out = Executor(*m, testOptions()).run({{"x", floats({4}, {1, 2, 3, 4})}});
   CHECK(valuesOf(out[0].tensor) == std::vector<float>{12, 24, 36, 48});
+}
+
+TEST_CASE("executor: a node may overwrite an input only where no one else can see it") {
+  const std::vector<float> ones(6, 1.f);
+  auto runOnce = [&](Model& m, const ExecutorOptions& o, ExecutionStats* stats = nullptr) {
+    g_donatable.clear();
+    g_wrote_in_place.clear();
+    return Executor(m, o).run({{"x", floats({6}, {1, 2, 3, 4, 5, 6})}}, stats);
+  };
+  SECTION("last reader of an intermediate: written in place, counted as written") {
+    // x -> Double -> a; AddInto(a, x) -> y -> Alias -> out (no buffer of its own, so the peak
+    // is a and y side by side, or y alone in a's buffer)
+    auto m = newModel();
+    Graph& g = *m->graph;
+    Value* x = g.addInput("x", floatType({6}));
+    Value* a = op(g, "Double", {x}, "a")->output(0);
+    Value* y = op(g, "AddInto", {a, x}, "y")->output(0);
+    g.addOutput(op(g, "Alias", {y}, "out")->output(0));
+    ExecutionStats in_place, copied;
+    auto out = runOnce(*m, testOptions(), &in_place);
+    CHECK(g_donatable == std::vector<int>{1});  // x is a graph input: never
+    CHECK(g_wrote_in_place == std::vector<bool>{true});
+    CHECK(valuesOf(out[0].tensor) == std::vector<float>{3, 6, 9, 12, 15, 18});
+    ExecutorOptions no_donation = testOptions();
+    no_donation.donate_inputs = false;
+    auto again = runOnce(*m, no_donation, &copied);
+    CHECK(g_donatable == std::vector<int>{0});
+    CHECK(g_wrote_in_place == std::vector<bool>{false});
+    CHECK(valuesOf(again[0].tensor) == valuesOf(out[0].tensor));
+    CHECK(in_place.activation_bytes_written == copied.activation_bytes_written);
+    CHECK(in_place.peak_activation_bytes + 6 * sizeof(float) == copied.peak_activation_bytes);
+  }
+  SECTION("read again later: not offered") {
+    // AddInto(a, x) -> y; Add(y, a) -> out: a outlives the AddInto
+    auto m = newModel();
+    Graph& g = *m->graph;
+    Value* x = g.addInput("x", floatType({6}));
+    Value* a = op(g, "Double", {x}, "a")->output(0);
+    Value* y = op(g, "AddInto", {a, x}, "y")->output(0);
+    g.addOutput(op(g, "Add", {y, a}, "out")->output(0));
+    auto out = runOnce(*m, testOptions());
+    CHECK(g_donatable == std::vector<int>{0});
+    CHECK(g_wrote_in_place == std::vector<bool>{false});
+    CHECK(valuesOf(out[0].tensor) == std::vector<float>{5, 10, 15, 20, 25, 30});
+  }
+  SECTION("read twice by the node itself: not offered") {
+    auto m = newModel();
+    Graph& g = *m->graph;
+    Value* x = g.addInput("x", floatType({6}));
+    Value* a = op(g, "Double", {x}, "a")->output(0);
+    g.addOutput(op(g, "AddInto", {a, a}, "y")->output(0));
+    auto out = runOnce(*m, testOptions());
+    CHECK(g_donatable == std::vector<int>{0});
+    CHECK(valuesOf(out[0].tensor) == std::vector<float>{4, 8, 12, 16, 20, 24});
+  }
+  SECTION("an initializer, or a buffer another live value aliases: not offered") {
+    // AddInto(w, x) with w constant; AddInto(a, x) while Alias(a) -> v is read afterwards
+    auto m = newModel();
+    Graph& g = *m->graph;
+    Value* x = g.addInput("x", floatType({6}));
+    Value* w = g.addInitializer("w", Tensor::fromValues<float>(DType::Float, {6}, ones));
+    Value* y1 = op(g, "AddInto", {w, x}, "y1")->output(0);
+    Value* a = op(g, "Double", {y1}, "a")->output(0);
+    Value* v = op(g, "Alias", {a}, "v")->output(0);
+    Value* y2 = op(g, "AddInto", {a, x}, "y2")->output(0);
+    g.addOutput(op(g, "Add", {y2, v}, "out")->output(0));
+    auto out = runOnce(*m, testOptions());
+    CHECK(g_donatable == std::vector<int>{0, 0});
+    CHECK(g_wrote_in_place == std::vector<bool>{false, false});
+    // a = 2 (1 + x); out = (a + x) + a = 4 + 5x
+    CHECK(valuesOf(out[0].tensor) == std::vector<float>{9, 14, 19, 24, 29, 34});
+    CHECK(w->initializer()->data<float>()[0] == 1.f);
+  }
+  SECTION("an output the caller keeps: offered, but not written in place") {
+    // AddInto's output is a graph output: it gets a buffer of its own, never a pooled one
+    auto m = newModel();
+    Graph& g = *m->graph;
+    Value* x = g.addInput("x", floatType({6}));
+    Value* a = op(g, "Double", {x}, "a")->output(0);
+    g.addOutput(op(g, "AddInto", {a, x}, "y")->output(0));
+    auto out = runOnce(*m, testOptions());
+    CHECK(g_donatable == std::vector<int>{1});
+    CHECK(g_wrote_in_place == std::vector<bool>{false});
+    CHECK(valuesOf(out[0].tensor) == std::vector<float>{3, 6, 9, 12, 15, 18});
+  }
+}
+
+TEST_CASE("buffer pool: of the idle buffers that fit best, the one released last is reused") {
+  // The one released last is the likeliest to still be in cache; the first released of a size
+  // class is the coldest (a ResNet-50 run reuses dozens of same-sized activation buffers).
+  BufferPool pool;
+  void* first = nullptr;
+  void* second = nullptr;
+  {
+    std::shared_ptr<void> a = pool.acquire(4096);
+    std::shared_ptr<void> b = pool.acquire(4096);
+    first = a.get();
+    second = b.get();
+    a.reset();  // released first
+  }             // b released last
+  std::shared_ptr<void> c = pool.acquire(4000);
+  CHECK(c.get() == second);
+  std::shared_ptr<void> d = pool.acquire(4096);
+  CHECK(d.get() == first);
+  // Best fit still comes before recency: a smaller idle buffer that fits wins over a larger one
+  // released later.
+  void* small = nullptr;
+  {
+    std::shared_ptr<void> s = pool.acquire(1024);
+    std::shared_ptr<void> l = pool.acquire(2000);
+    small = s.get();
+    s.reset();
+  }
+  CHECK(pool.acquire(1000).get() == small);
+  CHECK(pool.stats().reuses == 3);
 }
 
 TEST_CASE("executor: graph outputs survive later runs and are never reused") {

@@ -348,8 +348,10 @@ class FreshAllocator : public OutputAllocator {
 // that are initializers.
 class StatefulNode {
  public:
+  // With `output_read_by_node`, y is no graph output but read by a node after it, as an
+  // intermediate value is (what KernelContext::overwriteInput asks for).
   StatefulNode(const std::string& domain, const std::string& op, size_t inputs,
-               std::vector<Attribute> attrs, uint64_t constant)
+               std::vector<Attribute> attrs, uint64_t constant, bool output_read_by_node = false)
       : constant_(constant), domain_(domain) {
     std::vector<Value*> ins;
     for (size_t i = 0; i < inputs; ++i) {
@@ -358,14 +360,23 @@ class StatefulNode {
       ins.push_back(graph_.addInput("in" + std::to_string(i), vt));
     }
     node_ = graph_.createNode({op, domain, ins, {"y"}, "node", std::move(attrs)});
-    graph_.addOutput(node_->output(0));
+    if (output_read_by_node) {
+      graph_.addOutput(
+          graph_.createNode({"Identity", "", {node_->output(0)}, {"read"}, "reader", {}})
+              ->output(0));
+    } else {
+      graph_.addOutput(node_->output(0));
+    }
     kernel_ = KernelRegistry::global().find(domain, op, opset());
     REQUIRE(kernel_ != nullptr);
   }
-  HostTensor run(const std::vector<const HostTensor*>& inputs, int threads = 1) {
+  // `donatable`: the inputs the node may overwrite, as an executor would offer them.
+  HostTensor run(const std::vector<const HostTensor*>& inputs, int threads = 1,
+                 uint64_t donatable = 0) {
     FreshAllocator alloc;
     KernelContext ctx(*node_, opset(), inputs, alloc, threads);
     ctx.bindPersistentState(&state_, constant_);
+    ctx.bindDonatableInputs(donatable);
     kernel_->fn(ctx);
     return ctx.outputs()[0];
   }
@@ -629,6 +640,56 @@ struct ForcedConvAlgorithm {
 
 }  // namespace
 
+
+TEST_CASE("FusedConv writes into a donated residual only where it reads each element first",
+          "[kernels][gemm]") {
+  // In place where the residual is added in registers before the one store of each output
+  // element: the channel-rows GEMM with K in one slice of a vector micro-kernel, and the
+  // AVX-512 pixel-rows store. Not where partial sums are stored first (K over two slices, the
+  // portable tile that applies its epilogue to what it stored), nor on the depthwise and
+  // Winograd paths, which do not offer it.
+  struct Case {
+    ConvSpec spec;
+    std::vector<std::string> in_place_on;  // micro-kernels that write in place
+  };
+  const std::vector<Case> cases = {
+      {{{1, 33, 8, 8}, 7, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}}, {"avx512", "avx2"}},
+      {{{1, 8, 12, 12}, 8, {3, 3}, {1, 1}, {2, 2}, {2, 2, 2, 2}}, {"avx512", "avx2"}},
+      {{{1, 64, 20, 20}, 40, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}}, {}},  // K = 576 > KC
+      {{{1, 40, 7, 7}, 64, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}}, {"avx512"}},  // pixel rows
+      {{{1, 16, 14, 14}, 16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 16}, {}},     // depthwise
+      {{{1, 32, 14, 14}, 32, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}}, {}},         // Winograd
+  };
+  EachKernel kernels;
+  int id = 0;
+  for (const Case& k : cases) {
+    ++id;
+    const ConvOperands ops(k.spec, 50, id);
+    const std::vector<double> want = ops.reference(true, Activation::Relu);
+    std::vector<Attribute> attrs = convAttrs(k.spec);
+    attrs.push_back(Attribute::ofString("activation", "Relu"));
+    for (const std::string& isa : kernels.names) {
+      REQUIRE(gemmForceKernel(isa.c_str()));
+      const bool expect_in_place =
+          std::find(k.in_place_on.begin(), k.in_place_on.end(), isa) != k.in_place_on.end();
+      for (int threads : {1, 2}) {
+        StatefulNode fused("fusectl", "FusedConv", 4, attrs, 0b110, true);
+        for (int run = 0; run < 2; ++run) {  // the second run uses the packed weights
+          INFO("case " << id << " kernel " << isa << " threads " << threads << " run " << run);
+          HostTensor z = floatTensor(ops.yd, ops.zv);  // a buffer of its own, like a pooled one
+          const HostTensor y = fused.run({&ops.x, &ops.w, &ops.b, &z}, threads, 0b1000);
+          CHECK((y.raw() == z.raw()) == expect_in_place);
+          if (y.raw() != z.raw()) CHECK(valuesOf(z) == ops.zv);
+          requireNear(valuesOf(y), want, ops.atol, 1e-4);
+          // Bit for bit what the same node computes into a buffer of its own.
+          const HostTensor apart = fused.run(ops.fusedInputs(), threads);
+          CHECK(apart.raw() != ops.z.raw());
+          CHECK(valuesOf(apart) == valuesOf(y));
+        }
+      }
+    }
+  }
+}
 TEST_CASE("Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions match the definition",
           "[kernels][gemm][winograd]") {
   EachKernel kernels;

@@ -50,6 +50,14 @@ bool pixelRowsPay(int64_t P, int64_t M) {
   return M >= 64 && P <= 256 && P < computed * 0.85;
 }
 
+bool storeChannelRowsResidualMayAliasOutput() {
+#ifdef FUSECTL_AVX512
+  return std::string_view(gemmKernelName()) == "avx512";
+#else
+  return false;
+#endif
+}
+
 void storeChannelRows(const float* yt, int64_t rows, int64_t cols, int64_t ldt, float* y,
                       int64_t ldy, const Epilogue& ep, int64_t col0) {
 #ifdef FUSECTL_AVX512

@@ -23,5 +23,9 @@ bool pixelRowsPay(int64_t P, int64_t M);
 // ld_residual, pixel i at column col0 + i).
 void storeChannelRows(const float* yt, int64_t rows, int64_t cols, int64_t ldt, float* y,
                       int64_t ldy, const Epilogue& ep, int64_t col0);
+// Whether storeChannelRows reads each residual element before it writes the same element of y,
+// so that the residual may be y itself: the AVX-512 store does (residual added in registers),
+// the portable one stores first and applies the epilogue to what it stored.
+bool storeChannelRowsResidualMayAliasOutput();
 
 }  // namespace fusectl::kernels::cpu

@@ -50,6 +50,9 @@ struct GemmKernelSpec {
   // A one-column tile reads only b[k * b_stride] (no NR-wide panel), so a product with N = 1
   // reads B in place instead of packing it into a zero-padded panel NR times its size.
   bool column_in_place = false;
+  // The tile adds the epilogue's residual in registers before its one store of C, so each
+  // residual element is read before the same element of C is written (gemmResidualMayAliasOutput).
+  bool residual_in_registers = false;
 };
 
 // Which activations a vector kernel computes in registers (the others run the scalar

@@ -303,9 +303,10 @@ FUSECTL_AVX2 void tileAvx2(const TileArgs& t) {
 // 1024^3 (CPU-time medians, bench_gemm --clock cpu): KC 512 beat 192/256/384 by 5-15%, as C is
 // loaded and stored half as often; the ResNet-50 conv shapes did not change beyond noise.
 const GemmKernelSpec kAvx512Spec = {"avx512", kMr512, kNr512, 512, 192, 4096, tileAvx512, true,
-                                    true};
+                                    true, true};
 // 6 x 256 A panel + 256 x 16 B panel = 22 KiB in L1; 144 x 256 A block in L2.
-const GemmKernelSpec kAvx2Spec = {"avx2-fma", kMr256, 16, 256, 144, 4096, tileAvx2, false};
+const GemmKernelSpec kAvx2Spec = {"avx2-fma", kMr256, 16, 256, 144, 4096, tileAvx2, false, false,
+                                  true};
 
 }  // namespace
 

@@ -433,6 +433,11 @@ PackedMatrix packGemmB(int64_t K, int64_t N, const float* B, int64_t rs, int64_t
   return m;
 }
 
+bool gemmResidualMayAliasOutput(int64_t K) {
+  const GemmKernelSpec& s = currentKernel();
+  return s.residual_in_registers && K <= s.kc;
+}
+
 bool packedForCurrentKernel(const PackedMatrix& packed) {
   return packed.kernel == &currentKernel();
 }

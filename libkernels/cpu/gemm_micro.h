@@ -70,6 +70,13 @@ PackedMatrix packGemmB(int64_t K, int64_t N, const float* B, int64_t rs, int64_t
 // Whether `packed` was made for the micro-kernel gemm() uses now.
 bool packedForCurrentKernel(const PackedMatrix& packed);
 
+// Whether gemm() over depth K, with an epilogue residual, reads each residual element before it
+// writes the same element of C, so that the residual may be C itself (written in place): the
+// micro-kernel in use adds the residual in registers before its one store, and K is one slice
+// of its blocking, so no partial sum is stored into C first. Every row and column split across
+// threads keeps that, since a thread writes only the C it reads the residual of.
+bool gemmResidualMayAliasOutput(int64_t K);
+
 // Runs p on up to num_threads threads (small problems run on the calling thread).
 void gemm(const GemmParams& p, int num_threads = 1);
 

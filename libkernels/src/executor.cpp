@@ -879,6 +879,9 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
     KernelContext ctx(node, opsets_[step], args, on_cpu ? host_allocator : allocator,
                       num_threads_);
     ctx.bindPersistentState(&kernel_states_[step], constant_inputs);
+    if (!transfers && options_.donate_inputs) {
+      ctx.bindDonatableInputs(donatableInputs(step, args, constant_inputs));
+    }
     ctx.bindConstantRestorer(&restorer);
     BodyRunner bodies(*this, scope);
     if (!node.implicitInputs().empty() || !bodies_.empty()) {
@@ -916,7 +919,7 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
       if (out.dtype() == DType::Undefined || out.dtype() == DType::String) continue;
       bool aliases = false;
       for (const HostTensor* in : args) aliases = aliases || (in && in->raw() == out.raw());
-      if (!aliases) written += out.byteSize();
+      if (!aliases || ctx.wroteInPlace(i)) written += out.byteSize();
     }
     activation_bytes_written += written;
     if (options_.profile && stats) {
@@ -961,6 +964,25 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
     }
   }
   if (!recording_run_) backend_->synchronize();
+}
+
+uint64_t Executor::donatableInputs(size_t step, const std::vector<const HostTensor*>& args,
+                                   uint64_t constant_inputs) const {
+  const Node& node = *plan_.order[step];
+  uint64_t donatable = 0;
+  for (size_t i = 0; i < node.numInputs() && i < 64; ++i) {
+    const Value* v = node.input(i);
+    if (!v || !args[i] || ((constant_inputs >> i) & 1u)) continue;
+    const int s = plan_.slot(v);
+    // Pinned values (graph inputs and outputs, initializers) never have this step as last use.
+    if (s < 0 || plan_.last_use_step[s] != static_cast<int>(step)) continue;
+    if (!args[i]->soleOwnerOfStorage()) continue;
+    bool once = true;
+    for (size_t j = 0; j < node.numInputs() && once; ++j) once = j == i || node.input(j) != v;
+    for (const Value* captured : node.implicitInputs()) once = once && captured != v;
+    if (once) donatable |= uint64_t{1} << i;
+  }
+  return donatable;
 }
 
 std::vector<const Node*> Executor::cpuFallbacks() const {

@@ -87,6 +87,22 @@ void KernelContext::setOutput(size_t i, HostTensor t) {
   outputs_[i] = std::move(t);
 }
 
+HostTensor* KernelContext::overwriteInput(size_t in, size_t out, DType dtype,
+                                          const std::vector<int64_t>& dims) {
+  if (!inputDonatable(in) || out >= outputs_.size() || out >= 64 || !outputWanted(out) ||
+      node_.output(out)->isGraphOutput()) {
+    return nullptr;
+  }
+  const HostTensor* source = inputs_[in];
+  if (!source || !source->isTensor() || !source->soleOwnerOfStorage() ||
+      source->dtype() != dtype || source->dims() != dims) {
+    return nullptr;
+  }
+  outputs_[out] = *source;
+  in_place_outputs_ |= uint64_t{1} << out;
+  return &outputs_[out];
+}
+
 void KernelContext::fail(const std::string& message) const {
   throw Error(ErrorKind::InvalidInput,
               "node '" + node_.label() + "' (" + node_.opType() + "): " + message);

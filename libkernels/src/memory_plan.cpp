@@ -235,6 +235,8 @@ std::shared_ptr<void> BufferPool::acquire(size_t bytes) {
     std::lock_guard<std::mutex> lock(state_->mu);
     auto it = state_->idle.lower_bound(need);
     if (it != state_->idle.end() && it->first <= std::max(2 * need, need + 4096)) {
+      // The last released of that capacity (equal keys keep insertion order).
+      it = std::prev(state_->idle.upper_bound(it->first));
       capacity = it->first;
       p = it->second;
       state_->idle.erase(it);

@@ -27,6 +27,7 @@ namespace fusectl::kernels {
 struct FusedOperands {
   const HostTensor* bias = nullptr;
   const HostTensor* residual = nullptr;
+  int residual_input = -1;  // the residual's input index, -1 without one
 };
 
 inline FusedOperands fusedOperands(const KernelContext& ctx) {
@@ -40,8 +41,9 @@ inline FusedOperands fusedOperands(const KernelContext& ctx) {
       ctx.fail(op + " takes exactly " + std::to_string(count) + " inputs, none omitted");
     }
   }
-  return {slots->bias ? ctx.input(*slots->bias) : nullptr,
-          slots->residual ? ctx.input(*slots->residual) : nullptr};
+  const HostTensor* residual = slots->residual ? ctx.input(*slots->residual) : nullptr;
+  return {slots->bias ? ctx.input(*slots->bias) : nullptr, residual,
+          residual ? static_cast<int>(*slots->residual) : -1};
 }
 
 // A node spelled as a variant (anything but the plain base name) must compute what its name

@@ -64,6 +64,9 @@ struct ExecutorOptions {
   // (per-node timing needs the nodes queued one by one). Inputs and outputs of replays go
   // through page-locked buffers kept with the recording.
   bool capture_graph = false;
+  // Let a kernel write an output into the buffer of an input it is the last reader of
+  // (KernelContext::inputDonatable; FusedConv's residual). Off only to compare against.
+  bool donate_inputs = true;
 };
 
 struct NodeTime {
@@ -72,7 +75,8 @@ struct NodeTime {
   double seconds = 0;
   Device device = Device::Cpu;  // where it ran (Cpu for a fallback from another device)
   // What the node read and wrote: dims per input and output (empty for an omitted one), and
-  // the bytes of the outputs it wrote itself (an output aliasing an input counts nothing).
+  // the bytes of the outputs it wrote itself (an output aliasing an input counts nothing, one
+  // written into an input's buffer, KernelContext::overwriteInput, counts in full).
   std::vector<std::vector<int64_t>> input_dims;
   std::vector<std::vector<int64_t>> output_dims;
   uint64_t output_bytes = 0;
@@ -184,6 +188,10 @@ class Executor {
                         std::vector<HostTensor>& slots);
   // Whether input `input` of step `step` reads slot `s` through a packed copy of its own.
   bool useHasCopy(size_t s, size_t step, size_t input) const;
+  // The inputs of step `step` its kernel may overwrite (KernelContext::inputDonatable), on a
+  // backend that shares the host's memory.
+  uint64_t donatableInputs(size_t step, const std::vector<const HostTensor*>& args,
+                           uint64_t constant_inputs) const;
   // Brings a released initializer's bytes back into its slot (KernelContext::restoredInput).
   void restoreConstant(size_t s, std::vector<HostTensor>& slots);
   // On a device: the device copies kept from earlier runs, put in `slots` for the initializers

@@ -69,6 +69,9 @@ class HostTensor {
   static HostTensor released(const HostTensor& t);
   static HostTensor released(DType dtype, std::vector<int64_t> dims, const void* identity);
   bool isReleased() const { return !data_ && identity_; }
+  // Whether this object is the only holder of its buffer: no copy, reshaped view or slice
+  // shares it (what lets an executor hand the buffer to a node that overwrites it).
+  bool soleOwnerOfStorage() const { return data_ && storage_ && storage_.use_count() == 1; }
   // What names these bytes across copies: the address of the bytes this tensor holds or copies
   // (fromTensor), or held before it was released.
   const void* identity() const { return identity_ ? identity_ : data_; }
@@ -204,6 +207,24 @@ class KernelContext {
   // Called by the executor: what brings released constant inputs back.
   void bindConstantRestorer(ConstantRestorer* restorer) { restorer_ = restorer; }
 
+  // Whether this node may overwrite input `i`'s buffer. The executor offers it only where no one
+  // can tell: this node is the value's last reader and reads it at no other input (a subgraph
+  // capture included), the value is no graph input, graph output or initializer, and no other
+  // value shares its buffer (a Reshape's alias). Never outside an executor.
+  bool inputDonatable(size_t i) const { return i < 64 && ((donatable_inputs_ >> i) & 1u); }
+  // Output `out`, of `dtype` and `dims`, as input `in`'s buffer, to be written in place, where
+  // inputDonatable(in), the input has that dtype and those dims, and the output is no graph
+  // output (those get buffers of their own); nullptr otherwise (allocate as usual). For kernels
+  // that read each element of the input before they write the same element of the output (a
+  // residual epilogue): the output then lands in lines the read just brought into cache rather
+  // than in a buffer last touched long ago, and needs no buffer of its own.
+  HostTensor* overwriteInput(size_t in, size_t out, DType dtype, const std::vector<int64_t>& dims);
+  // Whether output `out` was written into an input's buffer by overwriteInput (the executor
+  // counts it as written, not as an alias).
+  bool wroteInPlace(size_t out) const { return out < 64 && ((in_place_outputs_ >> out) & 1u); }
+  // Called by the executor: which inputs this node may overwrite.
+  void bindDonatableInputs(uint64_t inputs) { donatable_inputs_ = inputs; }
+
   // Runs the node's subgraph held by graph attribute `attr` (see SubgraphRunner); fails naming
   // the node when the attribute is missing or the kernel runs outside an executor.
   std::vector<HostTensor> runSubgraph(std::string_view attr,
@@ -223,6 +244,8 @@ class KernelContext {
   std::unique_ptr<KernelState>* state_slot_ = nullptr;
   std::unique_ptr<KernelState> local_state_;
   uint64_t constant_inputs_ = 0;
+  uint64_t donatable_inputs_ = 0;
+  uint64_t in_place_outputs_ = 0;
   ConstantRestorer* restorer_ = nullptr;
   SubgraphRunner* subgraph_runner_ = nullptr;
 };

@@ -78,7 +78,9 @@ class BufferPool {
   explicit BufferPool(std::shared_ptr<DeviceAllocator> memory);
   // A pooled buffer: back in the idle list when its last owner lets go. The smallest idle buffer
   // that fits is reused, unless it is more than twice (and 4 KiB more than) the request, so a
-  // scalar never pins a large buffer that a later large value would need.
+  // scalar never pins a large buffer that a later large value would need. Among idle buffers of
+  // that size, the one released last: its lines are the likeliest to be in cache still, where
+  // the first released (what a multimap's lower_bound gives) is the coldest.
   std::shared_ptr<void> acquire(size_t bytes);
   // Counted like a pooled buffer, but freed when released and never reused (graph outputs,
   // which outlive the run).
