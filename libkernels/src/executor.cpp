@@ -839,6 +839,7 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
     std::vector<HostTensor>& side = on_cpu ? host : slots;
     args.assign(node.numInputs(), nullptr);
     uint64_t constant_inputs = 0;
+    uint64_t last_read_here = 0;  // inputs whose value this step reads for the last time
     for (size_t i = 0; i < node.numInputs(); ++i) {
       const Value* v = node.input(i);
       if (!v) continue;
@@ -874,13 +875,17 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
       }
       args[i] = &t;
       if (i < 64 && isInitializer(s, t)) constant_inputs |= uint64_t{1} << i;
+      // Pinned values (graph inputs and outputs, initializers) never have a last use.
+      if (i < 64 && plan_.last_use_step[s] == static_cast<int>(step)) {
+        last_read_here |= uint64_t{1} << i;
+      }
     }
 
     KernelContext ctx(node, opsets_[step], args, on_cpu ? host_allocator : allocator,
                       num_threads_);
     ctx.bindPersistentState(&kernel_states_[step], constant_inputs);
     if (!transfers && options_.donate_inputs) {
-      ctx.bindDonatableInputs(donatableInputs(step, args, constant_inputs));
+      ctx.bindDonatableInputs(donatableInputs(node, args, last_read_here & ~constant_inputs));
     }
     ctx.bindConstantRestorer(&restorer);
     BodyRunner bodies(*this, scope);
@@ -966,17 +971,12 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
   if (!recording_run_) backend_->synchronize();
 }
 
-uint64_t Executor::donatableInputs(size_t step, const std::vector<const HostTensor*>& args,
-                                   uint64_t constant_inputs) const {
-  const Node& node = *plan_.order[step];
+uint64_t Executor::donatableInputs(const Node& node, const std::vector<const HostTensor*>& args,
+                                   uint64_t last_read_here) {
   uint64_t donatable = 0;
   for (size_t i = 0; i < node.numInputs() && i < 64; ++i) {
+    if (!((last_read_here >> i) & 1u) || !args[i]->soleOwnerOfStorage()) continue;
     const Value* v = node.input(i);
-    if (!v || !args[i] || ((constant_inputs >> i) & 1u)) continue;
-    const int s = plan_.slot(v);
-    // Pinned values (graph inputs and outputs, initializers) never have this step as last use.
-    if (s < 0 || plan_.last_use_step[s] != static_cast<int>(step)) continue;
-    if (!args[i]->soleOwnerOfStorage()) continue;
     bool once = true;
     for (size_t j = 0; j < node.numInputs() && once; ++j) once = j == i || node.input(j) != v;
     for (const Value* captured : node.implicitInputs()) once = once && captured != v;

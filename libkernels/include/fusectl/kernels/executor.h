@@ -188,10 +188,10 @@ class Executor {
                         std::vector<HostTensor>& slots);
   // Whether input `input` of step `step` reads slot `s` through a packed copy of its own.
   bool useHasCopy(size_t s, size_t step, size_t input) const;
-  // The inputs of step `step` its kernel may overwrite (KernelContext::inputDonatable), on a
-  // backend that shares the host's memory.
-  uint64_t donatableInputs(size_t step, const std::vector<const HostTensor*>& args,
-                           uint64_t constant_inputs) const;
+  // Of the inputs `node` reads for the last time (no initializers), those its kernel may
+  // overwrite (KernelContext::inputDonatable), on a backend that shares the host's memory.
+  static uint64_t donatableInputs(const Node& node, const std::vector<const HostTensor*>& args,
+                                  uint64_t last_read_here);
   // Brings a released initializer's bytes back into its slot (KernelContext::restoredInput).
   void restoreConstant(size_t s, std::vector<HostTensor>& slots);
   // On a device: the device copies kept from earlier runs, put in `slots` for the initializers
