@@ -5,7 +5,7 @@
 //
 //   bench_gemm [--repeat R] [--only peak|gemm|skinny|cold|conv|conv3x3|depthwise]
 //              [--clock wall|cpu]
-//              [--conv-algorithm auto|im2col|winograd|winograd4]
+//              [--conv-algorithm auto|im2col|implicit|winograd|winograd4]
 //
 // conv3x3: 3x3 stride-1 shapes beyond ResNet-50's (small channel counts, large and tiny
 // images), to compare the im2col and Winograd convolutions (--conv-algorithm).
@@ -235,6 +235,7 @@ void benchConv(int repeat, const std::vector<ConvShape>& shapes) {
   const char* algorithm = convForcedAlgorithm() == ConvAlgorithm::Winograd4  ? "winograd4"
                           : convForcedAlgorithm() == ConvAlgorithm::Winograd ? "winograd"
                           : convForcedAlgorithm() == ConvAlgorithm::Im2col ? "im2col"
+                          : convForcedAlgorithm() == ConvAlgorithm::Implicit ? "implicit"
                                                                            : "auto";
   const KernelInfo* conv = KernelRegistry::global().find("", "Conv", 17);
   for (int threads : {1, 2}) {
@@ -360,6 +361,7 @@ int main(int argc, char** argv) {
     else if (a == "--conv-algorithm") {
       const std::string v = argv[i + 1];
       if (v == "im2col") convForceAlgorithm(ConvAlgorithm::Im2col);
+      else if (v == "implicit") convForceAlgorithm(ConvAlgorithm::Implicit);
       else if (v == "winograd") convForceAlgorithm(ConvAlgorithm::Winograd);
       else if (v == "winograd4") convForceAlgorithm(ConvAlgorithm::Winograd4);
       else if (v != "auto") return std::fprintf(stderr, "unknown --conv-algorithm %s\n", v.c_str()), 2;
@@ -367,7 +369,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: bench_gemm [--repeat R] "
                    "[--only peak|gemm|skinny|cold|conv|conv3x3|depthwise] "
-                   "[--clock wall|cpu] [--conv-algorithm auto|im2col|winograd|winograd4]\n");
+                   "[--clock wall|cpu] [--conv-algorithm auto|im2col|implicit|winograd|winograd4]\n");
       return 2;
     }
   }

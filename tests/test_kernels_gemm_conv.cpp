@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../libkernels/cpu/conv_implicit.h"
 #include "../libkernels/cpu/conv_pixel_rows.h"
 #include "../libkernels/cpu/conv_winograd.h"
 #include "../libkernels/cpu/gemm_micro.h"
@@ -799,3 +800,88 @@ TEST_CASE("Winograd and im2col convolutions agree on ResNet shapes", "[kernels][
   }
 }
 
+
+TEST_CASE("The implicit im2col convolution equals the im2col matrix's bit for bit",
+          "[kernels][gemm][conv]") {
+  // The implicit im2col (conv_implicit.h) packs the GEMM's panels from phase planes of the
+  // input: the same values in the same order as packing them from an im2col matrix, so the
+  // result must be identical, not merely close. The cases cover the phase split (strides 2 and
+  // 3, unequal strides, dilation with stride, kernels narrower than the stride), pads on every
+  // side, groups, 1-D, output rows of 1-9 pixels (a 16-lane group spans up to 16 rows; more than
+  // five go the scalar way), K over two GEMM slices, two images, and both products (channels by
+  // pixels, and pixels by channels on 7x7 and 9x9 planes with 64+ channels).
+  const std::vector<ConvSpec> cases = {
+      {{1, 3, 23, 23}, 16, {7, 7}, {2, 2}, {1, 1}, {3, 3, 3, 3}},  // a ResNet stem
+      {{2, 5, 19, 17}, 12, {3, 3}, {2, 2}, {1, 1}, {1, 0, 0, 1}},  // uneven pads, two images
+      {{1, 4, 20, 22}, 9, {3, 3}, {3, 3}, {1, 1}, {2, 1, 1, 2}},   // stride 3
+      {{1, 6, 16, 15}, 8, {3, 5}, {2, 1}, {1, 1}, {1, 2, 1, 2}},   // unequal strides
+      {{1, 3, 17, 18}, 7, {3, 3}, {2, 2}, {2, 2}, {2, 2, 2, 2}},   // dilation at stride 2
+      {{1, 4, 12, 13}, 5, {1, 3}, {3, 1}, {1, 1}, {0, 1, 0, 1}},   // kernel rows < stride
+      {{1, 12, 10, 9}, 18, {3, 3}, {1, 2}, {1, 1}, {1, 1, 1, 1}, 3},  // groups
+      {{2, 5, 23}, 9, {4}, {2}, {1}, {1, 2}},                         // 1-D
+      {{1, 3, 2, 9}, 4, {2, 2}, {1, 1}, {1, 1}, {0, 0, 0, 0}},        // one output row
+      {{1, 4, 9, 1}, 3, {3, 1}, {1, 1}, {1, 1}, {1, 0, 1, 0}},        // rows of 1 pixel
+      {{1, 5, 6, 6}, 6, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},        // rows of 3
+      {{1, 5, 8, 8}, 6, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},        // rows of 4
+      {{1, 64, 20, 20}, 40, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},    // K over two slices
+      {{1, 96, 31, 29}, 5, {3, 3}, {2, 2}, {1, 1}, {0, 1, 2, 1}},
+      {{2, 24, 14, 14}, 96, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},    // pixels x channels, 7x7
+      {{1, 20, 9, 9}, 64, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},      // pixels x channels, 9x9
+      {{1, 70, 13, 13}, 64, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},    // the same, K in 2 slices
+  };
+  EachKernel kernels;
+  int id = 0;
+  for (const ConvSpec& c : cases) {
+    ++id;
+    const ConvOperands ops(c, 70, id);
+    const std::vector<double> plain = ops.reference(false, Activation::None);
+    const std::vector<double> fused_want = ops.reference(true, Activation::Relu);
+    std::vector<Attribute> attrs = convAttrs(c);
+    attrs.push_back(Attribute::ofString("activation", "Relu"));
+    for (const std::string& isa : kernels.names) {
+      REQUIRE(gemmForceKernel(isa.c_str()));
+      for (int threads : {1, 2, 3}) {
+        std::vector<float> by_algorithm[2][2];  // [im2col, implicit][plain, fused]
+        const ConvAlgorithm algorithms[] = {ConvAlgorithm::Im2col, ConvAlgorithm::Implicit};
+        for (int a = 0; a < 2; ++a) {
+          ForcedConvAlgorithm forced(algorithms[a]);
+          StatefulNode conv("", "Conv", 3, convAttrs(c), 0b110);
+          StatefulNode fused("fusectl", "FusedConv", 4, attrs, 0b110);
+          // The weights not constant: the product reads them unpacked.
+          StatefulNode varying("", "Conv", 3, convAttrs(c), 0b100);
+          for (int run = 0; run < 2; ++run) {  // the second run uses the packed weights
+            INFO("case " << id << " kernel " << isa << " threads " << threads << " algorithm "
+                         << (a ? "implicit" : "im2col") << " run " << run);
+            by_algorithm[a][0] = valuesOf(conv.run(ops.plainInputs(), threads));
+            by_algorithm[a][1] = valuesOf(fused.run(ops.fusedInputs(), threads));
+            requireNear(by_algorithm[a][0], plain, ops.atol, 1e-4);
+            requireNear(by_algorithm[a][1], fused_want, ops.atol, 1e-4);
+            CHECK(valuesOf(varying.run(ops.plainInputs(), threads)) == by_algorithm[a][0]);
+          }
+        }
+        INFO("case " << id << " kernel " << isa << " threads " << threads);
+        CHECK(by_algorithm[1][0] == by_algorithm[0][0]);
+        CHECK(by_algorithm[1][1] == by_algorithm[0][1]);
+      }
+    }
+  }
+  // Where it applies: 1-D and 2-D windows of more than one tap, not where the padded planes
+  // would outgrow the input by far.
+  const auto window = [](Dims in, Dims k, Dims s, Dims d, Dims out) {
+    Window w;
+    w.in = in;
+    w.kernel = k;
+    w.strides = s;
+    w.dilations = d;
+    w.pad_begin = Dims(in.size(), 0);
+    w.pad_end = Dims(in.size(), 0);
+    w.out = out;
+    return w;
+  };
+  CHECK(ImplicitIm2col::applies(window({56, 56}, {3, 3}, {2, 2}, {1, 1}, {28, 28})));
+  CHECK(ImplicitIm2col::applies(window({23}, {4}, {2}, {1}, {11})));
+  CHECK_FALSE(ImplicitIm2col::applies(window({56, 56}, {1, 1}, {2, 2}, {1, 1}, {28, 28})));
+  CHECK_FALSE(ImplicitIm2col::applies(window({5, 6, 7}, {3, 2, 3}, {1, 1, 1}, {1, 1, 1},
+                                             {3, 5, 5})));
+  CHECK_FALSE(ImplicitIm2col::applies(window({4, 4}, {3, 3}, {1, 1}, {200, 200}, {1, 1})));
+}

@@ -1,9 +1,12 @@
 // Conv, ConvTranspose, ConvInteger, QLinearConv and the fused FusedConv (domain "fusectl").
 //
 // Float Conv = im2col + the packed GEMM (gemm_micro.h), one GEMM per image, group and chunk of
-// output pixels (about 1 MiB of im2col each, so it is still cached when the GEMM packs it):
+// output pixels:
 //   Y_g[Mg x P] = W_g[Mg x Cg*k] * col[Cg*k x P]   (P output pixels, k kernel taps)
-// with three shortcuts: a 1x1/stride-1/unpadded conv multiplies X directly (no im2col), a
+// For 1-D and 2-D windows the im2col matrix is never written: the GEMM packs its panels straight
+// from phase planes of the input (conv_implicit.h); otherwise (and when forced) col is written
+// in chunks of about 1 MiB, so it is still cached when the GEMM packs it. There are three
+// shortcuts: a 1x1/stride-1/unpadded conv multiplies X directly (no im2col), a
 // depthwise 2-D conv (one input channel per group) runs a direct loop, and a 3x3 stride-1 conv
 // with constant weights and enough channels runs Winograd F(2x2, 3x3) or, on planes of 28x28
 // and up, F(4x4, 3x3) (conv_winograd.h: 2.25x or 4x fewer multiplications, its filters
@@ -33,6 +36,7 @@
 #include "fusectl/kernels/epilogue.h"
 #include "conv_depthwise.h"
 #include "conv_pixel_rows.h"
+#include "conv_implicit.h"
 #include "conv_winograd.h"
 #include "gemm_micro.h"
 #include "gemm_packed_state.h"
@@ -236,7 +240,7 @@ float* im2colScratch(int64_t floats) {
 enum class ConvProduct { ChannelRows, PixelRows, Winograd };
 
 void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epilogue ep,
-               int threads, const PackedWeights* packed_w, ConvProduct product) {
+               int threads, const PackedWeights* packed_w, ConvProduct product, bool implicit) {
   const int64_t Cg = d.C / d.group, Mg = d.M / d.group;
   const int64_t taps = d.kernelTaps(), K = Cg * taps;
   const int64_t in_pixels = d.inPixels(), P = d.outPixels();
@@ -287,6 +291,57 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
         Epilogue e2 = ep;
         e2.residual = residual ? residual + n * d.M * P : nullptr;
         if (!e2.empty()) e2.apply(yp, P, m, 0, 1, P);
+      }
+    });
+    return;
+  }
+
+  // Implicit im2col (conv_implicit.h): each (image, group)'s phase planes once, then every
+  // GEMM packs its pixel operand from them. Tasks are (image, group, pixel chunk), one chunk per
+  // thread unless the images and groups already split evenly over the threads; a pixels x
+  // channels product with fewer images than threads is instead split by the GEMM over its
+  // channels (pixel chunks would waste more of the 8-row tiles on its few pixels).
+  if (implicit && product != ConvProduct::Winograd) {
+    const ImplicitIm2col layout(d.win, Cg);
+    const int64_t plane_floats = layout.planeFloats();
+    thread_local std::vector<float> plane_buffer;
+    const int64_t images = d.N * d.group;
+    float* planes = growScratch(plane_buffer, images * plane_floats);
+    parallelFor(images, threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t ng = b; ng < e; ++ng) {
+        layout.buildPlanes(x + ng * Cg * in_pixels, planes + ng * plane_floats);
+      }
+    });
+    const bool split_gemm = product == ConvProduct::PixelRows && images < threads;
+    const int64_t chunks =
+        split_gemm || images % threads == 0 ? 1 : std::min<int64_t>(threads, P);
+    const int64_t chunk = (P + chunks - 1) / chunks;
+    parallelFor(images * chunks, split_gemm ? 1 : threads, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t ng = t / chunks, n = ng / d.group, g = ng % d.group;
+        const int64_t p0 = t % chunks * chunk, p1 = std::min(P, p0 + chunk);
+        if (p0 >= p1) continue;
+        Epilogue en = ep;
+        en.residual = residual ? residual + n * d.M * P : nullptr;
+        const ImplicitIm2col::Source source(layout, planes + ng * plane_floats, p0);
+        if (product == ConvProduct::PixelRows) {  // one group (conv_pixel_rows.h)
+          thread_local std::vector<float> pixel_rows;
+          GemmParams pt = gemmParams(p1 - p0, Mg, K, nullptr, 0, false, w, K, true,
+                                     growScratch(pixel_rows, (p1 - p0) * Mg), Mg);
+          pt.a_source = &source;
+          pt.packed_b = &packed_w->parts[0];
+          gemm(pt, split_gemm ? threads : 1);
+          storeChannelRows(pixel_rows.data(), p1 - p0, Mg, Mg, y + n * d.M * P + p0, P, en, p0);
+          continue;
+        }
+        GemmParams p = gemmParams(Mg, p1 - p0, K, w ? w + g * Mg * K : nullptr, K, false,
+                                  nullptr, 0, false, y + (n * d.M + g * Mg) * P + p0, P);
+        p.b_source = &source;
+        p.epilogue = &en;
+        p.epilogue_row0 = g * Mg;
+        p.epilogue_col0 = p0;
+        if (packed_w) p.packed_a = &packed_w->parts[static_cast<size_t>(g)];
+        gemm(p, 1);
       }
     });
     return;
@@ -357,7 +412,10 @@ bool winogradShape(const ConvDims& d) {
 // constant weights only: its transformed filters are made once per session; 0 for im2col.
 int winogradTileFor(const KernelContext& ctx, const ConvDims& d) {
   const ConvAlgorithm forced = convForcedAlgorithm();
-  if (forced == ConvAlgorithm::Im2col || !winogradShape(d) || !ctx.inputIsConstant(1)) return 0;
+  if (forced == ConvAlgorithm::Im2col || forced == ConvAlgorithm::Implicit || !winogradShape(d) ||
+      !ctx.inputIsConstant(1)) {
+    return 0;
+  }
   if (forced == ConvAlgorithm::Winograd) return 2;
   if (forced == ConvAlgorithm::Winograd4) return 4;
   return winogradTile(d.C, d.M, d.win.out[0], d.win.out[1]);
@@ -403,8 +461,11 @@ void runConv(KernelContext& ctx, bool fused) {
   const bool gemm_path = !(Cg == 1 && d.win.rank() <= 2);
   const int winograd_tile = gemm_path ? winogradTileFor(ctx, d) : 0;
   const bool winograd = winograd_tile != 0;
+  const ConvAlgorithm forced = convForcedAlgorithm();
+  const bool implicit_applies = gemm_path && !winograd && ImplicitIm2col::applies(d.win);
   const bool pixel_rows = gemm_path && !winograd && d.group == 1 &&
                           pixelRowsPay(d.outPixels(), d.M);
+  const bool implicit = implicit_applies && forced != ConvAlgorithm::Im2col;
   // The packed-weights variant: the group count for channels-by-pixels, minus the tile for
   // Winograd, kPixelRowsVariant for pixels-by-channels.
   constexpr int64_t kPixelRowsVariant = -100;
@@ -449,7 +510,7 @@ void runConv(KernelContext& ctx, bool fused) {
                         : nullptr;
   HostTensor& y = in_place ? *in_place : ctx.allocateOutput(0, x.dtype(), ydims);
   FloatSink ys(y);
-  convFloat(xf.data(), wp, ys.data(), d, ep, ctx.numThreads(), packed, product);
+  convFloat(xf.data(), wp, ys.data(), d, ep, ctx.numThreads(), packed, product, implicit);
   ys.commit();
 }
 

@@ -30,11 +30,13 @@ struct Winograd3x3Shape {
   int64_t N = 0, C = 0, M = 0, H = 0, W = 0, OH = 0, OW = 0, pad_top = 0, pad_left = 0;
 };
 
-// Which algorithm convFloat uses for the convolutions Winograd can compute. Auto picks Winograd
-// where it was measured faster than im2col (winogradTile); the others force one (Winograd:
-// F(2x2, 3x3), Winograd4: F(4x4, 3x3)), for tests and benchmarks. Process-wide, like
-// gemmForceKernel.
-enum class ConvAlgorithm { Auto, Im2col, Winograd, Winograd4 };
+// Which algorithm convFloat uses for the convolutions that are no 1x1 and no depthwise. Auto
+// picks Winograd where it was measured faster (winogradTile), else the implicit im2col
+// (conv_implicit.h) where it applies, else the im2col matrix; the others force one (Im2col: the
+// im2col matrix; Implicit: the implicit im2col wherever it applies, also on the shapes Winograd
+// or the pixels-by-channels product would take; Winograd: F(2x2, 3x3), Winograd4: F(4x4, 3x3)),
+// for tests and benchmarks. Process-wide, like gemmForceKernel.
+enum class ConvAlgorithm { Auto, Im2col, Implicit, Winograd, Winograd4 };
 void convForceAlgorithm(ConvAlgorithm algorithm);
 ConvAlgorithm convForcedAlgorithm();
 

@@ -263,10 +263,11 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
   // whose rows are already contiguous). Measured on ResNet-50's convolutions (bench_gemm --only
   // conv, one thread, best of three alternating runs): 64 output channels 8-20% less time,
   // 128 5-8%, 256 -1..+5%, 512-2048 2-8% more, so only up to 128 rows read in place.
-  const bool direct_b = !pb && p.b_cs == 1 && i1 - i0 <= 16 * MR;
+  const GemmPanelSource* sourced_b = pb ? nullptr : p.b_source;
+  const bool direct_b = !pb && !sourced_b && p.b_cs == 1 && i1 - i0 <= 16 * MR;
   // One column (a matrix-vector product) is read in place by a kernel whose one-column tile
   // needs no panel, whatever B's layout.
-  const bool column_b = !pb && !direct_b && j1 - j0 == 1 && s.column_in_place;
+  const bool column_b = !pb && !sourced_b && !direct_b && j1 - j0 == 1 && s.column_in_place;
   thread_local ScratchBuffer abuf, bbuf, edgebuf;
   float* apack = pa ? nullptr : abuf.get(std::min(MC, roundUp(i1 - i0, MR)) * std::min(K, KC));
   float* bpack = pb || direct_b || column_b
@@ -294,6 +295,9 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
       const float* bblock = nullptr;
       if (pb) {
         bblock = pb->data.get() + pc * pb->padded + jc * kc;
+      } else if (sourced_b) {
+        sourced_b->packPanels(pc, kc, jc, nc, NR, bpack);
+        bblock = bpack;
       } else if (!direct_b && !column_b) {
         packB(s, kc, nc, B + pc * p.b_rs + jc * p.b_cs, p.b_rs, p.b_cs, bpack);
         bblock = bpack;
@@ -303,6 +307,9 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
         const float* ablock;
         if (pa) {
           ablock = pa->data.get() + pc * pa->padded + ic * kc;
+        } else if (p.a_source) {
+          p.a_source->packPanels(pc, kc, ic, mc, MR, apack);
+          ablock = apack;
         } else {
           packA(s, mc, kc, A + ic * p.a_rs + pc * p.a_cs, p.a_rs, p.a_cs, p.alpha, apack);
           ablock = apack;

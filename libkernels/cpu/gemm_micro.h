@@ -37,6 +37,17 @@ struct PackedMatrix {
   int64_t rs = 0, cs = 0;
 };
 
+// A GEMM operand that is not a strided matrix in memory but is packed straight from its source:
+// Conv's implicit im2col (conv_implicit.h) reads each tap from the input planes, so no im2col
+// matrix is written and read again. packPanels writes depth [pc, pc + kc) x outer [j0, j0 + n)
+// (columns of B, or rows of A) as `width`-wide panels (NR for B, MR for A), k-major inside a
+// panel (`width` floats per k), past n zero: the layout packB and packA make from a matrix.
+struct GemmPanelSource {
+  virtual ~GemmPanelSource() = default;
+  virtual void packPanels(int64_t pc, int64_t kc, int64_t j0, int64_t n, int64_t width,
+                          float* out) const = 0;
+};
+
 // C = alpha * A * B (+ C when accumulate), then the epilogue, for A: M x K and B: K x N given by
 // element strides, so transposed operands cost nothing: A(i,k) = A[i*a_rs + k*a_cs].
 struct GemmParams {
@@ -58,6 +69,10 @@ struct GemmParams {
   // alpha must be 1 with packed_a.
   const PackedMatrix* packed_a = nullptr;
   const PackedMatrix* packed_b = nullptr;
+  // When set (and the operand is not prepacked), A or B is packed from here; the pointer and
+  // strides of that operand are not read. A sourced A carries no alpha: alpha must be 1.
+  const GemmPanelSource* a_source = nullptr;
+  const GemmPanelSource* b_source = nullptr;
 };
 
 // Row-major convenience: A is M x K (K x M when trans_a) with leading dimension lda, etc.

@@ -1,0 +1,254 @@
+// Convolution as a GEMM without an im2col matrix (see conv_implicit.h).
+#include "conv_implicit.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string_view>
+
+#include "gemm_vector_epilogue.h"
+#include "vec_kernels.h"
+
+namespace fusectl::kernels::cpu {
+namespace {
+
+// The most runs (output rows) one 16-column group of a panel spans that the AVX-512 packer takes
+// (an output row of 4 or more pixels); narrower rows go the scalar way.
+constexpr int kMaxRunsPerGroup = 5;
+
+// Columns [j0, j0 + n) of the GEMM as runs of one output row each: run r covers panel lanes
+// [begin[r], end[r]) and reads plane floats lane + delta[r].
+struct PanelRuns {
+  int count = 0;
+  int64_t begin[64], end[64], delta[64];
+};
+
+void panelRuns(int64_t pixel, int64_t n, int64_t OW, int64_t Wp, PanelRuns& runs) {
+  runs.count = 0;
+  for (int64_t lane = 0; lane < n;) {
+    const int64_t p = pixel + lane, oh = p / OW, ow = p % OW;
+    const int64_t len = std::min(OW - ow, n - lane);
+    runs.begin[runs.count] = lane;
+    runs.end[runs.count] = lane + len;
+    runs.delta[runs.count] = oh * Wp + ow - lane;
+    ++runs.count;
+    lane += len;
+  }
+}
+
+void packPanelScalar(const float* planes, const int64_t* k_offset, int64_t kc,
+                     const PanelRuns& runs, int64_t nr, int64_t NR, float* out) {
+  for (int64_t k = 0; k < kc; ++k, out += NR) {
+    const float* src = planes + k_offset[k];
+    for (int r = 0; r < runs.count; ++r) {
+      std::memcpy(out + runs.begin[r], src + runs.delta[r] + runs.begin[r],
+                  (runs.end[r] - runs.begin[r]) * sizeof(float));
+    }
+    std::fill(out + nr, out + NR, 0.f);
+  }
+}
+
+#ifdef FUSECTL_AVX512
+// The masks and load offsets of one panel's lane groups (16 lanes, or 8 for an 8-wide panel), one
+// per run a group overlaps; false when a group overlaps more runs than kMaxRunsPerGroup.
+template <int kLanes>
+struct GroupLoads {
+  static constexpr int kMaxGroups = 64 / kLanes;
+  int groups = 0;
+  int count[kMaxGroups] = {};
+  uint32_t mask[kMaxGroups][kMaxRunsPerGroup];
+  int64_t shift[kMaxGroups][kMaxRunsPerGroup];  // plane offset of the load for the group's lane 0
+
+  bool plan(const PanelRuns& runs, int64_t width) {
+    groups = static_cast<int>(width / kLanes);
+    const auto lanes = [](int64_t n) {
+      return n <= 0 ? 0u : n >= kLanes ? (1u << kLanes) - 1 : (1u << n) - 1;
+    };
+    for (int r = 0; r < runs.count; ++r) {
+      for (int64_t g = runs.begin[r] / kLanes; g < groups && g * kLanes < runs.end[r]; ++g) {
+        if (count[g] == kMaxRunsPerGroup) return false;
+        mask[g][count[g]] = lanes(runs.end[r] - g * kLanes) & ~lanes(runs.begin[r] - g * kLanes);
+        shift[g][count[g]] = runs.delta[r] + g * kLanes;
+        ++count[g];
+      }
+    }
+    return true;
+  }
+};
+
+// Addresses as integers: a masked-off lane may fall before or past the planes, and is never read.
+inline const float* planeAt(const float* planes, int64_t offset) {
+  return reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(planes) +
+                                        static_cast<uintptr_t>(offset) * sizeof(float));
+}
+
+// Each lane group of the panel is merged from masked loads, one per run it overlaps (the lanes
+// outside a run are masked off: nothing is read or faulted on there), then stored whole. Lanes no
+// run covers (past the last column) stay zero. Returns false, packing nothing, where the panel's
+// width is no multiple of 8 or a group spans more than kMaxRunsPerGroup output rows.
+FUSECTL_AVX512 bool packPanelAvx512(const float* planes, const int64_t* k_offset, int64_t kc,
+                                    const PanelRuns& runs, int64_t width, float* out) {
+  if (width % 16 == 0 && width <= 64) {
+    GroupLoads<16> l;
+    if (!l.plan(runs, width)) return false;
+    for (int64_t k = 0; k < kc; ++k, out += width) {
+      const int64_t base = k_offset[k];
+      for (int g = 0; g < l.groups; ++g) {
+        __m512 v = _mm512_setzero_ps();
+        for (int r = 0; r < l.count[g]; ++r) {
+          v = _mm512_mask_loadu_ps(v, static_cast<__mmask16>(l.mask[g][r]),
+                                   planeAt(planes, base + l.shift[g][r]));
+        }
+        _mm512_storeu_ps(out + g * 16, v);
+      }
+    }
+    return true;
+  }
+  if (width % 8 == 0 && width <= 64) {
+    GroupLoads<8> l;
+    if (!l.plan(runs, width)) return false;
+    for (int64_t k = 0; k < kc; ++k, out += width) {
+      const int64_t base = k_offset[k];
+      for (int g = 0; g < l.groups; ++g) {
+        __m256 v = _mm256_setzero_ps();
+        for (int r = 0; r < l.count[g]; ++r) {
+          v = _mm256_mask_loadu_ps(v, static_cast<__mmask8>(l.mask[g][r]),
+                                   planeAt(planes, base + l.shift[g][r]));
+        }
+        _mm256_storeu_ps(out + g * 8, v);
+      }
+    }
+    return true;
+  }
+  return false;
+}
+#endif
+
+}  // namespace
+
+bool ImplicitIm2col::applies(const Window& w) {
+  const size_t r = w.rank();
+  if (r < 1 || r > 2 || product(w.kernel) <= 1) return false;
+  int64_t in = 1, planes = 1;
+  for (size_t i = 0; i < r; ++i) {
+    if (w.out[i] <= 0) return false;
+    in *= w.in[i];
+    const int64_t phases = std::min(w.strides[i], w.kernel[i]);
+    planes *= phases * (w.out[i] + (w.kernel[i] - 1) * w.dilations[i] / w.strides[i]);
+  }
+  return planes <= 4 * in + 4096;
+}
+
+ImplicitIm2col::ImplicitIm2col(const Window& w, int64_t channels) : channels_(channels) {
+  const size_t r = w.rank();
+  const size_t h = r == 2 ? 0 : SIZE_MAX, x = r - 1;  // 1-D as 2-D with height 1
+  const auto dim = [h](const std::vector<int64_t>& v, int64_t one) {
+    return h == SIZE_MAX ? one : v[h];
+  };
+  H_ = dim(w.in, 1);
+  W_ = w.in[x];
+  OH_ = dim(w.out, 1);
+  OW_ = w.out[x];
+  SH_ = dim(w.strides, 1);
+  SW_ = w.strides[x];
+  PH_ = dim(w.pad_begin, 0);
+  PW_ = w.pad_begin[x];
+  const int64_t KH = dim(w.kernel, 1), KW = w.kernel[x];
+  const int64_t DH = dim(w.dilations, 1), DW = w.dilations[x];
+  Hp_ = OH_ + (KH - 1) * DH / SH_;
+  Wp_ = OW_ + (KW - 1) * DW / SW_;
+  plane_ = Hp_ * Wp_;
+  // The phases some tap reads, in order of first use.
+  std::vector<int64_t> phase_of_tap(static_cast<size_t>(KH * KW));
+  for (int64_t kh = 0; kh < KH; ++kh) {
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      const int64_t a = kh * DH % SH_, b = kw * DW % SW_;
+      int64_t u = 0;
+      const int64_t known = static_cast<int64_t>(phase_row_.size());
+      while (u < known && !(phase_row_[u] == a && phase_col_[u] == b)) ++u;
+      if (u == known) {
+        phase_row_.push_back(a);
+        phase_col_.push_back(b);
+      }
+      phase_of_tap[kh * KW + kw] = u;
+    }
+  }
+  phases_ = static_cast<int64_t>(phase_row_.size());
+  k_offset_.resize(static_cast<size_t>(channels_ * KH * KW));
+  for (int64_t c = 0; c < channels_; ++c) {
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        const int64_t u = phase_of_tap[kh * KW + kw];
+        k_offset_[(c * KH + kh) * KW + kw] =
+            (c * phases_ + u) * plane_ + kh * DH / SH_ * Wp_ + kw * DW / SW_;
+      }
+    }
+  }
+}
+
+void ImplicitIm2col::buildPlanes(const float* x, float* planes) const {
+  for (int64_t c = 0; c < channels_; ++c) {
+    const float* in = x + c * H_ * W_;
+    for (int64_t u = 0; u < phases_; ++u) {
+      float* plane = planes + (c * phases_ + u) * plane_;
+      const int64_t a = phase_row_[u], b = phase_col_[u];
+      // Plane column j reads input column j*SW + b - PW: inside the input for j in [lo, hi).
+      const int64_t first = b - PW_;
+      int64_t lo = first >= 0 ? 0 : (-first + SW_ - 1) / SW_;
+      int64_t hi = W_ - first > 0 ? (W_ - first + SW_ - 1) / SW_ : 0;
+      lo = std::min(lo, Wp_);
+      hi = std::max(std::min(hi, Wp_), lo);
+      for (int64_t i = 0; i < Hp_; ++i) {
+        float* row = plane + i * Wp_;
+        const int64_t ih = i * SH_ + a - PH_;
+        if (ih < 0 || ih >= H_) {
+          std::fill(row, row + Wp_, 0.f);
+          continue;
+        }
+        const float* src = in + ih * W_ + first;
+        std::fill(row, row + lo, 0.f);
+        if (SW_ == 1) {
+          std::memcpy(row + lo, src + lo, (hi - lo) * sizeof(float));
+        } else {
+          vec::gatherStrided(src + lo * SW_, SW_, row + lo, hi - lo);
+        }
+        std::fill(row + hi, row + Wp_, 0.f);
+      }
+    }
+  }
+}
+
+void ImplicitIm2col::Source::packPanels(int64_t pc, int64_t kc, int64_t j0, int64_t n,
+                                        int64_t width, float* out) const {
+  const ImplicitIm2col& l = layout_;
+  const int64_t* k_offset = l.k_offset_.data() + pc;
+#ifdef FUSECTL_AVX512
+  // With the AVX-512 GEMM kernel, so that tests forcing another kernel run the scalar packer.
+  static const bool has_avx512 = __builtin_cpu_supports("avx512f") &&
+                                 __builtin_cpu_supports("avx512vl") &&
+                                 __builtin_cpu_supports("avx512dq") &&
+                                 __builtin_cpu_supports("avx512bw");
+  const bool vector = has_avx512 && std::string_view(gemmKernelName()) == "avx512";
+#endif
+  PanelRuns runs;
+  for (int64_t p0 = 0; p0 < n; p0 += width, out += width * kc) {
+    const int64_t lanes = std::min(width, n - p0);
+    if (width <= 64) {
+      panelRuns(first_pixel_ + j0 + p0, lanes, l.OW_, l.Wp_, runs);
+#ifdef FUSECTL_AVX512
+      if (vector && packPanelAvx512(planes_, k_offset, kc, runs, width, out)) continue;
+#endif
+      packPanelScalar(planes_, k_offset, kc, runs, lanes, width, out);
+      continue;
+    }
+    for (int64_t k = 0; k < kc; ++k) {  // panels wider than 64 (no kernel has them)
+      const float* src = planes_ + k_offset[k];
+      for (int64_t j = 0; j < lanes; ++j) {
+        const int64_t p = first_pixel_ + j0 + p0 + j;
+        out[k * width + j] = src[p / l.OW_ * l.Wp_ + p % l.OW_];
+      }
+      std::fill(out + k * width + lanes, out + (k + 1) * width, 0.f);
+    }
+  }
+}
+
+}  // namespace fusectl::kernels::cpu
