@@ -296,20 +296,22 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
     return;
   }
 
-  // Implicit im2col (conv_implicit.h): each (image, group)'s phase planes once, then every
-  // GEMM packs its pixel operand from them. Tasks are (image, group, pixel chunk), one chunk per
-  // thread unless the images and groups already split evenly over the threads; a pixels x
-  // channels product with fewer images than threads is instead split by the GEMM over its
-  // channels (pixel chunks would waste more of the 8-row tiles on its few pixels).
+  // Implicit im2col (conv_implicit.h): each (image, group)'s phase planes once (the threads
+  // splitting the channels), then every GEMM packs its pixel operand from them. Tasks are
+  // (image, group); a pixels x channels product with fewer images than threads is split by the
+  // GEMM over its channels. (runConv takes this path only where whole images split evenly over
+  // the threads, or for that split product.)
   if (implicit && product != ConvProduct::Winograd) {
     const ImplicitIm2col layout(d.win, Cg);
     const int64_t plane_floats = layout.planeFloats();
     thread_local std::vector<float> plane_buffer;
     const int64_t images = d.N * d.group;
     float* planes = growScratch(plane_buffer, images * plane_floats);
-    parallelFor(images, threads, 1, [&](int64_t b, int64_t e) {
-      for (int64_t ng = b; ng < e; ++ng) {
-        layout.buildPlanes(x + ng * Cg * in_pixels, planes + ng * plane_floats);
+    parallelFor(images * Cg, threads, 8, [&](int64_t b, int64_t e) {
+      for (int64_t at = b; at < e;) {
+        const int64_t ng = at / Cg, c0 = at % Cg, c1 = std::min(Cg, c0 + (e - at));
+        layout.buildPlanes(x + ng * Cg * in_pixels, planes + ng * plane_floats, c0, c1);
+        at += c1 - c0;
       }
     });
     const bool split_gemm = product == ConvProduct::PixelRows && images < threads;
@@ -465,7 +467,6 @@ void runConv(KernelContext& ctx, bool fused) {
   const bool implicit_applies = gemm_path && !winograd && ImplicitIm2col::applies(d.win);
   const bool pixel_rows = gemm_path && !winograd && d.group == 1 &&
                           pixelRowsPay(d.outPixels(), d.M);
-  const bool implicit = implicit_applies && forced != ConvAlgorithm::Im2col;
   // The packed-weights variant: the group count for channels-by-pixels, minus the tile for
   // Winograd, kPixelRowsVariant for pixels-by-channels.
   constexpr int64_t kPixelRowsVariant = -100;
@@ -496,6 +497,16 @@ void runConv(KernelContext& ctx, bool fused) {
                               : winograd    ? ConvProduct::Winograd
                               : pixel_rows  ? ConvProduct::PixelRows
                                             : ConvProduct::ChannelRows;
+  // The implicit im2col where it measured faster than the im2col matrix (bench_gemm --only
+  // conv): one thread, or whole images per thread, or the pixels x channels product; with
+  // pixel chunks of one image over two threads the channels x pixels product ran 1.2-1.6x
+  // slower than the matrix (which each thread builds for its own chunk), so it keeps the matrix
+  // unless forced.
+  const int threads = ctx.numThreads();
+  const bool implicit_pays =
+      threads <= 1 || (d.N * d.group) % threads == 0 || product == ConvProduct::PixelRows;
+  const bool implicit = implicit_applies && forced != ConvAlgorithm::Im2col &&
+                        (implicit_pays || forced == ConvAlgorithm::Implicit);
   // A residual this node is the last to read becomes the output, written in place: every path
   // below that qualifies reads each residual element before it writes the same output element,
   // and the output then lands in lines that read just brought into cache instead of in a pooled

@@ -185,8 +185,8 @@ ImplicitIm2col::ImplicitIm2col(const Window& w, int64_t channels) : channels_(ch
   }
 }
 
-void ImplicitIm2col::buildPlanes(const float* x, float* planes) const {
-  for (int64_t c = 0; c < channels_; ++c) {
+void ImplicitIm2col::buildPlanes(const float* x, float* planes, int64_t c0, int64_t c1) const {
+  for (int64_t c = c0; c < c1; ++c) {
     const float* in = x + c * H_ * W_;
     for (int64_t u = 0; u < phases_; ++u) {
       float* plane = planes + (c * phases_ + u) * plane_;

@@ -34,8 +34,9 @@ class ImplicitIm2col {
 
   // Floats of one image's (and group's) planes.
   int64_t planeFloats() const { return channels_ * phases_ * plane_; }
-  // Copies `channels` input planes starting at x (H x W each) into their zero-padded phase planes.
-  void buildPlanes(const float* x, float* planes) const;
+  // Copies input channels [c0, c1) of the `channels` starting at x (H x W each) into their
+  // zero-padded phase planes (planes: those of all `channels`).
+  void buildPlanes(const float* x, float* planes, int64_t c0, int64_t c1) const;
 
   // The im2col matrix (K = channels * taps by output pixels) over planes built by buildPlanes,
   // as the GEMM's B operand (pixels as columns) or, transposed, its A (pixels as rows); GEMM
