@@ -296,56 +296,71 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
     return;
   }
 
-  // Implicit im2col (conv_implicit.h): each (image, group)'s phase planes once (the threads
-  // splitting the channels), then every GEMM packs its pixel operand from them. Tasks are
-  // (image, group); a pixels x channels product with fewer images than threads is split by the
-  // GEMM over its channels. (runConv takes this path only where whole images split evenly over
-  // the threads, or for that split product.)
+  // Implicit im2col (conv_implicit.h): each (image, group)'s phase planes, then its GEMMs pack
+  // their pixel operand from them. The planes are about one image's input per thread at a time:
+  // where the (image, group) pairs split evenly over the threads, each thread builds and
+  // multiplies whole ones; otherwise they go one at a time, the threads splitting the channels
+  // of the planes and then the product (a pixels x channels GEMM over its channels, a channels x
+  // pixels one in pixel chunks; runConv takes the last only when forced).
   if (implicit && product != ConvProduct::Winograd) {
     const ImplicitIm2col layout(d.win, Cg);
     const int64_t plane_floats = layout.planeFloats();
-    thread_local std::vector<float> plane_buffer;
     const int64_t images = d.N * d.group;
-    float* planes = growScratch(plane_buffer, images * plane_floats);
-    parallelFor(images * Cg, threads, 8, [&](int64_t b, int64_t e) {
-      for (int64_t at = b; at < e;) {
-        const int64_t ng = at / Cg, c0 = at % Cg, c1 = std::min(Cg, c0 + (e - at));
-        layout.buildPlanes(x + ng * Cg * in_pixels, planes + ng * plane_floats, c0, c1);
-        at += c1 - c0;
+    // (image, group) ng's pixels [p0, p1) from planes, with `gemm_threads` threads.
+    const auto multiply = [&](int64_t ng, const float* planes, int64_t p0, int64_t p1,
+                              int gemm_threads) {
+      const int64_t n = ng / d.group, g = ng % d.group;
+      Epilogue en = ep;
+      en.residual = residual ? residual + n * d.M * P : nullptr;
+      const ImplicitIm2col::Source source(layout, planes, p0);
+      if (product == ConvProduct::PixelRows) {  // one group (conv_pixel_rows.h)
+        thread_local std::vector<float> pixel_rows;
+        GemmParams pt = gemmParams(p1 - p0, Mg, K, nullptr, 0, false, w, K, true,
+                                   growScratch(pixel_rows, (p1 - p0) * Mg), Mg);
+        pt.a_source = &source;
+        pt.packed_b = &packed_w->parts[0];
+        gemm(pt, gemm_threads);
+        storeChannelRows(pixel_rows.data(), p1 - p0, Mg, Mg, y + n * d.M * P + p0, P, en, p0);
+        return;
       }
-    });
-    const bool split_gemm = product == ConvProduct::PixelRows && images < threads;
-    const int64_t chunks =
-        split_gemm || images % threads == 0 ? 1 : std::min<int64_t>(threads, P);
-    const int64_t chunk = (P + chunks - 1) / chunks;
-    parallelFor(images * chunks, split_gemm ? 1 : threads, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        const int64_t ng = t / chunks, n = ng / d.group, g = ng % d.group;
-        const int64_t p0 = t % chunks * chunk, p1 = std::min(P, p0 + chunk);
-        if (p0 >= p1) continue;
-        Epilogue en = ep;
-        en.residual = residual ? residual + n * d.M * P : nullptr;
-        const ImplicitIm2col::Source source(layout, planes + ng * plane_floats, p0);
-        if (product == ConvProduct::PixelRows) {  // one group (conv_pixel_rows.h)
-          thread_local std::vector<float> pixel_rows;
-          GemmParams pt = gemmParams(p1 - p0, Mg, K, nullptr, 0, false, w, K, true,
-                                     growScratch(pixel_rows, (p1 - p0) * Mg), Mg);
-          pt.a_source = &source;
-          pt.packed_b = &packed_w->parts[0];
-          gemm(pt, split_gemm ? threads : 1);
-          storeChannelRows(pixel_rows.data(), p1 - p0, Mg, Mg, y + n * d.M * P + p0, P, en, p0);
-          continue;
+      GemmParams p = gemmParams(Mg, p1 - p0, K, w ? w + g * Mg * K : nullptr, K, false, nullptr,
+                                0, false, y + (n * d.M + g * Mg) * P + p0, P);
+      p.b_source = &source;
+      p.epilogue = &en;
+      p.epilogue_row0 = g * Mg;
+      p.epilogue_col0 = p0;
+      if (packed_w) p.packed_a = &packed_w->parts[static_cast<size_t>(g)];
+      gemm(p, gemm_threads);
+    };
+    if (images % threads == 0) {
+      parallelFor(images, threads, 1, [&](int64_t b, int64_t e) {
+        thread_local std::vector<float> plane_buffer;
+        float* planes = growScratch(plane_buffer, plane_floats);
+        for (int64_t ng = b; ng < e; ++ng) {
+          layout.buildPlanes(x + ng * Cg * in_pixels, planes, 0, Cg);
+          multiply(ng, planes, 0, P, 1);
         }
-        GemmParams p = gemmParams(Mg, p1 - p0, K, w ? w + g * Mg * K : nullptr, K, false,
-                                  nullptr, 0, false, y + (n * d.M + g * Mg) * P + p0, P);
-        p.b_source = &source;
-        p.epilogue = &en;
-        p.epilogue_row0 = g * Mg;
-        p.epilogue_col0 = p0;
-        if (packed_w) p.packed_a = &packed_w->parts[static_cast<size_t>(g)];
-        gemm(p, 1);
+      });
+      return;
+    }
+    thread_local std::vector<float> plane_buffer;
+    float* planes = growScratch(plane_buffer, plane_floats);
+    const int64_t chunks = std::min<int64_t>(threads, P);
+    const int64_t chunk = (P + chunks - 1) / chunks;
+    for (int64_t ng = 0; ng < images; ++ng) {
+      parallelFor(Cg, threads, 8, [&](int64_t c0, int64_t c1) {
+        layout.buildPlanes(x + ng * Cg * in_pixels, planes, c0, c1);
+      });
+      if (product == ConvProduct::PixelRows) {
+        multiply(ng, planes, 0, P, threads);
+        continue;
       }
-    });
+      parallelFor(chunks, threads, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          if (t * chunk < P) multiply(ng, planes, t * chunk, std::min(P, (t + 1) * chunk), 1);
+        }
+      });
+    }
     return;
   }
 
@@ -505,8 +520,12 @@ void runConv(KernelContext& ctx, bool fused) {
   const int threads = ctx.numThreads();
   const bool implicit_pays =
       threads <= 1 || (d.N * d.group) % threads == 0 || product == ConvProduct::PixelRows;
+  // Its planes (about one image's input, per thread) are kept by each thread for the next
+  // convolution; beyond 64 MiB the im2col matrix's 1 MiB chunks are the lighter choice.
+  constexpr int64_t kMaxPlaneFloats = int64_t{1} << 24;
   const bool implicit = implicit_applies && forced != ConvAlgorithm::Im2col &&
-                        (implicit_pays || forced == ConvAlgorithm::Implicit);
+                        (implicit_pays || forced == ConvAlgorithm::Implicit) &&
+                        ImplicitIm2col(d.win, Cg).planeFloats() <= kMaxPlaneFloats;
   // A residual this node is the last to read becomes the output, written in place: every path
   // below that qualifies reads each residual element before it writes the same output element,
   // and the output then lands in lines that read just brought into cache instead of in a pooled
