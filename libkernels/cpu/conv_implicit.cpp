@@ -128,12 +128,15 @@ FUSECTL_AVX512 bool packPanelAvx512(const float* planes, const int64_t* k_offset
 bool ImplicitIm2col::applies(const Window& w) {
   const size_t r = w.rank();
   if (r < 1 || r > 2 || product(w.kernel) <= 1) return false;
-  int64_t in = 1, planes = 1;
+  double in = 1, planes = 1;  // in double: no overflow for however large a window
   for (size_t i = 0; i < r; ++i) {
     if (w.out[i] <= 0) return false;
-    in *= w.in[i];
+    in *= static_cast<double>(w.in[i]);
     const int64_t phases = std::min(w.strides[i], w.kernel[i]);
-    planes *= phases * (w.out[i] + (w.kernel[i] - 1) * w.dilations[i] / w.strides[i]);
+    planes *= static_cast<double>(phases) *
+              (static_cast<double>(w.out[i]) +
+               static_cast<double>(w.kernel[i] - 1) * static_cast<double>(w.dilations[i]) /
+                   static_cast<double>(w.strides[i]));
   }
   return planes <= 4 * in + 4096;
 }
