@@ -17,9 +17,26 @@ namespace fusectl::testing {
 
 // A path of this test process's own under the system's temporary directory (<name>-<pid>), for
 // tests that remove and refill a fixed folder: two test runs at once on one machine (parallel
-// checkouts, a developer beside CI) then never clobber each other's files.
+// checkouts, a developer beside CI) then never clobber each other's files. Whatever the tests
+// leave there is removed when the process exits normally (a crashed run keeps it to look at):
+// each ctest run used to leave about ten such folders behind in /tmp.
 inline std::filesystem::path processTempPath(const std::string& name) {
-  return std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
+  struct RemovedAtExit {
+    std::vector<std::filesystem::path> paths;
+    ~RemovedAtExit() {
+      for (const std::filesystem::path& p : paths) {
+        std::error_code ec;
+        std::filesystem::remove_all(p, ec);
+      }
+    }
+  };
+  static RemovedAtExit handed_out;  // one for the whole program: the function is inline
+  std::filesystem::path p =
+      std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
+  if (std::find(handed_out.paths.begin(), handed_out.paths.end(), p) == handed_out.paths.end()) {
+    handed_out.paths.push_back(p);
+  }
+  return p;
 }
 
 struct TempDir {
