@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "compute_common.h"
@@ -240,7 +241,8 @@ float* im2colScratch(int64_t floats) {
 enum class ConvProduct { ChannelRows, PixelRows, Winograd };
 
 void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epilogue ep,
-               int threads, const PackedWeights* packed_w, ConvProduct product, bool implicit) {
+               int threads, const PackedWeights* packed_w, ConvProduct product,
+               const ImplicitIm2col* implicit) {
   const int64_t Cg = d.C / d.group, Mg = d.M / d.group;
   const int64_t taps = d.kernelTaps(), K = Cg * taps;
   const int64_t in_pixels = d.inPixels(), P = d.outPixels();
@@ -302,8 +304,8 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
   // multiplies whole ones; otherwise they go one at a time, the threads splitting the channels
   // of the planes and then the product (a pixels x channels GEMM over its channels, a channels x
   // pixels one in pixel chunks; runConv takes the last only when forced).
-  if (implicit && product != ConvProduct::Winograd) {
-    const ImplicitIm2col layout(d.win, Cg);
+  if (implicit) {
+    const ImplicitIm2col& layout = *implicit;
     const int64_t plane_floats = layout.planeFloats();
     const int64_t images = d.N * d.group;
     // (image, group) ng's pixels [p0, p1) from planes, with `gemm_threads` threads.
@@ -523,9 +525,12 @@ void runConv(KernelContext& ctx, bool fused) {
   // Its planes (about one image's input, per thread) are kept by each thread for the next
   // convolution; beyond 64 MiB the im2col matrix's 1 MiB chunks are the lighter choice.
   constexpr int64_t kMaxPlaneFloats = int64_t{1} << 24;
-  const bool implicit = implicit_applies && forced != ConvAlgorithm::Im2col &&
-                        (implicit_pays || forced == ConvAlgorithm::Implicit) &&
-                        ImplicitIm2col(d.win, Cg).planeFloats() <= kMaxPlaneFloats;
+  std::optional<ImplicitIm2col> implicit;
+  if (implicit_applies && forced != ConvAlgorithm::Im2col &&
+      (implicit_pays || forced == ConvAlgorithm::Implicit)) {
+    implicit.emplace(d.win, Cg);
+    if (implicit->planeFloats() > kMaxPlaneFloats) implicit.reset();
+  }
   // A residual this node is the last to read becomes the output, written in place: every path
   // below that qualifies reads each residual element before it writes the same output element,
   // and the output then lands in lines that read just brought into cache instead of in a pooled
@@ -540,7 +545,8 @@ void runConv(KernelContext& ctx, bool fused) {
                         : nullptr;
   HostTensor& y = in_place ? *in_place : ctx.allocateOutput(0, x.dtype(), ydims);
   FloatSink ys(y);
-  convFloat(xf.data(), wp, ys.data(), d, ep, ctx.numThreads(), packed, product, implicit);
+  convFloat(xf.data(), wp, ys.data(), d, ep, ctx.numThreads(), packed, product,
+            implicit ? &*implicit : nullptr);
   ys.commit();
 }
 

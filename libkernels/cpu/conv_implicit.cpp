@@ -83,32 +83,24 @@ inline const float* planeAt(const float* planes, int64_t offset) {
 
 // Each lane group of the panel is merged from masked loads, one per run it overlaps (the lanes
 // outside a run are masked off: nothing is read or faulted on there), then stored whole. Lanes no
-// run covers (past the last column) stay zero. Returns false, packing nothing, where the panel's
-// width is no multiple of 8 or a group spans more than kMaxRunsPerGroup output rows.
-FUSECTL_AVX512 bool packPanelAvx512(const float* planes, const int64_t* k_offset, int64_t kc,
-                                    const PanelRuns& runs, int64_t width, float* out) {
-  if (width % 16 == 0 && width <= 64) {
-    GroupLoads<16> l;
-    if (!l.plan(runs, width)) return false;
-    for (int64_t k = 0; k < kc; ++k, out += width) {
-      const int64_t base = k_offset[k];
-      for (int g = 0; g < l.groups; ++g) {
+// run covers (past the last column) stay zero. kLanes is 16 (zmm) or 8 (ymm, 8-wide panels).
+// Returns false, packing nothing, where a group spans more than kMaxRunsPerGroup output rows.
+template <int kLanes>
+FUSECTL_AVX512 bool packGroupsAvx512(const float* planes, const int64_t* k_offset, int64_t kc,
+                                     const PanelRuns& runs, int64_t width, float* out) {
+  GroupLoads<kLanes> l;
+  if (!l.plan(runs, width)) return false;
+  for (int64_t k = 0; k < kc; ++k, out += width) {
+    const int64_t base = k_offset[k];
+    for (int g = 0; g < l.groups; ++g) {
+      if constexpr (kLanes == 16) {
         __m512 v = _mm512_setzero_ps();
         for (int r = 0; r < l.count[g]; ++r) {
           v = _mm512_mask_loadu_ps(v, static_cast<__mmask16>(l.mask[g][r]),
                                    planeAt(planes, base + l.shift[g][r]));
         }
         _mm512_storeu_ps(out + g * 16, v);
-      }
-    }
-    return true;
-  }
-  if (width % 8 == 0 && width <= 64) {
-    GroupLoads<8> l;
-    if (!l.plan(runs, width)) return false;
-    for (int64_t k = 0; k < kc; ++k, out += width) {
-      const int64_t base = k_offset[k];
-      for (int g = 0; g < l.groups; ++g) {
+      } else {
         __m256 v = _mm256_setzero_ps();
         for (int r = 0; r < l.count[g]; ++r) {
           v = _mm256_mask_loadu_ps(v, static_cast<__mmask8>(l.mask[g][r]),
@@ -117,8 +109,17 @@ FUSECTL_AVX512 bool packPanelAvx512(const float* planes, const int64_t* k_offset
         _mm256_storeu_ps(out + g * 8, v);
       }
     }
-    return true;
   }
+  return true;
+}
+
+// The widest lane groups a panel of `width` (up to 64) divides into; false where it is no
+// multiple of 8.
+FUSECTL_AVX512 bool packPanelAvx512(const float* planes, const int64_t* k_offset, int64_t kc,
+                                    const PanelRuns& runs, int64_t width, float* out) {
+  if (width > 64) return false;
+  if (width % 16 == 0) return packGroupsAvx512<16>(planes, k_offset, kc, runs, width, out);
+  if (width % 8 == 0) return packGroupsAvx512<8>(planes, k_offset, kc, runs, width, out);
   return false;
 }
 #endif
@@ -225,12 +226,9 @@ void ImplicitIm2col::Source::packPanels(int64_t pc, int64_t kc, int64_t j0, int6
   const ImplicitIm2col& l = layout_;
   const int64_t* k_offset = l.k_offset_.data() + pc;
 #ifdef FUSECTL_AVX512
-  // With the AVX-512 GEMM kernel, so that tests forcing another kernel run the scalar packer.
-  static const bool has_avx512 = __builtin_cpu_supports("avx512f") &&
-                                 __builtin_cpu_supports("avx512vl") &&
-                                 __builtin_cpu_supports("avx512dq") &&
-                                 __builtin_cpu_supports("avx512bw");
-  const bool vector = has_avx512 && std::string_view(gemmKernelName()) == "avx512";
+  // With the AVX-512 GEMM kernel (only chosen or forced on a CPU that has it), so that tests
+  // forcing another kernel run the scalar packer.
+  const bool vector = std::string_view(gemmKernelName()) == "avx512";
 #endif
   PanelRuns runs;
   for (int64_t p0 = 0; p0 < n; p0 += width, out += width * kc) {
