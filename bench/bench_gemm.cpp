@@ -30,6 +30,10 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+// GCC 12 reports the _mm512_undefined_pd() inside _mm512_reduce_add_ps as uninitialised (as
+// gemm_vector_epilogue.h notes for the kernels).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 #include "bench_clock.h"
