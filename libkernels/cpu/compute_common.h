@@ -231,16 +231,6 @@ inline float* growScratch(std::vector<float>& buffer, int64_t floats) {
   return buffer.data();
 }
 
-// Asks for `bytes` at p to be brought towards the core (L2), one request per 64-byte line,
-// without waiting. For kernels whose reads hop between rows or planes (a depthwise window walks
-// 3-9 input rows at once, one block of columns at a time): the hardware prefetcher does not
-// follow that pattern, so each plane arrives from memory at its latency, not its bandwidth,
-// unless the kernel asks for the next one while it computes this one.
-inline void prefetchToL2(const void* p, int64_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 2);
-}
-
 inline int64_t product(const std::vector<int64_t>& v, size_t from = 0, size_t to = SIZE_MAX) {
   int64_t p = 1;
   for (size_t i = from; i < std::min(to, v.size()); ++i) p *= v[i];

@@ -288,15 +288,16 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
         float* yp = y + nm * P;
         const float* xp = x + (n * d.C + g) * in_pixels;
         const float* zp = residual ? residual + nm * P : nullptr;
-        // The next plane's input (prefetchToL2 says why): measured 10-20% off the 112x112 and
-        // 56x56 planes of EfficientNet-B0 in the model (bench/README). The channel-block path
-        // above does without: its planes are small enough to be in cache already, and asking
-        // for them again cost it 5%.
+        // The next plane's input, fetched while this one is computed (NextPlane says why):
+        // measured 10-20% off the 112x112 and 56x56 planes of EfficientNet-B0 in the model
+        // (bench/README). The channel-block path above does without: its planes are small
+        // enough to be in cache already, and asking for them again cost it 5%.
+        NextPlane next;
         if (nm + 1 < e) {
-          const int64_t next = nm + 1, next_n = next / d.M, next_g = next % d.M / Mg;
-          prefetchToL2(x + (next_n * d.C + next_g) * in_pixels, in_pixels * 4);
+          const int64_t after = nm + 1, next_n = after / d.M, next_g = after % d.M / Mg;
+          next = {x + (next_n * d.C + next_g) * in_pixels, in_pixels * 4};
         }
-        if (depthwisePlaneAvx512(xp, w + m * taps, yp, d.win, ep, m, zp)) continue;
+        if (depthwisePlaneAvx512(xp, w + m * taps, yp, d.win, ep, m, zp, next)) continue;
         depthwise2d(xp, w + m * taps, yp, d.win);
         Epilogue e2 = ep;
         e2.residual = residual ? residual + n * d.M * P : nullptr;

@@ -8,12 +8,22 @@
 
 namespace fusectl::kernels::cpu {
 
+// The input plane a caller will convolve next, for depthwisePlaneAvx512 to fetch towards the
+// core while it computes this one: its window walks 3-9 input rows at once, one block of
+// columns at a time, which the hardware prefetcher does not follow, so without this each plane
+// arrived from L3 or memory at their latency. Empty: nothing to fetch.
+struct NextPlane {
+  const float* input = nullptr;
+  int64_t bytes = 0;
+};
+
 // y (one output plane) = act(conv(x plane, w taps) + bias[channel] + residual plane), row by
 // row with the row in registers. `residual` points at this plane's residual (or null);
 // ep.bias is indexed by `channel`. Returns false, touching nothing, when it cannot take the case
 // (no AVX-512, a 1-D or 3-D window, a horizontal stride other than 1 or 2).
 bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window& win,
-                          const Epilogue& ep, int64_t channel, const float* residual);
+                          const Epilogue& ep, int64_t channel, const float* residual,
+                          const NextPlane& next = {});
 
 // The same convolution for `count` (1..16) consecutive channels of one image at once, with the
 // channels across the vector: x and y point at the first channel's plane, `residual` at its

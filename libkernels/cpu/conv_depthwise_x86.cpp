@@ -200,7 +200,8 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlock(
 // runs R output rows of one block: rows.template run<R>(oh0, ow0, masks, act, bias).
 template <int SW, class Rows>
 FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwisePlane(
-    const Window& win, const Epilogue& ep, int64_t channel, float* y, const Rows& rows) {
+    const Window& win, const Epilogue& ep, int64_t channel, float* y, const Rows& rows,
+    const NextPlane& next) {
   const int64_t OH = win.out[0], OW = win.out[1];
   const bool vector_act = hasVectorActivation(ep.activation, true);
   const Activation act = vector_act ? ep.activation : Activation::None;
@@ -213,8 +214,19 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwisePlane(
   if (keep)
     for (int64_t b = 0; b < blocks; ++b) kept[b] = blockMasks<SW>(win, b * 16);
   auto masksOf = [&](int64_t b) { return keep ? kept[b] : blockMasks<SW>(win, b * 16); };
+  // The next plane's lines, an even share per row group: asked for all at once, they filled
+  // the miss buffers and held the loads of this plane up behind them.
+  const char* prefetch = reinterpret_cast<const char*>(next.input);
+  const int64_t lines = (next.bytes + 63) / 64, groups = (OH + kRows - 1) / kRows;
+  const int64_t share = groups > 0 ? (lines + groups - 1) / groups : 0;
+  int64_t asked = 0;
+  auto askShare = [&]() {
+    for (const int64_t end = std::min(lines, asked + share); asked < end; ++asked)
+      __builtin_prefetch(prefetch + asked * 64, 0, 2);
+  };
   int64_t oh = 0;
   for (; oh + kRows <= OH; oh += kRows) {
+    askShare();
     for (int64_t b = 0; b < blocks; ++b)
       rows.template run<kRows>(oh, b * 16, masksOf(b), act, bias);
     if (!vector_act)
@@ -222,6 +234,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwisePlane(
   }
   const int64_t rest = OH - oh;
   if (rest == 0) return;
+  askShare();
   for (int64_t b = 0; b < blocks; ++b) {
     const BlockMasks masks = masksOf(b);
     if (rest == 3) rows.template run<3>(oh, b * 16, masks, act, bias);
@@ -267,18 +280,19 @@ struct DenseRows {
 
 template <int SW>
 FUSECTL_AVX512 void depthwiseRows(const float* x, const float* w, float* y, const Window& win,
-                                  const Epilogue& ep, int64_t channel, const float* residual) {
-  depthwisePlane<SW>(win, ep, channel, y, GeneralRows<SW>{x, w, y, win, ep, residual});
+                                  const Epilogue& ep, int64_t channel, const float* residual,
+                                  const NextPlane& next) {
+  depthwisePlane<SW>(win, ep, channel, y, GeneralRows<SW>{x, w, y, win, ep, residual}, next);
 }
 
 template <int S, int K>
 FUSECTL_AVX512 void depthwiseRowsDense(const float* x, const float* w, float* y, const Window& win,
                                        const Epilogue& ep, int64_t channel,
-                                       const float* residual) {
+                                       const float* residual, const NextPlane& next) {
   __m512 wv[K * K];
 #pragma GCC unroll 25
   for (int t = 0; t < K * K; ++t) wv[t] = _mm512_set1_ps(w[t]);
-  depthwisePlane<S>(win, ep, channel, y, DenseRows<S, K>{x, wv, y, win, ep, residual});
+  depthwisePlane<S>(win, ep, channel, y, DenseRows<S, K>{x, wv, y, win, ep, residual}, next);
 }
 
 // --- Channels across the vector (depthwiseChannelsAvx512) ---
@@ -451,7 +465,8 @@ FUSECTL_AVX512 void depthwiseChannels(const float* x, const float* w, float* y, 
 }  // namespace
 
 bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window& win,
-                          const Epilogue& ep, int64_t channel, const float* residual) {
+                          const Epilogue& ep, int64_t channel, const float* residual,
+                          const NextPlane& next) {
   static const bool has_avx512 = __builtin_cpu_supports("avx512f");
   if (!has_avx512 || win.rank() != 2 || win.in[1] >= (int64_t{1} << 30) ||
       win.kernel[1] > kMaxMaskedTaps)
@@ -462,17 +477,17 @@ bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window
   const bool dense = win.strides[0] == s && (s == 1 || s == 2) && win.kernel[0] == k &&
                      (k == 3 || k == 5) && win.dilations[0] == 1 && win.dilations[1] == 1;
   if (dense && s == 1 && k == 3) {
-    depthwiseRowsDense<1, 3>(x, w, y, win, ep, channel, residual);
+    depthwiseRowsDense<1, 3>(x, w, y, win, ep, channel, residual, next);
   } else if (dense && s == 1) {
-    depthwiseRowsDense<1, 5>(x, w, y, win, ep, channel, residual);
+    depthwiseRowsDense<1, 5>(x, w, y, win, ep, channel, residual, next);
   } else if (dense && k == 3) {
-    depthwiseRowsDense<2, 3>(x, w, y, win, ep, channel, residual);
+    depthwiseRowsDense<2, 3>(x, w, y, win, ep, channel, residual, next);
   } else if (dense) {
-    depthwiseRowsDense<2, 5>(x, w, y, win, ep, channel, residual);
+    depthwiseRowsDense<2, 5>(x, w, y, win, ep, channel, residual, next);
   } else if (win.strides[1] == 1) {
-    depthwiseRows<1>(x, w, y, win, ep, channel, residual);
+    depthwiseRows<1>(x, w, y, win, ep, channel, residual, next);
   } else if (win.strides[1] == 2) {
-    depthwiseRows<2>(x, w, y, win, ep, channel, residual);
+    depthwiseRows<2>(x, w, y, win, ep, channel, residual, next);
   } else {
     return false;
   }
@@ -520,7 +535,7 @@ bool depthwiseChannelsPay(const Window& win) {
 #else
 
 bool depthwisePlaneAvx512(const float*, const float*, float*, const Window&, const Epilogue&,
-                          int64_t, const float*) {
+                          int64_t, const float*, const NextPlane&) {
   return false;
 }
 

@@ -37,6 +37,9 @@ struct TileArgs {
   // each tile a share of the next B panel of prepacked weights); kernels may ignore them.
   const char* prefetch = nullptr;
   int64_t prefetch_lines = 0;
+  // 0: the lines are consecutive. Otherwise they are the 128-byte row segments of an in-place
+  // B's next panel, this many bytes apart (one request per segment: its two or three lines).
+  int64_t prefetch_stride = 0;
 };
 
 using TileKernel = void (*)(const TileArgs&);

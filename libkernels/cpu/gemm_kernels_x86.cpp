@@ -51,13 +51,18 @@ FUSECTL_AVX512 void tile512(const TileArgs& t) {
   const int64_t bs = t.b_stride;
   // One prefetch every `every` k steps until the tile's share of lines is requested.
   const char* pf = t.prefetch;
-  const char* const pf_end = pf ? pf + t.prefetch_lines * 64 : nullptr;
+  const int64_t pf_step = t.prefetch_stride ? t.prefetch_stride : 64;
+  const char* const pf_end = pf ? pf + t.prefetch_lines * pf_step : nullptr;
   const int64_t every = t.prefetch_lines > 0 ? std::max<int64_t>(1, t.kc / t.prefetch_lines) : 0;
   int64_t countdown = every;
   for (int64_t k = 0; k < t.kc; ++k) {
     if (pf != pf_end && --countdown == 0) {
       _mm_prefetch(pf, _MM_HINT_T1);
-      pf += 64;
+      if (t.prefetch_stride) {
+        _mm_prefetch(pf + 64, _MM_HINT_T1);
+        _mm_prefetch(pf + 127, _MM_HINT_T1);
+      }
+      pf += pf_step;
       countdown = every;
     }
     const __m512 b0 = _mm512_loadu_ps(b);

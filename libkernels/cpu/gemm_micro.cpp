@@ -265,7 +265,7 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
   // 128 5-8%, 256 -1..+5%, 512-2048 2-8% more, so only up to 128 rows read in place.
   const GemmPanelSource* sourced_b = pb ? nullptr : p.b_source;
   const bool direct_b = !pb && !sourced_b && p.b_cs == 1 && i1 - i0 <= 16 * MR;
-  const bool prefetch_direct_b = direct_b && K * (j1 - j0) * 4 > (int64_t{1} << 20);
+  const bool prefetch_direct_b = direct_b && K * (j1 - j0) * 4 > (int64_t{512} << 10);
   // One column (a matrix-vector product) is read in place by a kernel whose one-column tile
   // needs no panel, whatever B's layout.
   const bool column_b = !pb && !sourced_b && !direct_b && j1 - j0 == 1 && s.column_in_place;
@@ -344,21 +344,18 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
             t.b_stride = NR;
           }
           t.cols = static_cast<int>(nr);
-          // An in-place B's next panel: kc rows, 128 bytes each, 4*N bytes apart. The hardware
+          // An in-place B's next panel: kc rows, 128 bytes each, 4*N bytes apart, an even share
+          // of them requested by each row tile of this panel over its k loop. The hardware
           // prefetcher follows a few streams, not kc of them, so without this each row of each
           // panel arrives at the latency of wherever B is (bench/README: 1x1 convolutions of
-          // MobileNetV2 and EfficientNet, B from beyond L2). Asked once per panel, by the first
-          // row block; only when B is larger than L2 (1 MiB here), where it cannot be there
-          // already: on smaller ones the requests cost 2-4% and found nothing to fetch.
+          // MobileNetV2 and EfficientNet, B from beyond L2). Only when B is over 512 KiB (half
+          // of L2 here): below that, B measured as fast from memory as from cache, and the
+          // requests cost up to 2%.
+          const char* next_b_rows = nullptr;
+          int64_t b_rows_per_tile = 0;
           if (prefetch_direct_b && ic == i0 && jr + NR < nc) {
-            const float* next = B + pc * p.b_rs + col + NR;
-            const int64_t last = std::min<int64_t>(NR, nc - jr - NR) - 1;
-            for (int64_t k = 0; k < kc; ++k) {
-              const float* row_at = next + k * p.b_rs;
-              __builtin_prefetch(row_at, 0, 2);
-              __builtin_prefetch(row_at + std::min<int64_t>(16, last), 0, 2);
-              __builtin_prefetch(row_at + last, 0, 2);
-            }
+            next_b_rows = reinterpret_cast<const char*>(B + pc * p.b_rs + col + NR);
+            b_rows_per_tile = (kc + row_tiles - 1) / row_tiles;
           }
           // Prepacked B (MatMul's weights): the next panel in line (the packed operand is one
           // contiguous run of panels) over this panel's row tiles.
@@ -371,6 +368,13 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
             const int64_t row = ic + ir;
             if (pb) next_b.assign(t, ir / MR);
             else next_a.assign(t, jr / NR * row_tiles + ir / MR);
+            t.prefetch_stride = 0;
+            if (next_b_rows && t.prefetch_lines == 0) {
+              const int64_t first = std::min(ir / MR * b_rows_per_tile, kc);
+              t.prefetch = next_b_rows + first * p.b_rs * 4;
+              t.prefetch_lines = std::min(b_rows_per_tile, kc - first);
+              t.prefetch_stride = p.b_rs * 4;
+            }
             t.rows = static_cast<int>(std::min(MR, mc - ir));
             t.a = ablock + ir * kc;
             t.c = p.C + row * p.ldc + col;
