@@ -420,10 +420,10 @@ TEST_CASE("profile fusion sites: chains, missing nodes, did not pay", "[profile]
       sideOf({{"c1", 0.010}, {"b1", 0.002}, {"r1", 0.001}, {"c2", 0.004}, {"r2", 0.001}});
   const kernels::SideProfile fused = sideOf({{"c1", 0.011}, {"f2", 0.006}, {"x", 0.001}});
   std::vector<kernels::FusionSiteInput> sites(4);
-  sites[0] = {"fold-conv-bn", "conv-bn", "c1", "", "Conv", {"c1", "b1"}};
-  sites[1] = {"fuse-epilogue", "conv-act", "c1_7", "c1", "FusedConv", {"c1", "r1"}};
-  sites[2] = {"fuse-epilogue", "conv-act", "f2", "", "FusedConv", {"c2", "r2"}};
-  sites[3] = {"fuse-gelu", "gelu", "x", "", "Gelu", {"gone", ""}};
+  sites[0] = {"fold-conv-bn", "conv-bn", "c1", "", "Conv", {"c1", "b1"}, {}};
+  sites[1] = {"fuse-epilogue", "conv-act", "c1_7", "c1", "FusedConv", {"c1", "r1"}, {}};
+  sites[2] = {"fuse-epilogue", "conv-act", "f2", "", "FusedConv", {"c2", "r2"}, {}};
+  sites[3] = {"fuse-gelu", "gelu", "x", "", "Gelu", {"gone", ""}, {}};
   const auto timed = kernels::timeFusionSites(sites, unfused, fused);
   REQUIRE(timed.size() == 4);
 
@@ -453,9 +453,9 @@ TEST_CASE("profile fusion sites: a node canonicalize respelled is found by its n
   const kernels::SideProfile fused = sideOf({{"Elementwise(Y)", 0.004}});
   std::vector<kernels::FusionSiteInput> sites(2);
   sites[0] = {"fuse-elementwise", "elementwise", "Elementwise(Y)", "", "Elementwise",
-              {"Mul(D)", "Exp(C)"}};
+              {"Mul(D)", "Exp(C)"}, {}};
   sites[1] = {"fuse-elementwise", "elementwise", "Elementwise(Y)", "", "Elementwise",
-              {"Mul(E)"}};
+              {"Mul(E)"}, {}};
   const auto timed = kernels::timeFusionSites(sites, unfused, fused);
   REQUIRE(timed.size() == 2);
   CHECK(timed[0].status == "paid");
@@ -504,10 +504,10 @@ TEST_CASE("profileModels: two passes over both sides, counts, agreement, sites",
   // Conv by the label the second fusion knows it by (it took over N), the fused node by its
   // label in the fused model.
   std::vector<kernels::FusionSiteInput> sites = {
-      {"fold-conv-bn", "conv-bn", "Conv(N)", "", "Conv", report.fusions[0].replaced_nodes},
+      {"fold-conv-bn", "conv-bn", "Conv(N)", "", "Conv", report.fusions[0].replaced_nodes, {}},
       {"fuse-epilogue", "conv-act", report.fusions[1].new_node,
        fused->graph->firstNode()->label(), "fusectl::FusedConv",
-       report.fusions[1].replaced_nodes}};
+       report.fusions[1].replaced_nodes, {}}};
   CHECK(sites[1].replaced_nodes == std::vector<std::string>{"Conv(N)", "Relu(Y)"});
 
   kernels::ProfileOptions options;

@@ -177,8 +177,8 @@ ProfileResult profileModels(const Model* unfused, const Model* fused,
   }
 
   std::vector<SideRun> sides;  // unfused first: A/B order
-  if (run_unfused) sides.push_back({"unfused", unfused, nullptr, {}, {}, 1, {}});
-  if (run_fused) sides.push_back({"fused", fused, nullptr, {}, {}, 1, {}});
+  if (run_unfused) sides.push_back({"unfused", unfused, nullptr, {}, {}, 1, {}, {}});
+  if (run_fused) sides.push_back({"fused", fused, nullptr, {}, {}, 1, {}, {}});
   buildExecutors(sides, options);
   runPass(sides, inputs, false, options);
   runPass(sides, inputs, true, options);
