@@ -49,20 +49,22 @@ FUSECTL_AVX512 void tile512(const TileArgs& t) {
   const float* a = t.a;
   const float* b = t.b;
   const int64_t bs = t.b_stride;
-  // One prefetch every `every` k steps until the tile's share of lines is requested.
-  const char* pf = t.prefetch;
+  // One request every `every` k steps until the tile's share is asked for. Addresses as
+  // integers: a row segment's last line may lie past the operand's end (a prefetch never
+  // faults), where no pointer is to be formed.
+  const uintptr_t pf = reinterpret_cast<uintptr_t>(t.prefetch);
   const int64_t pf_step = t.prefetch_stride ? t.prefetch_stride : 64;
-  const char* const pf_end = pf ? pf + t.prefetch_lines * pf_step : nullptr;
   const int64_t every = t.prefetch_lines > 0 ? std::max<int64_t>(1, t.kc / t.prefetch_lines) : 0;
-  int64_t countdown = every;
+  int64_t asked = 0, countdown = every;
   for (int64_t k = 0; k < t.kc; ++k) {
-    if (pf != pf_end && --countdown == 0) {
-      _mm_prefetch(pf, _MM_HINT_T1);
+    if (asked < t.prefetch_lines && --countdown == 0) {
+      const uintptr_t at = pf + static_cast<uintptr_t>(asked * pf_step);
+      _mm_prefetch(reinterpret_cast<const char*>(at), _MM_HINT_T1);
       if (t.prefetch_stride) {
-        _mm_prefetch(pf + 64, _MM_HINT_T1);
-        _mm_prefetch(pf + 127, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(at + 64), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(at + 127), _MM_HINT_T1);
       }
-      pf += pf_step;
+      ++asked;
       countdown = every;
     }
     const __m512 b0 = _mm512_loadu_ps(b);

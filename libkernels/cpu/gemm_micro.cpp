@@ -369,8 +369,8 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
             if (pb) next_b.assign(t, ir / MR);
             else next_a.assign(t, jr / NR * row_tiles + ir / MR);
             t.prefetch_stride = 0;
-            if (next_b_rows && t.prefetch_lines == 0) {
-              const int64_t first = std::min(ir / MR * b_rows_per_tile, kc);
+            if (next_b_rows && t.prefetch_lines == 0 && ir / MR * b_rows_per_tile < kc) {
+              const int64_t first = ir / MR * b_rows_per_tile;
               t.prefetch = next_b_rows + first * p.b_rs * 4;
               t.prefetch_lines = std::min(b_rows_per_tile, kc - first);
               t.prefetch_stride = p.b_rs * 4;
