@@ -306,6 +306,34 @@ TEST_CASE("gemm: skinny products (M = 1..16) read B in place and stay exact",
   }
 }
 
+// An in-place B over 512 KiB has its next panel's rows prefetched by the row tiles of the
+// current one (gemm_micro.cpp); the requests must not change a sum, whatever the ragged last
+// panel, the K slices or the thread split.
+TEST_CASE("gemm: an in-place B large enough to be prefetched gives the reference sums",
+          "[kernels][gemm]") {
+  EachKernel kernels;
+  uint32_t seed = 900;
+  for (int64_t M : {24, 100}) {
+    for (int64_t K : {144, 530}) {  // 530 crosses the AVX-512 kernel's 512-deep slices
+      for (int64_t N : {1000, 1013}) {
+        GemmCase g = makeGemmCase(M, N, K, false, false, seed++);
+        REQUIRE(K * N * 4 > 512 * 1024);
+        const std::vector<double> want = g.reference();
+        for (const std::string& isa : kernels.names) {
+          REQUIRE(gemmForceKernel(isa.c_str()));
+          for (Packing packing : {Packing::None, Packing::A}) {
+            INFO("M=" << M << " N=" << N << " K=" << K << " kernel " << isa << " packing "
+                      << int(packing));
+            const std::vector<float> one = runGemm(g, packing, 1);
+            requireNear(one, want, 1e-5 * (K + 1), 1e-5);
+            REQUIRE(runGemm(g, packing, 2) == one);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("gemm: a matrix packed for one micro-kernel still works under another",
           "[kernels][gemm]") {
   EachKernel kernels;
