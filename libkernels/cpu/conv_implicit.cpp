@@ -122,33 +122,6 @@ FUSECTL_AVX512 bool packPanelAvx512(const float* planes, const int64_t* k_offset
   if (width % 8 == 0) return packGroupsAvx512<8>(planes, k_offset, kc, runs, width, out);
   return false;
 }
-
-// One input row's two column phases at stride 2: 32 input floats at a time, split into their
-// even and odd columns by one permute each, stored into the row of each phase plane kept (null
-// when that phase is not). Plane column j reads input column 2j + phase - pad; columns outside
-// the input are masked off the loads and come out zero, so the plane rows need no fill. The
-// generic loop read the row once per phase and gathered every other float through a call per
-// row and three fills: about 2 cycles a float, an eighth of a stride-2 convolution's time.
-FUSECTL_AVX512 void splitColumnPhases(const float* row, int64_t W, int64_t pad, int64_t Wp,
-                                      float* even, float* odd) {
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i width = _mm512_set1_epi32(static_cast<int>(W)), zero = _mm512_setzero_si512();
-  const __m512i even_lanes = evenLaneIndices(), odd_lanes = oddLaneIndices();
-  for (int64_t j0 = 0; j0 < Wp; j0 += 16) {
-    const int64_t base = 2 * j0 - pad;  // input column of lane 0
-    const __m512i lo_col = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)), lane);
-    const __m512i hi_col = _mm512_add_epi32(lo_col, _mm512_set1_epi32(16));
-    const __mmask16 lo_in =
-        _mm512_cmpge_epi32_mask(lo_col, zero) & _mm512_cmplt_epi32_mask(lo_col, width);
-    const __mmask16 hi_in =
-        _mm512_cmpge_epi32_mask(hi_col, zero) & _mm512_cmplt_epi32_mask(hi_col, width);
-    const __m512 lo = _mm512_maskz_loadu_ps(lo_in, planeAt(row, base));
-    const __m512 hi = _mm512_maskz_loadu_ps(hi_in, planeAt(row, base + 16));
-    const __mmask16 out = firstLanes(Wp - j0);
-    if (even) _mm512_mask_storeu_ps(even + j0, out, _mm512_permutex2var_ps(lo, even_lanes, hi));
-    if (odd) _mm512_mask_storeu_ps(odd + j0, out, _mm512_permutex2var_ps(lo, odd_lanes, hi));
-  }
-}
 #endif
 
 }  // namespace
@@ -217,36 +190,6 @@ ImplicitIm2col::ImplicitIm2col(const Window& w, int64_t channels) : channels_(ch
 }
 
 void ImplicitIm2col::buildPlanes(const float* x, float* planes, int64_t c0, int64_t c1) const {
-#ifdef FUSECTL_AVX512
-  static const bool has_avx512 = __builtin_cpu_supports("avx512f");
-  if (SW_ == 2 && has_avx512 && W_ < (int64_t{1} << 30) && Wp_ < (int64_t{1} << 29)) {
-    // Per row phase, the planes of its even and odd columns (-1: not kept).
-    std::vector<int64_t> even(static_cast<size_t>(SH_), -1), odd(static_cast<size_t>(SH_), -1);
-    for (int64_t u = 0; u < phases_; ++u) {
-      (phase_col_[u] == 0 ? even : odd)[static_cast<size_t>(phase_row_[u])] = u;
-    }
-    for (int64_t c = c0; c < c1; ++c) {
-      const float* in = x + c * H_ * W_;
-      float* channel = planes + c * phases_ * plane_;
-      for (int64_t a = 0; a < SH_; ++a) {
-        const int64_t ue = even[static_cast<size_t>(a)], uo = odd[static_cast<size_t>(a)];
-        if (ue < 0 && uo < 0) continue;
-        for (int64_t i = 0; i < Hp_; ++i) {
-          float* even_row = ue < 0 ? nullptr : channel + ue * plane_ + i * Wp_;
-          float* odd_row = uo < 0 ? nullptr : channel + uo * plane_ + i * Wp_;
-          const int64_t ih = i * SH_ + a - PH_;
-          if (ih < 0 || ih >= H_) {
-            if (even_row) std::fill(even_row, even_row + Wp_, 0.f);
-            if (odd_row) std::fill(odd_row, odd_row + Wp_, 0.f);
-            continue;
-          }
-          splitColumnPhases(in + ih * W_, W_, PW_, Wp_, even_row, odd_row);
-        }
-      }
-    }
-    return;
-  }
-#endif
   for (int64_t c = c0; c < c1; ++c) {
     const float* in = x + c * H_ * W_;
     for (int64_t u = 0; u < phases_; ++u) {
