@@ -222,10 +222,12 @@ struct ScratchBuffer {
 
 // Prepacked weights stream from memory once per product, so the tiles working on one block
 // fetch the next into L2 while they run: a run of cache lines split evenly among them, tile i
-// taking lines [i * per_tile, (i + 1) * per_tile).
+// taking lines [i * per_tile, (i + 1) * per_tile). The same split serves an in-place B's next
+// panel, whose "lines" are row segments `stride` bytes apart (TileArgs::prefetch_stride).
 struct PrefetchShare {
   const char* base = nullptr;
   int64_t lines = 0, per_tile = 0;
+  int64_t stride = 0;  // 0: consecutive lines
 
   // The `floats` floats at `offset` in `m` (clipped at its end; none past it) over `tiles`.
   // Offsets, not pointers: a pointer past the operand's end is not to be formed.
@@ -239,11 +241,25 @@ struct PrefetchShare {
     return share;
   }
 
-  // Hands tile `tile` its lines (none when the share is empty).
+  // The 128-byte segments of `rows` rows from `first_row`, `row_bytes` apart, over `tiles`.
+  static PrefetchShare rowsOf(const float* first_row, int64_t rows, int64_t row_bytes,
+                              int64_t tiles) {
+    PrefetchShare share;
+    if (rows <= 0 || tiles <= 0) return share;
+    share.base = reinterpret_cast<const char*>(first_row);
+    share.lines = rows;
+    share.per_tile = (rows + tiles - 1) / tiles;
+    share.stride = row_bytes;
+    return share;
+  }
+
+  // Hands tile `tile` its lines (none when the share is empty or the tile is past its end).
   void assign(TileArgs& t, int64_t tile) const {
-    const int64_t first = std::min(tile * per_tile, lines);
-    t.prefetch = base ? base + first * 64 : nullptr;
-    t.prefetch_lines = std::min(per_tile, lines - first);
+    const int64_t first = tile * per_tile;
+    const bool some = base && first < lines;
+    t.prefetch = some ? base + first * (stride ? stride : 64) : nullptr;
+    t.prefetch_lines = some ? std::min(per_tile, lines - first) : 0;
+    t.prefetch_stride = stride;
   }
 };
 
@@ -351,11 +367,10 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
           // MobileNetV2 and EfficientNet, B from beyond L2). Only when B is over 512 KiB (half
           // of L2 here): below that, B measured as fast from memory as from cache, and the
           // requests cost up to 2%.
-          const char* next_b_rows = nullptr;
-          int64_t b_rows_per_tile = 0;
+          PrefetchShare next_b_rows;
           if (prefetch_direct_b && ic == i0 && jr + NR < nc) {
-            next_b_rows = reinterpret_cast<const char*>(B + pc * p.b_rs + col + NR);
-            b_rows_per_tile = (kc + row_tiles - 1) / row_tiles;
+            next_b_rows =
+                PrefetchShare::rowsOf(B + pc * p.b_rs + col + NR, kc, p.b_rs * 4, row_tiles);
           }
           // Prepacked B (MatMul's weights): the next panel in line (the packed operand is one
           // contiguous run of panels) over this panel's row tiles.
@@ -368,13 +383,7 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
             const int64_t row = ic + ir;
             if (pb) next_b.assign(t, ir / MR);
             else next_a.assign(t, jr / NR * row_tiles + ir / MR);
-            t.prefetch_stride = 0;
-            if (next_b_rows && t.prefetch_lines == 0 && ir / MR * b_rows_per_tile < kc) {
-              const int64_t first = ir / MR * b_rows_per_tile;
-              t.prefetch = next_b_rows + first * p.b_rs * 4;
-              t.prefetch_lines = std::min(b_rows_per_tile, kc - first);
-              t.prefetch_stride = p.b_rs * 4;
-            }
+            if (t.prefetch_lines == 0) next_b_rows.assign(t, ir / MR);
             t.rows = static_cast<int>(std::min(MR, mc - ir));
             t.a = ablock + ir * kc;
             t.c = p.C + row * p.ldc + col;
