@@ -43,6 +43,10 @@ struct TileArgs {
 };
 
 using TileKernel = void (*)(const TileArgs&);
+// Packs k [0, kc) of one whole MR-tall panel of a row-major A (rows `rs` floats apart), scaled
+// by alpha, into the panel's k-major order; returns how many k it packed, from 0 (the caller
+// packs the rest).
+using PanelPacker = int64_t (*)(const float* A, int64_t rs, int64_t kc, float alpha, float* out);
 
 struct GemmKernelSpec {
   const char* name;
@@ -56,6 +60,8 @@ struct GemmKernelSpec {
   // The tile adds the epilogue's residual in registers before its one store of C, so each
   // residual element is read before the same element of C is written (gemmResidualMayAliasOutput).
   bool residual_in_registers = false;
+  // A faster packing of whole A panels than the portable 4x4 transposes, or null.
+  PanelPacker pack_a_panel = nullptr;
 };
 
 // Which activations a vector kernel computes in registers (the others run the scalar

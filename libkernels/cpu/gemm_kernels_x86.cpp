@@ -177,6 +177,59 @@ FUSECTL_AVX512 void tileColumn512(const TileArgs& t) {
   }
 }
 
+// One 8-row A panel, 16 k at a time: the 8 x 16 block loaded as 8 row vectors is transposed
+// in registers (unpacks of 32- and 64-bit elements, then two rounds of 128-bit lane shuffles)
+// into 16 k-major columns of 8 rows, stored as 8 whole vectors. About a third of the shuffles
+// of the portable 4x4 transposes, on whole cache lines (activations packed per call: BERT's
+// MatMuls and its attention spent 2-3% of their run here).
+FUSECTL_AVX512 int64_t packPanelAvx512(const float* A, int64_t rs, int64_t kc, float alpha,
+                                       float* out) {
+  static_assert(kMr512 == 8, "the transpose is written for 8-row panels");
+  const __m512 scale = _mm512_set1_ps(alpha);
+  int64_t k = 0;
+  for (; k + 16 <= kc; k += 16) {
+    __m512 r[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      r[i] = _mm512_loadu_ps(A + i * rs + k);
+      if (alpha != 1.f) r[i] = _mm512_mul_ps(r[i], scale);
+    }
+    // In each 128-bit lane l (k = 4l..4l+3): rows i, i+1 interleaved.
+    __m512 t[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);      // k 4l, 4l+1
+      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);  // k 4l+2, 4l+3
+    }
+    // u[h][m]: rows 4h..4h+3 at k = 4l + m, in lane l.
+    __m512 u[2][4];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512d a = _mm512_castps_pd(t[4 * h]), b = _mm512_castps_pd(t[4 * h + 2]);
+      const __m512d c = _mm512_castps_pd(t[4 * h + 1]), d = _mm512_castps_pd(t[4 * h + 3]);
+      u[h][0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+      u[h][1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+      u[h][2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+      u[h][3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    float* o = out + k * 8;
+#pragma GCC unroll 2
+    for (int m = 0; m < 4; m += 2) {
+      // Lanes 0-1 (then 2-3) of rows 0-3 and of rows 4-7, for k = 4l + m and 4l + m + 1.
+      const __m512 w_lo = _mm512_shuffle_f32x4(u[0][m], u[1][m], _MM_SHUFFLE(1, 0, 1, 0));
+      const __m512 w_hi = _mm512_shuffle_f32x4(u[0][m], u[1][m], _MM_SHUFFLE(3, 2, 3, 2));
+      const __m512 x_lo = _mm512_shuffle_f32x4(u[0][m + 1], u[1][m + 1], _MM_SHUFFLE(1, 0, 1, 0));
+      const __m512 x_hi = _mm512_shuffle_f32x4(u[0][m + 1], u[1][m + 1], _MM_SHUFFLE(3, 2, 3, 2));
+      // k = 4l + m and 4l + m + 1 (16 floats: rows 0-7 of each) go to out + (4l + m) * 8.
+      _mm512_storeu_ps(o + (0 + m) * 8, _mm512_shuffle_f32x4(w_lo, x_lo, _MM_SHUFFLE(2, 0, 2, 0)));
+      _mm512_storeu_ps(o + (4 + m) * 8, _mm512_shuffle_f32x4(w_lo, x_lo, _MM_SHUFFLE(3, 1, 3, 1)));
+      _mm512_storeu_ps(o + (8 + m) * 8, _mm512_shuffle_f32x4(w_hi, x_hi, _MM_SHUFFLE(2, 0, 2, 0)));
+      _mm512_storeu_ps(o + (12 + m) * 8, _mm512_shuffle_f32x4(w_hi, x_hi, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+  }
+  return k;
+}
+
 FUSECTL_AVX512 void tileAvx512(const TileArgs& t) {
   if (t.cols == 1) tileColumn512(t);
   else if (t.cols <= 16) tileAvx512Rows<true>(t);
@@ -309,8 +362,9 @@ FUSECTL_AVX2 void tileAvx2(const TileArgs& t) {
 // (384 KiB), the KC x NR panel of B is reused across the A panels of an MC block. Measured on
 // 1024^3 (CPU-time medians, bench_gemm --clock cpu): KC 512 beat 192/256/384 by 5-15%, as C is
 // loaded and stored half as often; the ResNet-50 conv shapes did not change beyond noise.
-const GemmKernelSpec kAvx512Spec = {"avx512", kMr512, kNr512, 512, 192, 4096, tileAvx512, true,
-                                    true, true};
+const GemmKernelSpec kAvx512Spec = {"avx512", kMr512,         kNr512, 512, 192,
+                                    4096,     tileAvx512,     true,   true, true,
+                                    packPanelAvx512};
 // 6 x 256 A panel + 256 x 16 B panel = 22 KiB in L1; 144 x 256 A block in L2.
 const GemmKernelSpec kAvx2Spec = {"avx2-fma", kMr256, 16, 256, 144, 4096, tileAvx2, false, false,
                                   true};

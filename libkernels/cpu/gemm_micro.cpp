@@ -159,7 +159,9 @@ void packA(const GemmKernelSpec& s, int64_t mc, int64_t kc, const float* A, int6
     // Whole panels of a row-major A (activations packed per call): 4x4 transposes in vector
     // registers, 4 k at a time, so each k's MR values go out as whole vectors.
     const bool vector_panel = cs == 1 && mr == MR && (MR == 8 || MR == 6);
-    const int64_t k0 = vector_panel ? packPanelRowMajor(A + i0 * rs, rs, kc, MR, alpha, out) : 0;
+    int64_t k0 = 0;
+    if (cs == 1 && mr == MR && s.pack_a_panel) k0 = s.pack_a_panel(A + i0 * rs, rs, kc, alpha, out);
+    if (vector_panel) k0 += packPanelRowMajor(A + i0 * rs + k0, rs, kc - k0, MR, alpha, out + k0 * MR);
     // The rest row by row: contiguous reads, strided writes that stay in L1.
     for (int64_t r = 0; r < mr; ++r) {
       const float* src = A + (i0 + r) * rs;
