@@ -180,9 +180,9 @@ TEST_CASE("attention kernel: large blocks go through the packed GEMM tiles",
 
 TEST_CASE("attention kernel: long keys take the flash-style tiles with an online softmax",
           "[attention][kernels]") {
-  // Causal with T >= 512, or 4M scores per block, goes through the tiled layout: partial query
-  // and key tiles (600 = 2 x 256 + 88), causal tiles skipped past the diagonal, grouped-query
-  // heads, every mask broadcast, threads.
+  // 512 queries or keys and up go through the tiled layout: partial query and key tiles
+  // (600 = 2 x 256 + 88), causal tiles skipped past the diagonal, grouped-query heads, every
+  // mask broadcast, threads.
   Problem p;
   p.B = 1, p.Hq = 4, p.Hkv = 2, p.S = 130, p.T = 600, p.D = 32, p.Dv = 24;
   p.scale = 1.f / std::sqrt(32.f);
@@ -198,7 +198,16 @@ TEST_CASE("attention kernel: long keys take the flash-style tiles with an online
   p.mask_dims = {};
   p.threads = 2;
   checkAgainstReference(p);
-  // Not causal: tiled once a block has 4M scores (3 x 1.4M keys).
+  // Not causal: many key tiles under a full mask, many query tiles over one key tile.
+  p.B = 1, p.Hq = 4, p.Hkv = 2, p.S = 70, p.T = 700, p.D = 24, p.Dv = 40;
+  p.causal = false;
+  p.threads = 1;
+  p.mask_dims = {1, 4, 70, 700};
+  checkAgainstReference(p);
+  p.S = 530, p.T = 40;
+  p.mask_dims = {530, 1};
+  checkAgainstReference(p);
+  // 1.4M keys: 4.2M scores in a block, of which the tiles hold 256 x 256 at a time.
   p.B = 1, p.Hq = p.Hkv = 1, p.S = 3, p.T = 1400000, p.D = 4, p.Dv = 3;
   p.causal = false;
   p.threads = 1;

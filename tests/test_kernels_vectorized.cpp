@@ -649,3 +649,43 @@ TEST_CASE("gatherStrided copies every stride-th element on every ISA", "[kernels
     }
   }
 }
+
+TEST_CASE("softmaxRowAdd adds the mask and normalises in one go on every ISA, or declines",
+          "[kernels][vectorized]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> scores = randomValues(131, 41, -30, 30);
+  const std::vector<float> mask = randomValues(131, 42, -10, 0);
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (int64_t n : {1, 7, 16, 17, 64, 128, 131}) {
+      for (int form = 0; form < 3; ++form) {  // no mask, a mask row, one value for the row
+        const float* add = form == 0 ? nullptr : mask.data();
+        INFO(vec::isaName(isa) << " n " << n << " form " << form);
+        std::vector<double> want(static_cast<size_t>(n));
+        double mx = -inf, total = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          want[i] = double(scores[i]) + (form == 0 ? 0.0 : form == 1 ? mask[i] : mask[0]);
+          mx = std::max(mx, want[i]);
+        }
+        for (double& w : want) total += (w = std::exp(w - mx));
+        std::vector<float> row(scores.begin(), scores.begin() + n);
+        row.push_back(-1.f);  // nothing past n is written
+        REQUIRE(vec::softmaxRowAdd(row.data(), n, add, form == 2));
+        for (int64_t i = 0; i < n; ++i) REQUIRE(std::abs(row[i] - want[i] / total) <= 1e-6);
+        REQUIRE(row[static_cast<size_t>(n)] == -1.f);
+      }
+    }
+    // A NaN, a +inf or a row of -inf (from the mask too) is left to softmaxRow, with the mask
+    // added: the caller then gets softmaxRow's rules.
+    for (float special : {std::numeric_limits<float>::quiet_NaN(), inf}) {
+      std::vector<float> row(scores.begin(), scores.begin() + 33);
+      row[20] = special;
+      REQUIRE_FALSE(vec::softmaxRowAdd(row.data(), 33, mask.data(), false));
+      REQUIRE(row[3] == scores[3] + mask[3]);
+    }
+    std::vector<float> row(scores.begin(), scores.begin() + 17);
+    const float minus_inf = -inf;
+    REQUIRE_FALSE(vec::softmaxRowAdd(row.data(), 17, &minus_inf, true));
+    REQUIRE(row[16] == -inf);
+  }
+}

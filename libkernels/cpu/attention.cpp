@@ -2,15 +2,17 @@
 // grouped-query heads (G = Hq / Hkv query heads read one key/value head).
 //
 // Two layouts, per (batch, query head) block, both on the packed GEMM (gemm_micro.h, alpha =
-// scale, K read transposed in place through its strides):
-//  - whole blocks: the S x T score block is computed, each row gets the mask, the causal cut and
-//    a max-subtracted softmax (vec::softmaxRow), and the probabilities multiply V.
-//  - tiles (useTiles: causal with T >= 512, or any block of 4M scores or more): flash-style. Query tiles of kQueryTile rows walk the keys in tiles of kKeyTile
-//    with an online softmax (a running row max m and sum l; when m grows, what was accumulated
-//    is scaled by exp(m_old - m_new)), so no score matrix larger than kQueryTile x kKeyTile
-//    (32 KiB) ever exists, and causal key tiles past a query tile's last visible key are not
-//    computed at all. The sums are taken in another order than the one-pass softmax's, so the
-//    two layouts agree to rounding, not bit for bit.
+// scale, K read transposed through its strides):
+//  - whole blocks (fewer than 512 queries and keys): the S x T score block is computed, then
+//    each row gets the mask, the causal cut and a max-subtracted softmax in one vector routine
+//    (vec::softmaxRowAdd), and the probabilities multiply V.
+//  - tiles (useTiles: 512 queries or keys and up): flash-style. The keys are walked in tiles of
+//    kKeyTile, each tile's K^T and V packed once, and the queries in tiles of kQueryTile under
+//    them, with an online softmax (a running row max m and sum l; when m grows, what was
+//    accumulated is scaled by exp(m_old - m_new)), so no score matrix larger than kQueryTile x
+//    kKeyTile (256 KiB) ever exists, and causal key tiles past a query's last visible key are
+//    not computed at all. The sums are taken in another order than the one-pass softmax's, so
+//    the two layouts agree to rounding, not bit for bit.
 // Blocks run in parallel; each GEMM runs on its block's thread, so the result does not depend
 // on the thread count. Non-float32 inputs (all four of one type) are converted to float32 once
 // (FloatView) and Y is rounded to their type once (FloatSink).
@@ -55,81 +57,74 @@ MaskStrides maskStrides(const KernelContext& ctx, const std::vector<int64_t>& di
 
 constexpr int64_t kQueryTile = 256, kKeyTile = 256;
 
-// Measured with bench/bench_attention (12 heads of 64, 1 thread, bench/README.md): causal, the
-// tiles skip the key tiles past the diagonal and win from 512 keys on (30.6 against 46.2 ms at
-// 1024); without the cut, the whole block's one large GEMM is faster until the block stops
-// fitting in cache, and they are even at 2048 x 2048 (16 MiB of scores per block and thread,
-// which the tiles never allocate).
-bool useTiles(int64_t S, int64_t T, bool causal) {
-  return (causal && T >= 512) || S * T >= int64_t{2048} * 2048;
-}
+// From 512 queries or keys on, a head's scores never exist whole (issue 13). Measured with
+// bench/bench_attention (12 heads of 64, 1 thread, bench/README.md), once the tiles packed each
+// key tile once and took their softmax in vector passes: not causal, the tiles and the whole
+// block are level at 512 and 1024 (6.0 / 22.6 ms against 5.8-6.1 / 22.5-24.1) and the tiles
+// faster at 2048 (87-90 against 96-98 ms); causal, the tiles skip the key tiles past the
+// diagonal (4.9 / 15.0 ms against 5.7 / 21.6 at 512 / 1024). At 128 the whole block is 2-3%
+// faster (V read in place, no rescaling), so shorter blocks keep it.
+bool useTiles(int64_t S, int64_t T) { return std::max(S, T) >= 512; }
 
 // One (batch, head) block in the flash-style layout (see the top of the file). `mask` is the
-// block's mask at [s = 0, t = 0] with its s/t strides, or null.
+// block's mask at [s = 0, t = 0] with its s/t strides, or null. The key tiles are the outer
+// loop: each tile's K^T and V are packed once for all query tiles (as the GEMM's B operand),
+// while every query row keeps its running maximum and sum, and its output row accumulates in y.
 void attentionTiled(const float* q, const float* k, const float* v, float* y, int64_t S,
                     int64_t T, int64_t D, int64_t Dv, float scale, bool causal, const float* mask,
                     int64_t mask_s, int64_t mask_t) {
-  std::vector<float> scores(static_cast<size_t>(kQueryTile * kKeyTile));
-  std::vector<float> row_max(static_cast<size_t>(kQueryTile));
-  std::vector<float> row_sum(static_cast<size_t>(kQueryTile));
-  constexpr float kNone = -std::numeric_limits<float>::infinity();
-  for (int64_t s0 = 0; s0 < S; s0 += kQueryTile) {
-    const int64_t rows = std::min(kQueryTile, S - s0);
-    float* out = y + s0 * Dv;
-    std::fill(out, out + rows * Dv, 0.f);
-    std::fill(row_max.begin(), row_max.end(), kNone);
-    std::fill(row_sum.begin(), row_sum.end(), 0.f);
-    // Row s sees keys [0, s + T - S]; the tile's last row sees the most.
-    const int64_t keys = causal ? std::clamp<int64_t>(s0 + rows - 1 + T - S + 1, 0, T) : T;
-    for (int64_t t0 = 0; t0 < keys; t0 += kKeyTile) {
-      const int64_t cols = std::min(kKeyTile, keys - t0);
+  thread_local std::vector<float> scores, row_max, row_sum;
+  scores.resize(static_cast<size_t>(kQueryTile * kKeyTile));
+  row_max.assign(static_cast<size_t>(S), -std::numeric_limits<float>::infinity());
+  row_sum.assign(static_cast<size_t>(S), 0.f);
+  std::fill(y, y + S * Dv, 0.f);
+  for (int64_t t0 = 0; t0 < T; t0 += kKeyTile) {
+    const int64_t cols = std::min(kKeyTile, T - t0);
+    // Row s sees keys [0, s + T - S]: the rows before first_row see none of this tile.
+    const int64_t first_row = causal ? std::max<int64_t>(0, t0 - (T - S)) : 0;
+    if (first_row >= S) break;
+    const PackedMatrix kt = packGemmB(D, cols, k + t0 * D, 1, D);
+    const PackedMatrix vt = packGemmB(cols, Dv, v + t0 * Dv, Dv, 1);
+    for (int64_t s0 = first_row / kQueryTile * kQueryTile; s0 < S; s0 += kQueryTile) {
+      const int64_t rows = std::min(kQueryTile, S - s0);
       GemmParams qk = gemmParams(rows, cols, D, q + s0 * D, D, false, k + t0 * D, D, true,
                                  scores.data(), kKeyTile);
       qk.alpha = scale;
+      qk.packed_b = &kt;
       gemm(qk, 1);
       for (int64_t r = 0; r < rows; ++r) {
         float* row = scores.data() + r * kKeyTile;
         const int64_t s = s0 + r;
-        if (mask) {
-          const float* mrow = mask + s * mask_s + t0 * mask_t;
-          if (mask_t == 0) {
-            for (int64_t j = 0; j < cols; ++j) row[j] += mrow[0];
-          } else {
-            for (int64_t j = 0; j < cols; ++j) row[j] += mrow[j];
-          }
-        }
         const int64_t visible =
             causal ? std::clamp<int64_t>(s + T - S + 1 - t0, 0, cols) : cols;
         std::fill(row + visible, row + cols, 0.f);
         if (visible == 0) continue;
-        const float tile_max = vec::max(row, visible);
-        const float m_new = std::max(row_max[static_cast<size_t>(r)], tile_max);
+        const float* mrow = mask ? mask + s * mask_s + t0 * mask_t : nullptr;
+        const float old_max = row_max[static_cast<size_t>(s)];
+        const float tile_sum =
+            vec::onlineSoftmaxRow(row, visible, mrow, mask_t == 0, &row_max[static_cast<size_t>(s)]);
         // exp(-inf) = 0 clears the row's (zero) accumulator on its first visible tile.
-        const float correction = std::exp(row_max[static_cast<size_t>(r)] - m_new);
-        for (int64_t j = 0; j < visible; ++j) row[j] -= m_new;
-        vec::unary(vec::Unary::Exp, row, row, visible);
-        float tile_sum = 0.f;
-        for (int64_t j = 0; j < visible; ++j) tile_sum += row[j];
-        row_sum[static_cast<size_t>(r)] = row_sum[static_cast<size_t>(r)] * correction + tile_sum;
-        row_max[static_cast<size_t>(r)] = m_new;
+        const float correction = std::exp(old_max - row_max[static_cast<size_t>(s)]);
+        row_sum[static_cast<size_t>(s)] = row_sum[static_cast<size_t>(s)] * correction + tile_sum;
         if (correction != 1.f) {
-          float* o = out + r * Dv;
+          float* o = y + s * Dv;
           for (int64_t d = 0; d < Dv; ++d) o[d] *= correction;
         }
       }
-      GemmParams pv = gemmParams(rows, Dv, cols, scores.data(), kKeyTile, false, v + t0 * Dv, Dv,
-                                 false, out, Dv);
+      GemmParams pv = gemmParams(rows, Dv, cols, scores.data(), kKeyTile, false, v + t0 * Dv,
+                                 Dv, false, y + s0 * Dv, Dv);
+      pv.packed_b = &vt;
       pv.accumulate = true;
       gemm(pv, 1);
     }
-    // A row that sees no key (S > T, causal) keeps zeros, as in the short layout.
-    for (int64_t r = 0; r < rows; ++r) {
-      const float l = row_sum[static_cast<size_t>(r)];
-      if (l == 0.f) continue;
-      const float inv = 1.f / l;
-      float* o = out + r * Dv;
-      for (int64_t d = 0; d < Dv; ++d) o[d] *= inv;
-    }
+  }
+  // A row that sees no key (S > T, causal) keeps zeros, as in the short layout.
+  for (int64_t s = 0; s < S; ++s) {
+    const float l = row_sum[static_cast<size_t>(s)];
+    if (l == 0.f) continue;
+    const float inv = 1.f / l;
+    float* o = y + s * Dv;
+    for (int64_t d = 0; d < Dv; ++d) o[d] *= inv;
   }
 }
 
@@ -165,7 +160,7 @@ void runAttention(KernelContext& ctx) {
   HostTensor& y = ctx.allocateOutput(0, q.dtype(), {B, Hq, S, Dv});
   FloatSink ys(y);
   const int64_t blocks = B * Hq;
-  const bool tiled = useTiles(S, T, causal);
+  const bool tiled = useTiles(S, T);
   parallelFor(blocks, ctx.numThreads(), 1, [&](int64_t first, int64_t last) {
     std::vector<float> scores(tiled ? 0 : static_cast<size_t>(S * T));
     for (int64_t block = first; block < last; ++block) {
@@ -184,21 +179,18 @@ void runAttention(KernelContext& ctx) {
       gemm(qk, 1);
       for (int64_t s = 0; s < S; ++s) {
         float* row = scores.data() + s * T;
-        if (mf) {
-          const float* mrow = mf.data() + b * ms.b + h * ms.h + s * ms.s;
-          if (ms.t == 0) {
-            for (int64_t t = 0; t < T; ++t) row[t] += mrow[0];
-          } else {
-            for (int64_t t = 0; t < T; ++t) row[t] += mrow[t];
-          }
-        }
+        const float* mrow = mf ? mf.data() + b * ms.b + h * ms.h + s * ms.s : nullptr;
         // Keys after s + T - S are hidden; a row that sees none (S > T) gets zeros.
         const int64_t visible = causal ? std::clamp<int64_t>(s + T - S + 1, 0, T) : T;
         if (visible == 0) {
           std::fill(row, row + T, 0.f);
           continue;
         }
-        vec::softmaxRow(row, row, visible, false);
+        // The mask added and the softmax taken in one go; a row with a NaN or an infinity
+        // (mask included) takes softmaxRow's rules.
+        if (!vec::softmaxRowAdd(row, visible, mrow, ms.t == 0)) {
+          vec::softmaxRow(row, row, visible, false);
+        }
         std::fill(row + visible, row + T, 0.f);
       }
       gemm(gemmParams(S, Dv, T, scores.data(), T, false, vb, Dv, false, yb, Dv), 1);

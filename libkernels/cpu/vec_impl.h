@@ -370,6 +370,93 @@ void softmaxRow(const float* x, float* y, int64_t n, bool log_softmax) {
   mapLoop(y, y, n, AffineF{static_cast<float>(1.0 / s), 0.0f});
 }
 
+// Lanes [valid, W) of v set to `fill`: a row's partial last vector, whatever was loaded there.
+inline vf fillPast(vf v, int64_t valid, float fill) {
+  for (int64_t j = valid; j < W; ++j) v[j] = fill;
+  return v;
+}
+
+bool softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar) {
+  if (n <= 0) return true;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const vf a0 = splat(add && add_scalar ? add[0] : 0.f);
+  // Pass 1: x + add, stored, with its maximum and whether any element is NaN.
+  vf m = splat(ninf);
+  vi nan = vi{};
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    vf v = load(row + i);
+    if (add) v += add_scalar ? a0 : load(add + i);
+    store(row + i, v);
+    m = vmax(v, m);
+    nan |= (vi)(v != v);
+  }
+  if (i < n) {
+    vf v = loadPartial(row + i, n - i, 0.f);
+    if (add) v += add_scalar ? a0 : loadPartial(add + i, n - i, 0.f);
+    storePartial(row + i, v, n - i);
+    v = fillPast(v, n - i, ninf);
+    m = vmax(v, m);
+    nan |= (vi)(v != v);
+  }
+  const float mx = hmax(m);
+  bool any_nan = false;
+  for (int j = 0; j < W; ++j) any_nan = any_nan || nan[j] != 0;
+  if (any_nan || !(mx > ninf) || mx == -ninf) return false;
+  // Pass 2: the exponentials and their sum (float lanes: a row of attention scores is short).
+  vf total = vf{};
+  for (i = 0; i + W <= n; i += W) {
+    const vf e = vexp(load(row + i) - mx);
+    store(row + i, e);
+    total += e;
+  }
+  if (i < n) {
+    const vf e = fillPast(vexp(loadPartial(row + i, n - i, 0.f) - mx), n - i, 0.f);
+    storePartial(row + i, e, n - i);
+    total += e;
+  }
+  // Pass 3: scaled to sum to 1.
+  const float inv = 1.f / hsum(total);
+  for (i = 0; i + W <= n; i += W) store(row + i, load(row + i) * inv);
+  if (i < n) storePartial(row + i, loadPartial(row + i, n - i, 0.f) * inv, n - i);
+  return true;
+}
+
+float onlineSoftmaxRow(float* row, int64_t n, const float* add, bool add_scalar,
+                       float* running_max) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const vf a0 = splat(add && add_scalar ? add[0] : 0.f);
+  vf m = splat(ninf);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    vf v = load(row + i);
+    if (add) v += add_scalar ? a0 : load(add + i);
+    store(row + i, v);
+    m = vmax(v, m);  // a NaN element loses against the running max, as in max()
+  }
+  if (i < n) {
+    vf v = loadPartial(row + i, n - i, 0.f);
+    if (add) v += add_scalar ? a0 : loadPartial(add + i, n - i, 0.f);
+    storePartial(row + i, v, n - i);
+    m = vmax(fillPast(v, n - i, ninf), m);
+  }
+  const float tile_max = hmax(m);
+  const float m_new = std::max(*running_max, tile_max);
+  *running_max = m_new;
+  vf total = vf{};
+  for (i = 0; i + W <= n; i += W) {
+    const vf e = vexp(load(row + i) - m_new);
+    store(row + i, e);
+    total += e;
+  }
+  if (i < n) {
+    const vf e = fillPast(vexp(loadPartial(row + i, n - i, 0.f) - m_new), n - i, 0.f);
+    storePartial(row + i, e, n - i);
+    total += e;
+  }
+  return hsum(total);
+}
+
 void softmaxColumns(const float* x, float* y, int64_t rows, int64_t cols, bool log_softmax,
                     float* colmax, float* colsum) {
   const float ninf = -std::numeric_limits<float>::infinity();

@@ -54,6 +54,8 @@ struct Table {
   double (*sumSquaredDeviations)(const float*, int64_t, float);
   float (*max)(const float*, int64_t);
   void (*softmaxRow)(const float*, float*, int64_t, bool);
+  bool (*softmaxRowAdd)(float*, int64_t, const float*, bool);
+  float (*onlineSoftmaxRow)(float*, int64_t, const float*, bool, float*);
   void (*softmaxColumns)(const float*, float*, int64_t, int64_t, bool, float*, float*);
   void (*layerNormRow)(const float*, float*, int64_t, const float*, const float*, float, float*,
                        float*);
@@ -68,6 +70,7 @@ struct Table {
 #define FUSECTL_VEC_TABLE(ns)                                                            \
   Table {                                                                                \
     ns::unary, ns::binary, ns::affine, ns::sum, ns::sumSquaredDeviations, ns::max, ns::softmaxRow,   \
+        ns::softmaxRowAdd, ns::onlineSoftmaxRow,                                          \
         ns::softmaxColumns, ns::layerNormRow, ns::maxRows, ns::sumRows, ns::windowMax,   \
         ns::windowMean, ns::gatherStrided                                                \
   }
@@ -162,6 +165,13 @@ double sumSquaredDeviations(const float* x, int64_t n, float mean) {
 float max(const float* x, int64_t n) { return table().max(x, n); }
 void softmaxRow(const float* x, float* y, int64_t n, bool log_softmax) {
   table().softmaxRow(x, y, n, log_softmax);
+}
+bool softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar) {
+  return table().softmaxRowAdd(row, n, add, add_scalar);
+}
+float onlineSoftmaxRow(float* row, int64_t n, const float* add, bool add_scalar,
+                       float* running_max) {
+  return table().onlineSoftmaxRow(row, n, add, add_scalar, running_max);
 }
 void softmaxColumns(const float* x, float* y, int64_t rows, int64_t cols, bool log_softmax,
                     float* colmax, float* colsum) {

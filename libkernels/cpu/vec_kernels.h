@@ -61,6 +61,18 @@ float max(const float* x, int64_t n);
 // One row of Softmax (log_softmax false) or LogSoftmax, numerically stable (the row's maximum
 // is subtracted before exp). y may equal x.
 void softmaxRow(const float* x, float* y, int64_t n, bool log_softmax);
+// row[i] = softmax over i < n of (row[i] + add[i]), in place; add[0] for every i when
+// add_scalar, nothing added when add is null (Attention's scores and mask). Three passes over
+// the row, where adding the mask and softmaxRow take five. Returns false, with row[i] + add[i]
+// left in the row, when the row holds a NaN, a +inf or only -inf: softmaxRow then gives those
+// rows its rules (every output NaN).
+bool softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar);
+// One key tile of a flash-style (online) softmax: with x[i] = row[i] + add[i] (add as above),
+// *running_max becomes max(*running_max, max_i x[i]) (NaN elements skipped, as max()), row[i]
+// becomes exp(x[i] - *running_max), and their sum is returned. The caller rescales what it
+// accumulated under the old maximum by exp(old - new). Two passes over the row.
+float onlineSoftmaxRow(float* row, int64_t n, const float* add, bool add_scalar,
+                       float* running_max);
 
 // Columns of a [rows][cols] block, softmax along rows (the non-innermost axis case).
 // colmax and colsum are scratch of `cols` floats.
