@@ -186,11 +186,7 @@ void runAttention(KernelContext& ctx) {
           std::fill(row, row + T, 0.f);
           continue;
         }
-        // The mask added and the softmax taken in one go; a row with a NaN or an infinity
-        // (mask included) takes softmaxRow's rules.
-        if (!vec::softmaxRowAdd(row, visible, mrow, ms.t == 0)) {
-          vec::softmaxRow(row, row, visible, false);
-        }
+        vec::softmaxRowAdd(row, visible, mrow, ms.t == 0);
         std::fill(row + visible, row + T, 0.f);
       }
       gemm(gemmParams(S, Dv, T, scores.data(), T, false, vb, Dv, false, yb, Dv), 1);

@@ -376,33 +376,49 @@ inline vf fillPast(vf v, int64_t valid, float fill) {
   return v;
 }
 
-bool softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar) {
-  if (n <= 0) return true;
+// Sum and maximum of a vector's lanes as a halving tree: log2(W) dependent steps, where hsum and
+// hmax take W (their order is kept bit for bit by the kernels that use them). For rows short
+// enough that the reduction is a real part of their cost (Attention's scores).
+inline float hsumTree(vf v) {
+  float a[W];
+  std::memcpy(a, &v, sizeof(v));
+  for (int w = W / 2; w >= 1; w /= 2) {
+    for (int i = 0; i < w; ++i) a[i] += a[i + w];
+  }
+  return a[0];
+}
+inline float hmaxTree(vf v) {
+  float a[W];
+  std::memcpy(a, &v, sizeof(v));
+  for (int w = W / 2; w >= 1; w /= 2) {
+    for (int i = 0; i < w; ++i) a[i] = a[i + w] > a[i] ? a[i + w] : a[i];
+  }
+  return a[0];
+}
+
+void softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar) {
+  if (n <= 0) return;
   const float ninf = -std::numeric_limits<float>::infinity();
   const vf a0 = splat(add && add_scalar ? add[0] : 0.f);
-  // Pass 1: x + add, stored, with its maximum and whether any element is NaN.
+  // Pass 1: x + add, stored, and its maximum (NaN elements lose against it).
   vf m = splat(ninf);
-  vi nan = vi{};
   int64_t i = 0;
   for (; i + W <= n; i += W) {
     vf v = load(row + i);
     if (add) v += add_scalar ? a0 : load(add + i);
     store(row + i, v);
     m = vmax(v, m);
-    nan |= (vi)(v != v);
   }
   if (i < n) {
     vf v = loadPartial(row + i, n - i, 0.f);
     if (add) v += add_scalar ? a0 : loadPartial(add + i, n - i, 0.f);
     storePartial(row + i, v, n - i);
-    v = fillPast(v, n - i, ninf);
-    m = vmax(v, m);
-    nan |= (vi)(v != v);
+    m = vmax(fillPast(v, n - i, ninf), m);
   }
-  const float mx = hmax(m);
-  bool any_nan = false;
-  for (int j = 0; j < W; ++j) any_nan = any_nan || nan[j] != 0;
-  if (any_nan || !(mx > ninf) || mx == -ninf) return false;
+  // softmaxRow's rules come out of the arithmetic itself: a NaN element's exp is NaN, a +inf
+  // maximum makes inf - inf, a row of -inf makes -inf - -inf, and a NaN sum turns every output
+  // NaN.
+  const float mx = hmaxTree(m);
   // Pass 2: the exponentials and their sum (float lanes: a row of attention scores is short).
   vf total = vf{};
   for (i = 0; i + W <= n; i += W) {
@@ -416,10 +432,9 @@ bool softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar) {
     total += e;
   }
   // Pass 3: scaled to sum to 1.
-  const float inv = 1.f / hsum(total);
+  const float inv = 1.f / hsumTree(total);
   for (i = 0; i + W <= n; i += W) store(row + i, load(row + i) * inv);
   if (i < n) storePartial(row + i, loadPartial(row + i, n - i, 0.f) * inv, n - i);
-  return true;
 }
 
 float onlineSoftmaxRow(float* row, int64_t n, const float* add, bool add_scalar,
@@ -440,7 +455,7 @@ float onlineSoftmaxRow(float* row, int64_t n, const float* add, bool add_scalar,
     storePartial(row + i, v, n - i);
     m = vmax(fillPast(v, n - i, ninf), m);
   }
-  const float tile_max = hmax(m);
+  const float tile_max = hmaxTree(m);
   const float m_new = std::max(*running_max, tile_max);
   *running_max = m_new;
   vf total = vf{};
@@ -454,7 +469,7 @@ float onlineSoftmaxRow(float* row, int64_t n, const float* add, bool add_scalar,
     storePartial(row + i, e, n - i);
     total += e;
   }
-  return hsum(total);
+  return hsumTree(total);
 }
 
 void softmaxColumns(const float* x, float* y, int64_t rows, int64_t cols, bool log_softmax,

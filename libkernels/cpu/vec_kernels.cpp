@@ -54,7 +54,7 @@ struct Table {
   double (*sumSquaredDeviations)(const float*, int64_t, float);
   float (*max)(const float*, int64_t);
   void (*softmaxRow)(const float*, float*, int64_t, bool);
-  bool (*softmaxRowAdd)(float*, int64_t, const float*, bool);
+  void (*softmaxRowAdd)(float*, int64_t, const float*, bool);
   float (*onlineSoftmaxRow)(float*, int64_t, const float*, bool, float*);
   void (*softmaxColumns)(const float*, float*, int64_t, int64_t, bool, float*, float*);
   void (*layerNormRow)(const float*, float*, int64_t, const float*, const float*, float, float*,
@@ -166,8 +166,8 @@ float max(const float* x, int64_t n) { return table().max(x, n); }
 void softmaxRow(const float* x, float* y, int64_t n, bool log_softmax) {
   table().softmaxRow(x, y, n, log_softmax);
 }
-bool softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar) {
-  return table().softmaxRowAdd(row, n, add, add_scalar);
+void softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar) {
+  table().softmaxRowAdd(row, n, add, add_scalar);
 }
 float onlineSoftmaxRow(float* row, int64_t n, const float* add, bool add_scalar,
                        float* running_max) {

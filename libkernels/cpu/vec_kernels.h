@@ -63,10 +63,9 @@ float max(const float* x, int64_t n);
 void softmaxRow(const float* x, float* y, int64_t n, bool log_softmax);
 // row[i] = softmax over i < n of (row[i] + add[i]), in place; add[0] for every i when
 // add_scalar, nothing added when add is null (Attention's scores and mask). Three passes over
-// the row, where adding the mask and softmaxRow take five. Returns false, with row[i] + add[i]
-// left in the row, when the row holds a NaN, a +inf or only -inf: softmaxRow then gives those
-// rows its rules (every output NaN).
-bool softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar);
+// the row, where adding the mask and softmaxRow take five. softmaxRow's rules hold: a NaN, a
+// +inf or a row of only -inf makes every output NaN.
+void softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar);
 // One key tile of a flash-style (online) softmax: with x[i] = row[i] + add[i] (add as above),
 // *running_max becomes max(*running_max, max_i x[i]) (NaN elements skipped, as max()), row[i]
 // becomes exp(x[i] - *running_max), and their sum is returned. The caller rescales what it
