@@ -5,7 +5,7 @@
 //
 //   bench_gemm [--repeat R] [--only peak|gemm|skinny|cold|conv|conv3x3|depthwise]
 //              [--clock wall|cpu]
-//              [--conv-algorithm auto|im2col|implicit|winograd|winograd4]
+//              [--conv-algorithm auto|im2col|implicit|winograd|winograd4|direct]
 //
 // conv3x3: 3x3 stride-1 shapes beyond ResNet-50's (small channel counts, large and tiny
 // images), to compare the im2col and Winograd convolutions (--conv-algorithm).
@@ -240,6 +240,7 @@ void benchConv(int repeat, const std::vector<ConvShape>& shapes) {
                           : convForcedAlgorithm() == ConvAlgorithm::Winograd ? "winograd"
                           : convForcedAlgorithm() == ConvAlgorithm::Im2col ? "im2col"
                           : convForcedAlgorithm() == ConvAlgorithm::Implicit ? "implicit"
+                          : convForcedAlgorithm() == ConvAlgorithm::Direct   ? "direct"
                                                                            : "auto";
   const KernelInfo* conv = KernelRegistry::global().find("", "Conv", 17);
   for (int threads : {1, 2}) {
@@ -368,12 +369,13 @@ int main(int argc, char** argv) {
       else if (v == "implicit") convForceAlgorithm(ConvAlgorithm::Implicit);
       else if (v == "winograd") convForceAlgorithm(ConvAlgorithm::Winograd);
       else if (v == "winograd4") convForceAlgorithm(ConvAlgorithm::Winograd4);
+      else if (v == "direct") convForceAlgorithm(ConvAlgorithm::Direct);
       else if (v != "auto") return std::fprintf(stderr, "unknown --conv-algorithm %s\n", v.c_str()), 2;
     } else {
       std::fprintf(stderr,
                    "usage: bench_gemm [--repeat R] "
                    "[--only peak|gemm|skinny|cold|conv|conv3x3|depthwise] "
-                   "[--clock wall|cpu] [--conv-algorithm auto|im2col|implicit|winograd|winograd4]\n");
+                   "[--clock wall|cpu] [--conv-algorithm auto|im2col|implicit|winograd|winograd4|direct]\n");
       return 2;
     }
   }

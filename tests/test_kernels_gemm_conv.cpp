@@ -10,8 +10,10 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "../libkernels/cpu/conv_direct.h"
 #include "../libkernels/cpu/conv_implicit.h"
 #include "../libkernels/cpu/conv_pixel_rows.h"
 #include "../libkernels/cpu/conv_winograd.h"
@@ -679,6 +681,57 @@ struct ForcedConvAlgorithm {
 }  // namespace
 
 
+TEST_CASE("The direct pixels-by-channels convolution matches the definition",
+          "[kernels][gemm][direct]") {
+  // Forced wherever it can run: input channels over several 32-channel blocks with a partial
+  // last one, output channels over several 32-wide panels with a partial last one, pixel
+  // tiles with a partial last one, uneven pads, unequal strides, a 7x7 stem, 1x1, two images.
+  const std::vector<ConvSpec> cases = {
+      {{1, 40, 17, 17}, 70, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+      {{2, 3, 30, 26}, 64, {7, 7}, {2, 2}, {1, 1}, {3, 3, 3, 3}},
+      {{1, 20, 6, 5}, 33, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      {{1, 70, 12, 11}, 9, {5, 3}, {1, 2}, {1, 1}, {2, 1, 0, 1}},
+      {{1, 3, 224, 224}, 32, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},  // MobileNetV2's stem
+  };
+  ForcedConvAlgorithm forced(ConvAlgorithm::Direct);
+  int id = 0;
+  for (const ConvSpec& c : cases) {
+    ++id;
+    const ConvOperands ops(c, 20, id);
+    StatefulNode conv("", "Conv", 3, convAttrs(c), 0b110);
+    INFO("case " << id);
+    const std::vector<float> one = valuesOf(conv.run(ops.plainInputs(), 1));
+    requireNear(one, ops.reference(false, Activation::None), ops.atol, 1e-4);
+    // Threads split the pixel tiles; each output sums its taps in the same order.
+    REQUIRE(valuesOf(conv.run(ops.plainInputs(), 2)) == one);
+    REQUIRE(valuesOf(conv.run(ops.plainInputs(), 3)) == one);
+    for (const Activation act : {Activation::Relu, Activation::Silu, Activation::Gelu}) {
+      std::vector<Attribute> attrs = convAttrs(c);
+      attrs.push_back(Attribute::ofString("activation", std::string(activationInfo(act).name)));
+      StatefulNode fused("fusectl", "FusedConv", 4, attrs, 0b110);
+      INFO("activation " << activationInfo(act).name);
+      requireNear(valuesOf(fused.run(ops.fusedInputs(), 2)), ops.reference(true, act), ops.atol,
+                  1e-4);
+    }
+  }
+  // Left to choose, AVX-512 machines take it for stride 2 onto 196 pixels or more and for the
+  // stems, not onto 49 pixels, nor at stride 1 with more than 4 input channels.
+  if (std::string_view(gemmKernelName()) == "avx512") {
+    DirectConvShape s;
+    s.N = 1, s.C = 128, s.M = 128, s.H = s.W = 56, s.KH = s.KW = 3, s.SH = s.SW = 2;
+    s.pad_top = s.pad_left = 1, s.OH = s.OW = 28;
+    REQUIRE(directConvPays(s));
+    s.C = s.M = 512, s.H = s.W = 14, s.OH = s.OW = 7;
+    REQUIRE_FALSE(directConvPays(s));
+    s.C = 3, s.M = 64, s.H = s.W = 224, s.KH = s.KW = 7, s.pad_top = s.pad_left = 3;
+    s.OH = s.OW = 112;
+    REQUIRE(directConvPays(s));
+    s.C = 64, s.SH = s.SW = 1, s.H = s.W = s.OH = s.OW = 56, s.KH = s.KW = 3, s.pad_top = 1,
+    s.pad_left = 1;
+    REQUIRE_FALSE(directConvPays(s));
+  }
+}
+
 TEST_CASE("FusedConv writes into a donated residual only where it reads each element first",
           "[kernels][gemm]") {
   // In place where the residual is added in registers before the one store of each output
@@ -816,7 +869,7 @@ TEST_CASE("Winograd and im2col convolutions agree on ResNet shapes", "[kernels][
   REQUIRE(winogradTile(64, 64, 56, 56) == 4);
   REQUIRE(winogradTile(256, 256, 14, 14) == 2);
   // And keeps im2col where Winograd does not pay (16 channels on a small plane) or cannot run
-  // (stride 2).
+  // (stride 2 onto few pixels: the direct product takes stride 2 from 196 output pixels on).
   REQUIRE_FALSE(winogradPays(16, 64, 8, 8));
   for (const int64_t stride : {int64_t{1}, int64_t{2}}) {
     const int64_t C = stride == 1 ? 16 : 64;

@@ -36,6 +36,7 @@
 #include "compute_common.h"
 #include "fusectl/kernels/epilogue.h"
 #include "conv_depthwise.h"
+#include "conv_direct.h"
 #include "conv_pixel_rows.h"
 #include "conv_implicit.h"
 #include "conv_winograd.h"
@@ -237,8 +238,36 @@ float* im2colScratch(int64_t floats) {
 // Float convolution with an epilogue (bias per output channel, residual laid out like Y).
 // `packed_w`, when set, holds each group's W_g packed as the GEMM's A operand; `w` may then be
 // nullptr (a half weight has no float32 copy after the run that packed it).
+// The direct product's view of a 2-D, one-group, undilated convolution (directApplies).
+DirectConvShape directShape(const ConvDims& d) {
+  DirectConvShape s;
+  s.N = d.N;
+  s.C = d.C;
+  s.M = d.M;
+  s.H = d.win.in[0];
+  s.W = d.win.in[1];
+  s.KH = d.win.kernel[0];
+  s.KW = d.win.kernel[1];
+  s.SH = d.win.strides[0];
+  s.SW = d.win.strides[1];
+  s.pad_top = d.win.pad_begin[0];
+  s.pad_left = d.win.pad_begin[1];
+  s.OH = d.win.out[0];
+  s.OW = d.win.out[1];
+  return s;
+}
+
+bool directApplies(const ConvDims& d) {
+  const Window& w = d.win;
+  if (w.rank() != 2 || d.group != 1) return false;
+  for (size_t i = 0; i < 2; ++i) {
+    if (w.dilations[i] != 1 || w.pad_begin[i] < 0 || w.pad_end[i] < 0) return false;
+  }
+  return true;
+}
+
 // How convFloat multiplies: which product the packed weights were made for.
-enum class ConvProduct { ChannelRows, PixelRows, Winograd };
+enum class ConvProduct { ChannelRows, PixelRows, Winograd, Direct };
 
 void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epilogue ep,
                int threads, const PackedWeights* packed_w, ConvProduct product,
@@ -250,6 +279,11 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
   ep.bias_per_row = true;
   ep.ld_residual = P;
   if (d.N == 0 || d.M == 0 || P == 0) return;
+
+  if (product == ConvProduct::Direct) {
+    convDirect(x, y, directShape(d), ep, packed_w->parts[0], threads);
+    return;
+  }
 
   if (product == ConvProduct::Winograd) {
     Winograd3x3Shape s;
@@ -440,8 +474,8 @@ bool winogradShape(const ConvDims& d) {
 // constant weights only: its transformed filters are made once per session; 0 for im2col.
 int winogradTileFor(const KernelContext& ctx, const ConvDims& d) {
   const ConvAlgorithm forced = convForcedAlgorithm();
-  if (forced == ConvAlgorithm::Im2col || forced == ConvAlgorithm::Implicit || !winogradShape(d) ||
-      !ctx.inputIsConstant(1)) {
+  if (forced == ConvAlgorithm::Im2col || forced == ConvAlgorithm::Implicit ||
+      forced == ConvAlgorithm::Direct || !winogradShape(d) || !ctx.inputIsConstant(1)) {
     return 0;
   }
   if (forced == ConvAlgorithm::Winograd) return 2;
@@ -490,18 +524,31 @@ void runConv(KernelContext& ctx, bool fused) {
   const int winograd_tile = gemm_path ? winogradTileFor(ctx, d) : 0;
   const bool winograd = winograd_tile != 0;
   const ConvAlgorithm forced = convForcedAlgorithm();
-  const bool implicit_applies = gemm_path && !winograd && ImplicitIm2col::applies(d.win);
-  const bool pixel_rows = gemm_path && !winograd && d.group == 1 &&
+  // The direct product (conv_direct.h) for constant weights where it measured faster (stride-2
+  // windows and the stems), or wherever it can run when forced.
+  const bool direct =
+      gemm_path && !winograd && ctx.inputIsConstant(1) && directApplies(d) &&
+      (forced == ConvAlgorithm::Direct ||
+       (forced == ConvAlgorithm::Auto && directConvPays(directShape(d))));
+  const bool implicit_applies =
+      gemm_path && !winograd && !direct && ImplicitIm2col::applies(d.win);
+  const bool pixel_rows = gemm_path && !winograd && !direct && d.group == 1 &&
                           pixelRowsPay(d.outPixels(), d.M);
   // The packed-weights variant: the group count for channels-by-pixels, minus the tile for
-  // Winograd, kPixelRowsVariant for pixels-by-channels.
-  constexpr int64_t kPixelRowsVariant = -100;
+  // Winograd, kPixelRowsVariant for pixels-by-channels, kDirectVariant for the direct product.
+  constexpr int64_t kPixelRowsVariant = -100, kDirectVariant = -200;
   const PackedWeights* packed =
       gemm_path ? cachedPackedWeights(ctx, 1,
                                       winograd     ? -winograd_tile
+                                      : direct     ? kDirectVariant
                                       : pixel_rows ? kPixelRowsVariant
                                                    : d.group,
                                       [&](PackedWeights& pw) {
+        if (direct) {
+          pw.parts.push_back(
+              packDirectConvFilters(wf.data(), d.M, d.C, d.win.kernel[0], d.win.kernel[1]));
+          return;
+        }
         if (winograd) {
           pw.parts = packWinogradFilters(wf.data(), d.M, d.C, winograd_tile);
           return;
@@ -521,6 +568,7 @@ void runConv(KernelContext& ctx, bool fused) {
   const float* wp = packed && !wf.inPlace() ? nullptr : wf.data();
   const ConvProduct product = !packed      ? ConvProduct::ChannelRows
                               : winograd    ? ConvProduct::Winograd
+                              : direct      ? ConvProduct::Direct
                               : pixel_rows  ? ConvProduct::PixelRows
                                             : ConvProduct::ChannelRows;
   // The implicit im2col where it measured faster than the im2col matrix (bench_gemm --only

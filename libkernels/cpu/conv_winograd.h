@@ -34,9 +34,10 @@ struct Winograd3x3Shape {
 // picks Winograd where it was measured faster (winogradTile), else the implicit im2col
 // (conv_implicit.h) where it applies, else the im2col matrix; the others force one (Im2col: the
 // im2col matrix; Implicit: the implicit im2col wherever it applies, also on the shapes Winograd
-// or the pixels-by-channels product would take; Winograd: F(2x2, 3x3), Winograd4: F(4x4, 3x3)),
-// for tests and benchmarks. Process-wide, like gemmForceKernel.
-enum class ConvAlgorithm { Auto, Im2col, Implicit, Winograd, Winograd4 };
+// or the pixels-by-channels product would take; Winograd: F(2x2, 3x3), Winograd4: F(4x4, 3x3);
+// Direct: the direct pixels-by-channels product (conv_direct.h) wherever it can run, also where
+// Winograd would), for tests and benchmarks. Process-wide, like gemmForceKernel.
+enum class ConvAlgorithm { Auto, Im2col, Implicit, Winograd, Winograd4, Direct };
 void convForceAlgorithm(ConvAlgorithm algorithm);
 ConvAlgorithm convForcedAlgorithm();
 

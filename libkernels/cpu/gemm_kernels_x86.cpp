@@ -178,10 +178,9 @@ FUSECTL_AVX512 void tileColumn512(const TileArgs& t) {
 }
 
 // One 8-row A panel, 16 k at a time: the 8 x 16 block loaded as 8 row vectors is transposed
-// in registers (unpacks of 32- and 64-bit elements, then two rounds of 128-bit lane shuffles)
-// into 16 k-major columns of 8 rows, stored as 8 whole vectors. About a third of the shuffles
-// of the portable 4x4 transposes, on whole cache lines (activations packed per call: BERT's
-// MatMuls and its attention spent 2-3% of their run here).
+// in registers (transpose8x16) into 16 k-major columns of 8 rows, stored as 8 whole vectors.
+// About a third of the shuffles of the portable 4x4 transposes, on whole cache lines
+// (activations packed per call: BERT's MatMuls and its attention spent 2-3% of their run here).
 FUSECTL_AVX512 int64_t packPanelAvx512(const float* A, int64_t rs, int64_t kc, float alpha,
                                        float* out) {
   static_assert(kMr512 == 8, "the transpose is written for 8-row panels");
@@ -194,38 +193,10 @@ FUSECTL_AVX512 int64_t packPanelAvx512(const float* A, int64_t rs, int64_t kc, f
       r[i] = _mm512_loadu_ps(A + i * rs + k);
       if (alpha != 1.f) r[i] = _mm512_mul_ps(r[i], scale);
     }
-    // In each 128-bit lane l (k = 4l..4l+3): rows i, i+1 interleaved.
-    __m512 t[8];
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
-      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);      // k 4l, 4l+1
-      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);  // k 4l+2, 4l+3
-    }
-    // u[h][m]: rows 4h..4h+3 at k = 4l + m, in lane l.
-    __m512 u[2][4];
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m512d a = _mm512_castps_pd(t[4 * h]), b = _mm512_castps_pd(t[4 * h + 2]);
-      const __m512d c = _mm512_castps_pd(t[4 * h + 1]), d = _mm512_castps_pd(t[4 * h + 3]);
-      u[h][0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-      u[h][1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-      u[h][2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-      u[h][3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-    }
-    float* o = out + k * 8;
-#pragma GCC unroll 2
-    for (int m = 0; m < 4; m += 2) {
-      // Lanes 0-1 (then 2-3) of rows 0-3 and of rows 4-7, for k = 4l + m and 4l + m + 1.
-      const __m512 w_lo = _mm512_shuffle_f32x4(u[0][m], u[1][m], _MM_SHUFFLE(1, 0, 1, 0));
-      const __m512 w_hi = _mm512_shuffle_f32x4(u[0][m], u[1][m], _MM_SHUFFLE(3, 2, 3, 2));
-      const __m512 x_lo = _mm512_shuffle_f32x4(u[0][m + 1], u[1][m + 1], _MM_SHUFFLE(1, 0, 1, 0));
-      const __m512 x_hi = _mm512_shuffle_f32x4(u[0][m + 1], u[1][m + 1], _MM_SHUFFLE(3, 2, 3, 2));
-      // k = 4l + m and 4l + m + 1 (16 floats: rows 0-7 of each) go to out + (4l + m) * 8.
-      _mm512_storeu_ps(o + (0 + m) * 8, _mm512_shuffle_f32x4(w_lo, x_lo, _MM_SHUFFLE(2, 0, 2, 0)));
-      _mm512_storeu_ps(o + (4 + m) * 8, _mm512_shuffle_f32x4(w_lo, x_lo, _MM_SHUFFLE(3, 1, 3, 1)));
-      _mm512_storeu_ps(o + (8 + m) * 8, _mm512_shuffle_f32x4(w_hi, x_hi, _MM_SHUFFLE(2, 0, 2, 0)));
-      _mm512_storeu_ps(o + (12 + m) * 8, _mm512_shuffle_f32x4(w_hi, x_hi, _MM_SHUFFLE(3, 1, 3, 1)));
-    }
+    __m512 columns[8];
+    transpose8x16(r, columns);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) _mm512_storeu_ps(out + k * 8 + j * 16, columns[j]);
   }
   return k;
 }

@@ -127,6 +127,44 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 gelu512(__m512 x) {
   return _mm512_mask_blend_ps(neg, _mm512_sub_ps(x, half_x_erfc), half_x_erfc);
 }
 
+// Transposes 8 vectors of 16 (r[i][k]: row i, column k) into 8 vectors of two 8-lane columns:
+// out[j] holds column 2j's 8 rows, then column 2j + 1's. Unpacks of 32- and 64-bit elements,
+// then two rounds of 128-bit lane shuffles: 32 shuffles for 128 floats.
+FUSECTL_AVX512 inline __attribute__((always_inline)) void transpose8x16(const __m512 (&r)[8],
+                                                                      __m512 (&out)[8]) {
+  // In each 128-bit lane l (columns 4l..4l+3): rows i, i+1 interleaved.
+  __m512 t[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);      // columns 4l, 4l+1
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);  // columns 4l+2, 4l+3
+  }
+  // u[h][m]: rows 4h..4h+3 of column 4l + m, in lane l.
+  __m512 u[2][4];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m512d a = _mm512_castps_pd(t[4 * h]), b = _mm512_castps_pd(t[4 * h + 2]);
+    const __m512d c = _mm512_castps_pd(t[4 * h + 1]), d = _mm512_castps_pd(t[4 * h + 3]);
+    u[h][0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+    u[h][1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    u[h][2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+    u[h][3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+  }
+#pragma GCC unroll 2
+  for (int m = 0; m < 4; m += 2) {
+    // Lanes 0-1 (then 2-3) of rows 0-3 and of rows 4-7, for columns 4l + m and 4l + m + 1.
+    const __m512 w_lo = _mm512_shuffle_f32x4(u[0][m], u[1][m], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 w_hi = _mm512_shuffle_f32x4(u[0][m], u[1][m], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512 x_lo = _mm512_shuffle_f32x4(u[0][m + 1], u[1][m + 1], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 x_hi = _mm512_shuffle_f32x4(u[0][m + 1], u[1][m + 1], _MM_SHUFFLE(3, 2, 3, 2));
+    // Columns 4l + m and 4l + m + 1 are out[2l + m/2].
+    out[0 + m / 2] = _mm512_shuffle_f32x4(w_lo, x_lo, _MM_SHUFFLE(2, 0, 2, 0));
+    out[2 + m / 2] = _mm512_shuffle_f32x4(w_lo, x_lo, _MM_SHUFFLE(3, 1, 3, 1));
+    out[4 + m / 2] = _mm512_shuffle_f32x4(w_hi, x_hi, _MM_SHUFFLE(2, 0, 2, 0));
+    out[6 + m / 2] = _mm512_shuffle_f32x4(w_hi, x_hi, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
 // The activations of Epilogue::activate, in the same operation order (max/min operand order
 // chosen so that NaN and -0 come out as the scalar ternaries give them).
 FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 activate512(__m512 v, Activation act,

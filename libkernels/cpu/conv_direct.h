@@ -1,0 +1,41 @@
+// Convolutions as a direct pixels x channels product, with no im2col operand at all.
+//
+// The implicit im2col (conv_implicit.h) still writes every tap of every pixel once, into the
+// GEMM's packed panels, and at stride 2 it first splits the input into phase planes: on
+// ResNet-50's stride-2 3x3 convolutions the planes and the packing were a quarter of the time
+// (bench/README). Here the register tile is 8 output pixels x 32 output channels, like the
+// pixels-by-channels GEMM (conv_pixel_rows.h), but each pixel's tap is broadcast straight from a
+// zero-padded copy of the input: a pixel's 8 row pointers plus one offset per tap (input
+// channel, kernel row, kernel column) address it, whatever the stride. The weights are packed
+// once per session as 32-channel panels over blocks of input channels, small enough that a
+// block's panel stays in L1 and its input channels in L2 while every pixel tile passes over
+// them. The finished tile gets bias, residual and activation in registers and is transposed
+// into the NCHW output.
+#pragma once
+
+#include <cstdint>
+
+#include "fusectl/kernels/epilogue.h"
+#include "gemm_micro.h"
+
+namespace fusectl::kernels::cpu {
+
+// One 2-D convolution, one group, no dilation: X [N, C, H, W] -> Y [N, M, OH, OW].
+struct DirectConvShape {
+  int64_t N = 0, C = 0, M = 0, H = 0, W = 0, KH = 0, KW = 0, SH = 1, SW = 1;
+  int64_t pad_top = 0, pad_left = 0, OH = 0, OW = 0;
+};
+
+// Whether the kernel exists on this CPU (AVX-512) and takes this shape where it measured faster
+// than the implicit im2col: stride 2 onto 196 output pixels or more, and inputs of at most 4
+// channels (the stems).
+bool directConvPays(const DirectConvShape& s);
+
+// W [M, C, KH, KW] as convDirect reads it, made for the AVX-512 machines directConvPays takes.
+PackedMatrix packDirectConvFilters(const float* w, int64_t M, int64_t C, int64_t KH, int64_t KW);
+
+// Y = epilogue(conv(X, W)): the epilogue's bias per output channel, its residual laid out like Y.
+void convDirect(const float* x, float* y, const DirectConvShape& s, const Epilogue& ep,
+                const PackedMatrix& filters, int threads);
+
+}  // namespace fusectl::kernels::cpu
