@@ -688,6 +688,7 @@ TEST_CASE("The direct pixels-by-channels convolution matches the definition",
   // tiles with a partial last one, uneven pads, unequal strides, a 7x7 stem, 1x1, two images.
   const std::vector<ConvSpec> cases = {
       {{1, 40, 17, 17}, 70, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+      {{1, 300, 9, 9}, 40, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},  // blocks of 113, 113, 74
       {{2, 3, 30, 26}, 64, {7, 7}, {2, 2}, {1, 1}, {3, 3, 3, 3}},
       {{1, 20, 6, 5}, 33, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
       {{1, 70, 12, 11}, 9, {5, 3}, {1, 2}, {1, 1}, {2, 1, 0, 1}},
@@ -714,14 +715,35 @@ TEST_CASE("The direct pixels-by-channels convolution matches the definition",
                   1e-4);
     }
   }
-  // Left to choose, AVX-512 machines take it for stride 2 onto 196 pixels or more and for the
-  // stems, not onto 49 pixels, nor at stride 1 with more than 4 input channels.
+  // A channel block follows the input's plane size too: one node fed a larger image repacks
+  // its weights (blocks of 113 channels at 9x9, of 32 at 64x64) and stays right.
+  {
+    const ConvSpec small = {{1, 300, 9, 9}, 8, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}};
+    ConvSpec large = small;
+    large.x = {1, 300, 64, 64};
+    const ConvOperands a(small, 21, 1), b(large, 21, 1);
+    REQUIRE(a.wv == b.wv);
+    StatefulNode conv("", "Conv", 3, convAttrs(small), 0b110);
+    requireNear(valuesOf(conv.run(a.plainInputs(), 1)), a.reference(false, Activation::None),
+                a.atol, 1e-4);
+    // The same weight tensor: only the variant (the channel block) tells the cache to repack.
+    requireNear(valuesOf(conv.run({&b.x, &a.w, &a.b}, 1)), b.reference(false, Activation::None),
+                b.atol, 1e-4);
+    DirectConvShape s{1, 300, 8, 9, 9, 3, 3, 2, 2, 1, 1, 5, 5};
+    REQUIRE(directConvBlockChannels(s) == 113);
+    s.H = s.W = 64, s.OH = s.OW = 32;
+    REQUIRE(directConvBlockChannels(s) == 32);
+  }
+  // Left to choose, AVX-512 machines take it for stride 2 onto 49 pixels or more and for the
+  // stems, not onto 16 pixels, nor at stride 1 with more than 4 input channels.
   if (std::string_view(gemmKernelName()) == "avx512") {
     DirectConvShape s;
     s.N = 1, s.C = 128, s.M = 128, s.H = s.W = 56, s.KH = s.KW = 3, s.SH = s.SW = 2;
     s.pad_top = s.pad_left = 1, s.OH = s.OW = 28;
     REQUIRE(directConvPays(s));
     s.C = s.M = 512, s.H = s.W = 14, s.OH = s.OW = 7;
+    REQUIRE(directConvPays(s));
+    s.H = s.W = 8, s.OH = s.OW = 4;
     REQUIRE_FALSE(directConvPays(s));
     s.C = 3, s.M = 64, s.H = s.W = 224, s.KH = s.KW = 7, s.pad_top = s.pad_left = 3;
     s.OH = s.OW = 112;
@@ -869,7 +891,7 @@ TEST_CASE("Winograd and im2col convolutions agree on ResNet shapes", "[kernels][
   REQUIRE(winogradTile(64, 64, 56, 56) == 4);
   REQUIRE(winogradTile(256, 256, 14, 14) == 2);
   // And keeps im2col where Winograd does not pay (16 channels on a small plane) or cannot run
-  // (stride 2 onto few pixels: the direct product takes stride 2 from 196 output pixels on).
+  // (stride 2 onto few pixels: the direct product takes stride 2 from 49 output pixels on).
   REQUIRE_FALSE(winogradPays(16, 64, 8, 8));
   for (const int64_t stride : {int64_t{1}, int64_t{2}}) {
     const int64_t C = stride == 1 ? 16 : 64;

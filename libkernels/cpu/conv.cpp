@@ -535,18 +535,19 @@ void runConv(KernelContext& ctx, bool fused) {
   const bool pixel_rows = gemm_path && !winograd && !direct && d.group == 1 &&
                           pixelRowsPay(d.outPixels(), d.M);
   // The packed-weights variant: the group count for channels-by-pixels, minus the tile for
-  // Winograd, kPixelRowsVariant for pixels-by-channels, kDirectVariant for the direct product.
+  // Winograd, kPixelRowsVariant for pixels-by-channels, kDirectVariant minus its channel block
+  // (which the input's size decides) for the direct product.
   constexpr int64_t kPixelRowsVariant = -100, kDirectVariant = -200;
   const PackedWeights* packed =
       gemm_path ? cachedPackedWeights(ctx, 1,
                                       winograd     ? -winograd_tile
-                                      : direct     ? kDirectVariant
+                                      : direct     ? kDirectVariant - directConvBlockChannels(
+                                                                          directShape(d))
                                       : pixel_rows ? kPixelRowsVariant
                                                    : d.group,
                                       [&](PackedWeights& pw) {
         if (direct) {
-          pw.parts.push_back(
-              packDirectConvFilters(wf.data(), d.M, d.C, d.win.kernel[0], d.win.kernel[1]));
+          pw.parts.push_back(packDirectConvFilters(wf.data(), directShape(d)));
           return;
         }
         if (winograd) {

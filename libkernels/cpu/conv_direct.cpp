@@ -18,11 +18,19 @@ namespace {
 
 constexpr int64_t kPixels = 8;     // register tile rows: output pixels
 constexpr int64_t kChannels = 32;  // register tile columns: output channels (two vectors)
-// Input channels per block: with a 3x3 window a block's weight panel is 288 x 32 floats
-// (36 KiB, L1) and its padded input channels stay in L2 across the panels. Measured on
-// ResNet-50's stride-2 shapes (1 thread): 16 channels 1.22 / 1.25 / 1.35 ms, 32 1.19 / 1.19 /
-// 1.31, 64 1.16 / 1.15 / 1.50 (128, 256 and 512 channels).
-constexpr int64_t kBlockChannels = 32;
+// Input channels per block: as many as make about kBlockDepth taps, so that the partial sums
+// between blocks are loaded and stored rarely, while the block's padded input planes stay
+// within half the L2 (the pixel tiles pass over them once per 32-channel panel), and at least
+// 32. Measured on ResNet-50's stride-2 3x3 shapes (bench_gemm --only conv --conv-algorithm
+// direct, 1 thread), 128, 256 and 512 channels: 32 channels a block 1.175 / 1.132 / 1.375 ms,
+// 288 taps 1.143 / 1.155 / 1.305, 1024 taps 1.141 / 1.123 / 1.263. Inside ResNet-50 the
+// 128-channel one at 1024 taps (1.5 MiB of planes a block) was no faster than the implicit
+// im2col (1.40-1.49 against 1.44-1.47 ms), hence the L2 bound.
+constexpr int64_t kBlockDepth = 1024;
+constexpr int64_t kBlockPlaneFloats = int64_t{128} << 10;  // 512 KiB
+int64_t blockChannels(int64_t taps, int64_t plane_floats) {
+  return std::max<int64_t>(32, std::min(kBlockDepth / taps, kBlockPlaneFloats / plane_floats));
+}
 
 int64_t roundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -157,10 +165,10 @@ bool directConvPays(const DirectConvShape& s) {
   if (std::string_view(gemmKernelName()) != "avx512") return false;
   if (s.C <= 0 || s.M <= 0 || s.KH <= 0 || s.KW <= 0 || s.OH <= 0 || s.OW <= 0) return false;
   if (s.pad_top < 0 || s.pad_left < 0) return false;
-  // Stride 2 from 196 output pixels up: on 49 (512 channels at 14x14 -> 7x7) each 32-channel
-  // weight panel served 7 pixel tiles, and streaming the 9 MiB of weights made it 4% slower.
+  // Stride 2 from 49 output pixels up (512 channels at 14x14 -> 7x7: 1.26 against 1.39 ms);
+  // below that a weight panel serves too few pixel tiles.
   const bool stride2 =
-      s.SH == 2 && s.SW == 2 && s.KH >= 3 && s.KW >= 3 && s.OH * s.OW >= 196;
+      s.SH == 2 && s.SW == 2 && s.KH >= 3 && s.KW >= 3 && s.OH * s.OW >= 49;
   if (!stride2 && s.C > 4) return false;
   // Tap offsets are 32-bit, and the padded image is per-thread scratch.
   const PaddedPlane plane(s);
@@ -171,8 +179,13 @@ bool directConvPays(const DirectConvShape& s) {
 #endif
 }
 
-PackedMatrix packDirectConvFilters(const float* w, int64_t M, int64_t C, int64_t KH,
-                                   int64_t KW) {
+int64_t directConvBlockChannels(const DirectConvShape& s) {
+  return blockChannels(s.KH * s.KW, PaddedPlane(s).floats());
+}
+
+PackedMatrix packDirectConvFilters(const float* w, const DirectConvShape& s) {
+  const int64_t M = s.M, C = s.C, KH = s.KH, KW = s.KW;
+  const int64_t bc = directConvBlockChannels(s);
   const int64_t taps = KH * KW, K = C * taps, Mp = roundUp(M, kChannels);
   PackedMatrix pm;
   // Made for the AVX-512 GEMM kernel's machines (directConvPays), so that the session cache
@@ -181,14 +194,15 @@ PackedMatrix packDirectConvFilters(const float* w, int64_t M, int64_t C, int64_t
   pm.outer = M;
   pm.depth = K;
   pm.padded = Mp;
+  pm.rs = bc;  // the input channels per block, which convDirect checks
   const size_t bytes = static_cast<size_t>(roundUp(std::max<int64_t>(K * Mp, 16) * 4, 64));
   float* data = static_cast<float*>(std::aligned_alloc(64, bytes));
   if (!data) throw std::bad_alloc();
   pm.data = std::unique_ptr<float[], void (*)(float*)>(data, [](float* p) { std::free(p); });
   // Block of input channels [ic0, ic0 + cb): its kn = cb * taps rows of each 32-channel panel,
   // panel after panel, from data + ic0 * taps * Mp.
-  for (int64_t ic0 = 0; ic0 < C; ic0 += kBlockChannels) {
-    const int64_t kn = std::min(kBlockChannels, C - ic0) * taps;
+  for (int64_t ic0 = 0; ic0 < C; ic0 += bc) {
+    const int64_t kn = std::min(bc, C - ic0) * taps;
     float* block = data + ic0 * taps * Mp;
     for (int64_t oc0 = 0; oc0 < Mp; oc0 += kChannels) {
       float* panel = block + oc0 * kn;
@@ -207,7 +221,8 @@ void convDirect(const float* x, float* y, const DirectConvShape& s, const Epilog
                 const PackedMatrix& filters, int threads) {
 #ifdef FUSECTL_AVX512
   const int64_t taps = s.KH * s.KW, K = s.C * taps, Mp = roundUp(s.M, kChannels);
-  if (filters.depth != K || filters.padded != Mp || !filters.data ||
+  const int64_t bc = directConvBlockChannels(s);
+  if (filters.depth != K || filters.padded != Mp || filters.rs != bc || !filters.data ||
       !packedForCurrentKernel(filters)) {
     throw std::logic_error("convDirect: filters not packed by packDirectConvFilters for W");
   }
@@ -229,7 +244,7 @@ void convDirect(const float* x, float* y, const DirectConvShape& s, const Epilog
   thread_local std::vector<float> padded_buffer;
   float* padded = growScratch(padded_buffer, s.C * plane.floats());
   const bool vector_activation = hasVectorActivation(ep.activation, true);
-  const int64_t blocks = (s.C + kBlockChannels - 1) / kBlockChannels;
+  const int64_t blocks = (s.C + bc - 1) / bc;
   for (int64_t n = 0; n < s.N; ++n) {
     const float* xn = x + n * s.C * in_plane;
     float* yn = y + n * s.M * P;
@@ -255,8 +270,8 @@ void convDirect(const float* x, float* y, const DirectConvShape& s, const Epilog
       float* partial =
           blocks > 1 ? growScratch(partial_buffer, (t1 - t0) * kPixels * Mp) : nullptr;
       for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t ic0 = b * kBlockChannels;
-        const int64_t kn = std::min(kBlockChannels, s.C - ic0) * taps;
+        const int64_t ic0 = b * bc;
+        const int64_t kn = std::min(bc, s.C - ic0) * taps;
         const bool first = b == 0, last = b + 1 == blocks;
         const DirectTileFn tile = first ? (last ? directTile<false, true> : directTile<false, false>)
                                         : (last ? directTile<true, true> : directTile<true, false>);

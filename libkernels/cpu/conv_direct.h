@@ -7,9 +7,8 @@
 // pixels-by-channels GEMM (conv_pixel_rows.h), but each pixel's tap is broadcast straight from a
 // zero-padded copy of the input: a pixel's 8 row pointers plus one offset per tap (input
 // channel, kernel row, kernel column) address it, whatever the stride. The weights are packed
-// once per session as 32-channel panels over blocks of input channels, small enough that a
-// block's panel stays in L1 and its input channels in L2 while every pixel tile passes over
-// them. The finished tile gets bias, residual and activation in registers and is transposed
+// once per session as 32-channel panels over blocks of input channels (about 1024 taps deep),
+// small enough that a block's panel stays in L2 while every pixel tile passes over it. The finished tile gets bias, residual and activation in registers and is transposed
 // into the NCHW output.
 #pragma once
 
@@ -27,12 +26,17 @@ struct DirectConvShape {
 };
 
 // Whether the kernel exists on this CPU (AVX-512) and takes this shape where it measured faster
-// than the implicit im2col: stride 2 onto 196 output pixels or more, and inputs of at most 4
-// channels (the stems).
+// than the implicit im2col: stride 2 (windows of 3 and up) onto 49 output pixels or more, and
+// inputs of at most 4 channels (the stems).
 bool directConvPays(const DirectConvShape& s);
 
-// W [M, C, KH, KW] as convDirect reads it, made for the AVX-512 machines directConvPays takes.
-PackedMatrix packDirectConvFilters(const float* w, int64_t M, int64_t C, int64_t KH, int64_t KW);
+// How many input channels a block of packed weights spans for this shape (it depends on the input
+// plane's size as well as the window): part of a cached packing's identity.
+int64_t directConvBlockChannels(const DirectConvShape& s);
+
+// W [M, C, KH, KW] as convDirect reads it for this shape, made for the AVX-512 machines
+// directConvPays takes.
+PackedMatrix packDirectConvFilters(const float* w, const DirectConvShape& s);
 
 // Y = epilogue(conv(X, W)): the epilogue's bias per output channel, its residual laid out like Y.
 void convDirect(const float* x, float* y, const DirectConvShape& s, const Epilogue& ep,
