@@ -1,6 +1,7 @@
 // Convolutions on small output planes as pixels x channels products (see conv_pixel_rows.h).
 #include "conv_pixel_rows.h"
 
+#include <algorithm>
 #include <string_view>
 
 #include "gemm_micro.h"
@@ -19,22 +20,27 @@ void storeChannelRowsPortable(const float* yt, int64_t rows, int64_t cols, int64
 }
 
 #ifdef FUSECTL_AVX512
-// Sixteen pixels of one channel at a time: a gather down the channel's column of yt (its lines
-// stay in L1 for the next 15 channels), then the epilogue in registers and one store.
+// 16 pixels x 16 channels at a time: the block of yt loaded as 16 pixel rows and transposed in
+// registers (transpose16x16) into 16 channel vectors, each getting the epilogue and one store.
+// It was a gather down each channel's column of yt: about 20 cycles a vector here, against
+// about 5 for the transposed loads (its share of MobileNetV2's run: 2.2%).
 FUSECTL_AVX512 void storeChannelRowsAvx512(const float* yt, int64_t rows, int64_t cols,
                                            int64_t ldt, float* y, int64_t ldy, const Epilogue& ep,
                                            int64_t col0) {
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i index = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(ldt)));
   for (int64_t i = 0; i < rows; i += 16) {
     const __mmask16 m = firstLanes(rows - i);
-    const float* column = yt + i * ldt;
-    for (int64_t j = 0; j < cols; ++j) {
-      const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, index, column + j, 4);
-      storeWithEpilogue512(y + j * ldy + i, m, v, ep.bias != nullptr,
-                           _mm512_set1_ps(ep.bias ? ep.bias[j] : 0.f),
-                           ep.residual ? ep.residual + j * ep.ld_residual + col0 + i : nullptr,
-                           ep.activation, ep.alpha, ep.beta);
+    const int64_t pixels = std::min<int64_t>(16, rows - i);
+    for (int64_t j0 = 0; j0 < cols; j0 += 16) {
+      __m512 channel[16];
+      loadTransposed(channel, yt + i * ldt, ldt, pixels, j0, cols);
+      const int64_t n = std::min<int64_t>(16, cols - j0);
+      for (int64_t c = 0; c < n; ++c) {
+        const int64_t j = j0 + c;
+        storeWithEpilogue512(y + j * ldy + i, m, channel[c], ep.bias != nullptr,
+                             _mm512_set1_ps(ep.bias ? ep.bias[j] : 0.f),
+                             ep.residual ? ep.residual + j * ep.ld_residual + col0 + i : nullptr,
+                             ep.activation, ep.alpha, ep.beta);
+      }
     }
   }
 }

@@ -207,6 +207,50 @@ inline __mmask16 firstLanes(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
+// Transposes 16 vectors of 16 in registers: r[i][j] becomes r[j][i]. Four rounds of 16
+// shuffles (pairs, quads, 128-bit lanes, 256-bit halves). A gather per vector costs several
+// times more on this machine (about 20 cycles each, measured), and was most of the block's time.
+FUSECTL_AVX512 inline __attribute__((always_inline)) void transpose16x16(__m512 (&r)[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      t[8 * h + i] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + i + 4], 0x88);
+      t[8 * h + i + 4] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + i + 4], 0xDD);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+  }
+}
+
+// Columns [c0, c0 + 16) of `count` rows (row stride ld) as 16 vectors, one per column, each
+// holding the rows across its lanes (lanes from `count` on, and columns from `cols` on, zero).
+FUSECTL_AVX512 inline __attribute__((always_inline)) void loadTransposed(
+    __m512 (&r)[16], const float* src, int64_t ld, int64_t count, int64_t c0, int64_t cols) {
+  const __mmask16 m = firstLanes(cols - c0);
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i)
+    r[i] = i < count ? _mm512_maskz_loadu_ps(m, src + i * ld + c0) : _mm512_setzero_ps();
+  transpose16x16(r);
+}
+
+
 // Permute indices over the 32 lanes of two vectors (lo, hi), for _mm512_permutex2var_ps: the
 // even lanes in order, the odd lanes in order (the stride-2 reads of the depthwise and Winograd
 // kernels), and the interleave of lo's and hi's lanes 0-7 (8-15 for the high half).
