@@ -278,13 +278,16 @@ void convDirect(const float* x, float* y, const DirectConvShape& s, const Epilog
         const float* block = filters.data.get() + ic0 * taps * Mp;
         for (int64_t oc0 = 0; oc0 < Mp; oc0 += kChannels) {
           const float* panel = block + oc0 * kn;
+          // The tile's first pixel's row and column, stepped along (a division per pixel cost
+          // as much as a 27-tap tile's products).
+          int64_t oh = t0 * kPixels / s.OW, ow = t0 * kPixels % s.OW;
           for (int64_t t = t0; t < t1; ++t) {
             const int64_t p0 = t * kPixels;
             const float* rows[kPixels];
             for (int64_t r = 0; r < kPixels; ++r) {
-              const int64_t p = std::min(p0 + r, P - 1);  // past the end: any real pixel
-              const int64_t oh = p / s.OW, ow = p % s.OW;
-              rows[r] = padded + oh * s.SH * plane.cols + ow * s.SW;
+              // Past the last pixel: the last one again (computed, not stored).
+              rows[r] = p0 + r < P ? padded + oh * s.SH * plane.cols + ow * s.SW : rows[r - 1];
+              if (++ow == s.OW) ow = 0, ++oh;
             }
             TileOut out{yn, P, p0, oc0, static_cast<int>(std::min(kPixels, P - p0)),
                         static_cast<int>(std::min(kChannels, s.M - oc0)), &en,
