@@ -525,11 +525,12 @@ void runConv(KernelContext& ctx, bool fused) {
   const bool winograd = winograd_tile != 0;
   const ConvAlgorithm forced = convForcedAlgorithm();
   // The direct product (conv_direct.h) for constant weights where it measured faster (stride-2
-  // windows and the stems), or wherever it can run when forced.
+  // windows and the stems), or wherever it can run when forced (elsewhere the others run).
   const bool direct =
       gemm_path && !winograd && ctx.inputIsConstant(1) && directApplies(d) &&
-      (forced == ConvAlgorithm::Direct ||
-       (forced == ConvAlgorithm::Auto && directConvPays(directShape(d))));
+      (forced == ConvAlgorithm::Direct ? directConvRuns(directShape(d))
+                                       : forced == ConvAlgorithm::Auto &&
+                                             directConvPays(directShape(d)));
   const bool implicit_applies =
       gemm_path && !winograd && !direct && ImplicitIm2col::applies(d.win);
   const bool pixel_rows = gemm_path && !winograd && !direct && d.group == 1 &&

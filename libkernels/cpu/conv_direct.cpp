@@ -159,17 +159,12 @@ using DirectTileFn = void (*)(const float* const*, const int32_t*, int64_t, cons
 
 }  // namespace
 
-bool directConvPays(const DirectConvShape& s) {
+bool directConvRuns(const DirectConvShape& s) {
 #ifdef FUSECTL_AVX512
   // With the AVX-512 GEMM kernel only, so that tests forcing another kernel take the others.
   if (std::string_view(gemmKernelName()) != "avx512") return false;
   if (s.C <= 0 || s.M <= 0 || s.KH <= 0 || s.KW <= 0 || s.OH <= 0 || s.OW <= 0) return false;
   if (s.pad_top < 0 || s.pad_left < 0) return false;
-  // Stride 2 from 49 output pixels up (512 channels at 14x14 -> 7x7: 1.26 against 1.39 ms);
-  // below that a weight panel serves too few pixel tiles.
-  const bool stride2 =
-      s.SH == 2 && s.SW == 2 && s.KH >= 3 && s.KW >= 3 && s.OH * s.OW >= 49;
-  if (!stride2 && s.C > 4) return false;
   // Tap offsets are 32-bit, and the padded image is per-thread scratch.
   const PaddedPlane plane(s);
   return s.C * plane.floats() <= (int64_t{1} << 26) && s.OH * s.OW < (int64_t{1} << 31);
@@ -177,6 +172,14 @@ bool directConvPays(const DirectConvShape& s) {
   (void)s;
   return false;
 #endif
+}
+
+bool directConvPays(const DirectConvShape& s) {
+  // Stride 2 from 49 output pixels up (512 channels at 14x14 -> 7x7: 1.26 against 1.39 ms);
+  // below that a weight panel serves too few pixel tiles.
+  const bool stride2 =
+      s.SH == 2 && s.SW == 2 && s.KH >= 3 && s.KW >= 3 && s.OH * s.OW >= 49;
+  return (stride2 || s.C <= 4) && directConvRuns(s);
 }
 
 int64_t directConvBlockChannels(const DirectConvShape& s) {

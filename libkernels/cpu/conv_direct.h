@@ -25,7 +25,11 @@ struct DirectConvShape {
   int64_t pad_top = 0, pad_left = 0, OH = 0, OW = 0;
 };
 
-// Whether the kernel exists on this CPU (AVX-512) and takes this shape where it measured faster
+// Whether the kernel can run this shape here: the AVX-512 GEMM kernel is in use, and the
+// padded input stays within 2^26 floats (its tap offsets are 32-bit).
+bool directConvRuns(const DirectConvShape& s);
+
+// Whether it runs (directConvRuns) and takes this shape where it measured faster
 // than the implicit im2col: stride 2 (windows of 3 and up) onto 49 output pixels or more, and
 // inputs of at most 4 channels (the stems).
 bool directConvPays(const DirectConvShape& s);
