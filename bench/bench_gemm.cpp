@@ -10,7 +10,8 @@
 // conv3x3: 3x3 stride-1 shapes beyond ResNet-50's (small channel counts, large and tiny
 // images), to compare the im2col and Winograd convolutions (--conv-algorithm).
 //
-// depthwise: MobileNetV2's and EfficientNet-B0's depthwise convolutions with a Silu epilogue,
+// depthwise: MobileNetV2's depthwise convolutions with its Clip(0, 6) epilogue and
+// EfficientNet-B0's with its Silu one,
 // one thread, each through both AVX-512 kernels (a plane's rows across the vector, and 16
 // channels across the vector), to place depthwiseChannelsPay's rule.
 //
@@ -285,14 +286,20 @@ void benchConv(int repeat, const std::vector<ConvShape>& shapes) {
 
 struct DepthwiseShape {
   int64_t C, H, k, stride;
+  bool silu;  // EfficientNet-B0's epilogue; MobileNetV2's (false) is Clip(0, 6)
 };
 
 void benchDepthwise(int repeat) {
   const std::vector<DepthwiseShape> shapes = {
-      {32, 112, 3, 1}, {96, 112, 3, 2}, {144, 56, 3, 1}, {144, 56, 3, 2}, {144, 56, 5, 2},
-      {192, 28, 3, 1}, {240, 28, 5, 1}, {240, 28, 3, 2}, {384, 14, 3, 1}, {480, 14, 3, 1},
-      {480, 14, 5, 1}, {576, 14, 3, 1}, {576, 14, 3, 2}, {672, 14, 5, 1}, {672, 14, 5, 2},
-      {960, 7, 3, 1},  {1152, 7, 5, 1}, {1152, 7, 3, 1}};
+      // MobileNetV2
+      {32, 112, 3, 1, false}, {96, 112, 3, 2, false}, {144, 56, 3, 1, false},
+      {144, 56, 3, 2, false}, {192, 28, 3, 1, false}, {192, 28, 3, 2, false},
+      {384, 14, 3, 1, false}, {576, 14, 3, 1, false}, {576, 14, 3, 2, false},
+      {960, 7, 3, 1, false},
+      // EfficientNet-B0
+      {32, 112, 3, 1, true}, {96, 112, 3, 2, true}, {144, 56, 3, 1, true}, {144, 56, 5, 2, true},
+      {240, 28, 5, 1, true}, {240, 28, 3, 2, true}, {480, 14, 3, 1, true}, {480, 14, 5, 1, true},
+      {672, 14, 5, 1, true}, {672, 14, 5, 2, true}, {1152, 7, 5, 1, true}, {1152, 7, 3, 1, true}};
   for (const DepthwiseShape& s : shapes) {
     Window win;
     const int64_t pad = s.k / 2, OH = (s.H + 2 * pad - s.k) / s.stride + 1;
@@ -309,7 +316,9 @@ void benchDepthwise(int repeat) {
     Epilogue ep;
     ep.bias = bias.data();
     ep.bias_per_row = true;
-    ep.setActivation(Activation::Silu, nullptr, 0);
+    const float clip[2] = {0.f, 6.f};
+    if (s.silu) ep.setActivation(Activation::Silu, nullptr, 0);
+    else ep.setActivation(Activation::Clip, clip, 2);
     const int64_t taps = s.k * s.k, in_plane = s.H * s.H, P = OH * OH;
     bool ok = true;
     const double rows = medianSeconds(repeat, [&] {
@@ -328,10 +337,11 @@ void benchDepthwise(int repeat) {
       return;
     }
     std::printf("{\"bench\":\"depthwise\",\"x\":[1,%lld,%lld,%lld],\"kernel\":%lld,"
-                "\"stride\":%lld,\"activation\":\"Silu\",\"rows_ms\":%.4f,"
+                "\"stride\":%lld,\"activation\":\"%s\",\"rows_ms\":%.4f,"
                 "\"channels_ms\":%.4f,\"rows_over_channels\":%.2f,\"chosen\":\"%s\"}\n",
                 (long long)s.C, (long long)s.H, (long long)s.H, (long long)s.k,
-                (long long)s.stride, rows * 1e3, channels * 1e3, rows / channels,
+                (long long)s.stride, s.silu ? "Silu" : "Clip", rows * 1e3, channels * 1e3,
+                rows / channels,
                 depthwiseChannelsPay(win) ? "channels" : "rows");
     std::fflush(stdout);
   }

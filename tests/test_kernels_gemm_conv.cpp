@@ -681,6 +681,33 @@ struct ForcedConvAlgorithm {
 }  // namespace
 
 
+TEST_CASE("Depthwise channel blocks re-zero their padding when the geometry changes",
+          "[kernels][gemm][depthwise]") {
+  // depthwiseChannels zeroes the padding of its per-thread scratch image once for a run of
+  // blocks of one geometry. Between two runs of A, B (an unpadded 9x9 image with the same 9x9
+  // scratch) writes input values where A's padding lies: A must find zeros there again. Then
+  // A with a 3-channel last block, and a stride-2 geometry that shares A's scratch size.
+  const ConvSpec a = {{1, 16, 7, 7}, 16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 16};
+  const ConvSpec b = {{1, 16, 9, 9}, 16, {3, 3}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 16};
+  const ConvSpec a3 = {{1, 19, 7, 7}, 19, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 19};
+  const ConvSpec s2 = {{1, 16, 16, 16}, 16, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 16};
+  const ConvOperands oa(a, 30, 1), ob(b, 30, 2), oa3(a3, 30, 3), os2(s2, 30, 4);
+  StatefulNode na("", "Conv", 3, convAttrs(a), 0b110), nb("", "Conv", 3, convAttrs(b), 0b110),
+      na3("", "Conv", 3, convAttrs(a3), 0b110), ns2("", "Conv", 3, convAttrs(s2), 0b110);
+  const std::vector<double> ra = oa.reference(false, Activation::None);
+  for (int round = 0; round < 2; ++round) {
+    INFO("round " << round);
+    requireNear(valuesOf(na.run(oa.plainInputs(), 1)), ra, oa.atol, 1e-4);
+    requireNear(valuesOf(nb.run(ob.plainInputs(), 1)), ob.reference(false, Activation::None),
+                ob.atol, 1e-4);
+    requireNear(valuesOf(na.run(oa.plainInputs(), 1)), ra, oa.atol, 1e-4);
+    requireNear(valuesOf(na3.run(oa3.plainInputs(), 1)), oa3.reference(false, Activation::None),
+                oa3.atol, 1e-4);
+    requireNear(valuesOf(ns2.run(os2.plainInputs(), 1)), os2.reference(false, Activation::None),
+                os2.atol, 1e-4);
+  }
+}
+
 TEST_CASE("The direct pixels-by-channels convolution matches the definition",
           "[kernels][gemm][direct]") {
   // Forced wherever it can run: input channels over several 32-channel blocks with a partial

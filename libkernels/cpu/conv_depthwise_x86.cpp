@@ -305,6 +305,21 @@ float* channelBlockScratch(int64_t floats) {
   return data + ((64 - at % 64) % 64) / sizeof(float);
 }
 
+// Where and for which geometry the scratch image's padding was last zeroed, one record per
+// thread for every instantiation of depthwiseChannels (they share the scratch).
+struct ZeroedPadding {
+  const float* in = nullptr;
+  int64_t H = 0, W = 0, hp = 0, wp = 0, PH = 0, PW = 0;
+  bool operator==(const ZeroedPadding& o) const {
+    return in == o.in && H == o.H && W == o.W && hp == o.hp && wp == o.wp && PH == o.PH &&
+           PW == o.PW;
+  }
+};
+ZeroedPadding& zeroedPadding() {
+  thread_local ZeroedPadding record;
+  return record;
+}
+
 // R neighbouring output pixels of one output row, all 16 channels: R independent chains of
 // K*K FMAs, each tap one vector of the padded scratch image (row stride wp pixels).
 template <int S, int K, int R>
@@ -338,25 +353,42 @@ FUSECTL_AVX512 void depthwiseChannels(const float* x, const float* w, float* y, 
   const int64_t p_round = (P + 15) / 16 * 16;
   float* in = channelBlockScratch(hp * wp * 16 + p_round * 16);
   float* out = in + hp * wp * 16;
-  const __m512 zero = _mm512_setzero_ps();
-
-  for (int64_t r = 0; r < hp; ++r) {
-    const int64_t ih = r - PH;
-    for (int64_t q = 0; q < wp; ++q) {
-      const int64_t iw = q - PW;
-      if (ih < 0 || ih >= H || iw < 0 || iw >= W) _mm512_store_ps(in + (r * wp + q) * 16, zero);
+  // The padding (what lies outside the input) is zero. The scatter below never writes it, so
+  // a thread zeroes it once for a run of blocks of the same geometry in the same scratch,
+  // not once per 16 channels (a walk over every position of the padded image).
+  ZeroedPadding& zeroed = zeroedPadding();
+  const ZeroedPadding geometry{in, H, W, hp, wp, PH, PW};
+  if (!(zeroed == geometry)) {
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t r = 0; r < hp; ++r) {
+      const int64_t ih = r - PH;
+      for (int64_t q = 0; q < wp; ++q) {
+        const int64_t iw = q - PW;
+        if (ih < 0 || ih >= H || iw < 0 || iw >= W) _mm512_store_ps(in + (r * wp + q) * 16, zero);
+      }
     }
+    zeroed = geometry;
   }
-  // Planes to pixels, 16 pixels of the block's channels at a time.
+  // Planes to pixels, 16 pixels of the block's channels at a time, stored a row segment at a
+  // time: the input columns [iw_begin, iw_end) and rows some tap reaches.
+  const int64_t iw_begin = std::max<int64_t>(0, -PW), iw_end = std::min<int64_t>(W, wp - PW);
   int64_t ih = 0, iw = 0;
   for (int64_t p0 = 0; p0 < plane_in; p0 += 16) {
     __m512 v[16];
     loadTransposed(v, x + p0, plane_in, count, 0, plane_in - p0);
     const int64_t n = std::min<int64_t>(16, plane_in - p0);
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t r = ih + PH, q = iw + PW;
-      if (r >= 0 && r < hp && q >= 0 && q < wp) _mm512_store_ps(in + (r * wp + q) * 16, v[j]);
-      if (++iw == W) {
+    for (int64_t j = 0; j < n;) {
+      const int64_t seg = std::min(n - j, W - iw);
+      const int64_t r = ih + PH;
+      if (r >= 0 && r < hp) {
+        float* dst = in + (r * wp + PW) * 16;
+        const int64_t q1 = std::min(iw + seg, iw_end);
+        for (int64_t q = std::max(iw, iw_begin); q < q1; ++q)
+          _mm512_store_ps(dst + q * 16, v[j + q - iw]);
+      }
+      j += seg;
+      iw += seg;
+      if (iw == W) {
         iw = 0;
         ++ih;
       }
