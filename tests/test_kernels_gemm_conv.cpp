@@ -686,7 +686,8 @@ TEST_CASE("Depthwise channel blocks re-zero their padding when the geometry chan
   // depthwiseChannels zeroes the padding of its per-thread scratch image once for a run of
   // blocks of one geometry. Between two runs of A, B (an unpadded 9x9 image with the same 9x9
   // scratch) writes input values where A's padding lies: A must find zeros there again. Then
-  // A with a 3-channel last block, and a stride-2 geometry that shares A's scratch size.
+  // A with a 3-channel last block, and a stride-2 geometry (another instantiation of the
+  // kernel, with a larger scratch) after which the second round starts with A again.
   const ConvSpec a = {{1, 16, 7, 7}, 16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 16};
   const ConvSpec b = {{1, 16, 9, 9}, 16, {3, 3}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 16};
   const ConvSpec a3 = {{1, 19, 7, 7}, 19, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 19};
