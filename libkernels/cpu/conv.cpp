@@ -269,9 +269,26 @@ bool directApplies(const ConvDims& d) {
 // How convFloat multiplies: which product the packed weights were made for.
 enum class ConvProduct { ChannelRows, PixelRows, Winograd, Direct };
 
+// x [N][pixels][C] (channels-last) as planes, [N][C][pixels].
+void planesFromChannelsLast(const float* x, int64_t N, int64_t C, int64_t pixels, float* out) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* src = x + n * pixels * C;
+    float* dst = out + n * C * pixels;
+    for (int64_t p = 0; p < pixels; ++p)
+      for (int64_t c = 0; c < C; ++c) dst[c * pixels + p] = src[p * C + c];
+  }
+}
+
+// Channels-last sides (HostTensor::channelsLast), which only a depthwise convolution and a
+// one-group pointwise one take (runConv converts any other's input to planes first).
+struct ConvLayouts {
+  bool x_nhwc = false;
+  bool y_nhwc = false;
+};
+
 void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epilogue ep,
                int threads, const PackedWeights* packed_w, ConvProduct product,
-               const ImplicitIm2col* implicit) {
+               const ImplicitIm2col* implicit, ConvLayouts layouts = {}) {
   const int64_t Cg = d.C / d.group, Mg = d.M / d.group;
   const int64_t taps = d.kernelTaps(), K = Cg * taps;
   const int64_t in_pixels = d.inPixels(), P = d.outPixels();
@@ -279,6 +296,23 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
   ep.bias_per_row = true;
   ep.ld_residual = P;
   if (d.N == 0 || d.M == 0 || P == 0) return;
+
+  // Depthwise with a channels-last side: 16 channels a vector, no transposes on that side;
+  // threads split each image's output rows.
+  if (Cg == 1 && Mg == 1 && (layouts.x_nhwc || layouts.y_nhwc)) {
+    const int64_t OH = d.win.out[0];
+    const int64_t parts = std::min<int64_t>(OH, std::max(1, threads));
+    parallelFor(d.N * parts, threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t np = b; np < e; ++np) {
+        const int64_t n = np / parts, part = np % parts;
+        depthwiseChannelsLast(x + n * d.C * in_pixels, layouts.x_nhwc, w, y + n * d.M * P,
+                              layouts.y_nhwc, d.win, ep, d.M,
+                              residual ? residual + n * d.M * P : nullptr, OH * part / parts,
+                              OH * (part + 1) / parts);
+      }
+    });
+    return;
+  }
 
   if (product == ConvProduct::Direct) {
     convDirect(x, y, directShape(d), ep, packed_w->parts[0], threads);
@@ -430,24 +464,40 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
       Epilogue en = ep;
       en.residual = residual ? residual + n * d.M * P : nullptr;
       const float* xg = x + (n * d.C + g * Cg) * in_pixels;
-      const float* bmat = xg + p0;
-      int64_t ldb = P;
+      // The pixel operand, K x pixels: in place for a pointwise conv (channels-last: one
+      // pixel's K channels contiguous, a transposed operand), else the im2col chunk.
+      const float* bmat = layouts.x_nhwc ? x + (n * in_pixels + p0) * d.C : xg + p0;
+      int64_t ldb = layouts.x_nhwc ? d.C : P;
+      const bool pixels_major = layouts.x_nhwc;
       if (!pointwise) {
         im2col(xg, Cg, d.win, p0, p1, col);
         bmat = col;
         ldb = p1 - p0;
       }
       if (product == ConvProduct::PixelRows) {  // one group (conv_pixel_rows.h)
+        if (layouts.y_nhwc) {  // the pixels x channels product is the channels-last output
+          Epilogue ec = en;
+          ec.bias_per_row = false;
+          GemmParams pt = gemmParams(p1 - p0, Mg, K, bmat, ldb, !pixels_major, w, K, true,
+                                     y + (n * P + p0) * d.M, d.M);
+          pt.packed_b = &packed_w->parts[0];
+          pt.a_in_place = pixels_major;
+          pt.epilogue = &ec;
+          pt.epilogue_row0 = p0;
+          gemm(pt, task_parallel ? 1 : threads);
+          continue;
+        }
         thread_local std::vector<float> pixel_rows;
-        GemmParams pt = gemmParams(p1 - p0, Mg, K, bmat, ldb, true, w, K, true,
+        GemmParams pt = gemmParams(p1 - p0, Mg, K, bmat, ldb, !pixels_major, w, K, true,
                                    growScratch(pixel_rows, (p1 - p0) * Mg), Mg);
         pt.packed_b = &packed_w->parts[0];
+        pt.a_in_place = pixels_major;
         gemm(pt, task_parallel ? 1 : threads);
         storeChannelRows(pixel_rows.data(), p1 - p0, Mg, Mg, y + n * d.M * P + p0, P, en, p0);
         continue;
       }
       GemmParams p = gemmParams(Mg, p1 - p0, K, w ? w + g * Mg * K : nullptr, K, false, bmat, ldb,
-                                false,
+                                pixels_major,
                                 y + (n * d.M + g * Mg) * P + p0, P);
       p.epilogue = &en;
       p.epilogue_row0 = g * Mg;
@@ -505,6 +555,24 @@ void runConv(KernelContext& ctx, bool fused) {
     requireSameDType(ctx, x, "X", z, "Z");
   }
 
+  // Channels-last input and output (HostTensor::channelsLast; ConvLayouts): a depthwise
+  // convolution takes either side so on the windows its channel blocks run, a one-group
+  // pointwise one takes both (its product reads or writes pixel rows). Any other path gets
+  // its input back in planes here.
+  const bool depthwise = d.C == d.group && d.M == d.group && d.win.rank() == 2;
+  const bool pointwise = d.group == 1 && d.win.rank() == 2 && isPointwise(d.win);
+  ConvLayouts layouts;
+  layouts.y_nhwc = ctx.channelsLastWanted(0) && !z && x.rank() == 4 &&
+                   ((depthwise && depthwiseChannelsLastTakes(d.win)) || pointwise);
+  layouts.x_nhwc = x.channelsLast() && x.rank() == 4;
+  std::vector<float> planar_x;
+  if (layouts.x_nhwc && !depthwise && !pointwise) {
+    FloatView channels_last(x);
+    planar_x.resize(static_cast<size_t>(x.numel()));
+    planesFromChannelsLast(channels_last.data(), d.N, d.C, d.inPixels(), planar_x.data());
+    layouts.x_nhwc = false;
+  }
+
   FloatView xf(x), bf(b), zf(z);
   LazyFloatView wf(w);
   Epilogue ep;
@@ -527,14 +595,16 @@ void runConv(KernelContext& ctx, bool fused) {
   // The direct product (conv_direct.h) for constant weights where it measured faster (stride-2
   // windows and the stems), or wherever it can run when forced (elsewhere the others run).
   const bool direct =
-      gemm_path && !winograd && ctx.inputIsConstant(1) && directApplies(d) &&
+      gemm_path && !winograd && !layouts.x_nhwc && !layouts.y_nhwc && ctx.inputIsConstant(1) &&
+      directApplies(d) &&
       (forced == ConvAlgorithm::Direct ? directConvRuns(directShape(d))
                                        : forced == ConvAlgorithm::Auto &&
                                              directConvPays(directShape(d)));
   const bool implicit_applies =
       gemm_path && !winograd && !direct && ImplicitIm2col::applies(d.win);
   const bool pixel_rows = gemm_path && !winograd && !direct && d.group == 1 &&
-                          pixelRowsPay(d.outPixels(), d.M);
+                          (pixelRowsPay(d.outPixels(), d.M) ||
+                           (pointwise && (layouts.y_nhwc || layouts.x_nhwc)));
   // The packed-weights variant: the group count for channels-by-pixels, minus the tile for
   // Winograd, kPixelRowsVariant for pixels-by-channels, kDirectVariant minus its channel block
   // (which the input's size decides) for the direct product.
@@ -568,6 +638,9 @@ void runConv(KernelContext& ctx, bool fused) {
                 : nullptr;
   // Cached half weights are read from their packed panels only: no float32 copy per run.
   const float* wp = packed && !wf.inPlace() ? nullptr : wf.data();
+  // The channels-last output of a pointwise convolution is the pixels-by-channels product's,
+  // which needs packed weights: weights that are not constant leave the output planar.
+  if (pointwise && !packed) layouts.y_nhwc = false;
   const ConvProduct product = !packed      ? ConvProduct::ChannelRows
                               : winograd    ? ConvProduct::Winograd
                               : direct      ? ConvProduct::Direct
@@ -604,9 +677,10 @@ void runConv(KernelContext& ctx, bool fused) {
                         : nullptr;
   HostTensor& y = in_place ? *in_place : ctx.allocateOutput(0, x.dtype(), ydims);
   FloatSink ys(y);
-  convFloat(xf.data(), wp, ys.data(), d, ep, ctx.numThreads(), packed, product,
-            implicit ? &*implicit : nullptr);
+  convFloat(planar_x.empty() ? xf.data() : planar_x.data(), wp, ys.data(), d, ep,
+            ctx.numThreads(), packed, product, implicit ? &*implicit : nullptr, layouts);
   ys.commit();
+  y.setChannelsLast(layouts.y_nhwc);
 }
 
 // ---- ConvTranspose ----
@@ -866,14 +940,95 @@ void runQLinearConv(KernelContext& ctx) {
   }
 }
 
+// ---- channels-last between convolutions (KernelInfo::reads_/writes_channels_last) ----
+
+// Whether a Conv or FusedConv node, by its attributes and declared shapes (before any run), is
+// one that takes a channels-last side where that pays: a depthwise convolution whose window
+// the channel blocks run vectorised (where the planar kernels pay for two transposes, or run
+// rows a quarter full on small planes), or a one-group 2-D pointwise one (its product reads
+// pixel rows as cheaply as channel rows). Unknown weight dims or channels: no.
+bool convTakesChannelsLast(const Node& node) {
+  const Value* xv = node.numInputs() > 0 ? node.input(0) : nullptr;
+  const Value* wv = node.numInputs() > 1 ? node.input(1) : nullptr;
+  if (!xv || !wv) return false;
+  const Shape& xs = xv->shape();
+  const Shape& ws = wv->initializer() ? Shape::ofStatic(wv->initializer()->dims()) : wv->shape();
+  if (!xs.hasRank() || xs.rank() != 4 || !ws.isStatic() || ws.rank() != 4) return false;
+  // Planes up to 28x28 only. On MobileNetV2's 56x56 and 112x112 planes (node by node, five
+  // layers channels-last against planar in alternating runs) every convolution that took the
+  // layout ran 5-50% slower, the depthwise ones (a padded scratch per band, more traffic than
+  // the planar rows on planes beyond L2) and the pointwise ones onto 16-24 channels alike; from
+  // 28x28 down each ran 1-30% faster (bench/README, "Channels-last between convolutions").
+  if (!xs[2].isStatic() || !xs[3].isStatic() || xs[2].value() * xs[3].value() > 28 * 28)
+    return false;
+  const std::vector<int64_t> wd = ws.staticDims();
+  const int64_t M = wd[0], Cg = wd[1], KH = wd[2], KW = wd[3];
+  const int64_t group = node.attrInt("group", 1);
+  if (node.attrInts("kernel_shape", {KH, KW}) != std::vector<int64_t>{KH, KW}) return false;
+  if (node.attrInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return false;
+  const std::vector<int64_t> strides = node.attrInts("strides", {1, 1});
+  const std::string auto_pad = node.attrString("auto_pad", "NOTSET");
+  if (strides.size() != 2) return false;
+  if (group == 1 && KH == 1 && KW == 1 && strides == std::vector<int64_t>{1, 1}) {
+    const std::vector<int64_t> pads = node.attrInts("pads", {0, 0, 0, 0});
+    return pads == std::vector<int64_t>(4, 0) || auto_pad != "NOTSET";
+  }
+  if (Cg != 1 || group != M || !xs[1].isStatic() || xs[1].value() != M) return false;
+  Window probe;  // what depthwiseChannelsLastTakes reads of a window: all but the sizes
+  probe.in = {KH, KW};
+  probe.kernel = {KH, KW};
+  probe.strides = strides;
+  probe.dilations = {1, 1};
+  probe.pad_begin = probe.pad_end = {0, 0};
+  probe.out = {1, 1};
+  return depthwiseChannelsLastTakes(probe);
+}
+
+bool convWritesChannelsLast(const Node& node, size_t output);
+
+// A depthwise convolution only where its output goes channels-last too, as far as the node's
+// readers show (all of them convolutions that take it): one that reads channels-last and
+// writes planes (EfficientNet's, whose output also feeds a squeeze-and-excitation) measured
+// 15-20% slower than planes in and out, so it keeps the layout out of its input.
+bool convReadsChannelsLast(const Node& node, size_t input) {
+  if (input != 0 || !convTakesChannelsLast(node)) return false;
+  const Value* wv = node.input(1);
+  const Shape& ws = wv->initializer() ? Shape::ofStatic(wv->initializer()->dims()) : wv->shape();
+  if (ws.staticDims()[2] == 1) return true;  // pointwise
+  const Value* y = node.numOutputs() > 0 ? node.output(0) : nullptr;
+  if (!y || y->isGraphOutput() || !convWritesChannelsLast(node, 0)) return false;
+  for (const Node* reader : y->consumers()) {
+    const bool conv = (reader->domain().empty() && reader->opType() == "Conv") ||
+                      (reader->domain() == "fusectl" && reader->opType().rfind("FusedConv", 0) == 0);
+    if (!conv || reader->input(0) != y || !convTakesChannelsLast(*reader)) return false;
+  }
+  return true;
+}
+
+// Not with a residual: that is read in planes, like the output it is added to.
+bool convWritesChannelsLast(const Node& node, size_t output) {
+  if (output != 0 || !convTakesChannelsLast(node)) return false;
+  if (node.domain() != "fusectl") return true;
+  const std::optional<FusedOperandSlots> slots = fusedOperandSlots(node.opType());
+  if (!slots || !slots->residual) return !!slots;
+  const size_t at = *slots->residual;
+  return !(at < node.numInputs() && node.input(at));
+}
+
 }  // namespace
 }  // namespace cpu
 
 void registerConvKernels(KernelRegistry& r) {
-  r.add({"", "Conv", 1, 1000, [](KernelContext& c) { cpu::runConv(c, false); }});
+  KernelInfo conv{"", "Conv", 1, 1000, [](KernelContext& c) { cpu::runConv(c, false); }};
+  conv.reads_channels_last = cpu::convReadsChannelsLast;
+  conv.writes_channels_last = cpu::convWritesChannelsLast;
+  r.add(conv);
   // FusedConv and its portable spellings FusedConv[_NoBias][_Add][_<activation>] (fused_ops.h).
   forEachFusedSpelling("FusedConv", [&r](const std::string& name) {
-    r.add({"fusectl", name, 1, 1000, [](KernelContext& c) { cpu::runConv(c, true); }});
+    KernelInfo fused{"fusectl", name, 1, 1000, [](KernelContext& c) { cpu::runConv(c, true); }};
+    fused.reads_channels_last = cpu::convReadsChannelsLast;
+    fused.writes_channels_last = cpu::convWritesChannelsLast;
+    r.add(fused);
   });
   r.add({"", "ConvTranspose", 1, 1000, cpu::runConvTranspose});
   r.add({"", "ConvInteger", 10, 1000, cpu::runConvInteger});

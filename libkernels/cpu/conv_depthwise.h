@@ -41,4 +41,22 @@ bool depthwiseChannelsAvx512(const float* x, const float* w, float* y, const Win
 // bench_gemm --only depthwise).
 bool depthwiseChannelsPay(const Window& win);
 
+// Output rows [oh_begin, oh_end) of the same convolution over every channel of one image,
+// where its input, its output or both are channels-last ([H][W][C], HostTensor::channelsLast):
+// x and y point at the image, x_nhwc and y_nhwc give each one's layout, C is the channel count
+// of both (one output channel per input channel), w holds C filters. Channels go 16 to a
+// vector: a channels-last side is read or written 16 channels of a pixel per vector, with
+// nothing to transpose; a planar side goes through 16x16 register transposes as in
+// depthwiseChannelsAvx512. Output rows go in bands whose padded input stays in L2, so planes
+// of any size take it. `residual` (laid out like a planar y, from the image's start, or null)
+// only with a planar y; ep.bias is indexed by channel. AVX-512 for depthwiseChannelsLastTakes'
+// windows, a scalar loop for any other 2-D window.
+void depthwiseChannelsLast(const float* x, bool x_nhwc, const float* w, float* y, bool y_nhwc,
+                           const Window& win, const Epilogue& ep, int64_t C,
+                           const float* residual, int64_t oh_begin, int64_t oh_end);
+
+// Whether depthwiseChannelsLast runs vectorised for this window (square 3x3 and 5x5 at stride
+// 1 or 2, undilated, with AVX-512): where a convolution offers to read or write channels-last.
+bool depthwiseChannelsLastTakes(const Window& win);
+
 }  // namespace fusectl::kernels::cpu

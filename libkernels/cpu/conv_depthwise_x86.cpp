@@ -451,6 +451,204 @@ FUSECTL_AVX512 void depthwiseChannels(const float* x, const float* w, float* y, 
     for (int64_t c = 0; c < count; ++c) ep.activate(y + c * P, P);
 }
 
+
+// --- Channels across the vector, either side channels-last (depthwiseChannelsLast) ---
+
+// Stores R accumulated output pixels: channels-last straight to y (16 channels a pixel, with
+// the epilogue), or to the band's pixel scratch for the planar store after the band.
+template <int R>
+FUSECTL_AVX512 inline __attribute__((always_inline)) void storeChannelPixels(
+    const __m512 (&acc)[R], bool y_nhwc, float* y_pixel, int64_t C, __mmask16 lanes,
+    bool has_bias, __m512 bias, Activation act, const Epilogue& ep, float* scratch_pixel) {
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    if (y_nhwc) {
+      storeWithEpilogue512(y_pixel + r * C, lanes, acc[r], has_bias, bias, nullptr, act, ep.alpha,
+                           ep.beta);
+    } else {
+      _mm512_store_ps(scratch_pixel + r * 16, acc[r]);
+    }
+  }
+}
+
+// The per-thread weights of every channel block, tap-major: [block][tap][16 channels].
+float* channelWeightsScratch(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  float* data = growScratch(buffer, floats + 16);
+  const uintptr_t at = reinterpret_cast<uintptr_t>(data);
+  return data + ((64 - at % 64) % 64) / sizeof(float);
+}
+
+// Output rows [oh_begin, oh_end) of one image, every channel. Rows go in bands; each band's
+// padded input of all channel blocks is built first, reading a channels-last input pixel by
+// pixel in memory order (all C channels of a pixel, one block's 16 after another: at 16
+// channels a block and a whole image per block the reads went 4*C bytes apart, which the
+// prefetchers did not follow, and 112x112 planes ran at half the planar kernel's speed).
+template <int S, int K>
+FUSECTL_AVX512 void depthwiseChannelsLastRows(const float* x, bool x_nhwc, const float* w,
+                                              float* y, bool y_nhwc, const Window& win,
+                                              const Epilogue& ep, int64_t C,
+                                              const float* residual, int64_t oh_begin,
+                                              int64_t oh_end) {
+  const int64_t H = win.in[0], W = win.in[1], OW = win.out[1];
+  const int64_t PH = win.pad_begin[0], PW = win.pad_begin[1];
+  const int64_t plane_in = H * W, P = win.out[0] * OW;
+  const int64_t wp = (OW - 1) * S + K;
+  const int64_t blocks = (C + 15) / 16;
+  // The scratch of padded input rows: about 256 KiB, in L2 with the outputs they make. Where
+  // the rows asked for fit whole, for a group of blocks at a time, they go in one band per
+  // group (small planes of many channels: 7x7 of 1152 in bands of one row rebuilt each input
+  // row five times and transposed seven pixels at a time); otherwise bands of every block,
+  // at least one output row each (neighbouring bands share K - S input rows, built twice).
+  constexpr int64_t kBudgetFloats = 65536;
+  const int64_t block_row = wp * 16;  // floats of one padded input row of one block
+  const int64_t all_rows_in = (oh_end - oh_begin - 1) * S + K;
+  int64_t band = 0, group = blocks;
+  if (all_rows_in * block_row * blocks <= kBudgetFloats ||
+      all_rows_in * block_row * 4 > kBudgetFloats) {
+    const int64_t band_rows_in = std::max<int64_t>(K, kBudgetFloats / (block_row * blocks));
+    band = std::clamp<int64_t>((band_rows_in - K) / S + 1, 1, oh_end - oh_begin);
+  } else {
+    band = oh_end - oh_begin;
+    group = std::max<int64_t>(1, kBudgetFloats / (all_rows_in * block_row));
+  }
+  const int64_t rows_in = (band - 1) * S + K;
+  const int64_t block_in = rows_in * block_row;
+  const int64_t band_pixels = (band * OW + 15) / 16 * 16;
+  float* in = channelBlockScratch(group * block_in + (y_nhwc ? 0 : band_pixels * 16));
+  float* out = in + group * block_in;
+  // This writes over the scratch that depthwiseChannels keeps the padding of between calls.
+  zeroedPadding() = ZeroedPadding{};
+  float* wv_all = channelWeightsScratch(blocks * K * K * 16);
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t count = std::min<int64_t>(16, C - blk * 16);
+    for (int t0 = 0; t0 < K * K; t0 += 16) {
+      __m512 v[16];
+      loadTransposed(v, w + blk * 16 * K * K, K * K, count, t0, K * K);
+      for (int j = 0; j < 16 && t0 + j < K * K; ++j)
+        _mm512_store_ps(wv_all + (blk * K * K + t0 + j) * 16, v[j]);
+    }
+  }
+  const bool vector_act = hasVectorActivation(ep.activation, true);
+  const Activation act = vector_act ? ep.activation : Activation::None;
+  const bool has_bias = ep.bias != nullptr;
+  // Input columns inside the image: scratch columns [q_begin, q_end) hold input columns
+  // q - PW; the rest of a row is padding.
+  const int64_t q_begin = std::clamp<int64_t>(PW, 0, wp);
+  const int64_t q_end = std::clamp<int64_t>(PW + W, q_begin, wp);
+  const int64_t iw_begin = q_begin - PW, iw_end = q_end - PW;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t g0 = 0; g0 < blocks; g0 += group) {
+  const int64_t g1 = std::min(blocks, g0 + group);
+  const __mmask16 last_lanes = firstLanes(std::min<int64_t>(16, C - (g1 - 1) * 16));
+  for (int64_t oh0 = oh_begin; oh0 < oh_end; oh0 += band) {
+    const int64_t oh1 = std::min(oh_end, oh0 + band);
+    const int64_t rows = (oh1 - oh0 - 1) * S + K;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t ih = oh0 * S - PH + r;
+      for (int64_t blk = g0; blk < g1; ++blk) {
+        float* row = in + (blk - g0) * block_in + r * block_row;
+        if (ih < 0 || ih >= H) {
+          for (int64_t q = 0; q < wp; ++q) _mm512_store_ps(row + q * 16, zero);
+          continue;
+        }
+        for (int64_t q = 0; q < q_begin; ++q) _mm512_store_ps(row + q * 16, zero);
+        for (int64_t q = q_end; q < wp; ++q) _mm512_store_ps(row + q * 16, zero);
+      }
+      if (ih < 0 || ih >= H) continue;
+      if (x_nhwc) {
+        const float* src = x + ih * W * C;
+        float* dst = in + r * block_row + PW * 16;
+        for (int64_t iw = iw_begin; iw < iw_end; ++iw) {
+          const float* pixel = src + iw * C;
+          for (int64_t blk = g0; blk + 1 < g1; ++blk)
+            _mm512_store_ps(dst + (blk - g0) * block_in + iw * 16,
+                            _mm512_loadu_ps(pixel + blk * 16));
+          _mm512_store_ps(dst + (g1 - 1 - g0) * block_in + iw * 16,
+                          _mm512_maskz_loadu_ps(last_lanes, pixel + (g1 - 1) * 16));
+        }
+        continue;
+      }
+      for (int64_t blk = g0; blk < g1; ++blk) {
+        const int64_t count = std::min<int64_t>(16, C - blk * 16);
+        float* row = in + (blk - g0) * block_in + r * block_row;
+        for (int64_t iw0 = iw_begin; iw0 < iw_end; iw0 += 16) {
+          __m512 v[16];
+          loadTransposed(v, x + blk * 16 * plane_in + ih * W + iw0, plane_in, count, 0,
+                         iw_end - iw0);
+          const int64_t n = std::min<int64_t>(16, iw_end - iw0);
+          for (int64_t j = 0; j < n; ++j) _mm512_store_ps(row + (iw0 + j + PW) * 16, v[j]);
+        }
+      }
+    }
+
+    for (int64_t blk = g0; blk < g1; ++blk) {
+      const int64_t channel = blk * 16, count = std::min<int64_t>(16, C - channel);
+      const __mmask16 lanes = firstLanes(count);
+      const __m512 bias_lanes =
+          has_bias ? _mm512_maskz_loadu_ps(lanes, ep.bias + channel) : _mm512_setzero_ps();
+      __m512 wv[K * K];
+#pragma GCC unroll 25
+      for (int t = 0; t < K * K; ++t) wv[t] = _mm512_load_ps(wv_all + (blk * K * K + t) * 16);
+      const float* block = in + (blk - g0) * block_in;
+      for (int64_t oh = oh0; oh < oh1; ++oh) {
+        float* y_row = y + oh * OW * C + channel;
+        float* scratch_row = out + (oh - oh0) * OW * 16;
+        const int64_t local = oh - oh0;
+        int64_t ow = 0;
+        for (; ow + 4 <= OW; ow += 4) {
+          __m512 acc[4];
+          channelPixels<S, K, 4>(block, wp, wv, acc, local, ow);
+          storeChannelPixels<4>(acc, y_nhwc, y_row + ow * C, C, lanes, has_bias, bias_lanes, act,
+                                ep, scratch_row + ow * 16);
+        }
+        const int64_t rest = OW - ow;
+        if (rest == 3) {
+          __m512 acc[3];
+          channelPixels<S, K, 3>(block, wp, wv, acc, local, ow);
+          storeChannelPixels<3>(acc, y_nhwc, y_row + ow * C, C, lanes, has_bias, bias_lanes, act,
+                                ep, scratch_row + ow * 16);
+        } else if (rest == 2) {
+          __m512 acc[2];
+          channelPixels<S, K, 2>(block, wp, wv, acc, local, ow);
+          storeChannelPixels<2>(acc, y_nhwc, y_row + ow * C, C, lanes, has_bias, bias_lanes, act,
+                                ep, scratch_row + ow * 16);
+        } else if (rest == 1) {
+          __m512 acc[1];
+          channelPixels<S, K, 1>(block, wp, wv, acc, local, ow);
+          storeChannelPixels<1>(acc, y_nhwc, y_row + ow * C, C, lanes, has_bias, bias_lanes, act,
+                                ep, scratch_row + ow * 16);
+        }
+        if (y_nhwc && !vector_act) {
+          for (int64_t p = 0; p < OW; ++p) ep.activate(y_row + p * C, count);
+        }
+      }
+      if (y_nhwc) continue;
+
+      // The block's pixels of this band back to planes, 16 pixels of each channel at a time,
+      // with the epilogue on the way (Epilogue::apply's order: bias, residual, activation).
+      const int64_t p_begin = oh0 * OW, p_end = oh1 * OW;
+      for (int64_t p0 = p_begin; p0 < p_end; p0 += 16) {
+        __m512 v[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) v[j] = _mm512_load_ps(out + (p0 - p_begin + j) * 16);
+        transpose16x16(v);
+        const __mmask16 m = firstLanes(p_end - p0);
+        for (int64_t c = 0; c < count; ++c) {
+          const int64_t at = (channel + c) * P + p0;
+          storeWithEpilogue512(y + at, m, v[c], has_bias,
+                               _mm512_set1_ps(has_bias ? ep.bias[channel + c] : 0.f),
+                               residual ? residual + at : nullptr, act, ep.alpha, ep.beta);
+        }
+      }
+      if (!vector_act)
+        for (int64_t c = 0; c < count; ++c)
+          ep.activate(y + (channel + c) * P + p_begin, p_end - p_begin);
+    }
+  }
+  }
+}
+
 }  // namespace
 
 bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window& win,
@@ -510,6 +708,32 @@ bool depthwiseChannelsAvx512(const float* x, const float* w, float* y, const Win
   return true;
 }
 
+bool depthwiseChannelsLastTakes(const Window& win) {
+  static const bool has_avx512 = __builtin_cpu_supports("avx512f");
+  if (!has_avx512 || win.rank() != 2) return false;
+  const int64_t s = win.strides[1], k = win.kernel[1];
+  return win.strides[0] == s && (s == 1 || s == 2) && win.kernel[0] == k && (k == 3 || k == 5) &&
+         win.dilations[0] == 1 && win.dilations[1] == 1 && win.out[0] > 0 && win.out[1] > 0 &&
+         win.out[1] <= (int64_t{1} << 16);
+}
+
+static bool depthwiseChannelsLastAvx512(const float* x, bool x_nhwc, const float* w, float* y,
+                                        bool y_nhwc, const Window& win, const Epilogue& ep,
+                                        int64_t C, const float* residual, int64_t oh_begin,
+                                        int64_t oh_end) {
+  if (!depthwiseChannelsLastTakes(win)) return false;
+  const int64_t s = win.strides[1], k = win.kernel[1];
+  if (s == 1 && k == 3)
+    depthwiseChannelsLastRows<1, 3>(x, x_nhwc, w, y, y_nhwc, win, ep, C, residual, oh_begin, oh_end);
+  else if (s == 1)
+    depthwiseChannelsLastRows<1, 5>(x, x_nhwc, w, y, y_nhwc, win, ep, C, residual, oh_begin, oh_end);
+  else if (k == 3)
+    depthwiseChannelsLastRows<2, 3>(x, x_nhwc, w, y, y_nhwc, win, ep, C, residual, oh_begin, oh_end);
+  else
+    depthwiseChannelsLastRows<2, 5>(x, x_nhwc, w, y, y_nhwc, win, ep, C, residual, oh_begin, oh_end);
+  return true;
+}
+
 bool depthwiseChannelsPay(const Window& win) {
   static const bool has_avx512 = __builtin_cpu_supports("avx512f");
   // Measured (bench_gemm --only depthwise, and MobileNetV2 / EfficientNet-B0 node by node):
@@ -535,6 +759,68 @@ bool depthwiseChannelsAvx512(const float*, const float*, float*, const Window&, 
 
 bool depthwiseChannelsPay(const Window&) { return false; }
 
+bool depthwiseChannelsLastTakes(const Window&) { return false; }
+
+static bool depthwiseChannelsLastAvx512(const float*, bool, const float*, float*, bool,
+                                        const Window&, const Epilogue&, int64_t, const float*,
+                                        int64_t, int64_t) {
+  return false;
+}
+
 #endif
+
+// Any 2-D window, element by element: the reference the vector kernel is tested against, and
+// what runs without AVX-512 or for windows it does not take.
+static void depthwiseChannelsLastScalar(const float* x, bool x_nhwc, const float* w, float* y,
+                                        bool y_nhwc, const Window& win, const Epilogue& ep,
+                                        int64_t C, const float* residual, int64_t oh_begin,
+                                        int64_t oh_end) {
+  const int64_t H = win.in[0], W = win.in[1], OW = win.out[1];
+  const int64_t KH = win.kernel[0], KW = win.kernel[1], P = win.out[0] * OW;
+  const auto xAt = [&](int64_t c, int64_t ih, int64_t iw) {
+    return x_nhwc ? x[(ih * W + iw) * C + c] : x[(c * H + ih) * W + iw];
+  };
+  for (int64_t c = 0; c < C; ++c) {
+    const float* wc = w + c * KH * KW;
+    for (int64_t oh = oh_begin; oh < oh_end; ++oh) {
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        float sum = 0.f;
+        for (int64_t kh = 0; kh < KH; ++kh) {
+          const int64_t ih = oh * win.strides[0] - win.pad_begin[0] + kh * win.dilations[0];
+          if (ih < 0 || ih >= H) continue;
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const int64_t iw = ow * win.strides[1] - win.pad_begin[1] + kw * win.dilations[1];
+            if (iw >= 0 && iw < W) sum += wc[kh * KW + kw] * xAt(c, ih, iw);
+          }
+        }
+        const int64_t p = oh * OW + ow;
+        if (y_nhwc) {
+          if (ep.bias) sum += ep.bias[c];
+          y[p * C + c] = sum;
+          ep.activate(&y[p * C + c], 1);
+        } else {
+          y[c * P + p] = sum;
+        }
+      }
+    }
+    if (!y_nhwc) {
+      Epilogue planar = ep;
+      planar.bias_per_row = true;
+      planar.residual = residual;
+      planar.ld_residual = P;
+      const int64_t p0 = oh_begin * OW, n = (oh_end - oh_begin) * OW;
+      if (!planar.empty()) planar.apply(y + c * P + p0, P, c, p0, 1, n);
+    }
+  }
+}
+
+void depthwiseChannelsLast(const float* x, bool x_nhwc, const float* w, float* y, bool y_nhwc,
+                           const Window& win, const Epilogue& ep, int64_t C,
+                           const float* residual, int64_t oh_begin, int64_t oh_end) {
+  if (oh_begin >= oh_end || C <= 0) return;
+  if (depthwiseChannelsLastAvx512(x, x_nhwc, w, y, y_nhwc, win, ep, C, residual, oh_begin, oh_end))
+    return;
+  depthwiseChannelsLastScalar(x, x_nhwc, w, y, y_nhwc, win, ep, C, residual, oh_begin, oh_end);
+}
 
 }  // namespace fusectl::kernels::cpu

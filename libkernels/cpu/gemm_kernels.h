@@ -26,6 +26,9 @@ struct TileEpilogue {
 struct TileArgs {
   int64_t kc = 0;
   const float* a = nullptr;
+  // 0: `a` is a packed panel. Otherwise A is read in place, row-major: row r's k at
+  // a[r * a_stride + k] (GemmKernelSpec::a_rows_in_place).
+  int64_t a_stride = 0;
   const float* b = nullptr;
   int64_t b_stride = 0;
   float* c = nullptr;
@@ -62,6 +65,15 @@ struct GemmKernelSpec {
   bool residual_in_registers = false;
   // A faster packing of whole A panels than the portable 4x4 transposes, or null.
   PanelPacker pack_a_panel = nullptr;
+  // Packs k [0, kc) of one whole NR-wide panel of a transposed B (each column's k contiguous,
+  // columns `rs` floats apart; alpha is 1) into the panel's k-major order, or null; returns
+  // how many k it packed, like pack_a_panel. Per call for activations read channels-last by a
+  // convolution (a column per pixel), where the portable loop stored one float at a time.
+  PanelPacker pack_b_transposed_panel = nullptr;
+  // The tile reads a row-major A in place (TileArgs::a_stride): each of its rows' k is one
+  // broadcast from memory, as from a panel, so A needs no packing pass where few column panels
+  // reuse it (a pointwise convolution's channels-last input times few output channels).
+  bool a_rows_in_place = false;
 };
 
 // Which activations a vector kernel computes in registers (the others run the scalar

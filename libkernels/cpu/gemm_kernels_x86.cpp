@@ -29,7 +29,9 @@ constexpr int kNr512 = 32;
 // HALF: the tile has at most 16 columns (a panel's ragged end: 196 = 6 x 32 + 4 output pixels,
 // or N = 1), so only the first 16 are computed; the second accumulators stay zero and are
 // stored under an empty mask.
-template <int ROWS, bool HALF>
+// A_ROWS: A is read in place, row r's k at a[r * a_stride + k] (TileArgs::a_stride), not from
+// a packed panel.
+template <int ROWS, bool HALF, bool A_ROWS = false>
 FUSECTL_AVX512 void tile512(const TileArgs& t) {
   __m512 acc0[ROWS], acc1[ROWS];
 #pragma GCC unroll 8
@@ -47,6 +49,7 @@ FUSECTL_AVX512 void tile512(const TileArgs& t) {
     }
   }
   const float* a = t.a;
+  const int64_t as = t.a_stride;
   const float* b = t.b;
   const int64_t bs = t.b_stride;
   // One request every `every` k steps until the tile's share is asked for. Addresses as
@@ -70,17 +73,18 @@ FUSECTL_AVX512 void tile512(const TileArgs& t) {
     const __m512 b0 = _mm512_loadu_ps(b);
     if (HALF) {
 #pragma GCC unroll 8
-      for (int r = 0; r < ROWS; ++r) acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r]), b0, acc0[r]);
+      for (int r = 0; r < ROWS; ++r)
+        acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(A_ROWS ? a[r * as] : a[r]), b0, acc0[r]);
     } else {
       const __m512 b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 8
       for (int r = 0; r < ROWS; ++r) {
-        const __m512 av = _mm512_set1_ps(a[r]);
+        const __m512 av = _mm512_set1_ps(A_ROWS ? a[r * as] : a[r]);
         acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
         acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
       }
     }
-    a += kMr512;
+    a += A_ROWS ? 1 : kMr512;
     b += bs;
   }
   const int cols = t.cols;
@@ -125,17 +129,17 @@ FUSECTL_AVX512 void tile512(const TileArgs& t) {
   }
 }
 
-template <bool HALF>
+template <bool HALF, bool A_ROWS = false>
 FUSECTL_AVX512 void tileAvx512Rows(const TileArgs& t) {
   switch (t.rows) {
-    case 8: tile512<8, HALF>(t); break;
-    case 7: tile512<7, HALF>(t); break;
-    case 6: tile512<6, HALF>(t); break;
-    case 5: tile512<5, HALF>(t); break;
-    case 4: tile512<4, HALF>(t); break;
-    case 3: tile512<3, HALF>(t); break;
-    case 2: tile512<2, HALF>(t); break;
-    default: tile512<1, HALF>(t); break;
+    case 8: tile512<8, HALF, A_ROWS>(t); break;
+    case 7: tile512<7, HALF, A_ROWS>(t); break;
+    case 6: tile512<6, HALF, A_ROWS>(t); break;
+    case 5: tile512<5, HALF, A_ROWS>(t); break;
+    case 4: tile512<4, HALF, A_ROWS>(t); break;
+    case 3: tile512<3, HALF, A_ROWS>(t); break;
+    case 2: tile512<2, HALF, A_ROWS>(t); break;
+    default: tile512<1, HALF, A_ROWS>(t); break;
   }
 }
 
@@ -201,8 +205,31 @@ FUSECTL_AVX512 int64_t packPanelAvx512(const float* A, int64_t rs, int64_t kc, f
   return k;
 }
 
+// One 32-wide panel of a transposed B, 16 k at a time: each half's 16 columns x 16 k loaded as
+// 16 column vectors and transposed in registers (transpose16x16) into 16 k-rows of 16.
+FUSECTL_AVX512 int64_t packTransposedBPanelAvx512(const float* B, int64_t cs, int64_t kc, float,
+                                                  float* out) {
+  static_assert(kNr512 == 32, "the panel is two 16-column halves");
+  int64_t k = 0;
+  for (; k + 16 <= kc; k += 16) {
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_ps(B + (half * 16 + j) * cs + k);
+      transpose16x16(r);
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) _mm512_storeu_ps(out + (k + i) * 32 + half * 16, r[i]);
+    }
+  }
+  return k;
+}
+
 FUSECTL_AVX512 void tileAvx512(const TileArgs& t) {
-  if (t.cols == 1) tileColumn512(t);
+  if (t.a_stride) {  // A read in place (GemmKernelSpec::a_rows_in_place)
+    if (t.cols <= 16) tileAvx512Rows<true, true>(t);
+    else tileAvx512Rows<false, true>(t);
+  } else if (t.cols == 1) tileColumn512(t);
   else if (t.cols <= 16) tileAvx512Rows<true>(t);
   else tileAvx512Rows<false>(t);
 }
@@ -335,7 +362,7 @@ FUSECTL_AVX2 void tileAvx2(const TileArgs& t) {
 // loaded and stored half as often; the ResNet-50 conv shapes did not change beyond noise.
 const GemmKernelSpec kAvx512Spec = {"avx512", kMr512,         kNr512, 512, 192,
                                     4096,     tileAvx512,     true,   true, true,
-                                    packPanelAvx512};
+                                    packPanelAvx512, packTransposedBPanelAvx512, true};
 // 6 x 256 A panel + 256 x 16 B panel = 22 KiB in L1; 144 x 256 A block in L2.
 const GemmKernelSpec kAvx2Spec = {"avx2-fma", kMr256, 16, 256, 144, 4096, tileAvx2, false, false,
                                   true};

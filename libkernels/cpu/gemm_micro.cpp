@@ -148,6 +148,15 @@ void packA(const GemmKernelSpec& s, int64_t mc, int64_t kc, const float* A, int6
   for (int64_t i0 = 0; i0 < mc; i0 += MR, out += MR * kc) {
     const int64_t mr = std::min(MR, mc - i0);
     if (rs == 1) {  // transposed A: the MR values of one k are contiguous
+      if (mr == MR && MR == 8 && alpha == 1.f) {  // whole panels, 8 floats a k in one move
+        for (int64_t k = 0; k < kc; ++k) {
+          const float* src = A + i0 + k * cs;
+          float* dst = out + k * 8;
+#pragma GCC unroll 8
+          for (int r = 0; r < 8; ++r) dst[r] = src[r];
+        }
+        continue;
+      }
       for (int64_t k = 0; k < kc; ++k) {
         const float* src = A + i0 + k * cs;
         int64_t r = 0;
@@ -187,10 +196,14 @@ void packB(const GemmKernelSpec& s, int64_t kc, int64_t nc, const float* B, int6
       }
       continue;
     }
-    // Transposed B (Linear weights): one column at a time reads contiguous memory.
+    // Transposed B (Linear weights, channels-last activations): one column at a time reads
+    // contiguous memory; whole panels 16 k at a time in registers where the kernel can.
+    int64_t k0 = 0;
+    if (rs == 1 && nr == NR && s.pack_b_transposed_panel)
+      k0 = s.pack_b_transposed_panel(B + j0 * cs, cs, kc, 1.f, out);
     for (int64_t j = 0; j < nr; ++j) {
       const float* src = B + (j0 + j) * cs;
-      for (int64_t k = 0; k < kc; ++k) out[k * NR + j] = src[k * rs];
+      for (int64_t k = k0; k < kc; ++k) out[k * NR + j] = src[k * rs];
     }
     for (int64_t j = nr; j < NR; ++j) {
       for (int64_t k = 0; k < kc; ++k) out[k * NR + j] = 0.f;
@@ -287,8 +300,13 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
   // One column (a matrix-vector product) is read in place by a kernel whose one-column tile
   // needs no panel, whatever B's layout.
   const bool column_b = !pb && !sourced_b && !direct_b && j1 - j0 == 1 && s.column_in_place;
+  // A row-major A is read in place where the caller allows it (GemmParams::a_in_place), the
+  // kernel can (a_rows_in_place) and the region has at most 4 column panels, each A panel
+  // reused too few times for a packing pass to pay.
+  const bool direct_a = p.a_in_place && !pa && !p.a_source && s.a_rows_in_place &&
+                        p.a_cs == 1 && p.a_rs > 0 && p.alpha == 1.f && j1 - j0 <= 4 * NR;
   thread_local ScratchBuffer abuf, bbuf, edgebuf;
-  float* apack = pa ? nullptr : abuf.get(std::min(MC, roundUp(i1 - i0, MR)) * std::min(K, KC));
+  float* apack = pa || direct_a ? nullptr : abuf.get(std::min(MC, roundUp(i1 - i0, MR)) * std::min(K, KC));
   float* bpack = pb || direct_b || column_b
                      ? nullptr
                      : bbuf.get(std::min(K, KC) * std::min(NC, roundUp(j1 - j0, NR)));
@@ -329,6 +347,8 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
         } else if (p.a_source) {
           p.a_source->packPanels(pc, kc, ic, mc, MR, apack);
           ablock = apack;
+        } else if (direct_a) {
+          ablock = A + ic * p.a_rs + pc;
         } else {
           packA(s, mc, kc, A + ic * p.a_rs + pc * p.a_cs, p.a_rs, p.a_cs, p.alpha, apack);
           ablock = apack;
@@ -387,7 +407,8 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
             else next_a.assign(t, jr / NR * row_tiles + ir / MR);
             if (t.prefetch_lines == 0) next_b_rows.assign(t, ir / MR);
             t.rows = static_cast<int>(std::min(MR, mc - ir));
-            t.a = ablock + ir * kc;
+            t.a = direct_a ? ablock + ir * p.a_rs : ablock + ir * kc;
+            t.a_stride = direct_a ? p.a_rs : 0;
             t.c = p.C + row * p.ldc + col;
             t.ep = nullptr;
             if (last_k && ep) {

@@ -73,6 +73,12 @@ struct GemmParams {
   // strides of that operand are not read. A sourced A carries no alpha: alpha must be 1.
   const GemmPanelSource* a_source = nullptr;
   const GemmPanelSource* b_source = nullptr;
+  // A row-major A (a_cs 1) may be read in place instead of packed, where N is at most 4 of
+  // the kernel's column panels and its tile can (the AVX-512 one): each row's k a broadcast
+  // from memory. Set by the pointwise convolution with a channels-last input, whose pixel rows
+  // would otherwise be transposed into panels (a register transpose per 8 rows and 16 k) for
+  // a product over 16-128 output channels. The sums are the same, in the same order.
+  bool a_in_place = false;
 };
 
 // Row-major convenience: A is M x K (K x M when trans_a) with leading dimension lda, etc.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -140,6 +141,7 @@ Executor::Executor(const Model& model, const Graph& graph, ExecutorOptions optio
   pool_ = BufferPool(backend_->allocator());
   plan_ = buildMemoryPlan(graph_);
   resolveKernels();
+  planChannelsLast();
   initializers_.resize(plan_.values.size());
   countReleasableUses();
   for (const Value* v : graph_.initializers()) {
@@ -391,6 +393,51 @@ void Executor::resolveKernels() {
     throwUnsupported(msg);
   }
   if (may_fall_back) device_initializers_.resize(plan_.values.size());
+}
+
+void Executor::planChannelsLast() {
+  channels_last_outputs_.assign(plan_.order.size(), 0);
+  if (!options_.channels_last || std::getenv("FUSECTL_NO_CHANNELS_LAST") ||
+      backend_->device() != Device::Cpu) {
+    return;
+  }
+  std::unordered_map<const Node*, size_t> step_of;
+  for (size_t step = 0; step < plan_.order.size(); ++step) step_of[plan_.order[step]] = step;
+  // A value a subgraph reads is read by kernels this executor does not choose.
+  std::set<const Value*> captured;
+  for (const Node* n : plan_.order) captured.insert(n->implicitInputs().begin(), n->implicitInputs().end());
+  for (size_t step = 0; step < plan_.order.size(); ++step) {
+    const Node& node = *plan_.order[step];
+    const KernelInfo* producer = kernels_[step];
+    if (!producer || !producer->writes_channels_last) continue;
+    for (size_t o = 0; o < node.numOutputs() && o < 64; ++o) {
+      const Value* v = node.output(o);
+      if (!v || v->isGraphOutput() || captured.count(v) || !producer->writes_channels_last(node, o))
+        continue;
+      bool every_reader = false;
+      for (const Node* reader : v->consumers()) {
+        auto it = step_of.find(reader);
+        const KernelInfo* k = it == step_of.end() ? nullptr : kernels_[it->second];
+        every_reader = k && k->reads_channels_last;
+        for (size_t i = 0; every_reader && i < reader->numInputs(); ++i) {
+          if (reader->input(i) == v) every_reader = k->reads_channels_last(*reader, i);
+        }
+        if (!every_reader) break;
+      }
+      if (every_reader) channels_last_outputs_[step] |= uint64_t{1} << o;
+    }
+  }
+}
+
+std::vector<const Value*> Executor::channelsLastValues() const {
+  std::vector<const Value*> values;
+  for (size_t step = 0; step < channels_last_outputs_.size(); ++step) {
+    const Node& node = *plan_.order[step];
+    for (size_t o = 0; o < node.numOutputs() && o < 64; ++o) {
+      if ((channels_last_outputs_[step] >> o) & 1u) values.push_back(node.output(o));
+    }
+  }
+  return values;
 }
 
 void Executor::bindInputs(const std::vector<NamedTensor>& inputs,
@@ -887,6 +934,7 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
     if (!transfers && options_.donate_inputs) {
       ctx.bindDonatableInputs(donatableInputs(node, args, last_read_here & ~constant_inputs));
     }
+    if (!transfers) ctx.bindChannelsLastOutputs(channels_last_outputs_[step]);
     ctx.bindConstantRestorer(&restorer);
     BodyRunner bodies(*this, scope);
     if (!node.implicitInputs().empty() || !bodies_.empty()) {

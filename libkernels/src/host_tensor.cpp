@@ -103,6 +103,7 @@ const void* HostTensor::identityOf(const Tensor& src) {
 
 Tensor HostTensor::toTensor() const {
   if (dtype_ == DType::String) return Tensor::ofStrings(dims_, strings_);
+  if (channels_last_) throwInternal("HostTensor::toTensor: the tensor is laid out channels-last");
   const size_t n = byteSize();
   std::vector<uint8_t> bytes(n);
   if (n) std::memcpy(bytes.data(), data_, n);
@@ -125,6 +126,7 @@ HostTensor HostTensor::reshaped(std::vector<int64_t> dims) const {
     throwInternal("HostTensor::reshaped: element count changes from " + std::to_string(numel()) +
                   " to " + std::to_string(checkedNumel(dims)));
   }
+  if (channels_last_) throwInternal("HostTensor::reshaped: the tensor is laid out channels-last");
   HostTensor t = *this;
   t.dims_ = std::move(dims);
   return t;

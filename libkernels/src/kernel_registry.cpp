@@ -99,6 +99,7 @@ HostTensor* KernelContext::overwriteInput(size_t in, size_t out, DType dtype,
     return nullptr;
   }
   outputs_[out] = *source;
+  outputs_[out].setChannelsLast(false);  // the kernel marks the layout it writes
   in_place_outputs_ |= uint64_t{1} << out;
   return &outputs_[out];
 }

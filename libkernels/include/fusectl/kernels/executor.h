@@ -67,6 +67,13 @@ struct ExecutorOptions {
   // Let a kernel write an output into the buffer of an input it is the last reader of
   // (KernelContext::inputDonatable; FusedConv's residual). Off only to compare against.
   bool donate_inputs = true;
+  // Store a value between two nodes channels-last (HostTensor::channelsLast) where its
+  // producer's kernel writes that layout and every reader's kernel reads it
+  // (KernelInfo::reads_channels_last / writes_channels_last): the 1x1 / depthwise / 1x1
+  // convolution chains of MobileNet and EfficientNet, whose channels would otherwise be moved
+  // across pixels on the way into and out of every depthwise convolution. CPU backend only.
+  // Off (or the environment variable FUSECTL_NO_CHANNELS_LAST set) only to compare against.
+  bool channels_last = true;
 };
 
 struct NodeTime {
@@ -142,6 +149,9 @@ class Executor {
   // The nodes that run on the CPU because the backend's device has no kernel for them (or its
   // kernel declines them), in execution order; empty on the CPU backend.
   std::vector<const Node*> cpuFallbacks() const;
+  // The values this executor stores channels-last (ExecutorOptions::channels_last), in
+  // execution order of their producers; subgraphs' executors not included.
+  std::vector<const Value*> channelsLastValues() const;
 
   // ExecutorOptions::capture_graph: whether a recording is kept, and a way to give it up for
   // good (later runs are queued, and ExecutionStats::device_graph says "not used: <reason>"):
@@ -183,6 +193,8 @@ class Executor {
   bool isInitializer(int s, const HostTensor& t) const;
   // Which initializers' own copies may be released, and after how many uses' copies.
   void countReleasableUses();
+  // Which outputs of each step are asked for channels-last (channels_last_outputs_).
+  void planChannelsLast();
   // After step `step` set a new state: lets go of constant inputs it copied (copied_inputs.h).
   void noteCopiedInputs(size_t step, const KernelState* state, uint64_t constant_inputs,
                         std::vector<HostTensor>& slots);
@@ -218,6 +230,7 @@ class Executor {
   std::vector<uint32_t> constant_uses_;
   std::vector<std::vector<uint64_t>> copied_uses_;
   std::vector<std::unique_ptr<KernelState>> kernel_states_;  // per step, kept across runs
+  std::vector<uint64_t> channels_last_outputs_;  // per step: KernelContext::channelsLastWanted
   BufferPool pool_;                         // the backend's arena
   // Only when the backend's memory is not the host's:
   std::vector<bool> on_cpu_;                   // per step: a CPU fallback

@@ -76,6 +76,14 @@ class HostTensor {
   // (fromTensor), or held before it was released.
   const void* identity() const { return identity_ ? identity_ : data_; }
 
+  // A rank-4 tensor whose dims stay [N, C, H, W] while its bytes are laid out channels-last,
+  // [N][H][W][C]: what a convolution writes for the next convolution to read where the executor
+  // found that every reader of the value takes that layout (KernelInfo::reads_channels_last),
+  // so that neither pays for moving channels across pixels. Only kernels that declared the
+  // layout ever see such a tensor; reshaped() and toTensor() refuse one.
+  bool channelsLast() const { return channels_last_; }
+  void setChannelsLast(bool on) { channels_last_ = on; }
+
   // ONNX sequence(tensor) and optional(...) values travel in the executor's slots like
   // tensors, so the memory plan, the step loop and subgraph bodies carry them unchanged. One
   // is a HostTensor of another kind with dims [0] and no bytes (a kernel that expects a tensor
@@ -101,6 +109,7 @@ class HostTensor {
   std::vector<std::string> strings_;
   Kind kind_ = Kind::Tensor;
   bool optional_of_sequence_ = false;
+  bool channels_last_ = false;
   std::shared_ptr<const std::vector<HostTensor>> items_;  // shared: sequences are immutable
 };
 
@@ -225,6 +234,16 @@ class KernelContext {
   // Called by the executor: which inputs this node may overwrite.
   void bindDonatableInputs(uint64_t inputs) { donatable_inputs_ = inputs; }
 
+  // Whether the executor asks for output `i` channels-last (HostTensor::channelsLast): only
+  // for outputs whose every reader declared it takes that layout, never for a graph output.
+  // The kernel may still write it as usual; it marks what it wrote on the output tensor, and
+  // readers go by that mark. Never outside an executor.
+  bool channelsLastWanted(size_t i) const {
+    return i < 64 && ((channels_last_outputs_ >> i) & 1u);
+  }
+  // Called by the executor: which outputs it asks for channels-last.
+  void bindChannelsLastOutputs(uint64_t outputs) { channels_last_outputs_ = outputs; }
+
   // Runs the node's subgraph held by graph attribute `attr` (see SubgraphRunner); fails naming
   // the node when the attribute is missing or the kernel runs outside an executor.
   std::vector<HostTensor> runSubgraph(std::string_view attr,
@@ -246,6 +265,7 @@ class KernelContext {
   uint64_t constant_inputs_ = 0;
   uint64_t donatable_inputs_ = 0;
   uint64_t in_place_outputs_ = 0;
+  uint64_t channels_last_outputs_ = 0;
   ConstantRestorer* restorer_ = nullptr;
   SubgraphRunner* subgraph_runner_ = nullptr;
 };
@@ -284,6 +304,14 @@ struct KernelInfo {
   // one, from the node's attributes and declared types (Cast's target, Where's value dtype).
   // A node it declines runs on the CPU. Empty: every node.
   std::function<bool(const Node&)> accepts = {};
+  // The channels-last layout (HostTensor::channelsLast) of a rank-4 value between two nodes:
+  // whether this kernel reads input `i` of this node in that layout (it must then handle a
+  // tensor marked channels-last there, whatever its path), and whether it can write output `i`
+  // that way when asked (KernelContext::channelsLastWanted). The executor stores a value
+  // channels-last only where its producer writes it and every reader reads it so; a kernel
+  // says yes only where that layout pays for it. Empty: never. CPU kernels only.
+  std::function<bool(const Node&, size_t input)> reads_channels_last = {};
+  std::function<bool(const Node&, size_t output)> writes_channels_last = {};
 };
 
 class KernelRegistry {
