@@ -108,6 +108,33 @@ std::string blockModel(int64_t C, int64_t E, int64_t H, int64_t W, int64_t k, in
          "  " + projection + "\n" + extra_nodes + "}\n";
 }
 
+// EfficientNet's block: blockModel's with a squeeze-and-excitation between the depthwise
+// convolution and the projection (a global average pool, two 1x1 convolutions on [1, E, 1, 1],
+// the scale m = Mul(s, d), `scale_first` or Mul(d, s)); `extra` nodes and outputs appended.
+std::string squeezeExcitationModel(int64_t C, int64_t E, int64_t H, int64_t W, bool scale_first,
+                                   const std::string& extra_outputs = "",
+                                   const std::string& extra_nodes = "") {
+  const std::string x = "float[1, " + std::to_string(C) + ", " + std::to_string(H) + ", " +
+                        std::to_string(W) + "]";
+  const std::string e = std::to_string(E);
+  return "<ir_version: 8, opset_import: [\"\" : 13, \"fusectl\" : 1]>\n"
+         "g (" + x + " X) => (" + x + " Y" + extra_outputs + ")\n<" +
+         randomInitializer("we", {E, C, 1, 1}, 1) + ", " + randomInitializer("be", {E}, 2) + ", " +
+         randomInitializer("wd", {E, 1, 3, 3}, 3) + ", " + randomInitializer("bd", {E}, 4) + ", " +
+         randomInitializer("w1", {4, E, 1, 1}, 7) + ", " + randomInitializer("b1", {4}, 8) + ", " +
+         randomInitializer("w2", {E, 4, 1, 1}, 9) + ", " + randomInitializer("b2", {E}, 10) + ", " +
+         randomInitializer("wp", {C, E, 1, 1}, 5) + ", " + randomInitializer("bp", {C}, 6) +
+         ">\n{\n"
+         "  e = fusectl.FusedConv <activation = \"Silu\"> (X, we, be)\n"
+         "  d = fusectl.FusedConv <activation = \"Silu\", group = " + e +
+         ", kernel_shape = [3, 3], pads = [1, 1, 1, 1]> (e, wd, bd)\n"
+         "  g = GlobalAveragePool (d)\n"
+         "  h = fusectl.FusedConv <activation = \"Silu\"> (g, w1, b1)\n"
+         "  s = fusectl.FusedConv <activation = \"Sigmoid\"> (h, w2, b2)\n" +
+         (scale_first ? "  m = Mul (s, d)\n" : "  m = Mul (d, s)\n") +
+         "  Y = fusectl.FusedConv (m, wp, bp, X)\n" + extra_nodes + "}\n";
+}
+
 void requireClose(const std::vector<float>& got, const std::vector<float>& want) {
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -117,6 +144,13 @@ void requireClose(const std::vector<float>& got, const std::vector<float>& want)
 }
 
 bool hasAvx512() { return __builtin_cpu_supports("avx512f"); }
+
+// The declared shapes of squeezeExcitationModel's values.
+std::vector<std::pair<std::string, std::vector<int64_t>>> withScale(int64_t E, int64_t H,
+                                                                    int64_t W) {
+  return {{"e", {1, E, H, W}}, {"d", {1, E, H, W}}, {"g", {1, E, 1, 1}}, {"h", {1, 4, 1, 1}},
+          {"s", {1, E, 1, 1}}, {"m", {1, E, H, W}}};
+}
 
 // The declared shapes of a block's expansion e ([1, E, H, W]) and depthwise output d.
 std::vector<std::pair<std::string, std::vector<int64_t>>> inner(int64_t E, int64_t H, int64_t W,
@@ -160,6 +194,17 @@ TEST_CASE("The executor stores a block's inner values channels-last and computes
        {"d"}, inner(32, 14, 14, 14, 14)},
       // Planes over 28x28 keep the planar kernels (measured faster there).
       {"56x56 plane", blockModel(8, 16, 56, 56, 3, 1, "Clip"), {}, inner(16, 56, 56, 56, 56)},
+      // Squeeze-and-excitation: the pool and the scale read the depthwise output channels-last,
+      // the scale writes it for the projection (either operand order).
+      {"squeeze-and-excitation", squeezeExcitationModel(16, 40, 14, 14, true), {"e", "d", "m"},
+       withScale(40, 14, 14)},
+      {"squeeze-and-excitation, scale second", squeezeExcitationModel(24, 48, 7, 9, false),
+       {"e", "d", "m"}, withScale(48, 7, 9)},
+      // The scaled value also read by a Relu: the scale writes planes, so the depthwise
+      // convolution keeps planes in, and only its output is channels-last.
+      {"scaled value read by another op",
+       squeezeExcitationModel(16, 40, 14, 14, true, ", float[1, 40, 14, 14] r", "  r = Relu (m)\n"),
+       {"d"}, withScale(40, 14, 14)},
   };
   for (const Case& c : cases) {
     // The layout is chosen from the shapes the graph declares, as fusectl's optimized models

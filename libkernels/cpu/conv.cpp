@@ -35,6 +35,7 @@
 
 #include "compute_common.h"
 #include "fusectl/kernels/epilogue.h"
+#include "channels_last.h"
 #include "conv_depthwise.h"
 #include "conv_direct.h"
 #include "conv_pixel_rows.h"
@@ -938,81 +939,6 @@ void runQLinearConv(KernelContext& ctx) {
       }
     }
   }
-}
-
-// ---- channels-last between convolutions (KernelInfo::reads_/writes_channels_last) ----
-
-// Whether a Conv or FusedConv node, by its attributes and declared shapes (before any run), is
-// one that takes a channels-last side where that pays: a depthwise convolution whose window
-// the channel blocks run vectorised (where the planar kernels pay for two transposes, or run
-// rows a quarter full on small planes), or a one-group 2-D pointwise one (its product reads
-// pixel rows as cheaply as channel rows). Unknown weight dims or channels: no.
-bool convTakesChannelsLast(const Node& node) {
-  const Value* xv = node.numInputs() > 0 ? node.input(0) : nullptr;
-  const Value* wv = node.numInputs() > 1 ? node.input(1) : nullptr;
-  if (!xv || !wv) return false;
-  const Shape& xs = xv->shape();
-  const Shape& ws = wv->initializer() ? Shape::ofStatic(wv->initializer()->dims()) : wv->shape();
-  if (!xs.hasRank() || xs.rank() != 4 || !ws.isStatic() || ws.rank() != 4) return false;
-  // Planes up to 28x28 only. On MobileNetV2's 56x56 and 112x112 planes (node by node, five
-  // layers channels-last against planar in alternating runs) every convolution that took the
-  // layout ran 5-50% slower, the depthwise ones (a padded scratch per band, more traffic than
-  // the planar rows on planes beyond L2) and the pointwise ones onto 16-24 channels alike; from
-  // 28x28 down each ran 1-30% faster (bench/README, "Channels-last between convolutions").
-  if (!xs[2].isStatic() || !xs[3].isStatic() || xs[2].value() * xs[3].value() > 28 * 28)
-    return false;
-  const std::vector<int64_t> wd = ws.staticDims();
-  const int64_t M = wd[0], Cg = wd[1], KH = wd[2], KW = wd[3];
-  const int64_t group = node.attrInt("group", 1);
-  if (node.attrInts("kernel_shape", {KH, KW}) != std::vector<int64_t>{KH, KW}) return false;
-  if (node.attrInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return false;
-  const std::vector<int64_t> strides = node.attrInts("strides", {1, 1});
-  const std::string auto_pad = node.attrString("auto_pad", "NOTSET");
-  if (strides.size() != 2) return false;
-  if (group == 1 && KH == 1 && KW == 1 && strides == std::vector<int64_t>{1, 1}) {
-    const std::vector<int64_t> pads = node.attrInts("pads", {0, 0, 0, 0});
-    return pads == std::vector<int64_t>(4, 0) || auto_pad != "NOTSET";
-  }
-  if (Cg != 1 || group != M || !xs[1].isStatic() || xs[1].value() != M) return false;
-  Window probe;  // what depthwiseChannelsLastTakes reads of a window: all but the sizes
-  probe.in = {KH, KW};
-  probe.kernel = {KH, KW};
-  probe.strides = strides;
-  probe.dilations = {1, 1};
-  probe.pad_begin = probe.pad_end = {0, 0};
-  probe.out = {1, 1};
-  return depthwiseChannelsLastTakes(probe);
-}
-
-bool convWritesChannelsLast(const Node& node, size_t output);
-
-// A depthwise convolution only where its output goes channels-last too, as far as the node's
-// readers show (all of them convolutions that take it): one that reads channels-last and
-// writes planes (EfficientNet's, whose output also feeds a squeeze-and-excitation) measured
-// 15-20% slower than planes in and out, so it keeps the layout out of its input.
-bool convReadsChannelsLast(const Node& node, size_t input) {
-  if (input != 0 || !convTakesChannelsLast(node)) return false;
-  const Value* wv = node.input(1);
-  const Shape& ws = wv->initializer() ? Shape::ofStatic(wv->initializer()->dims()) : wv->shape();
-  if (ws.staticDims()[2] == 1) return true;  // pointwise
-  const Value* y = node.numOutputs() > 0 ? node.output(0) : nullptr;
-  if (!y || y->isGraphOutput() || !convWritesChannelsLast(node, 0)) return false;
-  for (const Node* reader : y->consumers()) {
-    const bool conv = (reader->domain().empty() && reader->opType() == "Conv") ||
-                      (reader->domain() == "fusectl" && reader->opType().rfind("FusedConv", 0) == 0);
-    if (!conv || reader->input(0) != y || !convTakesChannelsLast(*reader)) return false;
-  }
-  return true;
-}
-
-// Not with a residual: that is read in planes, like the output it is added to.
-bool convWritesChannelsLast(const Node& node, size_t output) {
-  if (output != 0 || !convTakesChannelsLast(node)) return false;
-  if (node.domain() != "fusectl") return true;
-  const std::optional<FusedOperandSlots> slots = fusedOperandSlots(node.opType());
-  if (!slots || !slots->residual) return !!slots;
-  const size_t at = *slots->residual;
-  return !(at < node.numInputs() && node.input(at));
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 
 #include "broadcast.h"
 #include "cast_narrow.h"
+#include "channels_last.h"
 #include "dtype_dispatch.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/kernels/kernel.h"
@@ -440,6 +441,34 @@ void dropoutKernel(KernelContext& ctx) {
 // ---------------------------------------------------------------------------------------------
 // Registration
 
+// Mul of a channels-last [N][H][W][C] input (HostTensor::channelsLast) by a per-channel scale
+// [N or 1, C, 1, 1], as channelScaleInput admits it: each pixel's C channels times the scale's,
+// written channels-last where the executor asks for it, else as planes. False, touching
+// nothing, when neither input is channels-last.
+bool scaleChannelsLast(KernelContext& ctx) {
+  const HostTensor* a = ctx.input(0);
+  const HostTensor* b = ctx.input(1);
+  if (!a || !b || !(a->channelsLast() || b->channelsLast())) return false;
+  const HostTensor& x = a->channelsLast() ? *a : *b;
+  const HostTensor& s = a->channelsLast() ? *b : *a;
+  if (x.dtype() != DType::Float || s.dtype() != DType::Float || x.rank() != 4 || s.rank() != 4 ||
+      s.dim(1) != x.dim(1) || s.dim(2) != 1 || s.dim(3) != 1 ||
+      (s.dim(0) != 1 && s.dim(0) != x.dim(0))) {
+    throwInternal("a channels-last input to a Mul that is no per-channel scale");
+  }
+  const int64_t N = x.dim(0), C = x.dim(1), P = x.dim(2) * x.dim(3);
+  HostTensor& y = ctx.allocateOutput(0, DType::Float, x.dims());
+  const bool y_channels_last = ctx.channelsLastWanted(0);
+  const float* xs = x.data<float>();
+  float* ys = y.mutableData<float>();
+  for (int64_t n = 0; n < N; ++n) {
+    const float* scale = s.data<float>() + (s.dim(0) == 1 ? 0 : n * C);
+    cpu::scaleChannelRows(xs + n * P * C, scale, P, C, ys + n * P * C, y_channels_last ? 0 : P);
+  }
+  y.setChannelsLast(y_channels_last);
+  return true;
+}
+
 void add(KernelRegistry& r, const char* op, KernelFn fn) {
   r.add({"", op, 1, 1000, std::move(fn)});
 }
@@ -601,9 +630,13 @@ void registerElementwiseKernels(KernelRegistry& r) {
   add(r, "Sub", [](KernelContext& ctx) {
     binaryOp<kNumeric, false>(ctx, [](auto a, auto b) { return static_cast<decltype(a)>(a - b); });
   });
-  add(r, "Mul", [](KernelContext& ctx) {
+  KernelInfo mul{"", "Mul", 1, 1000, [](KernelContext& ctx) {
+    if (scaleChannelsLast(ctx)) return;
     binaryOp<kNumeric, false>(ctx, [](auto a, auto b) { return static_cast<decltype(a)>(a * b); });
-  });
+  }};
+  mul.reads_channels_last = cpu::mulReadsChannelsLast;
+  mul.writes_channels_last = cpu::mulWritesChannelsLast;
+  r.add(mul);
   add(r, "Div", [](KernelContext& ctx) {
     binaryOp<kNumeric, false>(ctx, [](auto a, auto b) { return intDiv(a, b); });
   });

@@ -17,6 +17,7 @@
 #include <limits>
 #include <vector>
 
+#include "channels_last.h"
 #include "compute_common.h"
 #include "gemm_vector_epilogue.h"
 #include "vec_kernels.h"
@@ -289,12 +290,32 @@ FUSECTL_AVX512 void smallPlaneMeans(const float* x, int64_t plane, int64_t count
 }
 #endif
 
+// The means of a channels-last [N][H][W][C] input (HostTensor::channelsLast): a run of C
+// sums per image, a pixel's channels added to them at a time. [N, C, 1, 1] is the same bytes in
+// either layout, so the output is planar.
+void globalMeansChannelsLast(const HostTensor& x, HostTensor& y) {
+  const int64_t N = x.dim(0), C = x.dim(1), P = x.dim(2) * x.dim(3);
+  for (int64_t n = 0; n < N; ++n) {
+    float* out = y.mutableData<float>() + n * C;
+    std::fill(out, out + C, 0.f);
+    sumChannelRows(x.data<float>() + n * P * C, P, C, out);
+    const float inv = P > 0 ? 1.f / static_cast<float>(P) : 0.f;
+    for (int64_t c = 0; c < C; ++c) out[c] *= inv;
+  }
+}
+
 void runGlobalPool(KernelContext& ctx, bool is_max) {
   const HostTensor& x = ctx.requireInput(0);
   if (x.rank() < 2) ctx.fail("X must have rank >= 2");
   std::vector<int64_t> ydims = x.dims();
   for (size_t i = 2; i < ydims.size(); ++i) ydims[i] = 1;
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), ydims);
+  if (x.channelsLast()) {  // only where globalPoolReadsChannelsLast said so: float, rank 4
+    if (is_max || x.dtype() != DType::Float || x.rank() != 4)
+      throwInternal("a channels-last input to a global pool other than a float average");
+    globalMeansChannelsLast(x, y);
+    return;
+  }
   FloatView xf(x);
   FloatSink ys(y);
   const int64_t planes = x.dim(0) * x.dim(1), plane = product(x.dims(), 2);
@@ -333,8 +354,10 @@ void registerPoolKernels(KernelRegistry& r) {
   r.add({"", "MaxPool", 1, 1000, cpu::runMaxPool});
   r.add({"", "AveragePool", 1, 1000, cpu::runAveragePool});
   r.add({"", "GlobalMaxPool", 1, 1000, [](KernelContext& c) { cpu::runGlobalPool(c, true); }});
-  r.add({"", "GlobalAveragePool", 1, 1000,
-         [](KernelContext& c) { cpu::runGlobalPool(c, false); }});
+  KernelInfo average{"", "GlobalAveragePool", 1, 1000,
+                     [](KernelContext& c) { cpu::runGlobalPool(c, false); }};
+  average.reads_channels_last = cpu::globalPoolReadsChannelsLast;
+  r.add(average);
 }
 
 }  // namespace fusectl::kernels
