@@ -9,7 +9,8 @@
 # Env: MODELS (default "resnet50 mobilenet_v2 efficientnet_b0 bert_base"), THREADS ("1 2"),
 # RUNS (20), WARMUP (3), MEMORY_MODEL (resnet50; empty skips the memory section),
 # FUSECTL_ORT_DIR (/work/ort: the folder holding node_modules/onnxruntime-node),
-# PIN (1: 1-thread runs under `taskset -c 1`), OUT (bench/out/profile-<UTC time>: raw JSON kept),
+# PIN (1: 1-thread runs under `taskset -c $PIN_CORE`), PIN_CORE (1; 0 when core 1 is the one a
+# neighbour slows: `profile --only fused` pinned to each core in turn shows it), OUT (bench/out/profile-<UTC time>: raw JSON kept),
 # ROUNDS (1): how many times each model's fusectl and ONNX Runtime measurements are repeated,
 # alternating. On a machine whose speed drifts, one round can put fusectl in a fast minute and
 # ONNX Runtime in a slow one; with ROUNDS > 1 the table gives the median over rounds and, for
@@ -31,6 +32,7 @@ runs=${RUNS:-20}
 warmup=${WARMUP:-3}
 memory_model=${MEMORY_MODEL-resnet50}
 pin=${PIN:-1}
+pin_core=${PIN_CORE:-1}
 rounds=${ROUNDS:-1}
 [ "$rounds" -ge 1 ] 2>/dev/null || { echo "run_profile_bench: ROUNDS must be >= 1" >&2; exit 2; }
 export FUSECTL_ORT_DIR=${FUSECTL_ORT_DIR:-/work/ort}
@@ -57,7 +59,11 @@ fi
 # `taskset -c 1` for one thread: the other core keeps the OS and other processes off it.
 pinned() {
   local t=$1; shift
-  if [ "$pin" = 1 ] && [ "$t" = 1 ] && command -v taskset >/dev/null; then taskset -c 1 "$@"; else "$@"; fi
+  if [ "$pin" = 1 ] && [ "$t" = 1 ] && command -v taskset >/dev/null; then
+    taskset -c "$pin_core" "$@"
+  else
+    "$@"
+  fi
 }
 
 input_args() {  # --input NAME=FILE for each .npy in $1

@@ -148,15 +148,6 @@ void packA(const GemmKernelSpec& s, int64_t mc, int64_t kc, const float* A, int6
   for (int64_t i0 = 0; i0 < mc; i0 += MR, out += MR * kc) {
     const int64_t mr = std::min(MR, mc - i0);
     if (rs == 1) {  // transposed A: the MR values of one k are contiguous
-      if (mr == MR && MR == 8 && alpha == 1.f) {  // whole panels, 8 floats a k in one move
-        for (int64_t k = 0; k < kc; ++k) {
-          const float* src = A + i0 + k * cs;
-          float* dst = out + k * 8;
-#pragma GCC unroll 8
-          for (int r = 0; r < 8; ++r) dst[r] = src[r];
-        }
-        continue;
-      }
       for (int64_t k = 0; k < kc; ++k) {
         const float* src = A + i0 + k * cs;
         int64_t r = 0;
