@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -18,20 +16,13 @@
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/executor.h"
 #include "fusectl/kernels/seeded_inputs.h"
+#include "random_values.h"
 
 using namespace fusectl;
 using namespace fusectl::kernels;
 using namespace fusectl::kernels::cpu;
 
 namespace {
-
-std::vector<float> randomFloats(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 // One image's tensor of dims [C, H, W] moved between layouts.
 std::vector<float> toChannelsLast(const std::vector<float>& planar, int64_t C, int64_t pixels) {
@@ -175,9 +166,12 @@ TEST_CASE("The executor stores a block's inner values channels-last and computes
   const std::vector<Case> cases = {
       // MobileNetV2's 14x14 block: both inner values. Odd channel counts (the last channel block
       // partial), a plane 9 wide, stride 2, 5x5, a non-square plane.
-      {"3x3 block", blockModel(16, 96, 14, 14, 3, 1, "Clip"), {"e", "d"}, inner(96, 14, 14, 14, 14)},
-      {"odd channels", blockModel(20, 40, 9, 11, 3, 1, "Clip"), {"e", "d"}, inner(40, 9, 11, 9, 11)},
-      {"5x5 stride 2 Silu", blockModel(33, 72, 13, 15, 5, 2, "Silu"), {"e", "d"}, inner(72, 13, 15, 7, 8)},
+      {"3x3 block", blockModel(16, 96, 14, 14, 3, 1, "Clip"), {"e", "d"},
+       inner(96, 14, 14, 14, 14)},
+      {"odd channels", blockModel(20, 40, 9, 11, 3, 1, "Clip"), {"e", "d"},
+       inner(40, 9, 11, 9, 11)},
+      {"5x5 stride 2 Silu", blockModel(33, 72, 13, 15, 5, 2, "Silu"), {"e", "d"},
+       inner(72, 13, 15, 7, 8)},
       {"3x3 stride 2 HardSwish", blockModel(8, 24, 28, 27, 3, 2, "HardSwish"), {"e", "d"},
        inner(24, 28, 27, 14, 14)},
       {"LeakyRelu (a scalar epilogue)", blockModel(8, 20, 10, 10, 3, 1, "LeakyRelu"), {"e", "d"},
@@ -294,7 +288,8 @@ TEST_CASE("Depthwise channel blocks read and write either layout like the defini
       Epilogue ep;
       ep.bias = bias.data();
       const float params[] = {-0.5f, 0.75f};
-      ep.setActivation(act, params, act == Activation::Clip ? 2 : act == Activation::LeakyRelu ? 1 : 0);
+      const size_t num_params = act == Activation::Clip ? 2 : act == Activation::LeakyRelu ? 1 : 0;
+      ep.setActivation(act, params, num_params);
       for (const bool x_nhwc : {false, true}) {
         for (const bool y_nhwc : {false, true}) {
           if (!x_nhwc && !y_nhwc) continue;

@@ -8,7 +8,6 @@
 #include <iterator>
 #include <memory>
 #include <numeric>
-#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "fusectl/graph/graph.h"
 #include "fusectl/kernels/epilogue.h"
 #include "fusectl/kernels/kernel.h"
+#include "random_values.h"
 
 using namespace fusectl;
 using namespace fusectl::kernels;
@@ -28,14 +28,6 @@ using namespace fusectl::kernels::cpu;
 using Dims = std::vector<int64_t>;
 
 namespace {
-
-std::vector<float> randomFloats(int64_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 // The ISAs this CPU can run, portable always among them; restores the automatic choice after.
 struct EachKernel {

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -13,20 +12,13 @@
 #include "fusectl/kernels/compare.h"
 #include "fusectl/kernels/executor.h"
 #include "fusectl/passes/pipeline.h"
+#include "random_values.h"
 #include "test_files.h"
 
 using namespace fusectl;
 using namespace fusectl::kernels;
 
 namespace {
-
-std::vector<float> randomValues(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
 
 HostTensor floatTensor(std::vector<int64_t> dims, const std::vector<float>& values) {
   HostTensor t(DType::Float, std::move(dims));
@@ -70,8 +62,8 @@ void checkFusedMatMul(const FusedMatMulCase& c, int threads) {
   for (size_t i = 0; i + 1 < c.a_dims.size(); ++i) M *= c.a_dims[i];
   std::vector<int64_t> y_dims = c.a_dims;
   y_dims.back() = N;
-  const std::vector<float> a = randomValues(M * K, 1), w = randomValues(K * N, 2),
-                           b = randomValues(N, 3), z = randomValues(M * N, 4);
+  const std::vector<float> a = randomFloats(M * K, 1), w = randomFloats(K * N, 2),
+                           b = randomFloats(N, 3), z = randomFloats(M * N, 4);
   auto dims = [](const std::vector<int64_t>& d) { return fmt::format("{}", fmt::join(d, ", ")); };
   std::string inputs = fmt::format("float[{}] A", dims(c.a_dims));
   if (c.residual) inputs += fmt::format(", float[{}] Z", dims(y_dims));
@@ -142,9 +134,9 @@ g (float[2, 3, 4] A, float[5, 6] W, float[6] B) => (float[2, 3, 6] Y)
 )",
                               "bad");
   Executor ex(*model, ExecutorOptions{});
-  std::vector<NamedTensor> feeds = {{"A", floatTensor({2, 3, 4}, randomValues(24, 1))},
-                                    {"W", floatTensor({5, 6}, randomValues(30, 2))},
-                                    {"B", floatTensor({6}, randomValues(6, 3))}};
+  std::vector<NamedTensor> feeds = {{"A", floatTensor({2, 3, 4}, randomFloats(24, 1))},
+                                    {"W", floatTensor({5, 6}, randomFloats(30, 2))},
+                                    {"B", floatTensor({6}, randomFloats(6, 3))}};
   REQUIRE_THROWS_WITH(ex.run(feeds), Catch::Contains("inner dimensions differ") &&
                                          Catch::Contains("FusedMatMul"));
 }
@@ -163,7 +155,7 @@ g (float[{0}] G, float[{0}] U) => (float[{0}] Y)
                                 "swiglu");
     ExecutorOptions options;
     options.num_threads = threads;
-    std::vector<float> g = randomValues(n, 5), u = randomValues(n, 6);
+    std::vector<float> g = randomFloats(n, 5), u = randomFloats(n, 6);
     for (float& x : g) x *= 12.f;  // into both tails of the sigmoid
     auto out = Executor(*model, options).run({{"G", floatTensor({n}, g)}, {"U", floatTensor({n}, u)}});
     const float* y = out.at(0).tensor.data<float>();

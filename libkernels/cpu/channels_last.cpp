@@ -10,6 +10,7 @@
 #include "conv_depthwise.h"
 #include "fusectl/graph/fused_ops.h"
 #include "gemm_vector_epilogue.h"
+#include "vec_kernels.h"
 
 namespace fusectl::kernels::cpu {
 
@@ -24,31 +25,37 @@ bool planeTakesChannelsLast(const Shape& x) {
          x[2].value() * x[3].value() <= 28 * 28 && x[2].value() * x[3].value() > 1;
 }
 
-// Whether a Conv or FusedConv node, by its attributes and declared shapes (before any run), is
-// one that takes a channels-last side where that pays: a depthwise convolution whose window
-// the channel blocks run vectorised (where the planar kernels pay for two transposes, or run
-// rows a quarter full on small planes), or a one-group 2-D pointwise one (its product reads
-// pixel rows as cheaply as channel rows). Unknown weight dims or channels: no.
-bool convTakesChannelsLast(const Node& node) {
+namespace {
+
+enum class ConvKind { Other, Pointwise, Depthwise };
+
+// What a Conv or FusedConv node is, by its attributes and declared shapes (before any run), for
+// the layout: a one-group 2-D pointwise convolution (its product reads pixel rows as cheaply as
+// channel rows), a depthwise one whose window the channel blocks run vectorised (where the
+// planar kernels pay for two transposes, or run rows a quarter full on small planes), or
+// another. Unknown weight dims or channels: another.
+ConvKind convKind(const Node& node) {
   const Value* xv = node.numInputs() > 0 ? node.input(0) : nullptr;
   const Value* wv = node.numInputs() > 1 ? node.input(1) : nullptr;
-  if (!xv || !wv) return false;
+  if (!xv || !wv) return ConvKind::Other;
   const Shape& xs = xv->shape();
-  const Shape& ws = wv->initializer() ? Shape::ofStatic(wv->initializer()->dims()) : wv->shape();
-  if (!planeTakesChannelsLast(xs) || !ws.isStatic() || ws.rank() != 4) return false;
+  const Shape ws = wv->initializer() ? Shape::ofStatic(wv->initializer()->dims()) : wv->shape();
+  if (!planeTakesChannelsLast(xs) || !ws.isStatic() || ws.rank() != 4) return ConvKind::Other;
   const std::vector<int64_t> wd = ws.staticDims();
   const int64_t M = wd[0], Cg = wd[1], KH = wd[2], KW = wd[3];
   const int64_t group = node.attrInt("group", 1);
-  if (node.attrInts("kernel_shape", {KH, KW}) != std::vector<int64_t>{KH, KW}) return false;
-  if (node.attrInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return false;
+  if (node.attrInts("kernel_shape", {KH, KW}) != std::vector<int64_t>{KH, KW})
+    return ConvKind::Other;
+  if (node.attrInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return ConvKind::Other;
   const std::vector<int64_t> strides = node.attrInts("strides", {1, 1});
   const std::string auto_pad = node.attrString("auto_pad", "NOTSET");
-  if (strides.size() != 2) return false;
+  if (strides.size() != 2) return ConvKind::Other;
   if (group == 1 && KH == 1 && KW == 1 && strides == std::vector<int64_t>{1, 1}) {
     const std::vector<int64_t> pads = node.attrInts("pads", {0, 0, 0, 0});
-    return pads == std::vector<int64_t>(4, 0) || auto_pad != "NOTSET";
+    const bool unpadded = pads == std::vector<int64_t>(4, 0) || auto_pad != "NOTSET";
+    return unpadded ? ConvKind::Pointwise : ConvKind::Other;
   }
-  if (Cg != 1 || group != M || !xs[1].isStatic() || xs[1].value() != M) return false;
+  if (Cg != 1 || group != M || !xs[1].isStatic() || xs[1].value() != M) return ConvKind::Other;
   Window probe;  // what depthwiseChannelsLastTakes reads of a window: all but the sizes
   probe.in = {KH, KW};
   probe.kernel = {KH, KW};
@@ -56,8 +63,12 @@ bool convTakesChannelsLast(const Node& node) {
   probe.dilations = {1, 1};
   probe.pad_begin = probe.pad_end = {0, 0};
   probe.out = {1, 1};
-  return depthwiseChannelsLastTakes(probe);
+  return depthwiseChannelsLastTakes(probe) ? ConvKind::Depthwise : ConvKind::Other;
 }
+
+}  // namespace
+
+bool convTakesChannelsLast(const Node& node) { return convKind(node) != ConvKind::Other; }
 
 namespace {
 
@@ -90,10 +101,8 @@ bool keepsChannelsLast(const Node& reader, const Value* v) {
 // and scale on the way to one): one that reads channels-last and writes planes measured 15-20%
 // slower than planes in and out, so it then keeps the layout out of its input.
 bool convReadsChannelsLast(const Node& node, size_t input) {
-  if (input != 0 || !convTakesChannelsLast(node)) return false;
-  const Value* wv = node.input(1);
-  const Shape& ws = wv->initializer() ? Shape::ofStatic(wv->initializer()->dims()) : wv->shape();
-  if (ws.staticDims()[2] == 1) return true;  // pointwise
+  const ConvKind kind = input == 0 ? convKind(node) : ConvKind::Other;
+  if (kind != ConvKind::Depthwise) return kind == ConvKind::Pointwise;
   const Value* y = node.numOutputs() > 0 ? node.output(0) : nullptr;
   if (!y || y->isGraphOutput() || !convWritesChannelsLast(node, 0)) return false;
   for (const Node* reader : y->consumers())
@@ -181,10 +190,11 @@ FUSECTL_AVX512 void sumChannelRowsAvx512(const float* x, int64_t pixels, int64_t
 }
 #endif
 
+// The vector kernels' ISA (vec::activeIsa), as the global pool's planar means choose theirs:
+// a test that forces a narrower one runs the portable loops.
 bool hasAvx512() {
 #ifdef FUSECTL_AVX512
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
+  return vec::activeIsa() == vec::Isa::Avx512;
 #else
   return false;
 #endif

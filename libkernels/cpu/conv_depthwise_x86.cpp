@@ -12,6 +12,7 @@
 #include "gemm_vector_epilogue.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 namespace fusectl::kernels::cpu {
@@ -542,114 +543,138 @@ FUSECTL_AVX512 void depthwiseChannelsLastRows(const float* x, bool x_nhwc, const
   const int64_t iw_begin = q_begin - PW, iw_end = q_end - PW;
   const __m512 zero = _mm512_setzero_ps();
   for (int64_t g0 = 0; g0 < blocks; g0 += group) {
-  const int64_t g1 = std::min(blocks, g0 + group);
-  const __mmask16 last_lanes = firstLanes(std::min<int64_t>(16, C - (g1 - 1) * 16));
-  for (int64_t oh0 = oh_begin; oh0 < oh_end; oh0 += band) {
-    const int64_t oh1 = std::min(oh_end, oh0 + band);
-    const int64_t rows = (oh1 - oh0 - 1) * S + K;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t ih = oh0 * S - PH + r;
-      for (int64_t blk = g0; blk < g1; ++blk) {
-        float* row = in + (blk - g0) * block_in + r * block_row;
-        if (ih < 0 || ih >= H) {
-          for (int64_t q = 0; q < wp; ++q) _mm512_store_ps(row + q * 16, zero);
+    const int64_t g1 = std::min(blocks, g0 + group);
+    const __mmask16 last_lanes = firstLanes(std::min<int64_t>(16, C - (g1 - 1) * 16));
+    for (int64_t oh0 = oh_begin; oh0 < oh_end; oh0 += band) {
+      const int64_t oh1 = std::min(oh_end, oh0 + band);
+      const int64_t rows = (oh1 - oh0 - 1) * S + K;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t ih = oh0 * S - PH + r;
+        for (int64_t blk = g0; blk < g1; ++blk) {
+          float* row = in + (blk - g0) * block_in + r * block_row;
+          if (ih < 0 || ih >= H) {
+            for (int64_t q = 0; q < wp; ++q) _mm512_store_ps(row + q * 16, zero);
+            continue;
+          }
+          for (int64_t q = 0; q < q_begin; ++q) _mm512_store_ps(row + q * 16, zero);
+          for (int64_t q = q_end; q < wp; ++q) _mm512_store_ps(row + q * 16, zero);
+        }
+        if (ih < 0 || ih >= H) continue;
+        if (x_nhwc) {
+          const float* src = x + ih * W * C;
+          float* dst = in + r * block_row + PW * 16;
+          for (int64_t iw = iw_begin; iw < iw_end; ++iw) {
+            const float* pixel = src + iw * C;
+            for (int64_t blk = g0; blk + 1 < g1; ++blk)
+              _mm512_store_ps(dst + (blk - g0) * block_in + iw * 16,
+                              _mm512_loadu_ps(pixel + blk * 16));
+            _mm512_store_ps(dst + (g1 - 1 - g0) * block_in + iw * 16,
+                            _mm512_maskz_loadu_ps(last_lanes, pixel + (g1 - 1) * 16));
+          }
           continue;
         }
-        for (int64_t q = 0; q < q_begin; ++q) _mm512_store_ps(row + q * 16, zero);
-        for (int64_t q = q_end; q < wp; ++q) _mm512_store_ps(row + q * 16, zero);
-      }
-      if (ih < 0 || ih >= H) continue;
-      if (x_nhwc) {
-        const float* src = x + ih * W * C;
-        float* dst = in + r * block_row + PW * 16;
-        for (int64_t iw = iw_begin; iw < iw_end; ++iw) {
-          const float* pixel = src + iw * C;
-          for (int64_t blk = g0; blk + 1 < g1; ++blk)
-            _mm512_store_ps(dst + (blk - g0) * block_in + iw * 16,
-                            _mm512_loadu_ps(pixel + blk * 16));
-          _mm512_store_ps(dst + (g1 - 1 - g0) * block_in + iw * 16,
-                          _mm512_maskz_loadu_ps(last_lanes, pixel + (g1 - 1) * 16));
+        for (int64_t blk = g0; blk < g1; ++blk) {
+          const int64_t count = std::min<int64_t>(16, C - blk * 16);
+          float* row = in + (blk - g0) * block_in + r * block_row;
+          for (int64_t iw0 = iw_begin; iw0 < iw_end; iw0 += 16) {
+            __m512 v[16];
+            loadTransposed(v, x + blk * 16 * plane_in + ih * W + iw0, plane_in, count, 0,
+                           iw_end - iw0);
+            const int64_t n = std::min<int64_t>(16, iw_end - iw0);
+            for (int64_t j = 0; j < n; ++j) _mm512_store_ps(row + (iw0 + j + PW) * 16, v[j]);
+          }
         }
-        continue;
       }
+
       for (int64_t blk = g0; blk < g1; ++blk) {
-        const int64_t count = std::min<int64_t>(16, C - blk * 16);
-        float* row = in + (blk - g0) * block_in + r * block_row;
-        for (int64_t iw0 = iw_begin; iw0 < iw_end; iw0 += 16) {
+        const int64_t channel = blk * 16, count = std::min<int64_t>(16, C - channel);
+        const __mmask16 lanes = firstLanes(count);
+        const __m512 bias_lanes =
+            has_bias ? _mm512_maskz_loadu_ps(lanes, ep.bias + channel) : _mm512_setzero_ps();
+        __m512 wv[K * K];
+  #pragma GCC unroll 25
+        for (int t = 0; t < K * K; ++t) wv[t] = _mm512_load_ps(wv_all + (blk * K * K + t) * 16);
+        const float* block = in + (blk - g0) * block_in;
+        for (int64_t oh = oh0; oh < oh1; ++oh) {
+          float* y_row = y + oh * OW * C + channel;
+          float* scratch_row = out + (oh - oh0) * OW * 16;
+          const int64_t local = oh - oh0;
+          int64_t ow = 0;
+          for (; ow + 4 <= OW; ow += 4) {
+            __m512 acc[4];
+            channelPixels<S, K, 4>(block, wp, wv, acc, local, ow);
+            storeChannelPixels<4>(acc, y_nhwc, y_row + ow * C, C, lanes, has_bias, bias_lanes, act,
+                                  ep, scratch_row + ow * 16);
+          }
+          const int64_t rest = OW - ow;
+          if (rest == 3) {
+            __m512 acc[3];
+            channelPixels<S, K, 3>(block, wp, wv, acc, local, ow);
+            storeChannelPixels<3>(acc, y_nhwc, y_row + ow * C, C, lanes, has_bias, bias_lanes, act,
+                                  ep, scratch_row + ow * 16);
+          } else if (rest == 2) {
+            __m512 acc[2];
+            channelPixels<S, K, 2>(block, wp, wv, acc, local, ow);
+            storeChannelPixels<2>(acc, y_nhwc, y_row + ow * C, C, lanes, has_bias, bias_lanes, act,
+                                  ep, scratch_row + ow * 16);
+          } else if (rest == 1) {
+            __m512 acc[1];
+            channelPixels<S, K, 1>(block, wp, wv, acc, local, ow);
+            storeChannelPixels<1>(acc, y_nhwc, y_row + ow * C, C, lanes, has_bias, bias_lanes, act,
+                                  ep, scratch_row + ow * 16);
+          }
+          if (y_nhwc && !vector_act) {
+            for (int64_t p = 0; p < OW; ++p) ep.activate(y_row + p * C, count);
+          }
+        }
+        if (y_nhwc) continue;
+
+        // The block's pixels of this band back to planes, 16 pixels of each channel at a time,
+        // with the epilogue on the way (Epilogue::apply's order: bias, residual, activation).
+        const int64_t p_begin = oh0 * OW, p_end = oh1 * OW;
+        for (int64_t p0 = p_begin; p0 < p_end; p0 += 16) {
           __m512 v[16];
-          loadTransposed(v, x + blk * 16 * plane_in + ih * W + iw0, plane_in, count, 0,
-                         iw_end - iw0);
-          const int64_t n = std::min<int64_t>(16, iw_end - iw0);
-          for (int64_t j = 0; j < n; ++j) _mm512_store_ps(row + (iw0 + j + PW) * 16, v[j]);
+  #pragma GCC unroll 16
+          for (int j = 0; j < 16; ++j) v[j] = _mm512_load_ps(out + (p0 - p_begin + j) * 16);
+          transpose16x16(v);
+          const __mmask16 m = firstLanes(p_end - p0);
+          for (int64_t c = 0; c < count; ++c) {
+            const int64_t at = (channel + c) * P + p0;
+            storeWithEpilogue512(y + at, m, v[c], has_bias,
+                                 _mm512_set1_ps(has_bias ? ep.bias[channel + c] : 0.f),
+                                 residual ? residual + at : nullptr, act, ep.alpha, ep.beta);
+          }
         }
+        if (!vector_act)
+          for (int64_t c = 0; c < count; ++c)
+            ep.activate(y + (channel + c) * P + p_begin, p_end - p_begin);
       }
     }
-
-    for (int64_t blk = g0; blk < g1; ++blk) {
-      const int64_t channel = blk * 16, count = std::min<int64_t>(16, C - channel);
-      const __mmask16 lanes = firstLanes(count);
-      const __m512 bias_lanes =
-          has_bias ? _mm512_maskz_loadu_ps(lanes, ep.bias + channel) : _mm512_setzero_ps();
-      __m512 wv[K * K];
-#pragma GCC unroll 25
-      for (int t = 0; t < K * K; ++t) wv[t] = _mm512_load_ps(wv_all + (blk * K * K + t) * 16);
-      const float* block = in + (blk - g0) * block_in;
-      for (int64_t oh = oh0; oh < oh1; ++oh) {
-        float* y_row = y + oh * OW * C + channel;
-        float* scratch_row = out + (oh - oh0) * OW * 16;
-        const int64_t local = oh - oh0;
-        int64_t ow = 0;
-        for (; ow + 4 <= OW; ow += 4) {
-          __m512 acc[4];
-          channelPixels<S, K, 4>(block, wp, wv, acc, local, ow);
-          storeChannelPixels<4>(acc, y_nhwc, y_row + ow * C, C, lanes, has_bias, bias_lanes, act,
-                                ep, scratch_row + ow * 16);
-        }
-        const int64_t rest = OW - ow;
-        if (rest == 3) {
-          __m512 acc[3];
-          channelPixels<S, K, 3>(block, wp, wv, acc, local, ow);
-          storeChannelPixels<3>(acc, y_nhwc, y_row + ow * C, C, lanes, has_bias, bias_lanes, act,
-                                ep, scratch_row + ow * 16);
-        } else if (rest == 2) {
-          __m512 acc[2];
-          channelPixels<S, K, 2>(block, wp, wv, acc, local, ow);
-          storeChannelPixels<2>(acc, y_nhwc, y_row + ow * C, C, lanes, has_bias, bias_lanes, act,
-                                ep, scratch_row + ow * 16);
-        } else if (rest == 1) {
-          __m512 acc[1];
-          channelPixels<S, K, 1>(block, wp, wv, acc, local, ow);
-          storeChannelPixels<1>(acc, y_nhwc, y_row + ow * C, C, lanes, has_bias, bias_lanes, act,
-                                ep, scratch_row + ow * 16);
-        }
-        if (y_nhwc && !vector_act) {
-          for (int64_t p = 0; p < OW; ++p) ep.activate(y_row + p * C, count);
-        }
-      }
-      if (y_nhwc) continue;
-
-      // The block's pixels of this band back to planes, 16 pixels of each channel at a time,
-      // with the epilogue on the way (Epilogue::apply's order: bias, residual, activation).
-      const int64_t p_begin = oh0 * OW, p_end = oh1 * OW;
-      for (int64_t p0 = p_begin; p0 < p_end; p0 += 16) {
-        __m512 v[16];
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; ++j) v[j] = _mm512_load_ps(out + (p0 - p_begin + j) * 16);
-        transpose16x16(v);
-        const __mmask16 m = firstLanes(p_end - p0);
-        for (int64_t c = 0; c < count; ++c) {
-          const int64_t at = (channel + c) * P + p0;
-          storeWithEpilogue512(y + at, m, v[c], has_bias,
-                               _mm512_set1_ps(has_bias ? ep.bias[channel + c] : 0.f),
-                               residual ? residual + at : nullptr, act, ep.alpha, ep.beta);
-        }
-      }
-      if (!vector_act)
-        for (int64_t c = 0; c < count; ++c)
-          ep.activate(y + (channel + c) * P + p_begin, p_end - p_begin);
-    }
   }
-  }
+}
+
+// Square 3x3 and 5x5 windows at stride 1 or 2 without dilation (MobileNet's, EfficientNet's):
+// those the row-reusing, channel-block and channels-last kernels are instantiated for.
+bool squareWindow(const Window& win) {
+  if (win.rank() != 2) return false;
+  const int64_t s = win.strides[1], k = win.kernel[1];
+  return win.strides[0] == s && (s == 1 || s == 2) && win.kernel[0] == k && (k == 3 || k == 5) &&
+         win.dilations[0] == 1 && win.dilations[1] == 1;
+}
+
+// Calls run(S, K), std::integral_constant stride and size, for a squareWindow: the one place
+// that turns its stride and size into the kernels' template arguments.
+template <typename Run>
+void withSquareWindow(const Window& win, Run&& run) {
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  using Three = std::integral_constant<int, 3>;
+  using Five = std::integral_constant<int, 5>;
+  const int64_t s = win.strides[1], k = win.kernel[1];
+  if (s == 1 && k == 3) run(One{}, Three{});
+  else if (s == 1) run(One{}, Five{});
+  else if (k == 3) run(Two{}, Three{});
+  else run(Two{}, Five{});
 }
 
 }  // namespace
@@ -661,19 +686,13 @@ bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window
   if (!has_avx512 || win.rank() != 2 || win.in[1] >= (int64_t{1} << 30) ||
       win.kernel[1] > kMaxMaskedTaps)
     return false;
-  // Square 3x3 and 5x5 windows at stride 1 or 2 without dilation (MobileNet, EfficientNet)
-  // take the row-reusing kernel; the rest the general one.
-  const int64_t s = win.strides[1], k = win.kernel[1];
-  const bool dense = win.strides[0] == s && (s == 1 || s == 2) && win.kernel[0] == k &&
-                     (k == 3 || k == 5) && win.dilations[0] == 1 && win.dilations[1] == 1;
-  if (dense && s == 1 && k == 3) {
-    depthwiseRowsDense<1, 3>(x, w, y, win, ep, channel, residual, next);
-  } else if (dense && s == 1) {
-    depthwiseRowsDense<1, 5>(x, w, y, win, ep, channel, residual, next);
-  } else if (dense && k == 3) {
-    depthwiseRowsDense<2, 3>(x, w, y, win, ep, channel, residual, next);
-  } else if (dense) {
-    depthwiseRowsDense<2, 5>(x, w, y, win, ep, channel, residual, next);
+  // Square windows (MobileNet's, EfficientNet's) take the row-reusing kernel; the rest the
+  // general one.
+  if (squareWindow(win)) {
+    withSquareWindow(win, [&](auto S, auto K) {
+      depthwiseRowsDense<decltype(S)::value, decltype(K)::value>(x, w, y, win, ep, channel,
+                                                                residual, next);
+    });
   } else if (win.strides[1] == 1) {
     depthwiseRows<1>(x, w, y, win, ep, channel, residual, next);
   } else if (win.strides[1] == 2) {
@@ -687,11 +706,8 @@ bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window
 // The square windows depthwiseChannels is instantiated for, with its per-thread scratch image
 // (padded input and output pixels, 16 floats each) under 64 MiB.
 static bool channelsTakes(const Window& win) {
-  if (win.rank() != 2) return false;
+  if (!squareWindow(win)) return false;
   const int64_t s = win.strides[1], k = win.kernel[1];
-  if (!(win.strides[0] == s && (s == 1 || s == 2) && win.kernel[0] == k && (k == 3 || k == 5) &&
-        win.dilations[0] == 1 && win.dilations[1] == 1))
-    return false;
   const int64_t OH = win.out[0], OW = win.out[1];
   if (OH > (int64_t{1} << 20) || OW > (int64_t{1} << 20)) return false;
   const int64_t pixels = ((OH - 1) * s + k) * ((OW - 1) * s + k) + OH * OW;
@@ -703,20 +719,16 @@ bool depthwiseChannelsAvx512(const float* x, const float* w, float* y, const Win
                              const float* residual) {
   static const bool has_avx512 = __builtin_cpu_supports("avx512f");
   if (!has_avx512 || count < 1 || count > 16 || !channelsTakes(win)) return false;
-  const int64_t s = win.strides[1], k = win.kernel[1];
-  if (s == 1 && k == 3) depthwiseChannels<1, 3>(x, w, y, win, ep, channel, count, residual);
-  else if (s == 1) depthwiseChannels<1, 5>(x, w, y, win, ep, channel, count, residual);
-  else if (k == 3) depthwiseChannels<2, 3>(x, w, y, win, ep, channel, count, residual);
-  else depthwiseChannels<2, 5>(x, w, y, win, ep, channel, count, residual);
+  withSquareWindow(win, [&](auto S, auto K) {
+    depthwiseChannels<decltype(S)::value, decltype(K)::value>(x, w, y, win, ep, channel, count,
+                                                              residual);
+  });
   return true;
 }
 
 bool depthwiseChannelsLastTakes(const Window& win) {
   static const bool has_avx512 = __builtin_cpu_supports("avx512f");
-  if (!has_avx512 || win.rank() != 2) return false;
-  const int64_t s = win.strides[1], k = win.kernel[1];
-  return win.strides[0] == s && (s == 1 || s == 2) && win.kernel[0] == k && (k == 3 || k == 5) &&
-         win.dilations[0] == 1 && win.dilations[1] == 1 && win.out[0] > 0 && win.out[1] > 0 &&
+  return has_avx512 && squareWindow(win) && win.out[0] > 0 && win.out[1] > 0 &&
          win.out[1] <= (int64_t{1} << 16);
 }
 
@@ -725,15 +737,10 @@ static bool depthwiseChannelsLastAvx512(const float* x, bool x_nhwc, const float
                                         int64_t C, const float* residual, int64_t oh_begin,
                                         int64_t oh_end) {
   if (!depthwiseChannelsLastTakes(win)) return false;
-  const int64_t s = win.strides[1], k = win.kernel[1];
-  if (s == 1 && k == 3)
-    depthwiseChannelsLastRows<1, 3>(x, x_nhwc, w, y, y_nhwc, win, ep, C, residual, oh_begin, oh_end);
-  else if (s == 1)
-    depthwiseChannelsLastRows<1, 5>(x, x_nhwc, w, y, y_nhwc, win, ep, C, residual, oh_begin, oh_end);
-  else if (k == 3)
-    depthwiseChannelsLastRows<2, 3>(x, x_nhwc, w, y, y_nhwc, win, ep, C, residual, oh_begin, oh_end);
-  else
-    depthwiseChannelsLastRows<2, 5>(x, x_nhwc, w, y, y_nhwc, win, ep, C, residual, oh_begin, oh_end);
+  withSquareWindow(win, [&](auto S, auto K) {
+    depthwiseChannelsLastRows<decltype(S)::value, decltype(K)::value>(
+        x, x_nhwc, w, y, y_nhwc, win, ep, C, residual, oh_begin, oh_end);
+  });
   return true;
 }
 
@@ -772,8 +779,8 @@ static bool depthwiseChannelsLastAvx512(const float*, bool, const float*, float*
 
 #endif
 
-// Any 2-D window, element by element: the reference the vector kernel is tested against, and
-// what runs without AVX-512 or for windows it does not take.
+// Any 2-D window, element by element: what runs without AVX-512 or for windows the vector
+// kernel does not take (the executor offers the layout only where it does).
 static void depthwiseChannelsLastScalar(const float* x, bool x_nhwc, const float* w, float* y,
                                         bool y_nhwc, const Window& win, const Epilogue& ep,
                                         int64_t C, const float* residual, int64_t oh_begin,

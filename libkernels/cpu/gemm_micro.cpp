@@ -297,7 +297,8 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
   const bool direct_a = p.a_in_place && !pa && !p.a_source && s.a_rows_in_place &&
                         p.a_cs == 1 && p.a_rs > 0 && p.alpha == 1.f && j1 - j0 <= 4 * NR;
   thread_local ScratchBuffer abuf, bbuf, edgebuf;
-  float* apack = pa || direct_a ? nullptr : abuf.get(std::min(MC, roundUp(i1 - i0, MR)) * std::min(K, KC));
+  float* apack =
+      pa || direct_a ? nullptr : abuf.get(std::min(MC, roundUp(i1 - i0, MR)) * std::min(K, KC));
   float* bpack = pb || direct_b || column_b
                      ? nullptr
                      : bbuf.get(std::min(K, KC) * std::min(NC, roundUp(j1 - j0, NR)));

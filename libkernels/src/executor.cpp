@@ -405,7 +405,8 @@ void Executor::planChannelsLast() {
   for (size_t step = 0; step < plan_.order.size(); ++step) step_of[plan_.order[step]] = step;
   // A value a subgraph reads is read by kernels this executor does not choose.
   std::set<const Value*> captured;
-  for (const Node* n : plan_.order) captured.insert(n->implicitInputs().begin(), n->implicitInputs().end());
+  for (const Node* n : plan_.order)
+    captured.insert(n->implicitInputs().begin(), n->implicitInputs().end());
   for (size_t step = 0; step < plan_.order.size(); ++step) {
     const Node& node = *plan_.order[step];
     const KernelInfo* producer = kernels_[step];
