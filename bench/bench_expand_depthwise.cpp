@@ -31,7 +31,6 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -41,7 +40,9 @@
 #include <string>
 #include <vector>
 
+#include "bench_clock.h"
 #include "conv_depthwise.h"
+#include "conv_window.h"
 #include "gemm_micro.h"
 
 namespace {
@@ -98,7 +99,9 @@ class Pair {
     H_ = W_ = b.size;
     P_ = H_ * W_;
     pad_ = b.kernel / 2;
-    OH_ = OW_ = (H_ + 2 * pad_ - b.kernel) / b.stride + 1;
+    win_ = fusectl::bench::halfKernelPaddedWindow(H_, W_, b.kernel, b.stride);
+    OH_ = win_.out[0];
+    OW_ = win_.out[1];
     std::mt19937 gen(7);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     auto fill = [&](std::vector<float>& v, size_t n) {
@@ -125,13 +128,6 @@ class Pair {
     expand_rows_.bias_per_row = true;
     depthwise_ = expand_;
     depthwise_.bias = b2_.data();
-    win_.in = {H_, W_};
-    win_.kernel = {b.kernel, b.kernel};
-    win_.strides = {b.stride, b.stride};
-    win_.dilations = {1, 1};
-    win_.pad_begin = {pad_, pad_};
-    win_.pad_end = {pad_, pad_};
-    win_.out = {OH_, OW_};
   }
 
   int64_t outRows() const { return OH_; }
@@ -162,12 +158,7 @@ class Pair {
       const int64_t o1 = std::min(OH_, o0 + band);
       const int64_t i0 = firstInputRow(o0), i1 = endInputRow(o1);
       if (i1 > done) {
-        GemmParams p = gemmParams(b_.expanded, (i1 - done) * W_, b_.in_channels, nullptr,
-                                  b_.in_channels, false, xs_[s].data + done * W_, P_, false,
-                                  mids_[s].data + done * W_, P_);
-        p.packed_a = &packed_rows_;
-        p.epilogue = &expand_rows_;
-        gemm(p, 1);
+        expandPlanar(s, done, i1, mids_[s].data + done * W_, P_);
         done = i1;
       }
       depthwiseBand(mids_[s].data + i0 * W_, P_, o0, o1, i0, i1, s);
@@ -312,7 +303,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_expand_depthwise: needs the AVX-512 kernels (this CPU has none)\n");
     return 0;
   }
-  using Clock = std::chrono::steady_clock;
   for (const Block& block : kBlocks) {
     Pair pair(block, sets);
     const int64_t widest = *std::max_element(band_heights.begin(), band_heights.end());
@@ -347,21 +337,20 @@ int main(int argc, char** argv) {
     for (int r = 0; r < repeat + 2; ++r) {
       for (size_t v = 0; v < variants.size(); ++v) {
         const int s = static_cast<int>((r * variants.size() + v) % sets);
-        const auto start = Clock::now();
+        const double start = fusectl::bench::now();
         variants[v].run(s);
-        const double t = std::chrono::duration<double>(Clock::now() - start).count();
+        const double t = fusectl::bench::now() - start;
         if (r >= 2) seconds[v].push_back(t);  // two rounds of warm-up
       }
     }
     for (size_t v = 0; v < variants.size(); ++v) {
-      std::vector<double>& t = seconds[v];
-      std::sort(t.begin(), t.end());
       std::printf("{\"bench\":\"expand_depthwise\",\"model\":\"%s\",\"in\":%lld,\"expanded\":%lld,"
                   "\"size\":%lld,\"stride\":%lld,\"kernel\":%lld,\"variant\":\"%s\",\"band\":%lld,"
                   "\"ms\":%.3f}\n",
                   block.model, (long long)block.in_channels, (long long)block.expanded,
                   (long long)block.size, (long long)block.stride, (long long)block.kernel,
-                  variants[v].name.c_str(), (long long)variants[v].band, t[t.size() / 2] * 1e3);
+                  variants[v].name.c_str(), (long long)variants[v].band,
+                  fusectl::bench::median(seconds[v]) * 1e3);
       std::fflush(stdout);
     }
   }

@@ -38,6 +38,7 @@
 #endif
 
 #include "bench_clock.h"
+#include "conv_window.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/kernels/kernel.h"
 #include "conv_depthwise.h"
@@ -301,15 +302,8 @@ void benchDepthwise(int repeat) {
       {240, 28, 5, 1, true}, {240, 28, 3, 2, true}, {480, 14, 3, 1, true}, {480, 14, 5, 1, true},
       {672, 14, 5, 1, true}, {672, 14, 5, 2, true}, {1152, 7, 5, 1, true}, {1152, 7, 3, 1, true}};
   for (const DepthwiseShape& s : shapes) {
-    Window win;
-    const int64_t pad = s.k / 2, OH = (s.H + 2 * pad - s.k) / s.stride + 1;
-    win.in = {s.H, s.H};
-    win.kernel = {s.k, s.k};
-    win.strides = {s.stride, s.stride};
-    win.dilations = {1, 1};
-    win.pad_begin = {pad, pad};
-    win.pad_end = {pad, pad};
-    win.out = {OH, OH};
+    const Window win = fusectl::bench::halfKernelPaddedWindow(s.H, s.H, s.k, s.stride);
+    const int64_t OH = win.out[0];
     const std::vector<float> x = randomFloats(s.C * s.H * s.H, 5),
                              w = randomFloats(s.C * s.k * s.k, 6), bias = randomFloats(s.C, 7);
     std::vector<float> y(static_cast<size_t>(s.C * OH * OH));
