@@ -82,7 +82,7 @@ class Rewriter {
   // is in the fusectl domain) with the bytes of the match's internal values that disappeared.
   Node* replaceMatch(std::string_view pattern, const Match& m, Value* replaced, NewNode node);
   // replaceMatch for a replacement with a second output, output `kept_output` (1 unless the op
-  // puts it later, as SkipLayerNormalization's input_skip_bias_sum at 3; the outputs between
+  // puts it later, as SkipSimplifiedLayerNormalization's input_skip_bias_sum at 3; the outputs between
   // are omitted), that stands for `kept`: a value the match computes (before `replaced`) that
   // readers outside the match still need, such as the residual sum a SkipLayerNorm takes in.
   // The node is created where `kept`'s producer was, so that it comes before every reader of
