@@ -189,7 +189,9 @@ void runAttention(KernelContext& ctx) {
         vec::softmaxRowAdd(row, visible, mrow, ms.t == 0);
         std::fill(row + visible, row + T, 0.f);
       }
-      gemm(gemmParams(S, Dv, T, scores.data(), T, false, vb, Dv, false, yb, Dv), 1);
+      GemmParams pv = gemmParams(S, Dv, T, scores.data(), T, false, vb, Dv, false, yb, Dv);
+      pv.a_in_place = true;
+      gemm(pv, 1);
     }
   });
   ys.commit();
