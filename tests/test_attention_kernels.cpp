@@ -16,6 +16,7 @@
 #include "fusectl/kernels/seeded_inputs.h"
 #include "fusectl/passes/pipeline.h"
 #include "kernel_case.h"
+#include "random_values.h"
 
 namespace {
 
@@ -28,14 +29,6 @@ using fusectl::ValueType;
 using fusectl::kernels::HostTensor;
 using fusectl::kernels::KernelContext;
 using fusectl::kernels::KernelRegistry;
-
-std::vector<float> randomFloats(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 struct Problem {
   int64_t B = 1, Hq = 2, Hkv = 2, S = 3, T = 3, D = 4, Dv = 4;

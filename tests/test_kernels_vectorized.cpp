@@ -17,6 +17,7 @@
 #include "../libkernels/cpu/vec_kernels.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/kernels/kernel.h"
+#include "random_values.h"
 
 namespace {
 
@@ -44,14 +45,6 @@ int64_t ulpDistance(float a, float b) {
     return i < 0 ? -static_cast<int64_t>(i & 0x7fffffff) : static_cast<int64_t>(i);
   };
   return std::llabs(ordered(a) - ordered(b));
-}
-
-std::vector<float> randomValues(size_t n, uint32_t seed, float lo, float hi) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
 }
 
 HostTensor floatTensor(std::vector<int64_t> dims, const std::vector<float>& v) {
@@ -130,8 +123,8 @@ double tanhRef(double x) { return std::tanh(x); }
 double erfRef(double x) { return std::erf(x); }
 
 std::vector<float> transcendentalInputs() {
-  std::vector<float> v = randomValues(200000, 11, -12, 12);
-  const std::vector<float> wide = randomValues(50000, 12, -104, 89);
+  std::vector<float> v = randomFloats(200000, 11, -12, 12);
+  const std::vector<float> wide = randomFloats(50000, 12, -104, 89);
   v.insert(v.end(), wide.begin(), wide.end());
   for (float x = -1e-3f; x < 1e-3f; x += 1.7e-6f) v.push_back(x);  // near zero: relative error
   const float inf = std::numeric_limits<float>::infinity();
@@ -184,7 +177,7 @@ TEST_CASE("vec::binary computes what the scalar kernels compute, bit for bit, ev
           "[kernels][vectorized]") {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> a = randomValues(1003, 31, -5, 5), b = randomValues(1003, 32, -5, 5);
+  std::vector<float> a = randomFloats(1003, 31, -5, 5), b = randomFloats(1003, 32, -5, 5);
   const float specials[] = {0.0f, -0.0f, inf, -inf, nan, 1e-40f, -3.0f, 2.0f};
   for (size_t i = 0; i < 64; ++i) {
     a[i] = specials[i % 8];
@@ -273,7 +266,7 @@ TEST_CASE("unary kernels match double references on odd sizes, every ISA, 1 and 
   for (vec::Isa isa : isasHere()) {
     ForcedIsa forced(isa);
     for (int64_t n : kOddSizes) {
-      const std::vector<float> x = randomValues(static_cast<size_t>(n), 3, -9, 9);
+      const std::vector<float> x = randomFloats(static_cast<size_t>(n), 3, -9, 9);
       const HostTensor in = floatTensor({n}, x);
       for (const Case& c : cases) {
         for (int threads : {1, 2}) {
@@ -322,8 +315,8 @@ TEST_CASE("binary arithmetic hits every broadcast pattern in both operand orders
       for (int order = 0; order < 2; ++order) {
         const std::vector<int64_t>& da = order ? s.b : s.a;
         const std::vector<int64_t>& db = order ? s.a : s.b;
-        const std::vector<float> va = randomValues(static_cast<size_t>(numel(da)), 5, 0.5f, 3);
-        const std::vector<float> vb = randomValues(static_cast<size_t>(numel(db)), 6, 0.5f, 3);
+        const std::vector<float> va = randomFloats(static_cast<size_t>(numel(da)), 5, 0.5f, 3);
+        const std::vector<float> vb = randomFloats(static_cast<size_t>(numel(db)), 6, 0.5f, 3);
         // Output dims and each operand's index per output element, the long way.
         const size_t rank = std::max(da.size(), db.size());
         std::vector<int64_t> out(rank);
@@ -395,7 +388,7 @@ TEST_CASE("softmax and log-softmax are stable on large magnitudes, last and midd
     for (Shape s : {Shape{1, 1, 1}, Shape{3, 7, 1}, Shape{5, 17, 1}, Shape{2, 1000, 1},
                     Shape{1, 1000003, 1}, Shape{2, 7, 17}, Shape{3, 5, 1}, Shape{1, 17, 7}}) {
       for (float magnitude : {3.0f, 1000.0f, 60000.0f}) {
-        const std::vector<float> x = randomValues(static_cast<size_t>(s.outer * s.n * s.inner), 8,
+        const std::vector<float> x = randomFloats(static_cast<size_t>(s.outer * s.n * s.inner), 8,
                                                   -magnitude, magnitude);
         for (bool log : {false, true}) {
           for (int threads : {1, 2}) {
@@ -425,10 +418,10 @@ TEST_CASE("LayerNormalization, BatchNormalization and InstanceNormalization matc
     for (int64_t cols : {1, 7, 17, 1000}) {
       for (float offset : {0.0f, 1000.0f}) {  // a large mean with a small spread: stability
         const int64_t rows = 5;
-        std::vector<float> x = randomValues(static_cast<size_t>(rows * cols), 9, -1, 1);
+        std::vector<float> x = randomFloats(static_cast<size_t>(rows * cols), 9, -1, 1);
         for (float& v : x) v += offset;
-        const std::vector<float> scale = randomValues(static_cast<size_t>(cols), 10, 0.5f, 2);
-        const std::vector<float> bias = randomValues(static_cast<size_t>(cols), 11, -1, 1);
+        const std::vector<float> scale = randomFloats(static_cast<size_t>(cols), 10, 0.5f, 2);
+        const std::vector<float> bias = randomFloats(static_cast<size_t>(cols), 11, -1, 1);
         for (bool with_bias : {false, true}) {
           std::vector<HostTensor> in = {floatTensor({rows, cols}, x), floatTensor({cols}, scale)};
           if (with_bias) in.push_back(floatTensor({cols}, bias));
@@ -457,7 +450,7 @@ TEST_CASE("LayerNormalization, BatchNormalization and InstanceNormalization matc
     }
 
     const int64_t n = 2, c = 3, h = 7, w = 5;
-    const std::vector<float> x = randomValues(static_cast<size_t>(n * c * h * w), 12, -3, 3);
+    const std::vector<float> x = randomFloats(static_cast<size_t>(n * c * h * w), 12, -3, 3);
     const std::vector<float> scale = {0.5f, 1.5f, -2.0f}, b = {0.1f, -0.2f, 0.3f},
                              mean = {0.2f, -0.1f, 0.05f}, var = {1.5f, 0.25f, 4.0f};
     const std::vector<float> got = valuesOf(
@@ -573,7 +566,7 @@ TEST_CASE("MaxPool and AveragePool match the definition with padding, strides, d
     for (const PoolSpec& s : specs) {
       int64_t n = 1;
       for (int64_t d : s.in) n *= d;
-      const std::vector<float> x = randomValues(static_cast<size_t>(n), 13, -5, 5);
+      const std::vector<float> x = randomFloats(static_cast<size_t>(n), 13, -5, 5);
       for (bool is_max : {true, false}) {
         for (int threads : {1, 2}) {
           std::vector<Attribute> attrs = {
@@ -611,7 +604,7 @@ TEST_CASE("GlobalAveragePool and GlobalMaxPool match double references", "[kerne
              {1, 3, 257}}) {
       int64_t n = 1;
       for (int64_t d : dims) n *= d;
-      const std::vector<float> x = randomValues(static_cast<size_t>(n), 14, -2, 6);
+      const std::vector<float> x = randomFloats(static_cast<size_t>(n), 14, -2, 6);
       const int64_t planes = dims[0] * dims[1], plane = n / planes;
       for (bool is_max : {true, false}) {
         INFO(vec::isaName(isa) << (is_max ? " GlobalMaxPool " : " GlobalAveragePool ")
@@ -653,8 +646,8 @@ TEST_CASE("gatherStrided copies every stride-th element on every ISA", "[kernels
 TEST_CASE("softmaxRowAdd adds the mask and normalises in one go on every ISA",
           "[kernels][vectorized]") {
   const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> scores = randomValues(131, 41, -30, 30);
-  const std::vector<float> mask = randomValues(131, 42, -10, 0);
+  const std::vector<float> scores = randomFloats(131, 41, -30, 30);
+  const std::vector<float> mask = randomFloats(131, 42, -10, 0);
   for (vec::Isa isa : isasHere()) {
     ForcedIsa forced(isa);
     for (int64_t n : {1, 7, 16, 17, 64, 128, 131}) {

@@ -16,19 +16,12 @@
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/kernels/kernel.h"
+#include "random_values.h"
 
 namespace {
 
 using namespace fusectl;
 using namespace fusectl::kernels;
-
-std::vector<float> randomValues(size_t n, uint32_t seed, float lo, float hi) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 HostTensor floatTensor(std::vector<int64_t> dims, const std::vector<float>& v) {
   HostTensor t(DType::Float, std::move(dims));
@@ -148,9 +141,9 @@ TEST_CASE("fusectl LayerNorm and RMSNorm match double precision", "[kernels][nor
         const int64_t rows = 13;
         INFO("isa " << vec::isaName(isa) << ", cols " << cols << ", threads " << threads);
         // A mean of 1000 beside a spread of 1: E[x^2] - E[x]^2 in float would keep nothing.
-        const std::vector<float> x = randomValues(rows * cols, 7 + cols, 999.f, 1001.f);
-        const std::vector<float> scale = randomValues(cols, 11, -2.f, 2.f);
-        const std::vector<float> bias = randomValues(cols, 13, -1.f, 1.f);
+        const std::vector<float> x = randomFloats(rows * cols, 7 + cols, 999.f, 1001.f);
+        const std::vector<float> scale = randomFloats(cols, 11, -2.f, 2.f);
+        const std::vector<float> bias = randomFloats(cols, 13, -1.f, 1.f);
         const float eps = 1e-5f;
         const std::vector<HostTensor> ln =
             runFused("LayerNorm",
@@ -173,9 +166,9 @@ TEST_CASE("fusectl LayerNorm and RMSNorm match double precision", "[kernels][nor
 }
 
 TEST_CASE("fusectl norms normalise over every axis from `axis` on", "[kernels][norms]") {
-  const std::vector<float> x = randomValues(2 * 3 * 5, 3, -4.f, 4.f);
-  const std::vector<float> scale = randomValues(15, 5, 0.5f, 1.5f);
-  const std::vector<float> bias = randomValues(15, 6, -1.f, 1.f);
+  const std::vector<float> x = randomFloats(2 * 3 * 5, 3, -4.f, 4.f);
+  const std::vector<float> scale = randomFloats(15, 5, 0.5f, 1.5f);
+  const std::vector<float> bias = randomFloats(15, 6, -1.f, 1.f);
   const std::vector<HostTensor> y = runFused(
       "LayerNorm", {floatTensor({2, 3, 5}, x), floatTensor({3, 5}, scale), floatTensor({3, 5}, bias)},
       normAttrs(1, 1e-3f));
@@ -191,11 +184,11 @@ TEST_CASE("fusectl norms normalise over every axis from `axis` on", "[kernels][n
 TEST_CASE("fusectl SkipLayerNorm and SkipRMSNorm add, return the sum and normalise",
           "[kernels][norms]") {
   const int64_t rows = 6, cols = 37;
-  const std::vector<float> x = randomValues(rows * cols, 21, -3.f, 3.f);
-  const std::vector<float> skip = randomValues(rows * cols, 22, -3.f, 3.f);
-  const std::vector<float> row_bias = randomValues(cols, 23, -1.f, 1.f);
-  const std::vector<float> scale = randomValues(cols, 24, -2.f, 2.f);
-  const std::vector<float> bias = randomValues(cols, 25, -1.f, 1.f);
+  const std::vector<float> x = randomFloats(rows * cols, 21, -3.f, 3.f);
+  const std::vector<float> skip = randomFloats(rows * cols, 22, -3.f, 3.f);
+  const std::vector<float> row_bias = randomFloats(cols, 23, -1.f, 1.f);
+  const std::vector<float> scale = randomFloats(cols, 24, -2.f, 2.f);
+  const std::vector<float> bias = randomFloats(cols, 25, -1.f, 1.f);
   for (bool rms : {false, true}) {
     for (bool per_row : {false, true}) {
       for (bool want_sum : {false, true}) {
@@ -222,7 +215,7 @@ TEST_CASE("fusectl SkipLayerNorm and SkipRMSNorm add, return the sum and normali
 }
 
 TEST_CASE("fusectl norm kernels reject malformed nodes with one line", "[kernels][norms]") {
-  const HostTensor x = floatTensor({2, 4}, randomValues(8, 1, -1.f, 1.f));
+  const HostTensor x = floatTensor({2, 4}, randomFloats(8, 1, -1.f, 1.f));
   const HostTensor s4 = floatTensor({4}, {1, 1, 1, 1});
   const HostTensor s3 = floatTensor({3}, {1, 1, 1});
   CHECK_THROWS_WITH(runFused("RMSNorm", {x, s4}, {Attribute::ofFloat("epsilon", 1e-5f)}),
