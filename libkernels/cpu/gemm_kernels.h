@@ -74,7 +74,15 @@ struct GemmKernelSpec {
   // broadcast from memory, as from a panel, so A needs no packing pass where few column panels
   // reuse it (a pointwise convolution's channels-last input times few output channels).
   bool a_rows_in_place = false;
+  // Computes a strip of 2 to kNarrowStripCols columns over a whole block of packed A panels
+  // at once (t.rows up to MC; panel i at t.a + i * mr * kc; t.c and the epilogue at the block's
+  // first row), or null: a ragged last column panel, which the NR-wide tile would compute at
+  // its full width. Each element is still one FMA chain in k order, as in the tile.
+  TileKernel narrow_strip = nullptr;
 };
+
+// The widest strip GemmKernelSpec::narrow_strip takes.
+constexpr int kNarrowStripCols = 4;
 
 // Which activations a vector kernel computes in registers (the others run the scalar
 // Epilogue::activate on the stored tile, still in L1). Kernels with a vector exp also take

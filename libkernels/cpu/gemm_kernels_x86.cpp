@@ -183,6 +183,89 @@ FUSECTL_AVX512 void tileColumn512(const TileArgs& t) {
   }
 }
 
+// A strip of 2-4 columns over every 8-row panel of a block (GemmKernelSpec::narrow_strip): a
+// panel's 8 rows at one k are one vector, times each column's B value at that k, two panels at
+// a time, so that 2 * COLS independent sums are in flight and the COLS broadcasts serve both.
+// The 16-column tile would spend 8 broadcasts and 8 FMAs per k on COLS useful lanes each: in
+// perf on ResNet-50's 1024 -> 256 1x1 convolution onto 14x14 (196 = 6 x 32 + 4 pixels) that
+// edge tile took 8.5% of the time for 2% of the products. Each element is one FMA chain in k
+// order, as in tile512, so results do not depend on where panel edges fall. Bias and residual
+// are added per element; the activation runs on each stored row's COLS values as one masked
+// vector, with tile512's vector activations where it has them (a scalar exp per element made
+// EfficientNet-B0's Silu expansions onto 14x14 slower than the 16-column tile).
+template <int COLS>
+FUSECTL_AVX512 void stripNarrow512(const TileArgs& t) {
+  const int64_t kc = t.kc, bs = t.b_stride;
+  const TileEpilogue* ep = t.ep;
+  const bool vector_act = ep && ep->vector_activation;
+  const Activation act = vector_act ? ep->full->activation : Activation::None;
+  const float alpha = ep ? ep->full->alpha : 0.f, beta = ep ? ep->full->beta : 0.f;
+  const __mmask16 lanes = __mmask16((1u << COLS) - 1);
+  for (int p0 = 0; p0 < t.rows; p0 += 2 * kMr512) {
+    const int panels = t.rows - p0 > kMr512 ? 2 : 1;
+    const float* a0 = t.a + static_cast<int64_t>(p0) * kc;
+    const float* a1 = a0 + kMr512 * kc;
+    __m256 acc0[COLS], acc1[COLS];
+#pragma GCC unroll 4
+    for (int j = 0; j < COLS; ++j) acc0[j] = acc1[j] = _mm256_setzero_ps();
+    const float* b = t.b;
+    if (panels == 2) {
+      for (int64_t k = 0; k < kc; ++k, b += bs) {
+        const __m256 x0 = _mm256_loadu_ps(a0 + k * kMr512);
+        const __m256 x1 = _mm256_loadu_ps(a1 + k * kMr512);
+#pragma GCC unroll 4
+        for (int j = 0; j < COLS; ++j) {
+          const __m256 bj = _mm256_set1_ps(b[j]);
+          acc0[j] = _mm256_fmadd_ps(x0, bj, acc0[j]);
+          acc1[j] = _mm256_fmadd_ps(x1, bj, acc1[j]);
+        }
+      }
+    } else {
+      for (int64_t k = 0; k < kc; ++k, b += bs) {
+        const __m256 x0 = _mm256_loadu_ps(a0 + k * kMr512);
+#pragma GCC unroll 4
+        for (int j = 0; j < COLS; ++j)
+          acc0[j] = _mm256_fmadd_ps(x0, _mm256_set1_ps(b[j]), acc0[j]);
+      }
+    }
+    alignas(32) float sum[2][COLS][kMr512];
+#pragma GCC unroll 4
+    for (int j = 0; j < COLS; ++j) {
+      _mm256_store_ps(sum[0][j], acc0[j]);
+      _mm256_store_ps(sum[1][j], acc1[j]);
+    }
+    const int rows = std::min(t.rows - p0, 2 * kMr512);
+    for (int i = 0; i < rows; ++i) {
+      const int r = p0 + i;
+      float* c = t.c + r * t.ldc;
+      const float* s = &sum[i / kMr512][0][i % kMr512];
+      for (int j = 0; j < COLS; ++j) {
+        float v = s[j * kMr512];
+        if (t.load_c) v = c[j] + v;
+        if (ep) {
+          if (ep->bias) v += ep->bias_per_row ? ep->bias[r] : ep->bias[j];
+          if (ep->residual) v += ep->residual[r * ep->ld_residual + j];
+        }
+        c[j] = v;
+      }
+      if (act != Activation::None) {
+        _mm512_mask_storeu_ps(c, lanes,
+                              activate512(_mm512_maskz_loadu_ps(lanes, c), act, alpha, beta));
+      } else if (ep && !vector_act) {
+        ep->full->activate(c, COLS);
+      }
+    }
+  }
+}
+
+FUSECTL_AVX512 void stripAvx512(const TileArgs& t) {
+  switch (t.cols) {
+    case 2: stripNarrow512<2>(t); break;
+    case 3: stripNarrow512<3>(t); break;
+    default: stripNarrow512<4>(t); break;
+  }
+}
+
 // One 8-row A panel, 16 k at a time: the 8 x 16 block loaded as 8 row vectors is transposed
 // in registers (transpose8x16) into 16 k-major columns of 8 rows, stored as 8 whole vectors.
 // About a third of the shuffles of the portable 4x4 transposes, on whole cache lines
@@ -364,7 +447,8 @@ FUSECTL_AVX2 void tileAvx2(const TileArgs& t) {
 // loaded and stored half as often; the ResNet-50 conv shapes did not change beyond noise.
 const GemmKernelSpec kAvx512Spec = {"avx512", kMr512,         kNr512, 512, 192,
                                     4096,     tileAvx512,     true,   true, true,
-                                    packPanelAvx512, packTransposedBPanelAvx512, true};
+                                    packPanelAvx512, packTransposedBPanelAvx512, true,
+                                    stripAvx512};
 // 6 x 256 A panel + 256 x 16 B panel = 22 KiB in L1; 144 x 256 A block in L2.
 const GemmKernelSpec kAvx2Spec = {"avx2-fma", kMr256, 16, 256, 144, 4096, tileAvx2, false, false,
                                   true};
