@@ -313,6 +313,19 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
   }
   TileArgs t;
   t.ldc = p.ldc;
+  bool last_k = false;
+  // The tile's C at (row, col) of the product, and on the last K slice its epilogue there.
+  auto placeOutput = [&](int64_t row, int64_t col) {
+    t.c = p.C + row * p.ldc + col;
+    t.ep = nullptr;
+    if (!last_k || !ep) return;
+    const int64_t grow = p.epilogue_row0 + row, gcol = p.epilogue_col0 + col;
+    tep.bias = ep->bias ? ep->bias + (ep->bias_per_row ? grow : gcol) : nullptr;
+    tep.residual = ep->residual ? ep->residual + grow * ep->ld_residual + gcol : nullptr;
+    tep.row0 = grow;
+    tep.col0 = gcol;
+    t.ep = &tep;
+  };
 
   for (int64_t jc = j0; jc < j1; jc += NC) {
     const int64_t nc = std::min(NC, j1 - jc);
@@ -320,7 +333,7 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
       const int64_t kc = std::min(KC, K - pc);
       t.kc = kc;
       t.load_c = p.accumulate || pc > 0;
-      const bool last_k = pc + kc == K;
+      last_k = pc + kc == K;
       const float* bblock = nullptr;
       if (pb) {
         bblock = pb->data.get() + pc * pb->padded + jc * kc;
@@ -403,19 +416,10 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
             t.rows = static_cast<int>(mc);
             t.a = ablock;
             t.a_stride = 0;
-            t.c = p.C + ic * p.ldc + col;
             t.prefetch = nullptr;
             t.prefetch_lines = 0;
             t.prefetch_stride = 0;
-            t.ep = nullptr;
-            if (last_k && ep) {
-              const int64_t grow = p.epilogue_row0 + ic, gcol = p.epilogue_col0 + col;
-              tep.bias = ep->bias ? ep->bias + (ep->bias_per_row ? grow : gcol) : nullptr;
-              tep.residual = ep->residual ? ep->residual + grow * ep->ld_residual + gcol : nullptr;
-              tep.row0 = grow;
-              tep.col0 = gcol;
-              t.ep = &tep;
-            }
+            placeOutput(ic, col);
             s.narrow_strip(t);
             continue;
           }
@@ -427,16 +431,7 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
             t.rows = static_cast<int>(std::min(MR, mc - ir));
             t.a = direct_a ? ablock + ir * p.a_rs : ablock + ir * kc;
             t.a_stride = direct_a ? p.a_rs : 0;
-            t.c = p.C + row * p.ldc + col;
-            t.ep = nullptr;
-            if (last_k && ep) {
-              const int64_t grow = p.epilogue_row0 + row, gcol = p.epilogue_col0 + col;
-              tep.bias = ep->bias ? ep->bias + (ep->bias_per_row ? grow : gcol) : nullptr;
-              tep.residual = ep->residual ? ep->residual + grow * ep->ld_residual + gcol : nullptr;
-              tep.row0 = grow;
-              tep.col0 = gcol;
-              t.ep = &tep;
-            }
+            placeOutput(row, col);
             s.tile(t);
           }
         }
