@@ -5,7 +5,12 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # lines, and the compile, most of CI's time, is about a third shorter than with -g (a test file:
 # 21 s at -O2 -g, 14.6 s at -O2 -g1, 14.1 s at -O2). For a debugger's view of locals:
 # make CMAKE_FLAGS=-DCMAKE_BUILD_TYPE=Debug.
-CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
+# The test binary and the CLI, which drive the libraries and do little work of their own, at
+# -O1 (FUSECTL_DRIVER_CXX_FLAGS): a fifth less compile time for their 86 files, 40% of the
+# build's (test_cli_optimize.cpp 12.3-13.6 -> 8.7-10.3 s); libraries, kernels and benchmarks
+# keep -O2.
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+    -DFUSECTL_DRIVER_CXX_FLAGS=-O1
 # A compiler cache, when one is installed, makes rebuilds of unchanged files free. Optional:
 # CI's clean machine has none and builds everything.
 CCACHE := $(shell command -v ccache 2>/dev/null)

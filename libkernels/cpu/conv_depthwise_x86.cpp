@@ -67,7 +67,7 @@ FUSECTL_AVX512 BlockMasks blockMasks(const Window& win, int64_t ow0) {
 
 // Bias, residual and the activation on R finished rows of one 16-column block, then the store.
 template <int R>
-FUSECTL_AVX512 inline __attribute__((always_inline)) void storeRows(
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void storeRows(
     const __m512 (&acc)[R], float* y, const Window& win, const Epilogue& ep, Activation act,
     __m512 bias, const float* residual, int64_t oh0, int64_t ow0) {
   const int64_t OW = win.out[1];
@@ -82,7 +82,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void storeRows(
 
 // Lanes N.. of `low` followed by the first N lanes of `high`.
 template <int N>
-FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 alignLanes(__m512 high, __m512 low) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 alignLanes(__m512 high, __m512 low) {
   return _mm512_castsi512_ps(
       _mm512_alignr_epi32(_mm512_castps_si512(high), _mm512_castps_si512(low), N));
 }
@@ -94,7 +94,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 alignLanes(__m512 hi
 // output row and broadcasts each weight per block; this loads each row once. Each output row
 // still sums its taps in the same order (kh, then kw), so the values are the same.
 template <int S, int K, int R>
-FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlockDense(
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void depthwiseBlockDense(
     const float* x, const __m512* wv, float* y, const Window& win, const Epilogue& ep,
     Activation act, __m512 bias, const float* residual, int64_t oh0, int64_t ow0,
     const BlockMasks& masks) {
@@ -148,7 +148,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlockDense(
 }
 
 template <int SW, int R>
-FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlock(
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void depthwiseBlock(
     const float* x, const float* w, float* y, const Window& win, const Epilogue& ep,
     Activation act, __m512 bias, const float* residual, int64_t oh0, int64_t ow0,
     const BlockMasks& masks) {
@@ -200,7 +200,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwiseBlock(
 // for each), and the activations without a vector form applied to each finished row. `rows`
 // runs R output rows of one block: rows.template run<R>(oh0, ow0, masks, act, bias).
 template <int SW, class Rows>
-FUSECTL_AVX512 inline __attribute__((always_inline)) void depthwisePlane(
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void depthwisePlane(
     const Window& win, const Epilogue& ep, int64_t channel, float* y, const Rows& rows,
     const NextPlane& next) {
   const int64_t OH = win.out[0], OW = win.out[1];
@@ -256,7 +256,7 @@ struct GeneralRows {
   const Epilogue& ep;
   const float* residual;
   template <int R>
-  FUSECTL_AVX512 inline __attribute__((always_inline)) void run(
+  FUSECTL_AVX512 FUSECTL_FORCE_INLINE void run(
       int64_t oh0, int64_t ow0, const BlockMasks& masks, Activation act, __m512 bias) const {
     depthwiseBlock<SW, R>(x, w, y, win, ep, act, bias, residual, oh0, ow0, masks);
   }
@@ -273,7 +273,7 @@ struct DenseRows {
   const Epilogue& ep;
   const float* residual;
   template <int R>
-  FUSECTL_AVX512 inline __attribute__((always_inline)) void run(
+  FUSECTL_AVX512 FUSECTL_FORCE_INLINE void run(
       int64_t oh0, int64_t ow0, const BlockMasks& masks, Activation act, __m512 bias) const {
     depthwiseBlockDense<S, K, R>(x, wv, y, win, ep, act, bias, residual, oh0, ow0, masks);
   }
@@ -324,7 +324,7 @@ ZeroedPadding& zeroedPadding() {
 // R neighbouring output pixels of one output row, all 16 channels: R independent chains of
 // K*K FMAs, each tap one vector of the padded scratch image (row stride wp pixels).
 template <int S, int K, int R>
-FUSECTL_AVX512 inline __attribute__((always_inline)) void channelPixels(
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void channelPixels(
     const float* in, int64_t wp, const __m512* wv, __m512 (&acc)[R], int64_t oh, int64_t ow) {
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -458,7 +458,7 @@ FUSECTL_AVX512 void depthwiseChannels(const float* x, const float* w, float* y, 
 // Stores R accumulated output pixels: channels-last straight to y (16 channels a pixel, with
 // the epilogue), or to the band's pixel scratch for the planar store after the band.
 template <int R>
-FUSECTL_AVX512 inline __attribute__((always_inline)) void storeChannelPixels(
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void storeChannelPixels(
     const __m512 (&acc)[R], bool y_nhwc, float* y_pixel, int64_t C, __mmask16 lanes,
     bool has_bias, __m512 bias, Activation act, const Epilogue& ep, float* scratch_pixel) {
 #pragma GCC unroll 4

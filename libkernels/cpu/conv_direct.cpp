@@ -57,7 +57,7 @@ struct TileOut {
 };
 
 // Bias, residual and activation on the tile in registers, transposed into Y's channel rows.
-FUSECTL_AVX512 inline __attribute__((always_inline)) void storeTile(__m512 (&acc0)[8],
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void storeTile(__m512 (&acc0)[8],
                                                                   __m512 (&acc1)[8],
                                                                   const TileOut& o) {
   const Epilogue& ep = *o.ep;

@@ -3,13 +3,31 @@
 // file including this one is still built for the baseline CPU.
 #pragma once
 
+// The kernels' helpers are force-inlined so that a register tile stays in registers across
+// them. Not under AddressSanitizer: there the giant functions forced inlining builds take clang's
+// instrumentation and backend minutes (conv_depthwise_x86.cpp alone 134 s against 32 s with
+// ordinary inlining, the longest file of CI's sanitizer build), and that build looks for
+// memory errors, not speed.
+#if defined(__SANITIZE_ADDRESS__)
+#define FUSECTL_FORCE_INLINE inline
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FUSECTL_FORCE_INLINE inline
+#endif
+#endif
+#ifndef FUSECTL_FORCE_INLINE
+#define FUSECTL_FORCE_INLINE inline __attribute__((always_inline))
+#endif
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
 #include <cstdint>
 // GCC 12 reports the _mm512_undefined_ps() inside _mm512_max_ps/_mm512_min_ps (and inside the
-// unpack and shuffle intrinsics) as uninitialised.
+// unpack and shuffle intrinsics) as uninitialised; clang has no such warning group.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "fusectl/kernels/epilogue.h"
@@ -25,7 +43,7 @@ namespace fusectl::kernels::cpu {
 // and checks them). Seven FMAs where the Cephes form 1 + r + r^2 P(r) took eight operations:
 // the activations are op-bound on this machine (two vector operations a cycle), and Silu's exp
 // is most of an EfficientNet's epilogue work.
-FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 expReduced512(__m512 r) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 expReduced512(__m512 r) {
   __m512 p = _mm512_set1_ps(0.001383684459142387f);
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.008374815806746483f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.04166822507977486f));
@@ -37,7 +55,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 expReduced512(__m512
 
 // exp(x) for x already in [-104, 88.8]: x = n ln2 + r (ln2 in two parts, so r is exact enough),
 // then 2^n e^r by scalef, which also gives the subnormals and, from n = -150 down, 0.
-FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 expClamped512(__m512 x) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 expClamped512(__m512 x) {
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -46,7 +64,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 expClamped512(__m512
 }
 
 // exp(x) to about 2 ulp, 0 below ln(2^-150) where expf rounds to 0, +inf above 88.8.
-FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 exp512(__m512 x) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 exp512(__m512 x) {
   const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.972f), _CMP_LT_OQ);
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.f)), _mm512_set1_ps(88.8f));
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), expClamped512(x));
@@ -55,14 +73,14 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 exp512(__m512 x) {
 // e^-|x|, the one exponential Sigmoid and Silu need: it never overflows, and the clamp at -104
 // is enough for the underflow, since e^-104 computed as 0.97 * 2^-150 already rounds to 0.
 // (The clamp's operand order keeps NaN.)
-FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 expMinusAbs512(__m512 x) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 expMinusAbs512(__m512 x) {
   const __m512 minus_abs = _mm512_or_ps(x, _mm512_set1_ps(-0.f));
   return expClamped512(_mm512_max_ps(_mm512_set1_ps(-104.f), minus_abs));
 }
 
 // Epilogue::sigmoid's split by sign (exp never overflows): 1/(1+e^-x) for x >= 0, else
 // e^x/(1+e^x). The sign is x's sign bit, so -0 takes the first form as the scalar x >= 0 does.
-FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 sigmoid512(__m512 x) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 sigmoid512(__m512 x) {
   const __m512 e = expMinusAbs512(x);
   const __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(x));
   return _mm512_div_ps(_mm512_mask_blend_ps(neg, _mm512_set1_ps(1.f), e),
@@ -70,7 +88,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 sigmoid512(__m512 x)
 }
 
 // x * sigmoid(x) with the product folded into the numerator: x/(1+e^-x), or x e^x/(1+e^x).
-FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 silu512(__m512 x) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 silu512(__m512 x) {
   const __m512 e = expMinusAbs512(x);
   const __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(x));
   return _mm512_div_ps(_mm512_mask_mul_ps(x, neg, x, e), _mm512_add_ps(_mm512_set1_ps(1.f), e));
@@ -78,7 +96,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 silu512(__m512 x) {
 
 // tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|); below |x| = 0.25, where 1 - e would
 // cancel, its odd Taylor series to x^9 (relative error under 4e-7 everywhere).
-FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 tanh512(__m512 x) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 tanh512(__m512 x) {
   const __m512 ax = _mm512_abs_ps(x);
   const __m512 e = exp512(_mm512_mul_ps(ax, _mm512_set1_ps(-2.f)));
   const __m512 one = _mm512_set1_ps(1.f);
@@ -99,7 +117,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 tanh512(__m512 x) {
 // Gelu(x) = 0.5 x (1 + erf(x / sqrt 2)) through erfc(z), z = |x| / sqrt 2, so that neither side
 // cancels: x - 0.5 x erfc(z) for x >= 0, 0.5 x erfc(z) below. erfc is Numerical Recipes'
 // Chebyshev fit (fractional error < 1.2e-7), with z^2 split exactly so exp sees no rounding.
-FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 gelu512(__m512 x) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 gelu512(__m512 x) {
   const __m512 z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752f));
   const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.f),
                                  _mm512_fmadd_ps(_mm512_set1_ps(0.5f), z, _mm512_set1_ps(1.f)));
@@ -130,7 +148,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 gelu512(__m512 x) {
 // Transposes 8 vectors of 16 (r[i][k]: row i, column k) into 8 vectors of two 8-lane columns:
 // out[j] holds column 2j's 8 rows, then column 2j + 1's. Unpacks of 32- and 64-bit elements,
 // then two rounds of 128-bit lane shuffles: 32 shuffles for 128 floats.
-FUSECTL_AVX512 inline __attribute__((always_inline)) void transpose8x16(const __m512 (&r)[8],
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void transpose8x16(const __m512 (&r)[8],
                                                                       __m512 (&out)[8]) {
   // In each 128-bit lane l (columns 4l..4l+3): rows i, i+1 interleaved.
   __m512 t[8];
@@ -167,7 +185,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void transpose8x16(const __
 
 // The activations of Epilogue::activate, in the same operation order (max/min operand order
 // chosen so that NaN and -0 come out as the scalar ternaries give them).
-FUSECTL_AVX512 inline __attribute__((always_inline)) __m512 activate512(__m512 v, Activation act,
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 activate512(__m512 v, Activation act,
                                                                       float alpha, float beta) {
   const __m512 zero = _mm512_setzero_ps();
   switch (act) {
@@ -210,7 +228,7 @@ inline __mmask16 firstLanes(int64_t n) {
 // Transposes 16 vectors of 16 in registers: r[i][j] becomes r[j][i]. Four rounds of 16
 // shuffles (pairs, quads, 128-bit lanes, 256-bit halves). A gather per vector costs several
 // times more on this machine (about 20 cycles each, measured), and was most of the block's time.
-FUSECTL_AVX512 inline __attribute__((always_inline)) void transpose16x16(__m512 (&r)[16]) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void transpose16x16(__m512 (&r)[16]) {
   __m512 t[16];
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) {
@@ -241,7 +259,7 @@ FUSECTL_AVX512 inline __attribute__((always_inline)) void transpose16x16(__m512 
 
 // Columns [c0, c0 + 16) of `count` rows (row stride ld) as 16 vectors, one per column, each
 // holding the rows across its lanes (lanes from `count` on, and columns from `cols` on, zero).
-FUSECTL_AVX512 inline __attribute__((always_inline)) void loadTransposed(
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void loadTransposed(
     __m512 (&r)[16], const float* src, int64_t ld, int64_t count, int64_t c0, int64_t cols) {
   const __mmask16 m = firstLanes(cols - c0);
 #pragma GCC unroll 16
@@ -270,7 +288,7 @@ FUSECTL_AVX512 inline __m512i interleaveHighIndices() {
 // The epilogue on one vector of outputs, then its masked store at y: bias (a broadcast
 // per-channel value, added when has_bias), the residual at z (masked like the store; none when
 // z is null), the activation. The order of Epilogue::apply.
-FUSECTL_AVX512 inline __attribute__((always_inline)) void storeWithEpilogue512(
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void storeWithEpilogue512(
     float* y, __mmask16 mask, __m512 v, bool has_bias, __m512 bias, const float* z,
     Activation act, float alpha, float beta) {
   if (has_bias) v = _mm512_add_ps(v, bias);

@@ -14,7 +14,8 @@ namespace fusectl {
 // open files) with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 plus a 64 MiB heap growth step
 // (top_pad), no trimming of freed memory below 4 GiB (trim_threshold) and a 32 MiB
 // mmap_threshold, unless GLIBC_TUNABLES is already set (the user's tunables win),
-// FUSECTL_NO_HUGE_PAGES is set, transparent huge pages are disabled ("never"), or this is not
+// FUSECTL_NO_HUGE_PAGES is set, transparent huge pages are disabled ("never"), a sanitizer
+// allocator replaces malloc (ASan, TSan, MSan builds), or this is not
 // Linux with glibc. Returns normally in all those cases, and when the re-execution itself fails;
 // without a user's GLIBC_TUNABLES the three heap settings are then applied with mallopt().
 void restartWithHugePageMalloc(char** argv);
