@@ -47,7 +47,8 @@ import torchvision
 SEED = 13
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.environ.get("FUSECTL_BENCH_MODELS", "/work/bench-models")
-ORT_DIR = os.environ.get("FUSECTL_ORT_DIR", "/work/ort")
+# Where `make test` (scripts/install-ort.sh) puts onnxruntime-node.
+ORT_DIR = os.environ.get("FUSECTL_ORT_DIR", os.path.join(REPO, "build", "ort"))
 
 
 # ---- BERT-base-sized encoder (no HF dependency) ----
@@ -203,6 +204,9 @@ def check_in_ort(path, input_dir, expected):
         env = dict(os.environ, FUSECTL_ORT_DIR=ORT_DIR)
         r = subprocess.run(["node", os.path.join(REPO, "tests", "ort_reference.js"), path, out]
                            + feeds, env=env, capture_output=True, text=True)
+        if r.returncode == 77:  # tests/ort_reference.js: onnxruntime-node not found
+            raise SystemExit(f"{path}: onnxruntime-node is not in {ORT_DIR}: run "
+                             f"scripts/install-ort.sh {ORT_DIR}, or set FUSECTL_ORT_DIR")
         if r.returncode != 0:
             raise SystemExit(f"{path}: ONNX Runtime failed (exit {r.returncode}): "
                              f"{r.stderr.strip().splitlines()[-1:]}")

@@ -14,7 +14,7 @@
 # tables: they include the executor's per-run allocation and any per-run weight packing).
 # Env: THREADS ("1 2"), RUNS (10), WARMUP (2), ONLY (substring of the case names to keep),
 # KERNEL_MODELS ($FUSECTL_BENCH_MODELS/kernels, default /work/bench-models/kernels),
-# FUSECTL_ORT_DIR (/work/ort), PIN (1: 1-thread ORT runs and fusectl runs that take a thread
+# FUSECTL_ORT_DIR (default BUILD/ort), PIN (1: 1-thread ORT runs and fusectl runs that take a thread
 # count under `taskset -c 1`), OUT (bench/out/kernels-<UTC time>: raw JSON lines kept).
 set -euo pipefail
 
@@ -25,7 +25,7 @@ warmup=${WARMUP:-2}
 only=${ONLY:-}
 pin=${PIN:-1}
 models=${KERNEL_MODELS:-${FUSECTL_BENCH_MODELS:-/work/bench-models}/kernels}
-export FUSECTL_ORT_DIR=${FUSECTL_ORT_DIR:-/work/ort}
+export FUSECTL_ORT_DIR=${FUSECTL_ORT_DIR:-$(cd "$build" 2>/dev/null && pwd)/ort}
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$here/out/kernels-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"

@@ -8,7 +8,8 @@
 # bench/export_profile_models.py: NAME.onnx plus inputs/NAME/<input>.npy).
 # Env: MODELS (default "resnet50 mobilenet_v2 efficientnet_b0 bert_base"), THREADS ("1 2"),
 # RUNS (20), WARMUP (3), MEMORY_MODEL (resnet50; empty skips the memory section),
-# FUSECTL_ORT_DIR (/work/ort: the folder holding node_modules/onnxruntime-node),
+# FUSECTL_ORT_DIR (default BUILD/ort, where `make test` installs it: the folder holding
+# node_modules/onnxruntime-node),
 # PIN (1: 1-thread runs under `taskset -c $PIN_CORE`), PIN_CORE (1; 0 when core 1 is the one a
 # neighbour slows: `profile --only fused` pinned to each core in turn shows it), OUT (bench/out/profile-<UTC time>: raw JSON kept),
 # ROUNDS (1): how many times each model's fusectl and ONNX Runtime measurements are repeated,
@@ -35,7 +36,7 @@ pin=${PIN:-1}
 pin_core=${PIN_CORE:-1}
 rounds=${ROUNDS:-1}
 [ "$rounds" -ge 1 ] 2>/dev/null || { echo "run_profile_bench: ROUNDS must be >= 1" >&2; exit 2; }
-export FUSECTL_ORT_DIR=${FUSECTL_ORT_DIR:-/work/ort}
+export FUSECTL_ORT_DIR=${FUSECTL_ORT_DIR:-$(cd "$build" 2>/dev/null && pwd)/ort}
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$here/out/profile-$(date -u +%Y%m%dT%H%M%SZ)}
 fusectl=$build/apps/fusectl
