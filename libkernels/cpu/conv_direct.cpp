@@ -57,9 +57,8 @@ struct TileOut {
 };
 
 // Bias, residual and activation on the tile in registers, transposed into Y's channel rows.
-FUSECTL_AVX512 FUSECTL_FORCE_INLINE void storeTile(__m512 (&acc0)[8],
-                                                                  __m512 (&acc1)[8],
-                                                                  const TileOut& o) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void storeTile(__m512 (&acc0)[8], __m512 (&acc1)[8],
+                                                   const TileOut& o) {
   const Epilogue& ep = *o.ep;
   const __mmask16 lo = o.channels >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << o.channels) - 1);
   const __mmask16 hi = o.channels >= 32   ? __mmask16(0xFFFF)

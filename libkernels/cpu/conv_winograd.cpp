@@ -78,8 +78,8 @@ struct TransformRows {
 // holds input column q - pad_left, zero outside the input.
 template <int N>
 FUSECTL_FORCE_INLINE void loadPaddedRows(const float* xc, int64_t H, int64_t W,
-                                                          int64_t pad_left, int64_t first_row,
-                                                          int64_t Wp, float* const* p) {
+                                         int64_t pad_left, int64_t first_row,
+                                         int64_t Wp, float* const* p) {
   const int64_t q0 = std::min(pad_left, Wp), q1 = std::max(q0, std::min(pad_left + W, Wp));
   for (int i = 0; i < N; ++i) {
     const int64_t ih = first_row + i;
@@ -288,8 +288,7 @@ FUSECTL_AVX512 void outputTransformAvx512(const float* mo, int64_t plane, int64_
 // columns into 4 vectors (lane l holds column 4 l + j) and the output transform interleaves each
 // output row's 4 vectors back; the epilogue runs on them in registers.
 // d[k][l] = r[4 l + k] for the 64 floats at r: two rounds of even/odd selection.
-FUSECTL_AVX512 FUSECTL_FORCE_INLINE void deinterleave4(const float* r,
-                                                                       __m512* d) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void deinterleave4(const float* r, __m512* d) {
   const __m512i even = evenLaneIndices();
   const __m512i odd = oddLaneIndices();
   const __m512 l0 = _mm512_loadu_ps(r), l1 = _mm512_loadu_ps(r + 16);
@@ -305,8 +304,7 @@ FUSECTL_AVX512 FUSECTL_FORCE_INLINE void deinterleave4(const float* r,
 }
 
 // The inverse: out[4 l + k] = y[k][l], as four vectors of 16 (out[0..15], ..., out[48..63]).
-FUSECTL_AVX512 FUSECTL_FORCE_INLINE void interleave4(const __m512* y,
-                                                                     __m512* out) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void interleave4(const __m512* y, __m512* out) {
   const __m512i lo = interleaveLowIndices(), hi = interleaveHighIndices();
   // u = (y0, y2) interleaved, v = (y1, y3): then (u, v) interleaved is (y0, y1, y2, y3).
   const __m512 u_lo = _mm512_permutex2var_ps(y[0], lo, y[2]);

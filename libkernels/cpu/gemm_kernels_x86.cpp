@@ -324,7 +324,7 @@ FUSECTL_AVX512 void tileAvx512(const TileArgs& t) {
 constexpr int kMr256 = 6;
 
 FUSECTL_AVX2 FUSECTL_FORCE_INLINE __m256 activate256(__m256 v, Activation act,
-                                                                    float alpha, float beta) {
+                                                     float alpha, float beta) {
   const __m256 zero = _mm256_setzero_ps();
   switch (act) {
     case Activation::Relu:
@@ -350,8 +350,7 @@ FUSECTL_AVX2 FUSECTL_FORCE_INLINE __m256 activate256(__m256 v, Activation act,
 }
 
 // Columns past the tile's edge are neither read nor written.
-FUSECTL_AVX2 FUSECTL_FORCE_INLINE __m256 load256(const float* p, __m256i mask,
-                                                                bool full) {
+FUSECTL_AVX2 FUSECTL_FORCE_INLINE __m256 load256(const float* p, __m256i mask, bool full) {
   return full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mask);
 }
 

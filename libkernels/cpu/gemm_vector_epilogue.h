@@ -8,14 +8,10 @@
 // instrumentation and backend minutes (conv_depthwise_x86.cpp alone 134 s against 32 s with
 // ordinary inlining, the longest file of CI's sanitizer build), and that build looks for
 // memory errors, not speed.
-#if defined(__SANITIZE_ADDRESS__)
+#include "fusectl/support/sanitizers.h"
+#if defined(FUSECTL_ASAN)
 #define FUSECTL_FORCE_INLINE inline
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FUSECTL_FORCE_INLINE inline
-#endif
-#endif
-#ifndef FUSECTL_FORCE_INLINE
+#else
 #define FUSECTL_FORCE_INLINE inline __attribute__((always_inline))
 #endif
 
@@ -148,8 +144,7 @@ FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 gelu512(__m512 x) {
 // Transposes 8 vectors of 16 (r[i][k]: row i, column k) into 8 vectors of two 8-lane columns:
 // out[j] holds column 2j's 8 rows, then column 2j + 1's. Unpacks of 32- and 64-bit elements,
 // then two rounds of 128-bit lane shuffles: 32 shuffles for 128 floats.
-FUSECTL_AVX512 FUSECTL_FORCE_INLINE void transpose8x16(const __m512 (&r)[8],
-                                                                      __m512 (&out)[8]) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void transpose8x16(const __m512 (&r)[8], __m512 (&out)[8]) {
   // In each 128-bit lane l (columns 4l..4l+3): rows i, i+1 interleaved.
   __m512 t[8];
 #pragma GCC unroll 4
@@ -186,7 +181,7 @@ FUSECTL_AVX512 FUSECTL_FORCE_INLINE void transpose8x16(const __m512 (&r)[8],
 // The activations of Epilogue::activate, in the same operation order (max/min operand order
 // chosen so that NaN and -0 come out as the scalar ternaries give them).
 FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 activate512(__m512 v, Activation act,
-                                                                      float alpha, float beta) {
+                                                       float alpha, float beta) {
   const __m512 zero = _mm512_setzero_ps();
   switch (act) {
     case Activation::Relu:

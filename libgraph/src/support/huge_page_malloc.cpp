@@ -1,4 +1,5 @@
 #include "fusectl/support/huge_page_malloc.h"
+#include "fusectl/support/sanitizers.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -39,15 +40,8 @@ void applyMallocSettings() {
 // glibc's tunables change nothing but the cost of starting: the second exec doubled the start
 // of an instrumented fusectl (0.25 -> 0.45 s), which the sanitizer suite pays on each of its
 // thousands of CLI runs.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(FUSECTL_ASAN) || defined(FUSECTL_TSAN) || defined(FUSECTL_MSAN)
 constexpr bool kSanitizerAllocator = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
-    __has_feature(memory_sanitizer)
-constexpr bool kSanitizerAllocator = true;
-#else
-constexpr bool kSanitizerAllocator = false;
-#endif
 #else
 constexpr bool kSanitizerAllocator = false;
 #endif
