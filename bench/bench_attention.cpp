@@ -3,7 +3,11 @@
 // Attention node, BERT-base sized (hidden 768, 12 heads of 64), batch 1, at sequence 32, 128
 // and 512, with a [1, 1, 1, S] additive mask.
 //
-//   bench_attention [--threads N] [--repeat R] [--seq S,...] [--causal] [--clock wall|cpu]
+//   bench_attention [--threads N] [--repeat R] [--seq S,...] [--causal] [--padding F]
+//                   [--clock wall|cpu]
+//
+// --padding F: the mask is 0 for the first keys and -10000 for the last fraction F of them, as
+// a padded batch's BERT export has it; without it, random in [-2, 0].
 //
 // The two models alternate A/B/A/B on the same inputs; each prints its median, with the ratio
 // fused/unfused (below 1: the fused kernel is faster). Prints one JSON line per sequence
@@ -100,6 +104,7 @@ HostTensor randomTensor(std::vector<int64_t> dims, uint32_t seed, float lo, floa
 int main(int argc, char** argv) {
   int threads = 1, repeat = 20;
   bool causal = false;
+  double padding = -1;
   std::vector<int64_t> seqs = {32, 128, 512};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -109,6 +114,8 @@ int main(int argc, char** argv) {
       threads = std::max(1, std::atoi(argv[++i]));
     } else if (i + 1 < argc && a == "--repeat") {
       repeat = std::max(1, std::atoi(argv[++i]));
+    } else if (i + 1 < argc && a == "--padding") {
+      padding = std::atof(argv[++i]);
     } else if (i + 1 < argc && a == "--clock") {
       fusectl::bench::g_cpu_clock = std::strcmp(argv[++i], "cpu") == 0;
     } else if (i + 1 < argc && a == "--seq") {
@@ -117,7 +124,7 @@ int main(int argc, char** argv) {
       for (std::string item; std::getline(list, item, ',');) seqs.push_back(std::atoll(item.c_str()));
     } else {
       std::fprintf(stderr, "usage: bench_attention [--threads N] [--repeat R] [--seq S,...] "
-                           "[--causal] [--clock wall|cpu]\n");
+                           "[--causal] [--padding F] [--clock wall|cpu]\n");
       return 2;
     }
   }
@@ -128,10 +135,15 @@ int main(int argc, char** argv) {
     options.num_threads = threads;
     Executor a(*unfused, options), b(*fused, options);
     const std::vector<int64_t> heads = {1, kHeads, seq, kHeadSize};
+    HostTensor mask = randomTensor({1, 1, 1, seq}, 4, -2, 0);
+    if (padding >= 0) {
+      const int64_t kept = seq - static_cast<int64_t>(std::lround(padding * seq));
+      for (int64_t t = 0; t < seq; ++t) mask.mutableData<float>()[t] = t < kept ? 0.f : -10000.f;
+    }
     const std::vector<NamedTensor> inputs = {{"q", randomTensor(heads, 1, -1, 1)},
                                              {"k", randomTensor(heads, 2, -1, 1)},
                                              {"v", randomTensor(heads, 3, -1, 1)},
-                                             {"mask", randomTensor({1, 1, 1, seq}, 4, -2, 0)}};
+                                             {"mask", std::move(mask)}};
     double max_diff = 0;
     {
       const HostTensor ya = a.run(inputs)[0].tensor, yb = b.run(inputs)[0].tensor;
@@ -141,10 +153,12 @@ int main(int argc, char** argv) {
     const auto [ma, mb] = fusectl::bench::alternatingMedians(
         repeat, [&] { a.run(inputs); }, [&] { b.run(inputs); });
     std::printf("{\"bench\": \"attention\", \"seq\": %lld, \"heads\": %lld, \"head_size\": %lld, "
-                "\"causal\": %s, \"threads\": %d, \"unfused_ms\": %.4f, \"fused_ms\": %.4f, "
+                "\"causal\": %s, \"masked_keys\": %s, \"threads\": %d, \"unfused_ms\": %.4f, \"fused_ms\": %.4f, "
                 "\"ratio\": %.3f, \"max_abs_diff\": %.3g}\n",
                 static_cast<long long>(seq), static_cast<long long>(kHeads),
-                static_cast<long long>(kHeadSize), causal ? "true" : "false", threads, ma * 1e3,
+                static_cast<long long>(kHeadSize), causal ? "true" : "false",
+                padding >= 0 ? std::to_string(padding).c_str() : "\"none (random mask)\"",
+                threads, ma * 1e3,
                 mb * 1e3, mb / ma, max_diff);
   }
   return 0;

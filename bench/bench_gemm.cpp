@@ -3,7 +3,7 @@
 // ResNet-50's convolution shapes (GFLOP/s through the registered Conv kernel, weights prepacked
 // in its state as in a session), and the FMA peak they are bounded by (peak).
 //
-//   bench_gemm [--repeat R] [--only peak|gemm|skinny|cold|conv|conv3x3|depthwise]
+//   bench_gemm [--repeat R] [--only peak|gemm|skinny|cold|conv|conv-cold|conv3x3|depthwise]
 //              [--clock wall|cpu]
 //              [--conv-algorithm auto|im2col|implicit|winograd|winograd4|direct]
 //
@@ -236,7 +236,10 @@ struct ConvShape {
   int64_t C, H, M, k, stride;
 };
 
-void benchConv(int repeat, const std::vector<ConvShape>& shapes) {
+// cold: each repetition runs the convolution over enough different weight tensors (128 MiB of
+// them in all, each with its own prepacked state) that their weights come from memory, as in a
+// model, rather than from the cache the previous repetition warmed; ms is per convolution.
+void benchConv(int repeat, const std::vector<ConvShape>& shapes, bool cold = false) {
   using Shape = ConvShape;
   const char* algorithm = convForcedAlgorithm() == ConvAlgorithm::Winograd4  ? "winograd4"
                           : convForcedAlgorithm() == ConvAlgorithm::Winograd ? "winograd"
@@ -253,6 +256,14 @@ void benchConv(int repeat, const std::vector<ConvShape>& shapes) {
       std::vector<float> xv = randomFloats(x.numel(), 5), wv = randomFloats(w.numel(), 6);
       std::copy(xv.begin(), xv.end(), x.mutableData<float>());
       std::copy(wv.begin(), wv.end(), w.mutableData<float>());
+      const int64_t copies =
+          cold ? std::clamp<int64_t>((int64_t{128} << 20) / (w.numel() * 4) + 1, 2, 512) : 1;
+      std::vector<HostTensor> weights;
+      weights.push_back(w);
+      for (int64_t i = 1; i < copies; ++i) {
+        weights.emplace_back(DType::Float, std::vector<int64_t>{s.M, s.C, s.k, s.k});
+        std::copy(wv.begin(), wv.end(), weights.back().mutableData<float>());
+      }
       Graph g("bench");
       std::vector<Value*> ins;
       for (int i = 0; i < 3; ++i) {
@@ -267,18 +278,23 @@ void benchConv(int repeat, const std::vector<ConvShape>& shapes) {
             Attribute::ofInts("pads", {pad, pad, pad, pad})}});
       g.addOutput(node->output(0));
       ReusingAllocator alloc;
-      std::unique_ptr<KernelState> state;
+      std::vector<std::unique_ptr<KernelState>> states(static_cast<size_t>(copies));
       const double sec = medianSeconds(repeat, [&] {
-        KernelContext ctx(*node, 17, {&x, &w, &bias}, alloc, threads);
-        ctx.bindPersistentState(&state, 0b110);
-        conv->fn(ctx);
-      });
+                           for (int64_t i = 0; i < copies; ++i) {
+                             KernelContext ctx(*node, 17, {&x, &weights[i], &bias}, alloc,
+                                               threads);
+                             ctx.bindPersistentState(&states[i], 0b110);
+                             conv->fn(ctx);
+                           }
+                         }) /
+                         static_cast<double>(copies);
       const double flops = 2.0 * s.M * OH * OH * s.C * s.k * s.k;
-      std::printf("{\"bench\":\"conv\",\"x\":[1,%lld,%lld,%lld],\"w\":[%lld,%lld,%lld,%lld],"
+      std::printf("{\"bench\":\"%s\",\"x\":[1,%lld,%lld,%lld],\"w\":[%lld,%lld,%lld,%lld],"
                   "\"stride\":%lld,\"kernel\":\"%s\",\"algorithm\":\"%s\",\"threads\":%d,"
                   "\"ms\":%.3f,\"gflops\":%.1f}\n",
-                  (long long)s.C, (long long)s.H, (long long)s.H, (long long)s.M, (long long)s.C,
-                  (long long)s.k, (long long)s.k, (long long)s.stride, gemmKernelName(), algorithm,
+                  cold ? "conv_cold" : "conv", (long long)s.C, (long long)s.H, (long long)s.H,
+                  (long long)s.M, (long long)s.C, (long long)s.k, (long long)s.k,
+                  (long long)s.stride, gemmKernelName(), algorithm,
                   threads, sec * 1e3, flops / sec * 1e-9);
       std::fflush(stdout);
     }
@@ -380,7 +396,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_gemm [--repeat R] "
-                   "[--only peak|gemm|skinny|cold|conv|conv3x3|depthwise] "
+                   "[--only peak|gemm|skinny|cold|conv|conv-cold|conv3x3|depthwise] "
                    "[--clock wall|cpu] [--conv-algorithm auto|im2col|implicit|winograd|winograd4|direct]\n");
       return 2;
     }
@@ -390,6 +406,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "skinny") benchSkinny(repeat);
   if (only.empty() || only == "cold") benchColdWeights(repeat);
   if (only.empty() || only == "conv") benchConv(repeat, kResNet50Convs);
+  if (only == "conv-cold") benchConv(repeat, kResNet50Convs, true);
   if (only == "conv3x3") benchConv(repeat, kConv3x3);
   if (only == "depthwise") benchDepthwise(repeat);
   return 0;

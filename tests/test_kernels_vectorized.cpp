@@ -410,6 +410,62 @@ TEST_CASE("softmax and log-softmax are stable on large magnitudes, last and midd
   }
 }
 
+// The softmaxes take exp(x - max) as 0 below x - max = -87, where the exponential is under
+// 1.7e-38 and the multiply that made it underflowed (slowly: a microcode assist on this
+// machine): a padding mask's -10000 gives exact zeros, and the rest keep their values.
+TEST_CASE("softmaxes give exact zeros where x - max is below -87 and keep the rest",
+          "[kernels][vectorized]") {
+  // Max 0; e^-84 = 3.3e-37 stays (a normal float, also once divided by the sum of about 8);
+  // e^-90 = 8.2e-40 (a subnormal) and a masked score are 0; the others in [-5, 0].
+  const int64_t n = 37;
+  std::vector<float> x = randomFloats(static_cast<size_t>(n), 12, -5, 0);
+  x[0] = 0.f, x[5] = -84.f, x[17] = -90.f, x[33] = -10000.f;
+  double total = 0;
+  for (float v : x) total += std::exp(static_cast<double>(v));
+  auto check = [&](const std::vector<float>& got) {
+    REQUIRE(got[17] == 0.f);
+    REQUIRE(got[33] == 0.f);
+    REQUIRE(std::isnormal(got[5]));
+    REQUIRE(got[5] == Approx(std::exp(-84.0) / total).epsilon(1e-5));
+    for (int64_t i = 0; i < n; ++i) {
+      if (x[i] > -80.f) REQUIRE(got[i] == Approx(std::exp(double{x[i]}) / total).epsilon(1e-5));
+    }
+  };
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    INFO(vec::isaName(isa));
+    {
+      INFO("Softmax, last axis");
+      check(valuesOf(runNode("Softmax", 13, {floatTensor({1, n}, x)}, {}, 1)[0]));
+    }
+    {
+      INFO("Softmax, a middle axis (a column per inner index)");
+      std::vector<float> columns;
+      for (float v : x) columns.insert(columns.end(), {v, v});
+      const std::vector<float> got = valuesOf(
+          runNode("Softmax", 13, {floatTensor({1, n, 2}, columns)}, {Attribute::ofInt("axis", 1)},
+                  1)[0]);
+      std::vector<float> first;
+      for (int64_t i = 0; i < n; ++i) first.push_back(got[2 * i]);
+      check(first);
+    }
+    {
+      INFO("Attention's row: the scores plus a mask, then softmax in place");
+      std::vector<float> scores(x.size(), 0.f);
+      vec::softmaxRowAdd(scores.data(), n, x.data(), false);
+      check(scores);
+    }
+    {
+      INFO("Attention's tiles: the online softmax's exponentials, its sum returned");
+      std::vector<float> row = x;
+      float running_max = -std::numeric_limits<float>::infinity();
+      const float sum = vec::onlineSoftmaxRow(row.data(), n, nullptr, false, &running_max);
+      for (float& v : row) v /= sum;
+      check(row);
+    }
+  }
+}
+
 TEST_CASE("LayerNormalization, BatchNormalization and InstanceNormalization match double "
           "references",
           "[kernels][vectorized]") {
