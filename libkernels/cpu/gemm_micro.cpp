@@ -269,6 +269,18 @@ struct PrefetchShare {
   }
 };
 
+// Rows of a prepacked A (Conv's filters) per block of a kc-deep slice: at most 128 KiB of them
+// (64 rows of a 512-deep slice with AVX-512), not the MC that sizes a block of A packed per call.
+// A prepacked A streams from memory, and the tiles of each block fetch the next block into L2
+// while they run (next_a below), so two blocks of A and the block of B share L2: two 192-row
+// blocks (393 KiB each) and a 14x14 convolution's block of B (512 x 196 floats, 400 KiB) did not
+// fit its 1 MiB. Measured on whole models (bench/README.md, "Smaller blocks of prepacked
+// filters"); a warm, isolated convolution does not show it, as its filters come from L3.
+int64_t prepackedABlockRows(const GemmKernelSpec& s, int64_t kc) {
+  const int64_t rows = (int64_t{128} << 10) / (std::max<int64_t>(kc, 1) * 4) / s.mr * s.mr;
+  return std::clamp<int64_t>(rows, s.mr, s.mc);
+}
+
 // Computes C[i0:i1, j0:j1] of p; i0 and j0 are multiples of MR and NR (the packed operands'
 // panels are addressed by global row and column).
 void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_t i1, int64_t j0,
@@ -344,8 +356,9 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
         packB(s, kc, nc, B + pc * p.b_rs + jc * p.b_cs, p.b_rs, p.b_cs, bpack);
         bblock = bpack;
       }
-      for (int64_t ic = i0; ic < i1; ic += MC) {
-        const int64_t mc = std::min(MC, i1 - ic);
+      const int64_t block_rows = pa && i1 - i0 > MC ? prepackedABlockRows(s, kc) : MC;
+      for (int64_t ic = i0; ic < i1; ic += block_rows) {
+        const int64_t mc = std::min(block_rows, i1 - ic);
         const float* ablock;
         if (pa) {
           ablock = pa->data.get() + pc * pa->padded + ic * kc;
