@@ -503,7 +503,12 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
       p.epilogue = &en;
       p.epilogue_row0 = g * Mg;
       p.epilogue_col0 = p0;
-      if (packed_w) p.packed_a = &packed_w->parts[static_cast<size_t>(g)];
+      if (packed_w) {
+        p.packed_a = &packed_w->parts[static_cast<size_t>(g)];
+        // The next task's filters (this group's again for the next pixel chunk).
+        if (t + 1 < t1)
+          p.next_packed_a = &packed_w->parts[static_cast<size_t>(((t + 1) / chunks) % d.group)];
+      }
       gemm(p, task_parallel ? 1 : threads);
     }
   });

@@ -569,6 +569,7 @@ void convWinograd3x3(const float* x, float* y, const Winograd3x3Shape& s, const 
           GemmParams p = gemmParams(M, tiles, C, nullptr, C, false, V + e * C * tiles, tiles,
                                     false, Mo + e * M * tiles, tiles);
           p.packed_a = &filters[static_cast<size_t>(e)];
+          if (e + 1 < e1) p.next_packed_a = &filters[static_cast<size_t>(e + 1)];
           gemm(p, 1);
         }
       });

@@ -381,6 +381,8 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
         if (pa && !pb && block_tiles >= 4) {
           const int64_t block = roundUp(mc, MR) * kc;
           next_a = PrefetchShare::of(*pa, (ablock - pa->data.get()) + block, block, block_tiles);
+          if (!next_a.base && p.next_packed_a && p.next_packed_a->kernel == &s)
+            next_a = PrefetchShare::of(*p.next_packed_a, 0, block, block_tiles);
         }
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int64_t nr = std::min(NR, nc - jr);

@@ -69,6 +69,11 @@ struct GemmParams {
   // alpha must be 1 with packed_a.
   const PackedMatrix* packed_a = nullptr;
   const PackedMatrix* packed_b = nullptr;
+  // The prepacked A the caller multiplies next (the same one for its next chunk of columns, or
+  // another: Winograd's next product): while this product's last block of packed_a runs, the
+  // first block of this one is fetched into L2, as each block fetches the block after it. A
+  // hint; the result does not depend on it.
+  const PackedMatrix* next_packed_a = nullptr;
   // When set (and the operand is not prepacked), A or B is packed from here; the pointer and
   // strides of that operand are not read. A sourced A carries no alpha: alpha must be 1.
   const GemmPanelSource* a_source = nullptr;
