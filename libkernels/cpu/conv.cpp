@@ -457,10 +457,11 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
     chunks = (P + chunk - 1) / chunk;
   }
   const int64_t tasks = d.N * d.group * chunks;
+  auto task_group = [&](int64_t task) { return (task / chunks) % d.group; };
   parallelFor(tasks, task_parallel ? threads : 1, 1, [&](int64_t t0, int64_t t1) {
     float* col = pointwise ? nullptr : im2colScratch(K * std::min(chunk, P));
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t n = t / (d.group * chunks), g = (t / chunks) % d.group;
+      const int64_t n = t / (d.group * chunks), g = task_group(t);
       const int64_t p0 = (t % chunks) * chunk, p1 = std::min(P, p0 + chunk);
       Epilogue en = ep;
       en.residual = residual ? residual + n * d.M * P : nullptr;
@@ -506,8 +507,7 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
       if (packed_w) {
         p.packed_a = &packed_w->parts[static_cast<size_t>(g)];
         // The next task's filters (this group's again for the next pixel chunk).
-        if (t + 1 < t1)
-          p.next_packed_a = &packed_w->parts[static_cast<size_t>(((t + 1) / chunks) % d.group)];
+        if (t + 1 < t1) p.next_packed_a = &packed_w->parts[static_cast<size_t>(task_group(t + 1))];
       }
       gemm(p, task_parallel ? 1 : threads);
     }

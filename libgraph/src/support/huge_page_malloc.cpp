@@ -36,10 +36,10 @@ void applyMallocSettings() {
 #endif
 }
 
-// Under AddressSanitizer or ThreadSanitizer the sanitizer's own allocator serves malloc, and
-// glibc's tunables change nothing but the cost of starting: the second exec doubled the start
-// of an instrumented fusectl (0.25 -> 0.45 s), which the sanitizer suite pays on each of its
-// thousands of CLI runs.
+// Under AddressSanitizer, ThreadSanitizer or MemorySanitizer the sanitizer's own allocator serves
+// malloc, and glibc's tunables change nothing but the cost of starting: the second exec doubled
+// the start of an instrumented fusectl (0.25 -> 0.45 s), which the sanitizer suite pays on each of
+// its thousands of CLI runs.
 #if defined(FUSECTL_ASAN) || defined(FUSECTL_TSAN) || defined(FUSECTL_MSAN)
 constexpr bool kSanitizerAllocator = true;
 #else
