@@ -3,10 +3,10 @@
 //   node bench/ort_latency.js MODEL INPUTS_DIR [--threads N] [--repeat R] [--warmup W] [--level L]
 // INPUTS_DIR holds <input name>.npy (written by bench_latency --inputs-dir). Sequential
 // execution, intra-op threads N (same as fusectl's --threads), graph optimization level L
-// ('all' by default; 'disabled' times ORT's kernels on the unoptimized graph).
+// ('all' by default; 'disabled' times ORT's kernels on the unoptimized graph). INPUTS_DIR is
+// only read: the caller owns it.
 'use strict';
 
-const fs = require('fs');
 const path = require('path');
 const { loadOrt, readNpy } = require('../tests/ort_reference.js');
 
@@ -45,7 +45,6 @@ async function main() {
     repeat: ms.length, median_ms: +ms[Math.floor(ms.length / 2)].toFixed(3),
     min_ms: +ms[0].toFixed(3),
   }));
-  fs.rmSync(inputsDir, { recursive: true, force: true });
 }
 
 main().catch((e) => {

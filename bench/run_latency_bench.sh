@@ -18,7 +18,6 @@ for m in $models; do
   for t in "${threads[@]}"; do
     "$build/bench/bench_latency" "$m" --threads "$t" --repeat "$repeat" --inputs-dir "$tmp/in"
     node bench/ort_latency.js "$m" "$tmp/in" --threads "$t" --repeat "$repeat" --level disabled
-    "$build/bench/bench_latency" "$m" --threads "$t" --repeat 1 --warmup 0 --inputs-dir "$tmp/in" >/dev/null
     node bench/ort_latency.js "$m" "$tmp/in" --threads "$t" --repeat "$repeat" --level all
   done
 done
