@@ -128,7 +128,119 @@ void checkAgainstReference(const Problem& p) {
   }
 }
 
+// AttentionPacked on X [B, S, (Hq + 2 Hkv) D], whose heads are cut out here into the [B, H, S, D]
+// blocks the reference reads; its Y [B, S, Hq D] is compared with the reference's heads merged.
+std::vector<HostTensor> runPackedKernel(const Problem& p, const std::vector<float>& x,
+                                        const std::vector<float>& m) {
+  using fusectl::testing::floats;
+  const int64_t W = (p.Hq + 2 * p.Hkv) * p.D;
+  std::vector<HostTensor> inputs = {floats({p.B, p.S, W}, x)};
+  if (!p.mask_dims.empty()) inputs.push_back(floats(p.mask_dims, m));
+  Graph g("attention_packed");
+  std::vector<Value*> ins;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ValueType vt;
+    vt.dtype = DType::Float;
+    ins.push_back(g.addInput("in" + std::to_string(i), vt));
+  }
+  Node* n = g.createNode({"AttentionPacked", "fusectl", ins, {"Y"}, "attention_packed",
+                          {Attribute::ofInt("num_heads", p.Hq),
+                           Attribute::ofInt("kv_num_heads", p.Hkv),
+                           Attribute::ofFloat("scale", p.scale),
+                           Attribute::ofInt("causal", p.causal ? 1 : 0)}});
+  g.addOutput(n->output(0));
+  const fusectl::kernels::KernelInfo* info =
+      KernelRegistry::global().find("fusectl", "AttentionPacked", 1);
+  REQUIRE(info != nullptr);
+  std::vector<const HostTensor*> ptrs;
+  for (const HostTensor& t : inputs) ptrs.push_back(&t);
+  fusectl::testing::PlainAllocator alloc;
+  KernelContext ctx(*n, 1, ptrs, alloc, p.threads);
+  info->fn(ctx);
+  return ctx.outputs();
+}
+
+void checkPackedAgainstReference(const Problem& p) {
+  REQUIRE(p.S == p.T);
+  REQUIRE(p.D == p.Dv);
+  const int64_t W = (p.Hq + 2 * p.Hkv) * p.D;
+  const auto x = randomFloats(static_cast<size_t>(p.B * p.S * W), 5);
+  // Head j of the part starting at head `first` (0 for q, Hq for k, Hq + Hkv for v) of row
+  // (b, s) is at x[(b S + s) W + (first + j) D].
+  auto heads = [&](int64_t first, int64_t count) {
+    std::vector<float> out(static_cast<size_t>(p.B * count * p.S * p.D));
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < count; ++h)
+        for (int64_t s = 0; s < p.S; ++s)
+          for (int64_t d = 0; d < p.D; ++d)
+            out[static_cast<size_t>(((b * count + h) * p.S + s) * p.D + d)] =
+                x[static_cast<size_t>((b * p.S + s) * W + (first + h) * p.D + d)];
+    return out;
+  };
+  int64_t mn = 1;
+  for (int64_t d : p.mask_dims) mn *= d;
+  const auto m = p.mask_dims.empty() ? std::vector<float>{}
+                                     : randomFloats(static_cast<size_t>(mn), 4, -3.f, 0.f);
+  const std::vector<double> want = reference(p, heads(0, p.Hq), heads(p.Hq, p.Hkv),
+                                             heads(p.Hq + p.Hkv, p.Hkv), m);
+  std::vector<HostTensor> out = runPackedKernel(p, x, m);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].dims() == std::vector<int64_t>{p.B, p.S, p.Hq * p.D});
+  const float* got = out[0].data<float>();
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t s = 0; s < p.S; ++s)
+        for (int64_t d = 0; d < p.D; ++d) {
+          const double w = want[static_cast<size_t>(((b * p.Hq + h) * p.S + s) * p.D + d)];
+          const float y = got[static_cast<size_t>((b * p.S + s) * p.Hq * p.D + h * p.D + d)];
+          INFO("b " << b << " head " << h << " row " << s << " column " << d << ": got " << y
+                    << ", want " << w);
+          REQUIRE(std::abs(y - w) <= 1e-5 + 1e-4 * std::abs(w));
+        }
+}
+
 }  // namespace
+
+TEST_CASE("attention kernel: the packed form reads its heads from one merged projection",
+          "[attention][kernels]") {
+  Problem p;  // multi-head, a padding mask per batch
+  p.B = 2, p.Hq = p.Hkv = 3, p.S = p.T = 7, p.D = p.Dv = 8;
+  p.mask_dims = {2, 1, 1, 7};
+  checkPackedAgainstReference(p);
+  p.Hq = 4, p.Hkv = 2;  // grouped-query, causal
+  p.causal = true;
+  p.mask_dims = {};
+  checkPackedAgainstReference(p);
+  p.B = 1, p.Hq = p.Hkv = 2, p.S = p.T = 70, p.D = p.Dv = 64;  // the packed GEMM tiles
+  p.scale = 0.125f;
+  p.mask_dims = {70, 70};
+  checkPackedAgainstReference(p);
+  p.B = 2, p.Hq = 4, p.Hkv = 2, p.S = p.T = 520, p.D = p.Dv = 16;  // flash-style tiles, threads
+  p.mask_dims = {2, 1, 1, 520};
+  p.threads = 2;
+  checkPackedAgainstReference(p);
+  p.causal = false;
+  checkPackedAgainstReference(p);
+}
+
+TEST_CASE("attention kernel: a packed projection the heads do not divide is a one-line error",
+          "[attention][kernels]") {
+  using fusectl::testing::floats;
+  Graph g("attention_packed");
+  ValueType vt;
+  vt.dtype = DType::Float;
+  Node* n = g.createNode({"AttentionPacked", "fusectl", {g.addInput("x", vt)}, {"Y"}, "ap",
+                          {Attribute::ofInt("num_heads", 2), Attribute::ofInt("kv_num_heads", 2)}});
+  // 25 columns for 2 + 2 x 2 heads: not 6 heads of one size.
+  const HostTensor x = floats({1, 3, 25}, randomFloats(75, 5));
+  std::vector<const HostTensor*> ptrs = {&x};
+  fusectl::testing::PlainAllocator alloc;
+  KernelContext ctx(*n, 1, ptrs, alloc, 1);
+  const fusectl::kernels::KernelInfo* info =
+      KernelRegistry::global().find("fusectl", "AttentionPacked", 1);
+  REQUIRE(info != nullptr);
+  CHECK_THROWS_WITH(info->fn(ctx), Catch::Contains("does not hold 6 heads of one size"));
+}
 
 TEST_CASE("attention kernel: multi-head with a broadcast additive mask", "[attention][kernels]") {
   Problem p;
@@ -244,10 +356,13 @@ TEST_CASE("fuse-attention at -O3 leaves one Attention per layer and keeps the ou
     const char* name;
     std::vector<std::pair<std::string, Shape>> shapes;  // sequence 7, batch 2
     int64_t causal;
+    // BERT's q/k/v projections merge, and the attention then reads them packed
+    // (fuse-packed-attention); LLaMA's rotary embedding sits between its heads and the attention.
+    const char* op;
   };
   const std::vector<ModelCase> models = {
-      {"bert_layer", {{"hidden", Shape::ofStatic({2, 7, 64})}, {"attention_mask", Shape::ofStatic({2, 1, 1, 7})}}, 0},
-      {"llama_layer", {{"hidden", Shape::ofStatic({2, 7, 64})}, {"cos", Shape::ofStatic({7, 16})}, {"sin", Shape::ofStatic({7, 16})}}, 1},
+      {"bert_layer", {{"hidden", Shape::ofStatic({2, 7, 64})}, {"attention_mask", Shape::ofStatic({2, 1, 1, 7})}}, 0, "AttentionPacked"},
+      {"llama_layer", {{"hidden", Shape::ofStatic({2, 7, 64})}, {"cos", Shape::ofStatic({7, 16})}, {"sin", Shape::ofStatic({7, 16})}}, 1, "Attention"},
   };
   for (const ModelCase& mc : models) {
     INFO(mc.name);
@@ -261,8 +376,10 @@ TEST_CASE("fuse-attention at -O3 leaves one Attention per layer and keeps the ou
     REQUIRE(passes::PassManager(options).run(*after, passes::Pipeline::forLevel(3), report));
     CHECK(countOps(*after->graph, "Softmax") == 0);
     std::vector<Node*> fused;
-    for (Node* n : after->graph->nodesOfType("Attention", "fusectl")) fused.push_back(n);
+    for (const char* op : {"Attention", "AttentionPacked"})
+      for (Node* n : after->graph->nodesOfType(op, "fusectl")) fused.push_back(n);
     REQUIRE(fused.size() == 1);
+    CHECK(fused[0]->opType() == mc.op);
     CHECK(fused[0]->attrInt("causal", -1) == mc.causal);
     CHECK(fused[0]->attrFloat("scale", 0) == Approx(0.25));  // 1 / sqrt(16)
     for (uint64_t seed : {1u, 2u}) {

@@ -660,10 +660,13 @@ std::vector<HalfCase> halfCases() {
 }
 )"},
       {"attention with a mask", 13, R"(g ({T}[1, 4, 3, 8] Q, {T}[1, 2, 5, 8] K, {T}[1, 2, 5, 8] V,
-     {T}[1, 1, 3, 5] M) => ({T}[1, 4, 3, 8] Y, {T}[1, 4, 3, 8] Causal)
+     {T}[1, 1, 3, 5] M, {T}[2, 3, 64] P, {T}[2, 1, 3, 3] PM)
+  => ({T}[1, 4, 3, 8] Y, {T}[1, 4, 3, 8] Causal, {T}[2, 3, 32] Packed)
 {
   Y = fusectl.Attention <scale = 0.35, causal = 0> (Q, K, V, M)
   Causal = fusectl.Attention <scale = 0.35, causal = 1> (Q, K, V, M)
+  Packed = fusectl.AttentionPacked <num_heads = 4, kv_num_heads = 2, scale = 0.35, causal = 1>
+      (P, PM)
 }
 )"},
       {"rotary", 13, R"(g ({T}[1, 2, 3, 8] X, {T}[1, 1, 3, 8] Cos, {T}[1, 1, 3, 8] Sin, {T}[8] S)

@@ -6,6 +6,7 @@ namespace fusectl {
 
 // Declared here rather than in a header per family: this list is their only caller.
 std::string buildAttentionFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/attention.cpp
+std::string buildAttentionPackedFunction(const FusedOpInfo& op, int64_t opset);  // attention.cpp
 std::string buildSwiGLUFunction(const FusedOpInfo& op, int64_t opset);     // fused_bodies/swiglu.cpp
 std::string buildSwiGLUPackedFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/swiglu.cpp
 std::string buildGeluTanhFunction(const FusedOpInfo& op, int64_t opset);   // fused_bodies/gelu.cpp
@@ -27,6 +28,7 @@ const std::vector<CompositeBody>& compositeBodyBuilders() {
       {"SkipLayerNorm", buildSkipLayerNormFunction},
       {"SkipRMSNorm", buildSkipRMSNormFunction},
       {"Attention", buildAttentionFunction},
+      {"AttentionPacked", buildAttentionPackedFunction},
       {"SwiGLU", buildSwiGLUFunction},
       {"SwiGLUPacked", buildSwiGLUPackedFunction},
       {"GeluTanh", buildGeluTanhFunction},

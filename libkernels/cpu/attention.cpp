@@ -1,5 +1,7 @@
 // fusectl::Attention (fused_ops.def): softmax(scale * Q * K^T + M, causal) * V per head, with
-// grouped-query heads (G = Hq / Hkv query heads read one key/value head).
+// grouped-query heads (G = Hq / Hkv query heads read one key/value head); and
+// fusectl::AttentionPacked, the same computation reading its heads from one merged q/k/v
+// projection and writing them merged, with row strides instead of copies.
 //
 // Two layouts, per (batch, query head) block, both on the packed GEMM (gemm_micro.h, alpha =
 // scale, K read transposed through its strides):
@@ -70,25 +72,31 @@ bool useTiles(int64_t S, int64_t T) { return std::max(S, T) >= 512; }
 // block's mask at [s = 0, t = 0] with its s/t strides, or null. The key tiles are the outer
 // loop: each tile's K^T and V are packed once for all query tiles (as the GEMM's B operand),
 // while every query row keeps its running maximum and sum, and its output row accumulates in y.
+// Rows of q, k, v and y are ldq, ldk, ldv and ldy floats apart (D, D, Dv, Dv when each head
+// is its own contiguous block; the row width of a packed projection for AttentionPacked).
+struct RowStrides {
+  int64_t q, k, v, y;
+};
+
 void attentionTiled(const float* q, const float* k, const float* v, float* y, int64_t S,
-                    int64_t T, int64_t D, int64_t Dv, float scale, bool causal, const float* mask,
-                    int64_t mask_s, int64_t mask_t) {
+                    int64_t T, int64_t D, int64_t Dv, const RowStrides& ld, float scale,
+                    bool causal, const float* mask, int64_t mask_s, int64_t mask_t) {
   thread_local std::vector<float> scores, row_max, row_sum;
   scores.resize(static_cast<size_t>(kQueryTile * kKeyTile));
   row_max.assign(static_cast<size_t>(S), -std::numeric_limits<float>::infinity());
   row_sum.assign(static_cast<size_t>(S), 0.f);
-  std::fill(y, y + S * Dv, 0.f);
+  for (int64_t s = 0; s < S; ++s) std::fill(y + s * ld.y, y + s * ld.y + Dv, 0.f);
   for (int64_t t0 = 0; t0 < T; t0 += kKeyTile) {
     const int64_t cols = std::min(kKeyTile, T - t0);
     // Row s sees keys [0, s + T - S]: the rows before first_row see none of this tile.
     const int64_t first_row = causal ? std::max<int64_t>(0, t0 - (T - S)) : 0;
     if (first_row >= S) break;
-    const PackedMatrix kt = packGemmB(D, cols, k + t0 * D, 1, D);
-    const PackedMatrix vt = packGemmB(cols, Dv, v + t0 * Dv, Dv, 1);
+    const PackedMatrix kt = packGemmB(D, cols, k + t0 * ld.k, 1, ld.k);
+    const PackedMatrix vt = packGemmB(cols, Dv, v + t0 * ld.v, ld.v, 1);
     for (int64_t s0 = first_row / kQueryTile * kQueryTile; s0 < S; s0 += kQueryTile) {
       const int64_t rows = std::min(kQueryTile, S - s0);
-      GemmParams qk = gemmParams(rows, cols, D, q + s0 * D, D, false, k + t0 * D, D, true,
-                                 scores.data(), kKeyTile);
+      GemmParams qk = gemmParams(rows, cols, D, q + s0 * ld.q, ld.q, false, k + t0 * ld.k,
+                                 ld.k, true, scores.data(), kKeyTile);
       qk.alpha = scale;
       qk.packed_b = &kt;
       gemm(qk, 1);
@@ -107,12 +115,12 @@ void attentionTiled(const float* q, const float* k, const float* v, float* y, in
         const float correction = std::exp(old_max - row_max[static_cast<size_t>(s)]);
         row_sum[static_cast<size_t>(s)] = row_sum[static_cast<size_t>(s)] * correction + tile_sum;
         if (correction != 1.f) {
-          float* o = y + s * Dv;
+          float* o = y + s * ld.y;
           for (int64_t d = 0; d < Dv; ++d) o[d] *= correction;
         }
       }
-      GemmParams pv = gemmParams(rows, Dv, cols, scores.data(), kKeyTile, false, v + t0 * Dv,
-                                 Dv, false, y + s0 * Dv, Dv);
+      GemmParams pv = gemmParams(rows, Dv, cols, scores.data(), kKeyTile, false, v + t0 * ld.v,
+                                 ld.v, false, y + s0 * ld.y, ld.y);
       pv.packed_b = &vt;
       pv.accumulate = true;
       gemm(pv, 1);
@@ -123,9 +131,62 @@ void attentionTiled(const float* q, const float* k, const float* v, float* y, in
     const float l = row_sum[static_cast<size_t>(s)];
     if (l == 0.f) continue;
     const float inv = 1.f / l;
-    float* o = y + s * Dv;
+    float* o = y + s * ld.y;
     for (int64_t d = 0; d < Dv; ++d) o[d] *= inv;
   }
+}
+
+// One attention over B batches of Hq query heads; head h of batch b starts at
+// q + b * batch.q + h * head.q (its rows ld.q apart), and likewise for k, v (key/value head
+// b * Hkv + h / G) and y.
+struct AttentionLayout {
+  int64_t B, Hq, Hkv, S, T, D, Dv;
+  RowStrides batch, head, ld;
+};
+
+void computeAttention(KernelContext& ctx, const AttentionLayout& L, const float* q,
+                      const float* k, const float* v, const float* mask, const MaskStrides& ms,
+                      float* y) {
+  const int64_t group = L.Hq / L.Hkv;
+  const float scale = ctx.attrFloat("scale", 1.f / std::sqrt(static_cast<float>(L.D)));
+  const bool causal = ctx.attrInt("causal", 0) != 0;
+  const int64_t S = L.S, T = L.T, D = L.D, Dv = L.Dv;
+  const int64_t blocks = L.B * L.Hq;
+  const bool tiled = useTiles(S, T);
+  parallelFor(blocks, ctx.numThreads(), 1, [&](int64_t first, int64_t last) {
+    std::vector<float> scores(tiled ? 0 : static_cast<size_t>(S * T));
+    for (int64_t block = first; block < last; ++block) {
+      const int64_t b = block / L.Hq, h = block % L.Hq, kvh = h / group;
+      const float* qb = q + b * L.batch.q + h * L.head.q;
+      const float* kb = k + b * L.batch.k + kvh * L.head.k;
+      const float* vb = v + b * L.batch.v + kvh * L.head.v;
+      float* yb = y + b * L.batch.y + h * L.head.y;
+      if (tiled) {
+        const float* mb = mask ? mask + b * ms.b + h * ms.h : nullptr;
+        attentionTiled(qb, kb, vb, yb, S, T, D, Dv, L.ld, scale, causal, mb, ms.s, ms.t);
+        continue;
+      }
+      GemmParams qk =
+          gemmParams(S, T, D, qb, L.ld.q, false, kb, L.ld.k, true, scores.data(), T);
+      qk.alpha = scale;
+      gemm(qk, 1);
+      for (int64_t s = 0; s < S; ++s) {
+        float* row = scores.data() + s * T;
+        const float* mrow = mask ? mask + b * ms.b + h * ms.h + s * ms.s : nullptr;
+        // Keys after s + T - S are hidden; a row that sees none (S > T) gets zeros.
+        const int64_t visible = causal ? std::clamp<int64_t>(s + T - S + 1, 0, T) : T;
+        if (visible == 0) {
+          std::fill(row, row + T, 0.f);
+          continue;
+        }
+        vec::softmaxRowAdd(row, visible, mrow, ms.t == 0);
+        std::fill(row + visible, row + T, 0.f);
+      }
+      GemmParams pv = gemmParams(S, Dv, T, scores.data(), T, false, vb, L.ld.v, false, yb, L.ld.y);
+      pv.a_in_place = true;
+      gemm(pv, 1);
+    }
+  });
 }
 
 void runAttention(KernelContext& ctx) {
@@ -150,50 +211,57 @@ void runAttention(KernelContext& ctx) {
   if (Hkv <= 0 || Hq % Hkv != 0)
     ctx.fail(std::to_string(Hq) + " query heads are not a multiple of " + std::to_string(Hkv) +
              " key/value heads");
-  const int64_t group = Hq / Hkv;
-  const float scale = ctx.attrFloat("scale", 1.f / std::sqrt(static_cast<float>(D)));
-  const bool causal = ctx.attrInt("causal", 0) != 0;
   const int64_t scores_dims[4] = {B, Hq, S, T};
   const MaskStrides ms = m ? maskStrides(ctx, m->dims(), scores_dims) : MaskStrides{};
 
   FloatView qf(q), kf(k), vf(v), mf(m);
   HostTensor& y = ctx.allocateOutput(0, q.dtype(), {B, Hq, S, Dv});
   FloatSink ys(y);
-  const int64_t blocks = B * Hq;
-  const bool tiled = useTiles(S, T);
-  parallelFor(blocks, ctx.numThreads(), 1, [&](int64_t first, int64_t last) {
-    std::vector<float> scores(tiled ? 0 : static_cast<size_t>(S * T));
-    for (int64_t block = first; block < last; ++block) {
-      const int64_t b = block / Hq, h = block % Hq, kv = b * Hkv + h / group;
-      const float* qb = qf.data() + block * S * D;
-      const float* kb = kf.data() + kv * T * D;
-      const float* vb = vf.data() + kv * T * Dv;
-      float* yb = ys.data() + block * S * Dv;
-      if (tiled) {
-        const float* mb = mf ? mf.data() + b * ms.b + h * ms.h : nullptr;
-        attentionTiled(qb, kb, vb, yb, S, T, D, Dv, scale, causal, mb, ms.s, ms.t);
-        continue;
-      }
-      GemmParams qk = gemmParams(S, T, D, qb, D, false, kb, D, true, scores.data(), T);
-      qk.alpha = scale;
-      gemm(qk, 1);
-      for (int64_t s = 0; s < S; ++s) {
-        float* row = scores.data() + s * T;
-        const float* mrow = mf ? mf.data() + b * ms.b + h * ms.h + s * ms.s : nullptr;
-        // Keys after s + T - S are hidden; a row that sees none (S > T) gets zeros.
-        const int64_t visible = causal ? std::clamp<int64_t>(s + T - S + 1, 0, T) : T;
-        if (visible == 0) {
-          std::fill(row, row + T, 0.f);
-          continue;
-        }
-        vec::softmaxRowAdd(row, visible, mrow, ms.t == 0);
-        std::fill(row + visible, row + T, 0.f);
-      }
-      GemmParams pv = gemmParams(S, Dv, T, scores.data(), T, false, vb, Dv, false, yb, Dv);
-      pv.a_in_place = true;
-      gemm(pv, 1);
-    }
-  });
+  AttentionLayout L{B, Hq, Hkv, S, T, D, Dv, {}, {}, {}};
+  L.batch = {Hq * S * D, Hkv * T * D, Hkv * T * Dv, Hq * S * Dv};
+  L.head = {S * D, T * D, T * Dv, S * Dv};
+  L.ld = {D, D, Dv, Dv};
+  computeAttention(ctx, L, qf.data(), kf.data(), vf.data(), mf ? mf.data() : nullptr, ms,
+                   ys.data());
+  ys.commit();
+}
+
+// AttentionPacked: X [B, S, (Hq + 2 Hkv) * D] holds the q, k and v heads of each position side
+// by side; Y [B, S, Hq * D] the merged heads. Each head is read and written with a row stride,
+// so neither the three slices nor the head split and merge are ever copied.
+void runAttentionPacked(KernelContext& ctx) {
+  const HostTensor& x = ctx.requireInput(0);
+  const HostTensor* m = ctx.input(1);
+  if (!isFloatComputeType(x.dtype()))
+    ctx.fail("unsupported element type " + std::string(dtypeName(x.dtype())));
+  requireSameDType(ctx, x, "X", m, "M");
+  if (x.rank() != 3) ctx.fail("X must have rank 3 ([batch, sequence, (Hq + 2 Hkv) * head size])");
+  const int64_t Hq = ctx.attrInt("num_heads", 0);
+  const int64_t Hkv = ctx.attrInt("kv_num_heads", Hq);
+  if (Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0) {
+    ctx.fail("num_heads " + std::to_string(Hq) + " and kv_num_heads " + std::to_string(Hkv) +
+             " must be positive, num_heads a multiple of kv_num_heads");
+  }
+  const int64_t B = x.dims()[0], S = x.dims()[1], W = x.dims()[2], heads = Hq + 2 * Hkv;
+  if (W % heads != 0) {
+    ctx.fail("X " + formatDims(x.dims()) + " does not hold " + std::to_string(heads) +
+             " heads of one size (num_heads " + std::to_string(Hq) + " + 2 x kv_num_heads " +
+             std::to_string(Hkv) + ")");
+  }
+  const int64_t D = W / heads;
+  const int64_t scores_dims[4] = {B, Hq, S, S};
+  const MaskStrides ms = m ? maskStrides(ctx, m->dims(), scores_dims) : MaskStrides{};
+
+  FloatView xf(x), mf(m);
+  HostTensor& y = ctx.allocateOutput(0, x.dtype(), {B, S, Hq * D});
+  FloatSink ys(y);
+  AttentionLayout L{B, Hq, Hkv, S, S, D, D, {}, {}, {}};
+  L.batch = {S * W, S * W, S * W, S * Hq * D};
+  L.head = {D, D, D, D};
+  L.ld = {W, W, W, Hq * D};
+  const float* base = xf.data();
+  computeAttention(ctx, L, base, base + Hq * D, base + (Hq + Hkv) * D, mf ? mf.data() : nullptr,
+                   ms, ys.data());
   ys.commit();
 }
 
@@ -202,6 +270,7 @@ void runAttention(KernelContext& ctx) {
 
 void registerAttentionKernels(KernelRegistry& r) {
   r.add({"fusectl", "Attention", 1, 1000, cpu::runAttention});
+  r.add({"fusectl", "AttentionPacked", 1, 1000, cpu::runAttentionPacked});
 }
 
 }  // namespace fusectl::kernels

@@ -1,6 +1,8 @@
 // fusectl::Attention on the device (fused_ops.def; the CPU kernel is cpu/attention.cpp, whose
 // results this one reproduces to rounding): Y = softmax(scale * Q K^T + M, causal) V per
-// (batch, query head), K/V head h / G serving query head h.
+// (batch, query head), K/V head h / G serving query head h; and fusectl::AttentionPacked, the
+// same kernel reading the heads of one merged q/k/v projection and writing them merged, through
+// the per-tensor batch, head and row strides of Params.
 //
 // Flash-attention style on the CUDA cores (fp32 FMAs whatever the storage, so that fp16 and
 // bf16 sum the way the CPU's FloatView does): one block of kWarps warps takes kRowsPerWarp
@@ -75,6 +77,11 @@ struct Params {
   int causal;
   int64_t mask_b, mask_h, mask_s, mask_t;  // element strides over [B, Hq, S, T], 0 = broadcast
   int64_t query_blocks;                    // ceil(S / BM)
+  // Element offsets of a batch and of a head, and between rows, of q, k, v and y: [B, H, S, D]
+  // blocks for Attention; rows of the merged projection (and of the merged heads) for
+  // AttentionPacked.
+  int64_t q_batch, q_head, q_row, k_batch, k_head, k_row, v_batch, v_head, v_row;
+  int64_t y_batch, y_head, y_row;
 };
 
 // Keys [0, visibleKeys(s)) are the ones query row s attends to.
@@ -106,14 +113,14 @@ __global__ void __launch_bounds__(kThreads) attentionKernel(Params p) {
   block /= p.query_blocks;
   const int64_t h = block % p.Hq;
   const int64_t b = block / p.Hq;
-  const int64_t kvh = b * p.Hkv + h / p.group;
+  const int64_t kvh = h / p.group;
 
-  const Elem* __restrict__ q = static_cast<const Elem*>(p.q) + (b * p.Hq + h) * p.S * p.D;
-  const Elem* __restrict__ k = static_cast<const Elem*>(p.k) + kvh * p.T * p.D;
-  const Elem* __restrict__ v = static_cast<const Elem*>(p.v) + kvh * p.T * p.Dv;
+  const Elem* __restrict__ q = static_cast<const Elem*>(p.q) + b * p.q_batch + h * p.q_head;
+  const Elem* __restrict__ k = static_cast<const Elem*>(p.k) + b * p.k_batch + kvh * p.k_head;
+  const Elem* __restrict__ v = static_cast<const Elem*>(p.v) + b * p.v_batch + kvh * p.v_head;
   const MaskElem* __restrict__ mask =
       p.mask ? static_cast<const MaskElem*>(p.mask) + b * p.mask_b + h * p.mask_h : nullptr;
-  Elem* __restrict__ y = static_cast<Elem*>(p.y) + (b * p.Hq + h) * p.S * p.Dv;
+  Elem* __restrict__ y = static_cast<Elem*>(p.y) + b * p.y_batch + h * p.y_head;
 
   const int D = p.D, Dv = p.Dv;
   const int DP = (D + 3) & ~3;  // D padded with zeros to whole float4s
@@ -134,7 +141,7 @@ __global__ void __launch_bounds__(kThreads) attentionKernel(Params p) {
 #pragma unroll
     for (int i = 0; i < B::kChunks; ++i) {
       const int d = lane + 32 * i;
-      if (d < DP) dst[d] = (s < p.S && d < D) ? toFloat(q[s * D + d]) : 0.f;
+      if (d < DP) dst[d] = (s < p.S && d < D) ? toFloat(q[s * p.q_row + d]) : 0.f;
     }
   }
 
@@ -160,8 +167,8 @@ __global__ void __launch_bounds__(kThreads) attentionKernel(Params p) {
 #pragma unroll
       for (int i = 0; i < B::kChunks; ++i) {
         const int d = lane + 32 * i;
-        if (d < DP) sK[j * B::kKStride + d] = (live && d < D) ? toFloat(k[t * D + d]) : 0.f;
-        sV[j * DMAX + d] = (live && d < Dv) ? toFloat(v[t * Dv + d]) : 0.f;
+        if (d < DP) sK[j * B::kKStride + d] = (live && d < D) ? toFloat(k[t * p.k_row + d]) : 0.f;
+        sV[j * DMAX + d] = (live && d < Dv) ? toFloat(v[t * p.v_row + d]) : 0.f;
       }
     }
     __syncthreads();
@@ -268,7 +275,7 @@ __global__ void __launch_bounds__(kThreads) attentionKernel(Params p) {
 #pragma unroll
     for (int i = 0; i < B::kChunks; ++i) {
       const int d = lane + 32 * i;
-      if (d < Dv) y[s * Dv + d] = fromFloat<Elem>(sees_none ? 0.f : o[r][i] * inv);
+      if (d < Dv) y[s * p.y_row + d] = fromFloat<Elem>(sees_none ? 0.f : o[r][i] * inv);
     }
   }
 }
@@ -334,6 +341,47 @@ void maskStrides(const KernelContext& ctx, const std::vector<int64_t>& dims,
   }
 }
 
+// Fills the rest of p (its pointers and strides set by the caller) and launches the kernel
+// over B x Hq heads of S queries and T keys.
+void launchAttention(const KernelContext& ctx, Params& p, int64_t B, int64_t Hq, int64_t Hkv,
+                     int64_t S, int64_t T, int64_t D, int64_t Dv, DType dtype,
+                     const HostTensor* m, HostTensor& y) {
+  const float scale = ctx.attrFloat("scale", 1.f / std::sqrt(static_cast<float>(D)));
+  const bool causal = ctx.attrInt("causal", 0) != 0;
+  const int64_t scores_dims[4] = {B, Hq, S, T};
+  int64_t ms[4] = {0, 0, 0, 0};
+  if (m) maskStrides(ctx, m->dims(), scores_dims, ms);
+  const int64_t head = std::max(D, Dv);
+  if (head > kMaxHead)
+    unsupported(ctx, "head size " + std::to_string(head) + " (Q/K " + std::to_string(D) +
+                         ", V " + std::to_string(Dv) + "; at most " + std::to_string(kMaxHead) +
+                         ")");
+  if (y.numel() == 0) return;
+  p.mask = m && m->numel() > 0 ? m->raw() : nullptr;
+  p.y = y.mutableRaw();
+  p.S = S;
+  p.T = T;
+  p.Hq = Hq;
+  p.Hkv = Hkv;
+  p.group = Hq / Hkv;
+  p.D = static_cast<int>(D);
+  p.Dv = static_cast<int>(Dv);
+  p.scale = scale;
+  p.causal = causal ? 1 : 0;
+  p.mask_b = ms[0];
+  p.mask_h = ms[1];
+  p.mask_s = ms[2];
+  p.mask_t = ms[3];
+  p.query_blocks = (S + kBlockRows - 1) / kBlockRows;
+  const int64_t blocks = p.query_blocks * B * Hq;
+  if (blocks > std::numeric_limits<int32_t>::max())
+    ctx.fail("too many query blocks (" + std::to_string(blocks) + ") for one CUDA grid");
+  const DType mask_dtype = m ? m->dtype() : DType::Float;
+  withFloatType(dtype, [&](auto tag) {
+    launchForMask<decltype(tag)>(p, blocks, static_cast<int>(head), mask_dtype);
+  });
+}
+
 void runAttention(KernelContext& ctx) {
   const HostTensor& q = ctx.requireInput(0);
   const HostTensor& k = ctx.requireInput(1);
@@ -361,47 +409,53 @@ void runAttention(KernelContext& ctx) {
   if (Hkv <= 0 || Hq % Hkv != 0)
     ctx.fail(std::to_string(Hq) + " query heads are not a multiple of " + std::to_string(Hkv) +
              " key/value heads");
-  const float scale = ctx.attrFloat("scale", 1.f / std::sqrt(static_cast<float>(D)));
-  const bool causal = ctx.attrInt("causal", 0) != 0;
-  const int64_t scores_dims[4] = {B, Hq, S, T};
-  int64_t ms[4] = {0, 0, 0, 0};
-  if (m) maskStrides(ctx, m->dims(), scores_dims, ms);
-  const int64_t head = std::max(D, Dv);
-  if (head > kMaxHead)
-    unsupported(ctx, "head size " + std::to_string(head) + " (Q/K " + std::to_string(D) +
-                         ", V " + std::to_string(Dv) + "; at most " + std::to_string(kMaxHead) +
-                         ")");
-
   HostTensor& y = ctx.allocateOutput(0, q.dtype(), {B, Hq, S, Dv});
-  if (y.numel() == 0) return;
-
   Params p{};
   p.q = q.raw();
   p.k = k.raw();
   p.v = v.raw();
-  p.mask = m && m->numel() > 0 ? m->raw() : nullptr;
-  p.y = y.mutableRaw();
-  p.S = S;
-  p.T = T;
-  p.Hq = Hq;
-  p.Hkv = Hkv;
-  p.group = Hq / Hkv;
-  p.D = static_cast<int>(D);
-  p.Dv = static_cast<int>(Dv);
-  p.scale = scale;
-  p.causal = causal ? 1 : 0;
-  p.mask_b = ms[0];
-  p.mask_h = ms[1];
-  p.mask_s = ms[2];
-  p.mask_t = ms[3];
-  p.query_blocks = (S + kBlockRows - 1) / kBlockRows;
-  const int64_t blocks = p.query_blocks * B * Hq;
-  if (blocks > std::numeric_limits<int32_t>::max())
-    ctx.fail("too many query blocks (" + std::to_string(blocks) + ") for one CUDA grid");
-  const DType mask_dtype = m ? m->dtype() : DType::Float;
-  withFloatType(q.dtype(), [&](auto tag) {
-    launchForMask<decltype(tag)>(p, blocks, static_cast<int>(head), mask_dtype);
-  });
+  p.q_batch = Hq * S * D, p.q_head = S * D, p.q_row = D;
+  p.k_batch = Hkv * T * D, p.k_head = T * D, p.k_row = D;
+  p.v_batch = Hkv * T * Dv, p.v_head = T * Dv, p.v_row = Dv;
+  p.y_batch = Hq * S * Dv, p.y_head = S * Dv, p.y_row = Dv;
+  launchAttention(ctx, p, B, Hq, Hkv, S, T, D, Dv, q.dtype(), m, y);
+}
+
+// AttentionPacked: X [B, S, (Hq + 2 Hkv) * D], its q, k and v heads side by side in each row;
+// Y [B, S, Hq * D]. The kernel reads and writes each head with the rows' stride.
+void runAttentionPacked(KernelContext& ctx) {
+  const HostTensor& x = ctx.requireInput(0);
+  const HostTensor* m = ctx.input(1);
+  if (!cudaFloatType(x.dtype()))
+    unsupported(ctx, "element type " + std::string(dtypeName(x.dtype())));
+  if (m && !cudaFloatType(m->dtype()))
+    unsupported(ctx, "a mask of element type " + std::string(dtypeName(m->dtype())));
+  if (x.rank() != 3) ctx.fail("X must have rank 3 ([batch, sequence, (Hq + 2 Hkv) * head size])");
+  const int64_t Hq = ctx.attrInt("num_heads", 0);
+  const int64_t Hkv = ctx.attrInt("kv_num_heads", Hq);
+  if (Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0) {
+    ctx.fail("num_heads " + std::to_string(Hq) + " and kv_num_heads " + std::to_string(Hkv) +
+             " must be positive, num_heads a multiple of kv_num_heads");
+  }
+  const int64_t B = x.dims()[0], S = x.dims()[1], W = x.dims()[2], heads = Hq + 2 * Hkv;
+  if (W % heads != 0) {
+    ctx.fail("X " + formatDims(x.dims()) + " does not hold " + std::to_string(heads) +
+             " heads of one size (num_heads " + std::to_string(Hq) + " + 2 x kv_num_heads " +
+             std::to_string(Hkv) + ")");
+  }
+  const int64_t D = W / heads;
+  HostTensor& y = ctx.allocateOutput(0, x.dtype(), {B, S, Hq * D});
+  const size_t esize = dtypeSize(x.dtype());
+  const auto* base = static_cast<const unsigned char*>(x.raw());
+  Params p{};
+  p.q = base;
+  p.k = base + static_cast<size_t>(Hq * D) * esize;
+  p.v = base + static_cast<size_t>((Hq + Hkv) * D) * esize;
+  p.q_batch = p.k_batch = p.v_batch = S * W;
+  p.q_head = p.k_head = p.v_head = D;
+  p.q_row = p.k_row = p.v_row = W;
+  p.y_batch = S * Hq * D, p.y_head = D, p.y_row = Hq * D;
+  launchAttention(ctx, p, B, Hq, Hkv, S, S, D, D, x.dtype(), m, y);
 }
 
 // What the declared types and dims already rule out is declined, so that the node runs on the
@@ -428,11 +482,27 @@ bool attentionAccepts(const Node& n) {
   return true;
 }
 
+// AttentionPacked: a float X and mask, and a head size (X's static width over Hq + 2 Hkv) the
+// kernel's buckets take.
+bool attentionPackedAccepts(const Node& n) {
+  const Value* m = n.input(1);
+  if (m && !m->name().empty() && m->dtype() != DType::Undefined && !cudaFloatType(m->dtype()))
+    return false;
+  const Value* x = n.input(0);
+  if (!x || !x->shape().hasRank() || x->shape().rank() != 3) return true;
+  const Dim& w = x->shape()[2];
+  const int64_t hq = n.attrInt("num_heads", 0);
+  const int64_t heads = hq + 2 * n.attrInt("kv_num_heads", hq);
+  return !(w.isStatic() && heads > 0 && w.value() / heads > kMaxHead);
+}
+
 }  // namespace
 
 void registerAttentionKernels(KernelRegistry& r) {
   addCudaKernel(r, "fusectl", "Attention", 1, 1000, runAttention,
                 kCudaFloatTypes, 0, attentionAccepts);
+  addCudaKernel(r, "fusectl", "AttentionPacked", 1, 1000, runAttentionPacked,
+                kCudaFloatTypes, 0, attentionPackedAccepts);
 }
 
 }  // namespace fusectl::kernels::cuda

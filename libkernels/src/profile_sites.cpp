@@ -43,6 +43,22 @@ const NodeProfile* findReplaced(const SideProfile& unfused, const std::string& l
   return found;
 }
 
+// The latest site after `from` in `sites` whose final node is `label`: the one that superseded
+// `from` (a site supersedes only sites recorded before it); nullptr when there is none.
+FusionSiteProfile* siteOfFinalNode(std::vector<FusionSiteProfile>& sites, const std::string& label,
+                                   const FusionSiteProfile* from) {
+  FusionSiteProfile* found = nullptr;
+  bool after = false;
+  for (FusionSiteProfile& q : sites) {
+    if (&q == from) {
+      after = true;
+      continue;
+    }
+    if (after && !q.site.fused_node.empty() && q.site.finalNode() == label) found = &q;
+  }
+  return found;
+}
+
 }  // namespace
 
 std::vector<FusionSiteProfile> timeFusionSites(const std::vector<FusionSiteInput>& sites,
@@ -72,8 +88,16 @@ std::vector<FusionSiteProfile> timeFusionSites(const std::vector<FusionSiteInput
         for (FusionSiteProfile& q : out) {
           const auto& h = q.site.helper_nodes;
           if (std::find(h.begin(), h.end(), replaced) == h.end()) continue;
-          if (q.superseded_by.empty()) sharers.push_back(&q);
-          else if (q.superseded_by == here) taken = true;
+          // A sharer already superseded by another site (the merged q/k/v's Slices taken into
+          // an AttentionPacked before the merged MatMul took its bias) is stood for by that
+          // site now, which this one then takes in.
+          FusionSiteProfile* stands = &q;
+          while (stands && !stands->superseded_by.empty() && stands->superseded_by != here)
+            stands = siteOfFinalNode(out, stands->superseded_by, stands);
+          if (!stands) continue;
+          if (stands->superseded_by == here) taken = true;
+          else if (std::find(sharers.begin(), sharers.end(), stands) == sharers.end())
+            sharers.push_back(stands);
         }
       }
       if (taken && sharers.empty()) continue;

@@ -50,7 +50,11 @@ Pipeline buildPipeline(const OptimizeRequest& request) {
     // a BERT-base export 2-3% slower than three Gemms (ort_profile.js, `all`, 1 thread, two
     // interleaved runs: 179.5 / 180.2 ms merged, 176.5 / 176.2 not, 177.5 / 174.9 the
     // original). --passes still runs it when named.
-    if (request.pass_manager.emit_ort) disabled.push_back("merge-parallel-matmuls");
+    // AttentionPacked has no ONNX Runtime form: emit-ort maps Attention, not it.
+    if (request.pass_manager.emit_ort) {
+      disabled.push_back("merge-parallel-matmuls");
+      disabled.push_back("fuse-packed-attention");
+    }
     p = Pipeline::forLevel(request.level.value_or(2), disabled);
   } else {
     if (request.level) usage("give either -O LEVEL or --passes PIPELINE, not both");

@@ -471,6 +471,7 @@ class FuseAttentionPass : public Pass {
     Site site = *analyze(m, checked, kAll);
     Node* pv = m.get("pv");
     Value* k = site.k;
+    Node* untransposed = nullptr;
     if (!k) {
       const Shape& src = site.k_source->shape();
       std::vector<Dim> d;
@@ -484,7 +485,8 @@ class FuseAttentionPass : public Pass {
       ValueType type;
       type.dtype = site.k_source->dtype();
       type.shape = Shape(d);
-      k = rw.addNode(std::move(t), site.k_source->name() + "_heads", type, pv)->output(0);
+      untransposed = rw.addNode(std::move(t), site.k_source->name() + "_heads", type, pv);
+      k = untransposed->output(0);
     }
     Value* mask = site.mask;
     if (!mask) {
@@ -501,6 +503,9 @@ class FuseAttentionPass : public Pass {
     attention.attributes.push_back(Attribute::ofInt("causal", site.causal ? 1 : 0));
     attention.name = pv->name();
     rw.replaceMatch(pattern.name, m, pv->output(0), std::move(attention));
+    // A later fusion that takes the new Transpose in (fuse-packed-attention) is traced back to
+    // this site through it, so that profile compares it with the original nodes.
+    if (untransposed) rw.noteHelperNode(*untransposed);
     rw.context().count(site.causal ? "fused_causal_attention" : "fused_attention");
     if (k != site.k_source && site.k == nullptr) rw.context().count("untransposed_k");
   }

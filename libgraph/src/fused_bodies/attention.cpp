@@ -6,22 +6,20 @@
 // query head of a group. The causal mask is computed from the shapes (key t is hidden from
 // query s when t > s + T - S) and ANDed with the `causal` attribute, since a function body
 // cannot branch on an attribute. Needs opset 13 or later (Constant value_float, Range,
-// Softmax on the last axis alone); fuse-attention fires only there.
+// Softmax on the last axis alone); fuse-attention fires only there, and fuse-packed-attention
+// only on its output.
 #include <cmath>
 
 #include "fused_op_body.h"
 
 namespace fusectl {
 
-std::string buildAttentionFunction(const FusedOpInfo& op, int64_t opset) {
-  FunctionDef f = startFunction(std::string(op.name), opset);
-  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
-  Body b(opset);
-  Value* q = b.input("Q");
-  Value* k = b.input("K");
-  Value* v = b.input("V");
-  Value* mask = b.input("M");
+namespace {
 
+// Y [B, Hq, S, Dv] of q [B, Hq, S, D], k [B, Hkv, T, D], v [B, Hkv, T, Dv] and the additive
+// mask, named `y_name`; the `scale` and `causal` attributes by reference.
+Value* attentionHeads(Body& b, Value* q, Value* k, Value* v, Value* mask,
+                      const std::string& y_name) {
   auto concat = [&](std::vector<Value*> parts) {
     Value* out = b.node("Concat", std::move(parts));
     b.intAttr("axis", 0);
@@ -76,7 +74,58 @@ std::string buildAttentionFunction(const FusedOpInfo& op, int64_t opset) {
   Value* p5 = b.node("Reshape", {probs, concat({batch_kv_heads, rest, q_len, k_len})});
   Value* v5 = b.node("Reshape", {v, concat({batch_kv_heads, one, dims(v_shape, 2, 4)})});
   Value* y5 = b.node("MatMul", {p5, v5});
-  Value* y = b.node("Reshape", {y5, concat({dims(q_shape, 0, 3), rest})}, "Y");
+  return b.node("Reshape", {y5, concat({dims(q_shape, 0, 3), rest})}, y_name);
+}
+
+}  // namespace
+
+std::string buildAttentionFunction(const FusedOpInfo& op, int64_t opset) {
+  FunctionDef f = startFunction(std::string(op.name), opset);
+  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  Body b(opset);
+  Value* q = b.input("Q");
+  Value* k = b.input("K");
+  Value* v = b.input("V");
+  Value* mask = b.input("M");
+  f.body = b.finish(attentionHeads(b, q, k, v, mask, "Y"));
+  return functionToBinary(f);
+}
+
+// AttentionPacked: X [B, S, (Hq + 2 Hkv) * D] viewed as [B, Hq + 2 Hkv, S, D], its head ranges
+// sliced into Q, K and V, then Attention's body and the head merge back to [B, S, Hq * D].
+std::string buildAttentionPackedFunction(const FusedOpInfo& op, int64_t opset) {
+  FunctionDef f = startFunction(std::string(op.name), opset);
+  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  Body b(opset);
+  Value* x = b.input("X");
+  Value* mask = b.input("M");
+  Value* one = b.intsConstant({1});
+  auto heads = [&](const char* attr) {
+    Value* h = b.node("Constant", {});
+    b.refAttr("value_int", attr, AttrKind::Int);
+    return b.node("Reshape", {h, one});  // [1]
+  };
+  Value* hq = heads("num_heads");
+  Value* hkv = heads("kv_num_heads");
+  Value* k_start = hq;
+  Value* v_start = b.node("Add", {hq, hkv});
+  Value* all = b.node("Add", {v_start, hkv});
+  Value* split_shape = b.node("Concat", {b.intsConstant({0, 0}), all, b.intsConstant({-1})});
+  b.intAttr("axis", 0);
+  Value* x4 = b.node("Reshape", {x, split_shape});  // [B, S, Hq + 2 Hkv, D]
+  Value* xt = b.node("Transpose", {x4});
+  b.intsAttr("perm", {0, 2, 1, 3});
+  Value* head_axis = b.intsConstant({1});
+  auto heads_between = [&](Value* from, Value* to) {
+    return b.node("Slice", {xt, from, to, head_axis});
+  };
+  Value* q = heads_between(b.intsConstant({0}), k_start);
+  Value* k = heads_between(k_start, v_start);
+  Value* v = heads_between(v_start, all);
+  Value* y4 = attentionHeads(b, q, k, v, mask, "");
+  Value* merged = b.node("Transpose", {y4});
+  b.intsAttr("perm", {0, 2, 1, 3});
+  Value* y = b.node("Reshape", {merged, b.intsConstant({0, 0, -1})}, "Y");
   f.body = b.finish(y);
   return functionToBinary(f);
 }

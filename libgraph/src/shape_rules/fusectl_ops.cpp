@@ -26,6 +26,23 @@ bool attentionShape(RuleContext& ctx) {
   return true;
 }
 
+// AttentionPacked: Y is [B, S, Hq * D] from X [B, S, (Hq + 2 Hkv) * D], X's dtype.
+bool attentionPackedShape(RuleContext& ctx) {
+  const Shape& x = ctx.inShape(0);
+  if (!x.hasRank() || x.rank() != 3) {
+    ctx.setOutput(0, ctx.inDType(0), unknownDims(3));
+    return true;
+  }
+  const int64_t hq = ctx.node.attrInt("num_heads", 0);
+  const int64_t heads = hq + 2 * ctx.node.attrInt("kv_num_heads", hq);
+  const Dim& width = x[2];
+  Dim out = Dim::unknown();
+  if (hq > 0 && heads > 0 && width.isStatic() && width.value() % heads == 0)
+    out = Dim::known(width.value() / heads * hq);
+  ctx.setOutput(0, ctx.inDType(0), Shape({x[0], x[1], out}));
+  return true;
+}
+
 // SwiGLUPacked: Y is X with its last dim halved.
 bool swigluPackedShape(RuleContext& ctx) {
   const Shape& x = ctx.inShape(0);
@@ -56,6 +73,7 @@ void registerFusectlOpRules(RuleRegistry& r) {
   for (const FusedOpInfo& op : allFusedOps())
     if (op.shape_rule == FusedShapeRule::SameAsInput) r.add(kFusectlDomain, op.name, everyOutputAsInput);
   r.add(kFusectlDomain, "Attention", attentionShape);
+  r.add(kFusectlDomain, "AttentionPacked", attentionPackedShape);
   r.add(kFusectlDomain, "SwiGLUPacked", swigluPackedShape);
   r.add(kFusectlDomain, "Elementwise", elementwiseShape);
 }
