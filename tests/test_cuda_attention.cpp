@@ -4,7 +4,7 @@
 // key tiles and query blocks, partial ones), the causal cut with S = T, S < T and S > T (rows
 // that see no key), every broadcast of the additive mask, a padding mask of large negative
 // entries, the scalar zero mask of a node fused without one and the default scale, in float32,
-// float16 and bfloat16.
+// float16 and bfloat16; and AttentionPacked, the same kernel over a merged q/k/v projection.
 //
 // Tolerances. float32: both kernels compute in float32 and differ only in the order of their
 // sums (the online softmax rescales partial sums; the CPU sums a whole row, or other tiles),
@@ -268,4 +268,31 @@ TEST_CASE("cuda attention: nodes the kernel does not take run on the CPU", "[cud
       "{\n  Y = fusectl.Attention <scale = 0.25> (Q, K, V, M)\n}\n";
   const auto m = checkCudaAgainstCpu(mixed, kHalfNmse, /*fallbacks_allowed=*/true);
   CHECK(m.stats.fallback_nodes == 1);
+}
+
+TEST_CASE("cuda attention: the packed form reads one merged q/k/v projection", "[cuda]") {
+  if (!cudaDeviceOrSkip()) return;
+  // AttentionPacked: multi-head with a per-batch key mask (BERT's), and grouped-query causal
+  // over several query blocks and key tiles, each head read and written with a row stride.
+  struct Packed {
+    int64_t B, S, Hq, Hkv, D;
+    int causal;
+    std::string mask;  // the mask's dims
+  };
+  for (const Packed& p : {Packed{2, 130, 3, 3, 64, 0, "2, 1, 1, 130"},
+                          Packed{1, 600, 4, 2, 32, 1, "1, 1, 1, 600"}}) {
+    for (const char* type : {"float", "float16", "bfloat16"}) {
+      const std::string t = type;
+      const int64_t width = (p.Hq + 2 * p.Hkv) * p.D;
+      const std::string text =
+          "<ir_version: 8, opset_import: [\"\" : 17, \"fusectl\" : 1]>\n"
+          "g (" + t + "[" + dimsText({p.B, p.S, width}) + "] X, " + t + "[" + p.mask + "] M) => (" +
+          t + "[" + dimsText({p.B, p.S, p.Hq * p.D}) + "] Y)\n{\n  Y = fusectl.AttentionPacked "
+          "<num_heads = " + std::to_string(p.Hq) + ", kv_num_heads = " + std::to_string(p.Hkv) +
+          ", scale = 0.125, causal = " + std::to_string(p.causal) + "> (X, M)\n}\n";
+      INFO(text);
+      checkCudaAgainstCpu(text, t == "float16" ? kHalfNmse : t == "bfloat16" ? kBFloat16Nmse
+                                                                             : kFloatNmse);
+    }
+  }
 }
