@@ -22,13 +22,15 @@
 //     static width of X.
 //  3. Each Reshape is a head split: [B, S, H D] to [B, S, H, D], B and S provably X's, H and D
 //     static; the head sizes of q, k and v are one D.
-//  4. The Reshape after the head merge gives [B, S, Hq D], B and S provably X's.
+//  4. The Reshape after the head merge gives [B, S, Hq D], B and S provably X's (it goes); or
+//     [B*S, Hq D] by a constant shape without zeros (it stays, reading the merged heads).
 // The Transposes' perm [0, 2, 1, 3] is a condition of the pattern. A second form takes the three
 // outputs of one Split of X's last axis instead of the Slices (GPT-2's c_attn, torch's packed
 // in_proj): condition 2 is then that the Split is on the last axis and its parts are the q, k
 // and v widths the head splits show.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "constant_math.h"
@@ -188,32 +190,67 @@ Constraint mergedHeads() {
           }};
 }
 
+// Condition 4, second case: the head merge goes straight to 2-D, [B*S, Hq D], for a Gemm
+// (GPT-2's c_proj after eliminate-noop-reshape merged its two Reshapes). That Reshape stays,
+// reading the AttentionPacked's [B, S, Hq D] instead of [B, S, Hq, D]: the same elements in the
+// same order, so a constant target without zeros (a 0 would copy a dim of the new input) gives
+// the same result.
+Constraint mergedHeadsTo2d() {
+  return {"merged-heads-2d", [](const Match& m, Why& why) {
+            Why checked(false);  // packedQkv held
+            const Packed p = *packedLayout(m, checked);
+            Node* ta = m.get("ta");
+            Node* r = ta->output(0)->uniqueConsumer();  // uniqueConsumer(ta) held
+            const Shape& xs = p.x->shape();
+            const Shape& out = r->output(0)->shape();
+            std::optional<std::vector<int64_t>> target;
+            if (r->is("Reshape") && r->domain().empty() && r->input(0) == ta->output(0))
+              target = intsConstant(r->input(1));
+            const bool ok = target &&
+                            std::find(target->begin(), target->end(), 0) == target->end() &&
+                            out.hasRank() && out.rank() == 2 && out[1].isStatic() &&
+                            out[1].value() == p.heads[0] * p.head_size &&
+                            out[0].provablyEqual(xs[0] * xs[1]);
+            if (ok) return true;
+            return why.fail(*r, [&] {
+              return fmt::format("{} gives {}: neither the merged heads [B, S, {}] nor [B*S, {}] "
+                                 "by a constant shape without zeros, of '{}' {}",
+                                 r->label(), out.str(), p.heads[0] * p.head_size,
+                                 p.heads[0] * p.head_size, p.x->name(), xs.str());
+            });
+          }};
+}
+
 constexpr const char* kHeadChains =
     "rq:Reshape -> tq:Transpose[perm=[0, 2, 1, 3]] -> 0:a:fusectl::Attention"
-    " -> ta:Transpose[perm=[0, 2, 1, 3]] -> ^merge:Reshape ;"
+    " -> ^ta:Transpose[perm=[0, 2, 1, 3]] ;"
     " rk:Reshape -> tk:Transpose[perm=[0, 2, 1, 3]] -> 1:a ;"
     " rv:Reshape -> tv:Transpose[perm=[0, 2, 1, 3]] -> 2:a";
+constexpr const char* kSlices = " ; sq:Slice -> rq ; sk:Slice -> rk ; sv:Slice -> rv";
+constexpr const char* kSplit = " ; split:Split.0 -> rq ; split.1 -> rk ; split.2 -> rv";
 
-// The two forms: q, k and v cut from X by three Slices, or by one Split into three.
+// The forms: q, k and v cut from X by three Slices or by one Split into three; each with the
+// head merge a Reshape to [B, S, Hq D] that the node replaces, or one to [B*S, Hq D] that stays.
 std::vector<Pattern> build() {
   using namespace constraints;
-  Pattern slices = Pattern::parse(
-      std::string(kHeadChains) + " ; sq:Slice -> rq ; sk:Slice -> rk ; sv:Slice -> rv",
-      "packed-attention");
-  for (const char* c : {"sq", "sk", "sv"})
-    slices.require(uniqueConsumer(c));
-  Pattern split = Pattern::parse(
-      std::string(kHeadChains) + " ; split:Split.0 -> rq ; split.1 -> rk ; split.2 -> rv",
-      "packed-attention-split");
-  for (int i = 0; i < 3; ++i)
-    split.require(uniqueConsumer("split", i));
   std::vector<Pattern> forms;
-  for (Pattern* p : {&slices, &split}) {
-    p->producing({"fusectl::AttentionPacked"});
-    for (const char* c : {"rq", "tq", "rk", "tk", "rv", "tv", "a", "ta"})
-      p->require(uniqueConsumer(c));
-    p->require(packedQkv()).require(mergedHeads());
-    forms.push_back(std::move(*p));
+  // The 2-D forms first: where neither fits, theirs is the reason reported, and it names both
+  // merges.
+  for (const bool to_2d : {true, false}) {
+    const std::string chains = std::string(kHeadChains) + (to_2d ? "" : " ; ta -> merge:Reshape");
+    const std::string suffix = to_2d ? "-2d" : "";
+    Pattern slices = Pattern::parse(chains + kSlices, "packed-attention" + suffix);
+    for (const char* c : {"sq", "sk", "sv"}) slices.require(uniqueConsumer(c));
+    Pattern split = Pattern::parse(chains + kSplit, "packed-attention-split" + suffix);
+    for (int i = 0; i < 3; ++i) split.require(uniqueConsumer("split", i));
+    for (Pattern* p : {&slices, &split}) {
+      p->producing({"fusectl::AttentionPacked"});
+      for (const char* c : {"rq", "tq", "rk", "tk", "rv", "tv", "a", "ta"})
+        p->require(uniqueConsumer(c));
+      p->require(packedQkv());
+      p->require(to_2d ? mergedHeadsTo2d() : mergedHeads());
+      forms.push_back(std::move(*p));
+    }
   }
   return forms;
 }
@@ -226,15 +263,15 @@ class FusePackedAttentionPass : public Pass {
 
   bool run(const Graph& graph, PassContext& ctx) override {
     const std::vector<Pattern> forms = build();
-    // Every Reshape is an anchor: only failed conditions are near misses.
+    // Every Transpose is an anchor: only failed conditions are near misses.
     DriverOptions driver;
     driver.report_structural = false;
-    return applyPatterns(graph, ctx, {&forms[0], &forms[1]},
+    return applyPatterns(graph, ctx, {&forms[0], &forms[1], &forms[2], &forms[3]},
                          [&](Rewriter& rw, size_t form, const Match& m) {
              Why checked(false);  // the constraints held
              const Packed p = *packedLayout(m, checked);
              Node* a = m.get("a");
-             Node* merge = m.get("merge");
+             Node* merge = m.get("merge");  // null in the 2-D forms: the Reshape stays
              NewNode node;
              node.domain = "fusectl";
              node.op_type = "AttentionPacked";
@@ -245,7 +282,12 @@ class FusePackedAttentionPass : public Pass {
              for (const char* name : {"scale", "causal"})
                if (const Attribute* attr = a->attr(name)) node.attributes.push_back(*attr);
              node.doc_string = a->doc_string;  // keeps the history of earlier rewrites
-             rw.replaceMatch(forms[form].name, m, merge->output(0), std::move(node));
+             const Shape& xs = p.x->shape();
+             Value* replaced = merge ? merge->output(0) : m.get("ta")->output(0);
+             Node* packed = rw.replaceMatch(forms[form].name, m, replaced, std::move(node));
+             // It stands for the head merge's input [B, S, Hq, D] in the 2-D forms.
+             packed->output(0)->type.shape =
+                 Shape({xs[0], xs[1], Dim::known(p.heads[0] * p.head_size)});
              ctx.count("fused_packed_attention");
              return true;
            }, driver) > 0;
