@@ -24,6 +24,8 @@
 //     static; the head sizes of q, k and v are one D.
 //  4. The Reshape after the head merge gives [B, S, Hq D], B and S provably X's (it goes); or
 //     [B*S, Hq D] by a constant shape without zeros (it stays, reading the merged heads).
+// A third form takes ViT's stacked split: X -> Reshape [B, S, 3, H, D] -> Transpose(2, 0, 3, 1, 4)
+// -> Split(axis 0) -> Squeeze(0) for each of q, k and v (timm and torch export it so).
 // The Transposes' perm [0, 2, 1, 3] is a condition of the pattern. A second form takes the three
 // outputs of one Split of X's last axis instead of the Slices (GPT-2's c_attn, torch's packed
 // in_proj): condition 2 is then that the Split is on the last axis and its parts are the q, k
@@ -55,7 +57,54 @@ bool sameBatchAndSequence(const Shape& a, const Shape& b) {
   return a[0].provablyEqual(b[0]) && a[1].provablyEqual(b[1]);
 }
 
+// The third form (timm's and torch's ViT): X -> Reshape [B, S, 3, H, D] -> Transpose(2, 0, 3, 1, 4)
+// -> Split on axis 0 into three -> Squeeze(0) each: q, k and v as [B, H, S, D]. X's rows hold the
+// q heads, then the k heads, then the v heads, as AttentionPacked reads them.
+std::optional<Packed> stackedLayout(const Match& m, Why& why) {
+  Packed p;
+  Node* r5 = m.get("r5");
+  Node* split = m.get("split");
+  p.x = r5->input(0);
+  const Shape& xs = p.x->shape();
+  const Shape& out = r5->output(0)->shape();
+  const bool stacked = xs.hasRank() && xs.rank() == 3 && xs[2].isStatic() && out.hasRank() &&
+                       out.rank() == 5 && out[2].isStatic() && out[2].value() == 3 &&
+                       out[3].isStatic() && out[4].isStatic() &&
+                       3 * out[3].value() * out[4].value() == xs[2].value() &&
+                       sameBatchAndSequence(out, xs);
+  if (!stacked) {
+    why.fail(*r5, [&] {
+      return fmt::format("{} reshapes '{}' {} to {}: not [B, S, 3, H, D] of a [B, S, 3*H*D]",
+                         r5->label(), p.x->name(), xs.str(), out.str());
+    });
+    return std::nullopt;
+  }
+  const int64_t axis = split->attrInt("axis", 0);
+  if (split->numOutputs() != 3 || (axis != 0 && axis != -5)) {
+    why.fail(*split, [&] {
+      return fmt::format("{} splits axis {} into {} parts, not the stacked q, k, v of axis 0",
+                         split->label(), axis, split->numOutputs());
+    });
+    return std::nullopt;
+  }
+  for (int i = 0; i < 3; ++i) {
+    Node* sq = m.get(fmt::format("z{}", kRoles[i]));
+    std::optional<std::vector<int64_t>> axes = unsqueezeAxes(*sq);
+    if (!axes || axes->size() != 1 || ((*axes)[0] != 0 && (*axes)[0] != -5)) {
+      why.fail(*sq, [&] {
+        return fmt::format("{} does not squeeze axis 0 alone (its axes must be given)",
+                           sq->label());
+      });
+      return std::nullopt;
+    }
+  }
+  p.heads[0] = p.heads[1] = p.heads[2] = out[3].value();
+  p.head_size = out[4].value();
+  return p;
+}
+
 std::optional<Packed> packedLayout(const Match& m, Why& why) {
+  if (m.get("r5")) return stackedLayout(m, why);
   Packed p;
   Node* split = m.get("split");  // the Split form; else three Slices
   Node* slices[3];
@@ -228,6 +277,10 @@ constexpr const char* kHeadChains =
     " rv:Reshape -> tv:Transpose[perm=[0, 2, 1, 3]] -> 2:a";
 constexpr const char* kSlices = " ; sq:Slice -> rq ; sk:Slice -> rk ; sv:Slice -> rv";
 constexpr const char* kSplit = " ; split:Split.0 -> rq ; split.1 -> rk ; split.2 -> rv";
+constexpr const char* kStacked =
+    "r5:Reshape -> t5:Transpose[perm=[2, 0, 3, 1, 4]] -> split:Split.0 -> zq:Squeeze"
+    " -> 0:a:fusectl::Attention -> ^ta:Transpose[perm=[0, 2, 1, 3]] ;"
+    " split.1 -> zk:Squeeze -> 1:a ; split.2 -> zv:Squeeze -> 2:a";
 
 // The forms: q, k and v cut from X by three Slices or by one Split into three; each with the
 // head merge a Reshape to [B, S, Hq D] that the node replaces, or one to [B*S, Hq D] that stays.
@@ -244,9 +297,16 @@ std::vector<Pattern> build() {
     Pattern split = Pattern::parse(chains + kSplit, "packed-attention-split" + suffix);
     for (int i = 0; i < 3; ++i) split.require(uniqueConsumer("split", i));
     for (Pattern* p : {&slices, &split}) {
+      for (const char* c : {"rq", "tq", "rk", "tk", "rv", "tv"}) p->require(uniqueConsumer(c));
+    }
+    Pattern stacked = Pattern::parse(
+        std::string(kStacked) + (to_2d ? "" : " ; ta -> merge:Reshape"),
+        "packed-attention-stacked" + suffix);
+    for (const char* c : {"r5", "t5", "zq", "zk", "zv"}) stacked.require(uniqueConsumer(c));
+    for (int i = 0; i < 3; ++i) stacked.require(uniqueConsumer("split", i));
+    for (Pattern* p : {&slices, &split, &stacked}) {
       p->producing({"fusectl::AttentionPacked"});
-      for (const char* c : {"rq", "tq", "rk", "tk", "rv", "tv", "a", "ta"})
-        p->require(uniqueConsumer(c));
+      for (const char* c : {"a", "ta"}) p->require(uniqueConsumer(c));
       p->require(packedQkv());
       p->require(to_2d ? mergedHeadsTo2d() : mergedHeads());
       forms.push_back(std::move(*p));
@@ -266,7 +326,9 @@ class FusePackedAttentionPass : public Pass {
     // Every Transpose is an anchor: only failed conditions are near misses.
     DriverOptions driver;
     driver.report_structural = false;
-    return applyPatterns(graph, ctx, {&forms[0], &forms[1], &forms[2], &forms[3]},
+    std::vector<const Pattern*> alternatives;
+    for (const Pattern& f : forms) alternatives.push_back(&f);
+    return applyPatterns(graph, ctx, alternatives,
                          [&](Rewriter& rw, size_t form, const Match& m) {
              Why checked(false);  // the constraints held
              const Packed p = *packedLayout(m, checked);
