@@ -152,6 +152,20 @@ def llama(seq=128, hidden=2048, heads=16):
     return build, {"MatMul": 8 * 9, "Softmax": 8}
 
 
+def vit_b_16():
+    """torchvision's ViT-B/16 (nn.MultiheadAttention inside: heads folded into the batch). Its
+    classifier starts at zero, so it is drawn like the other weights: logits of all zeros would
+    make every comparison pass."""
+    def build():
+        torch.manual_seed(SEED)
+        model = torchvision.models.vit_b_16(weights=None).eval()
+        nn.init.normal_(model.heads.head.weight, std=0.02)
+        rng = np.random.default_rng(SEED)
+        image = rng.standard_normal((1, 3, 224, 224), dtype=np.float32)
+        return model, {"input": image}, ["output"]
+    return build, {"Softmax": 12, "MatMul": 24}
+
+
 # name -> (opset, build() -> (module, inputs, output names), {op: minimum count})
 MODELS = {
     "resnet50": (13, *vision(torchvision.models.resnet50)),
@@ -159,7 +173,8 @@ MODELS = {
     "efficientnet_b0": (13, *vision(torchvision.models.efficientnet_b0)),
     "bert_base": (13, *bert(13)),
 }
-OPTIONAL = {"bert_base_op17": (17, *bert(17)), "llama_8l": (13, *llama())}
+OPTIONAL = {"bert_base_op17": (17, *bert(17)), "llama_8l": (13, *llama()),
+            "vit_b_16": (13, *vit_b_16())}
 
 
 # ---- export and checks ----

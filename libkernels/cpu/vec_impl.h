@@ -25,6 +25,43 @@ typedef float vf_unaligned __attribute__((vector_size(FUSECTL_VEC_BYTES), aligne
 inline vf load(const float* p) { return *reinterpret_cast<const vf_unaligned*>(p); }
 inline void store(float* p, vf v) { *reinterpret_cast<vf_unaligned*>(p) = v; }
 inline vf splat(float x) { return vf{} + x; }
+// A row's partial last vector, n < W elements (lanes past n are `fill`, and nothing past n is
+// read or written). On x86 a masked load or store: the memcpy through a stack vector it
+// replaced stalled on store forwarding and took a libc call, three of them per row in a
+// softmax, which on rows of 197 (ViT's scores) cost a third of the row's time.
+// GCC compiles vec_kernels.cpp's AVX-512 and AVX2 copies under `#pragma GCC target`, which
+// clang (the sanitizer build) ignores: there the intrinsics would not compile, and the portable
+// form below serves.
+#if defined(FUSECTL_VEC_X86) && !defined(__clang__) && FUSECTL_VEC_BYTES == 64
+inline __mmask16 firstLanes(int64_t n) {
+  return n >= W ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
+}
+inline vf loadPartial(const float* p, int64_t n, float fill) {
+  return (vf)_mm512_mask_loadu_ps(_mm512_set1_ps(fill), firstLanes(n), p);
+}
+inline void storePartial(float* p, vf v, int64_t n) {
+  _mm512_mask_storeu_ps(p, firstLanes(n), (__m512)v);
+}
+inline vf keepFirstLanes(vf v, int64_t n, float fill) {
+  return (vf)_mm512_mask_blend_ps(firstLanes(n), _mm512_set1_ps(fill), (__m512)v);
+}
+#elif defined(FUSECTL_VEC_X86) && !defined(__clang__) && FUSECTL_VEC_BYTES == 32
+inline __m256i firstLanes(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(n, W))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline vf loadPartial(const float* p, int64_t n, float fill) {
+  const __m256i m = firstLanes(n);
+  return (vf)_mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, m),
+                              _mm256_castsi256_ps(m));
+}
+inline void storePartial(float* p, vf v, int64_t n) {
+  _mm256_maskstore_ps(p, firstLanes(n), (__m256)v);
+}
+inline vf keepFirstLanes(vf v, int64_t n, float fill) {
+  return (vf)_mm256_blendv_ps(_mm256_set1_ps(fill), (__m256)v, _mm256_castsi256_ps(firstLanes(n)));
+}
+#else
 inline vf loadPartial(const float* p, int64_t n, float fill) {
   vf v = splat(fill);
   std::memcpy(&v, p, static_cast<size_t>(n) * sizeof(float));
@@ -33,6 +70,11 @@ inline vf loadPartial(const float* p, int64_t n, float fill) {
 inline void storePartial(float* p, vf v, int64_t n) {
   std::memcpy(p, &v, static_cast<size_t>(n) * sizeof(float));
 }
+inline vf keepFirstLanes(vf v, int64_t n, float fill) {
+  for (int64_t j = n; j < W; ++j) v[j] = fill;
+  return v;
+}
+#endif
 
 inline vf vmax(vf a, vf b) { return a > b ? a : b; }
 inline vf vmin(vf a, vf b) { return a < b ? a : b; }
@@ -316,10 +358,7 @@ inline double blockedSum(const float* x, int64_t n, F f) {
     }
     for (; i + W <= e; i += W) a0 += f(load(x + i));
     vf tail = vf{};
-    if (i < e) {
-      const vf v = f(loadPartial(x + i, e - i, 0.0f));
-      for (int64_t j = 0; j < e - i; ++j) tail[j] = v[j];
-    }
+    if (i < e) tail = keepFirstLanes(f(loadPartial(x + i, e - i, 0.0f)), e - i, 0.0f);
     total += static_cast<double>(hsum((a0 + a1) + (a2 + a3) + tail));
   }
   return total;
@@ -384,10 +423,7 @@ void softmaxRow(const float* x, float* y, int64_t n, bool log_softmax) {
 }
 
 // Lanes [valid, W) of v set to `fill`: a row's partial last vector, whatever was loaded there.
-inline vf fillPast(vf v, int64_t valid, float fill) {
-  for (int64_t j = valid; j < W; ++j) v[j] = fill;
-  return v;
-}
+inline vf fillPast(vf v, int64_t valid, float fill) { return keepFirstLanes(v, valid, fill); }
 
 // Sum and maximum of a vector's lanes as a halving tree: log2(W) dependent steps, where hsum and
 // hmax take W (their order is kept bit for bit by the kernels that use them). For rows short

@@ -10,6 +10,10 @@
 #include <limits>
 #include <string>
 
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <immintrin.h>
+#endif
+
 namespace fusectl::kernels::vec {
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
