@@ -287,6 +287,15 @@ std::optional<SliceRange> sliceRange(const Node& slice, size_t rank) {
                     steps.empty() ? 1 : steps[0]};
 }
 
+std::optional<std::pair<int64_t, int64_t>> lastAxisSpan(const Node& slice, size_t rank,
+                                                        int64_t dim) {
+  std::optional<SliceRange> r = sliceRange(slice, rank);
+  if (!r || r->axis != static_cast<int64_t>(rank) - 1 || r->step != 1) return std::nullopt;
+  const int64_t start = r->start < 0 ? r->start + dim : r->start;
+  const int64_t end = r->end < 0 ? r->end + dim : std::min(r->end, dim);
+  return std::make_pair(start, end);
+}
+
 std::optional<std::vector<int64_t>> unsqueezeAxes(const Node& n) {
   if (n.numInputs() >= 2 && n.input(1)) {
     if (!n.input(1)->isConstant()) return std::nullopt;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fusectl/graph/graph.h"
@@ -89,6 +90,11 @@ struct SliceRange {
 // From the Slice's constant inputs (opset >= 10) or its attributes (before); nullopt for a
 // Slice of several axes or bounds that are not constants.
 std::optional<SliceRange> sliceRange(const Node& slice, size_t rank);
+// [start, end) of a step-1 Slice of the last axis of a value of `rank` dims whose last dim is
+// `dim`: a negative bound counts from the end, and the end is clamped to dim (INT64_MAX ends are
+// common); nullopt for any other Slice.
+std::optional<std::pair<int64_t, int64_t>> lastAxisSpan(const Node& slice, size_t rank,
+                                                        int64_t dim);
 
 // Unsqueeze's axes (attribute before opset 13, constant input from 13), as written.
 std::optional<std::vector<int64_t>> unsqueezeAxes(const Node& n);

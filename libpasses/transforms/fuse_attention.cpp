@@ -505,9 +505,11 @@ class FuseAttentionPass : public Pass {
     rw.replaceMatch(pattern.name, m, pv->output(0), std::move(attention));
     // A later fusion that takes the new Transpose in (fuse-packed-attention) is traced back to
     // this site through it, so that profile compares it with the original nodes.
-    if (untransposed) rw.noteHelperNode(*untransposed);
+    if (untransposed) {
+      rw.noteHelperNode(*untransposed);
+      rw.context().count("untransposed_k");
+    }
     rw.context().count(site.causal ? "fused_causal_attention" : "fused_attention");
-    if (k != site.k_source && site.k == nullptr) rw.context().count("untransposed_k");
   }
 };
 

@@ -134,11 +134,11 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
     Node* r = m.get(fmt::format("r{}", kRoles[i]));
     const Shape& in = r->input(0)->shape();
     const Shape& out = r->output(0)->shape();
-    const bool split = in.hasRank() && out.hasRank() && in.rank() == 3 && out.rank() == 4 &&
-                       out[2].isStatic() && out[3].isStatic() && in[2].isStatic() &&
-                       out[2].value() * out[3].value() == in[2].value() &&
-                       sameBatchAndSequence(in, xs) && sameBatchAndSequence(out, xs);
-    if (!split) {
+    const bool head_split = in.hasRank() && out.hasRank() && in.rank() == 3 &&
+                            out.rank() == 4 && out[2].isStatic() && out[3].isStatic() &&
+                            in[2].isStatic() && out[2].value() * out[3].value() == in[2].value() &&
+                            sameBatchAndSequence(in, xs) && sameBatchAndSequence(out, xs);
+    if (!head_split) {
       why.fail(*r, [&] {
         return fmt::format("{} reshapes {} to {}: not a head split [B, S, H*D] -> [B, S, H, D] "
                            "of '{}' {}",
@@ -165,7 +165,7 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
     return std::nullopt;
   }
   // Condition 2: consecutive ranges q, k, v covering the width. A Split's parts are consecutive
-  // and cover its axis by definition; its three outputs feed q, k and v in order (the pattern).
+  // by definition; its three outputs feed q, k and v in order (the pattern).
   if (split) {
     const int64_t axis = split->attrInt("axis", 0);
     if (split->numOutputs() != 3 || (axis != 2 && axis != -1)) {
@@ -176,27 +176,11 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
       });
       return std::nullopt;
     }
-    const int64_t used = (p.heads[0] + 2 * p.heads[1]) * p.head_size;
-    if (used != width) {
-      why.fail(*split, [&] {
-        return fmt::format("q, k and v cover [0, {}) of '{}', whose last axis is {} wide", used,
-                           p.x->name(), width);
-      });
-      return std::nullopt;
-    }
-    return p;
   }
   int64_t from = 0;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 3 && !split; ++i) {
     const int64_t to = from + p.heads[i] * p.head_size;
-    std::optional<SliceRange> range = sliceRange(*slices[i], 3);
-    bool ok = range && range->axis == 2 && range->step == 1;
-    if (ok) {
-      const int64_t start = range->start < 0 ? range->start + width : range->start;
-      const int64_t end = range->end < 0 ? range->end + width : std::min(range->end, width);
-      ok = start == from && end == to;
-    }
-    if (!ok) {
+    if (lastAxisSpan(*slices[i], 3, width) != std::make_pair(from, to)) {
       why.fail(*slices[i], [&] {
         return fmt::format("{} is not the {} range [{}, {}) of the last axis of '{}' {} (q, k "
                            "and v must be its consecutive thirds, in that order)",
@@ -206,9 +190,10 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
     }
     from = to;
   }
-  if (from != width) {
+  const int64_t used = (p.heads[0] + 2 * p.heads[1]) * p.head_size;
+  if (used != width) {
     why.fail(*slices[2], [&] {
-      return fmt::format("q, k and v cover [0, {}) of '{}', whose last axis is {} wide", from,
+      return fmt::format("q, k and v cover [0, {}) of '{}', whose last axis is {} wide", used,
                          p.x->name(), width);
     });
     return std::nullopt;

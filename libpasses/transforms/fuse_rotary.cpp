@@ -42,7 +42,6 @@
 // rotated part.
 #include <fmt/format.h>
 
-#include <limits>
 
 #include "constant_math.h"
 #include "fusectl/passes/rewriter.h"
@@ -122,18 +121,13 @@ Constraint rotateHalf(Form f) {
               });
             }
             const int64_t half = d / 2;
-            auto isRange = [&](const Node* slice, int64_t from, int64_t to_at_least,
-                               int64_t to_at_most) {
-              std::optional<SliceRange> r = sliceRange(*slice, rank);
-              if (!r || r->axis != static_cast<int64_t>(rank) - 1 || r->step != 1) return false;
-              const int64_t start = r->start < 0 ? r->start + d : r->start;
-              const int64_t end = r->end < 0 ? r->end + d : r->end;
-              return start == from && end >= to_at_least && end <= to_at_most;
+            // hi is x[half:] (its end may be written past d), lo is x[:half].
+            auto isRange = [&](const Node* slice, int64_t from, int64_t to) {
+              return lastAxisSpan(*slice, rank, d) == std::make_pair(from, to);
             };
-            constexpr int64_t kOpenEnd = std::numeric_limits<int64_t>::max();
             Node* hi = m.get("hi");
             Node* lo = m.get("lo");
-            if (!isRange(hi, half, d, kOpenEnd) || !isRange(lo, 0, half, half)) {
+            if (!isRange(hi, half, d) || !isRange(lo, 0, half)) {
               return why.fail(*cat, [&] {
                 return fmt::format("{} does not join -x[{}:{}] and x[0:{}] of '{}' on the last "
                                    "axis (not rotate_half)",

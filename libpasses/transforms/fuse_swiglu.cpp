@@ -95,13 +95,9 @@ Value* packedSource(const Match& m, Value* g, Value* up) {
   if (!xs.hasRank() || xs.rank() == 0 || !xs[xs.rank() - 1].isStatic()) return nullptr;
   const int64_t width = xs[xs.rank() - 1].value();
   if (width % 2 != 0) return nullptr;
-  const int64_t half = width / 2, last = static_cast<int64_t>(xs.rank()) - 1;
+  const int64_t half = width / 2;
   auto covers = [&](const Node& slice, int64_t from, int64_t to) {
-    std::optional<SliceRange> r = sliceRange(slice, xs.rank());
-    if (!r || r->axis != last || r->step != 1) return false;
-    const int64_t start = r->start < 0 ? r->start + width : r->start;
-    const int64_t end = r->end < 0 ? r->end + width : std::min(r->end, width);
-    return start == from && end == to;
+    return lastAxisSpan(slice, xs.rank(), width) == std::make_pair(from, to);
   };
   if (!covers(*gs, 0, half) || !covers(*us, half, width)) return nullptr;
   // The Slices disappear only when the chain is all that reads them.
