@@ -20,14 +20,8 @@
 
 namespace {
 
-using fusectl::Attribute;
-using fusectl::DType;
-using fusectl::Graph;
 using fusectl::Node;
-using fusectl::Value;
-using fusectl::ValueType;
 using fusectl::kernels::HostTensor;
-using fusectl::kernels::KernelContext;
 using fusectl::kernels::KernelRegistry;
 
 struct Problem {
@@ -42,30 +36,13 @@ std::vector<HostTensor> runKernel(const Problem& p, const std::vector<float>& q,
                                   const std::vector<float>& k, const std::vector<float>& v,
                                   const std::vector<float>& m) {
   using fusectl::testing::floats;
-  std::vector<HostTensor> inputs = {floats({p.B, p.Hq, p.S, p.D}, q),
-                                    floats({p.B, p.Hkv, p.T, p.D}, k),
-                                    floats({p.B, p.Hkv, p.T, p.Dv}, v)};
-  if (!p.mask_dims.empty()) inputs.push_back(floats(p.mask_dims, m));
-  Graph g("attention");
-  std::vector<Value*> ins;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    ValueType vt;
-    vt.dtype = DType::Float;
-    ins.push_back(g.addInput("in" + std::to_string(i), vt));
-  }
-  Node* n = g.createNode({"Attention", "fusectl", ins, {"Y"}, "attention",
-                          {Attribute::ofFloat("scale", p.scale),
-                           Attribute::ofInt("causal", p.causal ? 1 : 0)}});
-  g.addOutput(n->output(0));
-  const fusectl::kernels::KernelInfo* info =
-      KernelRegistry::global().find("fusectl", "Attention", 1);
-  REQUIRE(info != nullptr);
-  std::vector<const HostTensor*> ptrs;
-  for (const HostTensor& t : inputs) ptrs.push_back(&t);
-  fusectl::testing::PlainAllocator alloc;
-  KernelContext ctx(*n, 1, ptrs, alloc, p.threads);
-  info->fn(ctx);
-  return ctx.outputs();
+  fusectl::testing::KernelCase c("Attention", 1);
+  c.domain("fusectl").registry(KernelRegistry::global()).threads(p.threads);
+  c.input(floats({p.B, p.Hq, p.S, p.D}, q))
+      .input(floats({p.B, p.Hkv, p.T, p.D}, k))
+      .input(floats({p.B, p.Hkv, p.T, p.Dv}, v));
+  if (!p.mask_dims.empty()) c.input(floats(p.mask_dims, m));
+  return c.attrFloat("scale", p.scale).attrInt("causal", p.causal ? 1 : 0).run();
 }
 
 // The definition, in double: for each query head h, key/value head h / (Hq / Hkv).
@@ -133,31 +110,15 @@ void checkAgainstReference(const Problem& p) {
 std::vector<HostTensor> runPackedKernel(const Problem& p, const std::vector<float>& x,
                                         const std::vector<float>& m) {
   using fusectl::testing::floats;
-  const int64_t W = (p.Hq + 2 * p.Hkv) * p.D;
-  std::vector<HostTensor> inputs = {floats({p.B, p.S, W}, x)};
-  if (!p.mask_dims.empty()) inputs.push_back(floats(p.mask_dims, m));
-  Graph g("attention_packed");
-  std::vector<Value*> ins;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    ValueType vt;
-    vt.dtype = DType::Float;
-    ins.push_back(g.addInput("in" + std::to_string(i), vt));
-  }
-  Node* n = g.createNode({"AttentionPacked", "fusectl", ins, {"Y"}, "attention_packed",
-                          {Attribute::ofInt("num_heads", p.Hq),
-                           Attribute::ofInt("kv_num_heads", p.Hkv),
-                           Attribute::ofFloat("scale", p.scale),
-                           Attribute::ofInt("causal", p.causal ? 1 : 0)}});
-  g.addOutput(n->output(0));
-  const fusectl::kernels::KernelInfo* info =
-      KernelRegistry::global().find("fusectl", "AttentionPacked", 1);
-  REQUIRE(info != nullptr);
-  std::vector<const HostTensor*> ptrs;
-  for (const HostTensor& t : inputs) ptrs.push_back(&t);
-  fusectl::testing::PlainAllocator alloc;
-  KernelContext ctx(*n, 1, ptrs, alloc, p.threads);
-  info->fn(ctx);
-  return ctx.outputs();
+  fusectl::testing::KernelCase c("AttentionPacked", 1);
+  c.domain("fusectl").registry(KernelRegistry::global()).threads(p.threads);
+  c.input(floats({p.B, p.S, (p.Hq + 2 * p.Hkv) * p.D}, x));
+  if (!p.mask_dims.empty()) c.input(floats(p.mask_dims, m));
+  return c.attrInt("num_heads", p.Hq)
+      .attrInt("kv_num_heads", p.Hkv)
+      .attrFloat("scale", p.scale)
+      .attrInt("causal", p.causal ? 1 : 0)
+      .run();
 }
 
 void checkPackedAgainstReference(const Problem& p) {
@@ -225,21 +186,13 @@ TEST_CASE("attention kernel: the packed form reads its heads from one merged pro
 
 TEST_CASE("attention kernel: a packed projection the heads do not divide is a one-line error",
           "[attention][kernels]") {
-  using fusectl::testing::floats;
-  Graph g("attention_packed");
-  ValueType vt;
-  vt.dtype = DType::Float;
-  Node* n = g.createNode({"AttentionPacked", "fusectl", {g.addInput("x", vt)}, {"Y"}, "ap",
-                          {Attribute::ofInt("num_heads", 2), Attribute::ofInt("kv_num_heads", 2)}});
   // 25 columns for 2 + 2 x 2 heads: not 6 heads of one size.
-  const HostTensor x = floats({1, 3, 25}, randomFloats(75, 5));
-  std::vector<const HostTensor*> ptrs = {&x};
-  fusectl::testing::PlainAllocator alloc;
-  KernelContext ctx(*n, 1, ptrs, alloc, 1);
-  const fusectl::kernels::KernelInfo* info =
-      KernelRegistry::global().find("fusectl", "AttentionPacked", 1);
-  REQUIRE(info != nullptr);
-  CHECK_THROWS_WITH(info->fn(ctx), Catch::Contains("does not hold 6 heads of one size"));
+  fusectl::testing::KernelCase c("AttentionPacked", 1);
+  c.domain("fusectl").registry(KernelRegistry::global());
+  c.input(fusectl::testing::floats({1, 3, 25}, randomFloats(75, 5)))
+      .attrInt("num_heads", 2)
+      .attrInt("kv_num_heads", 2);
+  CHECK_THROWS_WITH(c.run(), Catch::Contains("does not hold 6 heads of one size"));
 }
 
 TEST_CASE("attention kernel: multi-head with a broadcast additive mask", "[attention][kernels]") {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_shape.h"
 #include "compute_common.h"
 #include "gemm_micro.h"
 #include "vec_kernels.h"
@@ -31,31 +32,6 @@
 namespace fusectl::kernels {
 namespace cpu {
 namespace {
-
-// The mask's element strides over [B, H, S, T] (0 along a broadcast dim).
-struct MaskStrides {
-  int64_t b = 0, h = 0, s = 0, t = 0;
-};
-
-MaskStrides maskStrides(const KernelContext& ctx, const std::vector<int64_t>& dims,
-                        const int64_t (&target)[4]) {
-  if (dims.size() > 4) ctx.fail("mask M has rank " + std::to_string(dims.size()) + ", more than 4");
-  int64_t strides[4] = {0, 0, 0, 0};
-  int64_t s = 1;
-  const size_t off = 4 - dims.size();
-  for (int64_t i = static_cast<int64_t>(dims.size()) - 1; i >= 0; --i) {
-    const int64_t d = dims[static_cast<size_t>(i)];
-    const int64_t want = target[off + static_cast<size_t>(i)];
-    if (d != 1 && d != want) {
-      ctx.fail("mask M of shape " + formatDims(dims) + " does not broadcast to the scores [" +
-               std::to_string(target[0]) + "," + std::to_string(target[1]) + "," +
-               std::to_string(target[2]) + "," + std::to_string(target[3]) + "]");
-    }
-    strides[off + static_cast<size_t>(i)] = d == 1 ? 0 : s;
-    s *= d;
-  }
-  return {strides[0], strides[1], strides[2], strides[3]};
-}
 
 constexpr int64_t kQueryTile = 256, kKeyTile = 256;
 
@@ -72,31 +48,25 @@ bool useTiles(int64_t S, int64_t T) { return std::max(S, T) >= 512; }
 // block's mask at [s = 0, t = 0] with its s/t strides, or null. The key tiles are the outer
 // loop: each tile's K^T and V are packed once for all query tiles (as the GEMM's B operand),
 // while every query row keeps its running maximum and sum, and its output row accumulates in y.
-// Rows of q, k, v and y are ldq, ldk, ldv and ldy floats apart (D, D, Dv, Dv when each head
-// is its own contiguous block; the row width of a packed projection for AttentionPacked).
-struct RowStrides {
-  int64_t q, k, v, y;
-};
-
 void attentionTiled(const float* q, const float* k, const float* v, float* y, int64_t S,
-                    int64_t T, int64_t D, int64_t Dv, const RowStrides& ld, float scale,
+                    int64_t T, int64_t D, int64_t Dv, const AttentionStrides& st, float scale,
                     bool causal, const float* mask, int64_t mask_s, int64_t mask_t) {
   thread_local std::vector<float> scores, row_max, row_sum;
   scores.resize(static_cast<size_t>(kQueryTile * kKeyTile));
   row_max.assign(static_cast<size_t>(S), -std::numeric_limits<float>::infinity());
   row_sum.assign(static_cast<size_t>(S), 0.f);
-  for (int64_t s = 0; s < S; ++s) std::fill(y + s * ld.y, y + s * ld.y + Dv, 0.f);
+  for (int64_t s = 0; s < S; ++s) std::fill(y + s * st.y.row, y + s * st.y.row + Dv, 0.f);
   for (int64_t t0 = 0; t0 < T; t0 += kKeyTile) {
     const int64_t cols = std::min(kKeyTile, T - t0);
     // Row s sees keys [0, s + T - S]: the rows before first_row see none of this tile.
     const int64_t first_row = causal ? std::max<int64_t>(0, t0 - (T - S)) : 0;
     if (first_row >= S) break;
-    const PackedMatrix kt = packGemmB(D, cols, k + t0 * ld.k, 1, ld.k);
-    const PackedMatrix vt = packGemmB(cols, Dv, v + t0 * ld.v, ld.v, 1);
+    const PackedMatrix kt = packGemmB(D, cols, k + t0 * st.k.row, 1, st.k.row);
+    const PackedMatrix vt = packGemmB(cols, Dv, v + t0 * st.v.row, st.v.row, 1);
     for (int64_t s0 = first_row / kQueryTile * kQueryTile; s0 < S; s0 += kQueryTile) {
       const int64_t rows = std::min(kQueryTile, S - s0);
-      GemmParams qk = gemmParams(rows, cols, D, q + s0 * ld.q, ld.q, false, k + t0 * ld.k,
-                                 ld.k, true, scores.data(), kKeyTile);
+      GemmParams qk = gemmParams(rows, cols, D, q + s0 * st.q.row, st.q.row, false,
+                                 k + t0 * st.k.row, st.k.row, true, scores.data(), kKeyTile);
       qk.alpha = scale;
       qk.packed_b = &kt;
       gemm(qk, 1);
@@ -115,12 +85,12 @@ void attentionTiled(const float* q, const float* k, const float* v, float* y, in
         const float correction = std::exp(old_max - row_max[static_cast<size_t>(s)]);
         row_sum[static_cast<size_t>(s)] = row_sum[static_cast<size_t>(s)] * correction + tile_sum;
         if (correction != 1.f) {
-          float* o = y + s * ld.y;
+          float* o = y + s * st.y.row;
           for (int64_t d = 0; d < Dv; ++d) o[d] *= correction;
         }
       }
-      GemmParams pv = gemmParams(rows, Dv, cols, scores.data(), kKeyTile, false, v + t0 * ld.v,
-                                 ld.v, false, y + s0 * ld.y, ld.y);
+      GemmParams pv = gemmParams(rows, Dv, cols, scores.data(), kKeyTile, false, v + t0 * st.v.row,
+                                 st.v.row, false, y + s0 * st.y.row, st.y.row);
       pv.packed_b = &vt;
       pv.accumulate = true;
       gemm(pv, 1);
@@ -131,22 +101,16 @@ void attentionTiled(const float* q, const float* k, const float* v, float* y, in
     const float l = row_sum[static_cast<size_t>(s)];
     if (l == 0.f) continue;
     const float inv = 1.f / l;
-    float* o = y + s * ld.y;
+    float* o = y + s * st.y.row;
     for (int64_t d = 0; d < Dv; ++d) o[d] *= inv;
   }
 }
 
-// One attention over B batches of Hq query heads; head h of batch b starts at
-// q + b * batch.q + h * head.q (its rows ld.q apart), and likewise for k, v (key/value head
-// b * Hkv + h / G) and y.
-struct AttentionLayout {
-  int64_t B, Hq, Hkv, S, T, D, Dv;
-  RowStrides batch, head, ld;
-};
-
-void computeAttention(KernelContext& ctx, const AttentionLayout& L, const float* q,
-                      const float* k, const float* v, const float* mask, const MaskStrides& ms,
-                      float* y) {
+// One attention over B batches of Hq query heads, laid out as `st` says (attention_shape.h);
+// k and v point at K's and V's first head.
+void computeAttention(KernelContext& ctx, const AttentionShape& L, const AttentionStrides& st,
+                      const float* q, const float* k, const float* v, const float* mask,
+                      const MaskStrides& ms, float* y) {
   const int64_t group = L.Hq / L.Hkv;
   const float scale = ctx.attrFloat("scale", 1.f / std::sqrt(static_cast<float>(L.D)));
   const bool causal = ctx.attrInt("causal", 0) != 0;
@@ -157,17 +121,17 @@ void computeAttention(KernelContext& ctx, const AttentionLayout& L, const float*
     std::vector<float> scores(tiled ? 0 : static_cast<size_t>(S * T));
     for (int64_t block = first; block < last; ++block) {
       const int64_t b = block / L.Hq, h = block % L.Hq, kvh = h / group;
-      const float* qb = q + b * L.batch.q + h * L.head.q;
-      const float* kb = k + b * L.batch.k + kvh * L.head.k;
-      const float* vb = v + b * L.batch.v + kvh * L.head.v;
-      float* yb = y + b * L.batch.y + h * L.head.y;
+      const float* qb = q + b * st.q.batch + h * st.q.head;
+      const float* kb = k + b * st.k.batch + kvh * st.k.head;
+      const float* vb = v + b * st.v.batch + kvh * st.v.head;
+      float* yb = y + b * st.y.batch + h * st.y.head;
       if (tiled) {
         const float* mb = mask ? mask + b * ms.b + h * ms.h : nullptr;
-        attentionTiled(qb, kb, vb, yb, S, T, D, Dv, L.ld, scale, causal, mb, ms.s, ms.t);
+        attentionTiled(qb, kb, vb, yb, S, T, D, Dv, st, scale, causal, mb, ms.s, ms.t);
         continue;
       }
       GemmParams qk =
-          gemmParams(S, T, D, qb, L.ld.q, false, kb, L.ld.k, true, scores.data(), T);
+          gemmParams(S, T, D, qb, st.q.row, false, kb, st.k.row, true, scores.data(), T);
       qk.alpha = scale;
       gemm(qk, 1);
       for (int64_t s = 0; s < S; ++s) {
@@ -182,7 +146,8 @@ void computeAttention(KernelContext& ctx, const AttentionLayout& L, const float*
         vec::softmaxRowAdd(row, visible, mrow, ms.t == 0);
         std::fill(row + visible, row + T, 0.f);
       }
-      GemmParams pv = gemmParams(S, Dv, T, scores.data(), T, false, vb, L.ld.v, false, yb, L.ld.y);
+      GemmParams pv =
+          gemmParams(S, Dv, T, scores.data(), T, false, vb, st.v.row, false, yb, st.y.row);
       pv.a_in_place = true;
       gemm(pv, 1);
     }
@@ -199,30 +164,14 @@ void runAttention(KernelContext& ctx) {
   requireSameDType(ctx, q, "Q", &k, "K");
   requireSameDType(ctx, q, "Q", &v, "V");
   requireSameDType(ctx, q, "Q", m, "M");
-  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4)
-    ctx.fail("Q, K and V must have rank 4 ([batch, heads, sequence, head size])");
-  const int64_t B = q.dims()[0], Hq = q.dims()[1], S = q.dims()[2], D = q.dims()[3];
-  const int64_t Hkv = k.dims()[1], T = k.dims()[2], Dv = v.dims()[3];
-  if (k.dims()[0] != B || v.dims()[0] != B || k.dims()[3] != D || v.dims()[1] != Hkv ||
-      v.dims()[2] != T) {
-    ctx.fail("Q " + formatDims(q.dims()) + ", K " + formatDims(k.dims()) + " and V " +
-             formatDims(v.dims()) + " do not agree ([B,Hq,S,D], [B,Hkv,T,D], [B,Hkv,T,Dv])");
-  }
-  if (Hkv <= 0 || Hq % Hkv != 0)
-    ctx.fail(std::to_string(Hq) + " query heads are not a multiple of " + std::to_string(Hkv) +
-             " key/value heads");
-  const int64_t scores_dims[4] = {B, Hq, S, T};
-  const MaskStrides ms = m ? maskStrides(ctx, m->dims(), scores_dims) : MaskStrides{};
+  const AttentionShape a = attentionShape(ctx, q, k, v);
+  const MaskStrides ms = m ? maskStrides(ctx, m->dims(), a) : MaskStrides{};
 
   FloatView qf(q), kf(k), vf(v), mf(m);
-  HostTensor& y = ctx.allocateOutput(0, q.dtype(), {B, Hq, S, Dv});
+  HostTensor& y = ctx.allocateOutput(0, q.dtype(), {a.B, a.Hq, a.S, a.Dv});
   FloatSink ys(y);
-  AttentionLayout L{B, Hq, Hkv, S, T, D, Dv, {}, {}, {}};
-  L.batch = {Hq * S * D, Hkv * T * D, Hkv * T * Dv, Hq * S * Dv};
-  L.head = {S * D, T * D, T * Dv, S * Dv};
-  L.ld = {D, D, Dv, Dv};
-  computeAttention(ctx, L, qf.data(), kf.data(), vf.data(), mf ? mf.data() : nullptr, ms,
-                   ys.data());
+  computeAttention(ctx, a, blockStrides(a), qf.data(), kf.data(), vf.data(),
+                   mf ? mf.data() : nullptr, ms, ys.data());
   ys.commit();
 }
 
@@ -235,33 +184,16 @@ void runAttentionPacked(KernelContext& ctx) {
   if (!isFloatComputeType(x.dtype()))
     ctx.fail("unsupported element type " + std::string(dtypeName(x.dtype())));
   requireSameDType(ctx, x, "X", m, "M");
-  if (x.rank() != 3) ctx.fail("X must have rank 3 ([batch, sequence, (Hq + 2 Hkv) * head size])");
-  const int64_t Hq = ctx.attrInt("num_heads", 0);
-  const int64_t Hkv = ctx.attrInt("kv_num_heads", Hq);
-  if (Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0) {
-    ctx.fail("num_heads " + std::to_string(Hq) + " and kv_num_heads " + std::to_string(Hkv) +
-             " must be positive, num_heads a multiple of kv_num_heads");
-  }
-  const int64_t B = x.dims()[0], S = x.dims()[1], W = x.dims()[2], heads = Hq + 2 * Hkv;
-  if (W % heads != 0) {
-    ctx.fail("X " + formatDims(x.dims()) + " does not hold " + std::to_string(heads) +
-             " heads of one size (num_heads " + std::to_string(Hq) + " + 2 x kv_num_heads " +
-             std::to_string(Hkv) + ")");
-  }
-  const int64_t D = W / heads;
-  const int64_t scores_dims[4] = {B, Hq, S, S};
-  const MaskStrides ms = m ? maskStrides(ctx, m->dims(), scores_dims) : MaskStrides{};
+  const AttentionShape a = packedAttentionShape(ctx, x);
+  const MaskStrides ms = m ? maskStrides(ctx, m->dims(), a) : MaskStrides{};
 
   FloatView xf(x), mf(m);
-  HostTensor& y = ctx.allocateOutput(0, x.dtype(), {B, S, Hq * D});
+  HostTensor& y = ctx.allocateOutput(0, x.dtype(), {a.B, a.S, a.Hq * a.D});
   FloatSink ys(y);
-  AttentionLayout L{B, Hq, Hkv, S, S, D, D, {}, {}, {}};
-  L.batch = {S * W, S * W, S * W, S * Hq * D};
-  L.head = {D, D, D, D};
-  L.ld = {W, W, W, Hq * D};
+  const AttentionStrides st = packedStrides(a);
   const float* base = xf.data();
-  computeAttention(ctx, L, base, base + Hq * D, base + (Hq + Hkv) * D, mf ? mf.data() : nullptr,
-                   ms, ys.data());
+  computeAttention(ctx, a, st, base, base + st.k_offset, base + st.v_offset,
+                   mf ? mf.data() : nullptr, ms, ys.data());
   ys.commit();
 }
 

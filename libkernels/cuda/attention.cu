@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "../cpu/attention_shape.h"
 #include "cuda_common.h"
 #include "cuda_device_util.cuh"
 #include "fusectl/graph/error.h"
@@ -77,11 +78,9 @@ struct Params {
   int causal;
   int64_t mask_b, mask_h, mask_s, mask_t;  // element strides over [B, Hq, S, T], 0 = broadcast
   int64_t query_blocks;                    // ceil(S / BM)
-  // Element offsets of a batch and of a head, and between rows, of q, k, v and y: [B, H, S, D]
-  // blocks for Attention; rows of the merged projection (and of the merged heads) for
-  // AttentionPacked.
-  int64_t q_batch, q_head, q_row, k_batch, k_head, k_row, v_batch, v_head, v_row;
-  int64_t y_batch, y_head, y_row;
+  // Where each head of q, k, v and y lies (attention_shape.h): [B, H, S, D] blocks for
+  // Attention; rows of the merged projection (and of the merged heads) for AttentionPacked.
+  AttentionStrides at;
 };
 
 // Keys [0, visibleKeys(s)) are the ones query row s attends to.
@@ -115,12 +114,13 @@ __global__ void __launch_bounds__(kThreads) attentionKernel(Params p) {
   const int64_t b = block / p.Hq;
   const int64_t kvh = h / p.group;
 
-  const Elem* __restrict__ q = static_cast<const Elem*>(p.q) + b * p.q_batch + h * p.q_head;
-  const Elem* __restrict__ k = static_cast<const Elem*>(p.k) + b * p.k_batch + kvh * p.k_head;
-  const Elem* __restrict__ v = static_cast<const Elem*>(p.v) + b * p.v_batch + kvh * p.v_head;
+  const AttentionStrides& at = p.at;
+  const Elem* __restrict__ q = static_cast<const Elem*>(p.q) + b * at.q.batch + h * at.q.head;
+  const Elem* __restrict__ k = static_cast<const Elem*>(p.k) + b * at.k.batch + kvh * at.k.head;
+  const Elem* __restrict__ v = static_cast<const Elem*>(p.v) + b * at.v.batch + kvh * at.v.head;
   const MaskElem* __restrict__ mask =
       p.mask ? static_cast<const MaskElem*>(p.mask) + b * p.mask_b + h * p.mask_h : nullptr;
-  Elem* __restrict__ y = static_cast<Elem*>(p.y) + b * p.y_batch + h * p.y_head;
+  Elem* __restrict__ y = static_cast<Elem*>(p.y) + b * at.y.batch + h * at.y.head;
 
   const int D = p.D, Dv = p.Dv;
   const int DP = (D + 3) & ~3;  // D padded with zeros to whole float4s
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kThreads) attentionKernel(Params p) {
 #pragma unroll
     for (int i = 0; i < B::kChunks; ++i) {
       const int d = lane + 32 * i;
-      if (d < DP) dst[d] = (s < p.S && d < D) ? toFloat(q[s * p.q_row + d]) : 0.f;
+      if (d < DP) dst[d] = (s < p.S && d < D) ? toFloat(q[s * at.q.row + d]) : 0.f;
     }
   }
 
@@ -167,8 +167,8 @@ __global__ void __launch_bounds__(kThreads) attentionKernel(Params p) {
 #pragma unroll
       for (int i = 0; i < B::kChunks; ++i) {
         const int d = lane + 32 * i;
-        if (d < DP) sK[j * B::kKStride + d] = (live && d < D) ? toFloat(k[t * p.k_row + d]) : 0.f;
-        sV[j * DMAX + d] = (live && d < Dv) ? toFloat(v[t * p.v_row + d]) : 0.f;
+        if (d < DP) sK[j * B::kKStride + d] = (live && d < D) ? toFloat(k[t * at.k.row + d]) : 0.f;
+        sV[j * DMAX + d] = (live && d < Dv) ? toFloat(v[t * at.v.row + d]) : 0.f;
       }
     }
     __syncthreads();
@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(kThreads) attentionKernel(Params p) {
 #pragma unroll
     for (int i = 0; i < B::kChunks; ++i) {
       const int d = lane + 32 * i;
-      if (d < Dv) y[s * p.y_row + d] = fromFloat<Elem>(sees_none ? 0.f : o[r][i] * inv);
+      if (d < Dv) y[s * at.y.row + d] = fromFloat<Elem>(sees_none ? 0.f : o[r][i] * inv);
     }
   }
 }
@@ -320,60 +320,36 @@ void launchForMask(const Params& p, int64_t blocks, int head, DType mask_dtype) 
                                           " is not supported by the CUDA backend");
 }
 
-// The mask's element strides over [B, H, S, T] (0 along a broadcast dim); the CPU kernel's
-// rule and messages.
-void maskStrides(const KernelContext& ctx, const std::vector<int64_t>& dims,
-                 const int64_t (&target)[4], int64_t (&strides)[4]) {
-  if (dims.size() > 4) ctx.fail("mask M has rank " + std::to_string(dims.size()) + ", more than 4");
-  for (int64_t& s : strides) s = 0;
-  int64_t s = 1;
-  const size_t off = 4 - dims.size();
-  for (int64_t i = static_cast<int64_t>(dims.size()) - 1; i >= 0; --i) {
-    const int64_t d = dims[static_cast<size_t>(i)];
-    const int64_t want = target[off + static_cast<size_t>(i)];
-    if (d != 1 && d != want) {
-      ctx.fail("mask M of shape " + formatDims(dims) + " does not broadcast to the scores [" +
-               std::to_string(target[0]) + "," + std::to_string(target[1]) + "," +
-               std::to_string(target[2]) + "," + std::to_string(target[3]) + "]");
-    }
-    strides[off + static_cast<size_t>(i)] = d == 1 ? 0 : s;
-    s *= d;
-  }
-}
-
-// Fills the rest of p (its pointers and strides set by the caller) and launches the kernel
-// over B x Hq heads of S queries and T keys.
-void launchAttention(const KernelContext& ctx, Params& p, int64_t B, int64_t Hq, int64_t Hkv,
-                     int64_t S, int64_t T, int64_t D, int64_t Dv, DType dtype,
+// Fills the rest of p (its pointers and p.at set by the caller) and launches the kernel over
+// a.B x a.Hq heads of a.S queries and a.T keys.
+void launchAttention(const KernelContext& ctx, Params& p, const AttentionShape& a, DType dtype,
                      const HostTensor* m, HostTensor& y) {
-  const float scale = ctx.attrFloat("scale", 1.f / std::sqrt(static_cast<float>(D)));
+  const float scale = ctx.attrFloat("scale", 1.f / std::sqrt(static_cast<float>(a.D)));
   const bool causal = ctx.attrInt("causal", 0) != 0;
-  const int64_t scores_dims[4] = {B, Hq, S, T};
-  int64_t ms[4] = {0, 0, 0, 0};
-  if (m) maskStrides(ctx, m->dims(), scores_dims, ms);
-  const int64_t head = std::max(D, Dv);
+  const MaskStrides ms = m ? maskStrides(ctx, m->dims(), a) : MaskStrides{};
+  const int64_t head = std::max(a.D, a.Dv);
   if (head > kMaxHead)
-    unsupported(ctx, "head size " + std::to_string(head) + " (Q/K " + std::to_string(D) +
-                         ", V " + std::to_string(Dv) + "; at most " + std::to_string(kMaxHead) +
-                         ")");
+    unsupported(ctx, "head size " + std::to_string(head) + " (Q/K " + std::to_string(a.D) +
+                         ", V " + std::to_string(a.Dv) + "; at most " +
+                         std::to_string(kMaxHead) + ")");
   if (y.numel() == 0) return;
   p.mask = m && m->numel() > 0 ? m->raw() : nullptr;
   p.y = y.mutableRaw();
-  p.S = S;
-  p.T = T;
-  p.Hq = Hq;
-  p.Hkv = Hkv;
-  p.group = Hq / Hkv;
-  p.D = static_cast<int>(D);
-  p.Dv = static_cast<int>(Dv);
+  p.S = a.S;
+  p.T = a.T;
+  p.Hq = a.Hq;
+  p.Hkv = a.Hkv;
+  p.group = a.Hq / a.Hkv;
+  p.D = static_cast<int>(a.D);
+  p.Dv = static_cast<int>(a.Dv);
   p.scale = scale;
   p.causal = causal ? 1 : 0;
-  p.mask_b = ms[0];
-  p.mask_h = ms[1];
-  p.mask_s = ms[2];
-  p.mask_t = ms[3];
-  p.query_blocks = (S + kBlockRows - 1) / kBlockRows;
-  const int64_t blocks = p.query_blocks * B * Hq;
+  p.mask_b = ms.b;
+  p.mask_h = ms.h;
+  p.mask_s = ms.s;
+  p.mask_t = ms.t;
+  p.query_blocks = (a.S + kBlockRows - 1) / kBlockRows;
+  const int64_t blocks = p.query_blocks * a.B * a.Hq;
   if (blocks > std::numeric_limits<int32_t>::max())
     ctx.fail("too many query blocks (" + std::to_string(blocks) + ") for one CUDA grid");
   const DType mask_dtype = m ? m->dtype() : DType::Float;
@@ -397,28 +373,14 @@ void runAttention(KernelContext& ctx) {
   }
   if (m && !cudaFloatType(m->dtype()))
     unsupported(ctx, "a mask of element type " + std::string(dtypeName(m->dtype())));
-  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4)
-    ctx.fail("Q, K and V must have rank 4 ([batch, heads, sequence, head size])");
-  const int64_t B = q.dims()[0], Hq = q.dims()[1], S = q.dims()[2], D = q.dims()[3];
-  const int64_t Hkv = k.dims()[1], T = k.dims()[2], Dv = v.dims()[3];
-  if (k.dims()[0] != B || v.dims()[0] != B || k.dims()[3] != D || v.dims()[1] != Hkv ||
-      v.dims()[2] != T) {
-    ctx.fail("Q " + formatDims(q.dims()) + ", K " + formatDims(k.dims()) + " and V " +
-             formatDims(v.dims()) + " do not agree ([B,Hq,S,D], [B,Hkv,T,D], [B,Hkv,T,Dv])");
-  }
-  if (Hkv <= 0 || Hq % Hkv != 0)
-    ctx.fail(std::to_string(Hq) + " query heads are not a multiple of " + std::to_string(Hkv) +
-             " key/value heads");
-  HostTensor& y = ctx.allocateOutput(0, q.dtype(), {B, Hq, S, Dv});
+  const AttentionShape a = attentionShape(ctx, q, k, v);
+  HostTensor& y = ctx.allocateOutput(0, q.dtype(), {a.B, a.Hq, a.S, a.Dv});
   Params p{};
   p.q = q.raw();
   p.k = k.raw();
   p.v = v.raw();
-  p.q_batch = Hq * S * D, p.q_head = S * D, p.q_row = D;
-  p.k_batch = Hkv * T * D, p.k_head = T * D, p.k_row = D;
-  p.v_batch = Hkv * T * Dv, p.v_head = T * Dv, p.v_row = Dv;
-  p.y_batch = Hq * S * Dv, p.y_head = S * Dv, p.y_row = Dv;
-  launchAttention(ctx, p, B, Hq, Hkv, S, T, D, Dv, q.dtype(), m, y);
+  p.at = blockStrides(a);
+  launchAttention(ctx, p, a, q.dtype(), m, y);
 }
 
 // AttentionPacked: X [B, S, (Hq + 2 Hkv) * D], its q, k and v heads side by side in each row;
@@ -430,32 +392,16 @@ void runAttentionPacked(KernelContext& ctx) {
     unsupported(ctx, "element type " + std::string(dtypeName(x.dtype())));
   if (m && !cudaFloatType(m->dtype()))
     unsupported(ctx, "a mask of element type " + std::string(dtypeName(m->dtype())));
-  if (x.rank() != 3) ctx.fail("X must have rank 3 ([batch, sequence, (Hq + 2 Hkv) * head size])");
-  const int64_t Hq = ctx.attrInt("num_heads", 0);
-  const int64_t Hkv = ctx.attrInt("kv_num_heads", Hq);
-  if (Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0) {
-    ctx.fail("num_heads " + std::to_string(Hq) + " and kv_num_heads " + std::to_string(Hkv) +
-             " must be positive, num_heads a multiple of kv_num_heads");
-  }
-  const int64_t B = x.dims()[0], S = x.dims()[1], W = x.dims()[2], heads = Hq + 2 * Hkv;
-  if (W % heads != 0) {
-    ctx.fail("X " + formatDims(x.dims()) + " does not hold " + std::to_string(heads) +
-             " heads of one size (num_heads " + std::to_string(Hq) + " + 2 x kv_num_heads " +
-             std::to_string(Hkv) + ")");
-  }
-  const int64_t D = W / heads;
-  HostTensor& y = ctx.allocateOutput(0, x.dtype(), {B, S, Hq * D});
+  const AttentionShape a = packedAttentionShape(ctx, x);
+  HostTensor& y = ctx.allocateOutput(0, x.dtype(), {a.B, a.S, a.Hq * a.D});
   const size_t esize = dtypeSize(x.dtype());
   const auto* base = static_cast<const unsigned char*>(x.raw());
   Params p{};
+  p.at = packedStrides(a);
   p.q = base;
-  p.k = base + static_cast<size_t>(Hq * D) * esize;
-  p.v = base + static_cast<size_t>((Hq + Hkv) * D) * esize;
-  p.q_batch = p.k_batch = p.v_batch = S * W;
-  p.q_head = p.k_head = p.v_head = D;
-  p.q_row = p.k_row = p.v_row = W;
-  p.y_batch = S * Hq * D, p.y_head = D, p.y_row = Hq * D;
-  launchAttention(ctx, p, B, Hq, Hkv, S, S, D, D, x.dtype(), m, y);
+  p.k = base + static_cast<size_t>(p.at.k_offset) * esize;
+  p.v = base + static_cast<size_t>(p.at.v_offset) * esize;
+  launchAttention(ctx, p, a, x.dtype(), m, y);
 }
 
 // What the declared types and dims already rule out is declined, so that the node runs on the
