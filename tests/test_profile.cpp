@@ -489,6 +489,28 @@ TEST_CASE("profile fusion sites: a merge's shared MatMul links its members to th
   CHECK(timed[2].status == "paid");
 }
 
+TEST_CASE("profile fusion sites: a later fusion met through an earlier one's view is timed once",
+          "[profile]") {
+  // fuse-attention: MatMul qk, Softmax sm, MatMul pv become Attention "pv" with a view u (an
+  // Unsqueeze helper); fuse-packed-attention then replaces u before the Attention itself, under
+  // the same label "pv". The Attention is no second node beside the AttentionPacked.
+  const kernels::SideProfile unfused =
+      sideOf({{"qk", 0.004}, {"sm", 0.002}, {"pv", 0.004}, {"sl", 0.001}});
+  const kernels::SideProfile fused = sideOf({{"pv", 0.007}});
+  std::vector<kernels::FusionSiteInput> sites(2);
+  sites[0] = {"fuse-attention", "attention", "pv", "", "Attention", {"qk", "sm", "pv"}, {"u"}};
+  sites[1] = {"fuse-packed-attention", "packed", "pv", "", "AttentionPacked", {"u", "pv", "sl"},
+              {}};
+  const auto timed = kernels::timeFusionSites(sites, unfused, fused);
+  REQUIRE(timed.size() == 2);
+  CHECK(timed[0].status == "superseded");
+  CHECK(timed[1].also_fused.empty());
+  CHECK(timed[1].fused_seconds == Approx(0.007));
+  CHECK(timed[1].compared_nodes == std::vector<std::string>{"qk", "sm", "pv", "sl"});
+  CHECK(timed[1].replaced_seconds == Approx(0.011));
+  CHECK(timed[1].status == "paid");
+}
+
 // ---- The library on its own: profileModels on Conv -> BatchNormalization -> Relu ----
 
 TEST_CASE("profileModels: two passes over both sides, counts, agreement, sites", "[profile]") {

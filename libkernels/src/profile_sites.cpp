@@ -108,9 +108,13 @@ std::vector<FusionSiteProfile> timeFusionSites(const std::vector<FusionSiteInput
       if (producer) sharers = {producer};
       for (FusionSiteProfile* q : sharers) {
         for (const std::string& n : q->compared_nodes) appendUnique(p.compared_nodes, n);
-        if (q != producer && !q->site.fused_node.empty())
+        // A sharer whose node this site's node replaces under the same label (fuse-attention's
+        // Attention and its views, met through a view before the Attention itself) is no
+        // second node running beside this one.
+        if (q != producer && !q->site.fused_node.empty() && q->site.finalNode() != here)
           appendUnique(p.also_fused, q->site.finalNode());
-        for (const std::string& n : q->also_fused) appendUnique(p.also_fused, n);
+        for (const std::string& n : q->also_fused)
+          if (n != here) appendUnique(p.also_fused, n);
         q->superseded_by = here;
         q->status = "superseded";
       }
