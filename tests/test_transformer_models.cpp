@@ -99,6 +99,20 @@ std::vector<TransformerModel> transformerModels() {
        {{"LayerNormalization", 4}, {"fusectl::AttentionPacked", 2},
         {"fusectl::FusedMatMul", 3}, {"fusectl::FusedMatMul_Add", 3},
         {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::SkipLayerNorm", 1}}},
+      // torchvision's ViT blocks (nn.MultiheadAttention, batch 1, static): after -O3, 2
+      // LayerNorm (ln_1 of the first block, the final ln) and 3 SkipLayerNorm, 2 exact Gelu in
+      // the fc1 epilogue, and each attention one AttentionPacked: fuse-attention takes the
+      // heads folded into the batch ([H, S, D]) and q's scale, fuse-packed-attention reads the
+      // in_proj output [S, 1, 3E] in place. No Slice, Transpose, Softmax or Squeeze is left:
+      // the transposes of the batch of 1 to sequence first and back are Reshapes (views). The
+      // out_proj is a Gemm on the [S, E] rows, as exported.
+      {"vit_mha_encoder",
+       {{"tokens", {1, 17, 64}}},
+       false,
+       {{"Gemm", 2}, {"Reshape", 8}, {"fusectl::AttentionPacked", 2},
+        {"fusectl::FusedMatMul", 3}, {"fusectl::FusedMatMul_Add", 1},
+        {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::LayerNorm", 2},
+        {"fusectl::SkipLayerNorm", 3}}},
       // After -O3: 2 RMSNorm (input, post-attention), QK-norm fused into the rotary node (one
       // QKNormRotaryEmbedding per q and k), 1 Attention with 8 Q / 2 KV heads (no Expand left),
       // 1 SwiGLU, MatMuls after merging: q, k, v (the merge is rejected by the width rule: K/V
@@ -228,6 +242,9 @@ TEST_CASE("transformer models: the --emit ort output runs in ONNX Runtime as the
       {"vit_encoder_op17",
        {{"LayerNormalization", 5}, {"com.microsoft::BiasGelu", 2},
         {"com.microsoft::MultiHeadAttention", 2}, {"Sum", 1}}},
+      {"vit_mha_encoder",
+       {{"LayerNormalization", 5}, {"com.microsoft::BiasGelu", 2},
+        {"com.microsoft::MultiHeadAttention", 2}, {"Sum", 3}}},
       {"gpt2_block",
        {{"LayerNormalization", 2}, {"com.microsoft::FastGelu", 1},
         {"com.microsoft::MultiHeadAttention", 1}, {"Sum", 1}}},  // its Sum also read after

@@ -57,6 +57,41 @@ Node* Rewriter::addNode(NewNode node, std::string_view output_hint, const ValueT
   return create(std::move(node), output_hint, type, position);
 }
 
+Node* Rewriter::replaceNode(Node* old, NewNode node) {
+  Value* y = old->output(0);
+  const std::string name = y->name();
+  node.name = old->name();
+  node.naming = NodeNaming::TakeOver;
+  node.doc_string = old->doc_string;
+  const std::string node_name = old->name();
+  Node* n = addNode(std::move(node), name + "_canonical", y->type, old);
+  replaceByEquivalent(old, n);
+  if (n->output(0)->name() != name && !graph_.findValue(name)) renameValue(n->output(0), name);
+  // The new node is the same node in another spelling: it keeps the old one's name, so that a
+  // later fusion's replaced nodes (and `profile`, which looks them up in the original model)
+  // name what the model calls it.
+  if (!node_name.empty() && n->name() != node_name && !graph_.findNode(node_name)) {
+    renameNode(n, node_name);
+  }
+  return n;
+}
+
+Node* Rewriter::insertAfterValue(Value* v, NewNode node, std::string_view output_hint,
+                                 const ValueType& type) {
+  Node* producer = v->producer();
+  if (!producer) {
+    throwInternal(fmt::format("rewriter: insertAfterValue on '{}', which no node produces",
+                              v->name()));
+  }
+  Node* n = create(std::move(node), output_hint, type, producer->next());
+  Value* out = n->output(0);
+  graph_.replaceAllUsesWith(v, out);
+  // The new node's own reading of v was redirected too: give it v back.
+  for (size_t i = 0; i < n->numInputs(); ++i)
+    if (n->input(i) == out) graph_.setNodeInput(n, i, v);
+  return n;
+}
+
 Node* Rewriter::replaceMatch(std::string_view pattern, const Match& m, Value* replaced,
                              NewNode node) {
   if (!replaced) {

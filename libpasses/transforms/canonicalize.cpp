@@ -124,29 +124,6 @@ Constraint floatArithmetic(std::string capture) {
           }};
 }
 
-// Replaces `old` by `node`, which computes the same value: readers of old's output read the new
-// node's, which then takes over the output's name; old and what only it read are erased. Not
-// replaceMatch: a canonical spelling is no fusion, so it leaves no fusion site in the report and
-// no stamp in the doc string.
-void replaceNode(Rewriter& rw, Node* old, NewNode node) {
-  Value* y = old->output(0);
-  const std::string name = y->name();
-  node.name = old->name();
-  node.naming = NodeNaming::TakeOver;
-  node.doc_string = old->doc_string;
-  const std::string node_name = old->name();
-  Node* n = rw.addNode(std::move(node), name + "_canonical", y->type, old);
-  rw.replaceByEquivalent(old, n);
-  if (n->output(0)->name() != name && !rw.graph().findValue(name)) {
-    rw.renameValue(n->output(0), name);
-  }
-  // The canonical node is the same node in another spelling: it keeps the old one's name, so
-  // that a later fusion's replaced nodes (and `profile`, which looks them up in the original
-  // model) name what the model calls it.
-  if (!node_name.empty() && n->name() != node_name && !rw.graph().findNode(node_name)) {
-    rw.renameNode(n, node_name);
-  }
-}
 
 // ---- pow-square and pow-rsqrt ----
 Constraint powExponent() {
@@ -187,7 +164,7 @@ void rewritePow(Rewriter& rw, const Match& m) {
   if (*scalarConstant(p->input(1)) == 2.0) {
     out.op_type = "Mul";
     out.inputs = {x, x};
-    replaceNode(rw, p, std::move(out));
+    rw.replaceNode(p, std::move(out));
     rw.context().count("pow_to_mul");
     return;
   }
@@ -199,7 +176,7 @@ void rewritePow(Rewriter& rw, const Match& m) {
   Node* s = rw.addNode(std::move(sqrt), y->name() + "_sqrt", y->type, p);
   out.op_type = "Reciprocal";
   out.inputs = {s->output(0)};
-  replaceNode(rw, p, std::move(out));
+  rw.replaceNode(p, std::move(out));
   rw.context().count("pow_to_rsqrt");
 }
 
@@ -274,7 +251,7 @@ void rewriteDivOne(Rewriter& rw, const Match& m) {
   NewNode r;
   r.op_type = "Reciprocal";
   r.inputs = {d->input(1)};
-  replaceNode(rw, d, std::move(r));
+  rw.replaceNode(d, std::move(r));
   rw.context().count("div_to_reciprocal");
 }
 
@@ -289,7 +266,7 @@ void rewriteDivByConstant(Rewriter& rw, const Match& m) {
   NewNode mul;
   mul.op_type = "Mul";
   mul.inputs = {d->input(0), inverse};
-  replaceNode(rw, d, std::move(mul));
+  rw.replaceNode(d, std::move(mul));
   rw.context().count("div_to_mul");
 }
 
@@ -305,7 +282,7 @@ void rewriteAddNeg(Rewriter& rw, const Match& m) {
   NewNode sub;
   sub.op_type = "Sub";
   sub.inputs = {m.value("x"), m.value("y")};
-  replaceNode(rw, a, std::move(sub));
+  rw.replaceNode(a, std::move(sub));
   rw.context().count("add_neg_to_sub");
 }
 
@@ -391,7 +368,7 @@ void rewriteHardSwish(Rewriter& rw, const Match& m) {
   NewNode hs;
   hs.op_type = "HardSwish";
   hs.inputs = {m.value("x")};
-  replaceNode(rw, mul, std::move(hs));
+  rw.replaceNode(mul, std::move(hs));
   rw.context().count("hard_swish");
 }
 

@@ -9,8 +9,9 @@
 //     =>   y = fusectl.Attention<scale, causal>(q, K, v, M)
 //
 // The pattern anchors on Softmax -> MatMul and walks up the score chain. Forms taken:
-//   - scale: Mul by a scalar constant c (scale = c), Div by one (scale = 1/c), or none (scale 1:
-//     the model folded it into q, which stays as it is);
+//   - scale: Mul by a scalar constant c (scale = c), Div by one (scale = 1/c), or none: then a
+//     Mul or Div of q by a one-element constant read by the product only is taken in (torch's
+//     nn.MultiheadAttention), else the scale is 1 (the model folded it into q's weights);
 //   - mask: an Add of a value broadcast to the scores (the additive mask, input M), and/or a
 //     Where(cond, fill, scores) whose cond is the causal mask: Greater(Unsqueeze(r, 0),
 //     Unsqueeze(r, 1)) (or Less with the operands swapped), possibly through a Cast to bool, of
@@ -19,7 +20,10 @@
 //     GPT-2's Where(keep, scores, fill) with keep a lower triangular constant buffer sliced from
 //     0 to the sequence length on its last two axes;
 //   - K^T: a Transpose of rank 4 (K is its input with the last two axes swapped back: no node
-//     when the Transpose swapped only those, else a new Transpose); K and V may come through
+//     when the Transpose swapped only those, else a new Transpose), or of rank 3 when the heads
+//     are folded into the batch, [B*H, S, D] (torch's nn.MultiheadAttention): the attention then
+//     runs on [1, B*H, S, D] views of q, K and v (Unsqueeze), and a Squeeze gives its readers
+//     [B*H, S, Dv] back (fuse-packed-attention takes both in where the batch is 1); K and V may come through
 //     HF's repeat_kv (Unsqueeze(2) -> Expand -> Reshape), which is peeled: the kernel maps
 //     query head h to key/value head h / (Hq / Hkv).
 // Conditions, checked in this order, each a reported rejection:
@@ -31,9 +35,10 @@
 //     the scores' shape) and has rank <= 4;
 //  5. the causal condition is one of the forms above, over a length equal to the query and the
 //     key length (S = T, so the bottom-right alignment of `causal` changes nothing);
-//  6. K^T is a Transpose of a rank-4 value;
+//  6. K^T is a Transpose of a rank-4 value, or of a rank-3 one;
 //  7. Q, K and V have rank 4, one batch, equal head sizes, and the head counts are derivable:
-//     Hq a static multiple of Hkv, or the two provably equal;
+//     Hq a static multiple of Hkv, or the two provably equal; or all rank 3 with one count of
+//     folded batches and heads;
 //  8. float32, float16 or bfloat16 (fusibleFloatTypes; the mask of the scores' dtype), and the
 //     model's opset is at least 13 (the function body needs it).
 #include <fmt/format.h>
@@ -235,6 +240,31 @@ bool leadsToScores(const Value* v) {
   return producerOf(p->input(0), "MatMul") || (p->is("Mul") && producerOf(p->input(1), "MatMul"));
 }
 
+// Q scaled before the product, Mul(q, c) or Div(q, c) with c a nonzero one-element constant
+// read by the QK MatMul only (torch's nn.MultiheadAttention scales q so): when the scores have
+// no scale of their own, the attention takes q unscaled and c as its scale, and the Mul goes.
+// (c q) . k and c (q . k) differ by rounding only.
+struct QScale {
+  Value* q;
+  float scale;
+};
+std::optional<QScale> scaledQuery(const Site& site) {
+  Node* p = site.q->producer();
+  if (!p || !p->domain().empty() || !(p->is("Mul") || p->is("Div")) || p->numInputs() != 2 ||
+      site.q->uniqueConsumer() != site.qk || site.q->isGraphOutput())
+    return std::nullopt;
+  const bool constant_first = p->is("Mul") && p->input(0)->isConstant();
+  Value* c = p->input(constant_first ? 0 : 1);
+  Value* q = p->input(constant_first ? 1 : 0);
+  std::optional<double> value = scalarConstant(c);
+  const Shape& cs = c->shape();
+  const Shape& qs = q->shape();
+  if (!value || *value == 0 || !std::isfinite(*value) || q->isConstant() || !cs.hasRank() ||
+      !qs.hasRank() || cs.rank() > qs.rank())
+    return std::nullopt;
+  return QScale{q, static_cast<float>(p->is("Div") ? 1.0 / *value : *value)};
+}
+
 enum Check { kChain = 1, kSoftmax, kScale, kMask, kCausal, kTranspose, kHeads, kAll };
 
 // The site, or nullopt with `why`; checks conditions 1..upto (the header's numbering).
@@ -314,6 +344,9 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
       return std::nullopt;
     }
     site.scale = static_cast<float>(s->is("Div") ? 1.0 / *value : *value);
+  } else if (std::optional<QScale> qs = scaledQuery(site)) {
+    site.q = qs->q;
+    site.scale = qs->scale;
   }
   if (upto < kMask) return site;
 
@@ -348,10 +381,12 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
       });
       return std::nullopt;
     }
-    const bool square = qs.hasRank() && qs.rank() == 4 && scores_shape.hasRank() &&
-                        scores_shape.rank() == 4 && scores_shape[2].provablyEqual(scores_shape[3]);
-    const bool causal = square && (site.where_keeps ? isCausalKeep(w->input(0), scores_shape[2])
-                                                    : isCausalCondition(w->input(0), scores_shape[2]));
+    const size_t r = scores_shape.hasRank() ? scores_shape.rank() : 0;
+    const bool square = qs.hasRank() && (qs.rank() == 3 || qs.rank() == 4) && r == qs.rank() &&
+                        scores_shape[r - 2].provablyEqual(scores_shape[r - 1]);
+    const bool causal =
+        square && (site.where_keeps ? isCausalKeep(w->input(0), scores_shape[r - 2])
+                                    : isCausalCondition(w->input(0), scores_shape[r - 2]));
     if (!causal) {
       why.fail(*w, [&] {
         return fmt::format("{} condition '{}' is not a causal mask (t > s over Range(0, n, 1) with n "
@@ -366,24 +401,30 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
   }
   if (upto < kTranspose) return site;
 
-  // 6. K^T is a rank-4 Transpose.
+  // 6. K^T is a Transpose of a rank-4 K, or of rank 3 (heads folded into the batch).
   Node* kt = producerOf(site.qk->input(1), "Transpose");
   const std::vector<int64_t> perm = kt ? kt->attrInts("perm") : std::vector<int64_t>{};
   auto isPermutation = [](std::vector<int64_t> p) {
     std::sort(p.begin(), p.end());
-    return p == std::vector<int64_t>{0, 1, 2, 3};
+    for (size_t i = 0; i < p.size(); ++i)
+      if (p[i] != static_cast<int64_t>(i)) return false;
+    return true;
   };
-  if (!kt || perm.size() != 4 || !isPermutation(perm)) {
+  if (!kt || (perm.size() != 4 && perm.size() != 3) || !isPermutation(perm)) {
     why.fail(*site.qk, [&] {
-      return fmt::format("{} second operand '{}' is not a Transpose of a rank-4 K, so K is not "
-                         "available untransposed", site.qk->label(), site.qk->input(1)->name());
+      return fmt::format("{} second operand '{}' is not a Transpose of a rank-4 (or rank-3) K, "
+                         "so K is not available untransposed",
+                         site.qk->label(), site.qk->input(1)->name());
     });
     return std::nullopt;
   }
   site.k_transpose = kt;
   site.k_source = kt->input(0);
-  site.k_perm = {perm[0], perm[1], perm[3], perm[2]};
-  if (site.k_perm == std::vector<int64_t>{0, 1, 2, 3}) site.k = peelRepeatKv(site.k_source);
+  site.k_perm = perm;
+  std::swap(site.k_perm[perm.size() - 1], site.k_perm[perm.size() - 2]);
+  std::vector<int64_t> identity(perm.size());
+  for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int64_t>(i);
+  if (site.k_perm == identity) site.k = perm.size() == 4 ? peelRepeatKv(site.k_source) : site.k_source;
   site.v = peelRepeatKv(site.v);
   if (upto < kHeads) return site;
 
@@ -393,24 +434,29 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
   Shape ks;
   if (site.k) {
     ks = site.k->shape();
-  } else if (site.k_source->shape().hasRank() && site.k_source->shape().rank() == 4) {
+  } else if (site.k_source->shape().hasRank() &&
+             site.k_source->shape().rank() == site.k_perm.size()) {
     std::vector<Dim> d;
     for (int64_t a : site.k_perm) d.push_back(site.k_source->shape()[static_cast<size_t>(a)]);
     ks = Shape(d);
   }
-  auto rank4 = [](const Shape& s) { return s.hasRank() && s.rank() == 4; };
-  if (!rank4(qs) || !rank4(ks) || !rank4(vs)) {
+  const size_t qrank = qs.hasRank() ? qs.rank() : 0;
+  auto ranked = [&](const Shape& s) { return s.hasRank() && s.rank() == qrank; };
+  if ((qrank != 4 && qrank != 3) || !ranked(ks) || !ranked(vs)) {
     why.fail(*site.qk, [&] {
-      return fmt::format("Q {}, K {} or V {} is not of rank 4 ([batch, heads, sequence, head size])",
+      return fmt::format("Q {}, K {} or V {} is not of rank 4 ([batch, heads, sequence, head "
+                         "size]) or all of rank 3 ([batch x heads, sequence, head size])",
                          qs.str(), ks.str(), vs.str());
     });
     return std::nullopt;
   }
+  // Rank 3: the heads are folded into the batch, so Q, K and V have one "head" count, N.
+  const size_t h = qrank - 3;  // the head axis at rank 4; at rank 3 the batch axis stands for it
   const bool agree = qs[0].provablyEqual(ks[0]) && qs[0].provablyEqual(vs[0]) &&
-                     qs[3].provablyEqual(ks[3]) && ks[1].provablyEqual(vs[1]) &&
-                     ks[2].provablyEqual(vs[2]);
-  const bool heads = qs[1].provablyEqual(ks[1]) ||
-                     (qs[1].isStatic() && ks[1].isStatic() && ks[1].value() > 0 &&
+                     qs[qrank - 1].provablyEqual(ks[qrank - 1]) &&
+                     ks[h].provablyEqual(vs[h]) && ks[qrank - 2].provablyEqual(vs[qrank - 2]);
+  const bool heads = qs[h].provablyEqual(ks[h]) ||
+                     (qrank == 4 && qs[1].isStatic() && ks[1].isStatic() && ks[1].value() > 0 &&
                       qs[1].value() % ks[1].value() == 0);
   if (!agree || !heads) {
     why.fail(*site.qk, [&] {
@@ -495,19 +541,57 @@ class FuseAttentionPass : public Pass {
                                                  : fmt::format("attention_no_mask_{}", dtypeName(t));
       mask = rw.addConstant(name, tensorFromDoubles(t, {}, {0.0}));
     }
+    // Heads folded into the batch (rank 3, torch's nn.MultiheadAttention export): the
+    // attention runs on [1, N, S, D] views, and a Squeeze gives its readers [N, S, Dv] back.
+    const bool folded = site.q->shape().rank() == 3;
+    Value* axis0 = nullptr;
+    std::vector<Node*> views;
+    auto batchOfOne = [&](Value* x) {
+      if (!axis0) axis0 = rw.addConstant("attention_batch_axis", Tensor::fromValues(
+                                                                    DType::Int64, {1}, std::vector<int64_t>{0}));
+      std::vector<Dim> d = {Dim::known(1)};
+      for (const Dim& dim : x->shape().dims()) d.push_back(dim);
+      NewNode u;
+      u.op_type = "Unsqueeze";
+      u.inputs = {x, axis0};
+      u.name = x->name() + "_batch";
+      u.naming = NodeNaming::Unique;
+      Node* n = rw.addNode(std::move(u), x->name() + "_batch", ValueType{x->dtype(), Shape(d), {}}, pv);
+      views.push_back(n);
+      return n->output(0);
+    };
+    Value* q = folded ? batchOfOne(site.q) : site.q;
+    Value* k4 = folded ? batchOfOne(k) : k;
+    Value* v = folded ? batchOfOne(site.v) : site.v;
     NewNode attention;
     attention.op_type = "Attention";
     attention.domain = "fusectl";
-    attention.inputs = {site.q, k, site.v, mask};
+    attention.inputs = {q, k4, v, mask};
     attention.attributes.push_back(Attribute::ofFloat("scale", site.scale));
     attention.attributes.push_back(Attribute::ofInt("causal", site.causal ? 1 : 0));
     attention.name = pv->name();
-    rw.replaceMatch(pattern.name, m, pv->output(0), std::move(attention));
+    const ValueType replaced_type = pv->output(0)->type;
+    Node* fused = rw.replaceMatch(pattern.name, m, pv->output(0), std::move(attention));
     // A later fusion that takes the new Transpose in (fuse-packed-attention) is traced back to
     // this site through it, so that profile compares it with the original nodes.
     if (untransposed) {
       rw.noteHelperNode(*untransposed);
       rw.context().count("untransposed_k");
+    }
+    if (folded) {
+      Value* y = fused->output(0);
+      std::vector<Dim> d = {Dim::known(1)};
+      for (const Dim& dim : replaced_type.shape.dims()) d.push_back(dim);
+      y->type.shape = Shape(d);
+      NewNode squeeze;
+      squeeze.op_type = "Squeeze";
+      squeeze.inputs = {y, axis0};
+      squeeze.name = fused->name() + "_heads";
+      squeeze.naming = NodeNaming::Unique;
+      Node* back = rw.insertAfterValue(y, std::move(squeeze), y->name() + "_heads", replaced_type);
+      for (Node* n : views) rw.noteHelperNode(*n);
+      rw.noteHelperNode(*back);
+      rw.context().count("heads_folded_into_batch");
     }
     rw.context().count(site.causal ? "fused_causal_attention" : "fused_attention");
   }

@@ -30,6 +30,14 @@
 // outputs of one Split of X's last axis instead of the Slices (GPT-2's c_attn, torch's packed
 // in_proj): condition 2 is then that the Split is on the last axis and its parts are the q, k
 // and v widths the head splits show.
+// A fourth form takes torch's nn.MultiheadAttention (torchvision's ViT), sequence first with the
+// heads folded into the batch: X = [S, 1, W] (batch 1) -> three Slices -> Reshape [S, H, D] ->
+// Transpose(1, 0, 2) -> [H, S, D], which fuse-attention runs as [1, H, S, D] views (Unsqueeze(0)
+// before, Squeeze(0) after); the merge is Transpose(1, 0, 2) -> a Reshape by a constant shape.
+// With a batch of 1, X's rows are [1, S, W]'s, and the merged heads [S, H, D] are [1, S, Hq D]'s
+// elements in the same order: the node reads a [1, S, W] view of X, and the merge Reshape stays,
+// reading its output (a constant target without zeros gives the same result). A batch other
+// than 1 interleaves the sequences in X and is rejected.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -103,8 +111,15 @@ std::optional<Packed> stackedLayout(const Match& m, Why& why) {
   return p;
 }
 
+// Whether a Squeeze/Unsqueeze has exactly axis 0 (given) of a rank-`rank` result/input.
+bool onAxisZero(const Node& n, int64_t rank) {
+  std::optional<std::vector<int64_t>> axes = unsqueezeAxes(n);
+  return axes && axes->size() == 1 && ((*axes)[0] == 0 || (*axes)[0] == -rank);
+}
+
 std::optional<Packed> packedLayout(const Match& m, Why& why) {
   if (m.get("r5")) return stackedLayout(m, why);
+  const bool sequence_first = m.get("uq") != nullptr;
   Packed p;
   Node* split = m.get("split");  // the Split form; else three Slices
   Node* slices[3];
@@ -123,35 +138,63 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
   const Shape& xs = p.x->shape();
   if (!xs.hasRank() || xs.rank() != 3 || !xs[2].isStatic()) {
     why.fail(*slices[0], [&] {
-      return fmt::format("{} input '{}' is {}, not [B, S, W] with a static width",
+      return fmt::format("{} input '{}' is {}, not [{}] with a static width",
+                         slices[0]->label(), p.x->name(), xs.str(),
+                         sequence_first ? "S, 1, W" : "B, S, W");
+    });
+    return std::nullopt;
+  }
+  if (sequence_first && !(xs[1].isStatic() && xs[1].value() == 1)) {
+    why.fail(*slices[0], [&] {
+      return fmt::format("{} input '{}' is {}: sequence first with a batch other than 1, whose "
+                         "rows interleave the sequences",
                          slices[0]->label(), p.x->name(), xs.str());
     });
     return std::nullopt;
   }
   const int64_t width = xs[2].value();
-  // Condition 3: each chain's Reshape is a head split of its Slice's output.
+  // Condition 3: each chain's Reshape is a head split of its Slice's output ([S, 1, H*D] ->
+  // [S, H, D] in the sequence-first form).
+  const size_t head_axis = sequence_first ? 1 : 2;
   for (int i = 0; i < 3; ++i) {
     Node* r = m.get(fmt::format("r{}", kRoles[i]));
     const Shape& in = r->input(0)->shape();
     const Shape& out = r->output(0)->shape();
-    const bool head_split = in.hasRank() && out.hasRank() && in.rank() == 3 &&
-                            out.rank() == 4 && out[2].isStatic() && out[3].isStatic() &&
-                            in[2].isStatic() && out[2].value() * out[3].value() == in[2].value() &&
-                            sameBatchAndSequence(in, xs) && sameBatchAndSequence(out, xs);
+    const bool head_split =
+        in.hasRank() && out.hasRank() && in.rank() == 3 && out.rank() == head_axis + 2 &&
+        out[head_axis].isStatic() && out[head_axis + 1].isStatic() && in[2].isStatic() &&
+        out[head_axis].value() * out[head_axis + 1].value() == in[2].value() &&
+        (sequence_first
+             ? in[0].provablyEqual(xs[0]) && in[1].provablyEqual(xs[1]) &&
+                   out[0].provablyEqual(xs[0])
+             : sameBatchAndSequence(in, xs) && sameBatchAndSequence(out, xs));
     if (!head_split) {
       why.fail(*r, [&] {
-        return fmt::format("{} reshapes {} to {}: not a head split [B, S, H*D] -> [B, S, H, D] "
-                           "of '{}' {}",
-                           r->label(), in.str(), out.str(), p.x->name(), xs.str());
+        return fmt::format("{} reshapes {} to {}: not a head split {} of '{}' {}", r->label(),
+                           in.str(), out.str(),
+                           sequence_first ? "[S, 1, H*D] -> [S, H, D]"
+                                          : "[B, S, H*D] -> [B, S, H, D]",
+                           p.x->name(), xs.str());
       });
       return std::nullopt;
     }
-    p.heads[i] = out[2].value();
-    if (i == 0) p.head_size = out[3].value();
-    if (out[3].value() != p.head_size) {
+    p.heads[i] = out[head_axis].value();
+    if (i == 0) p.head_size = out[head_axis + 1].value();
+    if (out[head_axis + 1].value() != p.head_size) {
       why.fail(*r, [&] {
         return fmt::format("{} splits heads of {}, the q heads are {} wide", r->label(),
-                           out[3].value(), p.head_size);
+                           out[head_axis + 1].value(), p.head_size);
+      });
+      return std::nullopt;
+    }
+  }
+  // The [1, H, S, D] views fuse-attention put around the folded heads.
+  for (const char* view : {"uq", "uk", "uv", "zo"}) {
+    Node* n = sequence_first ? m.get(view) : nullptr;
+    if (n && !onAxisZero(*n, 4)) {
+      why.fail(*n, [&] {
+        return fmt::format("{} does not {} axis 0 alone (its axes must be given)", n->label(),
+                           n->is("Squeeze") ? "squeeze" : "unsqueeze");
       });
       return std::nullopt;
     }
@@ -255,6 +298,33 @@ Constraint mergedHeadsTo2d() {
           }};
 }
 
+// Condition 4, sequence-first form: the merge is Transpose(1, 0, 2) -> a Reshape by a constant
+// shape without zeros, which stays and reads the node's [1, S, Hq D]: the same elements in the
+// same order as the [S, Hq, D] it read (the batch is 1).
+Constraint mergedSequenceFirst() {
+  return {"merged-heads-sequence-first", [](const Match& m, Why& why) {
+            Node* ta = m.get("ta");
+            Node* r = ta->output(0)->uniqueConsumer();  // uniqueConsumer(ta) held
+            std::optional<std::vector<int64_t>> target;
+            if (r->is("Reshape") && r->domain().empty() && r->input(0) == ta->output(0))
+              target = intsConstant(r->input(1));
+            if (target && std::find(target->begin(), target->end(), 0) == target->end())
+              return true;
+            return why.fail(*r, [&] {
+              return fmt::format("{} is not a Reshape of the merged heads '{}' by a constant "
+                                 "shape without zeros",
+                                 r->label(), ta->output(0)->name());
+            });
+          }};
+}
+
+constexpr const char* kSequenceFirst =
+    "rq:Reshape -> tq:Transpose[perm=[1, 0, 2]] -> uq:Unsqueeze -> 0:a:fusectl::Attention"
+    " -> zo:Squeeze -> ^ta:Transpose[perm=[1, 0, 2]] ;"
+    " rk:Reshape -> tk:Transpose[perm=[1, 0, 2]] -> uk:Unsqueeze -> 1:a ;"
+    " rv:Reshape -> tv:Transpose[perm=[1, 0, 2]] -> uv:Unsqueeze -> 2:a ;"
+    " sq:Slice -> rq ; sk:Slice -> rk ; sv:Slice -> rv";
+
 constexpr const char* kHeadChains =
     "rq:Reshape -> tq:Transpose[perm=[0, 2, 1, 3]] -> 0:a:fusectl::Attention"
     " -> ^ta:Transpose[perm=[0, 2, 1, 3]] ;"
@@ -297,6 +367,14 @@ std::vector<Pattern> build() {
       forms.push_back(std::move(*p));
     }
   }
+  Pattern sequence_first = Pattern::parse(kSequenceFirst, "packed-attention-sequence-first");
+  for (const char* c : {"sq", "sk", "sv", "rq", "tq", "uq", "rk", "tk", "uk", "rv", "tv", "uv",
+                        "a", "zo", "ta"})
+    sequence_first.require(uniqueConsumer(c));
+  sequence_first.producing({"fusectl::AttentionPacked"});
+  sequence_first.require(packedQkv());
+  sequence_first.require(mergedSequenceFirst());
+  forms.push_back(std::move(sequence_first));
   return forms;
 }
 
@@ -323,18 +401,38 @@ class FusePackedAttentionPass : public Pass {
              node.domain = "fusectl";
              node.op_type = "AttentionPacked";
              node.name = a->name();
-             node.inputs = {p.x, a->input(3)};
+             Value* x = p.x;
+             Node* batch_first = nullptr;
+             const Shape& xs = p.x->shape();
+             const bool sequence_first = m.get("uq") != nullptr;
+             if (sequence_first) {  // [S, 1, W] read as [1, S, W]: a view
+               const int64_t w = xs[2].value();
+               NewNode view;
+               view.op_type = "Reshape";
+               view.inputs = {p.x, rw.addConstant("packed_attention_batch_first",
+                                                  Tensor::fromValues(DType::Int64, {3},
+                                                                     std::vector<int64_t>{1, -1, w}))};
+               view.name = p.x->name() + "_batch_first";
+               view.naming = NodeNaming::Unique;
+               batch_first = rw.addNode(
+                   std::move(view), p.x->name() + "_batch_first",
+                   ValueType{p.x->dtype(), Shape({Dim::known(1), xs[0], xs[2]}), {}}, m.get("ta"));
+               x = batch_first->output(0);
+             }
+             node.inputs = {x, a->input(3)};
              node.attributes.push_back(Attribute::ofInt("num_heads", p.heads[0]));
              node.attributes.push_back(Attribute::ofInt("kv_num_heads", p.heads[1]));
              for (const char* name : {"scale", "causal"})
                if (const Attribute* attr = a->attr(name)) node.attributes.push_back(*attr);
              node.doc_string = a->doc_string;  // keeps the history of earlier rewrites
-             const Shape& xs = p.x->shape();
              Value* replaced = merge ? merge->output(0) : m.get("ta")->output(0);
              Node* packed = rw.replaceMatch(forms[form].name, m, replaced, std::move(node));
-             // It stands for the head merge's input [B, S, Hq, D] in the 2-D forms.
+             // It stands for the head merge's input [B, S, Hq, D] in the 2-D forms, for
+             // [S, Hq, D] in the sequence-first one.
              packed->output(0)->type.shape =
-                 Shape({xs[0], xs[1], Dim::known(p.heads[0] * p.head_size)});
+                 sequence_first ? Shape({Dim::known(1), xs[0], Dim::known(p.heads[0] * p.head_size)})
+                                : Shape({xs[0], xs[1], Dim::known(p.heads[0] * p.head_size)});
+             if (batch_first) rw.noteHelperNode(*batch_first);
              ctx.count("fused_packed_attention");
              return true;
            }, driver) > 0;

@@ -124,6 +124,36 @@ class ViTEncoder(nn.Module):
 
 
 # --------------------------------------------------------------------------
+# vit_mha_encoder: torchvision's ViT blocks, whose attention is nn.MultiheadAttention
+# (batch_first): the export transposes to sequence first, slices q/k/v from the packed in_proj,
+# folds the heads into the batch ([S, B*H, D] -> [B*H, S, D]) and scales q before the product.
+# --------------------------------------------------------------------------
+class TorchvisionViTBlock(nn.Module):
+    def __init__(self, dim=64, heads=4, mlp=128):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(dim, eps=1e-6)
+        self.self_attention = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.ln_2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp), nn.GELU(), nn.Linear(mlp, dim))
+
+    def forward(self, x):
+        y = self.ln_1(x)
+        y, _ = self.self_attention(y, y, y, need_weights=False)
+        x = x + y
+        return x + self.mlp(self.ln_2(x))
+
+
+class TorchvisionViTEncoder(nn.Module):
+    def __init__(self, dim=64, depth=2):
+        super().__init__()
+        self.layers = nn.Sequential(*[TorchvisionViTBlock(dim) for _ in range(depth)])
+        self.ln = nn.LayerNorm(dim, eps=1e-6)
+
+    def forward(self, x):
+        return self.ln(self.layers(x))
+
+
+# --------------------------------------------------------------------------
 # llama_gqa_block: RMSNorm, QK-norm, GQA (8 Q heads, 2 KV heads), RoPE, SwiGLU, causal mask
 # --------------------------------------------------------------------------
 def repeat_kv(x, n_rep):
@@ -301,6 +331,15 @@ def make_models():
         input_names=["hidden", "attention_mask"], output_names=["output"],
         dynamic_axes={"hidden": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 3: "seq"},
                       "output": {0: "batch", 1: "seq"}}, opset=17)))
+
+    # Last, so that the generator's draws for the models above stay as they were. Static, as
+    # torchvision's ViT is exported (the image size fixes the sequence); batch 1, a deployment's
+    # batch and the one whose sequence-first rows fuse-packed-attention reads as [1, S, W].
+    torch.manual_seed(15)
+    model = TorchvisionViTEncoder()
+    randomize_norms(model, gen)
+    models.append(("vit_mha_encoder", model, (torch.randn(1, 17, 64, generator=gen),), dict(
+        input_names=["tokens"], output_names=["output"], dynamic_axes={})))
     for _, m, _, _ in models:
         m.eval()
     return models
@@ -341,6 +380,9 @@ def verify(name, m, hist):
         require(hist["ReduceMean"] == 4 and hist["Cast"] >= 8, "qwen_fp16_block: Cast-wrapped norms")
         fp16_in = m.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
         require(fp16_in, "qwen_fp16_block: hidden must be float16")
+    elif name == "vit_mha_encoder":
+        require(hist["Softmax"] == 2 and hist["Slice"] >= 6 and hist["Erf"] == 2,
+                "vit_mha_encoder: 2 attentions on Slices of the packed in_proj, 2 Erf GELUs")
     elif name == "bert_op17":
         require(ln17 == 4 and hist["Erf"] == 2 and hist["ReduceMean"] == 0,
                 "bert_op17: 4 LayerNormalization and 2 Erf expected")

@@ -95,6 +95,14 @@ class Rewriter {
   // as replaced in the fusion site.
   void replaceMatchInPlace(std::string_view pattern, const Match& m, Value* replaced,
                            Node* kept);
+  // A node reading `v` (one of `node`'s inputs; v has a producer), placed right after v's
+  // producer, that takes over every other use of v: its readers, and its place and name among
+  // the graph outputs (v is then renamed). Its one output is named after `output_hint` and has type `type`. For
+  // a fused node that computes a value in another shape than the one it replaced
+  // (fuse-attention's Attention on [1, N, S, D] for heads folded into the batch, then a
+  // Squeeze back to [N, S, D]); note it with noteHelperNode.
+  Node* insertAfterValue(Value* v, NewNode node, std::string_view output_hint,
+                         const ValueType& type);
   // A further new node of a replacement (the Mul of a BatchNormalization decomposed into Mul +
   // Add), inserted before `position`; its one output is named after `output_hint` (unique) and
   // has type `type`. The last node of the replacement comes from replaceMatch.
@@ -136,6 +144,12 @@ class Rewriter {
   // then n is erased. The caller checks that this keeps the graph's interface
   // (bypassBreaksInterface).
   void bypass(Node* n, size_t input = 0);
+  // Replaces `old` by `node`, a respelling that computes the same value: readers of old's
+  // output read the new node's, which takes over the output's name and old's node name; old and
+  // what only it read are erased. Not replaceMatch: a respelling is no fusion, so it leaves no
+  // fusion site in the report and no stamp in the doc string (canonicalize,
+  // reshape-unit-transposes).
+  Node* replaceNode(Node* old, NewNode node);
   // `n` computes what `same` computes (output i of one is output i of the other): readers of
   // n's outputs read same's, and n is erased. When one of n's outputs is a graph output, same's
   // output takes over its name (the caller checks that same's is not one too).
