@@ -75,12 +75,15 @@ std::vector<TransformerModel> transformerModels() {
       // fold-shape-subgraphs folds the Slice of the static dim. The Gemms work on 2-D views
       // between Reshapes, so no epilogue takes the residual Adds: the first goes into ln_2 as
       // a SkipLayerNorm that also returns the sum for the second residual, which stays an Add.
+      // The attention reads c_attn's output in place (AttentionPacked): the Split, the head
+      // splits and merges go, and the Shapes that read B and S of q, k, v and of the merged
+      // heads (for the dynamic Reshape targets) read them from c_attn's output instead.
       {"gpt2_block",
        {{"hidden", {2, 8, 64}}},
        false,
-       {{"Add", 1}, {"Concat", 8}, {"Gather", 16}, {"Gemm", 4}, {"Reshape", 12}, {"Shape", 8},
-        {"Split", 1}, {"Transpose", 4}, {"Unsqueeze", 16}, {"fusectl::Attention", 1},
-        {"fusectl::GeluTanh", 1}, {"fusectl::LayerNorm", 1}, {"fusectl::SkipLayerNorm", 1}}},
+       {{"Add", 1}, {"Concat", 4}, {"Gather", 8}, {"Gemm", 4}, {"Reshape", 8}, {"Shape", 4},
+        {"Unsqueeze", 8}, {"fusectl::AttentionPacked", 1}, {"fusectl::GeluTanh", 1},
+        {"fusectl::LayerNorm", 1}, {"fusectl::SkipLayerNorm", 1}}},
       // After -O3: 5 fusectl LayerNorm (2 per block + the final norm), 2 attentions, 2 Gelu
       // (exact), 8 MatMul-family nodes (qkv, proj, fc1, fc2 per block); no ReduceMean/Pow/Erf.
       // Each attention reads the qkv projection through ViT's stacked split (Reshape to

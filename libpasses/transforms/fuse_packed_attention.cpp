@@ -16,7 +16,11 @@
 //
 // Conditions, checked in this order (each failure is a reported rejection):
 //  1. Every intermediate of the three input chains and of the head merge is read by the chain
-//     only and is no graph output (they all disappear).
+//     only and is no graph output (they all disappear); except that q, k and v (the Slices' or
+//     the Split's outputs) and the head merge's input may also be read by Shapes for their dims
+//     0 and 1 (through Gathers of index 0 or 1, directly or through a Reshape only such Shapes
+//     read), as dynamic exports compute their Reshape targets: those dims are X's B and S, so
+//     the rewrite moves the Shapes onto X.
 //  2. The three Slices take consecutive ranges of one value X's last axis, step 1, in the order
 //     q, k, v, and cover all of it: [0, Hq D), [Hq D, (Hq + Hkv) D), [(Hq + Hkv) D, W), W the
 //     static width of X.
@@ -63,6 +67,81 @@ struct Packed {
 bool sameBatchAndSequence(const Shape& a, const Shape& b) {
   if (!a.hasRank() || !b.hasRank() || a.rank() < 2 || b.rank() < 2) return false;
   return a[0].provablyEqual(b[0]) && a[1].provablyEqual(b[1]);
+}
+
+// Whether `shape` (a Shape node) is read only for dim 0 or 1 of its input, and those are X's
+// B and S: every reader a Gather on axis 0 by a constant index 0 or 1 (not negative: the
+// input's rank changes when the Shape is moved to X). Dynamic exports compute the head split's
+// and the merge's targets so.
+bool readsBatchOrSequenceOnly(const Node& shape, const Shape& xs) {
+  if (!shape.is("Shape") || !shape.domain().empty() || shape.hasAttr("start") ||
+      shape.hasAttr("end") || shape.output(0)->isGraphOutput() ||
+      !sameBatchAndSequence(shape.input(0)->shape(), xs))
+    return false;
+  for (const Node* g : shape.output(0)->consumers()) {
+    if (!g->is("Gather") || !g->domain().empty() || g->attrInt("axis", 0) != 0 ||
+        g->input(0) != shape.output(0))
+      return false;
+    std::optional<double> index = scalarConstant(g->input(1));
+    if (!index || (*index != 0 && *index != 1)) return false;
+  }
+  return true;
+}
+
+// A reader of an intermediate that uses only its B and S: such a Shape, or a Reshape read only
+// by such Shapes (GPT-2's head merge to [B, S, E], whose dims c_proj reads while its Gemm reads
+// a second, 2-D Reshape).
+bool dimsOnlyReader(const Node& c, const Shape& xs) {
+  if (readsBatchOrSequenceOnly(c, xs)) return true;
+  if (!c.is("Reshape") || !c.domain().empty() || c.output(0)->isGraphOutput() ||
+      c.output(0)->consumers().empty())
+    return false;
+  for (const Node* r : c.output(0)->consumers())
+    if (!readsBatchOrSequenceOnly(*r, xs)) return false;
+  return true;
+}
+
+// The one reader of `v` that is not dims-only (the next node of the chain), or null.
+Node* chainReader(const Value* v, const Shape& xs) {
+  Node* found = nullptr;
+  for (Node* c : v->consumers()) {
+    if (dimsOnlyReader(*c, xs)) continue;
+    if (found && found != c) return nullptr;
+    found = c;
+  }
+  return found;
+}
+
+// Condition 1 for an intermediate that a dynamic export also reads for its dims (a Slice's or
+// the Split's output, the head merge's input): one reader in the chain, the others dims-only
+// readers of B and S, which are X's (the rewrite moves those Shapes onto X); no graph output.
+bool readOnceBesidesDims(const Node& n, size_t output, const Shape& xs, Why& why) {
+  const Value* v = n.output(output);
+  if (!v->isGraphOutput() && chainReader(v, xs)) return true;
+  return why.fail(n, [&] {
+    if (v->isGraphOutput()) return fmt::format("{} output '{}' is a graph output", n.label(), v->name());
+    std::string list;
+    for (const Node* c : v->consumers()) list += (list.empty() ? "" : ", ") + c->label();
+    return fmt::format("{} output '{}' is read by {}: besides the next node of the chain only "
+                       "Shapes of dims 0 and 1 (through Gathers of index 0 or 1), directly or "
+                       "through a Reshape, may read it, with those dims provably {}'s",
+                       n.label(), v->name(), list, xs.str());
+  });
+}
+
+Constraint slicesReadOnce() {
+  return {"read-once-besides-dims:q,k,v", [](const Match& m, Why& why) {
+            if (Node* split = m.get("split")) {
+              for (size_t i = 0; i < 3; ++i)
+                if (!readOnceBesidesDims(*split, i, split->input(0)->shape(), why)) return false;
+              return true;
+            }
+            for (const char* c : {"sq", "sk", "sv"}) {
+              const Node& n = *m.get(c);
+              if (!readOnceBesidesDims(n, 0, n.input(0)->shape(), why)) return false;
+            }
+            return true;
+          }};
 }
 
 // The third form (timm's and torch's ViT): X -> Reshape [B, S, 3, H, D] -> Transpose(2, 0, 3, 1, 4)
@@ -267,6 +346,15 @@ Constraint mergedHeads() {
           }};
 }
 
+// After packedQkv: X is known.
+Constraint mergeInputReadOnce() {
+  return {"read-once-besides-dims:ta", [](const Match& m, Why& why) {
+            Why checked(false);  // packedQkv held
+            const Packed p = *packedLayout(m, checked);
+            return readOnceBesidesDims(*m.get("ta"), 0, p.x->shape(), why);
+          }};
+}
+
 // Condition 4, second case: the head merge goes straight to 2-D, [B*S, Hq D], for a Gemm
 // (GPT-2's c_proj after eliminate-noop-reshape merged its two Reshapes). That Reshape stays,
 // reading the AttentionPacked's [B, S, Hq D] instead of [B, S, Hq, D]: the same elements in the
@@ -277,7 +365,7 @@ Constraint mergedHeadsTo2d() {
             Why checked(false);  // packedQkv held
             const Packed p = *packedLayout(m, checked);
             Node* ta = m.get("ta");
-            Node* r = ta->output(0)->uniqueConsumer();  // uniqueConsumer(ta) held
+            Node* r = chainReader(ta->output(0), p.x->shape());  // mergeInputReadOnce held
             const Shape& xs = p.x->shape();
             const Shape& out = r->output(0)->shape();
             std::optional<std::vector<int64_t>> target;
@@ -347,22 +435,24 @@ std::vector<Pattern> build() {
   for (const bool to_2d : {true, false}) {
     const std::string chains = std::string(kHeadChains) + (to_2d ? "" : " ; ta -> merge:Reshape");
     const std::string suffix = to_2d ? "-2d" : "";
+    // Dynamic exports also read q, k, v and the merge's input for B and S (Shape -> Gather),
+    // to compute the head split's and merge's targets: those readers move onto X.
     Pattern slices = Pattern::parse(chains + kSlices, "packed-attention" + suffix);
-    for (const char* c : {"sq", "sk", "sv"}) slices.require(uniqueConsumer(c));
     Pattern split = Pattern::parse(chains + kSplit, "packed-attention-split" + suffix);
-    for (int i = 0; i < 3; ++i) split.require(uniqueConsumer("split", i));
     for (Pattern* p : {&slices, &split}) {
+      p->require(slicesReadOnce());
       for (const char* c : {"rq", "tq", "rk", "tk", "rv", "tv"}) p->require(uniqueConsumer(c));
     }
     Pattern stacked = Pattern::parse(
         std::string(kStacked) + (to_2d ? "" : " ; ta -> merge:Reshape"),
         "packed-attention-stacked" + suffix);
-    for (const char* c : {"r5", "t5", "zq", "zk", "zv"}) stacked.require(uniqueConsumer(c));
+    for (const char* c : {"r5", "t5", "zq", "zk", "zv", "ta"}) stacked.require(uniqueConsumer(c));
     for (int i = 0; i < 3; ++i) stacked.require(uniqueConsumer("split", i));
     for (Pattern* p : {&slices, &split, &stacked}) {
       p->producing({"fusectl::AttentionPacked"});
-      for (const char* c : {"a", "ta"}) p->require(uniqueConsumer(c));
+      p->require(uniqueConsumer("a"));
       p->require(packedQkv());
+      if (p != &stacked) p->require(mergeInputReadOnce());
       p->require(to_2d ? mergedHeadsTo2d() : mergedHeads());
       forms.push_back(std::move(*p));
     }
@@ -425,6 +515,29 @@ class FusePackedAttentionPass : public Pass {
              for (const char* name : {"scale", "causal"})
                if (const Attribute* attr = a->attr(name)) node.attributes.push_back(*attr);
              node.doc_string = a->doc_string;  // keeps the history of earlier rewrites
+             // The Shapes that read B and S of the values that go read them from X.
+             std::vector<Value*> read_for_dims = {m.get("ta")->output(0)};
+             if (Node* split = m.get("split"); split && !m.get("r5")) {
+               for (size_t i = 0; i < 3; ++i) read_for_dims.push_back(split->output(i));
+             }
+             for (const char* c : {"sq", "sk", "sv"})
+               if (Node* n = m.get(c)) read_for_dims.push_back(n->output(0));
+             std::vector<Node*> dims_reshapes;  // read by nothing once their Shapes move
+             for (Value* v : read_for_dims) {
+               const std::vector<Node*> readers = v->consumers();  // rewiring changes them
+               for (Node* c : readers) {
+                 if (!dimsOnlyReader(*c, xs)) continue;
+                 if (c->is("Shape")) {
+                   rw.rewireInput(c, 0, p.x);
+                   continue;
+                 }
+                 const std::vector<Node*> shapes = c->output(0)->consumers();
+                 for (Node* shape : shapes) rw.rewireInput(shape, 0, p.x);
+                 dims_reshapes.push_back(c);
+               }
+             }
+             for (Node* r : dims_reshapes)
+               if (!rw.erased(r)) rw.eraseWithDeadProducers(r);
              Value* replaced = merge ? merge->output(0) : m.get("ta")->output(0);
              Node* packed = rw.replaceMatch(forms[form].name, m, replaced, std::move(node));
              // It stands for the head merge's input [B, S, Hq, D] in the 2-D forms, for
