@@ -308,4 +308,39 @@ std::optional<std::vector<int64_t>> unsqueezeAxes(const Node& n) {
   return n.attrInts("axes");
 }
 
+std::optional<std::vector<int64_t>> transposePerm(const Node& n, std::string* why) {
+  std::vector<int64_t> perm;
+  Value* x = n.input(0);
+  if (n.hasAttr("perm")) {
+    perm = n.attrInts("perm");
+  } else {
+    if (!x || !x->shape().hasRank()) {
+      if (why) *why = fmt::format("{} has no perm and the rank of its input is unknown", n.label());
+      return std::nullopt;
+    }
+    for (size_t i = x->shape().rank(); i > 0; --i) perm.push_back(static_cast<int64_t>(i - 1));
+  }
+  std::vector<bool> seen(perm.size(), false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(perm.size()) || seen[static_cast<size_t>(p)]) {
+      if (why) *why = fmt::format("{} perm [{}] is not a permutation", n.label(),
+                                  fmt::join(perm, ","));
+      return std::nullopt;
+    }
+    seen[static_cast<size_t>(p)] = true;
+  }
+  if (x && x->shape().hasRank() && x->shape().rank() != perm.size()) {
+    if (why) *why = fmt::format("{} perm has {} entries for a rank-{} input", n.label(),
+                                perm.size(), x->shape().rank());
+    return std::nullopt;
+  }
+  return perm;
+}
+
+bool isIdentityPermutation(const std::vector<int64_t>& perm) {
+  for (size_t i = 0; i < perm.size(); ++i)
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
 }  // namespace fusectl::passes

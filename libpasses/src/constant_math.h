@@ -99,4 +99,10 @@ std::optional<std::pair<int64_t, int64_t>> lastAxisSpan(const Node& slice, size_
 // Unsqueeze's axes (attribute before opset 13, constant input from 13), as written.
 std::optional<std::vector<int64_t>> unsqueezeAxes(const Node& n);
 
+// A Transpose's permutation: its perm, or the reversal its input's rank gives when perm is
+// omitted; nullopt with `why` set (when given) when that is not a permutation, the rank is
+// unknown, or perm's length is not the input's known rank.
+std::optional<std::vector<int64_t>> transposePerm(const Node& n, std::string* why);
+bool isIdentityPermutation(const std::vector<int64_t>& perm);
+
 }  // namespace fusectl::passes

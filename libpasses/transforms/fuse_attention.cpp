@@ -403,14 +403,10 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
 
   // 6. K^T is a Transpose of a rank-4 K, or of rank 3 (heads folded into the batch).
   Node* kt = producerOf(site.qk->input(1), "Transpose");
-  const std::vector<int64_t> perm = kt ? kt->attrInts("perm") : std::vector<int64_t>{};
-  auto isPermutation = [](std::vector<int64_t> p) {
-    std::sort(p.begin(), p.end());
-    for (size_t i = 0; i < p.size(); ++i)
-      if (p[i] != static_cast<int64_t>(i)) return false;
-    return true;
-  };
-  if (!kt || (perm.size() != 4 && perm.size() != 3) || !isPermutation(perm)) {
+  const std::vector<int64_t> perm = kt && kt->hasAttr("perm")
+                                        ? transposePerm(*kt, nullptr).value_or(std::vector<int64_t>{})
+                                        : std::vector<int64_t>{};
+  if (perm.size() != 4 && perm.size() != 3) {
     why.fail(*site.qk, [&] {
       return fmt::format("{} second operand '{}' is not a Transpose of a rank-4 (or rank-3) K, "
                          "so K is not available untransposed",
@@ -422,9 +418,8 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
   site.k_source = kt->input(0);
   site.k_perm = perm;
   std::swap(site.k_perm[perm.size() - 1], site.k_perm[perm.size() - 2]);
-  std::vector<int64_t> identity(perm.size());
-  for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int64_t>(i);
-  if (site.k_perm == identity) site.k = perm.size() == 4 ? peelRepeatKv(site.k_source) : site.k_source;
+  if (isIdentityPermutation(site.k_perm))
+    site.k = perm.size() == 4 ? peelRepeatKv(site.k_source) : site.k_source;
   site.v = peelRepeatKv(site.v);
   if (upto < kHeads) return site;
 
@@ -547,8 +542,10 @@ class FuseAttentionPass : public Pass {
     Value* axis0 = nullptr;
     std::vector<Node*> views;
     auto batchOfOne = [&](Value* x) {
-      if (!axis0) axis0 = rw.addConstant("attention_batch_axis", Tensor::fromValues(
-                                                                    DType::Int64, {1}, std::vector<int64_t>{0}));
+      if (!axis0) {
+        axis0 = rw.addConstant("attention_batch_axis",
+                               Tensor::fromValues(DType::Int64, {1}, std::vector<int64_t>{0}));
+      }
       std::vector<Dim> d = {Dim::known(1)};
       for (const Dim& dim : x->shape().dims()) d.push_back(dim);
       NewNode u;
@@ -556,7 +553,8 @@ class FuseAttentionPass : public Pass {
       u.inputs = {x, axis0};
       u.name = x->name() + "_batch";
       u.naming = NodeNaming::Unique;
-      Node* n = rw.addNode(std::move(u), x->name() + "_batch", ValueType{x->dtype(), Shape(d), {}}, pv);
+      Node* n = rw.addNode(std::move(u), x->name() + "_batch",
+                           ValueType{x->dtype(), Shape(d), {}}, pv);
       views.push_back(n);
       return n->output(0);
     };

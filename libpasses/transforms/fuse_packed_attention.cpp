@@ -115,11 +115,12 @@ Node* chainReader(const Value* v, const Shape& xs) {
 // Condition 1 for an intermediate that a dynamic export also reads for its dims (a Slice's or
 // the Split's output, the head merge's input): one reader in the chain, the others dims-only
 // readers of B and S, which are X's (the rewrite moves those Shapes onto X); no graph output.
-bool readOnceBesidesDims(const Node& n, size_t output, const Shape& xs, Why& why) {
-  const Value* v = n.output(output);
+bool readOnceBesidesDims(const Value* v, const Shape& xs, Why& why) {
   if (!v->isGraphOutput() && chainReader(v, xs)) return true;
+  const Node& n = *v->producer();
   return why.fail(n, [&] {
-    if (v->isGraphOutput()) return fmt::format("{} output '{}' is a graph output", n.label(), v->name());
+    if (v->isGraphOutput())
+      return fmt::format("{} output '{}' is a graph output", n.label(), v->name());
     std::string list;
     for (const Node* c : v->consumers()) list += (list.empty() ? "" : ", ") + c->label();
     return fmt::format("{} output '{}' is read by {}: besides the next node of the chain only "
@@ -129,19 +130,32 @@ bool readOnceBesidesDims(const Node& n, size_t output, const Shape& xs, Why& why
   });
 }
 
+// q, k and v as cut from X: the Split's three outputs or the three Slices'; none in the stacked
+// form, whose Split cuts a Transpose of X.
+std::vector<Value*> qkvParts(const Match& m) {
+  if (m.get("r5")) return {};
+  if (Node* split = m.get("split")) return {split->output(0), split->output(1), split->output(2)};
+  return {m.get("sq")->output(0), m.get("sk")->output(0), m.get("sv")->output(0)};
+}
+
 Constraint slicesReadOnce() {
   return {"read-once-besides-dims:q,k,v", [](const Match& m, Why& why) {
-            if (Node* split = m.get("split")) {
-              for (size_t i = 0; i < 3; ++i)
-                if (!readOnceBesidesDims(*split, i, split->input(0)->shape(), why)) return false;
-              return true;
-            }
-            for (const char* c : {"sq", "sk", "sv"}) {
-              const Node& n = *m.get(c);
-              if (!readOnceBesidesDims(n, 0, n.input(0)->shape(), why)) return false;
-            }
+            for (const Value* part : qkvParts(m))
+              if (!readOnceBesidesDims(part, part->producer()->input(0)->shape(), why))
+                return false;
             return true;
           }};
+}
+
+// Whether a Squeeze (Unsqueeze) has exactly axis 0, given, of its rank-`rank` input (output);
+// a reported rejection when not.
+bool onAxisZero(const Node& n, int64_t rank, Why& why) {
+  std::optional<std::vector<int64_t>> axes = unsqueezeAxes(n);
+  if (axes && axes->size() == 1 && ((*axes)[0] == 0 || (*axes)[0] == -rank)) return true;
+  return why.fail(n, [&] {
+    return fmt::format("{} does not {} axis 0 alone (its axes must be given)", n.label(),
+                       n.is("Squeeze") ? "squeeze" : "unsqueeze");
+  });
 }
 
 // The third form (timm's and torch's ViT): X -> Reshape [B, S, 3, H, D] -> Transpose(2, 0, 3, 1, 4)
@@ -174,26 +188,11 @@ std::optional<Packed> stackedLayout(const Match& m, Why& why) {
     });
     return std::nullopt;
   }
-  for (int i = 0; i < 3; ++i) {
-    Node* sq = m.get(fmt::format("z{}", kRoles[i]));
-    std::optional<std::vector<int64_t>> axes = unsqueezeAxes(*sq);
-    if (!axes || axes->size() != 1 || ((*axes)[0] != 0 && (*axes)[0] != -5)) {
-      why.fail(*sq, [&] {
-        return fmt::format("{} does not squeeze axis 0 alone (its axes must be given)",
-                           sq->label());
-      });
-      return std::nullopt;
-    }
-  }
+  for (int i = 0; i < 3; ++i)
+    if (!onAxisZero(*m.get(fmt::format("z{}", kRoles[i])), 5, why)) return std::nullopt;
   p.heads[0] = p.heads[1] = p.heads[2] = out[3].value();
   p.head_size = out[4].value();
   return p;
-}
-
-// Whether a Squeeze/Unsqueeze has exactly axis 0 (given) of a rank-`rank` result/input.
-bool onAxisZero(const Node& n, int64_t rank) {
-  std::optional<std::vector<int64_t>> axes = unsqueezeAxes(n);
-  return axes && axes->size() == 1 && ((*axes)[0] == 0 || (*axes)[0] == -rank);
 }
 
 std::optional<Packed> packedLayout(const Match& m, Why& why) {
@@ -270,13 +269,7 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
   // The [1, H, S, D] views fuse-attention put around the folded heads.
   for (const char* view : {"uq", "uk", "uv", "zo"}) {
     Node* n = sequence_first ? m.get(view) : nullptr;
-    if (n && !onAxisZero(*n, 4)) {
-      why.fail(*n, [&] {
-        return fmt::format("{} does not {} axis 0 alone (its axes must be given)", n->label(),
-                           n->is("Squeeze") ? "squeeze" : "unsqueeze");
-      });
-      return std::nullopt;
-    }
+    if (n && !onAxisZero(*n, 4, why)) return std::nullopt;
   }
   if (p.heads[1] != p.heads[2] || p.heads[1] <= 0 || p.heads[0] % p.heads[1] != 0) {
     why.fail(*m.get("a"), [&] {
@@ -351,8 +344,17 @@ Constraint mergeInputReadOnce() {
   return {"read-once-besides-dims:ta", [](const Match& m, Why& why) {
             Why checked(false);  // packedQkv held
             const Packed p = *packedLayout(m, checked);
-            return readOnceBesidesDims(*m.get("ta"), 0, p.x->shape(), why);
+            return readOnceBesidesDims(m.get("ta")->output(0), p.x->shape(), why);
           }};
+}
+
+// Whether `r` is a Reshape of `merged` by a constant shape without zeros: given the node's
+// output instead, the same elements in the same order, it gives the same result (a 0 would copy
+// a dim of whichever input it reads).
+bool reshapesByConstantWithoutZeros(const Node& r, const Value* merged) {
+  if (!r.is("Reshape") || !r.domain().empty() || r.input(0) != merged) return false;
+  std::optional<std::vector<int64_t>> target = intsConstant(r.input(1));
+  return target && std::find(target->begin(), target->end(), 0) == target->end();
 }
 
 // Condition 4, second case: the head merge goes straight to 2-D, [B*S, Hq D], for a Gemm
@@ -368,12 +370,8 @@ Constraint mergedHeadsTo2d() {
             Node* r = chainReader(ta->output(0), p.x->shape());  // mergeInputReadOnce held
             const Shape& xs = p.x->shape();
             const Shape& out = r->output(0)->shape();
-            std::optional<std::vector<int64_t>> target;
-            if (r->is("Reshape") && r->domain().empty() && r->input(0) == ta->output(0))
-              target = intsConstant(r->input(1));
-            const bool ok = target &&
-                            std::find(target->begin(), target->end(), 0) == target->end() &&
-                            out.hasRank() && out.rank() == 2 && out[1].isStatic() &&
+            const bool ok = reshapesByConstantWithoutZeros(*r, ta->output(0)) && out.hasRank() &&
+                            out.rank() == 2 && out[1].isStatic() &&
                             out[1].value() == p.heads[0] * p.head_size &&
                             out[0].provablyEqual(xs[0] * xs[1]);
             if (ok) return true;
@@ -393,11 +391,7 @@ Constraint mergedSequenceFirst() {
   return {"merged-heads-sequence-first", [](const Match& m, Why& why) {
             Node* ta = m.get("ta");
             Node* r = ta->output(0)->uniqueConsumer();  // uniqueConsumer(ta) held
-            std::optional<std::vector<int64_t>> target;
-            if (r->is("Reshape") && r->domain().empty() && r->input(0) == ta->output(0))
-              target = intsConstant(r->input(1));
-            if (target && std::find(target->begin(), target->end(), 0) == target->end())
-              return true;
+            if (reshapesByConstantWithoutZeros(*r, ta->output(0))) return true;
             return why.fail(*r, [&] {
               return fmt::format("{} is not a Reshape of the merged heads '{}' by a constant "
                                  "shape without zeros",
@@ -516,12 +510,8 @@ class FusePackedAttentionPass : public Pass {
                if (const Attribute* attr = a->attr(name)) node.attributes.push_back(*attr);
              node.doc_string = a->doc_string;  // keeps the history of earlier rewrites
              // The Shapes that read B and S of the values that go read them from X.
-             std::vector<Value*> read_for_dims = {m.get("ta")->output(0)};
-             if (Node* split = m.get("split"); split && !m.get("r5")) {
-               for (size_t i = 0; i < 3; ++i) read_for_dims.push_back(split->output(i));
-             }
-             for (const char* c : {"sq", "sk", "sv"})
-               if (Node* n = m.get(c)) read_for_dims.push_back(n->output(0));
+             std::vector<Value*> read_for_dims = qkvParts(m);
+             read_for_dims.push_back(m.get("ta")->output(0));
              std::vector<Node*> dims_reshapes;  // read by nothing once their Shapes move
              for (Value* v : read_for_dims) {
                const std::vector<Node*> readers = v->consumers();  // rewiring changes them

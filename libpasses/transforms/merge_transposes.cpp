@@ -21,47 +21,12 @@
 #include <optional>
 #include <vector>
 
+#include "constant_math.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
 
 namespace fusectl::passes {
 namespace {
-
-// The node's permutation, or nullopt with `why` set.
-std::optional<std::vector<int64_t>> permOf(const Node& n, std::string* why) {
-  std::vector<int64_t> perm;
-  Value* x = n.input(0);
-  if (n.hasAttr("perm")) {
-    perm = n.attrInts("perm");
-  } else {
-    if (!x || !x->shape().hasRank()) {
-      if (why) *why = fmt::format("{} has no perm and the rank of its input is unknown", n.label());
-      return std::nullopt;
-    }
-    for (size_t i = x->shape().rank(); i > 0; --i) perm.push_back(static_cast<int64_t>(i - 1));
-  }
-  std::vector<bool> seen(perm.size(), false);
-  for (int64_t p : perm) {
-    if (p < 0 || p >= static_cast<int64_t>(perm.size()) || seen[static_cast<size_t>(p)]) {
-      if (why) *why = fmt::format("{} perm [{}] is not a permutation", n.label(),
-                                  fmt::join(perm, ","));
-      return std::nullopt;
-    }
-    seen[static_cast<size_t>(p)] = true;
-  }
-  if (x && x->shape().hasRank() && x->shape().rank() != perm.size()) {
-    if (why) *why = fmt::format("{} perm has {} entries for a rank-{} input", n.label(),
-                                perm.size(), x->shape().rank());
-    return std::nullopt;
-  }
-  return perm;
-}
-
-bool isIdentity(const std::vector<int64_t>& perm) {
-  for (size_t i = 0; i < perm.size(); ++i)
-    if (perm[i] != static_cast<int64_t>(i)) return false;
-  return true;
-}
 
 class MergeTransposesPass : public Pass {
  public:
@@ -92,9 +57,9 @@ class MergeTransposesPass : public Pass {
     Node* first = t ? t->producer() : nullptr;
     if (!first || !first->is("Transpose") || rw.erased(first)) return false;
     std::string why;
-    std::optional<std::vector<int64_t>> p1 = permOf(*first, ctx.explain() ? &why : nullptr);
+    std::optional<std::vector<int64_t>> p1 = transposePerm(*first, ctx.explain() ? &why : nullptr);
     std::optional<std::vector<int64_t>> p2;
-    if (p1) p2 = permOf(*second, ctx.explain() ? &why : nullptr);
+    if (p1) p2 = transposePerm(*second, ctx.explain() ? &why : nullptr);
     if (!p1 || !p2 || p1->size() != p2->size()) {
       if (ctx.explain() && p1 && p2) {
         why = fmt::format("{} perm has {} entries but {} has {}", second->label(), p2->size(),
@@ -118,8 +83,8 @@ class MergeTransposesPass : public Pass {
 
   bool removeIdentity(Rewriter& rw, Node* n) {
     PassContext& ctx = rw.context();
-    std::optional<std::vector<int64_t>> perm = permOf(*n, nullptr);
-    if (!perm || !isIdentity(*perm)) return false;
+    std::optional<std::vector<int64_t>> perm = transposePerm(*n, nullptr);
+    if (!perm || !isIdentityPermutation(*perm)) return false;
     if (std::string why = bypassBreaksInterface(*n); !why.empty()) {
       if (ctx.explain()) reject(rw, *n, "keeps-interface", why);
       return false;

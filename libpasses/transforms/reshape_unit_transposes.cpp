@@ -28,27 +28,12 @@
 #include <optional>
 #include <vector>
 
+#include "constant_math.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
 
 namespace fusectl::passes {
 namespace {
-
-std::optional<std::vector<int64_t>> permutationOf(const Node& n, size_t rank) {
-  std::vector<int64_t> perm;
-  if (n.hasAttr("perm")) {
-    perm = n.attrInts("perm");
-  } else {
-    for (size_t i = rank; i > 0; --i) perm.push_back(static_cast<int64_t>(i - 1));
-  }
-  if (perm.size() != rank) return std::nullopt;
-  std::vector<bool> seen(rank, false);
-  for (int64_t p : perm) {
-    if (p < 0 || p >= static_cast<int64_t>(rank) || seen[static_cast<size_t>(p)]) return std::nullopt;
-    seen[static_cast<size_t>(p)] = true;
-  }
-  return perm;
-}
 
 bool isUnit(const Dim& d) { return d.isStatic() && d.value() == 1; }
 
@@ -57,7 +42,8 @@ class ReshapeUnitTransposesPass : public Pass {
   const PassInfo& info() const override { return ReshapeUnitTransposesPassInfo; }
 
   bool run(const Graph& graph, PassContext& ctx) override {
-    if (graph.nodesOfType("Transpose").empty() || (ctx.opset() > 0 && ctx.opset() < 5)) return false;
+    if (graph.nodesOfType("Transpose").empty() || (ctx.opset() > 0 && ctx.opset() < 5))
+      return false;
     Rewriter rw(ctx);
     bool changed = false;
     for (Node* n : graph.nodesSnapshot()) {
@@ -78,7 +64,7 @@ class ReshapeUnitTransposesPass : public Pass {
     const Shape& in = x ? x->shape() : Shape();
     const Shape& out = t->output(0)->shape();
     if (!x || !in.hasRank() || !out.hasRank() || in.rank() != out.rank()) return false;
-    std::optional<std::vector<int64_t>> perm = permutationOf(*t, in.rank());
+    std::optional<std::vector<int64_t>> perm = transposePerm(*t, nullptr);
     if (!perm) return false;
     // Condition 1: the non-unit axes keep their order. No rejection: most Transposes move
     // real axes, and that is no near miss.
@@ -129,10 +115,9 @@ class ReshapeUnitTransposesPass : public Pass {
     }
     NewNode reshape;
     reshape.op_type = "Reshape";
+    const int64_t rank = static_cast<int64_t>(target.size());
     reshape.inputs = {source, rw.addConstant(t->output(0)->name() + "_shape",
-                                             Tensor::fromValues(DType::Int64,
-                                                                {static_cast<int64_t>(target.size())},
-                                                                target))};
+                                             Tensor::fromValues(DType::Int64, {rank}, target))};
     rw.replaceNode(t, std::move(reshape));  // erases the skipped Reshape when only t read it
     rw.context().count("reshaped");
     return true;

@@ -97,10 +97,10 @@ class Rewriter {
                            Node* kept);
   // A node reading `v` (one of `node`'s inputs; v has a producer), placed right after v's
   // producer, that takes over every other use of v: its readers, and its place and name among
-  // the graph outputs (v is then renamed). Its one output is named after `output_hint` and has type `type`. For
-  // a fused node that computes a value in another shape than the one it replaced
-  // (fuse-attention's Attention on [1, N, S, D] for heads folded into the batch, then a
-  // Squeeze back to [N, S, D]); note it with noteHelperNode.
+  // the graph outputs (v is then renamed). Its one output is named after `output_hint` and has
+  // type `type`. For a fused node that computes a value in another shape than the one it
+  // replaced (fuse-attention's Attention on [1, N, S, D] for heads folded into the batch, then
+  // a Squeeze back to [N, S, D]); note it with noteHelperNode.
   Node* insertAfterValue(Value* v, NewNode node, std::string_view output_hint,
                          const ValueType& type);
   // A further new node of a replacement (the Mul of a BatchNormalization decomposed into Mul +
