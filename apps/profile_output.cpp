@@ -152,7 +152,13 @@ Json reportJson(const ProfileRequestInfo& info, const ProfileResult& r) {
                                       ? Json(ms(s.fused_seconds))
                                       : Json()},
                      {"replaced_ms", ms(s.replaced_seconds)},
-                     {"paid", s.comparable() ? Json(s.status == "paid") : Json()},
+                     {"speedup", s.speedup ? Json{{"median", s.speedup->median},
+                                                  {"ci_low", s.speedup->ci_low},
+                                                  {"ci_high", s.speedup->ci_high}}
+                                           : Json()},
+                     {"paid", s.status == "paid" || s.status == "did-not-pay"
+                                  ? Json(s.status == "paid")
+                                  : Json()},
                      {"status", s.status}});
   }
   j["fusion_sites"] = sites;
@@ -273,20 +279,25 @@ void printProfile(const ProfileRequestInfo& info, const ProfileResult& r) {
   }
 
   if (r.unfused && r.fused) {
-    size_t counts[4] = {0, 0, 0, 0};  // paid, did not pay, superseded, unmatched
+    size_t counts[5] = {0, 0, 0, 0, 0};  // paid, did not pay, level, superseded, unmatched
     for (const FusionSiteProfile& s : r.fusion_sites) {
       counts[s.status == "paid"          ? 0
              : s.status == "did-not-pay" ? 1
-             : s.status == "superseded"  ? 2
-                                         : 3]++;
+             : s.status == "level"       ? 2
+             : s.status == "superseded"  ? 3
+                                         : 4]++;
     }
     fmt::print(
-        "\nfusion sites: {} in the optimizer's report: {} paid, {} did not pay, {} "
-        "superseded by a later fusion, {} unmatched\n",
-        r.fusion_sites.size(), counts[0], counts[1], counts[2], counts[3]);
+        "\nfusion sites: {} in the optimizer's report: {} paid, {} did not pay, {} level "
+        "(within the run-to-run spread), {} superseded by a later fusion, {} unmatched\n",
+        r.fusion_sites.size(), counts[0], counts[1], counts[2], counts[3], counts[4]);
     if (!r.fusion_sites.empty()) {
-      fmt::print("  {:<12} {:>10} {:>11}  {}\n", "", "fused ms", "replaced ms",
-                 "pass: fused node (op) <- unfused nodes");
+      fmt::print("  (speedup: replaced / fused, its {:.0f}% interval over the paired per-node "
+                 "runs; a verdict needs the whole interval on one side of 1)\n",
+                 (r.fusion_sites.front().speedup ? r.fusion_sites.front().speedup->confidence
+                                                 : 0.95) * 100);
+      fmt::print("  {:<12} {:>10} {:>11} {:>21}  {}\n", "", "fused ms", "replaced ms",
+                 "speedup", "pass: fused node (op) <- unfused nodes");
     }
     for (const FusionSiteProfile& s : r.fusion_sites) {
       const std::string fused_node =
@@ -305,7 +316,12 @@ void printProfile(const ProfileRequestInfo& info, const ProfileResult& r) {
       if (!s.missing_nodes.empty()) {
         tail += fmt::format("; not in the unfused run: {}", fmt::join(s.missing_nodes, ", "));
       }
-      fmt::print("  {:<12} {:>10} {:>11.4f}  {}\n", status, fused_ms, ms(s.replaced_seconds), tail);
+      const std::string speedup =
+          s.speedup ? fmt::format("{:.3f}x ({:.3f}-{:.3f})", s.speedup->median,
+                                  s.speedup->ci_low, s.speedup->ci_high)
+                    : std::string("-");
+      fmt::print("  {:<12} {:>10} {:>11.4f} {:>21}  {}\n", status, fused_ms,
+                 ms(s.replaced_seconds), speedup, tail);
     }
   }
 }

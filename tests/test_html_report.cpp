@@ -223,8 +223,8 @@ TEST_CASE("report --profile: nodes coloured by share of time, a paid column", "[
   CHECK(contains(page, "paid? (fused vs replaced)"));
   CHECK(contains(page, "% of time"));
   CHECK(contains(page, "median per node of 3 runs after 1 warmup"));
-  // Each site has a verdict of profileModels' four.
-  const std::regex verdict("<span class=\"(paid|did-not-pay|superseded|unmatched)\">");
+  // Each site has a verdict of profileModels' five.
+  const std::regex verdict("<span class=\"(paid|did-not-pay|level|superseded|unmatched)\">");
   const auto verdicts = std::distance(std::sregex_iterator(page.begin(), page.end(), verdict),
                                       std::sregex_iterator());
   CHECK(static_cast<size_t>(verdicts) == count(page, "<tr class=\"site\""));

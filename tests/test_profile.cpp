@@ -511,6 +511,77 @@ TEST_CASE("profile fusion sites: a later fusion met through an earlier one's vie
   CHECK(timed[1].status == "paid");
 }
 
+// A side whose nodes carry per-run times; each node's median is that of its runs.
+kernels::SideProfile sideOfRuns(
+    const std::vector<std::pair<std::string, std::vector<double>>>& nodes) {
+  kernels::SideProfile s;
+  for (const auto& [label, runs] : nodes) {
+    kernels::NodeProfile n;
+    n.node = label;
+    n.op_type = "Op";
+    n.run_seconds = runs;
+    n.median_seconds = kernels::SampleSummary::of(runs).median;
+    s.nodes.push_back(n);
+  }
+  return s;
+}
+
+TEST_CASE("profile fusion sites: a difference within the run-to-run spread is level",
+          "[profile]") {
+  // Three sites over eight paired runs (times in ms):
+  //  f1 against a1 + b1: 1% slower by the medians, but run to run the two sides cross: level
+  //     (by medians alone it was "did-not-pay", the verdict this interval replaces);
+  //  f2 against a2 + b2: slower in every run by 20%: did-not-pay;
+  //  f3 against a3: faster in every run by 25%: paid.
+  const kernels::SideProfile unfused = sideOfRuns({
+      {"a1", {3.0, 3.2, 2.8, 3.1, 2.9, 3.3, 2.7, 3.0}},
+      {"b1", {1.0, 0.9, 1.1, 1.0, 1.0, 0.8, 1.2, 1.0}},
+      {"a2", {2.0, 2.1, 1.9, 2.0, 2.0, 2.2, 1.8, 2.0}},
+      {"b2", {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0}},
+      {"a3", {4.0, 4.2, 3.9, 4.1, 4.0, 4.3, 3.8, 4.0}},
+  });
+  const kernels::SideProfile fused = sideOfRuns({
+      {"f1", {4.2, 3.9, 4.1, 4.0, 4.3, 3.8, 4.0, 4.1}},
+      {"f2", {3.6, 3.8, 3.5, 3.6, 3.6, 3.9, 3.4, 3.6}},
+      {"f3", {3.0, 3.1, 2.9, 3.1, 3.0, 3.2, 2.8, 3.0}},
+  });
+  std::vector<kernels::FusionSiteInput> sites(3);
+  sites[0] = {"fuse-epilogue", "add", "f1", "", "FusedMatMul_Add", {"a1", "b1"}, {}};
+  sites[1] = {"fuse-epilogue", "add", "f2", "", "FusedMatMul_Add", {"a2", "b2"}, {}};
+  sites[2] = {"fuse-epilogue", "act", "f3", "", "FusedConv_Relu", {"a3"}, {}};
+  const auto timed = kernels::timeFusionSites(sites, unfused, fused);
+  REQUIRE(timed.size() == 3);
+
+  REQUIRE(timed[0].speedup);
+  CHECK(timed[0].fused_seconds > timed[0].replaced_seconds);  // slower by the medians
+  CHECK(timed[0].speedup->ci_low < 1);
+  CHECK(timed[0].speedup->ci_high > 1);
+  CHECK(timed[0].status == "level");
+  CHECK(timed[0].comparable());
+
+  REQUIRE(timed[1].speedup);
+  CHECK(timed[1].speedup->median == Approx(3.0 / 3.6));
+  CHECK(timed[1].speedup->ci_high < 1);
+  CHECK(timed[1].status == "did-not-pay");
+
+  REQUIRE(timed[2].speedup);
+  CHECK(timed[2].speedup->median == Approx(4.0 / 3.0));
+  CHECK(timed[2].speedup->ci_low > 1);
+  CHECK(timed[2].status == "paid");
+
+  // The same interval from the same runs: the bootstrap is seeded.
+  const auto again = kernels::timeFusionSites(sites, unfused, fused);
+  CHECK(again[0].speedup->ci_low == timed[0].speedup->ci_low);
+  CHECK(again[0].speedup->ci_high == timed[0].speedup->ci_high);
+
+  // Nodes with per-run counts that differ cannot be paired: the medians decide, as before.
+  kernels::SideProfile short_fused = fused;
+  short_fused.nodes[0].run_seconds.pop_back();
+  const auto unpaired = kernels::timeFusionSites(sites, unfused, short_fused);
+  CHECK_FALSE(unpaired[0].speedup);
+  CHECK(unpaired[0].status == "did-not-pay");
+}
+
 // ---- The library on its own: profileModels on Conv -> BatchNormalization -> Relu ----
 
 TEST_CASE("profileModels: two passes over both sides, counts, agreement, sites", "[profile]") {

@@ -117,6 +117,7 @@ SideProfile summarize(SideRun& run) {
     NodeProfile n;
     n.node = t.node;
     n.op_type = t.op_type;
+    n.run_seconds = samples;
     n.median_seconds = medianOf(std::move(samples));
     n.input_dims = t.input_dims;
     n.output_dims = t.output_dims;
@@ -198,7 +199,9 @@ ProfileResult profileModels(const Model* unfused, const Model* fused,
                         options.bootstrap_resamples, options.bootstrap_seed, options.confidence);
     // sides[0] is the unfused one, the reference.
     result.agreement = compareRunOutputs(sides[0].outputs, sides[1].outputs, options.tolerance);
-    result.fusion_sites = timeFusionSites(sites, *result.unfused, *result.fused);
+    result.fusion_sites =
+        timeFusionSites(sites, *result.unfused, *result.fused, options.bootstrap_resamples,
+                        options.bootstrap_seed, options.confidence);
   }
   return result;
 }

@@ -201,7 +201,7 @@ th{background:#f0f0f0}td.num{text-align:right}tr.total td{font-weight:bold}
 .pair svg{width:100%;height:auto;display:block}
 .note{color:#555;font-size:.9em;margin:.2em 8px}
 tr.site{cursor:pointer}tr.site:hover{background:#fff8dc}tr.site.on{background:#ffe599}
-.paid{color:#38761d;font-weight:bold}.did-not-pay{color:#cc0000;font-weight:bold}
+.paid{color:#38761d;font-weight:bold}.did-not-pay{color:#cc0000;font-weight:bold}.level{color:#7f6000}
 .pass-ok{color:#38761d}.pass-fail{color:#cc0000;font-weight:bold}
 svg .hl>polygon,svg .hl>path,svg .hl>ellipse{stroke:#e69138;stroke-width:5px}
 )";
@@ -286,7 +286,7 @@ std::string verdictCell(const HtmlReportInput& in, size_t site) {
                                                                              : v.status;
   std::string cell = fmt::format("<span class=\"{}\">{}</span>", escapeHtml(v.status),
                                  escapeHtml(text));
-  if (v.status == "paid" || v.status == "did-not-pay") {
+  if (v.status == "paid" || v.status == "did-not-pay" || v.status == "level") {
     cell += fmt::format(" ({:.3f} vs {:.3f} ms)", v.fused_seconds * 1e3,
                         v.replaced_seconds * 1e3);
   }

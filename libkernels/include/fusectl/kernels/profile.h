@@ -95,6 +95,9 @@ struct NodeProfile {
   std::string node;  // Node::label()
   std::string op_type;
   double median_seconds = 0;
+  // Its time in each per-node run, in run order: run i of one side ran right after or before
+  // run i of the other, which is what a fusion site's interval pairs (timeFusionSites).
+  std::vector<double> run_seconds;
   double share = 0;  // of the sum of all nodes' medians on this side
   std::vector<std::vector<int64_t>> input_dims, output_dims;
   uint64_t output_bytes = 0;
@@ -173,10 +176,21 @@ struct FusionSiteProfile {
   // Slices), which still run beside this site's fused node and count with it.
   std::vector<std::string> also_fused;
   double replaced_seconds = 0;             // sum of the medians of the compared nodes found
-  // Status, one of: "paid" (fused <= replaced), "did-not-pay" (fused > replaced), "superseded",
-  // "unmatched" (the fused node or some compared node was not found: nothing is claimed).
+  // replaced / fused over the per-node runs, with the bootstrap interval of estimateSpeedup:
+  // run i's figure on each side is the sum of the site's nodes in that run. Absent when the
+  // nodes carry no per-run times of equal count (hand-made sides), or the site is not
+  // comparable.
+  std::optional<SpeedupEstimate> speedup;
+  // Status, one of:
+  //  "paid": faster; with a speedup, its whole interval is above 1, else fused <= replaced;
+  //  "did-not-pay": slower; with a speedup, its whole interval is below 1, else fused > replaced;
+  //  "level": the interval contains 1 (the difference is within the nodes' run-to-run spread);
+  //  "superseded";
+  //  "unmatched" (the fused node or some compared node was not found: nothing is claimed).
   std::string status;
-  bool comparable() const { return status == "paid" || status == "did-not-pay"; }
+  bool comparable() const {
+    return status == "paid" || status == "did-not-pay" || status == "level";
+  }
 };
 
 struct ProfileResult {
@@ -196,10 +210,14 @@ ProfileResult profileModels(const Model* unfused, const Model* fused,
                             const std::vector<FusionSiteInput>& sites,
                             const ProfileOptions& options);
 
-// Timed sites from the two sides' node figures (profileModels calls it; exposed for tests).
+// Timed sites from the two sides' node figures (profileModels calls it with its options'
+// bootstrap settings; exposed for tests).
 std::vector<FusionSiteProfile> timeFusionSites(const std::vector<FusionSiteInput>& sites,
                                                const SideProfile& unfused,
-                                               const SideProfile& fused);
+                                               const SideProfile& fused,
+                                               int bootstrap_resamples = 2000,
+                                               uint64_t bootstrap_seed = 0x5eed,
+                                               double confidence = 0.95);
 
 // The speedup of paired runs (exposed for tests): unfused[i] and fused[i] ran back to back.
 SpeedupEstimate estimateSpeedup(const std::vector<double>& unfused,

@@ -58,7 +58,8 @@ struct HtmlNodeTime {
   double share = 0;  // of its side's total, 0..1
 };
 struct HtmlSiteVerdict {
-  // "paid", "did-not-pay", "superseded" or "unmatched" (kernels::FusionSiteProfile::status).
+  // "paid", "did-not-pay", "level", "superseded" or "unmatched"
+  // (kernels::FusionSiteProfile::status).
   std::string status;
   double fused_seconds = 0, replaced_seconds = 0;
 };
