@@ -279,3 +279,33 @@ TEST_CASE("fusion stamp: the Rewriter's line reads back", "[rewriter][diff]") {
   CHECK(d.fusions[0].replaced_nodes == std::vector<std::string>{"Conv(c)", "Relu(Y)"});
   CHECK(d.fusions[0].op == "fusectl::FusedConv");
 }
+
+TEST_CASE("rewriter: a node made at an erased node's address is erased with dead producers",
+          "[rewriter]") {
+  // The Rewriter remembers erased nodes by address, and the graph's pool hands a freed node's
+  // memory to the next node made. eraseWithDeadProducers once took such a new node for one
+  // already erased and left it, and what only it read, in the graph (emit-ort's head-merge
+  // chains, one layer in two).
+  Session s(reluChain());
+  Rewriter rw(s.ctx);
+  Node* r2 = producerOf(s.graph(), "r2");
+  const void* freed = r2;
+  rw.bypass(r2);  // Y's Relu reads r1 now; r2's node is erased and its memory free
+  REQUIRE(rw.erased(r2));
+  NewNode neg;
+  neg.op_type = "Neg";
+  neg.inputs = {s.graph().findValue("r1")};
+  const ValueType type = s.graph().findValue("r1")->type;
+  Node* first = rw.addNode(std::move(neg), "t", type, producerOf(s.graph(), "Y"));
+  REQUIRE(static_cast<const void*>(first) == freed);  // the pool reused the address
+  NewNode abs;
+  abs.op_type = "Abs";
+  abs.inputs = {first->output(0)};
+  Node* second = rw.addNode(std::move(abs), "u", type, producerOf(s.graph(), "Y"));
+  REQUIRE(s.graph().numNodes() == 5);
+  // Neither new node's output is read: both go, the Relus stay.
+  CHECK(rw.eraseWithDeadProducers(second) == 2);
+  CHECK(s.graph().numNodes() == 3);
+  CHECK(s.graph().findValue("t") == nullptr);
+  CHECK(s.graph().verify() == "");
+}

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <unordered_set>
 #include <optional>
 
 #include "fusectl/graph/error.h"
@@ -236,10 +237,16 @@ size_t Rewriter::eraseWithDeadProducers(Node* n) {
   }
   size_t count = 0;
   std::vector<Node*> work{n};
+  // Nodes erased by this call, which the work list may name twice (a producer of two inputs).
+  // Not erased(): that set is keyed by address, and a node this Rewriter made after an earlier
+  // erasure can sit at an erased node's address; taking it for erased left emit-ort's dead
+  // head-merge chains in the graph.
+  std::unordered_set<const Node*> erased_here;
   while (!work.empty()) {
     Node* x = work.back();
     work.pop_back();
-    if (erased(x) || !isDead(x)) continue;
+    if (erased_here.count(x) || !isDead(x)) continue;
+    erased_here.insert(x);
     std::vector<Value*> inputs;
     for (Value* v : x->inputs())
       if (v && std::find(inputs.begin(), inputs.end(), v) == inputs.end()) inputs.push_back(v);

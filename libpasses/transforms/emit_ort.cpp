@@ -31,7 +31,11 @@
 // Transpose(0,2,1,3)(Reshape(x3)) of a provably [B, S, H*D] x3 (else a Transpose and a Reshape
 // make it), and its output goes straight to the reader of the model's head merge when Y is read
 // by Transpose(0,2,1,3) -> Reshape to [B, S, H*Dv] only (else a Reshape and a Transpose give Y
-// back). A [B|1, 1, 1, T] mask (BERT's) is expanded to [., 1, S, T] once per mask, since
+// back). Head splits and merges spelled otherwise (torch's nn.MultiheadAttention, heads folded
+// into the batch) are followed as strided views (layout_views.h): a value up the chain whose
+// elements are the [B, S, H*D] rows in order is read through one Reshape, and the last value of
+// the merge in the contrib op's order becomes one Reshape of its output. A [B|1, 1, 1, T] mask
+// (BERT's) is expanded to [., 1, S, T] once per mask, since
 // MultiHeadAttention's attention_bias takes no broadcast over queries.
 //
 // Conditions, each a reported rejection (the node then stays a fusectl op):
@@ -50,6 +54,7 @@
 
 #include "constant_math.h"
 #include "fusectl/passes/rewriter.h"
+#include "layout_views.h"
 #include "pass_factories.h"
 
 namespace fusectl::passes {
@@ -365,10 +370,41 @@ class EmitOrtPass : public Pass {
     return nullptr;
   }
 
-  // The query as [B, S, H*D]: the model's own value before its head split when there is one.
+  // A value up `v4`'s chain of layout ops whose elements, in order, are `v4` ([B, H, L, D], static)
+  // as [B, L, H*D]: what the model's head split started from, whatever ops spell it (torch's
+  // nn.MultiheadAttention: Slice -> Reshape [L, H, D] -> Transpose(1, 0, 2) -> Unsqueeze, for a
+  // batch of 1). nullptr when there is none.
+  static Value* bshSource(Value* v4, int64_t heads) {
+    const Shape& vs = v4->shape();
+    if (!vs.isStatic() || vs.rank() != 4) return nullptr;
+    const std::vector<int64_t> d = vs.staticDims();
+    return rowMajorSource(v4, {LayoutStep{{0, 2, 1, 3}, {}},
+                               LayoutStep{{}, {d[0], d[2], heads * d[3]}}});
+  }
+
+  // `source` (bshSource) as [B, L, H*D] for `v4`: itself when it has that shape, else a Reshape
+  // of it before `position`.
+  static Value* reshapedBsh(Rewriter& rw, Value* source, Value* v4, int64_t heads,
+                            Node* position) {
+    const std::vector<int64_t> d = v4->shape().staticDims();
+    const std::vector<int64_t> bsh{d[0], d[2], heads * d[3]};
+    if (source->shape().isStatic() && source->shape().staticDims() == bsh) return source;
+    Value* target = rw.addConstant(v4->name() + "_bsh_shape",
+                                   Tensor::fromValues<int64_t>(DType::Int64, {3}, bsh));
+    rw.context().count("head_split_chains_read_by_one_reshape");
+    return add(rw, "Reshape", {source, target}, {}, v4->name() + "_bsh",
+               typed(v4->dtype(), {Dim::known(bsh[0]), Dim::known(bsh[1]), Dim::known(bsh[2])}),
+               position)
+        ->output(0);
+  }
+
+  // The query as [B, S, H*D]: the model's own value before its head split when there is one
+  // (a Reshape of it when the split is spelled otherwise than BERT's), else a Transpose and a
+  // Reshape of Q.
   static Value* query3d(Rewriter& rw, Node* a, const Heads& h) {
     Value* q = a->input(0);
     if (Value* x3 = beforeHeadSplit(q, h)) return x3;
+    if (Value* source = bshSource(q, h.heads)) return reshapedBsh(rw, source, q, h.heads, a);
     return toBsh(rw, q, h.heads, a);
   }
 
@@ -383,6 +419,16 @@ class EmitOrtPass : public Pass {
     }
     const Shape& qs = a->input(0)->shape();
     Value* y = a->output(0);
+    // The farthest value down Y's chain of layout ops that is the contrib op's [B, S, H*Dv]
+    // output in the same order (torch's head merge: Squeeze -> Transpose(1, 0, 2) -> Reshape
+    // [S, H*Dv], for a batch of 1): it becomes one Reshape of that output.
+    Value* merged = y;
+    if (y->shape().isStatic()) {
+      const std::vector<int64_t> d = y->shape().staticDims();
+      merged = rowMajorSink(y, {d[0], d[2], h.heads * h.dv},
+                            {LayoutStep{{}, {d[0], d[2], h.heads, h.dv}},
+                             LayoutStep{{0, 2, 1, 3}, {}}});
+    }
     Node* contrib = rw.addNode(std::move(node), y->name() + "_bsh",
                                typed(y->dtype(), {qs[0], qs[2], Dim::known(h.heads * h.dv)}), a);
     Value* split = rw.addConstant(y->name() + "_bshd_shape",
@@ -396,6 +442,18 @@ class EmitOrtPass : public Pass {
     back.inputs = {bshd};
     back.attributes = {Attribute::ofInts("perm", {0, 2, 1, 3})};
     rw.replaceMatch(pattern.name, m, y, std::move(back));
+    if (merged == y) return;
+    NewNode reshape;
+    reshape.op_type = "Reshape";
+    reshape.inputs = {contrib->output(0),
+                      rw.addConstant(merged->name() + "_shape",
+                                     Tensor::fromValues<int64_t>(
+                                         DType::Int64,
+                                         {static_cast<int64_t>(merged->shape().rank())},
+                                         merged->shape().staticDims()))};
+    // The chain from the Transpose to the reshaped value, read by nothing then, goes with it.
+    rw.replaceNode(merged->producer(), std::move(reshape));
+    rw.context().count("head_merge_chains_read_by_one_reshape");
   }
 
   // The mask as MultiHeadAttention's attention_bias, or nullptr for none.
@@ -660,6 +718,15 @@ class EmitOrtPass : public Pass {
       Value* v3 = beforeHeadSplit(a->input(2), h);
       Value* key = k3 && v3 ? k3 : a->input(1);
       Value* value = k3 && v3 ? v3 : a->input(2);
+      if (!(k3 && v3)) {
+        // Head splits spelled otherwise: one Reshape each of what they split, when both are.
+        Value* k_source = bshSource(a->input(1), h.heads);
+        Value* v_source = bshSource(a->input(2), h.heads);
+        if (k_source && v_source) {
+          key = reshapedBsh(rw, k_source, a->input(1), h.heads, a);
+          value = reshapedBsh(rw, v_source, a->input(2), h.heads, a);
+        }
+      }
       // The projections' biases go in as `bias` where q, k and v are all read before their
       // head split (the contrib op adds them there; with 4-D keys it would not).
       Value* projection_bias = nullptr;
