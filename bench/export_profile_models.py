@@ -14,7 +14,9 @@ Models: torchvision ResNet-50, MobileNetV2 and EfficientNet-B0 (opset 13, batch 
 3x224x224, random weights) and a BERT-base-sized encoder written here in plain torch
 (12 layers, hidden 768, 12 heads, FFN 3072, exact-erf GELU, sequence 128). --opset17 adds
 bert_base_op17, the same encoder with LayerNormalization as one op. `--only llama_8l` exports
-issue 12's LLaMA-sized decoder (8 layers, hidden 2048, sequence 128, 1.6 GB). It also writes
+issue 12's LLaMA-sized decoder (8 layers, hidden 2048, sequence 128, 1.6 GB);
+`--only bert_base_l24,bert_base_l48` the BERT-base encoder 24 and 48 layers deep, for the
+optimizer's depth scaling (bench/run_optimize_bench.sh with model files). It also writes
 tiny_relu.onnx (one Relu on 16 floats), the baseline run_profile_bench.sh subtracts from
 each runtime's peak RSS.
 
@@ -106,17 +108,17 @@ def vision(ctor):
     return build, {"BatchNormalization": 1, "Conv": 1}
 
 
-def bert(opset):
+def bert(opset, layers=12):
     def build():
         torch.manual_seed(SEED)
-        model = BertEncoder().eval()
+        model = BertEncoder(layers=layers).eval()
         rng = np.random.default_rng(SEED)
         ids = rng.integers(0, 30522, size=(1, 128), dtype=np.int64)
         mask = np.ones((1, 128), dtype=np.int64)
         return model, {"input_ids": ids, "attention_mask": mask}, ["last_hidden_state"]
-    required = {"MatMul": 12 * 6, "Softmax": 12, "Erf": 12}
+    required = {"MatMul": layers * 6, "Softmax": layers, "Erf": layers}
     if opset >= 17:
-        required["LayerNormalization"] = 25
+        required["LayerNormalization"] = 2 * layers + 1
     return build, required
 
 
@@ -173,8 +175,12 @@ MODELS = {
     "efficientnet_b0": (13, *vision(torchvision.models.efficientnet_b0)),
     "bert_base": (13, *bert(13)),
 }
+# bert_base_l24 / _l48: the same encoder 24 and 48 layers deep, for issue 12's "the optimizer
+# stays linear: a 48-layer transformer export optimizes in under 2 s" (run_optimize_bench.sh
+# takes model files too); 0.75 and 1.4 GB.
 OPTIONAL = {"bert_base_op17": (17, *bert(17)), "llama_8l": (13, *llama()),
-            "vit_b_16": (13, *vit_b_16())}
+            "vit_b_16": (13, *vit_b_16()), "bert_base_l24": (13, *bert(13, 24)),
+            "bert_base_l48": (13, *bert(13, 48))}
 
 
 # ---- export and checks ----
@@ -259,7 +265,7 @@ def main():
 
     table = dict(MODELS)
     if opts.opset17:
-        table.update(OPTIONAL)
+        table["bert_base_op17"] = OPTIONAL["bert_base_op17"]
     names = opts.only.split(",") if opts.only else list(table)
     unknown = [n for n in names if n not in table and n not in OPTIONAL]
     if unknown:

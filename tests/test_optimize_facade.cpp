@@ -1,6 +1,7 @@
 // optimize() and planOptimization() (libpasses optimize.h) as library calls,
 // without the CLI: a level, a --passes pipeline with --disable, the gates, and request errors.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <functional>
 #include <string>
@@ -204,4 +205,43 @@ TEST_CASE("optimize: a model's clone optimizes without touching the original", "
     }
     CHECK(original->graph->verify() == "");
   }
+}
+
+TEST_CASE("optimize: dedup-initializers compares in full what its samples cannot tell apart",
+          "[optimize]") {
+  // A, B and C: 4096 floats each. C equals A; B differs from A in one element outside the
+  // three 64-byte windows Tensor::sampleHash reads, so the two share a sample hash and only
+  // the full comparison keeps B apart. D shares nobody's sample and is left as it is.
+  auto values = [](int differ_at, float shift) {
+    std::string out;
+    for (int i = 0; i < 4096; ++i)
+      out += fmt::format("{}{}", i ? ", " : "", i == differ_at ? -1.0f : 0.5f * i + shift);
+    return out;
+  };
+  const std::string text = fmt::format(R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[4096] X) => (float[4096] Y)
+<float[4096] A = {{{}}}, float[4096] B = {{{}}}, float[4096] C = {{{}}}, float[4096] D = {{{}}}>
+{{
+  a = Add (X, A)
+  b = Add (a, B)
+  c = Add (b, C)
+  Y = Add (c, D)
+}}
+)", values(-1, 0), values(1000, 0), values(-1, 0), values(-1, 7));
+  auto model = parseModelText(text, "dedup");
+  const Graph& g = *model->graph;
+  const Tensor& a = *g.findValue("A")->initializer();
+  const Tensor& b = *g.findValue("B")->initializer();
+  REQUIRE(a.sampleHash() == b.sampleHash());  // the case this test is about
+  REQUIRE_FALSE(a.identical(b));
+  CHECK(a.sampleHash() != g.findValue("D")->initializer()->sampleHash());
+
+  OptimizeRequest request;
+  request.passes = "dedup-initializers";
+  const Report report = optimize(*model, request);
+  std::vector<std::string> left;
+  for (const Value* v : model->graph->initializers()) left.push_back(v->name());
+  CHECK(left == std::vector<std::string>{"A", "B", "D"});
+  CHECK(model->graph->findValue("c")->producer()->input(1)->name() == "A");
+  CHECK(model->graph->findValue("b")->producer()->input(1)->name() == "B");
 }

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -256,6 +257,24 @@ size_t Tensor::contentHash() const {
     const uint8_t* p = bytesForLook(bytes_, scratch);
     if (p) mix(std::hash<std::string_view>()(
         std::string_view(reinterpret_cast<const char*>(p), byteSize())));
+  }
+  return h;
+}
+
+size_t Tensor::sampleHash() const {
+  size_t h = static_cast<size_t>(dtype_) * 31 + byteSize();
+  auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+  for (int64_t d : dims_) mix(std::hash<int64_t>()(d));
+  if (dtype_ == DType::String) return contentHash();
+  std::vector<uint8_t> scratch;
+  const uint8_t* p = bytesForLook(bytes_, scratch);
+  if (!p) return h;
+  constexpr size_t kWindow = 64;
+  const size_t n = byteSize();
+  const size_t starts[3] = {0, n > kWindow ? (n - kWindow) / 2 : 0, n > kWindow ? n - kWindow : 0};
+  for (size_t start : starts) {
+    mix(std::hash<std::string_view>()(std::string_view(reinterpret_cast<const char*>(p) + start,
+                                                       std::min(kWindow, n))));
   }
   return h;
 }

@@ -115,6 +115,11 @@ class Tensor {
   // A hash of what identical() compares: identical tensors hash alike (for bucketing
   // candidates before comparing them).
   size_t contentHash() const;
+  // A hash of dtype, dims and three 64-byte windows of the bytes (first, middle, last), or of
+  // the strings: tensors whose sample hashes differ are not identical(); equal ones may still
+  // differ. Reads 192 bytes where contentHash reads all (dedup-initializers hashes in full only
+  // the tensors whose samples collide).
+  size_t sampleHash() const;
   // Value as float64, for int/float dtypes; index into the flattened tensor.
   double valueAsDouble(int64_t index) const;
   int64_t valueAsInt64(int64_t index) const;
