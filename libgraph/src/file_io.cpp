@@ -91,10 +91,16 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   // looks like a finished model.
   temp_path_ = (slash == std::string::npos ? std::string() : path_.substr(0, slash + 1)) + "." +
                base + ".fusectl-XXXXXX";
-  fd_ = ::mkstemp(temp_path_.data());
-  if (fd_ < 0)
-    throwIo(fmt::format("{}: cannot create a file in '{}': {}", path_, dir, std::strerror(errno)));
-  cleanup_slot_ = registerTempFile(temp_path_.c_str());
+  {
+    // A SIGINT or SIGTERM between creating the file and registering it would leave it behind:
+    // the signal waits until the handler knows the name.
+    CleanupSignalsBlocked until_registered;
+    fd_ = ::mkstemp(temp_path_.data());
+    if (fd_ < 0)
+      throwIo(
+          fmt::format("{}: cannot create a file in '{}': {}", path_, dir, std::strerror(errno)));
+    cleanup_slot_ = registerTempFile(temp_path_.c_str());
+  }
   // mkstemp creates 0600; a saved model gets the permissions any new file would.
   mode_t mask = ::umask(0);
   ::umask(mask);

@@ -45,10 +45,14 @@ void renderModelToFile(const Model& model, DumpFormat format, const std::string&
                        const RenderOptions& options) {
   // mkstemp in the target's folder, so that rename() stays on one file system.
   std::string tmp = path + ".tmp.XXXXXX";
-  int fd = mkstemp(tmp.data());
-  if (fd < 0) throwIo(fmt::format("{}: cannot create file: {}", path, std::strerror(errno)));
-  close(fd);
-  const int cleanup_slot = registerTempFile(tmp.c_str());  // removed on SIGINT/SIGTERM
+  int cleanup_slot = -1;
+  {
+    CleanupSignalsBlocked until_registered;  // no signal between creating and registering it
+    int fd = mkstemp(tmp.data());
+    if (fd < 0) throwIo(fmt::format("{}: cannot create file: {}", path, std::strerror(errno)));
+    close(fd);
+    cleanup_slot = registerTempFile(tmp.c_str());  // removed on SIGINT/SIGTERM
+  }
   try {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     renderModel(model, format, out, options);

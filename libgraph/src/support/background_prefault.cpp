@@ -12,6 +12,8 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include "fusectl/support/temp_file_registry.h"
 #endif
 
 namespace fusectl {
@@ -135,7 +137,12 @@ bool startBackgroundPrefault() {
     auto* p = new Prefaulter();
     const uintptr_t page = pageSize();
     p->heap_done = (programBreak() + page - 1) / page * page;
-    std::thread([p] { p->run(); }).detach();
+    {
+      // The thread blocks the cleanup signals (it inherits the mask), so that a SIGINT or
+      // SIGTERM is handled by a thread that holds it off while it creates a temporary file.
+      CleanupSignalsBlocked for_the_thread;
+      std::thread([p] { p->run(); }).detach();
+    }
     running.store(p, std::memory_order_release);
     started = true;
   });
