@@ -40,8 +40,12 @@
 // before, Squeeze(0) after); the merge is Transpose(1, 0, 2) -> a Reshape by a constant shape.
 // With a batch of 1, X's rows are [1, S, W]'s, and the merged heads [S, H, D] are [1, S, Hq D]'s
 // elements in the same order: the node reads a [1, S, W] view of X, and the merge Reshape stays,
-// reading its output (a constant target without zeros gives the same result). A batch other
-// than 1 interleaves the sequences in X and is rejected.
+// reading its output (a constant target without zeros gives the same result). A static batch B
+// other than 1 interleaves the sequences in X ([S, B*H, D] after the head split): the node reads
+// X through a Transpose(1, 0, 2) to [B, S, W] and a Transpose(1, 0, 2) gives its [B, S, Hq D]
+// back as [S, B, Hq D] to the merge Reshape, two copies where the chains made seven of a third
+// of X's width each (three Slices, three head Transposes, the merge Transpose). The mask must
+// then be the same for every folded batch and head.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -222,14 +226,16 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
     });
     return std::nullopt;
   }
-  if (sequence_first && !(xs[1].isStatic() && xs[1].value() == 1)) {
+  if (sequence_first && !xs[1].isStatic()) {
     why.fail(*slices[0], [&] {
-      return fmt::format("{} input '{}' is {}: sequence first with a batch other than 1, whose "
-                         "rows interleave the sequences",
+      return fmt::format("{} input '{}' is {}: sequence first with a batch that is not static, "
+                         "so the heads folded into it cannot be counted",
                          slices[0]->label(), p.x->name(), xs.str());
     });
     return std::nullopt;
   }
+  // The sequence-first head split's [S, B*H, D] holds B batches of H heads.
+  const int64_t folded = sequence_first ? xs[1].value() : 1;
   const int64_t width = xs[2].value();
   // Condition 3: each chain's Reshape is a head split of its Slice's output ([S, 1, H*D] ->
   // [S, H, D] in the sequence-first form).
@@ -241,7 +247,8 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
     const bool head_split =
         in.hasRank() && out.hasRank() && in.rank() == 3 && out.rank() == head_axis + 2 &&
         out[head_axis].isStatic() && out[head_axis + 1].isStatic() && in[2].isStatic() &&
-        out[head_axis].value() * out[head_axis + 1].value() == in[2].value() &&
+        out[head_axis].value() % folded == 0 &&
+        out[head_axis].value() * out[head_axis + 1].value() == in[2].value() * folded &&
         (sequence_first
              ? in[0].provablyEqual(xs[0]) && in[1].provablyEqual(xs[1]) &&
                    out[0].provablyEqual(xs[0])
@@ -250,13 +257,13 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
       why.fail(*r, [&] {
         return fmt::format("{} reshapes {} to {}: not a head split {} of '{}' {}", r->label(),
                            in.str(), out.str(),
-                           sequence_first ? "[S, 1, H*D] -> [S, H, D]"
+                           sequence_first ? "[S, B, H*D] -> [S, B*H, D]"
                                           : "[B, S, H*D] -> [B, S, H, D]",
                            p.x->name(), xs.str());
       });
       return std::nullopt;
     }
-    p.heads[i] = out[head_axis].value();
+    p.heads[i] = out[head_axis].value() / folded;
     if (i == 0) p.head_size = out[head_axis + 1].value();
     if (out[head_axis + 1].value() != p.head_size) {
       why.fail(*r, [&] {
@@ -270,6 +277,28 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
   for (const char* view : {"uq", "uk", "uv", "zo"}) {
     Node* n = sequence_first ? m.get(view) : nullptr;
     if (n && !onAxisZero(*n, 4, why)) return std::nullopt;
+  }
+  // With more than one batch folded in, a mask over the folded axis [1, B*H, S, T] is not one
+  // over AttentionPacked's [B, H, S, T]: only masks the same for every batch and head carry
+  // over.
+  if (folded > 1) {
+    Node* a = m.get("a");
+    const Value* mask = a->numInputs() > 3 ? a->input(3) : nullptr;
+    const Shape& ms = mask ? mask->shape() : Shape();
+    std::optional<double> zero = mask ? scalarConstant(mask) : std::nullopt;
+    const bool shared = !mask || (zero && *zero == 0.0) ||
+                        (ms.hasRank() && ms.rank() <= 4 &&
+                         (ms.rank() < 3 || (ms[ms.rank() - 3].isStatic() &&
+                                            ms[ms.rank() - 3].value() == 1)) &&
+                         (ms.rank() < 4 || (ms[0].isStatic() && ms[0].value() == 1)));
+    if (!shared) {
+      why.fail(*a, [&] {
+        return fmt::format("{} has a mask {} over the {} heads folded from {} batches: "
+                           "AttentionPacked takes one per batch and head",
+                           a->label(), ms.str(), p.heads[0] * folded, folded);
+      });
+      return std::nullopt;
+    }
   }
   if (p.heads[1] != p.heads[2] || p.heads[1] <= 0 || p.heads[0] % p.heads[1] != 0) {
     why.fail(*m.get("a"), [&] {
@@ -489,7 +518,19 @@ class FusePackedAttentionPass : public Pass {
              Node* batch_first = nullptr;
              const Shape& xs = p.x->shape();
              const bool sequence_first = m.get("uq") != nullptr;
-             if (sequence_first) {  // [S, 1, W] read as [1, S, W]: a view
+             const bool one_batch = !sequence_first || xs[1].value() == 1;
+             if (sequence_first && !one_batch) {  // [S, B, W] -> [B, S, W]: a copy of X
+               NewNode swap;
+               swap.op_type = "Transpose";
+               swap.inputs = {p.x};
+               swap.attributes = {Attribute::ofInts("perm", {1, 0, 2})};
+               swap.name = p.x->name() + "_batch_first";
+               swap.naming = NodeNaming::Unique;
+               batch_first = rw.addNode(
+                   std::move(swap), p.x->name() + "_batch_first",
+                   ValueType{p.x->dtype(), Shape({xs[1], xs[0], xs[2]}), {}}, m.get("ta"));
+               x = batch_first->output(0);
+             } else if (sequence_first) {  // [S, 1, W] read as [1, S, W]: a view
                const int64_t w = xs[2].value();
                NewNode view;
                view.op_type = "Reshape";
@@ -532,10 +573,26 @@ class FusePackedAttentionPass : public Pass {
              Node* packed = rw.replaceMatch(forms[form].name, m, replaced, std::move(node));
              // It stands for the head merge's input [B, S, Hq, D] in the 2-D forms, for
              // [S, Hq, D] in the sequence-first one.
+             const Dim merged_width = Dim::known(p.heads[0] * p.head_size);
              packed->output(0)->type.shape =
-                 sequence_first ? Shape({Dim::known(1), xs[0], Dim::known(p.heads[0] * p.head_size)})
-                                : Shape({xs[0], xs[1], Dim::known(p.heads[0] * p.head_size)});
+                 sequence_first ? Shape({xs[1], xs[0], merged_width})
+                                : Shape({xs[0], xs[1], merged_width});
              if (batch_first) rw.noteHelperNode(*batch_first);
+             if (!one_batch) {
+               // [B, S, Hq D] back to sequence first: the merge Reshape reads [S, B, Hq D],
+               // the elements of the [S, B*Hq, D] it read, in the same order.
+               NewNode back;
+               back.op_type = "Transpose";
+               back.inputs = {packed->output(0)};
+               back.attributes = {Attribute::ofInts("perm", {1, 0, 2})};
+               back.name = packed->output(0)->name() + "_sequence_first";
+               back.naming = NodeNaming::Unique;
+               Node* t = rw.insertAfterValue(
+                   packed->output(0), std::move(back),
+                   packed->output(0)->name() + "_sequence_first",
+                   ValueType{packed->output(0)->dtype(), Shape({xs[0], xs[1], merged_width}), {}});
+               rw.noteHelperNode(*t);
+             }
              ctx.count("fused_packed_attention");
              return true;
            }, driver) > 0;
