@@ -354,7 +354,13 @@ TEST_CASE("profile: fusion chains of unnamed nodes are followed", "[profile]") {
         json::array({"Conv(C)", "BatchNormalization(N)", "Relu(Y)"}));
   CHECK(sites[1]["missing_nodes"].empty());
   CHECK(sites[1]["fused_ms"].is_number());
-  CHECK(sites[1]["paid"].is_boolean());
+  // Two runs give a wide interval: any of the three verdicts can come out; `paid` says which of
+  // the two decided ones it is, and is null for level.
+  const std::string status = sites[1]["status"];
+  CHECK((status == "paid" || status == "did-not-pay" || status == "level"));
+  CHECK(sites[1]["paid"].is_boolean() == (status != "level"));
+  REQUIRE(sites[1]["speedup"].is_object());
+  CHECK(sites[1]["speedup"]["ci_low"].get<double>() <= sites[1]["speedup"]["ci_high"].get<double>());
 }
 
 // ---- The library's statistics, against figures worked out by hand ----
