@@ -294,8 +294,7 @@ void printProfile(const ProfileRequestInfo& info, const ProfileResult& r) {
     if (!r.fusion_sites.empty()) {
       fmt::print("  (speedup: replaced / fused, its {:.0f}% interval over the paired per-node "
                  "runs; a verdict needs the whole interval on one side of 1)\n",
-                 (r.fusion_sites.front().speedup ? r.fusion_sites.front().speedup->confidence
-                                                 : 0.95) * 100);
+                 r.speedup->confidence * 100);  // both sides ran: the run's interval
       fmt::print("  {:<12} {:>10} {:>11} {:>21}  {}\n", "", "fused ms", "replaced ms",
                  "speedup", "pass: fused node (op) <- unfused nodes");
     }

@@ -406,15 +406,20 @@ TEST_CASE("profile statistics: the bootstrap interval", "[profile]") {
   CHECK(kernels::checkRegression(1.10, 1.0, 5).change_percent == Approx(10));
 }
 
+// A node of a hand-made side: its median, and its per-run times when a test gives them.
+kernels::NodeProfile nodeOf(const std::string& label, double median,
+                            std::vector<double> runs = {}) {
+  kernels::NodeProfile n;
+  n.node = label;
+  n.op_type = "Op";
+  n.median_seconds = median;
+  n.run_seconds = std::move(runs);
+  return n;
+}
+
 kernels::SideProfile sideOf(const std::vector<std::pair<std::string, double>>& nodes) {
   kernels::SideProfile s;
-  for (const auto& [label, seconds] : nodes) {
-    kernels::NodeProfile n;
-    n.node = label;
-    n.op_type = "Op";
-    n.median_seconds = seconds;
-    s.nodes.push_back(n);
-  }
+  for (const auto& [label, seconds] : nodes) s.nodes.push_back(nodeOf(label, seconds));
   return s;
 }
 
@@ -521,14 +526,8 @@ TEST_CASE("profile fusion sites: a later fusion met through an earlier one's vie
 kernels::SideProfile sideOfRuns(
     const std::vector<std::pair<std::string, std::vector<double>>>& nodes) {
   kernels::SideProfile s;
-  for (const auto& [label, runs] : nodes) {
-    kernels::NodeProfile n;
-    n.node = label;
-    n.op_type = "Op";
-    n.run_seconds = runs;
-    n.median_seconds = kernels::SampleSummary::of(runs).median;
-    s.nodes.push_back(n);
-  }
+  for (const auto& [label, runs] : nodes)
+    s.nodes.push_back(nodeOf(label, kernels::SampleSummary::of(runs).median, runs));
   return s;
 }
 

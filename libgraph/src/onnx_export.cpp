@@ -24,7 +24,6 @@
 #include <exception>
 #include <memory>
 #include <string>
-#include <optional>
 #include <thread>
 #include <vector>
 
@@ -651,15 +650,13 @@ class MainGraphEncoder {
       return;
     }
     std::exception_ptr failure;
-    std::optional<CleanupSignalsBlocked> for_the_thread(std::in_place);  // it inherits the mask:
-    std::thread second([&] {  // SIGINT/SIGTERM go to this thread, which can hold them off
+    std::thread second = threadWithoutCleanupSignals([&] {
       try {
         initializers();
       } catch (...) {
         failure = std::current_exception();
       }
     });
-    for_the_thread.reset();
     try {
       rest();
     } catch (...) {

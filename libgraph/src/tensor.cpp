@@ -235,6 +235,15 @@ const uint8_t* bytesForLook(const Buffer& b, std::vector<uint8_t>& scratch) {
   return scratch.data();
 }
 
+void mixHash(size_t& h, size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); }
+
+// What contentHash and sampleHash start from: the dtype and the dims.
+size_t typeHash(DType dtype, const std::vector<int64_t>& dims) {
+  size_t h = static_cast<size_t>(dtype);
+  for (int64_t d : dims) mixHash(h, std::hash<int64_t>()(d));
+  return h;
+}
+
 }  // namespace
 
 bool Tensor::identical(const Tensor& o) const {
@@ -247,25 +256,21 @@ bool Tensor::identical(const Tensor& o) const {
 }
 
 size_t Tensor::contentHash() const {
-  size_t h = static_cast<size_t>(dtype_);
-  auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
-  for (int64_t d : dims_) mix(std::hash<int64_t>()(d));
+  size_t h = typeHash(dtype_, dims_);
   if (dtype_ == DType::String) {
-    for (const std::string& s : strings_) mix(std::hash<std::string>()(s));
+    for (const std::string& s : strings_) mixHash(h, std::hash<std::string>()(s));
   } else {
     std::vector<uint8_t> scratch;
     const uint8_t* p = bytesForLook(bytes_, scratch);
-    if (p) mix(std::hash<std::string_view>()(
-        std::string_view(reinterpret_cast<const char*>(p), byteSize())));
+    if (p) mixHash(h, std::hash<std::string_view>()(
+                          std::string_view(reinterpret_cast<const char*>(p), byteSize())));
   }
   return h;
 }
 
 size_t Tensor::sampleHash() const {
-  size_t h = static_cast<size_t>(dtype_) * 31 + byteSize();
-  auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
-  for (int64_t d : dims_) mix(std::hash<int64_t>()(d));
   if (dtype_ == DType::String) return contentHash();
+  size_t h = typeHash(dtype_, dims_);
   std::vector<uint8_t> scratch;
   const uint8_t* p = bytesForLook(bytes_, scratch);
   if (!p) return h;
@@ -273,8 +278,8 @@ size_t Tensor::sampleHash() const {
   const size_t n = byteSize();
   const size_t starts[3] = {0, n > kWindow ? (n - kWindow) / 2 : 0, n > kWindow ? n - kWindow : 0};
   for (size_t start : starts) {
-    mix(std::hash<std::string_view>()(std::string_view(reinterpret_cast<const char*>(p) + start,
-                                                       std::min(kWindow, n))));
+    mixHash(h, std::hash<std::string_view>()(std::string_view(
+                   reinterpret_cast<const char*>(p) + start, std::min(kWindow, n))));
   }
   return h;
 }

@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <unordered_set>
 #include <optional>
+#include <unordered_set>
 
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/shape_inference.h"

@@ -124,7 +124,6 @@ Constraint floatArithmetic(std::string capture) {
           }};
 }
 
-
 // ---- pow-square and pow-rsqrt ----
 Constraint powExponent() {
   return {"exponent:p", [](const Match& m, Why& why) {

@@ -237,8 +237,8 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
   // The sequence-first head split's [S, B*H, D] holds B batches of H heads.
   const int64_t folded = sequence_first ? xs[1].value() : 1;
   const int64_t width = xs[2].value();
-  // Condition 3: each chain's Reshape is a head split of its Slice's output ([S, 1, H*D] ->
-  // [S, H, D] in the sequence-first form).
+  // Condition 3: each chain's Reshape is a head split of its Slice's output ([S, B, H*D] ->
+  // [S, B*H, D] in the sequence-first form).
   const size_t head_axis = sequence_first ? 1 : 2;
   for (int i = 0; i < 3; ++i) {
     Node* r = m.get(fmt::format("r{}", kRoles[i]));
@@ -368,6 +368,17 @@ Constraint mergedHeads() {
           }};
 }
 
+// Transpose(1, 0, 2) of `x`, named `name`: batch first to sequence first or back.
+NewNode swapFirstTwoAxes(Value* x, const std::string& name) {
+  NewNode swap;
+  swap.op_type = "Transpose";
+  swap.inputs = {x};
+  swap.attributes = {Attribute::ofInts("perm", {1, 0, 2})};
+  swap.name = name;
+  swap.naming = NodeNaming::Unique;
+  return swap;
+}
+
 // After packedQkv: X is known.
 Constraint mergeInputReadOnce() {
   return {"read-once-besides-dims:ta", [](const Match& m, Why& why) {
@@ -414,8 +425,9 @@ Constraint mergedHeadsTo2d() {
 }
 
 // Condition 4, sequence-first form: the merge is Transpose(1, 0, 2) -> a Reshape by a constant
-// shape without zeros, which stays and reads the node's [1, S, Hq D]: the same elements in the
-// same order as the [S, Hq, D] it read (the batch is 1).
+// shape without zeros, which stays and reads the node's output as [S, B, Hq D] (with a batch of
+// 1 the node's own [1, S, Hq D], else a Transpose of it): the same elements in the same order as
+// the [S, B*Hq, D] it read.
 Constraint mergedSequenceFirst() {
   return {"merged-heads-sequence-first", [](const Match& m, Why& why) {
             Node* ta = m.get("ta");
@@ -520,14 +532,8 @@ class FusePackedAttentionPass : public Pass {
              const bool sequence_first = m.get("uq") != nullptr;
              const bool one_batch = !sequence_first || xs[1].value() == 1;
              if (sequence_first && !one_batch) {  // [S, B, W] -> [B, S, W]: a copy of X
-               NewNode swap;
-               swap.op_type = "Transpose";
-               swap.inputs = {p.x};
-               swap.attributes = {Attribute::ofInts("perm", {1, 0, 2})};
-               swap.name = p.x->name() + "_batch_first";
-               swap.naming = NodeNaming::Unique;
                batch_first = rw.addNode(
-                   std::move(swap), p.x->name() + "_batch_first",
+                   swapFirstTwoAxes(p.x, p.x->name() + "_batch_first"), p.x->name() + "_batch_first",
                    ValueType{p.x->dtype(), Shape({xs[1], xs[0], xs[2]}), {}}, m.get("ta"));
                x = batch_first->output(0);
              } else if (sequence_first) {  // [S, 1, W] read as [1, S, W]: a view
@@ -581,15 +587,9 @@ class FusePackedAttentionPass : public Pass {
              if (!one_batch) {
                // [B, S, Hq D] back to sequence first: the merge Reshape reads [S, B, Hq D],
                // the elements of the [S, B*Hq, D] it read, in the same order.
-               NewNode back;
-               back.op_type = "Transpose";
-               back.inputs = {packed->output(0)};
-               back.attributes = {Attribute::ofInts("perm", {1, 0, 2})};
-               back.name = packed->output(0)->name() + "_sequence_first";
-               back.naming = NodeNaming::Unique;
+               const std::string back = packed->output(0)->name() + "_sequence_first";
                Node* t = rw.insertAfterValue(
-                   packed->output(0), std::move(back),
-                   packed->output(0)->name() + "_sequence_first",
+                   packed->output(0), swapFirstTwoAxes(packed->output(0), back), back,
                    ValueType{packed->output(0)->dtype(), Shape({xs[0], xs[1], merged_width}), {}});
                rw.noteHelperNode(*t);
              }

@@ -137,12 +137,7 @@ bool startBackgroundPrefault() {
     auto* p = new Prefaulter();
     const uintptr_t page = pageSize();
     p->heap_done = (programBreak() + page - 1) / page * page;
-    {
-      // The thread blocks the cleanup signals (it inherits the mask), so that a SIGINT or
-      // SIGTERM is handled by a thread that holds it off while it creates a temporary file.
-      CleanupSignalsBlocked for_the_thread;
-      std::thread([p] { p->run(); }).detach();
-    }
+    threadWithoutCleanupSignals([p] { p->run(); }).detach();
     running.store(p, std::memory_order_release);
     started = true;
   });

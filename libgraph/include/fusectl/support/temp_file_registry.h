@@ -7,6 +7,9 @@
 // leaves them (hidden, named ".<target>.fusectl-XXXXXX"), but never a partial target.
 #pragma once
 
+#include <thread>
+#include <utility>
+
 namespace fusectl {
 
 // Installs the SIGINT/SIGTERM/SIGHUP handler once, and ignores SIGXFSZ (a file-size limit then
@@ -31,5 +34,15 @@ class CleanupSignalsBlocked {
  private:
   alignas(16) unsigned char saved_[128];  // the previous sigset_t, kept opaque to keep <signal.h> out
 };
+
+// A thread running `f` with the cleanup signals blocked for its whole life (it inherits the
+// mask), so that a SIGINT or SIGTERM goes to a thread that can hold it off (CleanupSignalsBlocked)
+// while it creates and registers a temporary file or publishes one. The library starts its own
+// threads so.
+template <typename F>
+std::thread threadWithoutCleanupSignals(F&& f) {
+  CleanupSignalsBlocked inherited;
+  return std::thread(std::forward<F>(f));
+}
 
 }  // namespace fusectl
