@@ -43,6 +43,10 @@ struct TileArgs {
   // 0: the lines are consecutive. Otherwise they are the 128-byte row segments of an in-place
   // B's next panel, this many bytes apart (one request per segment: its two or three lines).
   int64_t prefetch_stride = 0;
+  // The tile may run its k loop in stretches between its prefetch requests (consecutive lines
+  // only), with no per-step countdown. Set for prepacked B (MatMul's weights), where it measured
+  // faster; a prepacked A's tiles (convolutions) measured slower with it (bench/README.md).
+  bool prefetch_in_runs = false;
 };
 
 using TileKernel = void (*)(const TileArgs&);

@@ -33,7 +33,34 @@ constexpr int kNr512 = 32;
 // a packed panel. Each instantiation starts on a 64-byte boundary: adding the A_ROWS ones moved
 // the packed ones within their lines, and a 1x1 convolution of 16 input channels (16 k a tile,
 // MobileNetV2's 112x112 expansion) ran 15% slower in the model for it, with the same code.
-template <int ROWS, bool HALF, bool A_ROWS = false>
+// `steps` k steps of tile512's loop, from a and b on (both advanced past them).
+template <int ROWS, bool HALF, bool A_ROWS>
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void tileSteps512(__m512 (&acc0)[ROWS], __m512 (&acc1)[ROWS],
+                                                     const float*& a, int64_t as, const float*& b,
+                                                     int64_t bs, int64_t steps) {
+  for (int64_t i = 0; i < steps; ++i) {
+    const __m512 b0 = _mm512_loadu_ps(b);
+    if (HALF) {
+#pragma GCC unroll 8
+      for (int r = 0; r < ROWS; ++r)
+        acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(A_ROWS ? a[r * as] : a[r]), b0, acc0[r]);
+    } else {
+      const __m512 b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < ROWS; ++r) {
+        const __m512 av = _mm512_set1_ps(A_ROWS ? a[r * as] : a[r]);
+        acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
+      }
+    }
+    a += A_ROWS ? 1 : kMr512;
+    b += bs;
+  }
+}
+
+// RUNS: the k loop runs `every` steps between two prefetch requests with no bookkeeping inside
+// them (TileArgs::prefetch_in_runs); otherwise each step counts down to the next request.
+template <int ROWS, bool HALF, bool A_ROWS = false, bool RUNS = false>
 FUSECTL_AVX512 __attribute__((aligned(64))) void tile512(const TileArgs& t) {
   __m512 acc0[ROWS], acc1[ROWS];
 #pragma GCC unroll 8
@@ -60,8 +87,20 @@ FUSECTL_AVX512 __attribute__((aligned(64))) void tile512(const TileArgs& t) {
   const uintptr_t pf = reinterpret_cast<uintptr_t>(t.prefetch);
   const int64_t pf_step = t.prefetch_stride ? t.prefetch_stride : 64;
   const int64_t every = t.prefetch_lines > 0 ? std::max<int64_t>(1, t.kc / t.prefetch_lines) : 0;
+  if (RUNS) {
+    int64_t k = 0;
+    if (every > 0) {
+      for (int64_t asked = 0; asked < t.prefetch_lines && k + every <= t.kc; ++asked) {
+        tileSteps512<ROWS, HALF, A_ROWS>(acc0, acc1, a, as, b, bs, every);
+        k += every;
+        _mm_prefetch(reinterpret_cast<const char*>(pf + static_cast<uintptr_t>(asked * pf_step)),
+                     _MM_HINT_T1);
+      }
+    }
+    tileSteps512<ROWS, HALF, A_ROWS>(acc0, acc1, a, as, b, bs, t.kc - k);
+  }
   int64_t asked = 0, countdown = every;
-  for (int64_t k = 0; k < t.kc; ++k) {
+  for (int64_t k = 0; !RUNS && k < t.kc; ++k) {
     if (asked < t.prefetch_lines && --countdown == 0) {
       const uintptr_t at = pf + static_cast<uintptr_t>(asked * pf_step);
       _mm_prefetch(reinterpret_cast<const char*>(at), _MM_HINT_T1);
@@ -311,6 +350,18 @@ FUSECTL_AVX512 int64_t packTransposedBPanelAvx512(const float* B, int64_t cs, in
 }
 
 FUSECTL_AVX512 void tileAvx512(const TileArgs& t) {
+  if (t.prefetch_in_runs && t.cols > 16 && !t.a_stride && !t.prefetch_stride) {
+    switch (t.rows) {
+      case 8: tile512<8, false, false, true>(t); return;
+      case 7: tile512<7, false, false, true>(t); return;
+      case 6: tile512<6, false, false, true>(t); return;
+      case 5: tile512<5, false, false, true>(t); return;
+      case 4: tile512<4, false, false, true>(t); return;
+      case 3: tile512<3, false, false, true>(t); return;
+      case 2: tile512<2, false, false, true>(t); return;
+      default: tile512<1, false, false, true>(t); return;
+    }
+  }
   if (t.a_stride) {  // A read in place (GemmKernelSpec::a_rows_in_place)
     if (t.cols <= 16) tileAvx512Rows<true, true>(t);
     else tileAvx512Rows<false, true>(t);
