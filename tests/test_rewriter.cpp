@@ -309,3 +309,37 @@ TEST_CASE("rewriter: a node made at an erased node's address is erased with dead
   CHECK(s.graph().findValue("t") == nullptr);
   CHECK(s.graph().verify() == "");
 }
+
+TEST_CASE("rewriter: a fusion whose match holds a node made at an erased node's address erases it",
+          "[rewriter]") {
+  // The greedy driver matches on the graph as earlier rewrites of the sweep left it, so a match
+  // can hold a node made in this sweep, which the graph's pool may have put at an erased node's
+  // address. The fusion once took that node for gone: it stayed in the graph, unread, and kept
+  // the rest of the match alive.
+  Session s(reluChain());
+  Rewriter rw(s.ctx);
+  Node* r2 = producerOf(s.graph(), "r2");
+  const void* freed = r2;
+  rw.bypass(r2);  // X -> r0 -> r1 -> Y
+  NewNode neg;
+  neg.op_type = "Neg";
+  neg.inputs = {s.graph().findValue("r1")};
+  const ValueType type = s.graph().findValue("r1")->type;
+  Node* y = producerOf(s.graph(), "Y");
+  Node* made = rw.addNode(std::move(neg), "t", type, y);
+  REQUIRE(static_cast<const void*>(made) == freed);
+  rw.rewireInput(y, 0, made->output(0));  // X -> r0 -> r1 -> Neg t -> Y
+  const Pattern p = Pattern::parse("inner:Relu -> outer:Neg", "relu-neg");
+  const Match m = matchFirst(s.graph(), p);
+  REQUIRE(m.get("outer") == made);
+  NewNode fused;
+  fused.op_type = "Abs";
+  fused.inputs = {s.graph().findValue("r0")};
+  rw.replaceMatch("relu-neg", m, made->output(0), std::move(fused));
+  CHECK(s.graph().numNodes() == 3);  // Relu r0, Abs, Relu Y
+  CHECK(s.graph().findValue("r1") == nullptr);
+  CHECK(producerOf(s.graph(), "Y")->input(0)->producer()->opType() == "Abs");
+  REQUIRE(s.report.fusions.size() == 1);
+  CHECK(s.report.fusions[0].replaced_nodes.size() == 2);
+  CHECK(s.graph().verify() == "");
+}

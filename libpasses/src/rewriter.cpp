@@ -231,17 +231,21 @@ bool isDead(const Node* n) {
 }  // namespace
 
 size_t Rewriter::eraseWithDeadProducers(Node* n) {
+  std::unordered_set<const Node*> erased_here;
+  return eraseWithDeadProducers(n, erased_here);
+}
+
+size_t Rewriter::eraseWithDeadProducers(Node* n, std::unordered_set<const Node*>& erased_here) {
   if (!isDead(n)) {
     throwInternal(fmt::format("rewriter: cannot erase {}: its outputs are still used",
                               n->label()));
   }
   size_t count = 0;
   std::vector<Node*> work{n};
-  // Nodes erased by this call, which the work list may name twice (a producer of two inputs).
-  // Not erased(): that set is keyed by address, and a node this Rewriter made after an earlier
-  // erasure can sit at an erased node's address; taking it for erased left emit-ort's dead
-  // head-merge chains in the graph.
-  std::unordered_set<const Node*> erased_here;
+  // erased_here: the nodes erased by this call (and the caller's earlier ones), which the work
+  // list may name twice (a producer of two inputs). Not erased(): that set is keyed by address,
+  // and a node this Rewriter made after an earlier erasure can sit at an erased node's address;
+  // taking it for erased left emit-ort's dead head-merge chains in the graph.
   while (!work.empty()) {
     Node* x = work.back();
     work.pop_back();
@@ -347,8 +351,12 @@ void Rewriter::commitFusion(std::string_view pattern, const Match& m, Value* rep
   // node is dead by the time it is visited.
   std::vector<std::pair<std::string, uint64_t>> dead_producers;
   dead_producers_ = &dead_producers;
+  // The matched nodes were all live when matched, so "erased" here means erased by this commit
+  // (erased() would also take a node made in this sweep at an erased node's address for gone).
+  std::unordered_set<const Node*> erased_now;
   for (auto it = before.rbegin(); it != before.rend(); ++it)
-    if (!erased(it->node) && isDead(it->node)) eraseWithDeadProducers(it->node);
+    if (!erased_now.count(it->node) && isDead(it->node))
+      eraseWithDeadProducers(it->node, erased_now);
   dead_producers_ = nullptr;
 
   FusionSite site;
@@ -358,7 +366,7 @@ void Rewriter::commitFusion(std::string_view pattern, const Match& m, Value* rep
   for (const Before& b : before) {
     // A node rewritten in place (the replacement is one of the matched nodes) counts as
     // replaced: its output now carries the match's result.
-    if (!erased(b.node) && b.node != replacement) continue;
+    if (!erased_now.count(b.node) && b.node != replacement) continue;
     site.replaced_nodes.push_back(b.label);
     site.activation_bytes_saved += b.internal_bytes;
   }

@@ -195,7 +195,7 @@ class EliminateNoopReshapePass : public Pass {
     PassContext& ctx = rw.context();
     Value* r = second->input(0);
     Node* first = r ? r->producer() : nullptr;
-    if (!first || rw.erased(first) || !(first->is("Reshape") || first->is("Flatten"))) {
+    if (!first || !(first->is("Reshape") || first->is("Flatten"))) {
       return false;
     }
     if (!first->input(0)) return false;

@@ -55,7 +55,7 @@ class MergeTransposesPass : public Pass {
     PassContext& ctx = rw.context();
     Value* t = second->input(0);
     Node* first = t ? t->producer() : nullptr;
-    if (!first || !first->is("Transpose") || rw.erased(first)) return false;
+    if (!first || !first->is("Transpose")) return false;
     std::string why;
     std::optional<std::vector<int64_t>> p1 = transposePerm(*first, ctx.explain() ? &why : nullptr);
     std::optional<std::vector<int64_t>> p2;

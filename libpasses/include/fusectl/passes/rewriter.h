@@ -20,6 +20,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -64,7 +65,10 @@ class Rewriter {
   const Graph& graph() const { return graph_; }
   PassContext& context() { return ctx_; }
 
-  // Whether `n` was erased by an action of this Rewriter (for walks over a snapshot).
+  // Whether `n` was erased by an action of this Rewriter (for walks over a snapshot). Keyed by
+  // address: a node made later at an erased node's address reads as erased too, which is what
+  // a snapshot walk wants (that entry is gone) but is wrong for a node reached through the live
+  // graph, which is never erased; do not ask about those.
   bool erased(const Node* n) const {
     return erased_.find(pointerHash(n), [n](const Node* k) { return k == n; }) != nullptr;
   }
@@ -193,6 +197,8 @@ class Rewriter {
  private:
   static uint64_t pointerHash(const Node* n) { return reinterpret_cast<uintptr_t>(n); }
   void markErased(const Node* n) { erased_.insert(pointerHash(n), n); }
+  // eraseWithDeadProducers, adding what it erases to `erased_here` and skipping what is there.
+  size_t eraseWithDeadProducers(Node* n, std::unordered_set<const Node*>& erased_here);
   // A second output (named after `second_hint`, of `second_type`, at `second_index` with the
   // outputs between omitted) when second_type is given.
   Node* create(NewNode node, std::string_view output_hint, const ValueType& type,
