@@ -1,18 +1,9 @@
 // Format names and streaming a rendering into a file atomically.
-#include <fmt/format.h>
-#include <stdlib.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <ostream>
+#include <streambuf>
 
-#include "fusectl/graph/error.h"
 #include "fusectl/graph/render.h"
-#include "fusectl/support/temp_file_registry.h"
+#include "onnx_convert.h"
 
 namespace fusectl {
 
@@ -41,36 +32,40 @@ void renderModel(const Model& model, DumpFormat format, std::ostream& out,
   }
 }
 
+namespace {
+// An ostream's buffer that hands what it is given to an AtomicFile, which batches small
+// writes itself: the renderers stream, and the file is fsync'ed and renamed into place as a
+// saved model is.
+class AtomicFileBuf : public std::streambuf {
+ public:
+  explicit AtomicFileBuf(onnx_convert::AtomicFile& file) : file_(file) {}
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    const char ch = traits_type::to_char_type(c);
+    file_.write(&ch, 1);
+    return c;
+  }
+  std::streamsize xsputn(const char* data, std::streamsize n) override {
+    file_.write(data, static_cast<size_t>(n));
+    return n;
+  }
+
+ private:
+  onnx_convert::AtomicFile& file_;
+};
+}  // namespace
+
 void renderModelToFile(const Model& model, DumpFormat format, const std::string& path,
                        const RenderOptions& options) {
-  // mkstemp in the target's folder, so that rename() stays on one file system.
-  std::string tmp = path + ".tmp.XXXXXX";
-  int cleanup_slot = -1;
-  {
-    CleanupSignalsBlocked until_registered;  // no signal between creating and registering it
-    int fd = mkstemp(tmp.data());
-    if (fd < 0) throwIo(fmt::format("{}: cannot create file: {}", path, std::strerror(errno)));
-    close(fd);
-    cleanup_slot = registerTempFile(tmp.c_str());  // removed on SIGINT/SIGTERM
-  }
-  try {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    renderModel(model, format, out, options);
-    out.close();
-    if (!out) throwIo(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
-    // mkstemp creates 0600; give the file the permissions an ordinary create would.
-    mode_t mask = umask(0);
-    umask(mask);
-    chmod(tmp.c_str(), 0666 & ~mask);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      throwIo(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
-    }
-    unregisterTempFile(cleanup_slot);
-  } catch (...) {
-    std::remove(tmp.c_str());
-    unregisterTempFile(cleanup_slot);
-    throw;
-  }
+  onnx_convert::AtomicFile file(path);  // removes its temporary file unless committed
+  AtomicFileBuf buffer(file);
+  std::ostream out(&buffer);
+  // A write error is AtomicFile's own Error (naming the file and the reason), rethrown as is.
+  out.exceptions(std::ios::badbit);
+  renderModel(model, format, out, options);
+  file.commit();
 }
 
 }  // namespace fusectl
