@@ -14,7 +14,9 @@
 // and the number of kernel calls per run; then one line with MatMul-family and other kernel
 // time per run for both and the share of the other time removed. --per-node FILE also writes
 // each side's kernel ms per run by node name (ONNX Runtime keeps the name of the node a fusion
-// started from, so its Conv+activation nodes pair with fusectl's fused ones by name).
+// started from, so its Conv+activation nodes pair with fusectl's fused ones by name). The last
+// line also gives the share with attention's products charged to the MatMul side on both (at
+// the original's kernel time for them), since the fused attention kernels run them inside.
 'use strict';
 
 const fs = require('fs');
@@ -97,6 +99,19 @@ async function main() {
       perNode[node].ms += e.dur / 1000 / runs;
     }
     perNodeAll[s.label] = perNode;
+    // Products of two activations (attention's Q K^T and P V in the original): MatMul-family
+    // kernels whose first two inputs both have batch dimensions (rank 3 or more). A weight is
+    // a 2-D input in these exports, and ONNX Runtime's Gemm reads 2-D views. (The profiler's
+    // parameter_size cannot tell: it is 0 for weights that a MatMul kernel prepacked.)
+    let activationProducts = 0;
+    for (const ev of events) {
+      if (ev.cat !== 'Node' || !ev.name.endsWith('_kernel_time') || ev.ts < from) continue;
+      const a = ev.args || {};
+      const shapes = (a.input_type_shape || []).map((t) => Object.values(t)[0] || []);
+      if (MATMUL_FAMILY.has(a.op_name) && shapes.length >= 2 && shapes[0].length >= 3 &&
+          shapes[1].length >= 3)
+        activationProducts += ev.dur / 1000 / runs;
+    }
     let matmul = 0, other = 0;
     for (const [op, v] of Object.entries(perOp)) {
       v.ms = Number(v.ms.toFixed(3));
@@ -106,17 +121,30 @@ async function main() {
     const sorted = [...s.times].sort((a, b) => a - b);
     const median = sorted[Math.floor(sorted.length / 2)];
     const nodes = countNodes(s.optimized);
-    summary[s.label] = { matmul, other };
+    summary[s.label] = { matmul, other, activationProducts };
     console.log(JSON.stringify({ model: s.label, median_ms: Number(median.toFixed(2)),
                                  min_ms: Number(sorted[0].toFixed(2)), ort_nodes: nodes,
                                  kernel_ms_matmul: Number(matmul.toFixed(2)),
+                                 kernel_ms_activation_products:
+                                     Number(activationProducts.toFixed(2)),
                                  kernel_ms_other: Number(other.toFixed(2)), ops: perOp }));
   }
   const o = summary.original, e = summary.emitted;
+  // A fused attention kernel (MultiHeadAttention, Attention, GroupQueryAttention) runs the
+  // products the original ran as MatMul nodes, so its time counts as "other" on the emitted
+  // side only. The second share charges those products to the MatMul side at the original's
+  // own kernel time for them: the products that left the MatMul family (the original's minus
+  // what the emitted graph still runs as MatMul) are taken out of the emitted "other" time.
+  const movedProducts = Math.max(0, o.activationProducts - e.activationProducts);
+  const otherWithoutProducts = Math.max(0, e.other - movedProducts);
   console.log(JSON.stringify({
     other_kernel_ms_original: Number(o.other.toFixed(2)),
     other_kernel_ms_emitted: Number(e.other.toFixed(2)),
     other_removed_share: Number((1 - e.other / o.other).toFixed(3)),
+    attention_products_moved_ms: Number(movedProducts.toFixed(2)),
+    other_kernel_ms_emitted_products_as_matmul: Number(otherWithoutProducts.toFixed(2)),
+    other_removed_share_products_as_matmul:
+        Number((1 - otherWithoutProducts / o.other).toFixed(3)),
   }));
   if (perNodeFile) fs.writeFileSync(perNodeFile, JSON.stringify(perNodeAll, null, 1) + '\n');
   fs.rmSync(work, { recursive: true, force: true });
