@@ -45,7 +45,9 @@
 // X through a Transpose(1, 0, 2) to [B, S, W] and a Transpose(1, 0, 2) gives its [B, S, Hq D]
 // back as [S, B, Hq D] to the merge Reshape, two copies where the chains made seven of a third
 // of X's width each (three Slices, three head Transposes, the merge Transpose). The mask must
-// then be the same for every folded batch and head.
+// then be the same for every folded batch and head. The batch may be dynamic (B*H provably H
+// times X's B); the merge's target is then computed, and a Reshape [0, -1, D] after the
+// Transpose back gives it exactly the [S, B*H, D] it read.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -226,16 +228,9 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
     });
     return std::nullopt;
   }
-  if (sequence_first && !xs[1].isStatic()) {
-    why.fail(*slices[0], [&] {
-      return fmt::format("{} input '{}' is {}: sequence first with a batch that is not static, "
-                         "so the heads folded into it cannot be counted",
-                         slices[0]->label(), p.x->name(), xs.str());
-    });
-    return std::nullopt;
-  }
-  // The sequence-first head split's [S, B*H, D] holds B batches of H heads.
-  const int64_t folded = sequence_first ? xs[1].value() : 1;
+  // The sequence-first head split's [S, B*H, D] holds B batches of H heads; B may be symbolic
+  // (a dynamic batch), as the head count H comes from the static widths.
+  const Dim folded = sequence_first ? xs[1] : Dim::known(1);
   const int64_t width = xs[2].value();
   // Condition 3: each chain's Reshape is a head split of its Slice's output ([S, B, H*D] ->
   // [S, B*H, D] in the sequence-first form).
@@ -244,11 +239,13 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
     Node* r = m.get(fmt::format("r{}", kRoles[i]));
     const Shape& in = r->input(0)->shape();
     const Shape& out = r->output(0)->shape();
+    const bool widths = in.hasRank() && out.hasRank() && in.rank() == 3 &&
+                        out.rank() == head_axis + 2 && out[head_axis + 1].isStatic() &&
+                        out[head_axis + 1].value() > 0 && in[2].isStatic() &&
+                        in[2].value() % out[head_axis + 1].value() == 0;
+    const int64_t heads = widths ? in[2].value() / out[head_axis + 1].value() : 0;
     const bool head_split =
-        in.hasRank() && out.hasRank() && in.rank() == 3 && out.rank() == head_axis + 2 &&
-        out[head_axis].isStatic() && out[head_axis + 1].isStatic() && in[2].isStatic() &&
-        out[head_axis].value() % folded == 0 &&
-        out[head_axis].value() * out[head_axis + 1].value() == in[2].value() * folded &&
+        widths && out[head_axis].provablyEqual(Dim::known(heads) * folded) &&
         (sequence_first
              ? in[0].provablyEqual(xs[0]) && in[1].provablyEqual(xs[1]) &&
                    out[0].provablyEqual(xs[0])
@@ -263,7 +260,7 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
       });
       return std::nullopt;
     }
-    p.heads[i] = out[head_axis].value() / folded;
+    p.heads[i] = heads;
     if (i == 0) p.head_size = out[head_axis + 1].value();
     if (out[head_axis + 1].value() != p.head_size) {
       why.fail(*r, [&] {
@@ -281,7 +278,7 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
   // With more than one batch folded in, a mask over the folded axis [1, B*H, S, T] is not one
   // over AttentionPacked's [B, H, S, T]: only masks the same for every batch and head carry
   // over.
-  if (folded > 1) {
+  if (!(folded.isStatic() && folded.value() == 1)) {
     Node* a = m.get("a");
     const Value* mask = a->numInputs() > 3 ? a->input(3) : nullptr;
     const Shape& ms = mask ? mask->shape() : Shape();
@@ -295,7 +292,8 @@ std::optional<Packed> packedLayout(const Match& m, Why& why) {
       why.fail(*a, [&] {
         return fmt::format("{} has a mask {} over the {} heads folded from {} batches: "
                            "AttentionPacked takes one per batch and head",
-                           a->label(), ms.str(), p.heads[0] * folded, folded);
+                           a->label(), ms.str(), (Dim::known(p.heads[0]) * folded).str(),
+                           folded.str());
       });
       return std::nullopt;
     }
@@ -428,8 +426,13 @@ Constraint mergedHeadsTo2d() {
 // shape without zeros, which stays and reads the node's output as [S, B, Hq D] (with a batch of
 // 1 the node's own [1, S, Hq D], else a Transpose of it): the same elements in the same order as
 // the [S, B*Hq, D] it read.
+// With a batch that is not static the merge's target is computed (from X's dims), and the
+// rewrite hands the merge exactly the [S, B*Hq, D] it read (a Reshape [0, -1, D] after the
+// Transpose): any merge then does.
 Constraint mergedSequenceFirst() {
   return {"merged-heads-sequence-first", [](const Match& m, Why& why) {
+            Why checked(false);  // packedQkv held
+            if (!packedLayout(m, checked)->x->shape()[1].isStatic()) return true;
             Node* ta = m.get("ta");
             Node* r = ta->output(0)->uniqueConsumer();  // uniqueConsumer(ta) held
             if (reshapesByConstantWithoutZeros(*r, ta->output(0))) return true;
@@ -493,8 +496,10 @@ std::vector<Pattern> build() {
     }
   }
   Pattern sequence_first = Pattern::parse(kSequenceFirst, "packed-attention-sequence-first");
-  for (const char* c : {"sq", "sk", "sv", "rq", "tq", "uq", "rk", "tk", "uk", "rv", "tv", "uv",
-                        "a", "zo", "ta"})
+  // A dynamic sequence length is read from k's [S, B, W] (Shape -> Gather 0): such readers
+  // move onto X, whose dims 0 and 1 are the same S and B.
+  sequence_first.require(slicesReadOnce());
+  for (const char* c : {"rq", "tq", "uq", "rk", "tk", "uk", "rv", "tv", "uv", "a", "zo", "ta"})
     sequence_first.require(uniqueConsumer(c));
   sequence_first.producing({"fusectl::AttentionPacked"});
   sequence_first.require(packedQkv());
@@ -530,7 +535,8 @@ class FusePackedAttentionPass : public Pass {
              Node* batch_first = nullptr;
              const Shape& xs = p.x->shape();
              const bool sequence_first = m.get("uq") != nullptr;
-             const bool one_batch = !sequence_first || xs[1].value() == 1;
+             const bool one_batch =
+                 !sequence_first || (xs[1].isStatic() && xs[1].value() == 1);
              if (sequence_first && !one_batch) {  // [S, B, W] -> [B, S, W]: a copy of X
                batch_first = rw.addNode(
                    swapFirstTwoAxes(p.x, p.x->name() + "_batch_first"), p.x->name() + "_batch_first",
@@ -592,6 +598,27 @@ class FusePackedAttentionPass : public Pass {
                    packed->output(0), swapFirstTwoAxes(packed->output(0), back), back,
                    ValueType{packed->output(0)->dtype(), Shape({xs[0], xs[1], merged_width}), {}});
                rw.noteHelperNode(*t);
+               if (!xs[1].isStatic()) {
+                 // The merge's computed target may take dims of its input: give it the
+                 // [S, B*Hq, D] it read, a view of the same elements.
+                 const std::string heads = packed->output(0)->name() + "_heads";
+                 NewNode view;
+                 view.op_type = "Reshape";
+                 view.inputs = {t->output(0),
+                                rw.addConstant("packed_attention_heads",
+                                               Tensor::fromValues(DType::Int64, {3},
+                                                                  std::vector<int64_t>{
+                                                                      0, -1, p.head_size}))};
+                 view.name = heads;
+                 view.naming = NodeNaming::Unique;
+                 Node* r = rw.insertAfterValue(
+                     t->output(0), std::move(view), heads,
+                     ValueType{packed->output(0)->dtype(),
+                               Shape({xs[0], Dim::known(p.heads[0]) * xs[1],
+                                      Dim::known(p.head_size)}),
+                               {}});
+                 rw.noteHelperNode(*r);
+               }
              }
              ctx.count("fused_packed_attention");
              return true;
