@@ -116,6 +116,21 @@ std::vector<TransformerModel> transformerModels() {
         {"fusectl::FusedMatMul", 3}, {"fusectl::FusedMatMul_Add", 1},
         {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::LayerNorm", 2},
         {"fusectl::SkipLayerNorm", 3}}},
+      // The same blocks exported with dynamic batch and sequence: the head split's target
+      // [S, B*H, D] and the merge's [S*B, E] are computed from Shapes (S read from k). Each
+      // attention is still one AttentionPacked: the head count comes from the static widths,
+      // k's Shape reads the in_proj output instead, and the node's output goes back to the
+      // merge through Transpose(1, 0, 2) and a Reshape [0, -1, D]. What stays is the Shape
+      // arithmetic of the remaining computed targets and the batch <-> sequence Transposes the
+      // export itself has (no Slice, Softmax or Squeeze).
+      {"vit_mha_encoder_dyn",
+       {{"tokens", {3, 9, 64}}},
+       false,
+       {{"Concat", 4}, {"Gather", 4}, {"Gemm", 2}, {"Mul", 2}, {"Reshape", 6}, {"Shape", 2},
+        {"Transpose", 8}, {"Unsqueeze", 6}, {"fusectl::AttentionPacked", 2},
+        {"fusectl::FusedMatMul", 3}, {"fusectl::FusedMatMul_Add", 1},
+        {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::LayerNorm", 2},
+        {"fusectl::SkipLayerNorm", 3}}},
       // After -O3: 2 RMSNorm (input, post-attention), QK-norm fused into the rotary node (one
       // QKNormRotaryEmbedding per q and k), 1 Attention with 8 Q / 2 KV heads (no Expand left),
       // 1 SwiGLU, MatMuls after merging: q, k, v (the merge is rejected by the width rule: K/V
@@ -246,6 +261,10 @@ TEST_CASE("transformer models: the --emit ort output runs in ONNX Runtime as the
        {{"LayerNormalization", 5}, {"com.microsoft::BiasGelu", 2},
         {"com.microsoft::MultiHeadAttention", 2}, {"Sum", 1}}},
       {"vit_mha_encoder",
+       {{"LayerNormalization", 5}, {"com.microsoft::BiasGelu", 2},
+        {"com.microsoft::MultiHeadAttention", 2}, {"Sum", 3}}},
+      // Heads folded into the dynamic batch: MultiHeadAttention over B*H batches of one head.
+      {"vit_mha_encoder_dyn",
        {{"LayerNormalization", 5}, {"com.microsoft::BiasGelu", 2},
         {"com.microsoft::MultiHeadAttention", 2}, {"Sum", 3}}},
       {"gpt2_block",

@@ -7,6 +7,9 @@
 //     => com.microsoft::MultiHeadAttention(query [B, S, H*D], key/value [B, T, H*D] before
 //        their head split, or [B, H, T, D] as they are (its BNSH form), attention_bias
 //        [B|1, H|1, S, T]) -> [B, S, H*Dv]
+//   fusectl::Attention on [1, N, L, D] views of [N, L, D], N = B*H symbolic (heads folded into
+//   a dynamic batch; mask none or 0)
+//     => com.microsoft::MultiHeadAttention<num_heads = 1>(q, k, v as [N, L, D]) -> [N, S, Dv]
 //   fusectl::Attention (G > 1, causal, S = T, no mask)
 //     => com.microsoft::GroupQueryAttention(Q/K/V [B, L, H*D], seqlens_k = T - 1,
 //        total_sequence_length = T) -> [B, S, Hq*Dv], present key/value unread
@@ -107,8 +110,63 @@ Node* biasOnlyLinear(const Value* v, const Node* reader) {
 struct Heads {
   int64_t heads = 0, d = 0, dv = 0;
   int64_t kv_heads = 0;  // fewer than `heads`: grouped-query, GroupQueryAttention
+  // Heads folded into a batch that is not static: the attention runs on [1, N, L, D] views
+  // (Unsqueeze(0)) of [N, L, D] values, N = B*H symbolic; it maps as N batches of one head.
+  bool folded = false;
   bool grouped() const { return kv_heads != heads; }
 };
+
+// The [N, L, D] value that the [1, N, L, D] `v4` is an Unsqueeze(axes [0]) view of (fuse-attention
+// makes them for heads folded into the batch), or nullptr.
+Value* foldedSource(const Value* v4) {
+  Node* u = v4 ? v4->producer() : nullptr;
+  if (!u || !u->is("Unsqueeze") || !u->domain().empty() || u->numInputs() != 2) return nullptr;
+  std::optional<std::vector<int64_t>> axes = intsConstant(u->input(1));
+  if (!axes || *axes != std::vector<int64_t>{0}) return nullptr;
+  return u->input(0);
+}
+
+// Whether an attention's mask input is absent or a scalar 0 constant.
+bool maskIsZero(const Value* m) {
+  if (!m) return true;
+  std::optional<double> zero = scalarConstant(m);
+  return zero && *zero == 0.0;
+}
+
+// Heads folded into a batch that is not static ([1, N, L, D], N symbolic: torch's
+// nn.MultiheadAttention exported with a dynamic batch): MultiHeadAttention over N batches of one
+// head, reading the [N, L, D] values the views were made of.
+template <typename Fail>
+std::optional<Heads> foldedHeads(const Node& a, Fail fail) {
+  const Shape& q = a.input(0)->shape();
+  const Shape& k = a.input(1)->shape();
+  const Shape& v = a.input(2)->shape();
+  if (!staticIs(k[0], 1) || !staticIs(v[0], 1) || !q[1].provablyEqual(k[1]) ||
+      !q[1].provablyEqual(v[1]))
+    return fail(fmt::format("has heads folded into a batch that is not static ({}) and keys or "
+                            "values folded otherwise ({}, {})",
+                            q.str(), k.str(), v.str()));
+  for (int i = 0; i < 3; ++i)
+    if (!foldedSource(a.input(i)))
+      return fail(fmt::format("has heads folded into a batch that is not static and input {} "
+                              "'{}' is no Unsqueeze(axes [0]) view of [N, L, D]",
+                              i, a.input(i)->name()));
+  Heads h{1, q[3].value(), v[3].value()};
+  h.kv_heads = 1;
+  h.folded = true;
+  if (h.d != h.dv) return fail("has a value head size other than the query's");
+  if (a.attrInt("causal", 0) != 0 && !q[2].provablyEqual(k[2]))
+    return fail("is causal with queries and keys not provably as many (the contrib ops' "
+                "causal masks are top-left aligned, or need a KV cache)");
+  const Value* m = a.numInputs() > 3 ? a.input(3) : nullptr;
+  if (!maskIsZero(m))
+    return fail(fmt::format("has heads folded into a batch that is not static and a mask {}: "
+                            "only a mask of 0 or none maps",
+                            m->shape().str()));
+  for (const Value* in : std::vector<const Value*>{a.input(0), a.input(1), a.input(2), m})
+    if (in && in->dtype() != DType::Float) return fail("is not float32");
+  return h;
+}
 
 // Condition checks of an Attention node; `why` set when it does not map.
 std::optional<Heads> attentionHeads(const Node& a, Why& why) {
@@ -119,8 +177,11 @@ std::optional<Heads> attentionHeads(const Node& a, Why& why) {
   const Shape& q = a.input(0)->shape();
   const Shape& k = a.input(1)->shape();
   const Shape& v = a.input(2)->shape();
-  if (!q.hasRank() || !k.hasRank() || !v.hasRank() || q.rank() != 4 || k.rank() != 4 ||
-      v.rank() != 4 || !q[1].isStatic() || !q[3].isStatic() || !v[3].isStatic())
+  const bool ranked = q.hasRank() && k.hasRank() && v.hasRank() && q.rank() == 4 &&
+                      k.rank() == 4 && v.rank() == 4;
+  if (ranked && !q[1].isStatic() && staticIs(q[0], 1) && q[3].isStatic() && v[3].isStatic())
+    return foldedHeads(a, fail);
+  if (!ranked || !q[1].isStatic() || !q[3].isStatic() || !v[3].isStatic())
     return fail("has Q/K/V without static head counts and sizes");
   Heads h{q[1].value(), q[3].value(), v[3].value()};
   if (!k[1].isStatic() || !staticIs(v[1], k[1].value()) || k[1].value() <= 0 ||
@@ -175,7 +236,7 @@ Constraint mergesHeads() {
             std::optional<Heads> h = attentionHeads(*a, quiet);
             const Shape& q = a->input(0)->shape();
             const Shape& out = r->output(0)->shape();
-            if (h && isPerm0213(*t) && onlyReader(*a) == t && onlyReader(*t) == r &&
+            if (h && !h->folded && isPerm0213(*t) && onlyReader(*a) == t && onlyReader(*t) == r &&
                 out.hasRank() && out.rank() == 3 && out[0].provablyEqual(q[0]) &&
                 out[1].provablyEqual(q[2]) && staticIs(out[2], h->heads * h->dv))
               return true;
@@ -562,6 +623,43 @@ class EmitOrtPass : public Pass {
         ->output(0);
   }
 
+  // Heads folded into a dynamic batch (Heads::folded): MultiHeadAttention with one head over
+  // the N = B*H batches, on the [N, L, D] values the [1, N, L, D] views were made of; its
+  // [N, S, Dv] output goes straight to the readers of the Squeeze(axes [0]) that unfolded the
+  // attention's output, else back to a's readers through an Unsqueeze.
+  static void lowerFolded(Rewriter& rw, const Pattern& pattern, const Match& m, Node* a,
+                          const Heads& h) {
+    Value* y = a->output(0);
+    Value* query = foldedSource(a->input(0));
+    NewNode node;
+    node.domain = kMs;
+    node.op_type = "MultiHeadAttention";
+    node.name = a->name();
+    node.inputs = {query, foldedSource(a->input(1)), foldedSource(a->input(2))};
+    node.attributes = {Attribute::ofInt("num_heads", 1),
+                       Attribute::ofFloat("scale", a->attrFloat("scale", 1.f / std::sqrt(
+                                                                         static_cast<float>(h.d)))),
+                       Attribute::ofInt("unidirectional", a->attrInt("causal", 0))};
+    const Shape& qs = query->shape();
+    Node* contrib = rw.addNode(std::move(node), y->name() + "_heads_batch",
+                               typed(y->dtype(), {qs[0], qs[1], Dim::known(h.dv)}), a);
+    Value* axis0 = rw.addConstant(y->name() + "_batch_axis",
+                                  Tensor::fromValues<int64_t>(DType::Int64, {1}, {0}));
+    NewNode view;
+    view.op_type = "Unsqueeze";
+    view.inputs = {contrib->output(0), axis0};
+    Node* unsqueeze = rw.replaceMatch(pattern.name, m, y, std::move(view));
+    rw.context().count("multi_head_attention_folded_heads");
+    // Unsqueeze -> Squeeze(axes [0]) is the contrib op's output itself.
+    Node* squeeze = onlyReader(*unsqueeze);
+    if (!squeeze || !squeeze->is("Squeeze") || !squeeze->domain().empty() ||
+        squeeze->numInputs() != 2 || intsConstant(squeeze->input(1)) != std::vector<int64_t>{0} ||
+        contrib->output(0)->isGraphOutput())
+      return;
+    // A Squeeze output that is a graph output passes its name on to the contrib op's.
+    rw.replaceByEquivalent(squeeze, contrib);  // erases the Unsqueeze with it
+  }
+
   // Grouped-query attention as com.microsoft::GroupQueryAttention on a prompt with no KV cache:
   // Q/K/V as [B, S, H*D], seqlens_k = T - 1 for every sequence and total_sequence_length = T,
   // both int32 and read from K's shape at run time; the present key/value outputs it must have
@@ -708,6 +806,10 @@ class EmitOrtPass : public Pass {
       const Heads h = *attentionHeads(*a, checked);
       if (h.grouped()) {
         lowerGrouped(rw, pattern, r, m, a, h);
+        return;
+      }
+      if (h.folded) {
+        lowerFolded(rw, pattern, m, a, h);
         return;
       }
       Value* query = query3d(rw, a, h);

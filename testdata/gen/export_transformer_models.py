@@ -340,6 +340,12 @@ def make_models():
     randomize_norms(model, gen)
     models.append(("vit_mha_encoder", model, (torch.randn(1, 17, 64, generator=gen),), dict(
         input_names=["tokens"], output_names=["output"], dynamic_axes={})))
+    # The same module exported as a deployment with varying batch and sequence usually is: the
+    # head split's and merge's targets are computed from Shapes (B*H folded heads, S read from
+    # k), which fuse-packed-attention and emit-ort take with symbolic dims.
+    models.append(("vit_mha_encoder_dyn", model, (torch.randn(2, 17, 64, generator=gen),), dict(
+        input_names=["tokens"], output_names=["output"],
+        dynamic_axes={"tokens": {0: "batch", 1: "seq"}, "output": {0: "batch", 1: "seq"}})))
     for _, m, _, _ in models:
         m.eval()
     return models
@@ -383,6 +389,12 @@ def verify(name, m, hist):
     elif name == "vit_mha_encoder":
         require(hist["Softmax"] == 2 and hist["Slice"] >= 6 and hist["Erf"] == 2,
                 "vit_mha_encoder: 2 attentions on Slices of the packed in_proj, 2 Erf GELUs")
+    elif name == "vit_mha_encoder_dyn":
+        dims = m.graph.input[0].type.tensor_type.shape.dim
+        require(dims[0].dim_param == "batch" and dims[1].dim_param == "seq",
+                "vit_mha_encoder_dyn: dynamic batch and sequence expected")
+        require(hist["Softmax"] == 2 and hist["Shape"] > 0 and hist["Concat"] > 0,
+                "vit_mha_encoder_dyn: 2 attentions with computed Reshape targets expected")
     elif name == "bert_op17":
         require(ln17 == 4 and hist["Erf"] == 2 and hist["ReduceMean"] == 0,
                 "bert_op17: 4 LayerNormalization and 2 Erf expected")
