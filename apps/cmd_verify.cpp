@@ -1,4 +1,5 @@
-// `fusectl verify A B`: run two models on the same seeded inputs and compare their outputs.
+// `fusectl verify A B`: run two models on the same inputs (seeded, or files given by --input)
+// and compare their outputs.
 //
 // Outputs are matched by name; every output of either model must exist in the other, and both
 // models must take the same inputs (names and dtypes), else it is an error (exit 3). An output
@@ -8,6 +9,7 @@
 //
 // --json prints one object:
 //   {"model_a": str, "model_b": str, "runs": int, "seed": int,
+//    "inputs": [{"name": str, "source": str}]  (first run: a file, or "random, seed N"),
 //    "atol": num, "rtol": num, "min_cosine": num, "passed": bool,
 //    "outputs": [{"name": str, "dtype": str, "shape": [int...], "max_abs_error": num,
 //                 "max_rel_error": num, "cosine": num, "mismatches": int, "passed": bool,
@@ -22,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "input_binding.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/compare.h"
@@ -41,6 +44,7 @@ struct VerifyOptions {
   uint64_t seed = 0;
   bool json = false;
   std::vector<std::string> shapes;
+  std::vector<std::string> inputs;  // --input NAME=FILE or FILE
   int threads = 1;
   std::string device = "cpu";
 };
@@ -63,6 +67,18 @@ int runVerify(const VerifyOptions& opts) {
   inputs.seed = opts.seed;
   inputs.runs = opts.runs;
   inputs.shapes = shapes;
+  // With --input, every run reads those files (bound to A's inputs, which B shares) and seeds
+  // the inputs they do not name with seed + run, as `run` and `profile` do.
+  std::vector<std::pair<std::string, std::string>> sources;
+  if (!opts.inputs.empty()) {
+    for (int r = 0; r < opts.runs; ++r) {
+      BoundInputs bound = bindInputs(*a->graph, opts.inputs, opts.seed + r, shapes);
+      if (r == 0)
+        for (size_t i = 0; i < bound.tensors.size(); ++i)
+          sources.emplace_back(bound.tensors[i].name, bound.sources[i]);
+      inputs.given.push_back(std::move(bound.tensors));
+    }
+  }
   inputs.execution.num_threads = opts.threads;
   inputs.backend_b = deviceBackend(opts.device);
   Tolerance tol;
@@ -78,6 +94,9 @@ int runVerify(const VerifyOptions& opts) {
     j["model_b"] = opts.model_b;
     j["runs"] = opts.runs;
     j["seed"] = opts.seed;
+    j["inputs"] = nlohmann::json::array();
+    for (const auto& [name, source] : sources)
+      j["inputs"].push_back({{"name", name}, {"source", source}});
     j["atol"] = opts.atol;
     j["rtol"] = opts.rtol;
     j["min_cosine"] = opts.min_cosine;
@@ -99,6 +118,7 @@ int runVerify(const VerifyOptions& opts) {
     fmt::print("verify {} vs {}: {} run{}, seed {}, atol {:g}, rtol {:g}, min cosine {:g}\n",
                opts.model_a, opts.model_b, opts.runs, opts.runs == 1 ? "" : "s", opts.seed,
                opts.atol, opts.rtol, opts.min_cosine);
+    for (const auto& [name, source] : sources) fmt::print("  input {}: {}\n", name, source);
     for (const OutputComparison& v : comparison.outputs) {
       // A half output's tolerance is raised to its type's resolution (Tolerance::forDType).
       const Tolerance used = tol.forDType(v.dtype);
@@ -125,7 +145,7 @@ int runVerify(const VerifyOptions& opts) {
 Command addVerifyCommand(CLI::App& parent) {
   auto opts = std::make_shared<VerifyOptions>();
   CLI::App* cmd = parent.add_subcommand(
-      "verify", "Run two models on the same seeded inputs and compare their outputs");
+      "verify", "Run two models on the same inputs (seeded or --input files) and compare their outputs");
   cmd->add_option("A", opts->model_a, "Reference model")->required();
   cmd->add_option("B", opts->model_b, "Model to check against A (e.g. the optimized one)")
       ->required();
@@ -136,6 +156,10 @@ Command addVerifyCommand(CLI::App& parent) {
   cmd->add_option("--runs", opts->runs, "Input sets to try (seeds SEED, SEED+1, ...)")
       ->capture_default_str();
   cmd->add_option("--seed", opts->seed, "Seed of the first input set")->capture_default_str();
+  cmd->add_option("--input", opts->inputs,
+                  "Input data for every run: NAME=FILE or FILE (bound to the next input in "
+                  "order); .npy or TensorProto .pb. Inputs not given get seeded random data")
+      ->type_name("NAME=FILE");
   cmd->add_option("--shape", opts->shapes, "Dims for an input, e.g. input=1x3x224x224")
       ->type_name("NAME=DIMS");
   cmd->add_option("--threads", opts->threads, "Threads per kernel (0 = all cores)")
@@ -149,7 +173,8 @@ Command addVerifyCommand(CLI::App& parent) {
   cmd->footer(
       "An output passes when |b - a| <= atol + rtol * |a| element-wise (NaN only where A has NaN, "
       "equal infinities; integers and bools exactly) and cosine(a, b) >= min-cosine, in every "
-      "run.\n--json: {model_a, model_b, runs, seed, atol, rtol, min_cosine, passed, outputs: "
+      "run.\n--json: {model_a, model_b, runs, seed, inputs: [{name, source}], atol, rtol, "
+      "min_cosine, passed, outputs: "
       "[{name, dtype, shape, max_abs_error, max_rel_error, cosine, mismatches, passed, detail}]}; "
       "figures are the worst over all runs, a non-finite error is null.\nExit codes: 0 all "
       "outputs within tolerance, 1 some output is not, 3 the models' inputs or outputs differ.");

@@ -37,6 +37,24 @@ void checkSeededSize(const Value& input, const Shape* override) {
                             std::to_string(bytes), maxTensorBytes()));
 }
 
+// A file's tensor against the graph input it is bound to: its dtype, and its dims where the
+// graph declares them static, so that the error names the file (the executor's own check names
+// only the input).
+void checkFileMatches(const Value& input, const HostTensor& t, const std::string& path) {
+  const Shape& declared = input.shape();
+  bool ok = !dtypeIsKnown(static_cast<int32_t>(input.dtype())) || t.dtype() == input.dtype();
+  if (ok && declared.hasRank()) {
+    ok = declared.rank() == t.dims().size();
+    for (size_t i = 0; ok && i < declared.rank(); ++i)
+      ok = !declared[i].isStatic() || declared[i].value() == t.dims()[i];
+  }
+  if (ok) return;
+  throw Error(ErrorKind::InvalidInput,
+              fmt::format("{}: input '{}' is {}{} but the graph declares {}{}", path, input.name(),
+                          dtypeName(t.dtype()), kernels::formatDims(t.dims()), dtypeName(input.dtype()),
+                          declared.str()));
+}
+
 }  // namespace
 
 BoundInputs bindInputs(const Graph& graph, const std::vector<std::string>& specs, uint64_t seed,
@@ -68,7 +86,9 @@ BoundInputs bindInputs(const Graph& graph, const std::vector<std::string>& specs
     if (given.count(name)) {
       throw Error(ErrorKind::Usage, fmt::format("--input: '{}' given twice", name));
     }
-    given[name] = {kernels::readTensorFile(path), path};
+    HostTensor t = kernels::readTensorFile(path);
+    checkFileMatches(*graph.findValue(name), t, path);
+    given[name] = {std::move(t), path};
   }
 
   std::map<std::string, const Shape*> overrides;

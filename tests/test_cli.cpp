@@ -390,3 +390,61 @@ TEST_CASE("unusual but valid inputs load: unknown op, IR 2 attributes, unsorted 
     CHECK(runCli("dump --format json " + q(tmp / "out.onnx")).out == dump.out);
   }
 }
+
+TEST_CASE("verify --input: both models read the given file; inputs not given are seeded",
+          "[cli][verify]") {
+  TempDir tmp;
+  // Relu and Abs agree exactly on non-negative inputs only: seeded inputs (with negatives)
+  // tell them apart, the file of non-negative values does not.
+  const std::string header = "<ir_version: 8, opset_import: [\"\" : 13]>\n";
+  std::ofstream(tmp / "relu.onnxtxt")
+      << header << "g (float[2, 3] X, float[2, 3] Z) => (float[2, 3] Y) {\n  R = Relu (X)\n"
+      << "  Y = Add (R, Z)\n}\n";
+  std::ofstream(tmp / "abs.onnxtxt")
+      << header << "g (float[2, 3] X, float[2, 3] Z) => (float[2, 3] Y) {\n  R = Abs (X)\n"
+      << "  Y = Add (R, Z)\n}\n";
+  // A .npy of float32 [2, 3]: version 1.0 header padded to a multiple of 64 bytes.
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+  dict += '\n';
+  std::string npy = std::string("\x93NUMPY\x01\x00", 8);
+  npy += static_cast<char>(dict.size() & 0xff);
+  npy += static_cast<char>(dict.size() >> 8);
+  npy += dict;
+  const float values[6] = {0.f, 0.5f, 1.f, 2.f, 3.5f, 7.f};
+  npy.append(reinterpret_cast<const char*>(values), sizeof(values));
+  std::ofstream(tmp / "x.npy", std::ios::binary) << npy;
+  const std::string models = q(tmp / "relu.onnxtxt") + " " + q(tmp / "abs.onnxtxt");
+
+  const Result seeded = runCli("verify " + models);
+  INFO(seeded.out << seeded.err);
+  CHECK(seeded.code == 1);
+  CHECK(contains(seeded.out, "FAIL: 0 of 1 outputs within tolerance"));
+
+  const Result given = runCli("verify " + models + " --input X=" + q(tmp / "x.npy") +
+                              " --runs 2 --atol 0 --rtol 0");
+  INFO(given.out << given.err);
+  CHECK(given.code == 0);
+  CHECK(contains(given.out, "input X: " + (tmp / "x.npy")));
+  CHECK(contains(given.out, "input Z: random, seed 0"));
+  CHECK(contains(given.out, "PASS: 1 of 1 outputs within tolerance"));
+
+  const Result json = runCli("verify " + models + " --input " + q(tmp / "x.npy") + " --json");
+  INFO(json.out << json.err);
+  CHECK(json.code == 0);
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  REQUIRE(j["inputs"].size() == 2);
+  CHECK(j["inputs"][0]["name"] == "X");
+  CHECK(j["inputs"][0]["source"] == (tmp / "x.npy"));
+
+  // A file whose dims are not the input's is an error of one line naming the file.
+  std::string flat = npy;
+  flat.replace(flat.find("(2, 3)"), 6, "(6,)  ");
+  std::ofstream(tmp / "flat.npy", std::ios::binary) << flat;
+  const Result bad = runCli("verify " + models + " --input X=" + q(tmp / "flat.npy"));
+  INFO(bad.out << bad.err);
+  CHECK(bad.code != 0);
+  CHECK(bad.code != 1);
+  CHECK(lineCount(bad.err) == 1);
+  CHECK(contains(bad.err, "flat.npy"));
+}
