@@ -145,7 +145,8 @@ int runVerify(const VerifyOptions& opts) {
 Command addVerifyCommand(CLI::App& parent) {
   auto opts = std::make_shared<VerifyOptions>();
   CLI::App* cmd = parent.add_subcommand(
-      "verify", "Run two models on the same inputs (seeded or --input files) and compare their outputs");
+      "verify",
+      "Run two models on the same inputs (seeded or --input files) and compare their outputs");
   cmd->add_option("A", opts->model_a, "Reference model")->required();
   cmd->add_option("B", opts->model_b, "Model to check against A (e.g. the optimized one)")
       ->required();

@@ -51,8 +51,8 @@ void checkFileMatches(const Value& input, const HostTensor& t, const std::string
   if (ok) return;
   throw Error(ErrorKind::InvalidInput,
               fmt::format("{}: input '{}' is {}{} but the graph declares {}{}", path, input.name(),
-                          dtypeName(t.dtype()), kernels::formatDims(t.dims()), dtypeName(input.dtype()),
-                          declared.str()));
+                          dtypeName(t.dtype()), kernels::formatDims(t.dims()),
+                          dtypeName(input.dtype()), declared.str()));
 }
 
 }  // namespace

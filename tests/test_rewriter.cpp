@@ -280,6 +280,22 @@ TEST_CASE("fusion stamp: the Rewriter's line reads back", "[rewriter][diff]") {
   CHECK(d.fusions[0].op == "fusectl::FusedConv");
 }
 
+// Erases reluChain's Relu r2 (Y's Relu then reads r1) and makes Neg(r1) -> t before Y's Relu,
+// which the graph's pool puts at r2's freed address: the Rewriter's erased() still holds it.
+Node* negAtErasedAddress(Session& s, Rewriter& rw) {
+  Node* r2 = producerOf(s.graph(), "r2");
+  const void* freed = r2;
+  rw.bypass(r2);
+  REQUIRE(rw.erased(r2));
+  NewNode neg;
+  neg.op_type = "Neg";
+  neg.inputs = {s.graph().findValue("r1")};
+  const ValueType type = s.graph().findValue("r1")->type;
+  Node* made = rw.addNode(std::move(neg), "t", type, producerOf(s.graph(), "Y"));
+  REQUIRE(static_cast<const void*>(made) == freed);  // the pool reused the address
+  return made;
+}
+
 TEST_CASE("rewriter: a node made at an erased node's address is erased with dead producers",
           "[rewriter]") {
   // The Rewriter remembers erased nodes by address, and the graph's pool hands a freed node's
@@ -288,16 +304,8 @@ TEST_CASE("rewriter: a node made at an erased node's address is erased with dead
   // chains, one layer in two).
   Session s(reluChain());
   Rewriter rw(s.ctx);
-  Node* r2 = producerOf(s.graph(), "r2");
-  const void* freed = r2;
-  rw.bypass(r2);  // Y's Relu reads r1 now; r2's node is erased and its memory free
-  REQUIRE(rw.erased(r2));
-  NewNode neg;
-  neg.op_type = "Neg";
-  neg.inputs = {s.graph().findValue("r1")};
-  const ValueType type = s.graph().findValue("r1")->type;
-  Node* first = rw.addNode(std::move(neg), "t", type, producerOf(s.graph(), "Y"));
-  REQUIRE(static_cast<const void*>(first) == freed);  // the pool reused the address
+  Node* first = negAtErasedAddress(s, rw);
+  const ValueType type = first->output(0)->type;
   NewNode abs;
   abs.op_type = "Abs";
   abs.inputs = {first->output(0)};
@@ -318,16 +326,8 @@ TEST_CASE("rewriter: a fusion whose match holds a node made at an erased node's 
   // the rest of the match alive.
   Session s(reluChain());
   Rewriter rw(s.ctx);
-  Node* r2 = producerOf(s.graph(), "r2");
-  const void* freed = r2;
-  rw.bypass(r2);  // X -> r0 -> r1 -> Y
-  NewNode neg;
-  neg.op_type = "Neg";
-  neg.inputs = {s.graph().findValue("r1")};
-  const ValueType type = s.graph().findValue("r1")->type;
+  Node* made = negAtErasedAddress(s, rw);
   Node* y = producerOf(s.graph(), "Y");
-  Node* made = rw.addNode(std::move(neg), "t", type, y);
-  REQUIRE(static_cast<const void*>(made) == freed);
   rw.rewireInput(y, 0, made->output(0));  // X -> r0 -> r1 -> Neg t -> Y
   const Pattern p = Pattern::parse("inner:Relu -> outer:Neg", "relu-neg");
   const Match m = matchFirst(s.graph(), p);

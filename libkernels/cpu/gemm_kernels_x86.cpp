@@ -33,29 +33,27 @@ constexpr int kNr512 = 32;
 // a packed panel. Each instantiation starts on a 64-byte boundary: adding the A_ROWS ones moved
 // the packed ones within their lines, and a 1x1 convolution of 16 input channels (16 k a tile,
 // MobileNetV2's 112x112 expansion) ran 15% slower in the model for it, with the same code.
-// `steps` k steps of tile512's loop, from a and b on (both advanced past them).
+// One k step of tile512's loop: a and b advance past it.
 template <int ROWS, bool HALF, bool A_ROWS>
-FUSECTL_AVX512 FUSECTL_FORCE_INLINE void tileSteps512(__m512 (&acc0)[ROWS], __m512 (&acc1)[ROWS],
-                                                     const float*& a, int64_t as, const float*& b,
-                                                     int64_t bs, int64_t steps) {
-  for (int64_t i = 0; i < steps; ++i) {
-    const __m512 b0 = _mm512_loadu_ps(b);
-    if (HALF) {
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE void tileStep512(__m512 (&acc0)[ROWS], __m512 (&acc1)[ROWS],
+                                                    const float*& a, int64_t as, const float*& b,
+                                                    int64_t bs) {
+  const __m512 b0 = _mm512_loadu_ps(b);
+  if (HALF) {
 #pragma GCC unroll 8
-      for (int r = 0; r < ROWS; ++r)
-        acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(A_ROWS ? a[r * as] : a[r]), b0, acc0[r]);
-    } else {
-      const __m512 b1 = _mm512_loadu_ps(b + 16);
+    for (int r = 0; r < ROWS; ++r)
+      acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(A_ROWS ? a[r * as] : a[r]), b0, acc0[r]);
+  } else {
+    const __m512 b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 8
-      for (int r = 0; r < ROWS; ++r) {
-        const __m512 av = _mm512_set1_ps(A_ROWS ? a[r * as] : a[r]);
-        acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
-        acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
-      }
+    for (int r = 0; r < ROWS; ++r) {
+      const __m512 av = _mm512_set1_ps(A_ROWS ? a[r * as] : a[r]);
+      acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
     }
-    a += A_ROWS ? 1 : kMr512;
-    b += bs;
   }
+  a += A_ROWS ? 1 : kMr512;
+  b += bs;
 }
 
 // RUNS: the k loop runs `every` steps between two prefetch requests with no bookkeeping inside
@@ -91,13 +89,14 @@ FUSECTL_AVX512 __attribute__((aligned(64))) void tile512(const TileArgs& t) {
     int64_t k = 0;
     if (every > 0) {
       for (int64_t asked = 0; asked < t.prefetch_lines && k + every <= t.kc; ++asked) {
-        tileSteps512<ROWS, HALF, A_ROWS>(acc0, acc1, a, as, b, bs, every);
+        for (int64_t i = 0; i < every; ++i)
+          tileStep512<ROWS, HALF, A_ROWS>(acc0, acc1, a, as, b, bs);
         k += every;
         _mm_prefetch(reinterpret_cast<const char*>(pf + static_cast<uintptr_t>(asked * pf_step)),
                      _MM_HINT_T1);
       }
     }
-    tileSteps512<ROWS, HALF, A_ROWS>(acc0, acc1, a, as, b, bs, t.kc - k);
+    for (; k < t.kc; ++k) tileStep512<ROWS, HALF, A_ROWS>(acc0, acc1, a, as, b, bs);
   }
   int64_t asked = 0, countdown = every;
   for (int64_t k = 0; !RUNS && k < t.kc; ++k) {
@@ -111,22 +110,7 @@ FUSECTL_AVX512 __attribute__((aligned(64))) void tile512(const TileArgs& t) {
       ++asked;
       countdown = every;
     }
-    const __m512 b0 = _mm512_loadu_ps(b);
-    if (HALF) {
-#pragma GCC unroll 8
-      for (int r = 0; r < ROWS; ++r)
-        acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(A_ROWS ? a[r * as] : a[r]), b0, acc0[r]);
-    } else {
-      const __m512 b1 = _mm512_loadu_ps(b + 16);
-#pragma GCC unroll 8
-      for (int r = 0; r < ROWS; ++r) {
-        const __m512 av = _mm512_set1_ps(A_ROWS ? a[r * as] : a[r]);
-        acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
-        acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
-      }
-    }
-    a += A_ROWS ? 1 : kMr512;
-    b += bs;
+    tileStep512<ROWS, HALF, A_ROWS>(acc0, acc1, a, as, b, bs);
   }
   const int cols = t.cols;
   const __mmask16 m0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
