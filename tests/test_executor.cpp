@@ -659,6 +659,25 @@ TEST_CASE("compare: allclose semantics match numpy's assert_allclose(equal_nan=T
   CHECK(r.max_rel_error == Approx(1.0 / 3));
   CHECK(r.describe({3}).find("1 of 3 elements differ (first at [2]: 4 vs 3)") == 0);
 
+  // Only the element-wise bound failed: the atol that would pass at this rtol is offered.
+  const CompareResult drift = cmp({1.0f, 2.0f, 3.05f}, {1.0f, 2.0f, 3.0f});
+  CHECK_FALSE(drift.passed);
+  CHECK(drift.atol_needed == Approx(0.05 - 0.03).epsilon(1e-4));  // |3.05 - 3| - rtol * 3
+  CHECK(drift.describe({3}).find("; every element within atol 0.0") != std::string::npos);
+  tol.atol = drift.atol_needed * 1.0001;
+  CHECK(cmp({1.0f, 2.0f, 3.05f}, {1.0f, 2.0f, 3.0f}).passed);
+  tol.atol = 1e-3;
+  // Not offered where no atol would do: the cosine is below the minimum, or a non-finite
+  // element differs.
+  Tolerance cosine_gate = tol;
+  cosine_gate.min_cosine = 0.9999;
+  const CompareResult turned = compareTensors(floats({2}, {1, 0.1f}), floats({2}, {1, 0}),
+                                              cosine_gate);  // cosine 0.995
+  CHECK_FALSE(turned.passed);
+  CHECK(turned.atol_needed == -1);
+  CHECK(turned.describe({2}).find("every element within") == std::string::npos);
+  CHECK(cmp({nan, 1.5f}, {1.0f, 1.0f}).atol_needed == -1);
+
   // Cosine and zero vectors.
   CHECK(cmp({0, 0}, {0, 0}).cosine == 1.0);
   CHECK(cmp({1, 0}, {0, 1}).cosine == Approx(0.0));

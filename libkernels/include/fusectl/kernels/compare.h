@@ -58,6 +58,10 @@ struct CompareResult {
   double max_rel_error = 0;
   double cosine = 1;
   bool passed = true;  // dtype and shape equal, no mismatch, cosine >= min_cosine
+  // When only the element-wise bound failed (dtypes equal, the cosine passed, every mismatch
+  // finite, a tolerance-compared type): the smallest atol with which every element passes at
+  // the same rtol, which describe() offers; else -1.
+  double atol_needed = -1;
 
   // One line for reports: "ok" or what failed first, e.g. "12 of 400 elements differ (first at
   // [0,3]: 0.51 vs 0.5); max abs 0.01, max rel 0.02, cosine 0.99998".
