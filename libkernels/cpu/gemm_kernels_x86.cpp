@@ -26,13 +26,6 @@ namespace {
 constexpr int kMr512 = 8;
 constexpr int kNr512 = 32;
 
-// HALF: the tile has at most 16 columns (a panel's ragged end: 196 = 6 x 32 + 4 output pixels,
-// or N = 1), so only the first 16 are computed; the second accumulators stay zero and are
-// stored under an empty mask.
-// A_ROWS: A is read in place, row r's k at a[r * a_stride + k] (TileArgs::a_stride), not from
-// a packed panel. Each instantiation starts on a 64-byte boundary: adding the A_ROWS ones moved
-// the packed ones within their lines, and a 1x1 convolution of 16 input channels (16 k a tile,
-// MobileNetV2's 112x112 expansion) ran 15% slower in the model for it, with the same code.
 // One k step of tile512's loop: a and b advance past it.
 template <int ROWS, bool HALF, bool A_ROWS>
 FUSECTL_AVX512 FUSECTL_FORCE_INLINE void tileStep512(__m512 (&acc0)[ROWS], __m512 (&acc1)[ROWS],
@@ -56,6 +49,13 @@ FUSECTL_AVX512 FUSECTL_FORCE_INLINE void tileStep512(__m512 (&acc0)[ROWS], __m51
   b += bs;
 }
 
+// HALF: the tile has at most 16 columns (a panel's ragged end: 196 = 6 x 32 + 4 output pixels,
+// or N = 1), so only the first 16 are computed; the second accumulators stay zero and are
+// stored under an empty mask.
+// A_ROWS: A is read in place, row r's k at a[r * a_stride + k] (TileArgs::a_stride), not from
+// a packed panel. Each instantiation starts on a 64-byte boundary: adding the A_ROWS ones moved
+// the packed ones within their lines, and a 1x1 convolution of 16 input channels (16 k a tile,
+// MobileNetV2's 112x112 expansion) ran 15% slower in the model for it, with the same code.
 // RUNS: the k loop runs `every` steps between two prefetch requests with no bookkeeping inside
 // them (TileArgs::prefetch_in_runs); otherwise each step counts down to the next request.
 template <int ROWS, bool HALF, bool A_ROWS = false, bool RUNS = false>
@@ -154,17 +154,17 @@ FUSECTL_AVX512 __attribute__((aligned(64))) void tile512(const TileArgs& t) {
   }
 }
 
-template <bool HALF, bool A_ROWS = false>
+template <bool HALF, bool A_ROWS = false, bool RUNS = false>
 FUSECTL_AVX512 void tileAvx512Rows(const TileArgs& t) {
   switch (t.rows) {
-    case 8: tile512<8, HALF, A_ROWS>(t); break;
-    case 7: tile512<7, HALF, A_ROWS>(t); break;
-    case 6: tile512<6, HALF, A_ROWS>(t); break;
-    case 5: tile512<5, HALF, A_ROWS>(t); break;
-    case 4: tile512<4, HALF, A_ROWS>(t); break;
-    case 3: tile512<3, HALF, A_ROWS>(t); break;
-    case 2: tile512<2, HALF, A_ROWS>(t); break;
-    default: tile512<1, HALF, A_ROWS>(t); break;
+    case 8: tile512<8, HALF, A_ROWS, RUNS>(t); break;
+    case 7: tile512<7, HALF, A_ROWS, RUNS>(t); break;
+    case 6: tile512<6, HALF, A_ROWS, RUNS>(t); break;
+    case 5: tile512<5, HALF, A_ROWS, RUNS>(t); break;
+    case 4: tile512<4, HALF, A_ROWS, RUNS>(t); break;
+    case 3: tile512<3, HALF, A_ROWS, RUNS>(t); break;
+    case 2: tile512<2, HALF, A_ROWS, RUNS>(t); break;
+    default: tile512<1, HALF, A_ROWS, RUNS>(t); break;
   }
 }
 
@@ -335,18 +335,8 @@ FUSECTL_AVX512 int64_t packTransposedBPanelAvx512(const float* B, int64_t cs, in
 
 FUSECTL_AVX512 void tileAvx512(const TileArgs& t) {
   if (t.prefetch_in_runs && t.cols > 16 && !t.a_stride && !t.prefetch_stride) {
-    switch (t.rows) {
-      case 8: tile512<8, false, false, true>(t); return;
-      case 7: tile512<7, false, false, true>(t); return;
-      case 6: tile512<6, false, false, true>(t); return;
-      case 5: tile512<5, false, false, true>(t); return;
-      case 4: tile512<4, false, false, true>(t); return;
-      case 3: tile512<3, false, false, true>(t); return;
-      case 2: tile512<2, false, false, true>(t); return;
-      default: tile512<1, false, false, true>(t); return;
-    }
-  }
-  if (t.a_stride) {  // A read in place (GemmKernelSpec::a_rows_in_place)
+    tileAvx512Rows<false, false, true>(t);
+  } else if (t.a_stride) {  // A read in place (GemmKernelSpec::a_rows_in_place)
     if (t.cols <= 16) tileAvx512Rows<true, true>(t);
     else tileAvx512Rows<false, true>(t);
   } else if (t.cols == 1) tileColumn512(t);

@@ -325,6 +325,7 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
   }
   TileArgs t;
   t.ldc = p.ldc;
+  t.prefetch_in_runs = pb != nullptr;  // its tiles' share is of the next prepacked B panel
   bool last_k = false;
   // The tile's C at (row, col) of the product, and on the last K slice its epilogue there.
   auto placeOutput = [&](int64_t row, int64_t col) {
@@ -442,7 +443,6 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
             const int64_t row = ic + ir;
             if (pb) next_b.assign(t, ir / MR);
             else next_a.assign(t, jr / NR * row_tiles + ir / MR);
-            t.prefetch_in_runs = pb != nullptr;
             if (t.prefetch_lines == 0) next_b_rows.assign(t, ir / MR);
             t.rows = static_cast<int>(std::min(MR, mc - ir));
             t.a = direct_a ? ablock + ir * p.a_rs : ablock + ir * kc;
