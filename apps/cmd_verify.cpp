@@ -71,13 +71,11 @@ int runVerify(const VerifyOptions& opts) {
   // the inputs they do not name with seed + run, as `run` and `profile` do.
   std::vector<std::pair<std::string, std::string>> sources;
   if (!opts.inputs.empty()) {
-    for (int r = 0; r < opts.runs; ++r) {
-      BoundInputs bound = bindInputs(*a->graph, opts.inputs, opts.seed + r, shapes);
-      if (r == 0)
-        for (size_t i = 0; i < bound.tensors.size(); ++i)
-          sources.emplace_back(bound.tensors[i].name, bound.sources[i]);
-      inputs.given.push_back(std::move(bound.tensors));
-    }
+    std::vector<BoundInputs> runs = bindInputRuns(*a->graph, opts.inputs, opts.seed, opts.runs,
+                                                  shapes);
+    for (size_t i = 0; i < runs[0].tensors.size(); ++i)
+      sources.emplace_back(runs[0].tensors[i].name, runs[0].sources[i]);
+    for (BoundInputs& run : runs) inputs.given.push_back(std::move(run.tensors));
   }
   inputs.execution.num_threads = opts.threads;
   inputs.backend_b = deviceBackend(opts.device);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "commands.h"
@@ -59,6 +60,12 @@ void checkFileMatches(const Value& input, const HostTensor& t, const std::string
 
 BoundInputs bindInputs(const Graph& graph, const std::vector<std::string>& specs, uint64_t seed,
                        const std::vector<std::pair<std::string, Shape>>& shapes) {
+  return std::move(bindInputRuns(graph, specs, seed, 1, shapes).front());
+}
+
+std::vector<BoundInputs> bindInputRuns(const Graph& graph, const std::vector<std::string>& specs,
+                                       uint64_t seed, int runs,
+                                       const std::vector<std::pair<std::string, Shape>>& shapes) {
   std::vector<const Value*> positional;
   for (const Value* v : graph.inputs()) {
     if (!v->isInitializer()) positional.push_back(v);
@@ -99,24 +106,30 @@ BoundInputs bindInputs(const Graph& graph, const std::vector<std::string>& specs
     }
     overrides[name] = &shape;
   }
-  BoundInputs bound;
-  for (const Value* v : positional) {
-    auto it = given.find(v->name());
-    if (it != given.end()) {
-      bound.tensors.push_back({v->name(), std::move(it->second.first)});
-      bound.sources.push_back(std::move(it->second.second));
-      given.erase(it);
-      continue;
+  // Each run shares the files' tensors (a HostTensor copy shares its storage) and seeds the
+  // rest with seed + run.
+  std::vector<BoundInputs> bound(static_cast<size_t>(std::max(runs, 1)));
+  for (size_t r = 0; r < bound.size(); ++r) {
+    const uint64_t run_seed = seed + r;
+    for (const Value* v : positional) {
+      auto it = given.find(v->name());
+      if (it != given.end()) {
+        bound[r].tensors.push_back({v->name(), it->second.first});
+        bound[r].sources.push_back(it->second.second);
+        continue;
+      }
+      auto ov = overrides.find(v->name());
+      const Shape* override = ov == overrides.end() ? nullptr : ov->second;
+      checkSeededSize(*v, override);
+      bound[r].tensors.push_back({v->name(), kernels::makeRandomInput(*v, run_seed, override)});
+      bound[r].sources.push_back(fmt::format("random, seed {}", run_seed));
     }
-    auto ov = overrides.find(v->name());
-    checkSeededSize(*v, ov == overrides.end() ? nullptr : ov->second);
-    bound.tensors.push_back(
-        {v->name(), kernels::makeRandomInput(*v, seed, ov == overrides.end() ? nullptr : ov->second)});
-    bound.sources.push_back(fmt::format("random, seed {}", seed));
-  }
-  for (auto& [name, t] : given) {  // overridden initializers
-    bound.tensors.push_back({name, std::move(t.first)});
-    bound.sources.push_back(std::move(t.second));
+    for (const auto& [name, t] : given) {  // overridden initializers
+      if (graph.findValue(name)->isInitializer()) {
+        bound[r].tensors.push_back({name, t.first});
+        bound[r].sources.push_back(t.second);
+      }
+    }
   }
   return bound;
 }

@@ -1,4 +1,5 @@
-// How `run` and `profile` turn their --input and --shape flags into the graph's inputs.
+// How `run`, `profile`, `verify` and `optimize` turn their --input and --shape flags into the
+// graph's inputs.
 #pragma once
 
 #include <cstdint>
@@ -22,5 +23,10 @@ struct BoundInputs {
 // (makeRandomInput, with the --shape override for symbolic dims). Usage errors name the spec.
 BoundInputs bindInputs(const Graph& graph, const std::vector<std::string>& specs, uint64_t seed,
                        const std::vector<std::pair<std::string, Shape>>& shapes);
+// The same for `runs` input sets (`verify --runs`): each file is read once and every set holds
+// it; the inputs no spec names are seeded with seed + run.
+std::vector<BoundInputs> bindInputRuns(const Graph& graph, const std::vector<std::string>& specs,
+                                       uint64_t seed, int runs,
+                                       const std::vector<std::pair<std::string, Shape>>& shapes);
 
 }  // namespace fusectl::cli
