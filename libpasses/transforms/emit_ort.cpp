@@ -201,15 +201,13 @@ std::optional<Heads> attentionHeads(const Node& a, Why& why) {
       return fail(fmt::format("is grouped-query ({} query heads, {} key/value heads) but not "
                               "causal, and GroupQueryAttention always is",
                               h.heads, h.kv_heads));
-    std::optional<double> zero = m ? scalarConstant(m) : std::nullopt;
-    if (m && !(zero && *zero == 0.0))
+    if (!maskIsZero(m))
       return fail("is grouped-query with an additive mask, which GroupQueryAttention does not "
                   "take");
   }
   if (m) {
-    std::optional<double> zero = scalarConstant(m);
     const Shape& ms = m->shape();
-    const bool mask_ok = (zero && *zero == 0.0) ||
+    const bool mask_ok = maskIsZero(m) ||
                          (ms.hasRank() && ms.rank() == 4 && ms[3].provablyEqual(k[2]) &&
                           (staticIs(ms[1], 1) || staticIs(ms[1], h.heads)) &&
                           (staticIs(ms[2], 1) || ms[2].provablyEqual(q[2])));
@@ -521,8 +519,7 @@ class EmitOrtPass : public Pass {
   Value* bias(Rewriter& rw, Node* a, Value* query) {
     Value* m = a->numInputs() > 3 ? a->input(3) : nullptr;
     if (!m) return nullptr;
-    std::optional<double> zero = scalarConstant(m);
-    if (zero && *zero == 0.0) return nullptr;
+    if (maskIsZero(m)) return nullptr;
     const Shape& ms = m->shape();
     const Shape& qs = a->input(0)->shape();
     if (ms[2].provablyEqual(qs[2])) return m;

@@ -23,7 +23,7 @@
 //     when the Transpose swapped only those, else a new Transpose), or of rank 3 when the heads
 //     are folded into the batch, [B*H, S, D] (torch's nn.MultiheadAttention): the attention then
 //     runs on [1, B*H, S, D] views of q, K and v (Unsqueeze), and a Squeeze gives its readers
-//     [B*H, S, Dv] back (fuse-packed-attention takes both in where the batch is static); K and V
+//     [B*H, S, Dv] back (fuse-packed-attention takes both in, static or dynamic batch); K and V
 //     may come through HF's repeat_kv (Unsqueeze(2) -> Expand -> Reshape), which is peeled: the
 //     kernel maps query head h to key/value head h / (Hq / Hkv).
 // Conditions, checked in this order, each a reported rejection:

@@ -377,6 +377,20 @@ NewNode swapFirstTwoAxes(Value* x, const std::string& name) {
   return swap;
 }
 
+// Reshape of `x` by the constant `target` (named after `constant_hint`), named `name`: the
+// views of X and of the node's output the sequence-first forms need.
+NewNode reshapeView(Rewriter& rw, Value* x, std::vector<int64_t> target,
+                    const std::string& constant_hint, const std::string& name) {
+  const int64_t rank = static_cast<int64_t>(target.size());
+  NewNode view;
+  view.op_type = "Reshape";
+  view.inputs = {x, rw.addConstant(constant_hint,
+                                   Tensor::fromValues(DType::Int64, {rank}, std::move(target)))};
+  view.name = name;
+  view.naming = NodeNaming::Unique;
+  return view;
+}
+
 // After packedQkv: X is known.
 Constraint mergeInputReadOnce() {
   return {"read-once-besides-dims:ta", [](const Match& m, Why& why) {
@@ -543,16 +557,10 @@ class FusePackedAttentionPass : public Pass {
                    ValueType{p.x->dtype(), Shape({xs[1], xs[0], xs[2]}), {}}, m.get("ta"));
                x = batch_first->output(0);
              } else if (sequence_first) {  // [S, 1, W] read as [1, S, W]: a view
-               const int64_t w = xs[2].value();
-               NewNode view;
-               view.op_type = "Reshape";
-               view.inputs = {p.x, rw.addConstant("packed_attention_batch_first",
-                                                  Tensor::fromValues(DType::Int64, {3},
-                                                                     std::vector<int64_t>{1, -1, w}))};
-               view.name = p.x->name() + "_batch_first";
-               view.naming = NodeNaming::Unique;
                batch_first = rw.addNode(
-                   std::move(view), p.x->name() + "_batch_first",
+                   reshapeView(rw, p.x, {1, -1, xs[2].value()}, "packed_attention_batch_first",
+                               p.x->name() + "_batch_first"),
+                   p.x->name() + "_batch_first",
                    ValueType{p.x->dtype(), Shape({Dim::known(1), xs[0], xs[2]}), {}}, m.get("ta"));
                x = batch_first->output(0);
              }
@@ -602,17 +610,11 @@ class FusePackedAttentionPass : public Pass {
                  // The merge's computed target may take dims of its input: give it the
                  // [S, B*Hq, D] it read, a view of the same elements.
                  const std::string heads = packed->output(0)->name() + "_heads";
-                 NewNode view;
-                 view.op_type = "Reshape";
-                 view.inputs = {t->output(0),
-                                rw.addConstant("packed_attention_heads",
-                                               Tensor::fromValues(DType::Int64, {3},
-                                                                  std::vector<int64_t>{
-                                                                      0, -1, p.head_size}))};
-                 view.name = heads;
-                 view.naming = NodeNaming::Unique;
                  Node* r = rw.insertAfterValue(
-                     t->output(0), std::move(view), heads,
+                     t->output(0),
+                     reshapeView(rw, t->output(0), {0, -1, p.head_size}, "packed_attention_heads",
+                                 heads),
+                     heads,
                      ValueType{packed->output(0)->dtype(),
                                Shape({xs[0], Dim::known(p.heads[0]) * xs[1],
                                       Dim::known(p.head_size)}),
