@@ -88,6 +88,11 @@ async function main() {
     const from = timed.length ? timed[0].ts : 0;
     const perOp = {};
     const perNode = {};
+    // Products of two activations (attention's Q K^T and P V in the original): MatMul-family
+    // kernels whose first two inputs both have batch dimensions (rank 3 or more). A weight is
+    // a 2-D input in these exports, and ONNX Runtime's Gemm reads 2-D views. (The profiler's
+    // parameter_size cannot tell: it is 0 for weights that a MatMul kernel prepacked.)
+    let activationProducts = 0;
     for (const e of events) {
       if (e.cat !== 'Node' || !e.name.endsWith('_kernel_time') || e.ts < from) continue;
       const op = (e.args && e.args.op_name) || '?';
@@ -97,21 +102,12 @@ async function main() {
       const node = e.name.slice(0, -'_kernel_time'.length);
       perNode[node] = perNode[node] || { op, ms: 0 };
       perNode[node].ms += e.dur / 1000 / runs;
+      const shapes = ((e.args && e.args.input_type_shape) || []).map((t) => Object.values(t)[0] || []);
+      if (MATMUL_FAMILY.has(op) && shapes.length >= 2 && shapes[0].length >= 3 &&
+          shapes[1].length >= 3)
+        activationProducts += e.dur / 1000 / runs;
     }
     perNodeAll[s.label] = perNode;
-    // Products of two activations (attention's Q K^T and P V in the original): MatMul-family
-    // kernels whose first two inputs both have batch dimensions (rank 3 or more). A weight is
-    // a 2-D input in these exports, and ONNX Runtime's Gemm reads 2-D views. (The profiler's
-    // parameter_size cannot tell: it is 0 for weights that a MatMul kernel prepacked.)
-    let activationProducts = 0;
-    for (const ev of events) {
-      if (ev.cat !== 'Node' || !ev.name.endsWith('_kernel_time') || ev.ts < from) continue;
-      const a = ev.args || {};
-      const shapes = (a.input_type_shape || []).map((t) => Object.values(t)[0] || []);
-      if (MATMUL_FAMILY.has(a.op_name) && shapes.length >= 2 && shapes[0].length >= 3 &&
-          shapes[1].length >= 3)
-        activationProducts += ev.dur / 1000 / runs;
-    }
     let matmul = 0, other = 0;
     for (const [op, v] of Object.entries(perOp)) {
       v.ms = Number(v.ms.toFixed(3));

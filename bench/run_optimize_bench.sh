@@ -32,14 +32,15 @@ for n in "${sizes[@]}"; do
   if [[ "$n" == *.onnx ]]; then
     model="$n"
     label=$(basename "$n" .onnx)
-    out="$work/${label}.opt.onnx"
+    stem="$label"
   else
-    model="$work/synthetic_$n.onnx"
+    stem="synthetic_$n"
+    model="$work/$stem.onnx"
     [ -f "$model" ] || "$build/bench/gen_synthetic" --nodes "$n" --out "$model" >/dev/null
-    out="$work/synthetic_${n}.opt.onnx"
   fi
+  out="$work/$stem.opt.onnx"
   report=()
-  [ "${REPORT:-0}" = 1 ] && report=(--report "$work/synthetic_${n##*/}.report.json")
+  [ "${REPORT:-0}" = 1 ] && report=(--report "$work/$stem.report.json")
   for ((r = 0; r < repeat; r++)); do
     # GNU time -f: %e wall seconds, %M peak resident set in KiB. The table's last line gives
     # the phases: "Time: T ms (load L, passes P, save S)".
@@ -63,7 +64,7 @@ for n in "${sizes[@]}"; do
     line = a[int((r + 1) / 2)]; sub(/^[^ ]+ /, "", line)
     lo = a[1]; sub(/ .*/, "", lo); hi = a[NR]; sub(/ .*/, "", hi)
     sub(/}$/, ", \"wall_min_s\": " lo ", \"wall_max_s\": " hi "}", line); print line }'
-  rm -f "$out" "$work/synthetic_${n##*/}.report.json" "$work/time.txt" "$work/table.txt"
+  rm -f "$out" "$work/$stem.report.json" "$work/time.txt" "$work/table.txt"
   if [ "${ORT:-0}" = 1 ]; then
     FUSECTL_ORT_DIR=${FUSECTL_ORT_DIR:-$build/ort} node bench/ort_session.js "$model" \
       --level all --repeat "$repeat"
