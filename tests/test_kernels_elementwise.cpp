@@ -292,6 +292,27 @@ TEST_CASE("Pow with mixed base and exponent dtypes", "[kernels][elementwise]") {
   CHECK(valuesOf<int32_t>(ifl[0]) == std::vector<int32_t>{2, 3});
 }
 
+TEST_CASE("Pow of an integer base by a float exponent converts a power beyond int64 as Cast does",
+          "[kernels][elementwise]") {
+  // 10^30 and -(10^19) are finite but no int64 holds them: Cast's rule (x86's conversion, numpy's
+  // astype) gives int64's minimum. 2^40 fits int64 and narrows to int32 by wrapping. A NaN power
+  // (a negative base to a fractional exponent) stays 0.
+  auto big = KernelCase("Pow", 15)
+                 .input(int64s({4}, {10, -10, 3, -4}))
+                 .input(floats({4}, {30, 19, 2, 0.5f}))
+                 .run();
+  const int64_t lowest = std::numeric_limits<int64_t>::min();
+  CHECK(valuesOf<int64_t>(big[0]) == std::vector<int64_t>{lowest, lowest, 9, 0});
+  auto cast = KernelCase("Cast", 13).attrInt("to", 7).input(floats({1}, {1e30f})).run();
+  CHECK(valuesOf<int64_t>(cast[0]) == std::vector<int64_t>{lowest});
+  auto narrow = KernelCase("Pow", 15)
+                    .input(tensorOf<int32_t>(DType::Int32, {2}, {2, 2}))
+                    .input(floats({2}, {40, 31}))
+                    .run();
+  CHECK(valuesOf<int32_t>(narrow[0]) ==
+        std::vector<int32_t>{0, std::numeric_limits<int32_t>::min()});
+}
+
 TEST_CASE("Pow by a one-element 2 squares exactly, keeping the broadcast shape",
           "[kernels][elementwise]") {
   std::vector<float> x;

@@ -46,19 +46,13 @@ void StagedOutput::finish() {
 
 namespace {
 
-// One element with Cast semantics. Float -> integer goes through int64 so that out-of-range and
-// negative values wrap the way numpy's astype does on x86 instead of being undefined behaviour.
+// One element with Cast semantics (float -> integer: floatToIntegral).
 template <typename D, typename S>
 inline D convertValue(S v) {
   if constexpr (std::is_same_v<D, bool>) {
     return v != S(0);
   } else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
-    const double d = static_cast<double>(v);
-    if (std::is_same_v<D, uint64_t> && d >= 9223372036854775808.0 && d < 18446744073709551616.0)
-      return static_cast<D>(static_cast<uint64_t>(d));
-    if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0))
-      return static_cast<D>(std::numeric_limits<int64_t>::min());
-    return static_cast<D>(static_cast<int64_t>(d));
+    return floatToIntegral<D>(static_cast<double>(v));
   } else {
     return static_cast<D>(v);
   }

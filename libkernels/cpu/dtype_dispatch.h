@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -109,6 +110,19 @@ class StagedOutput {
   HostTensor tmp_;
   bool staged_ = false;
 };
+
+// A float value as integer type D with Cast's semantics: truncation toward zero through int64,
+// so that out-of-range values (NaN and infinities among them) give what x86's conversion gives
+// and numpy's astype reproduces (int64's minimum, narrowed), never undefined behaviour.
+template <typename D>
+inline D floatToIntegral(double d) {
+  static_assert(std::is_integral_v<D> && !std::is_same_v<D, bool>);
+  if (std::is_same_v<D, uint64_t> && d >= 9223372036854775808.0 && d < 18446744073709551616.0)
+    return static_cast<D>(static_cast<uint64_t>(d));
+  if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0))
+    return static_cast<D>(std::numeric_limits<int64_t>::min());
+  return static_cast<D>(static_cast<int64_t>(d));
+}
 
 // Converts between any two of float/float16/bfloat16/double/int8..int64/uint8..uint64/bool with
 // ONNX Cast semantics (float -> int truncates toward zero, -> bool is "!= 0"). `dst` has the

@@ -276,7 +276,8 @@ void powKernel(KernelContext& ctx) {
       const HostTensor* b = exponentAs(DType::Double, hb);
       applyBinary(plan, a->data<T>(), b->data<double>(), o, [](T x, double y) {
         const double r = std::pow(static_cast<double>(x), y);
-        return std::isfinite(r) ? static_cast<T>(static_cast<int64_t>(r)) : T(0);
+        // A finite power beyond int64 (a mutated exponent reaches it) converts as Cast would.
+        return std::isfinite(r) ? floatToIntegral<T>(r) : T(0);
       });
     } else {
       const HostTensor* b = exponentAs(DType::Int64, hb);
