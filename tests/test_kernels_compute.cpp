@@ -1395,6 +1395,54 @@ TEST_CASE("Resize axes and keep_aspect_ratio_policy and opset 10 and Upsample",
           std::vector<int64_t>{1, 1, 1LL << 60, 1LL << 60, -7, -7});
 }
 
+TEST_CASE("Resize and RoiAlign reject absurd scales and coordinates with a reason",
+          "[kernels][resize]") {
+  const Dims xd = {1, 1, 2, 3};
+  const Vec x = randomVec(numel(xd), 5);
+  const auto resizeBy = [&](Vec scales, Vec roi, const char* coord) {
+    OpRun r{"Resize",
+            "",
+            13,
+            {floatTensor(xd, x), roi.empty() ? HostTensor() : floatTensor({8}, roi),
+             floatTensor({4}, scales)},
+            {str("coordinate_transformation_mode", coord)}};
+    return r;
+  };
+  // 3 * 1e30 is finite but no axis holds it; NaN and infinity are not scales.
+  REQUIRE_THROWS_WITH(resizeBy({1, 1, 1, 1e30}, {}, "half_pixel").run(),
+                      Catch::Contains("too long"));
+  REQUIRE_THROWS_WITH(resizeBy({1, 1, NAN, 1}, {}, "half_pixel").run(),
+                      Catch::Contains("not a positive finite number"));
+  REQUIRE_THROWS_WITH(resizeBy({1, 1, 1, INFINITY}, {}, "half_pixel").run(),
+                      Catch::Contains("not a positive finite number"));
+  REQUIRE_THROWS_WITH(
+      resizeBy({1, 1, 2, 2}, {0, 0, 0, NAN, 1, 1, 1, 1}, "tf_crop_and_resize").run(),
+      Catch::Contains("not finite"));
+  OpRun u7{"Upsample", "", 7, {floatTensor(xd, x)}, {Attribute::ofFloats("scales", {1, 1, 2, -3})}};
+  REQUIRE_THROWS_WITH(u7.run(), Catch::Contains("not a positive finite number"));
+  // A finite roi reaching outside the input still extrapolates, as before.
+  auto crop = resizeBy({1, 1, 2, 2}, {0, 0, 0, -1e30f, 1, 1, 1, 1e30f}, "tf_crop_and_resize").run();
+  REQUIRE(crop[0].dims() == Dims{1, 1, 4, 6});
+
+  const Dims fd = {1, 1, 4, 4};
+  const auto roiAlign = [&](Vec roi, int64_t sampling) {
+    return OpRun{"RoiAlign",
+                 "",
+                 16,
+                 {floatTensor(fd, randomVec(numel(fd), 6)), floatTensor({1, 4}, roi),
+                  int64Tensor({1}, {0})},
+                 {intAttr("sampling_ratio", sampling)}};
+  };
+  REQUIRE_THROWS_WITH(roiAlign({0, 0, INFINITY, 2}, 0).run(), Catch::Contains("not finite"));
+  REQUIRE_THROWS_WITH(roiAlign({0, 0, 1e12f, 1e12f}, 0).run(),
+                      Catch::Contains("sampling grid per bin"));
+  REQUIRE_THROWS_WITH(roiAlign({0, 0, 2, 2}, 1LL << 40).run(),
+                      Catch::Contains("sampling grid per bin"));
+  // An inverted roi samples nothing in half_pixel mode: zeros, not an error.
+  auto inverted = roiAlign({3e6f, 3e6f, 0, 0}, 0).run();
+  REQUIRE(toVec(inverted[0]) == Vec{0});
+}
+
 // ---- Quantize ----
 
 TEST_CASE("QuantizeLinear rounds half to even and saturates", "[kernels][quant]") {

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "compute_common.h"
 
 namespace fusectl::kernels {
@@ -260,6 +262,18 @@ std::vector<double> floatValues(const HostTensor* t) {
   return v;
 }
 
+// floor(len * scale) (or rounded to nearest) as an axis length. A NaN, infinite or non-positive
+// scale fails, and so does a length no tensor could have, instead of an out-of-range conversion.
+int64_t scaledLength(const KernelContext& ctx, int64_t len, double scale, bool round_nearest) {
+  if (!(scale > 0) || !std::isfinite(scale))
+    ctx.fail(fmt::format("scale {} is not a positive finite number", scale));
+  const double v = round_nearest ? std::floor(scale * static_cast<double>(len) + 0.5)
+                                 : std::floor(scale * static_cast<double>(len));
+  if (!(v < 4611686018427387904.0))  // 2^62
+    ctx.fail(fmt::format("scale {} makes an axis of {} too long ({})", scale, len, v));
+  return static_cast<int64_t>(v);
+}
+
 void checkMode(const KernelContext& ctx, const std::string& mode, bool allow_cubic) {
   if (mode == "nearest" || mode == "linear" || (allow_cubic && mode == "cubic")) return;
   if (mode == "bilinear" || mode == "trilinear") return;  // Upsample-7 spellings
@@ -277,8 +291,7 @@ void runLegacyResize(KernelContext& ctx, std::vector<double> scales) {
   if (scales.size() != x.rank()) ctx.fail("scales must have one value per dim");
   std::vector<int64_t> out(x.rank());
   for (size_t i = 0; i < x.rank(); ++i) {
-    if (scales[i] <= 0) ctx.fail("scales must be positive");
-    out[i] = static_cast<int64_t>(std::floor(x.dim(i) * scales[i]));
+    out[i] = scaledLength(ctx, x.dim(i), scales[i], false);
   }
   resample(ctx, at, scales, out, std::vector<double>(2 * x.rank(), 0.0));
 }
@@ -344,6 +357,8 @@ void runResize(KernelContext& ctx) {
   for (size_t i = 0; i < r; ++i) roi[i + r] = 1.0;
   if (!roi_in.empty()) {
     if (roi_in.size() != 2 * na) ctx.fail("roi must have 2 values per resized axis");
+    for (double v : roi_in)
+      if (!std::isfinite(v)) ctx.fail(fmt::format("roi value {} is not finite", v));
     for (size_t i = 0; i < na; ++i) {
       roi[axes[i]] = roi_in[i];
       roi[axes[i] + r] = roi_in[i + na];
@@ -354,9 +369,8 @@ void runResize(KernelContext& ctx) {
   if (!scales_in.empty()) {
     if (scales_in.size() != na) ctx.fail("scales must have one value per resized axis");
     for (size_t i = 0; i < na; ++i) {
-      if (scales_in[i] <= 0) ctx.fail("scales must be positive");
+      out[axes[i]] = scaledLength(ctx, x.dim(axes[i]), scales_in[i], false);
       scales[axes[i]] = scales_in[i];
-      out[axes[i]] = static_cast<int64_t>(std::floor(scales_in[i] * x.dim(axes[i])));
     }
   } else {
     if (sizes_in.size() != na) ctx.fail("sizes must have one value per resized axis");
@@ -376,7 +390,7 @@ void runResize(KernelContext& ctx) {
       }
       for (size_t i = 0; i < na; ++i) {
         scales[axes[i]] = s;
-        out[axes[i]] = static_cast<int64_t>(s * x.dim(axes[i]) + 0.5);
+        out[axes[i]] = scaledLength(ctx, x.dim(axes[i]), s, true);
       }
     }
   }

@@ -49,6 +49,9 @@ void roiAlignKernel(KernelContext& ctx) {
     const double offset = half_pixel ? 0.5 : 0.0;
     const double x1 = rv[r * 4] * scale - offset, y1 = rv[r * 4 + 1] * scale - offset;
     const double x2 = rv[r * 4 + 2] * scale - offset, y2 = rv[r * 4 + 3] * scale - offset;
+    if (!std::isfinite(x1) || !std::isfinite(y1) || !std::isfinite(x2) || !std::isfinite(y2))
+      ctx.fail(fmt::format("roi {} has a coordinate that is not finite at spatial_scale {}", r,
+                           scale));
     double roi_w = x2 - x1, roi_h = y2 - y1;
     if (!half_pixel) {
       roi_w = std::max(roi_w, 1.0);
@@ -56,12 +59,16 @@ void roiAlignKernel(KernelContext& ctx) {
     }
     const double bin_h = roi_h / static_cast<double>(out_h),
                  bin_w = roi_w / static_cast<double>(out_w);
-    const int64_t grid_h =
-        sampling > 0 ? sampling
-                     : static_cast<int64_t>(std::ceil(roi_h / static_cast<double>(out_h)));
-    const int64_t grid_w =
-        sampling > 0 ? sampling
-                     : static_cast<int64_t>(std::ceil(roi_w / static_cast<double>(out_w)));
+    // The adaptive grid samples each bin about once per input pixel; a roi millions of pixels
+    // wide would take hours, so past 2^20 samples per bin it is an error, not a hang.
+    // (A negative roi in half_pixel mode gives a grid of no samples.)
+    const double grid_hd = sampling > 0 ? static_cast<double>(sampling)
+                                        : std::ceil(roi_h / static_cast<double>(out_h));
+    const double grid_wd = sampling > 0 ? static_cast<double>(sampling)
+                                        : std::ceil(roi_w / static_cast<double>(out_w));
+    if (std::max(grid_hd, 0.0) * std::max(grid_wd, 0.0) > 1048576.0)
+      ctx.fail(fmt::format("roi {} needs a {}x{} sampling grid per bin", r, grid_hd, grid_wd));
+    const int64_t grid_h = static_cast<int64_t>(grid_hd), grid_w = static_cast<int64_t>(grid_wd);
     const double count = static_cast<double>(std::max<int64_t>(grid_h * grid_w, 1));
     for (int64_t c = 0; c < channels; ++c) {
       const float* plane = xv.data() + (b * channels + c) * height * width;

@@ -639,7 +639,11 @@ bool depthSpace(RuleContext& ctx) {
 }
 
 Dim scaleDim(const Dim& d, double scale) {
-  if (d.isStatic()) return Dim::known(static_cast<int64_t>(std::floor(d.value() * scale)));
+  if (!(scale > 0) || !std::isfinite(scale)) return Dim::unknown();  // the kernel reports it
+  if (d.isStatic()) {
+    const double v = std::floor(static_cast<double>(d.value()) * scale);
+    return v < 4611686018427387904.0 ? Dim::known(static_cast<int64_t>(v)) : Dim::unknown();
+  }
   if (d.isSymbolic() && scale >= 1 && scale == std::floor(scale) && scale < 1e6)
     return d * Dim::known(static_cast<int64_t>(scale));
   return Dim::unknown();
