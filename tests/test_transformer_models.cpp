@@ -69,21 +69,21 @@ std::vector<std::pair<std::string, Shape>> concreteDims(const TransformerModel& 
 std::vector<TransformerModel> transformerModels() {
   return {
       // After -O3 (issue 12): 2 LayerNorm (fusectl LayerNorm: opset 13), 1 Attention (causal),
-      // 1 Gelu (tanh), MatMuls 4 (qkv Gemm, c_proj, c_fc, mlp c_proj) with the bias epilogues
+      // 1 Gelu (tanh), MatMuls 4 (qkv, c_proj, c_fc, mlp c_proj) with the bias epilogues
       // inside; no ReduceMean/Pow/Sqrt/Tanh/Softmax left. The attention's scale, computed at
       // run time from the head size (Shape -> Slice -> Cast -> Pow(., 0.5)), is a constant once
-      // fold-shape-subgraphs folds the Slice of the static dim. The Gemms work on 2-D views
-      // between Reshapes, so no epilogue takes the residual Adds: the first goes into ln_2 as
-      // a SkipLayerNorm that also returns the sum for the second residual, which stays an Add.
-      // The attention reads c_attn's output in place (AttentionPacked): the Split, the head
-      // splits and merges go, and the Shapes that read B and S of q, k, v and of the merged
-      // heads (for the dynamic Reshape targets) read them from c_attn's output instead.
+      // fold-shape-subgraphs folds the Slice of the static dim. HF's Conv1D is a Gemm on a 2-D
+      // view between Reshapes whose targets are computed from Shapes; unflatten-gemm runs each
+      // on the 3-D tensor, so no Reshape, Gemm or Shape arithmetic is left (41 -> 8 nodes), and
+      // the epilogues take the bias and the second residual Add (FusedMatMul_Add); the first
+      // residual goes into ln_2 as a SkipLayerNorm that also returns the sum. The attention
+      // reads c_attn's output in place (AttentionPacked).
       {"gpt2_block",
        {{"hidden", {2, 8, 64}}},
        false,
-       {{"Add", 1}, {"Concat", 4}, {"Gather", 8}, {"Gemm", 4}, {"Reshape", 8}, {"Shape", 4},
-        {"Unsqueeze", 8}, {"fusectl::AttentionPacked", 1}, {"fusectl::GeluTanh", 1},
-        {"fusectl::LayerNorm", 1}, {"fusectl::SkipLayerNorm", 1}}},
+       {{"fusectl::AttentionPacked", 1}, {"fusectl::FusedMatMul", 3},
+        {"fusectl::FusedMatMul_Add", 1}, {"fusectl::GeluTanh", 1}, {"fusectl::LayerNorm", 1},
+        {"fusectl::SkipLayerNorm", 1}}},
       // After -O3: 5 fusectl LayerNorm (2 per block + the final norm), 2 attentions, 2 Gelu
       // (exact), 8 MatMul-family nodes (qkv, proj, fc1, fc2 per block); no ReduceMean/Pow/Erf.
       // Each attention reads the qkv projection through ViT's stacked split (Reshape to
@@ -108,27 +108,28 @@ std::vector<TransformerModel> transformerModels() {
       // heads folded into the batch ([H, S, D]) and q's scale, fuse-packed-attention reads the
       // in_proj output [S, 1, 3E] in place. No Slice, Transpose, Softmax or Squeeze is left:
       // the transposes of the batch of 1 to sequence first and back are Reshapes (views). The
-      // out_proj is a Gemm on the [S, E] rows, as exported.
+      // out_proj, exported as a Gemm on the [S, E] rows, runs on [1, S, E] (unflatten-gemm), and
+      // the Reshape to [S, 1, E] after it cancels with the Transpose back: two Reshapes a block.
       {"vit_mha_encoder",
        {{"tokens", {1, 17, 64}}},
        false,
-       {{"Gemm", 2}, {"Reshape", 8}, {"fusectl::AttentionPacked", 2},
-        {"fusectl::FusedMatMul", 3}, {"fusectl::FusedMatMul_Add", 1},
+       {{"Reshape", 4}, {"fusectl::AttentionPacked", 2},
+        {"fusectl::FusedMatMul", 5}, {"fusectl::FusedMatMul_Add", 1},
         {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::LayerNorm", 2},
         {"fusectl::SkipLayerNorm", 3}}},
       // The same blocks exported with dynamic batch and sequence: the head split's target
       // [S, B*H, D] and the merge's [S*B, E] are computed from Shapes (S read from k). Each
       // attention is still one AttentionPacked: the head count comes from the static widths,
       // k's Shape reads the in_proj output instead, and the node's output goes back to the
-      // merge through Transpose(1, 0, 2) and a Reshape [0, -1, D]. What stays is the Shape
-      // arithmetic of the remaining computed targets and the batch <-> sequence Transposes the
-      // export itself has (no Slice, Softmax or Squeeze).
+      // merge through Transpose(1, 0, 2). The out_proj, a Gemm on the [S*B, E] view of that
+      // merge, runs on the [S, B, E] Transpose output (unflatten-gemm), so the computed Reshape
+      // targets and their Shape arithmetic go. What stays is the batch <-> sequence Transposes:
+      // the export's own two a block and the two of the packing (no Slice, Softmax or Squeeze).
       {"vit_mha_encoder_dyn",
        {{"tokens", {3, 9, 64}}},
        false,
-       {{"Concat", 4}, {"Gather", 4}, {"Gemm", 2}, {"Mul", 2}, {"Reshape", 6}, {"Shape", 2},
-        {"Transpose", 8}, {"Unsqueeze", 6}, {"fusectl::AttentionPacked", 2},
-        {"fusectl::FusedMatMul", 3}, {"fusectl::FusedMatMul_Add", 1},
+       {{"Transpose", 8}, {"fusectl::AttentionPacked", 2},
+        {"fusectl::FusedMatMul", 5}, {"fusectl::FusedMatMul_Add", 1},
         {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::LayerNorm", 2},
         {"fusectl::SkipLayerNorm", 3}}},
       // After -O3: 2 RMSNorm (input, post-attention), QK-norm fused into the rotary node (one

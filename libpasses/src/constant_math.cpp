@@ -232,6 +232,18 @@ std::string nonConstantOrigin(const Value& v) {
   return "it comes from an outer graph";
 }
 
+Tensor transposed2d(const Tensor& w) {
+  const int64_t rows = w.dims()[0], cols = w.dims()[1];
+  Tensor out(w.dtype(), {cols, rows});
+  const size_t size = dtypeSize(w.dtype());
+  const uint8_t* src = w.bytes();
+  uint8_t* dst = out.mutableBytes();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      std::memcpy(dst + (c * rows + r) * size, src + (r * cols + c) * size, size);
+  return out;
+}
+
 Value* otherOperand(const Node& n, const Value* mine) {
   if (n.input(0) != mine) return n.input(0);
   if (n.input(1) != mine) return n.input(1);

@@ -74,6 +74,10 @@ Constraint constantIfPresent(std::string capture, size_t input, std::string role
 // Relu(w)", "it is an initializer that is also a graph input, so it can be overridden"...
 std::string nonConstantOrigin(const Value& v);
 
+// A 2-D tensor of any fixed-size dtype transposed ([rows, cols] -> [cols, rows]), bytes moved
+// as they are (fold-transpose-into-matmul, unflatten-gemm's transB weights).
+Tensor transposed2d(const Tensor& w);
+
 // The operand of binary node `n` that is not `mine`; nullptr when both are.
 Value* otherOperand(const Node& n, const Value* mine);
 

@@ -19,9 +19,6 @@
 // already, so at -O3 the case that remains is the activation's.
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cstring>
-
 #include "constant_math.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
@@ -90,18 +87,6 @@ Pattern build() {
       .require(readOnce())
       .require(gemmForm());
   return p;
-}
-
-Tensor transposed2d(const Tensor& w) {
-  const int64_t rows = w.dims()[0], cols = w.dims()[1];
-  Tensor out(w.dtype(), {cols, rows});
-  const size_t size = dtypeSize(w.dtype());
-  const uint8_t* src = w.bytes();
-  uint8_t* dst = out.mutableBytes();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      std::memcpy(dst + (c * rows + r) * size, src + (r * cols + c) * size, size);
-  return out;
 }
 
 class FoldTransposeIntoMatMulPass : public Pass {

@@ -23,6 +23,8 @@
 //     has no 0 (a 0 would copy a dim of the other input); that Reshape stays while others read
 //     it.
 //  4. Opset >= 5 (Reshape's shape is an input).
+// A merged Reshape whose output is provably its input's shape is removed (when that keeps the
+// graph's interface).
 #include <fmt/format.h>
 
 #include <optional>
@@ -118,8 +120,16 @@ class ReshapeUnitTransposesPass : public Pass {
     const int64_t rank = static_cast<int64_t>(target.size());
     reshape.inputs = {source, rw.addConstant(t->output(0)->name() + "_shape",
                                              Tensor::fromValues(DType::Int64, {rank}, target))};
-    rw.replaceNode(t, std::move(reshape));  // erases the skipped Reshape when only t read it
+    // (replaceNode erases the skipped Reshape when only t read it.)
+    Node* view = rw.replaceNode(t, std::move(reshape));
     rw.context().count("reshaped");
+    // Merged with the Reshape before it, the view may undo it ([1, S, E] -> [S, 1, E] -> [1, S,
+    // E] around torch's out_proj once unflatten-gemm runs it on [1, S, E]): then it goes.
+    if (source != x && dimsProvablyEqual(source->shape(), view->output(0)->shape()) &&
+        bypassBreaksInterface(*view).empty()) {
+      rw.bypass(view);
+      rw.context().count("merged_to_nothing");
+    }
     return true;
   }
 };
