@@ -45,8 +45,8 @@ TEST_CASE("fused ops: every spelling decodes to what it encodes", "[functions][f
       CHECK(fusedSpellingName(op.name, s->bias, s->residual, s->activation) == name);
     });
   }
-  // FusedConv, FusedGemm and FusedMatMul: (bias, residual) x (no activation + 9 activations).
-  CHECK(count == 3 * 4 * 10);
+  // FusedConv, FusedGemm and FusedMatMul: (bias, residual) x (no activation + 10 activations).
+  CHECK(count == 3 * 4 * 11);
   CHECK(names.size() == count);
   CHECK(names.count("FusedGemm_NoBias_Add_HardSwish") == 1);
 
@@ -281,7 +281,7 @@ TEST_CASE("cli: fusectl ops", "[cli][fused-ops]") {
                                        "  attributes:  auto_pad, dilations, group, kernel_shape, "
                                        "pads, strides, activation, activation_params\n"
                                        "  activations: Relu, Clip, LeakyRelu, Sigmoid, "
-                                       "HardSigmoid, HardSwish, Silu, Gelu, Tanh\n"));
+                                       "HardSigmoid, HardSwish, Silu, Gelu, Tanh, GeluTanh\n"));
   CHECK_THAT(list.out, Catch::Contains("fusectl::Gelu(X)  Y = 0.5 * X * (1 + erf(X / sqrt(2)))\n"));
 
   Run json = runFusectl("ops --json");

@@ -53,6 +53,8 @@ double activationRef(Activation act, double x, float alpha, float beta) {
     case Activation::Silu: return x / (1 + std::exp(-x));
     case Activation::Gelu: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
     case Activation::Tanh: return std::tanh(x);
+    case Activation::GeluTanh:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
   }
   return x;
 }
@@ -60,7 +62,7 @@ double activationRef(Activation act, double x, float alpha, float beta) {
 const Activation kAllActivations[] = {
     Activation::None,        Activation::Relu,      Activation::Clip, Activation::LeakyRelu,
     Activation::Sigmoid,     Activation::HardSigmoid, Activation::HardSwish, Activation::Silu,
-    Activation::Gelu,        Activation::Tanh};
+    Activation::Gelu,        Activation::Tanh,        Activation::GeluTanh};
 
 void requireNear(const std::vector<float>& got, const std::vector<double>& want, double atol,
                  double rtol) {
@@ -248,7 +250,8 @@ TEST_CASE("gemm: vector Sigmoid, Silu, Tanh and Gelu agree with the scalar epilo
   for (const std::string& isa : kernels.names) {
     REQUIRE(gemmForceKernel(isa.c_str()));
     for (Activation act :
-         {Activation::Sigmoid, Activation::Silu, Activation::Tanh, Activation::Gelu}) {
+         {Activation::Sigmoid, Activation::Silu, Activation::Tanh, Activation::Gelu,
+          Activation::GeluTanh}) {
       Epilogue ep;
       ep.setActivation(act, nullptr, 0);
       std::vector<float> inputs = values;
@@ -274,7 +277,11 @@ TEST_CASE("gemm: vector Sigmoid, Silu, Tanh and Gelu agree with the scalar epilo
         // exp-based: a few ulp. Gelu: its erfc fit is 1.2e-7 relative, but below x = -5.5 the
         // scalar 1 + erf(x) rounds to 0 while the vector form keeps the true, tiny values
         // (< 1e-8): there the tolerance is ONNX's absolute 1e-7.
-        const double atol = act == Activation::Gelu ? 1e-7 : 1e-37;
+        // GeluTanh: where tanh is near -1, 1 + tanh keeps only the absolute error of the
+        // tanh (an ulp of 1), times 0.5 x.
+        const double atol = act == Activation::Gelu       ? 1e-7
+                            : act == Activation::GeluTanh ? 1e-7 * std::max(1.f, std::abs(inputs[j]))
+                                                          : 1e-37;
         REQUIRE(std::abs(got[j] - want[j]) <= atol + 1e-6 * std::abs(want[j]));
         // (The product itself turns -0 into +0: 0 + 1 * -0 = +0.)
         if (inputs[j] != 0.f) REQUIRE(std::signbit(got[j]) == std::signbit(want[j]));

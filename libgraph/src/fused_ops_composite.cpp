@@ -9,7 +9,6 @@ std::string buildAttentionFunction(const FusedOpInfo& op, int64_t opset);  // fu
 std::string buildAttentionPackedFunction(const FusedOpInfo& op, int64_t opset);  // attention.cpp
 std::string buildSwiGLUFunction(const FusedOpInfo& op, int64_t opset);     // fused_bodies/swiglu.cpp
 std::string buildSwiGLUPackedFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/swiglu.cpp
-std::string buildGeluTanhFunction(const FusedOpInfo& op, int64_t opset);   // fused_bodies/gelu.cpp
 std::string buildQuickGeluFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/gelu.cpp
 std::string buildLayerNormFunction(const FusedOpInfo& op, int64_t opset);      // norms.cpp
 std::string buildRMSNormFunction(const FusedOpInfo& op, int64_t opset);        // norms.cpp
@@ -31,7 +30,6 @@ const std::vector<CompositeBody>& compositeBodyBuilders() {
       {"AttentionPacked", buildAttentionPackedFunction},
       {"SwiGLU", buildSwiGLUFunction},
       {"SwiGLUPacked", buildSwiGLUPackedFunction},
-      {"GeluTanh", buildGeluTanhFunction},
       {"QuickGelu", buildQuickGeluFunction},
       {"RotaryEmbedding", buildRotaryEmbeddingFunction},
       {"QKNormRotaryEmbedding", buildQKNormRotaryEmbeddingFunction},

@@ -70,6 +70,14 @@ Value* activationBody(Body& b, Activation act, Value* x, const std::string& y) {
       Value* g = b.node("Mul", {x, b.node("Add", {e, b.floatConstant(1.f)})});
       return b.node("Mul", {g, b.floatConstant(0.5f)}, y);
     }
+    case Activation::GeluTanh: {
+      // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x * x * x))), as GPT-2 spells it.
+      Value* cube = b.node("Mul", {b.node("Mul", {x, x}), x});
+      Value* inner = b.node("Add", {x, b.node("Mul", {cube, b.floatConstant(0.044715f)})});
+      Value* t = b.node("Tanh", {b.node("Mul", {inner, b.floatConstant(0.7978845608f)})});
+      Value* half_x = b.node("Mul", {x, b.floatConstant(0.5f)});
+      return b.node("Mul", {half_x, b.node("Add", {t, b.floatConstant(1.f)})}, y);
+    }
     case Activation::None: break;
   }
   throwInternal(fmt::format("fusectl functions: no body for activation {}",

@@ -104,6 +104,7 @@ inline bool hasVectorActivation(Activation a, bool vector_exp) {
     case Activation::Silu:
     case Activation::Tanh:
     case Activation::Gelu:
+    case Activation::GeluTanh:
       return vector_exp;
   }
   return false;

@@ -178,6 +178,16 @@ FUSECTL_AVX512 FUSECTL_FORCE_INLINE void transpose8x16(const __m512 (&r)[8], __m
   }
 }
 
+// GPT-2's gelu_new, 0.5 y (1 + tanh(sqrt(2/pi) (y + 0.044715 y^3))), in Epilogue::activate's
+// operation order.
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 geluTanh512(__m512 v) {
+  const __m512 cube = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
+  const __m512 inner = _mm512_add_ps(v, _mm512_mul_ps(_mm512_set1_ps(0.044715f), cube));
+  const __m512 t = tanh512(_mm512_mul_ps(_mm512_set1_ps(0.7978845608028654f), inner));
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v),
+                       _mm512_add_ps(_mm512_set1_ps(1.f), t));
+}
+
 // The activations of Epilogue::activate, in the same operation order (max/min operand order
 // chosen so that NaN and -0 come out as the scalar ternaries give them).
 FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 activate512(__m512 v, Activation act,
@@ -209,6 +219,8 @@ FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 activate512(__m512 v, Activation act,
       return tanh512(v);
     case Activation::Gelu:
       return gelu512(v);
+    case Activation::GeluTanh:
+      return geluTanh512(v);
     default:
       return v;
   }

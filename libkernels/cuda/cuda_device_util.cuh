@@ -58,6 +58,8 @@ __device__ __forceinline__ float activate(float y, int activation, float alpha, 
     case Activation::Silu: return y * sigmoidf(y);
     case Activation::Gelu: return 0.5f * y * (1.f + erff(y * 0.70710678118654752f));
     case Activation::Tanh: return tanhf(y);
+    case Activation::GeluTanh:
+      return 0.5f * y * (1.f + tanhf(0.7978845608028654f * (y + 0.044715f * y * y * y)));
   }
   return y;
 }

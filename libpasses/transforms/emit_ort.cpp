@@ -20,8 +20,10 @@
 //   fusectl::QuickGelu      => com.microsoft::QuickGelu(X), alpha 1.702
 //   fusectl::LayerNorm      => LayerNormalization   (ONNX Runtime's ONNX-domain registration,
 //   fusectl::RMSNorm        => SimplifiedLayerNormalization  from version 1: also at opset < 17)
-//   fusectl::FusedMatMul    => MatMul [-> Add(bias) | com.microsoft::BiasGelu(bias)] [-> Add(Z)]
-//                              (no activation, or exact Gelu)
+//   fusectl::FusedMatMul    => MatMul [-> Add(bias) | com.microsoft::BiasGelu(bias) |
+//                              com.microsoft::FastGelu(bias)] (no activation, exact or tanh
+//                              Gelu); with a residual Z: MatMul [-> Add(bias)] -> Add(Z)
+//                              [-> com.microsoft::Gelu | FastGelu]
 //
 // A Linear layer with a bias and nothing else (FusedMatMul with C only) read by nothing but a
 // SkipLayerNorm, or by nothing but the head split of an attention's query, key or value, becomes a
@@ -260,13 +262,15 @@ Constraint normMaps() {
           }};
 }
 
-// fusectl::FusedMatMul with no activation or exact Gelu: MatMul, then the bias as an Add or as
-// com.microsoft::BiasGelu (Gelu(x + bias) in one kernel), then the residual Add.
+// fusectl::FusedMatMul with no activation, the exact Gelu or its tanh approximation: MatMul,
+// then the bias as an Add or as com.microsoft::BiasGelu / FastGelu's bias (the activation of
+// x + bias in one kernel); with a residual, the Adds of bias and residual and then the
+// activation (com.microsoft::Gelu or FastGelu), which applies to the whole sum.
 Constraint matMulMaps() {
   return {"ort-matmul", [](const Match& m, Why& why) {
             Node* n = m.get("n");
             const std::string act = n->attrString("activation", "");
-            if (!act.empty() && act != "Gelu") {
+            if (!act.empty() && act != "Gelu" && act != "GeluTanh") {
               return why.fail(*n, [&] {
                 return fmt::format("{} applies {}, for which no contrib op takes a bias",
                                    n->label(), act);
@@ -343,7 +347,8 @@ Pattern buildPattern(Rule r) {
     }
     case Rule::MatMul: {
       Pattern p = Pattern::parse("n:fusectl::FusedMatMul", "ort-matmul-bias-gelu");
-      p.producing({"MatMul", "Add", "com.microsoft::BiasGelu"});
+      p.producing({"MatMul", "Add", "com.microsoft::BiasGelu", "com.microsoft::FastGelu",
+                   "com.microsoft::Gelu"});
       p.require(matMulMaps());
       return p;
     }
@@ -755,25 +760,34 @@ class EmitOrtPass : public Pass {
     Value* y = n->output(0);
     Value* bias = n->numInputs() > 2 ? n->input(2) : nullptr;
     Value* residual = n->numInputs() > 3 ? n->input(3) : nullptr;
-    const bool gelu = n->attrString("activation", "") == "Gelu";
+    const std::string act = n->attrString("activation", "");
+    const bool gelu = act == "Gelu", gelu_tanh = act == "GeluTanh";
     // The last node takes y's place; the ones before it are added in front of n.
     std::vector<NewNode> chain;
     NewNode mm;
     mm.op_type = "MatMul";
     mm.inputs = {n->input(0), n->input(1)};
     chain.push_back(std::move(mm));
-    if (bias || gelu) {
-      NewNode b;
-      b.op_type = gelu ? (bias ? "BiasGelu" : "Gelu") : "Add";
-      b.domain = gelu ? kMs : "";
-      if (bias) b.inputs = {nullptr, bias};
-      chain.push_back(std::move(b));
-    }
-    if (residual) {
-      NewNode z;
-      z.op_type = "Add";
-      z.inputs = {nullptr, residual};
-      chain.push_back(std::move(z));
+    const auto add = [&](Value* operand) {
+      NewNode a;
+      a.op_type = "Add";
+      a.inputs = {nullptr, operand};
+      chain.push_back(std::move(a));
+    };
+    // The activation applies to the whole sum, residual included: act(MatMul + bias + Z). Its
+    // contrib op takes the bias in (BiasGelu, FastGelu's bias) only when no residual follows.
+    Value* act_bias = residual ? nullptr : bias;
+    if (bias && !act_bias) add(bias);
+    if (residual) add(residual);
+    if (gelu || gelu_tanh) {
+      NewNode a;
+      a.op_type = gelu_tanh ? "FastGelu" : act_bias ? "BiasGelu" : "Gelu";
+      a.domain = kMs;
+      a.inputs = {nullptr};
+      if (act_bias) a.inputs.push_back(act_bias);
+      chain.push_back(std::move(a));
+    } else if (act_bias) {
+      add(act_bias);
     }
     Value* prev = nullptr;
     for (size_t i = 0; i + 1 < chain.size(); ++i) {

@@ -12,10 +12,12 @@
 //   conv-add-silu   c -> add -> sig:Sigmoid -> mul:Mul, add -> mul   (SiLU written x*Sigmoid(x))
 //   conv-add-act    c -> add -> act                                   (act: op_classes.h)
 //   conv-add-gelu   c -> add -> act:fusectl::Gelu
+//   conv-add-gelu-tanh  c -> add -> act:fusectl::GeluTanh
 //   conv-silu       c -> sig:Sigmoid -> mul:Mul, c -> mul
 //   conv-add        c -> add
 //   conv-act        c -> act
 //   conv-gelu       c -> act:fusectl::Gelu
+//   conv-gelu-tanh  c -> act:fusectl::GeluTanh
 // (`conv` stands for Conv or Gemm; MatMul is not an anchor: FusedGemm is 2-D, and
 // fuse-matmul-add turns a 2-D MatMul + bias into Gemm first.) If a longer form is illegal, a
 // shorter one may still fuse: Conv -> Add -> Relu whose Add output has a second reader becomes
@@ -34,8 +36,8 @@
 //     fuse-bias-add's job), and its shape is provably c's shape (Z is read without
 //     broadcasting).
 //  4. Activation parameters are constants: Clip's min/max (opset 6 attributes or opset 11+
-//     constant scalar inputs), LeakyRelu's alpha, HardSigmoid's alpha/beta; Gelu is the exact
-//     one (approximate="none").
+//     constant scalar inputs), LeakyRelu's alpha, HardSigmoid's alpha/beta; a standard Gelu is
+//     the exact one (approximate="none") or the tanh one (activation GeluTanh).
 //  5. Activations with parameters need opset >= 8: the portable ONNX function that
 //     fused_ops.h attaches on export applies them with broadcasting ops.
 // The fused node always carries explicit activation_params for Clip (absent bounds become
@@ -155,11 +157,14 @@ bool readActivation(Node* act, int64_t opset, EpilogueSpec& spec, Why& why) {
     spec.params = {act->attrFloat("alpha", 0.01f)};
   } else if (op == "HardSigmoid") {
     spec.params = {act->attrFloat("alpha", 0.2f), act->attrFloat("beta", 0.5f)};
-  } else if (op == "Gelu") {
-    std::string approximate = act->attrString("approximate", "none");
-    if (approximate != "none") {
+  } else if (op == "Gelu" && act->domain().empty()) {
+    const std::string approximate = act->attrString("approximate", "none");
+    if (approximate == "tanh") {
+      spec.activation = "GeluTanh";
+    } else if (approximate != "none") {
       return why.fail(*act, [&] {
-        return fmt::format("{} has approximate='{}'; the fused epilogue computes the exact Gelu",
+        return fmt::format("{} has approximate='{}'; the fused epilogue computes the exact Gelu "
+                           "or its tanh approximation",
                            act->label(), approximate);
       });
     }
@@ -221,10 +226,12 @@ std::vector<Form> buildForms(int64_t opset) {
       true, true);
   add("conv-add-act", "c:Conv|Gemm -> add:Add -> act:" + acts, true, false, true);
   add("conv-add-gelu", "c:Conv|Gemm -> add:Add -> act:fusectl::Gelu", true, false, true);
+  add("conv-add-gelu-tanh", "c:Conv|Gemm -> add:Add -> act:fusectl::GeluTanh", true, false, true);
   add("conv-silu", "c:Conv|Gemm -> sig:Sigmoid -> mul:Mul ; c -> mul", false, true, true);
   add("conv-add", "c:Conv|Gemm -> add:Add", true, false, false);
   add("conv-act", "c:Conv|Gemm -> act:" + acts, false, false, true);
   add("conv-gelu", "c:Conv|Gemm -> act:fusectl::Gelu", false, false, true);
+  add("conv-gelu-tanh", "c:Conv|Gemm -> act:fusectl::GeluTanh", false, false, true);
 
   for (Form& s : out) {
     Pattern& p = s.pattern;

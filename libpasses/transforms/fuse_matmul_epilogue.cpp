@@ -13,9 +13,11 @@
 //   matmul-bias-residual-silu  mm -> bias:Add -> add:Add -> sig:Sigmoid -> mul:Mul ; add -> mul
 //   matmul-bias-residual-act   mm -> bias:Add -> add:Add -> act (Relu|Sigmoid|Tanh|HardSwish|Gelu)
 //   matmul-bias-residual-gelu  mm -> bias:Add -> add:Add -> act:fusectl::Gelu
+//   matmul-bias-residual-gelu-tanh  the same with act:fusectl::GeluTanh (GPT-2's gelu_new)
 //   matmul-bias-silu           mm -> bias:Add -> sig:Sigmoid -> mul:Mul ; bias -> mul
 //   matmul-bias-act            mm -> bias:Add -> act
 //   matmul-bias-gelu           mm -> bias:Add -> act:fusectl::Gelu
+//   matmul-bias-gelu-tanh      mm -> bias:Add -> act:fusectl::GeluTanh
 //   matmul-bias-residual       mm -> bias:Add -> add:Add
 //   matmul-bias                mm -> bias:Add
 //   matmul-residual            mm -> add:Add      (no bias: LLaMA's o_proj and down_proj)
@@ -37,7 +39,8 @@
 //     at most the output's, so the sum keeps the MatMul output's shape.
 //  5. Residual: the Add's other input is not the biased sum itself, not a constant, and its
 //     shape is provably the sum's shape (the kernel reads Z without broadcasting).
-//  6. A standard Gelu is the exact one (approximate = "none").
+//  6. A standard Gelu is the exact one (approximate = "none") or the tanh one (activation
+//     GeluTanh).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -155,18 +158,25 @@ Constraint residualLegal(std::string base) {
 }
 
 // Condition 6.
-Constraint exactGelu() {
-  return {"gelu-exact:act", [](const Match& m, Why& why) {
+Constraint knownGelu() {
+  return {"gelu-approximate:act", [](const Match& m, Why& why) {
             Node* act = m.get("act");
             if (!act->is("Gelu") || act->domain() != "") return true;
             const std::string approximate = act->attrString("approximate", "none");
-            if (approximate == "none") return true;
+            if (approximate == "none" || approximate == "tanh") return true;
             return why.fail(*act, [&] {
-              return fmt::format(
-                  "{} has approximate='{}'; the fused epilogue computes the exact Gelu",
-                  act->label(), approximate);
+              return fmt::format("{} has approximate='{}'; the fused epilogue computes the exact "
+                                 "Gelu or its tanh approximation",
+                                 act->label(), approximate);
             });
           }};
+}
+
+// The epilogue activation of a matched activation node: its op's name (every op matched is
+// named as its activation), but GeluTanh for a standard Gelu with approximate = "tanh".
+std::string activationOf(const Node& act) {
+  if (act.is("Gelu") && act.attrString("approximate", "none") == "tanh") return "GeluTanh";
+  return act.opType();
 }
 
 struct Form {
@@ -196,9 +206,12 @@ std::vector<Form> buildForms() {
       true, true);
   add("matmul-bias-residual-act", " -> add:Add -> act:" + acts, true, false, true);
   add("matmul-bias-residual-gelu", " -> add:Add -> act:fusectl::Gelu", true, false, true);
+  add("matmul-bias-residual-gelu-tanh", " -> add:Add -> act:fusectl::GeluTanh", true, false,
+      true);
   add("matmul-bias-silu", " -> sig:Sigmoid -> mul:Mul ; bias -> mul", false, true, true);
   add("matmul-bias-act", " -> act:" + acts, false, false, true);
   add("matmul-bias-gelu", " -> act:fusectl::Gelu", false, false, true);
+  add("matmul-bias-gelu-tanh", " -> act:fusectl::GeluTanh", false, false, true);
   add("matmul-bias-residual", " -> add:Add", true, false, false);
   add("matmul-bias", "", false, false, false);
   {
@@ -237,7 +250,7 @@ std::vector<Form> buildForms() {
     p.require(weightAndActivations());
     if (f.bias) p.require(biasOnLastAxis());
     if (f.residual) p.require(residualLegal(f.bias ? "bias" : "mm"));
-    if (f.activation && !f.silu) p.require(exactGelu());
+    if (f.activation && !f.silu) p.require(knownGelu());
   }
   return out;
 }
@@ -290,8 +303,8 @@ class FuseMatMulEpiloguePass : public Pass {
       node.attributes.push_back(Attribute::ofString("activation", "Silu"));
       output = m.get("mul")->output(0);
     } else if (f.activation) {
-      Node* act = m.get("act");  // every op matched is named as its activation
-      node.attributes.push_back(Attribute::ofString("activation", act->opType()));
+      Node* act = m.get("act");
+      node.attributes.push_back(Attribute::ofString("activation", activationOf(*act)));
       output = act->output(0);
     }
     // The fused node takes the MatMul's name, as its output takes the replaced value's.

@@ -1,25 +1,9 @@
-// The ONNX function bodies of the Gelu approximations fuse-gelu writes before opset 20
-// (fusectl::GeluTanh) or at any opset (fusectl::QuickGelu), from standard ops, computed as the
-// exporters spell them.
+// The ONNX function body of fusectl::QuickGelu, the Gelu approximation fuse-gelu writes at any
+// opset, from standard ops, computed as the exporters spell it (fusectl::GeluTanh is an
+// activation op: its body is activationBody's, fused_ops_functions.cpp).
 #include "fused_op_body.h"
 
 namespace fusectl {
-
-// 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x * x * x))).
-std::string buildGeluTanhFunction(const FusedOpInfo& op, int64_t opset) {
-  FunctionDef f = startFunction(std::string(op.name), opset);
-  Body b(opset);
-  Value* x = b.input(op.inputs.at(0).name);
-  Value* cube = b.node("Mul", {b.node("Mul", {x, x}), x});
-  Value* inner = b.node("Add", {x, b.node("Mul", {cube, b.floatConstant(0.044715f)})});
-  Value* t = b.node("Tanh", {b.node("Mul", {inner, b.floatConstant(0.7978845608f)})});
-  Value* half_x = b.node("Mul", {x, b.floatConstant(0.5f)});
-  Value* y = b.node("Mul", {half_x, b.node("Add", {t, b.floatConstant(1.f)})},
-                    std::string(op.outputs.at(0).name));
-  f.body = b.finish(y);
-  f.doc_string = fmt::format("fusectl {}: {}; see docs/ops.md", op.name, op.formula);
-  return functionToBinary(f);
-}
 
 // x * sigmoid(1.702 * x).
 std::string buildQuickGeluFunction(const FusedOpInfo& op, int64_t opset) {

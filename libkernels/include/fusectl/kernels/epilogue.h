@@ -150,6 +150,12 @@ struct Epilogue {
       case Activation::Tanh:
         for (int64_t j = 0; j < n; ++j) y[j] = std::tanh(y[j]);
         break;
+      case Activation::GeluTanh:
+        for (int64_t j = 0; j < n; ++j) {
+          const float v = y[j], cube = v * v * v;  // geluTanh512's operation order
+          y[j] = 0.5f * v * (1.f + std::tanh(0.7978845608028654f * (v + 0.044715f * cube)));
+        }
+        break;
     }
   }
 
