@@ -125,21 +125,14 @@ class CancelTransposesAroundMatMulPass : public Pass {
   std::vector<Pattern> patterns() const override { return {build(false), build(true)}; }
 
   bool run(const Graph& graph, PassContext& ctx) override {
-    size_t rewrites = 0;
+    bool changed = false;
     for (const bool fused : {false, true}) {
       const Pattern pattern = build(fused);
-      // Only failed conditions are rejections: a MatMul between other ops is not a near miss.
-      DriverOptions driver;
-      driver.report_structural = false;
-      rewrites += applyPattern(
-          graph, ctx, pattern,
-          [&](Rewriter& rw, const Match& m) {
-            cancel(rw, pattern, m);
-            return true;
-          },
-          driver);
+      changed |= applyReportingConditions(graph, ctx, pattern, [&](Rewriter& rw, const Match& m) {
+        cancel(rw, pattern, m);
+      });
     }
-    return rewrites > 0;
+    return changed;
   }
 
  private:

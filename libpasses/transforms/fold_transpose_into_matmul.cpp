@@ -97,16 +97,9 @@ class FoldTransposeIntoMatMulPass : public Pass {
 
   bool run(const Graph& graph, PassContext& ctx) override {
     const Pattern pattern = build();
-    // Only failed conditions are rejections: a MatMul without a Transpose is not a near miss.
-    DriverOptions driver;
-    driver.report_structural = false;
-    return applyPattern(
-               graph, ctx, pattern,
-               [&](Rewriter& rw, const Match& m) {
-                 fold(rw, pattern, m);
-                 return true;
-               },
-               driver) > 0;
+    return applyReportingConditions(graph, ctx, pattern, [&](Rewriter& rw, const Match& m) {
+      fold(rw, pattern, m);
+    });
   }
 
  private:

@@ -230,16 +230,9 @@ class UnflattenGemmPass : public Pass {
 
   bool run(const Graph& graph, PassContext& ctx) override {
     const Pattern pattern = build();
-    // Only failed conditions are rejections: a Gemm between other ops is not a near miss.
-    DriverOptions driver;
-    driver.report_structural = false;
-    return applyPattern(
-               graph, ctx, pattern,
-               [&](Rewriter& rw, const Match& m) {
-                 unflatten(rw, pattern, m);
-                 return true;
-               },
-               driver) > 0;
+    return applyReportingConditions(graph, ctx, pattern, [&](Rewriter& rw, const Match& m) {
+      unflatten(rw, pattern, m);
+    });
   }
 
  private:

@@ -269,6 +269,24 @@ size_t applyPatterns(const Graph& graph, PassContext& ctx,
                      const std::function<bool(Rewriter&, size_t, const Match&)>& rewrite,
                      const DriverOptions& driver = {});
 
+// applyPattern for a pass whose anchors are mostly no instance at all (a Gemm between other
+// ops, a MatMul without a Transpose): only failed conditions and constraints are reported as
+// rejections, and each match is rewritten by rewrite(rw, match). Returns whether anything was
+// rewritten.
+template <typename Rewrite>
+bool applyReportingConditions(const Graph& graph, PassContext& ctx, const Pattern& pattern,
+                              Rewrite&& rewrite) {
+  DriverOptions driver;
+  driver.report_structural = false;
+  return applyPattern(
+             graph, ctx, pattern,
+             [&](Rewriter& rw, const Match& m) {
+               rewrite(rw, m);
+               return true;
+             },
+             driver) > 0;
+}
+
 // applyPatterns for a pass whose patterns() are alternative forms of one fusion, each with a
 // kind of the pass's own (kinds[i] for form i), rewritten by fuse(rw, pattern, kind, match).
 // Only failed conditions and constraints are reported: every node of the forms' root op is an
