@@ -84,6 +84,17 @@ std::vector<TransformerModel> transformerModels() {
        {{"fusectl::AttentionPacked", 1}, {"fusectl::FusedMatMul", 2},
         {"fusectl::FusedMatMul_Add", 1}, {"fusectl::FusedMatMul_GeluTanh", 1},
         {"fusectl::LayerNorm", 1}, {"fusectl::SkipLayerNorm", 1}}},
+      // Three GPT-2 blocks: each block's q, k and v dims are exact only once the block before
+      // it is fused (its causal mask leaves the sequence dims unknown), which fuse-attention's
+      // rounds take in one run. Per block one AttentionPacked, one FusedMatMul_GeluTanh and
+      // two more FusedMatMuls; the first ln_1 is a LayerNorm, the other five norms take the
+      // residual before them (SkipLayerNorm), the last residual goes into mlp_proj's epilogue.
+      {"gpt2_stack3",
+       {{"hidden", {2, 8, 64}}},
+       false,
+       {{"fusectl::AttentionPacked", 3}, {"fusectl::FusedMatMul", 8},
+        {"fusectl::FusedMatMul_Add", 1}, {"fusectl::FusedMatMul_GeluTanh", 3},
+        {"fusectl::LayerNorm", 1}, {"fusectl::SkipLayerNorm", 5}}},
       // After -O3: 5 fusectl LayerNorm (2 per block + the final norm), 2 attentions, 2 Gelu
       // (exact), 8 MatMul-family nodes (qkv, proj, fc1, fc2 per block); no ReduceMean/Pow/Erf.
       // Each attention reads the qkv projection through ViT's stacked split (Reshape to
@@ -226,6 +237,29 @@ TEST_CASE("transformer models: op histogram after -O3",
   }
 }
 
+TEST_CASE("transformer models: stacked GPT-2 blocks fuse in one -O3 iteration",
+          "[transformer]") {
+  // Before fuse-attention ran rounds, each -O3 iteration fused one more block (its dims exact
+  // only after the block before it was fused and shapes re-inferred), and a 12-block GPT-2
+  // stopped at the 8-iteration cap with 4 attentions unfused. Now the fusion group's first
+  // iteration takes every block and the second only confirms it; three blocks took four.
+  auto model = load("gpt2_stack3");
+  passes::PassManagerOptions pm;
+  passes::Report report;
+  passes::PassManager(pm).run(*model, passes::Pipeline::forLevel(3), report);
+  const std::map<std::string, size_t> after = opHistogram(*model->graph);
+  INFO("after -O3: " << describe(after));
+  REQUIRE(after.count("fusectl::AttentionPacked") == 1);
+  CHECK(after.at("fusectl::AttentionPacked") == 3);
+  const passes::FixpointRun* fusions = nullptr;
+  for (const passes::FixpointRun& run : report.fixpoints)
+    if (run.group.find("fuse-attention") != std::string::npos) fusions = &run;
+  REQUIRE(fusions != nullptr);
+  INFO(fusions->group);
+  CHECK(fusions->converged);
+  CHECK(fusions->iterations == 2);
+}
+
 TEST_CASE("transformer models: -O3 is byte-deterministic and idempotent", "[transformer]") {
   for (const TransformerModel& tm : transformerModels()) {
     SECTION(tm.name) {
@@ -273,6 +307,9 @@ TEST_CASE("transformer models: the --emit ort output runs in ONNX Runtime as the
       {"gpt2_block",
        {{"LayerNormalization", 2}, {"com.microsoft::FastGelu", 1},
         {"com.microsoft::MultiHeadAttention", 1}, {"Sum", 1}}},  // its Sum also read after
+      {"gpt2_stack3",
+       {{"LayerNormalization", 6}, {"com.microsoft::FastGelu", 3},
+        {"com.microsoft::MultiHeadAttention", 3}, {"Sum", 5}}},
       // No SwiGLUPacked: --emit ort leaves merge-parallel-matmuls out (docs/passes.md).
       {"llama_gqa_block",
        {{"SimplifiedLayerNormalization", 2}, {"com.microsoft::GroupQueryAttention", 1},

@@ -495,14 +495,25 @@ class FuseAttentionPass : public Pass {
       return false;
     }
     const Pattern pattern = buildPattern();
-    const bool fused = applyPattern(graph, ctx, pattern, [&](Rewriter& rw, const Match& m) {
-                         fuse(rw, pattern, m);
-                         return true;
-                       }) > 0;
     // The attention's output dims are exact where the unfused chain (mask, Where, head merge)
     // left some unknown; the residual Add after the block is then provably one shape, which
-    // fuse-skip-norm needs.
-    if (fused) Rewriter(ctx).reinferShapes();
+    // fuse-skip-norm needs, and so is the next layer's input. GPT-2's causal mask, a Slice of a
+    // [1, 1, P, P] buffer to the sequence length, leaves the scores' sequence dims unknown
+    // until the attention is fused, so each layer's q, k and v dims are exact only once the
+    // layer before it is fused: rounds until one fuses nothing take a stack of such layers in
+    // this run (12 rounds for a 12-layer GPT-2), where one round a -O3 iteration stopped at the
+    // iteration cap (8 of 12 layers fused).
+    constexpr int kMaxRounds = 256;
+    bool fused = false;
+    for (int round = 0; round < kMaxRounds; ++round) {
+      const size_t rewrites = applyPattern(graph, ctx, pattern, [&](Rewriter& rw, const Match& m) {
+        fuse(rw, pattern, m);
+        return true;
+      });
+      if (rewrites == 0) break;
+      fused = true;
+      Rewriter(ctx).reinferShapes();
+    }
     return fused;
   }
 

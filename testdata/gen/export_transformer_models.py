@@ -86,6 +86,17 @@ class GPT2Block(nn.Module):
         return hidden + m
 
 
+class GPT2Stack(nn.Module):
+    def __init__(self, gen, layers):
+        super().__init__()
+        self.blocks = nn.ModuleList([GPT2Block(gen) for _ in range(layers)])
+
+    def forward(self, hidden):
+        for block in self.blocks:
+            hidden = block(hidden)
+        return hidden
+
+
 # --------------------------------------------------------------------------
 # vit_encoder: timm-style pre-norm blocks (fused qkv Linear, q*scale, exact nn.GELU)
 # --------------------------------------------------------------------------
@@ -346,6 +357,15 @@ def make_models():
     models.append(("vit_mha_encoder_dyn", model, (torch.randn(2, 17, 64, generator=gen),), dict(
         input_names=["tokens"], output_names=["output"],
         dynamic_axes={"tokens": {0: "batch", 1: "seq"}, "output": {0: "batch", 1: "seq"}})))
+    # Three GPT-2 blocks stacked: each causal mask, a Slice of the [1, 1, P, P] buffer to the
+    # sequence length, leaves the next block's dims unknown until its attention is fused
+    # (fuse-attention's rounds; tests/test_transformer_models.cpp runs -O3 with one iteration).
+    torch.manual_seed(16)
+    model = GPT2Stack(gen, 3)
+    randomize_norms(model, gen)
+    models.append(("gpt2_stack3", model, (torch.randn(2, seq, 64, generator=gen),), dict(
+        input_names=["hidden"], output_names=["output"],
+        dynamic_axes=seq_axes("hidden", "output"))))
     for _, m, _, _ in models:
         m.eval()
     return models
