@@ -14,9 +14,13 @@
 //     only: Gather on axis 0 with constant indices (negative ones count from the back), Slice
 //     with constant starts/ends on axis 0 and step 1 (GPT-2's head size, `v.size(-1)`, is
 //     Slice(Shape(v), [-1], [max]) at some opsets), whose picked dims are all static.
+//  4. A Reshape with a computed target (allowzero 0) that reads a symbolic dim gets a constant
+//     one when its output dims can be spelled with copies (0: the input's dim at that index,
+//     provably), static values and at most one -1 (foldReshapeTarget): LLaMA's and GPT-2's
+//     head splits and merges, [B, S, H, D] <-> [B, S, H*D] with B and S read from Shapes.
 // The outputs keep their names; in the -O1 fixpoint group fold-constants then folds what reads
 // them, and eliminate-dead-code removes what is left.
-// Counters: folded_shape, folded_size, folded_gather, folded_slice.
+// Counters: folded_shape, folded_size, folded_gather, folded_slice, folded_reshape_target.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -68,6 +72,12 @@ class FoldShapeSubgraphsPass : public Pass {
       if (!rw.erased(n) && n->input(0) && n->output(0)) changed |= foldShape(rw, n, opset);
     for (Node* n : snapshot("Size"))
       if (!rw.erased(n) && n->input(0) && n->output(0)) changed |= foldSize(rw, n);
+    if (opset >= 5) {
+      for (Node* n : snapshot("Reshape"))
+        if (!rw.erased(n) && n->domain().empty() && n->numInputs() > 1 && n->input(0) &&
+            n->input(1) && n->output(0))
+          changed |= foldReshapeTarget(rw, n);
+    }
     return changed;
   }
 
@@ -248,6 +258,46 @@ class FoldShapeSubgraphsPass : public Pass {
     replaceByConstant(rw, n, Tensor::fromValues<int64_t>(DType::Int64, {},
                                                          std::vector<int64_t>{*numel}));
     ctx.count("folded_size");
+    return true;
+  }
+
+  // Condition 4: a Reshape whose target is computed (from Shapes, in exports with dynamic dims)
+  // but whose output dims inference knows gets a constant target: each output dim that is
+  // provably the input's dim at the same index as a 0 (copy), each static one as its value, and
+  // at most one other as -1. At run time that target gives the same dims, and the Shape
+  // arithmetic that computed the old one is left without readers.
+  static bool foldReshapeTarget(Rewriter& rw, Node* n) {
+    if (n->input(1)->isConstant() || n->attrInt("allowzero", 0) != 0) return false;
+    const Shape& in = n->input(0)->shape();
+    const Shape& out = n->output(0)->shape();
+    if (!in.hasRank() || !out.hasRank()) return false;
+    std::vector<int64_t> target;
+    int inferred = 0;
+    for (size_t i = 0; i < out.rank(); ++i) {
+      const Dim& d = out[i];
+      if (d.isStatic() && d.value() > 0) {
+        target.push_back(d.value());
+      } else if (i < in.rank() && d.provablyEqual(in[i])) {
+        target.push_back(0);
+      } else if (!d.isStatic() && ++inferred == 1) {
+        target.push_back(-1);
+      } else {
+        return false;  // a static 0, or a second dim neither copied nor static
+      }
+    }
+    // Without a copied dim the target reads no symbolic dim: the Gather/Slice folding above and
+    // fold-constants make it a constant already, under its own name.
+    if (std::find(target.begin(), target.end(), 0) == target.end()) return false;
+    PassContext& ctx = rw.context();
+    if (!ctx.allowRewrite()) {
+      ctx.count("skipped_max_rewrites");
+      return false;
+    }
+    rw.setConstantInput(n, 1,
+                        Tensor::fromValues(DType::Int64, {static_cast<int64_t>(target.size())},
+                                           target),
+                        n->output(0)->name() + "_target");
+    ctx.count("folded_reshape_target");
     return true;
   }
 };
