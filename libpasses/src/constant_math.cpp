@@ -320,6 +320,18 @@ std::optional<std::vector<int64_t>> unsqueezeAxes(const Node& n) {
   return n.attrInts("axes");
 }
 
+std::optional<std::string> standardGeluActivation(const Node& gelu, Why& why) {
+  const std::string approximate = gelu.attrString("approximate", "none");
+  if (approximate == "none") return std::string("Gelu");
+  if (approximate == "tanh") return std::string("GeluTanh");
+  why.fail(gelu, [&] {
+    return fmt::format("{} has approximate='{}'; the fused epilogue computes the exact Gelu or "
+                       "its tanh approximation",
+                       gelu.label(), approximate);
+  });
+  return std::nullopt;
+}
+
 std::optional<std::vector<int64_t>> transposePerm(const Node& n, std::string* why) {
   std::vector<int64_t> perm;
   Value* x = n.input(0);

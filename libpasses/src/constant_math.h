@@ -103,6 +103,11 @@ std::optional<std::pair<int64_t, int64_t>> lastAxisSpan(const Node& slice, size_
 // Unsqueeze's axes (attribute before opset 13, constant input from 13), as written.
 std::optional<std::vector<int64_t>> unsqueezeAxes(const Node& n);
 
+// The epilogue activation a standard (ai.onnx) Gelu computes: "Gelu" for approximate = "none",
+// "GeluTanh" for "tanh"; nullopt, with `why` set (about `gelu`), for any other approximation
+// (fuse-epilogue, fuse-matmul-epilogue).
+std::optional<std::string> standardGeluActivation(const Node& gelu, Why& why);
+
 // A Transpose's permutation: its perm, or the reversal its input's rank gives when perm is
 // omitted; nullopt with `why` set (when given) when that is not a permutation, the rank is
 // unknown, or perm's length is not the input's known rank.

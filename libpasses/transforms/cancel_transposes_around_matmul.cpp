@@ -27,21 +27,15 @@
 //  4. The weight has rank 2; a FusedMatMul has no residual Z (it is added in t1's layout).
 #include <fmt/format.h>
 
+#include <optional>
 #include <vector>
 
+#include "constant_math.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
 
 namespace fusectl::passes {
 namespace {
-
-// The perm of a Transpose of a rank-`rank` input: given, or the reversal when omitted.
-std::vector<int64_t> permOf(const Node& t, size_t rank) {
-  std::vector<int64_t> perm = t.attrInts("perm");
-  if (perm.empty())
-    for (size_t i = 0; i < rank; ++i) perm.push_back(static_cast<int64_t>(rank - 1 - i));
-  return perm;
-}
 
 // Condition 1.
 Constraint readsTransposeAsA() {
@@ -64,18 +58,13 @@ Constraint undoingPerms() {
             Node* t1 = m.get("t1");
             Node* t2 = m.get("t2");
             const Shape& s = t1->input(0)->shape();
-            std::vector<int64_t> p, q;
-            bool ok = s.hasRank() && s.rank() >= 2;
-            if (ok) {
-              p = permOf(*t1, s.rank());
-              q = permOf(*t2, s.rank());
-              ok = p.size() == s.rank() && q.size() == s.rank() &&
-                   p.back() == static_cast<int64_t>(s.rank()) - 1;
-            }
-            for (size_t i = 0; ok && i < q.size(); ++i) {
-              ok = q[i] >= 0 && q[i] < static_cast<int64_t>(p.size()) &&
-                   p[static_cast<size_t>(q[i])] == static_cast<int64_t>(i);
-            }
+            const std::optional<std::vector<int64_t>> p = transposePerm(*t1, nullptr);
+            const std::optional<std::vector<int64_t>> q = transposePerm(*t2, nullptr);
+            bool ok = s.hasRank() && s.rank() >= 2 && p && q && p->size() == s.rank() &&
+                      q->size() == s.rank() && p->back() == static_cast<int64_t>(s.rank()) - 1;
+            // (transposePerm checked that each is a permutation: q's entries index p.)
+            for (size_t i = 0; ok && i < q->size(); ++i)
+              ok = (*p)[static_cast<size_t>((*q)[i])] == static_cast<int64_t>(i);
             if (ok) return true;
             return why.fail(*t2, [&] {
               return fmt::format("{} (perm [{}]) and {} (perm [{}]) around {} on {}: not a "

@@ -50,6 +50,7 @@
 #include <cfloat>
 #include <optional>
 
+#include "constant_math.h"
 #include "fusectl/graph/op_classes.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
@@ -158,16 +159,9 @@ bool readActivation(Node* act, int64_t opset, EpilogueSpec& spec, Why& why) {
   } else if (op == "HardSigmoid") {
     spec.params = {act->attrFloat("alpha", 0.2f), act->attrFloat("beta", 0.5f)};
   } else if (op == "Gelu" && act->domain().empty()) {
-    const std::string approximate = act->attrString("approximate", "none");
-    if (approximate == "tanh") {
-      spec.activation = "GeluTanh";
-    } else if (approximate != "none") {
-      return why.fail(*act, [&] {
-        return fmt::format("{} has approximate='{}'; the fused epilogue computes the exact Gelu "
-                           "or its tanh approximation",
-                           act->label(), approximate);
-      });
-    }
+    const std::optional<std::string> gelu = standardGeluActivation(*act, why);
+    if (!gelu) return false;
+    spec.activation = *gelu;
   }
   if (!spec.params.empty() && opset > 0 && opset < 8) {
     return why.fail(*act, [&] {

@@ -161,21 +161,16 @@ Constraint residualLegal(std::string base) {
 Constraint knownGelu() {
   return {"gelu-approximate:act", [](const Match& m, Why& why) {
             Node* act = m.get("act");
-            if (!act->is("Gelu") || act->domain() != "") return true;
-            const std::string approximate = act->attrString("approximate", "none");
-            if (approximate == "none" || approximate == "tanh") return true;
-            return why.fail(*act, [&] {
-              return fmt::format("{} has approximate='{}'; the fused epilogue computes the exact "
-                                 "Gelu or its tanh approximation",
-                                 act->label(), approximate);
-            });
+            if (!act->is("Gelu")) return true;
+            return standardGeluActivation(*act, why).has_value();
           }};
 }
 
 // The epilogue activation of a matched activation node: its op's name (every op matched is
 // named as its activation), but GeluTanh for a standard Gelu with approximate = "tanh".
 std::string activationOf(const Node& act) {
-  if (act.is("Gelu") && act.attrString("approximate", "none") == "tanh") return "GeluTanh";
+  Why checked(false);  // knownGelu held
+  if (act.is("Gelu")) return standardGeluActivation(act, checked).value_or("Gelu");
   return act.opType();
 }
 

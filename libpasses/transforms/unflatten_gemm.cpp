@@ -150,11 +150,9 @@ Constraint reshapesBackTheSameBytes() {
             // its target would copy a dim of that input instead of the [M, N] one.
             Node* back = m.get("back");
             const Value* target = back->numInputs() > 1 ? back->input(1) : nullptr;
-            bool fixed = target && target->isConstant() && back->attrInt("allowzero", 0) == 0;
-            if (fixed) {
+            bool fixed = target && target->isConstant();
+            if (fixed && back->attrInt("allowzero", 0) == 0) {  // with allowzero = 1 a 0 is a 0
               for (const double d : constantAsDoubles(*target->initializer())) fixed &= d != 0;
-            } else if (target && target->isConstant()) {
-              fixed = true;  // allowzero = 1: a 0 is a 0
             }
             if (fixed) return true;
             return why.fail(*back, [&] {
