@@ -30,6 +30,9 @@ struct Problem {
   float scale = 0.5f;
   bool causal = false;
   int threads = 1;
+  // AttentionPackedRotary: the dims of its Cos and Sin tables (last D, broadcast into the
+  // heads [B, H, S, D] with no head dim); empty: AttentionPacked.
+  std::vector<int64_t> rotary_dims;
 };
 
 std::vector<HostTensor> runKernel(const Problem& p, const std::vector<float>& q,
@@ -108,12 +111,17 @@ void checkAgainstReference(const Problem& p) {
 // AttentionPacked on X [B, S, (Hq + 2 Hkv) D], whose heads are cut out here into the [B, H, S, D]
 // blocks the reference reads; its Y [B, S, Hq D] is compared with the reference's heads merged.
 std::vector<HostTensor> runPackedKernel(const Problem& p, const std::vector<float>& x,
-                                        const std::vector<float>& m) {
+                                        const std::vector<float>& m,
+                                        const std::vector<float>& cos,
+                                        const std::vector<float>& sin) {
   using fusectl::testing::floats;
-  fusectl::testing::KernelCase c("AttentionPacked", 1);
+  const bool rotary = !p.rotary_dims.empty();
+  fusectl::testing::KernelCase c(rotary ? "AttentionPackedRotary" : "AttentionPacked", 1);
   c.domain("fusectl").registry(KernelRegistry::global()).threads(p.threads);
   c.input(floats({p.B, p.S, (p.Hq + 2 * p.Hkv) * p.D}, x));
   if (!p.mask_dims.empty()) c.input(floats(p.mask_dims, m));
+  else if (rotary) c.input(floats({1}, {0.f}));  // M comes before the tables
+  if (rotary) c.input(floats(p.rotary_dims, cos)).input(floats(p.rotary_dims, sin));
   return c.attrInt("num_heads", p.Hq)
       .attrInt("kv_num_heads", p.Hkv)
       .attrFloat("scale", p.scale)
@@ -142,9 +150,33 @@ void checkPackedAgainstReference(const Problem& p) {
   for (int64_t d : p.mask_dims) mn *= d;
   const auto m = p.mask_dims.empty() ? std::vector<float>{}
                                      : randomFloats(static_cast<size_t>(mn), 4, -3.f, 0.f);
-  const std::vector<double> want = reference(p, heads(0, p.Hq), heads(p.Hq, p.Hkv),
+  // The rotary tables, and the rotate_half rotation of q and k heads [B, H, S, D] by them, in
+  // double: y[k] = x[k] cos[k] - x[k + D/2] sin[k], y[k + D/2] = x[k + D/2] cos + x[k] sin.
+  int64_t tn = 1;
+  for (int64_t d : p.rotary_dims) tn *= d;
+  const auto cos = randomFloats(static_cast<size_t>(tn), 6), sin = randomFloats(static_cast<size_t>(tn), 7);
+  auto rotate = [&](std::vector<float> h, int64_t count) {
+    if (p.rotary_dims.empty()) return h;
+    std::vector<int64_t> td = p.rotary_dims;
+    while (td.size() < 4) td.insert(td.begin(), 1);
+    const std::vector<float> in = h;
+    const int64_t half = p.D / 2;
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t hh = 0; hh < count; ++hh)
+        for (int64_t s = 0; s < p.S; ++s)
+          for (int64_t d = 0; d < p.D; ++d) {
+            const size_t row = static_cast<size_t>(((b * count + hh) * p.S + s) * p.D);
+            const size_t t = static_cast<size_t>(
+                (((td[0] == 1 ? 0 : b) * td[1] + 0) * td[2] + (td[2] == 1 ? 0 : s)) * td[3] + d);
+            const double partner = d < half ? -double(in[row + d + half]) : double(in[row + d - half]);
+            h[row + d] = static_cast<float>(double(in[row + d]) * cos[t] + partner * sin[t]);
+          }
+    return h;
+  };
+  const std::vector<double> want = reference(p, rotate(heads(0, p.Hq), p.Hq),
+                                             rotate(heads(p.Hq, p.Hkv), p.Hkv),
                                              heads(p.Hq + p.Hkv, p.Hkv), m);
-  std::vector<HostTensor> out = runPackedKernel(p, x, m);
+  std::vector<HostTensor> out = runPackedKernel(p, x, m, cos, sin);
   REQUIRE(out.size() == 1);
   CHECK(out[0].dims() == std::vector<int64_t>{p.B, p.S, p.Hq * p.D});
   const float* got = out[0].data<float>();
@@ -182,6 +214,41 @@ TEST_CASE("attention kernel: the packed form reads its heads from one merged pro
   checkPackedAgainstReference(p);
   p.causal = false;
   checkPackedAgainstReference(p);
+}
+
+TEST_CASE("attention kernel: the packed rotary form rotates q and k as it reads them",
+          "[attention][kernels]") {
+  Problem p;  // tables [S, D], multi-head, a padding mask per batch
+  p.B = 2, p.Hq = p.Hkv = 3, p.S = p.T = 7, p.D = p.Dv = 8;
+  p.mask_dims = {2, 1, 1, 7};
+  p.rotary_dims = {7, 8};
+  checkPackedAgainstReference(p);
+  p.Hq = 4, p.Hkv = 2;  // grouped-query (k rotated once per group), causal, tables per batch
+  p.causal = true;
+  p.mask_dims = {};
+  p.rotary_dims = {2, 1, 7, 8};
+  checkPackedAgainstReference(p);
+  p.rotary_dims = {1, 8};  // one angle row for every position
+  checkPackedAgainstReference(p);
+  p.B = 1, p.Hq = 8, p.Hkv = 2, p.S = p.T = 600, p.D = p.Dv = 16;  // flash-style tiles, threads
+  p.rotary_dims = {1, 1, 600, 16};
+  p.threads = 2;
+  checkPackedAgainstReference(p);
+}
+
+TEST_CASE("attention kernel: rotary tables that differ by head are a one-line error",
+          "[attention][kernels]") {
+  // [1, 2, 3, 4]: a table per head, which one AttentionPackedRotary cannot take for q and k.
+  using fusectl::testing::floats;
+  fusectl::testing::KernelCase c("AttentionPackedRotary", 1);
+  c.domain("fusectl").registry(KernelRegistry::global());
+  c.input(floats({1, 3, 24}, randomFloats(72, 5)))
+      .input(floats({1}, {0.f}))
+      .input(floats({1, 2, 3, 4}, randomFloats(24, 6)))
+      .input(floats({1, 2, 3, 4}, randomFloats(24, 7)))
+      .attrInt("num_heads", 2)
+      .attrInt("kv_num_heads", 2);
+  CHECK_THROWS_WITH(c.run(), Catch::Contains("Cos [1,2,3,4] does not broadcast"));
 }
 
 TEST_CASE("attention kernel: a packed projection the heads do not divide is a one-line error",
@@ -310,12 +377,12 @@ TEST_CASE("fuse-attention at -O3 leaves one Attention per layer and keeps the ou
     std::vector<std::pair<std::string, Shape>> shapes;  // sequence 7, batch 2
     int64_t causal;
     // BERT's q/k/v projections merge, and the attention then reads them packed
-    // (fuse-packed-attention); LLaMA's rotary embedding sits between its heads and the attention.
+    // (fuse-packed-attention); LLaMA's too, with its rotary embedding of q and k taken in.
     const char* op;
   };
   const std::vector<ModelCase> models = {
       {"bert_layer", {{"hidden", Shape::ofStatic({2, 7, 64})}, {"attention_mask", Shape::ofStatic({2, 1, 1, 7})}}, 0, "AttentionPacked"},
-      {"llama_layer", {{"hidden", Shape::ofStatic({2, 7, 64})}, {"cos", Shape::ofStatic({7, 16})}, {"sin", Shape::ofStatic({7, 16})}}, 1, "Attention"},
+      {"llama_layer", {{"hidden", Shape::ofStatic({2, 7, 64})}, {"cos", Shape::ofStatic({7, 16})}, {"sin", Shape::ofStatic({7, 16})}}, 1, "AttentionPackedRotary"},
   };
   for (const ModelCase& mc : models) {
     INFO(mc.name);
@@ -329,7 +396,7 @@ TEST_CASE("fuse-attention at -O3 leaves one Attention per layer and keeps the ou
     REQUIRE(passes::PassManager(options).run(*after, passes::Pipeline::forLevel(3), report));
     CHECK(countOps(*after->graph, "Softmax") == 0);
     std::vector<Node*> fused;
-    for (const char* op : {"Attention", "AttentionPacked"})
+    for (const char* op : {"Attention", "AttentionPacked", "AttentionPackedRotary"})
       for (Node* n : after->graph->nodesOfType(op, "fusectl")) fused.push_back(n);
     REQUIRE(fused.size() == 1);
     CHECK(fused[0]->opType() == mc.op);

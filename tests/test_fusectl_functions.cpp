@@ -659,14 +659,21 @@ std::vector<HalfCase> halfCases() {
   SwiGLUPacked = fusectl.SwiGLUPacked (P)
 }
 )"},
+      // The rotary tables per batch ([B, 1, S, D]) and shared ([S, D]).
       {"attention with a mask", 13, R"(g ({T}[1, 4, 3, 8] Q, {T}[1, 2, 5, 8] K, {T}[1, 2, 5, 8] V,
-     {T}[1, 1, 3, 5] M, {T}[2, 3, 64] P, {T}[2, 1, 3, 3] PM)
-  => ({T}[1, 4, 3, 8] Y, {T}[1, 4, 3, 8] Causal, {T}[2, 3, 32] Packed)
+     {T}[1, 1, 3, 5] M, {T}[2, 3, 64] P, {T}[2, 1, 3, 3] PM, {T}[2, 1, 3, 8] RC,
+     {T}[2, 1, 3, 8] RS, {T}[3, 8] SC, {T}[3, 8] SS)
+  => ({T}[1, 4, 3, 8] Y, {T}[1, 4, 3, 8] Causal, {T}[2, 3, 32] Packed,
+      {T}[2, 3, 32] PackedRotary, {T}[2, 3, 48] SharedRotary)
 {
   Y = fusectl.Attention <scale = 0.35, causal = 0> (Q, K, V, M)
   Causal = fusectl.Attention <scale = 0.35, causal = 1> (Q, K, V, M)
   Packed = fusectl.AttentionPacked <num_heads = 4, kv_num_heads = 2, scale = 0.35, causal = 1>
       (P, PM)
+  PackedRotary = fusectl.AttentionPackedRotary
+      <num_heads = 4, kv_num_heads = 2, scale = 0.35, causal = 1> (P, PM, RC, RS)
+  SharedRotary = fusectl.AttentionPackedRotary
+      <num_heads = 6, kv_num_heads = 1, scale = 0.35, causal = 0> (P, PM, SC, SS)
 }
 )"},
       {"rotary", 13, R"(g ({T}[1, 2, 3, 8] X, {T}[1, 1, 3, 8] Cos, {T}[1, 1, 3, 8] Sin, {T}[8] S)

@@ -699,6 +699,31 @@ TEST_CASE("gatherStrided copies every stride-th element on every ISA", "[kernels
   }
 }
 
+TEST_CASE("rotateHalfRow rounds each product as the graph's Mul and Add do, on every ISA",
+          "[kernels][vectorized]") {
+  // The reference is the exported graph's arithmetic in float: two rounded products, one
+  // rounded sum. An FMA would differ from it in the last bit on most of these random rows.
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (int64_t half : {1, 4, 8, 15, 16, 17, 32, 64, 67}) {
+      INFO(vec::isaName(isa) << " half " << half);
+      const size_t d = static_cast<size_t>(2 * half);
+      const std::vector<float> x = randomFloats(d, 11), c = randomFloats(d, 12),
+                               sn = randomFloats(d, 13);
+      std::vector<float> y(d + 1, -7.f);
+      vec::rotateHalfRow(x.data(), y.data(), half, c.data(), sn.data());
+      for (size_t k = 0; k < static_cast<size_t>(half); ++k) {
+        const size_t h = k + static_cast<size_t>(half);
+        volatile float p1 = x[k] * c[k], p2 = -x[h] * sn[k];
+        volatile float p3 = x[h] * c[h], p4 = x[k] * sn[h];
+        REQUIRE(y[k] == p1 + p2);
+        REQUIRE(y[h] == p3 + p4);
+      }
+      REQUIRE(y[d] == -7.f);  // nothing past the row is written
+    }
+  }
+}
+
 TEST_CASE("softmaxRowAdd adds the mask and normalises in one go on every ISA",
           "[kernels][vectorized]") {
   const float inf = std::numeric_limits<float>::infinity();

@@ -158,6 +158,17 @@ std::vector<TransformerModel> transformerModels() {
        {{"MatMul", 4}, {"Reshape", 4}, {"Transpose", 4}, {"fusectl::Attention", 1},
         {"fusectl::FusedMatMul_NoBias_Add", 2}, {"fusectl::QKNormRotaryEmbedding", 2},
         {"fusectl::RMSNorm", 2}, {"fusectl::SwiGLUPacked", 1}}},
+      // LLaMA with multi-head attention (q, k and v as wide): after -O3, 2 RMSNorm, q/k/v
+      // merged into one MatMul that one AttentionPackedRotary reads in place, rotating q and k
+      // as it reads them (no Slice, head split, RotaryEmbedding or head merge left: 21 nodes
+      // before fuse-packed-attention took the rotary form, 8 now), gate/up merged for one
+      // SwiGLUPacked, o_proj and down_proj with the residual in their epilogue.
+      {"llama_layer",
+       {{"hidden", {2, 8, 64}}, {"cos", {8, 16}}, {"sin", {8, 16}}},
+       false,
+       {{"MatMul", 2}, {"fusectl::AttentionPackedRotary", 1},
+        {"fusectl::FusedMatMul_NoBias_Add", 2}, {"fusectl::RMSNorm", 2},
+        {"fusectl::SwiGLUPacked", 1}}},
       // After -O3: as llama_gqa_block, with each RMSNorm taking its Cast pair (fp16 in and out)
       // and the (1 + w) weight folded into one constant: 2 RMSNorm and 2 QK-norm rotary nodes,
       // no ReduceMean. The Casts stay: fusectl::RMSNorm is float32 only.
@@ -311,7 +322,12 @@ TEST_CASE("transformer models: the --emit ort output runs in ONNX Runtime as the
       {"gpt2_stack3",
        {{"LayerNormalization", 6}, {"com.microsoft::FastGelu", 3},
         {"com.microsoft::MultiHeadAttention", 3}, {"Sum", 5}}},
-      // No SwiGLUPacked: --emit ort leaves merge-parallel-matmuls out (docs/passes.md).
+      // No SwiGLUPacked: --emit ort leaves merge-parallel-matmuls out (docs/passes.md), and
+      // with it fuse-packed-attention: llama_layer's causal attention is a MultiHeadAttention
+      // after its two rotary nodes.
+      {"llama_layer",
+       {{"SimplifiedLayerNormalization", 2}, {"com.microsoft::MultiHeadAttention", 1},
+        {"fusectl::RotaryEmbedding", 2}, {"fusectl::SwiGLU", 1}}},
       {"llama_gqa_block",
        {{"SimplifiedLayerNormalization", 2}, {"com.microsoft::GroupQueryAttention", 1},
         {"fusectl::QKNormRotaryEmbedding", 2}, {"fusectl::SwiGLU", 1}}},

@@ -133,4 +133,8 @@ inline FunctionDef startFunction(const std::string& name, int64_t opset) {
 // y = act(x) from standard ops, as the kernels' epilogue computes it (fused_ops_functions.cpp).
 Value* activationBody(Body& b, Activation act, Value* x, const std::string& y);
 
+// y = x * cos + rotate_half(x) * sin over x's last axis, as RotaryEmbedding's exporters write it
+// (fused_bodies/rotary.cpp); AttentionPackedRotary's body rotates its q and k heads with it.
+Value* rotateHalf(Body& b, Value* x, Value* cos, Value* sin, const std::string& out);
+
 }  // namespace fusectl

@@ -7,6 +7,7 @@ namespace fusectl {
 // Declared here rather than in a header per family: this list is their only caller.
 std::string buildAttentionFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/attention.cpp
 std::string buildAttentionPackedFunction(const FusedOpInfo& op, int64_t opset);  // attention.cpp
+std::string buildAttentionPackedRotaryFunction(const FusedOpInfo& op, int64_t opset);  // attention.cpp
 std::string buildSwiGLUFunction(const FusedOpInfo& op, int64_t opset);     // fused_bodies/swiglu.cpp
 std::string buildSwiGLUPackedFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/swiglu.cpp
 std::string buildQuickGeluFunction(const FusedOpInfo& op, int64_t opset);  // fused_bodies/gelu.cpp
@@ -28,6 +29,7 @@ const std::vector<CompositeBody>& compositeBodyBuilders() {
       {"SkipRMSNorm", buildSkipRMSNormFunction},
       {"Attention", buildAttentionFunction},
       {"AttentionPacked", buildAttentionPackedFunction},
+      {"AttentionPackedRotary", buildAttentionPackedRotaryFunction},
       {"SwiGLU", buildSwiGLUFunction},
       {"SwiGLUPacked", buildSwiGLUPackedFunction},
       {"QuickGelu", buildQuickGeluFunction},

@@ -15,6 +15,10 @@
 //    kKeyTile (256 KiB) ever exists, and causal key tiles past a query's last visible key are
 //    not computed at all. The sums are taken in another order than the one-pass softmax's, so
 //    the two layouts agree to rounding, not bit for bit.
+// fusectl::AttentionPackedRotary rotates each block's q and k rows (RotaryEmbedding's
+// rotate_half, rotary_rows.h) into two small buffers of the block's thread as it starts, and
+// runs the same block on them: a q block and a k block of S x D floats stay in L2 where the
+// separate nodes wrote five tensors of the heads' size.
 // Blocks run in parallel; each GEMM runs on its block's thread, so the result does not depend
 // on the thread count. Non-float32 inputs (all four of one type) are converted to float32 once
 // (FloatView) and Y is rounded to their type once (FloatSink).
@@ -27,6 +31,7 @@
 #include "attention_shape.h"
 #include "compute_common.h"
 #include "gemm_micro.h"
+#include "rotary_rows.h"
 #include "vec_kernels.h"
 
 namespace fusectl::kernels {
@@ -106,11 +111,29 @@ void attentionTiled(const float* q, const float* k, const float* v, float* y, in
   }
 }
 
+// AttentionPackedRotary's tables: row s of batch b at cos + b * b_stride + s * s_stride (0
+// along a broadcast dim), D floats, the same for every head.
+struct RotaryTables {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  int64_t b_stride = 0, s_stride = 0;
+};
+
+// `rows` rows of one head, `stride` apart, rotated into `out` (rows of D).
+void rotateHeadRows(const float* x, int64_t stride, int64_t rows, int64_t D, int64_t b,
+                    const RotaryTables& rot, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t at = b * rot.b_stride + r * rot.s_stride;
+    rotateRow(x + r * stride, out + r * D, D / 2, rot.cos + at, rot.sin + at);
+  }
+}
+
 // One attention over B batches of Hq query heads, laid out as `st` says (attention_shape.h);
-// k and v point at K's and V's first head.
-void computeAttention(KernelContext& ctx, const AttentionShape& L, const AttentionStrides& st,
+// k and v point at K's and V's first head. With `rot`, each block's q and k rows are rotated
+// first (AttentionPackedRotary).
+void computeAttention(KernelContext& ctx, const AttentionShape& L, const AttentionStrides& st_in,
                       const float* q, const float* k, const float* v, const float* mask,
-                      const MaskStrides& ms, float* y) {
+                      const MaskStrides& ms, float* y, const RotaryTables* rot = nullptr) {
   const int64_t group = L.Hq / L.Hkv;
   const float scale = ctx.attrFloat("scale", 1.f / std::sqrt(static_cast<float>(L.D)));
   const bool causal = ctx.attrInt("causal", 0) != 0;
@@ -119,10 +142,25 @@ void computeAttention(KernelContext& ctx, const AttentionShape& L, const Attenti
   const bool tiled = useTiles(S, T);
   parallelFor(blocks, ctx.numThreads(), 1, [&](int64_t first, int64_t last) {
     std::vector<float> scores(tiled ? 0 : static_cast<size_t>(S * T));
+    std::vector<float> q_rotated(rot ? static_cast<size_t>(S * D) : 0);
+    std::vector<float> k_rotated(rot ? static_cast<size_t>(T * D) : 0);
+    AttentionStrides st = st_in;
+    int64_t rotated_kv = -1;  // the (batch, kv head) whose k rows k_rotated holds
     for (int64_t block = first; block < last; ++block) {
       const int64_t b = block / L.Hq, h = block % L.Hq, kvh = h / group;
-      const float* qb = q + b * st.q.batch + h * st.q.head;
-      const float* kb = k + b * st.k.batch + kvh * st.k.head;
+      const float* qb = q + b * st_in.q.batch + h * st_in.q.head;
+      const float* kb = k + b * st_in.k.batch + kvh * st_in.k.head;
+      if (rot) {
+        // The G query heads of a group follow each other: their k rows are rotated once.
+        rotateHeadRows(qb, st_in.q.row, S, D, b, *rot, q_rotated.data());
+        if (rotated_kv != b * L.Hkv + kvh) {
+          rotateHeadRows(kb, st_in.k.row, T, D, b, *rot, k_rotated.data());
+          rotated_kv = b * L.Hkv + kvh;
+        }
+        qb = q_rotated.data();
+        kb = k_rotated.data();
+        st.q.row = st.k.row = D;
+      }
       const float* vb = v + b * st.v.batch + kvh * st.v.head;
       float* yb = y + b * st.y.batch + h * st.y.head;
       if (tiled) {
@@ -178,7 +216,9 @@ void runAttention(KernelContext& ctx) {
 // AttentionPacked: X [B, S, (Hq + 2 Hkv) * D] holds the q, k and v heads of each position side
 // by side; Y [B, S, Hq * D] the merged heads. Each head is read and written with a row stride,
 // so neither the three slices nor the head split and merge are ever copied.
-void runAttentionPacked(KernelContext& ctx) {
+// AttentionPackedRotary (`rotary`): inputs 2 and 3 are the rotary tables, which must broadcast
+// into every head [B, H, S, D] alike (no head dim other than 1).
+void runAttentionPacked(KernelContext& ctx, bool rotary) {
   const HostTensor& x = ctx.requireInput(0);
   const HostTensor* m = ctx.input(1);
   if (!isFloatComputeType(x.dtype()))
@@ -187,13 +227,31 @@ void runAttentionPacked(KernelContext& ctx) {
   const AttentionShape a = packedAttentionShape(ctx, x);
   const MaskStrides ms = m ? maskStrides(ctx, m->dims(), a) : MaskStrides{};
 
-  FloatView xf(x), mf(m);
+  const HostTensor* cos_t = rotary ? &ctx.requireInput(2) : nullptr;
+  const HostTensor* sin_t = rotary ? &ctx.requireInput(3) : nullptr;
+  RotaryTables rot;
+  if (rotary) {
+    requireSameDType(ctx, x, "X", cos_t, "Cos");
+    requireSameDType(ctx, x, "X", sin_t, "Sin");
+    if (cos_t->dims() != sin_t->dims()) ctx.fail("Cos and Sin differ in shape");
+    if (a.D % 2 != 0)
+      ctx.fail("head size " + std::to_string(a.D) + " is odd; rotate_half needs it even");
+    // The strides of [B, H, S, D] heads of one head count: H = 1 stands for every head, so a
+    // table with a head dim other than 1 is refused by the broadcast check.
+    const std::vector<int64_t> strides =
+        rotaryTableStrides(ctx, {a.B, 1, a.S, a.D}, *cos_t, "Cos");
+    rot.b_stride = strides[0];
+    rot.s_stride = strides[2];
+  }
+  FloatView xf(x), mf(m), cf(cos_t), sf(sin_t);
+  rot.cos = cf ? cf.data() : nullptr;
+  rot.sin = sf ? sf.data() : nullptr;
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), {a.B, a.S, a.Hq * a.D});
   FloatSink ys(y);
   const AttentionStrides st = packedStrides(a);
   const float* base = xf.data();
   computeAttention(ctx, a, st, base, base + st.k_offset, base + st.v_offset,
-                   mf ? mf.data() : nullptr, ms, ys.data());
+                   mf ? mf.data() : nullptr, ms, ys.data(), rotary ? &rot : nullptr);
   ys.commit();
 }
 
@@ -202,7 +260,10 @@ void runAttentionPacked(KernelContext& ctx) {
 
 void registerAttentionKernels(KernelRegistry& r) {
   r.add({"fusectl", "Attention", 1, 1000, cpu::runAttention});
-  r.add({"fusectl", "AttentionPacked", 1, 1000, cpu::runAttentionPacked});
+  r.add({"fusectl", "AttentionPacked", 1, 1000,
+         [](KernelContext& c) { cpu::runAttentionPacked(c, /*rotary=*/false); }});
+  r.add({"fusectl", "AttentionPackedRotary", 1, 1000,
+         [](KernelContext& c) { cpu::runAttentionPacked(c, /*rotary=*/true); }});
 }
 
 }  // namespace fusectl::kernels

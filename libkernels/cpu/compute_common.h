@@ -211,6 +211,10 @@ inline void requireSameDType(const KernelContext& ctx, const HostTensor& ref, co
 // kernels (rotary_fused.cpp, cuda/rotary.cu), so both check and word it alike.
 std::vector<int64_t> rotaryTableStrides(const KernelContext& ctx, const HostTensor& x,
                                         const HostTensor& table, const char* what);
+// The same for X's dims alone (AttentionPackedRotary's heads, which are no tensor of their own).
+std::vector<int64_t> rotaryTableStrides(const KernelContext& ctx,
+                                        const std::vector<int64_t>& x_dims,
+                                        const HostTensor& table, const char* what);
 
 // SwiGLUPacked's output dims: X's with the last (gate and up side by side) halved; fails when it
 // is odd. Shared by the CPU and CUDA kernels (swiglu.cpp, cuda/elementwise.cu).

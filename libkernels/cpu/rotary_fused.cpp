@@ -18,28 +18,12 @@
 #include <vector>
 
 #include "compute_common.h"
+#include "rotary_rows.h"
 #include "vec_kernels.h"
 
 namespace fusectl::kernels {
 namespace cpu {
 namespace {
-
-// Neighbouring pairs (x[2k], x[2k + 1]): GPT-J's rotate_every_two.
-void rotatePairs(const float* x, float* y, int64_t half, const float* c, const float* s) {
-  for (int64_t k = 0; k < half; ++k) {
-    const float x1 = x[2 * k], x2 = x[2 * k + 1];
-    y[2 * k] = x1 * c[2 * k] + (-x2) * s[2 * k];
-    y[2 * k + 1] = x2 * c[2 * k + 1] + x1 * s[2 * k + 1];
-  }
-}
-
-void rotateRow(const float* x, float* y, int64_t half, const float* c, const float* s) {
-  for (int64_t k = 0; k < half; ++k) {
-    const float x1 = x[k], x2 = x[k + half];
-    y[k] = x1 * c[k] + (-x2) * s[k];
-    y[k + half] = x2 * c[k + half] + x1 * s[k + half];
-  }
-}
 
 void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved = false) {
   const HostTensor& x = ctx.requireInput(0);
@@ -110,21 +94,27 @@ void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved = false) {
 }  // namespace
 
 std::vector<int64_t> rotaryTableStrides(const KernelContext& ctx, const HostTensor& x,
-                                  const HostTensor& table, const char* what) {
-  const size_t rank = x.rank(), trank = table.rank();
-  const int64_t d = x.dim(static_cast<int64_t>(rank) - 1);
+                                        const HostTensor& table, const char* what) {
+  return rotaryTableStrides(ctx, x.dims(), table, what);
+}
+
+std::vector<int64_t> rotaryTableStrides(const KernelContext& ctx,
+                                        const std::vector<int64_t>& x_dims,
+                                        const HostTensor& table, const char* what) {
+  const size_t rank = x_dims.size(), trank = table.rank();
+  const int64_t d = rank == 0 ? 0 : x_dims.back();
   if (trank == 0 || trank > rank || table.dims().back() != d) {
     ctx.fail(fmt::format("{} {} does not broadcast into X {} along its last dim {}", what,
-                         formatDims(table.dims()), formatDims(x.dims()), d));
+                         formatDims(table.dims()), formatDims(x_dims), d));
   }
   std::vector<int64_t> strides(rank - 1, 0);
   int64_t stride = d;
   for (size_t i = trank - 1; i-- > 0;) {
     const int64_t td = table.dims()[i];
     const size_t xi = rank - trank + i;
-    if (td != 1 && td != x.dims()[xi]) {
+    if (td != 1 && td != x_dims[xi]) {
       ctx.fail(fmt::format("{} {} does not broadcast into X {}", what, formatDims(table.dims()),
-                           formatDims(x.dims())));
+                           formatDims(x_dims)));
     }
     if (td != 1) strides[xi] = stride;
     stride *= td;

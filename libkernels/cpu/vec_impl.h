@@ -707,3 +707,29 @@ void windowMean(const float* in, int64_t stride, int64_t k, int64_t dilation,
     o[i] = s * (row_scale * cs[i]);
   }
 }
+
+// A product kept rounded to float: the region's fp-contract=fast would otherwise fuse it into
+// the add that follows as an FMA, which rounds once where the exported graph's Mul and Add (and
+// the scalar kernels) round twice. An empty asm hides the value from that fusion.
+inline vf roundedProduct(vf a, vf b) {
+  vf p = a * b;
+#if defined(FUSECTL_VEC_X86) && !defined(__clang__)
+  asm("" : "+x"(p));
+#endif
+  return p;
+}
+
+void rotateHalfRow(const float* x, float* y, int64_t half, const float* c, const float* s) {
+  auto pair = [&](int64_t k, auto get, auto put) {
+    const vf x1 = get(x + k), x2 = get(x + k + half);
+    put(y + k, roundedProduct(x1, get(c + k)) + roundedProduct(-x2, get(s + k)));
+    put(y + k + half, roundedProduct(x2, get(c + k + half)) + roundedProduct(x1, get(s + k + half)));
+  };
+  int64_t k = 0;
+  for (; k + W <= half; k += W) pair(k, load, store);
+  if (k < half) {
+    const int64_t n = half - k;
+    pair(k, [n](const float* p) { return loadPartial(p, n, 0.f); },
+         [n](float* p, vf v) { storePartial(p, v, n); });
+  }
+}

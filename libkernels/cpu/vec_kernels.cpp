@@ -69,6 +69,7 @@ struct Table {
   void (*windowMean)(const float*, int64_t, int64_t, int64_t, const float*, float, float*,
                      int64_t);
   void (*gatherStrided)(const float*, int64_t, float*, int64_t);
+  void (*rotateHalfRow)(const float*, float*, int64_t, const float*, const float*);
 };
 
 #define FUSECTL_VEC_TABLE(ns)                                                            \
@@ -76,7 +77,7 @@ struct Table {
     ns::unary, ns::binary, ns::affine, ns::sum, ns::sumSquaredDeviations, ns::max, ns::softmaxRow,   \
         ns::softmaxRowAdd, ns::onlineSoftmaxRow,                                          \
         ns::softmaxColumns, ns::layerNormRow, ns::maxRows, ns::sumRows, ns::windowMax,   \
-        ns::windowMean, ns::gatherStrided                                                \
+        ns::windowMean, ns::gatherStrided, ns::rotateHalfRow                             \
   }
 
 const Table kPortable = FUSECTL_VEC_TABLE(portable);
@@ -201,6 +202,9 @@ void windowMean(const float* in, int64_t stride, int64_t k, int64_t dilation,
 }
 void gatherStrided(const float* in, int64_t stride, float* out, int64_t n) {
   table().gatherStrided(in, stride, out, n);
+}
+void rotateHalfRow(const float* x, float* y, int64_t half, const float* c, const float* s) {
+  table().rotateHalfRow(x, y, half, c, s);
 }
 
 }  // namespace fusectl::kernels::vec

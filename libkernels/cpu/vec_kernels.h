@@ -97,4 +97,9 @@ void windowMean(const float* in, int64_t stride, int64_t k, int64_t dilation,
 // out[i] = in[i * stride], i < n: a strided convolution's im2col row.
 void gatherStrided(const float* in, int64_t stride, float* out, int64_t n);
 
+// RotaryEmbedding's rotate_half of one row of 2 * half values: y[k] = x[k] c[k] - x[k + half] s[k],
+// y[k + half] = x[k + half] c[k + half] + x[k] s[k + half], each product rounded before the sum
+// (no FMA), as the exported Mul and Add nodes compute it. y must not overlap x.
+void rotateHalfRow(const float* x, float* y, int64_t half, const float* c, const float* s);
+
 }  // namespace fusectl::kernels::vec

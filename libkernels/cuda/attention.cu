@@ -2,7 +2,8 @@
 // results this one reproduces to rounding): Y = softmax(scale * Q K^T + M, causal) V per
 // (batch, query head), K/V head h / G serving query head h; and fusectl::AttentionPacked, the
 // same kernel reading the heads of one merged q/k/v projection and writing them merged, through
-// the per-tensor batch, head and row strides of Params.
+// the per-tensor batch, head and row strides of Params; AttentionPackedRotary rotates the q and
+// k rows as it stages them (headValue).
 //
 // Flash-attention style on the CUDA cores (fp32 FMAs whatever the storage, so that fp16 and
 // bf16 sum the way the CPU's FloatView does): one block of kWarps warps takes kRowsPerWarp
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "../cpu/attention_shape.h"
+#include "../cpu/compute_common.h"
 #include "cuda_common.h"
 #include "cuda_device_util.cuh"
 #include "fusectl/graph/error.h"
@@ -81,7 +83,27 @@ struct Params {
   // Where each head of q, k, v and y lies (attention_shape.h): [B, H, S, D] blocks for
   // Attention; rows of the merged projection (and of the merged heads) for AttentionPacked.
   AttentionStrides at;
+  // AttentionPackedRotary: the rotary tables (Q's element type; null: no rotation), row s of
+  // batch b at b * rot_b + s * rot_s, the same for every head.
+  const void* cos;
+  const void* sin;
+  int64_t rot_b, rot_s;
 };
+
+// Element d of row `row` (position `pos`) of one q or k head, rotated as RotaryEmbedding's
+// rotate_half does when the node carries tables (cpu/rotary_rows.h: x * cos + (-x2) * sin).
+template <typename Elem>
+__device__ __forceinline__ float headValue(const Params& p, const Elem* __restrict__ row,
+                                           int64_t b, int64_t pos, int d, int D) {
+  const float x = toFloat(row[d]);
+  if (!p.cos) return x;
+  const int half = D / 2;
+  const int64_t at = b * p.rot_b + pos * p.rot_s + d;
+  const float c = toFloat(static_cast<const Elem*>(p.cos)[at]);
+  const float s = toFloat(static_cast<const Elem*>(p.sin)[at]);
+  return d < half ? __fadd_rn(__fmul_rn(x, c), __fmul_rn(-toFloat(row[d + half]), s))
+                  : __fadd_rn(__fmul_rn(x, c), __fmul_rn(toFloat(row[d - half]), s));
+}
 
 // Keys [0, visibleKeys(s)) are the ones query row s attends to.
 __device__ __forceinline__ int64_t visibleKeys(const Params& p, int64_t s) {
@@ -141,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) attentionKernel(Params p) {
 #pragma unroll
     for (int i = 0; i < B::kChunks; ++i) {
       const int d = lane + 32 * i;
-      if (d < DP) dst[d] = (s < p.S && d < D) ? toFloat(q[s * at.q.row + d]) : 0.f;
+      if (d < DP) dst[d] = (s < p.S && d < D) ? headValue(p, q + s * at.q.row, b, s, d, D) : 0.f;
     }
   }
 
@@ -167,7 +189,8 @@ __global__ void __launch_bounds__(kThreads) attentionKernel(Params p) {
 #pragma unroll
       for (int i = 0; i < B::kChunks; ++i) {
         const int d = lane + 32 * i;
-        if (d < DP) sK[j * B::kKStride + d] = (live && d < D) ? toFloat(k[t * at.k.row + d]) : 0.f;
+        if (d < DP)
+          sK[j * B::kKStride + d] = (live && d < D) ? headValue(p, k + t * at.k.row, b, t, d, D) : 0.f;
         sV[j * DMAX + d] = (live && d < Dv) ? toFloat(v[t * at.v.row + d]) : 0.f;
       }
     }
@@ -385,7 +408,9 @@ void runAttention(KernelContext& ctx) {
 
 // AttentionPacked: X [B, S, (Hq + 2 Hkv) * D], its q, k and v heads side by side in each row;
 // Y [B, S, Hq * D]. The kernel reads and writes each head with the rows' stride.
-void runAttentionPacked(KernelContext& ctx) {
+// AttentionPackedRotary (`rotary`): inputs 2 and 3 are the rotary tables, applied to the q and k
+// rows as they are staged.
+void runAttentionPacked(KernelContext& ctx, bool rotary) {
   const HostTensor& x = ctx.requireInput(0);
   const HostTensor* m = ctx.input(1);
   if (!cudaFloatType(x.dtype()))
@@ -393,10 +418,25 @@ void runAttentionPacked(KernelContext& ctx) {
   if (m && !cudaFloatType(m->dtype()))
     unsupported(ctx, "a mask of element type " + std::string(dtypeName(m->dtype())));
   const AttentionShape a = packedAttentionShape(ctx, x);
+  Params p{};
+  if (rotary) {
+    const HostTensor& cos_t = ctx.requireInput(2);
+    const HostTensor& sin_t = ctx.requireInput(3);
+    if (cos_t.dtype() != x.dtype() || sin_t.dtype() != x.dtype())
+      unsupported(ctx, "rotary tables of another type than X");
+    if (cos_t.dims() != sin_t.dims()) ctx.fail("Cos and Sin differ in shape");
+    if (a.D % 2 != 0)
+      ctx.fail("head size " + std::to_string(a.D) + " is odd; rotate_half needs it even");
+    const std::vector<int64_t> strides =
+        cpu::rotaryTableStrides(ctx, {a.B, 1, a.S, a.D}, cos_t, "Cos");
+    p.cos = cos_t.raw();
+    p.sin = sin_t.raw();
+    p.rot_b = strides[0];
+    p.rot_s = strides[2];
+  }
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), {a.B, a.S, a.Hq * a.D});
   const size_t esize = dtypeSize(x.dtype());
   const auto* base = static_cast<const unsigned char*>(x.raw());
-  Params p{};
   p.at = packedStrides(a);
   p.q = base;
   p.k = base + static_cast<size_t>(p.at.k_offset) * esize;
@@ -442,13 +482,29 @@ bool attentionPackedAccepts(const Node& n) {
   return !(w.isStatic() && heads > 0 && w.value() / heads > kMaxHead);
 }
 
+// AttentionPackedRotary: AttentionPacked's conditions, and tables of X's type.
+bool attentionPackedRotaryAccepts(const Node& n) {
+  const Value* x = n.input(0);
+  for (size_t i : {2, 3}) {
+    const Value* t = n.input(i);
+    if (x && t && x->dtype() != DType::Undefined && t->dtype() != DType::Undefined &&
+        t->dtype() != x->dtype())
+      return false;
+  }
+  return attentionPackedAccepts(n);
+}
+
 }  // namespace
 
 void registerAttentionKernels(KernelRegistry& r) {
   addCudaKernel(r, "fusectl", "Attention", 1, 1000, runAttention,
                 kCudaFloatTypes, 0, attentionAccepts);
-  addCudaKernel(r, "fusectl", "AttentionPacked", 1, 1000, runAttentionPacked,
+  addCudaKernel(r, "fusectl", "AttentionPacked", 1, 1000,
+                [](KernelContext& c) { runAttentionPacked(c, /*rotary=*/false); },
                 kCudaFloatTypes, 0, attentionPackedAccepts);
+  addCudaKernel(r, "fusectl", "AttentionPackedRotary", 1, 1000,
+                [](KernelContext& c) { runAttentionPacked(c, /*rotary=*/true); },
+                kCudaFloatTypes, 0, attentionPackedRotaryAccepts);
 }
 
 }  // namespace fusectl::kernels::cuda

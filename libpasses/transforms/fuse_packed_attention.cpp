@@ -30,6 +30,13 @@
 //     [B*S, Hq D] by a constant shape without zeros (it stays, reading the merged heads).
 // A third form takes ViT's stacked split: X -> Reshape [B, S, 3, H, D] -> Transpose(2, 0, 3, 1, 4)
 // -> Split(axis 0) -> Squeeze(0) for each of q, k and v (timm and torch export it so).
+// A fifth form takes LLaMA's (Qwen's, Mistral's) heads: q and k each go through a
+// fusectl::RotaryEmbedding (fuse-rotary's rotate_half node) between the head split and the
+// Attention, with the same Cos and Sin. The node is then AttentionPackedRotary(X, M, Cos, Sin),
+// which rotates the rows as it reads them: the two rotations go with the rest (13 of the 14
+// nodes between a LLaMA layer's merged projection and its o_proj). Its tables must be the same
+// for every head ([B or 1, 1, S or 1, D], or fewer leading dims: `shared-rotary-tables`).
+// Interleaved and QK-norm rotations have no packed form and leave the Attention as it is.
 // The Transposes' perm [0, 2, 1, 3] is a condition of the pattern. A second form takes the three
 // outputs of one Split of X's last axis instead of the Slices (GPT-2's c_attn, torch's packed
 // in_proj): condition 2 is then that the Split is on the last axis and its parts are the q, k
@@ -470,6 +477,12 @@ constexpr const char* kHeadChains =
     " -> ^ta:Transpose[perm=[0, 2, 1, 3]] ;"
     " rk:Reshape -> tk:Transpose[perm=[0, 2, 1, 3]] -> 1:a ;"
     " rv:Reshape -> tv:Transpose[perm=[0, 2, 1, 3]] -> 2:a";
+// LLaMA's: q and k rotated between their head splits and the attention.
+constexpr const char* kRotaryHeadChains =
+    "rq:Reshape -> tq:Transpose[perm=[0, 2, 1, 3]] -> 0:eq:fusectl::RotaryEmbedding"
+    " -> 0:a:fusectl::Attention -> ^ta:Transpose[perm=[0, 2, 1, 3]] ;"
+    " rk:Reshape -> tk:Transpose[perm=[0, 2, 1, 3]] -> 0:ek:fusectl::RotaryEmbedding -> 1:a ;"
+    " rv:Reshape -> tv:Transpose[perm=[0, 2, 1, 3]] -> 2:a";
 constexpr const char* kSlices = " ; sq:Slice -> rq ; sk:Slice -> rk ; sv:Slice -> rv";
 constexpr const char* kSplit = " ; split:Split.0 -> rq ; split.1 -> rk ; split.2 -> rv";
 constexpr const char* kStacked =
@@ -477,16 +490,61 @@ constexpr const char* kStacked =
     " -> 0:a:fusectl::Attention -> ^ta:Transpose[perm=[0, 2, 1, 3]] ;"
     " split.1 -> zk:Squeeze -> 1:a ; split.2 -> zv:Squeeze -> 2:a";
 
+// The rotary forms' condition: q and k rotated by the same tables, which AttentionPackedRotary
+// reads for every head alike: [..., S or 1, D] with no head dim other than 1, B or 1 before it.
+Constraint sharedRotaryTables() {
+  return {"shared-rotary-tables", [](const Match& m, Why& why) {
+            Why checked(false);  // packedQkv held
+            const Packed p = *packedLayout(m, checked);
+            Node* eq = m.get("eq");
+            Node* ek = m.get("ek");
+            if (eq->input(1) != ek->input(1) || eq->input(2) != ek->input(2)) {
+              return why.fail(*ek, [&] {
+                return fmt::format("{} rotates k by '{}' and '{}', {} rotates q by '{}' and '{}': "
+                                   "AttentionPackedRotary takes one pair of tables",
+                                   ek->label(), ek->input(1)->name(), ek->input(2)->name(),
+                                   eq->label(), eq->input(1)->name(), eq->input(2)->name());
+              });
+            }
+            const Shape& xs = p.x->shape();
+            const Value* table = eq->input(1);
+            const Shape& t = table->shape();
+            const int64_t r = t.hasRank() ? static_cast<int64_t>(t.rank()) : 0;
+            auto is = [&](int64_t from_end, const Dim& want) {
+              const Dim& d = t[static_cast<size_t>(r - from_end)];
+              return (d.isStatic() && d.value() == 1) || d.provablyEqual(want);
+            };
+            const bool ok = t.hasRank() && r >= 1 && r <= 4 &&
+                            table->dtype() == p.x->dtype() &&
+                            eq->input(2)->shape() == t &&
+                            t[static_cast<size_t>(r - 1)].isStatic() &&
+                            t[static_cast<size_t>(r - 1)].value() == p.head_size &&
+                            p.head_size % 2 == 0 && (r < 2 || is(2, xs[1])) &&
+                            (r < 3 || is(3, Dim::known(1))) && (r < 4 || is(4, xs[0]));
+            if (ok) return true;
+            return why.fail(*eq, [&] {
+              return fmt::format("{} reads tables '{}' {} {}: AttentionPackedRotary takes "
+                                 "[B or 1, 1, S or 1, {}] (or fewer leading dims) of X's dtype, "
+                                 "the same for every head, with S and B provably '{}' {}'s",
+                                 eq->label(), table->name(), dtypeName(table->dtype()), t.str(),
+                                 p.head_size, p.x->name(), xs.str());
+            });
+          }};
+}
+
 // The forms: q, k and v cut from X by three Slices or by one Split into three; each with the
-// head merge a Reshape to [B, S, Hq D] that the node replaces, or one to [B*S, Hq D] that stays.
+// head merge a Reshape to [B, S, Hq D] that the node replaces, or one to [B*S, Hq D] that stays;
+// and each with q and k rotated (AttentionPackedRotary) or not.
 std::vector<Pattern> build() {
   using namespace constraints;
   std::vector<Pattern> forms;
   // The 2-D forms first: where neither fits, theirs is the reason reported, and it names both
   // merges.
+  for (const bool rotary : {true, false})
   for (const bool to_2d : {true, false}) {
-    const std::string chains = std::string(kHeadChains) + (to_2d ? "" : " ; ta -> merge:Reshape");
-    const std::string suffix = to_2d ? "-2d" : "";
+    const std::string chains = std::string(rotary ? kRotaryHeadChains : kHeadChains) +
+                               (to_2d ? "" : " ; ta -> merge:Reshape");
+    const std::string suffix = std::string(rotary ? "-rotary" : "") + (to_2d ? "-2d" : "");
     // Dynamic exports also read q, k, v and the merge's input for B and S (Shape -> Gather),
     // to compute the head split's and merge's targets: those readers move onto X.
     Pattern slices = Pattern::parse(chains + kSlices, "packed-attention" + suffix);
@@ -494,6 +552,22 @@ std::vector<Pattern> build() {
     for (Pattern* p : {&slices, &split}) {
       p->require(slicesReadOnce());
       for (const char* c : {"rq", "tq", "rk", "tk", "rv", "tv"}) p->require(uniqueConsumer(c));
+      if (rotary) {
+        p->require(uniqueConsumer("eq"));
+        p->require(uniqueConsumer("ek"));
+      }
+    }
+    if (rotary) {
+      for (Pattern* p : {&slices, &split}) {
+        p->producing({"fusectl::AttentionPackedRotary"});
+        p->require(uniqueConsumer("a"));
+        p->require(packedQkv());
+        p->require(sharedRotaryTables());
+        p->require(mergeInputReadOnce());
+        p->require(to_2d ? mergedHeadsTo2d() : mergedHeads());
+        forms.push_back(std::move(*p));
+      }
+      continue;
     }
     Pattern stacked = Pattern::parse(
         std::string(kStacked) + (to_2d ? "" : " ; ta -> merge:Reshape"),
@@ -541,9 +615,10 @@ class FusePackedAttentionPass : public Pass {
              const Packed p = *packedLayout(m, checked);
              Node* a = m.get("a");
              Node* merge = m.get("merge");  // null in the 2-D forms: the Reshape stays
+             Node* rotary_q = m.get("eq");  // the rotary forms
              NewNode node;
              node.domain = "fusectl";
-             node.op_type = "AttentionPacked";
+             node.op_type = rotary_q ? "AttentionPackedRotary" : "AttentionPacked";
              node.name = a->name();
              Value* x = p.x;
              Node* batch_first = nullptr;
@@ -565,6 +640,10 @@ class FusePackedAttentionPass : public Pass {
                x = batch_first->output(0);
              }
              node.inputs = {x, a->input(3)};
+             if (rotary_q) {
+               node.inputs.push_back(rotary_q->input(1));
+               node.inputs.push_back(rotary_q->input(2));
+             }
              node.attributes.push_back(Attribute::ofInt("num_heads", p.heads[0]));
              node.attributes.push_back(Attribute::ofInt("kv_num_heads", p.heads[1]));
              for (const char* name : {"scale", "causal"})
@@ -622,7 +701,7 @@ class FusePackedAttentionPass : public Pass {
                  rw.noteHelperNode(*r);
                }
              }
-             ctx.count("fused_packed_attention");
+             ctx.count(rotary_q ? "fused_packed_rotary_attention" : "fused_packed_attention");
              return true;
            }, driver) > 0;
   }

@@ -91,14 +91,19 @@ std::string buildAttentionFunction(const FusedOpInfo& op, int64_t opset) {
   return functionToBinary(f);
 }
 
+namespace {
+
 // AttentionPacked: X [B, S, (Hq + 2 Hkv) * D] viewed as [B, Hq + 2 Hkv, S, D], its head ranges
 // sliced into Q, K and V, then Attention's body and the head merge back to [B, S, Hq * D].
-std::string buildAttentionPackedFunction(const FusedOpInfo& op, int64_t opset) {
+// AttentionPackedRotary (`rotary`): Q and K rotated by RotaryEmbedding's body first.
+std::string packedAttentionFunction(const FusedOpInfo& op, int64_t opset, bool rotary) {
   FunctionDef f = startFunction(std::string(op.name), opset);
   for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
   Body b(opset);
   Value* x = b.input("X");
   Value* mask = b.input("M");
+  Value* cos = rotary ? b.input("Cos") : nullptr;
+  Value* sin = rotary ? b.input("Sin") : nullptr;
   Value* one = b.intsConstant({1});
   auto heads = [&](const char* attr) {
     Value* h = b.node("Constant", {});
@@ -122,12 +127,26 @@ std::string buildAttentionPackedFunction(const FusedOpInfo& op, int64_t opset) {
   Value* q = heads_between(b.intsConstant({0}), k_start);
   Value* k = heads_between(k_start, v_start);
   Value* v = heads_between(v_start, all);
+  if (rotary) {
+    q = rotateHalf(b, q, cos, sin, "");
+    k = rotateHalf(b, k, cos, sin, "");
+  }
   Value* y4 = attentionHeads(b, q, k, v, mask, "");
   Value* merged = b.node("Transpose", {y4});
   b.intsAttr("perm", {0, 2, 1, 3});
   Value* y = b.node("Reshape", {merged, b.intsConstant({0, 0, -1})}, "Y");
   f.body = b.finish(y);
   return functionToBinary(f);
+}
+
+}  // namespace
+
+std::string buildAttentionPackedFunction(const FusedOpInfo& op, int64_t opset) {
+  return packedAttentionFunction(op, opset, /*rotary=*/false);
+}
+
+std::string buildAttentionPackedRotaryFunction(const FusedOpInfo& op, int64_t opset) {
+  return packedAttentionFunction(op, opset, /*rotary=*/true);
 }
 
 }  // namespace fusectl

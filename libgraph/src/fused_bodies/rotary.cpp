@@ -11,7 +11,6 @@
 #include "fused_op_body.h"
 
 namespace fusectl {
-namespace {
 
 Value* rotateHalf(Body& b, Value* x, Value* cos, Value* sin, const std::string& out) {
   std::vector<Value*> halves = b.multiNode("Split", {x}, {"", ""});
@@ -21,6 +20,8 @@ Value* rotateHalf(Body& b, Value* x, Value* cos, Value* sin, const std::string& 
   b.intAttr("axis", -1);
   return b.node("Add", {b.node("Mul", {x, cos}), b.node("Mul", {rotated, sin})}, out);
 }
+
+namespace {
 
 Value* lastAxisMean(Body& b, Value* x) {
   if (b.opset() < 13) {

@@ -26,7 +26,8 @@ bool attentionShape(RuleContext& ctx) {
   return true;
 }
 
-// AttentionPacked: Y is [B, S, Hq * D] from X [B, S, (Hq + 2 Hkv) * D], X's dtype.
+// AttentionPacked and AttentionPackedRotary: Y is [B, S, Hq * D] from X [B, S, (Hq + 2 Hkv) * D],
+// X's dtype.
 bool attentionPackedShape(RuleContext& ctx) {
   const Shape& x = ctx.inShape(0);
   if (!x.hasRank() || x.rank() != 3) {
@@ -74,6 +75,7 @@ void registerFusectlOpRules(RuleRegistry& r) {
     if (op.shape_rule == FusedShapeRule::SameAsInput) r.add(kFusectlDomain, op.name, everyOutputAsInput);
   r.add(kFusectlDomain, "Attention", attentionShape);
   r.add(kFusectlDomain, "AttentionPacked", attentionPackedShape);
+  r.add(kFusectlDomain, "AttentionPackedRotary", attentionPackedShape);
   r.add(kFusectlDomain, "SwiGLUPacked", swigluPackedShape);
   r.add(kFusectlDomain, "Elementwise", elementwiseShape);
 }
