@@ -67,6 +67,26 @@ Pipeline buildPipeline(const OptimizeRequest& request) {
     PipelineElement e;
     e.pass = "emit-ort";
     p.elements.push_back(std::move(e));
+    // emit-ort writes the head layout ONNX Runtime's ops take around each attention, after the
+    // fixpoint that would have tidied it: a MultiHeadAttention's [B, S, H*D] output went back to
+    // [B, H, S, D] for the model's own head merge, two Transposes that cancel (GPT-2: each a copy
+    // of the layer's activations in ONNX Runtime), and Reshape chains and their Shape arithmetic
+    // around them. One more group cancels and folds those, then a sweep for what died.
+    PipelineElement tidy;
+    for (const char* name : {"merge-transposes", "eliminate-noop-reshape", "fold-shape-subgraphs"}) {
+      if (std::find(request.disable.begin(), request.disable.end(), name) != request.disable.end())
+        continue;
+      PipelineElement t;
+      t.pass = name;
+      tidy.group.push_back(std::move(t));
+    }
+    if (!tidy.group.empty()) p.elements.push_back(std::move(tidy));
+    if (std::find(request.disable.begin(), request.disable.end(), "eliminate-dead-code") ==
+        request.disable.end()) {
+      PipelineElement dce;
+      dce.pass = "eliminate-dead-code";
+      p.elements.push_back(std::move(dce));
+    }
   }
   return p;
 }
