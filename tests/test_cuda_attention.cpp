@@ -4,7 +4,8 @@
 // key tiles and query blocks, partial ones), the causal cut with S = T, S < T and S > T (rows
 // that see no key), every broadcast of the additive mask, a padding mask of large negative
 // entries, the scalar zero mask of a node fused without one and the default scale, in float32,
-// float16 and bfloat16; and AttentionPacked, the same kernel over a merged q/k/v projection.
+// float16 and bfloat16; and AttentionPacked, the same kernel over a merged q/k/v projection,
+// with AttentionPackedRotary rotating its q and k heads as it stages them.
 //
 // Tolerances. float32: both kernels compute in float32 and differ only in the order of their
 // sums (the online softmax rescales partial sums; the CPU sums a whole row, or other tiles),
@@ -290,6 +291,37 @@ TEST_CASE("cuda attention: the packed form reads one merged q/k/v projection", "
           t + "[" + dimsText({p.B, p.S, p.Hq * p.D}) + "] Y)\n{\n  Y = fusectl.AttentionPacked "
           "<num_heads = " + std::to_string(p.Hq) + ", kv_num_heads = " + std::to_string(p.Hkv) +
           ", scale = 0.125, causal = " + std::to_string(p.causal) + "> (X, M)\n}\n";
+      INFO(text);
+      checkCudaAgainstCpu(text, t == "float16" ? kHalfNmse : t == "bfloat16" ? kBFloat16Nmse
+                                                                             : kFloatNmse);
+    }
+  }
+}
+
+TEST_CASE("cuda attention: the packed rotary form rotates q and k as it stages them", "[cuda]") {
+  if (!cudaDeviceOrSkip()) return;
+  // AttentionPackedRotary: tables [S, D] (LLaMA's) and per batch [B, 1, S, D] (HF's after
+  // unsqueeze(1)), grouped-query causal over several query blocks and key tiles. Each staged q
+  // and k element is rotated from its row and its partner half (headValue), with each product
+  // rounded as on the CPU.
+  struct Packed {
+    int64_t B, S, Hq, Hkv, D;
+    int causal;
+    std::string tables;  // the tables' dims
+  };
+  for (const Packed& p : {Packed{2, 130, 4, 4, 64, 1, "130, 64"},
+                          Packed{2, 600, 8, 2, 128, 1, "2, 1, 600, 128"},
+                          Packed{1, 7, 2, 2, 32, 0, "1, 32"}}) {
+    for (const char* type : {"float", "float16", "bfloat16"}) {
+      const std::string t = type;
+      const int64_t width = (p.Hq + 2 * p.Hkv) * p.D;
+      const std::string text =
+          "<ir_version: 8, opset_import: [\"\" : 17, \"fusectl\" : 1]>\n"
+          "g (" + t + "[" + dimsText({p.B, p.S, width}) + "] X, " + t + "[1] M, " + t + "[" +
+          p.tables + "] C, " + t + "[" + p.tables + "] N) => (" + t + "[" +
+          dimsText({p.B, p.S, p.Hq * p.D}) + "] Y)\n{\n  Y = fusectl.AttentionPackedRotary "
+          "<num_heads = " + std::to_string(p.Hq) + ", kv_num_heads = " + std::to_string(p.Hkv) +
+          ", scale = 0.125, causal = " + std::to_string(p.causal) + "> (X, M, C, N)\n}\n";
       INFO(text);
       checkCudaAgainstCpu(text, t == "float16" ? kHalfNmse : t == "bfloat16" ? kBFloat16Nmse
                                                                              : kFloatNmse);
