@@ -124,10 +124,11 @@ g (float[2, 8] X, float[2, 8] V) => (float[2, 8] Y)
   return examples;
 }
 
-FusionRule rejectedRule(const std::string& name) {
-  for (FusionRule& r : fusionRules(RuleStatus::Rejected))
+// A rule of the given status (merge-narrow-projections is opt-in: `narrow=true`).
+FusionRule heldBackRule(const std::string& name, RuleStatus status) {
+  for (FusionRule& r : fusionRules(status))
     if (r.name == name) return std::move(r);
-  FAIL("the catalog has no rejected rule " << name);
+  FAIL("the catalog has no " << ruleStatusName(status) << " rule " << name);
   return {};
 }
 
@@ -237,7 +238,7 @@ TEST_CASE("catalog: a rejected rule is never applied", "[catalog]") {
 }
 
 TEST_CASE("catalog: merge-narrow-projections matches grouped-query widths only", "[catalog]") {
-  const FusionRule rule = rejectedRule("merge-narrow-projections");
+  const FusionRule rule = heldBackRule("merge-narrow-projections", RuleStatus::OptIn);
   REQUIRE(rule.variants.size() == 1);
   OptimizeRequest o3;
   o3.level = 3;
@@ -331,9 +332,9 @@ TEST_CASE("fusectl passes --catalog: table, JSON and Markdown", "[catalog][cli]"
   CHECK(runFusectl("passes --markdown").out == passesMarkdownTable());
 }
 
-TEST_CASE("fusectl match --explain names a rejected rule that would match, with its evidence",
+TEST_CASE("fusectl match --explain names an opt-in rule that would match, with its evidence",
           "[catalog][cli]") {
-  const FusionRule rule = rejectedRule("merge-narrow-projections");
+  const FusionRule rule = heldBackRule("merge-narrow-projections", RuleStatus::OptIn);
 
   fusectl::testing::TempDir dir("catalog-match");
   const std::string gqa = dir / "gqa.onnxtxt", mha = dir / "mha.onnxtxt", opt = dir / "gqa.opt.onnx";
@@ -346,11 +347,12 @@ TEST_CASE("fusectl match --explain names a rejected rule that would match, with 
   CliRun text = runFusectl("match " + shellQuote(gqa) + " --catalog merge-parallel-matmuls --explain");
   INFO(text.out << text.err);
   REQUIRE(text.code == 0);
-  CHECK(contains(text.out, "rejected rule merge-narrow-projections (merge-parallel-matmuls): " +
+  CHECK(contains(text.out, "opt-in rule merge-narrow-projections (merge-parallel-matmuls): " +
                                rule.variants[0].str()));
-  CHECK(contains(text.out, "would match: mm=MatMul(Q), $x='X', $w='Wq' (never applied)"));
+  CHECK(contains(text.out,
+                 "would match: mm=MatMul(Q), $x='X', $w='Wq' (not applied unless asked for)"));
   CHECK(contains(text.out, "figures: " + rule.evidence.figures));
-  CHECK(contains(text.out, "source: docs/passes.md"));
+  CHECK(contains(text.out, "source: bench/README.md"));
 
   CliRun json = runFusectl("match " + shellQuote(gqa) + " --catalog all --explain --json");
   REQUIRE(json.code == 0);
@@ -358,16 +360,17 @@ TEST_CASE("fusectl match --explain names a rejected rule that would match, with 
   REQUIRE(j["rejected_rules"].is_array());
   REQUIRE(j["opt_in_rules"].is_array());
   size_t named = 0;
-  for (const nlohmann::json& m : j["rejected_rules"]) {
+  for (const nlohmann::json& m : j["rejected_rules"]) CHECK(m["rule"] != "merge-narrow-projections");
+  for (const nlohmann::json& m : j["opt_in_rules"]) {
     if (m["rule"] != "merge-narrow-projections") continue;
     ++named;
     CHECK(m["pass"] == "merge-parallel-matmuls");
-    CHECK(m["status"] == "rejected");
+    CHECK(m["status"] == "opt-in");
     CHECK(m["pattern"] == rule.variants[0].str());
     CHECK(m["root"] == "MatMul(Q)");
     CHECK(m["evidence"]["figures"] == rule.evidence.figures);
     CHECK(m["evidence"]["command"] == rule.evidence.command);
-    CHECK(m["evidence"]["source"] == "docs/passes.md");
+    CHECK(m["evidence"]["source"] == "bench/README.md");
   }
   CHECK(named == 1);
   // Distinct from ordinary matches: no pattern match names the rule.
@@ -378,7 +381,7 @@ TEST_CASE("fusectl match --explain names a rejected rule that would match, with 
   REQUIRE(equal.code == 0);
   // Parsed into a variable: a range-for over a temporary's element outlives the temporary.
   const nlohmann::json equal_json = nlohmann::json::parse(equal.out);
-  for (const nlohmann::json& m : equal_json["rejected_rules"])
+  for (const nlohmann::json& m : equal_json["opt_in_rules"])
     CHECK(m["rule"] != "merge-narrow-projections");
 
   // Held-back rules are tried with --explain only; a pass with no patterns still needs it.
@@ -390,5 +393,16 @@ TEST_CASE("fusectl match --explain names a rejected rule that would match, with 
   REQUIRE(runFusectl("optimize " + shellQuote(gqa) + " -O3 -o " + shellQuote(opt)).code == 0);
   CliRun after = runFusectl("match " + shellQuote(opt) + " --catalog merge-parallel-matmuls --explain");
   REQUIRE(after.code == 0);
-  CHECK(contains(after.out, "would match: mm=MatMul(Q), $x='X', $w='Wq' (never applied)"));
+  CHECK(contains(after.out,
+                 "would match: mm=MatMul(Q), $x='X', $w='Wq' (not applied unless asked for)"));
+
+  // Asked for: the pass's option takes the narrow members, and the rule no longer matches.
+  const std::string merged = dir / "gqa.merged.onnx";
+  REQUIRE(runFusectl("optimize " + shellQuote(gqa) +
+                     " --passes 'merge-parallel-matmuls{narrow=true}' -o " + shellQuote(merged))
+              .code == 0);
+  CliRun asked = runFusectl("match " + shellQuote(merged) + " --catalog merge-parallel-matmuls --explain");
+  REQUIRE(asked.code == 0);
+  CHECK(!contains(asked.out, "would match"));
+  CHECK(runFusectl("dump " + shellQuote(merged)).out.find("1  MatMul") != std::string::npos);
 }
