@@ -49,6 +49,7 @@ struct OptimizeOptions {
   int level = 2;
   std::string passes;
   std::vector<std::string> disable;
+  std::vector<std::string> pass_options;
   std::string report;
   std::string emit = "fusectl";
   bool verify = false;
@@ -105,6 +106,7 @@ OptimizeRequest requestOf(const OptimizeOptions& opts, bool level_given) {
   if (level_given) r.level = opts.level;
   r.passes = opts.passes;
   r.disable = opts.disable;
+  r.pass_options = opts.pass_options;
   r.expect = opts.expect;
   r.fail_if_unfused = opts.fail_if_unfused;
   PassManagerOptions& pm = r.pass_manager;
@@ -432,6 +434,11 @@ Command addOptimizeCommand(CLI::App& parent) {
       ->type_name("PIPELINE");
   cmd->add_option("--disable", opts->disable, "Leave out pass NAME (repeatable)")
       ->type_name("NAME")
+      ->allow_extra_args(false);
+  cmd->add_option("--pass-option", opts->pass_options,
+                  "Options for a pass of the pipeline, e.g. 'merge-parallel-matmuls{narrow=true}' "
+                  "(repeatable)")
+      ->type_name("PASS{KEY=VALUE}")
       ->allow_extra_args(false);
   cmd->add_option("--report", opts->report,
                   "Write the JSON report (docs/schemas/report.schema.json) to FILE")

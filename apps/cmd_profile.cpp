@@ -46,6 +46,7 @@ struct ProfileCliOptions {
   int level = 3;
   std::string passes;
   std::vector<std::string> disable;
+  std::vector<std::string> pass_options;
   std::string emit = "fusectl";
   int warmup = 3;
   int runs = 20;
@@ -166,6 +167,7 @@ int runProfile(const ProfileCliOptions& opts, bool level_given, bool cuda_graph_
   if (level_given || opts.passes.empty()) request.level = opts.level;
   request.passes = opts.passes;
   request.disable = opts.disable;
+  request.pass_options = opts.pass_options;
   request.pass_manager.standard_only = opts.emit == "standard";
   const std::string pipeline = passes::planOptimization(request).pipeline.str();
   const std::string pipeline_name =
@@ -276,6 +278,11 @@ Command addProfileCommand(CLI::App& parent) {
       ->excludes(level);
   cmd->add_option("--disable", opts->disable, "Leave out pass NAME (repeatable)")
       ->type_name("NAME")
+      ->allow_extra_args(false);
+  cmd->add_option("--pass-option", opts->pass_options,
+                  "Options for a pass of the pipeline, e.g. 'merge-parallel-matmuls{narrow=true}' "
+                  "(repeatable)")
+      ->type_name("PASS{KEY=VALUE}")
       ->allow_extra_args(false);
   cmd->add_option("--emit", opts->emit,
                   "fusectl: fusectl-domain ops allowed; standard: only standard ONNX ops")

@@ -75,6 +75,7 @@ struct ReportOptions {
   int level = 2;
   std::string passes;
   std::vector<std::string> disable;
+  std::vector<std::string> pass_options;
   std::string emit = "fusectl";
   std::vector<std::string> shapes;
   bool no_verify = false;
@@ -125,6 +126,7 @@ int runReport(const ReportOptions& opts, bool level_given) {
   if (level_given) request.level = opts.level;
   request.passes = opts.passes;
   request.disable = opts.disable;
+  request.pass_options = opts.pass_options;
   request.pass_manager.standard_only = opts.emit == "standard";
   request.pass_manager.emit_ort = opts.emit == "ort";
   request.pass_manager.explain = true;  // the page lists every rejection
@@ -196,6 +198,11 @@ Command addReportCommand(CLI::App& parent) {
       ->excludes(level);
   cmd->add_option("--disable", opts->disable, "Leave out pass NAME (repeatable)")
       ->type_name("NAME")
+      ->allow_extra_args(false);
+  cmd->add_option("--pass-option", opts->pass_options,
+                  "Options for a pass of the pipeline, e.g. 'merge-parallel-matmuls{narrow=true}' "
+                  "(repeatable)")
+      ->type_name("PASS{KEY=VALUE}")
       ->allow_extra_args(false);
   cmd->add_option("--emit", opts->emit,
                   "fusectl: fusectl-domain ops allowed; standard: only standard ONNX ops")

@@ -230,6 +230,58 @@ TEST_CASE("optimize refuses to overwrite its input", "[cli][optimize]") {
   CHECK(no_output.code == 2);
 }
 
+TEST_CASE("optimize --pass-option sets a pass's option inside an -O level", "[cli][optimize]") {
+  // Grouped-query projections: Q 8 wide, K and V 2. -O3 leaves them apart (the width rule);
+  // with merge-parallel-matmuls{narrow=true} they become one MatMul read through Slices.
+  Scratch tmp;
+  const std::string gqa = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[2, 3, 6] X) => (float[2, 3, 8] Q, float[2, 3, 2] K, float[2, 3, 2] V)
+<float[6, 8] Wq = {1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8,
+                   1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8},
+ float[6, 2] Wk = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
+ float[6, 2] Wv = {2, 1, 4, 3, 6, 5, 8, 7, 10, 9, 12, 11}>
+{
+  Q = MatMul (X, Wq)
+  K = MatMul (X, Wk)
+  V = MatMul (X, Wv)
+}
+)";
+  spit(tmp / "gqa.onnxtxt", gqa);
+  const std::string model = shellQuote(tmp / "gqa.onnxtxt");
+  const std::string out = shellQuote(tmp / "o.onnx");
+  auto matmuls = [&] {
+    const nlohmann::json d = nlohmann::json::parse(runFusectl("dump " + out + " --format json").out);
+    size_t n = 0;
+    for (const nlohmann::json& node : d["nodes"]) n += node["op_type"] == "MatMul";
+    return n;
+  };
+  REQUIRE(runFusectl("optimize " + model + " -O3 -o " + out).code == 0);
+  CHECK(matmuls() == 3);
+  Run narrow = runFusectl("optimize " + model + " -O3 --pass-option " +
+                          shellQuote("merge-parallel-matmuls{narrow=true}") + " -o " + out +
+                          " --verify");
+  INFO(narrow.err);
+  REQUIRE(narrow.code == 0);
+  CHECK(matmuls() == 1);
+
+  // A pass the pipeline does not run, a pass without options, an option it does not declare:
+  // one-line usage errors naming what is wrong.
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"-O1 --pass-option " + shellQuote("merge-parallel-matmuls{narrow=true}"),
+            "pass 'merge-parallel-matmuls' is not in the pipeline"},
+           {"-O3 --pass-option merge-parallel-matmuls", "give one pass with its options"},
+           {"-O3 --pass-option " + shellQuote("merge-parallel-matmuls{wide=true}"),
+            "has no option 'wide' (its options: narrow)"},
+           {"-O3 --pass-option " + shellQuote("merge-parallel-matmuls{narrow=3}"), "narrow"}}) {
+    Run r = runFusectl("optimize " + model + " " + args + " -o " + shellQuote(tmp / "x.onnx"));
+    INFO(args << ": " << r.err);
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find(says) != std::string::npos);
+    CHECK_FALSE(fs::exists(tmp / "x.onnx"));
+  }
+}
+
 TEST_CASE("optimize --expect and --fail-if-unfused gate the fusion sites", "[cli][optimize]") {
   Scratch tmp;
   spit(tmp / "m.onnxtxt", kFixture);

@@ -157,8 +157,8 @@ const std::vector<HeldBackRule>& heldBackRules() {
   static const std::vector<HeldBackRule> rules = {
       {"merge-narrow-projections", "merge-parallel-matmuls", RuleStatus::OptIn,
        "Merge MatMuls of one input whose narrowest width is under half the widest (grouped-query "
-       "Q with its K/V) into one MatMul + Slices; asked for with "
-       "`merge-parallel-matmuls{narrow=true}` in a --passes pipeline",
+       "Q with its K/V) into one MatMul + Slices; asked for with `--pass-option "
+       "'merge-parallel-matmuls{narrow=true}'` (or that element in a --passes pipeline)",
        mergeNarrowProjections,
        {"on this CPU: the grouped-query Q+KV merge alone level or faster (bench_merge_matmuls), "
         "and a LLaMA-3-style 8-layer decoder (16 q heads, 4 k/v heads of 128) 1.010x-1.019x "

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "fusectl/graph/error.h"
@@ -42,6 +43,37 @@ void dropDisabled(std::vector<PipelineElement>& elements, const std::vector<std:
   elements = std::move(kept);
 }
 
+// Sets `options` on every element running `pass`; how many there were.
+size_t setPassOptions(std::vector<PipelineElement>& elements, const std::string& pass,
+                      const std::map<std::string, std::string>& options) {
+  size_t found = 0;
+  for (PipelineElement& e : elements) {
+    if (e.isGroup()) {
+      found += setPassOptions(e.group, pass, options);
+    } else if (e.pass == pass) {
+      for (const auto& [key, value] : options) e.options[key] = value;
+      ++found;
+    }
+  }
+  return found;
+}
+
+// --pass-option TEXT: one pass with its options, in pipeline syntax (Pipeline::parse checks the
+// name, the keys and the values' types).
+void applyPassOptions(Pipeline& p, const std::vector<std::string>& texts) {
+  for (const std::string& text : texts) {
+    const Pipeline one = Pipeline::parse(text);
+    if (one.elements.size() != 1 || one.elements[0].isGroup() || one.elements[0].options.empty())
+      usage(fmt::format("--pass-option '{}': give one pass with its options, e.g. "
+                        "'merge-parallel-matmuls{{narrow=true}}'",
+                        text));
+    const PipelineElement& e = one.elements[0];
+    if (setPassOptions(p.elements, e.pass, e.options) == 0)
+      usage(fmt::format("--pass-option '{}': pass '{}' is not in the pipeline ({})", text, e.pass,
+                        p.str().empty() ? "empty" : p.str()));
+  }
+}
+
 Pipeline buildPipeline(const OptimizeRequest& request) {
   Pipeline p;
   if (request.passes.empty()) {
@@ -62,6 +94,7 @@ Pipeline buildPipeline(const OptimizeRequest& request) {
     p = Pipeline::parse(request.passes);
     dropDisabled(p.elements, request.disable);
   }
+  applyPassOptions(p, request.pass_options);
   if (request.pass_manager.emit_ort) {
     if (request.pass_manager.standard_only) usage("--emit is one of fusectl, standard or ort");
     PipelineElement e;

@@ -31,6 +31,10 @@ struct OptimizeRequest {
   std::optional<int> level;          // -O LEVEL (0-3); -O2 when neither this nor `passes` is set
   std::string passes;                // pipeline text instead of a level (docs/passes.md)
   std::vector<std::string> disable;  // passes left out (of a level's or of `passes`' pipeline)
+  // Options for passes of the pipeline, each written as in pipeline text
+  // ("merge-parallel-matmuls{narrow=true}"): set on every element of that pass, a level's
+  // included. A pass not in the pipeline, or an option it does not declare, is a usage error.
+  std::vector<std::string> pass_options;
   // Gates on the result, names of a pass or pattern in the pipeline. expect: "PATTERN=COUNT",
   // exactly COUNT fusion sites; fail_if_unfused: "PATTERN", no candidate kept from fusing by a
   // legality condition.
