@@ -35,7 +35,6 @@ Why the exports look the way they do:
 """
 
 import argparse
-import math
 import os
 import subprocess
 import sys
@@ -46,7 +45,6 @@ import numpy as np
 import onnx
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torchvision
 
 SEED = 13
@@ -59,7 +57,8 @@ ORT_DIR = os.environ.get("FUSECTL_ORT_DIR", os.path.join(REPO, "build", "ort"))
 # ---- BERT-base-sized encoder (no HF dependency) ----
 # The layer is testdata's bert_layer (testdata/gen/export_models.py), at BERT-base sizes.
 sys.path.insert(0, os.path.join(REPO, "testdata", "gen"))
-from export_models import BertLayer, LlamaLayer, RMSNorm, rope_tables, rotate_half  # noqa: E402
+from export_models import BertLayer, LlamaLayer, rope_tables  # noqa: E402
+from export_transformer_models import LlamaGQABlock  # noqa: E402
 
 class BertEncoder(nn.Module):
     def __init__(self, vocab=30522, max_pos=512, hidden=768, heads=12, ffn=3072, layers=12):
@@ -125,14 +124,25 @@ def bert(opset, layers=12):
     return build, required
 
 
+class LlamaGQALayer(LlamaGQABlock):
+    """LLaMA 3 / Mistral's attention: testdata's llama_gqa_block (grouped-query, HF's repeat_kv
+    through Expand + Reshape, rotate_half RoPE) without its QK-norm."""
+
+    def __init__(self, hidden, heads, kv_heads, inter):
+        super().__init__(hidden, heads, kv_heads, inter)
+        self.q_norm = self.k_norm = nn.Identity()
+
+
 class LlamaDecoder(nn.Module):
     """Issue 12's LLaMA-sized benchmark: testdata's llama_layer stacked at LLaMA sizes (hidden
     2048, 16 heads, SwiGLU 5504, RMSNorm, rotate_half RoPE), fed hidden states and the RoPE
-    tables, so that no embedding table inflates the file."""
+    tables, so that no embedding table inflates the file. With `kv_heads`, LlamaGQALayer."""
 
-    def __init__(self, hidden=2048, heads=16, inter=5504, layers=8):
+    def __init__(self, hidden=2048, heads=16, inter=5504, layers=8, kv_heads=None):
         super().__init__()
-        self.layers = nn.ModuleList(LlamaLayer(hidden, heads, inter) for _ in range(layers))
+        self.layers = nn.ModuleList(
+            LlamaLayer(hidden, heads, inter) if kv_heads is None
+            else LlamaGQALayer(hidden, heads, kv_heads, inter) for _ in range(layers))
 
     def forward(self, hidden, cos, sin):
         for layer in self.layers:
@@ -140,10 +150,12 @@ class LlamaDecoder(nn.Module):
         return hidden
 
 
-def llama(seq=128, hidden=2048, heads=16):
+def llama(seq=128, hidden=2048, heads=16, kv_heads=None):
+    """llama_8l; with kv_heads, llama_gqa_8l (4 k/v heads for 16 q heads), for the
+    merge-narrow-projections rule (docs/catalog.md)."""
     def build():
         torch.manual_seed(SEED)
-        model = LlamaDecoder(hidden, heads).eval()
+        model = LlamaDecoder(hidden, heads, kv_heads=kv_heads).eval()
         # Random Linear weights at this width grow activations layer by layer; scale them
         # down so that eight layers stay in a float range where comparisons mean something.
         with torch.no_grad():
@@ -154,64 +166,10 @@ def llama(seq=128, hidden=2048, heads=16):
         x = rng.standard_normal((1, seq, hidden), dtype=np.float32)
         cos, sin = rope_tables(seq, hidden // heads)
         return model, {"hidden": x, "cos": cos.numpy(), "sin": sin.numpy()}, ["output"]
-    return build, {"MatMul": 8 * 9, "Softmax": 8}
-
-
-class LlamaGQALayer(nn.Module):
-    """LLaMA 3 / Mistral's attention: grouped-query (4 q heads per k/v head, HF's repeat_kv
-    through Expand + Reshape), rotate_half RoPE on q and k, no QK-norm; the rest as LlamaLayer."""
-
-    def __init__(self, hidden=2048, heads=16, kv_heads=4, inter=5504):
-        super().__init__()
-        self.h, self.kv, self.d = heads, kv_heads, hidden // heads
-        self.input_layernorm = RMSNorm(hidden)
-        self.q_proj = nn.Linear(hidden, heads * self.d, bias=False)
-        self.k_proj = nn.Linear(hidden, kv_heads * self.d, bias=False)
-        self.v_proj = nn.Linear(hidden, kv_heads * self.d, bias=False)
-        self.o_proj = nn.Linear(heads * self.d, hidden, bias=False)
-        self.post_attention_layernorm = RMSNorm(hidden)
-        self.gate_proj = nn.Linear(hidden, inter, bias=False)
-        self.up_proj = nn.Linear(hidden, inter, bias=False)
-        self.down_proj = nn.Linear(inter, hidden, bias=False)
-
-    def forward(self, hidden, cos, sin):
-        b, s, e = hidden.shape
-        x = self.input_layernorm(hidden)
-        q = self.q_proj(x).view(b, s, self.h, self.d).transpose(1, 2)
-        k = self.k_proj(x).view(b, s, self.kv, self.d).transpose(1, 2)
-        v = self.v_proj(x).view(b, s, self.kv, self.d).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        n = self.h // self.kv
-        k = k[:, :, None, :, :].expand(b, self.kv, n, s, self.d).reshape(b, self.h, s, self.d)
-        v = v[:, :, None, :, :].expand(b, self.kv, n, s, self.d).reshape(b, self.h, s, self.d)
-        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.d)
-        idx = torch.arange(s)
-        scores = scores.masked_fill(idx.unsqueeze(0) > idx.unsqueeze(1),
-                                    torch.finfo(torch.float32).min)
-        attn = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, s, e)
-        hidden = hidden + self.o_proj(attn)
-        x = self.post_attention_layernorm(hidden)
-        return hidden + self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-def llama_gqa(seq=128, hidden=2048, heads=16, kv_heads=4, layers=8):
-    """llama_gqa_8l: LlamaGQALayer stacked 8 deep (1.4 GB), for the merge-narrow-projections
-    rule (docs/catalog.md): its q, k and v merged, the attention reads them packed."""
-    def build():
-        torch.manual_seed(SEED)
-        model = LlamaDecoder(hidden, heads, layers=0).eval()
-        model.layers = nn.ModuleList(LlamaGQALayer(hidden, heads, kv_heads).eval()
-                                     for _ in range(layers))
-        with torch.no_grad():
-            for p in model.parameters():
-                if p.dim() == 2:
-                    p.mul_(0.5)
-        rng = np.random.default_rng(SEED)
-        x = rng.standard_normal((1, seq, hidden), dtype=np.float32)
-        cos, sin = rope_tables(seq, hidden // heads)
-        return model, {"hidden": x, "cos": cos.numpy(), "sin": sin.numpy()}, ["output"]
-    return build, {"MatMul": layers * 9, "Softmax": layers, "Expand": 2 * layers}
+    required = {"MatMul": 8 * 9, "Softmax": 8}
+    if kv_heads is not None:
+        required["Expand"] = 2 * 8
+    return build, required
 
 
 def vit_b_16():
@@ -239,7 +197,7 @@ MODELS = {
 # stays linear: a 48-layer transformer export optimizes in under 2 s" (run_optimize_bench.sh
 # takes model files too); 0.75 and 1.4 GB.
 OPTIONAL = {"bert_base_op17": (17, *bert(17)), "llama_8l": (13, *llama()),
-            "llama_gqa_8l": (13, *llama_gqa()),
+            "llama_gqa_8l": (13, *llama(kv_heads=4)),
             "vit_b_16": (13, *vit_b_16()), "bert_base_l24": (13, *bert(13, 24)),
             "bert_base_l48": (13, *bert(13, 48))}
 
