@@ -77,9 +77,9 @@ std::string modelText(const Spec& s) {
          initializers + "{\n  Y = fusectl.Attention" + attr_text + " (Q, K, V, M)\n}\n";
 }
 
-double nmseFor(const Spec& s) {
-  if (s.type == "float16") return kHalfNmse;
-  return s.type == "bfloat16" ? kBFloat16Nmse : kFloatNmse;
+double nmseFor(const std::string& type) {
+  if (type == "float16") return kHalfNmse;
+  return type == "bfloat16" ? kBFloat16Nmse : kFloatNmse;
 }
 
 // Runs `s` in float32, float16 and bfloat16.
@@ -88,7 +88,36 @@ void checkEveryType(Spec s) {
     s.type = type;
     const std::string text = modelText(s);
     INFO(text);
-    checkCudaAgainstCpu(text, nmseFor(s));
+    checkCudaAgainstCpu(text, nmseFor(s.type));
+  }
+}
+
+// One AttentionPacked node over X [B, S, (Hq + 2 Hkv) D] with a mask of dims `mask`; with
+// `tables` (the Cos and Sin dims), AttentionPackedRotary.
+struct PackedSpec {
+  int64_t B, S, Hq, Hkv, D;
+  int causal;
+  std::string mask;
+  std::string tables;  // empty: no rotation
+};
+
+// Runs `p` in float32, float16 and bfloat16.
+void checkPackedEveryType(const PackedSpec& p) {
+  const bool rotary = !p.tables.empty();
+  for (const std::string t : {"float", "float16", "bfloat16"}) {
+    const int64_t width = (p.Hq + 2 * p.Hkv) * p.D;
+    const std::string tables =
+        rotary ? ", " + t + "[" + p.tables + "] C, " + t + "[" + p.tables + "] N" : "";
+    const std::string text =
+        "<ir_version: 8, opset_import: [\"\" : 17, \"fusectl\" : 1]>\n"
+        "g (" + t + "[" + dimsText({p.B, p.S, width}) + "] X, " + t + "[" + p.mask + "] M" +
+        tables + ") => (" + t + "[" + dimsText({p.B, p.S, p.Hq * p.D}) + "] Y)\n{\n  Y = " +
+        (rotary ? "fusectl.AttentionPackedRotary" : "fusectl.AttentionPacked") +
+        " <num_heads = " + std::to_string(p.Hq) + ", kv_num_heads = " + std::to_string(p.Hkv) +
+        ", scale = 0.125, causal = " + std::to_string(p.causal) + "> (X, M" +
+        (rotary ? ", C, N" : "") + ")\n}\n";
+    INFO(text);
+    checkCudaAgainstCpu(text, nmseFor(t));
   }
 }
 
@@ -275,27 +304,9 @@ TEST_CASE("cuda attention: the packed form reads one merged q/k/v projection", "
   if (!cudaDeviceOrSkip()) return;
   // AttentionPacked: multi-head with a per-batch key mask (BERT's), and grouped-query causal
   // over several query blocks and key tiles, each head read and written with a row stride.
-  struct Packed {
-    int64_t B, S, Hq, Hkv, D;
-    int causal;
-    std::string mask;  // the mask's dims
-  };
-  for (const Packed& p : {Packed{2, 130, 3, 3, 64, 0, "2, 1, 1, 130"},
-                          Packed{1, 600, 4, 2, 32, 1, "1, 1, 1, 600"}}) {
-    for (const char* type : {"float", "float16", "bfloat16"}) {
-      const std::string t = type;
-      const int64_t width = (p.Hq + 2 * p.Hkv) * p.D;
-      const std::string text =
-          "<ir_version: 8, opset_import: [\"\" : 17, \"fusectl\" : 1]>\n"
-          "g (" + t + "[" + dimsText({p.B, p.S, width}) + "] X, " + t + "[" + p.mask + "] M) => (" +
-          t + "[" + dimsText({p.B, p.S, p.Hq * p.D}) + "] Y)\n{\n  Y = fusectl.AttentionPacked "
-          "<num_heads = " + std::to_string(p.Hq) + ", kv_num_heads = " + std::to_string(p.Hkv) +
-          ", scale = 0.125, causal = " + std::to_string(p.causal) + "> (X, M)\n}\n";
-      INFO(text);
-      checkCudaAgainstCpu(text, t == "float16" ? kHalfNmse : t == "bfloat16" ? kBFloat16Nmse
-                                                                             : kFloatNmse);
-    }
-  }
+  for (const PackedSpec& p : {PackedSpec{2, 130, 3, 3, 64, 0, "2, 1, 1, 130", ""},
+                              PackedSpec{1, 600, 4, 2, 32, 1, "1, 1, 1, 600", ""}})
+    checkPackedEveryType(p);
 }
 
 TEST_CASE("cuda attention: the packed rotary form rotates q and k as it stages them", "[cuda]") {
@@ -304,27 +315,8 @@ TEST_CASE("cuda attention: the packed rotary form rotates q and k as it stages t
   // unsqueeze(1)), grouped-query causal over several query blocks and key tiles. Each staged q
   // and k element is rotated from its row and its partner half (headValue), with each product
   // rounded as on the CPU.
-  struct Packed {
-    int64_t B, S, Hq, Hkv, D;
-    int causal;
-    std::string tables;  // the tables' dims
-  };
-  for (const Packed& p : {Packed{2, 130, 4, 4, 64, 1, "130, 64"},
-                          Packed{2, 600, 8, 2, 128, 1, "2, 1, 600, 128"},
-                          Packed{1, 7, 2, 2, 32, 0, "1, 32"}}) {
-    for (const char* type : {"float", "float16", "bfloat16"}) {
-      const std::string t = type;
-      const int64_t width = (p.Hq + 2 * p.Hkv) * p.D;
-      const std::string text =
-          "<ir_version: 8, opset_import: [\"\" : 17, \"fusectl\" : 1]>\n"
-          "g (" + t + "[" + dimsText({p.B, p.S, width}) + "] X, " + t + "[1] M, " + t + "[" +
-          p.tables + "] C, " + t + "[" + p.tables + "] N) => (" + t + "[" +
-          dimsText({p.B, p.S, p.Hq * p.D}) + "] Y)\n{\n  Y = fusectl.AttentionPackedRotary "
-          "<num_heads = " + std::to_string(p.Hq) + ", kv_num_heads = " + std::to_string(p.Hkv) +
-          ", scale = 0.125, causal = " + std::to_string(p.causal) + "> (X, M, C, N)\n}\n";
-      INFO(text);
-      checkCudaAgainstCpu(text, t == "float16" ? kHalfNmse : t == "bfloat16" ? kBFloat16Nmse
-                                                                             : kFloatNmse);
-    }
-  }
+  for (const PackedSpec& p : {PackedSpec{2, 130, 4, 4, 64, 1, "1", "130, 64"},
+                              PackedSpec{2, 600, 8, 2, 128, 1, "1", "2, 1, 600, 128"},
+                              PackedSpec{1, 7, 2, 2, 32, 0, "1", "1, 32"}})
+    checkPackedEveryType(p);
 }

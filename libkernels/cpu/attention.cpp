@@ -16,7 +16,7 @@
 //    not computed at all. The sums are taken in another order than the one-pass softmax's, so
 //    the two layouts agree to rounding, not bit for bit.
 // fusectl::AttentionPackedRotary rotates each block's q and k rows (RotaryEmbedding's
-// rotate_half, rotary_rows.h) into two buffers of S x D floats of the block's thread as it
+// rotate_half, vec::rotateHalfRow as RotaryEmbedding's kernel) into two buffers of S x D floats of the block's thread as it
 // starts, and runs the same block on them; the separate nodes wrote five tensors of the heads'
 // size (three head splits, two rotations) and read them back.
 // Blocks run in parallel; each GEMM runs on its block's thread, so the result does not depend
@@ -31,7 +31,6 @@
 #include "attention_shape.h"
 #include "compute_common.h"
 #include "gemm_micro.h"
-#include "rotary_rows.h"
 #include "vec_kernels.h"
 
 namespace fusectl::kernels {
@@ -111,20 +110,19 @@ void attentionTiled(const float* q, const float* k, const float* v, float* y, in
   }
 }
 
-// AttentionPackedRotary's tables: row s of batch b at cos + b * b_stride + s * s_stride (0
-// along a broadcast dim), D floats, the same for every head.
+// AttentionPackedRotary's tables (attention_shape.h), the same for every head.
 struct RotaryTables {
   const float* cos = nullptr;
   const float* sin = nullptr;
-  int64_t b_stride = 0, s_stride = 0;
+  RotaryTableStrides rows;
 };
 
 // `rows` rows of one head, `stride` apart, rotated into `out` (rows of D).
 void rotateHeadRows(const float* x, int64_t stride, int64_t rows, int64_t D, int64_t b,
                     const RotaryTables& rot, float* out) {
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t at = b * rot.b_stride + r * rot.s_stride;
-    rotateRow(x + r * stride, out + r * D, D / 2, rot.cos + at, rot.sin + at);
+    const int64_t at = b * rot.rows.b + r * rot.rows.s;
+    vec::rotateHalfRow(x + r * stride, out + r * D, D / 2, rot.cos + at, rot.sin + at);
   }
 }
 
@@ -233,15 +231,7 @@ void runAttentionPacked(KernelContext& ctx, bool rotary) {
   if (rotary) {
     requireSameDType(ctx, x, "X", cos_t, "Cos");
     requireSameDType(ctx, x, "X", sin_t, "Sin");
-    if (cos_t->dims() != sin_t->dims()) ctx.fail("Cos and Sin differ in shape");
-    if (a.D % 2 != 0)
-      ctx.fail("head size " + std::to_string(a.D) + " is odd; rotate_half needs it even");
-    // The strides of [B, H, S, D] heads of one head count: H = 1 stands for every head, so a
-    // table with a head dim other than 1 is refused by the broadcast check.
-    const std::vector<int64_t> strides =
-        rotaryTableStrides(ctx, {a.B, 1, a.S, a.D}, *cos_t, "Cos");
-    rot.b_stride = strides[0];
-    rot.s_stride = strides[2];
+    rot.rows = packedRotaryTableStrides(ctx, a, *cos_t, *sin_t);
   }
   FloatView xf(x), mf(m), cf(cos_t), sf(sin_t);
   rot.cos = cf ? cf.data() : nullptr;

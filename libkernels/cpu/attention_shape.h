@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "compute_common.h"
 #include "fusectl/kernels/kernel.h"
 
 namespace fusectl::kernels {
@@ -87,6 +88,25 @@ inline AttentionStrides packedStrides(const AttentionShape& a) {
   s.k_offset = a.Hq * a.D;
   s.v_offset = (a.Hq + a.Hkv) * a.D;
   return s;
+}
+
+// AttentionPackedRotary's Cos and Sin: one shape, an even head size, and a broadcast into every
+// head [B, H, S, D] alike (H = 1 stands for all of them, so a table with a head dim other than 1
+// is refused). Row s of batch b of a table starts b * strides.b + s * strides.s elements in (a
+// stride is 0 along a broadcast dim); the row is D wide.
+struct RotaryTableStrides {
+  int64_t b = 0, s = 0;
+};
+
+inline RotaryTableStrides packedRotaryTableStrides(const KernelContext& ctx,
+                                                   const AttentionShape& a,
+                                                   const HostTensor& cos, const HostTensor& sin) {
+  if (cos.dims() != sin.dims()) ctx.fail("Cos and Sin differ in shape");
+  if (a.D % 2 != 0)
+    ctx.fail("head size " + std::to_string(a.D) + " is odd; rotate_half needs it even");
+  const std::vector<int64_t> strides =
+      cpu::rotaryTableStrides(ctx, {a.B, 1, a.S, a.D}, cos, "Cos");
+  return {strides[0], strides[2]};
 }
 
 // The additive mask's element strides over the scores [B, Hq, S, T] (0 along a broadcast dim).

@@ -18,12 +18,21 @@
 #include <vector>
 
 #include "compute_common.h"
-#include "rotary_rows.h"
 #include "vec_kernels.h"
 
 namespace fusectl::kernels {
 namespace cpu {
 namespace {
+
+// Neighbouring pairs (x[2k], x[2k + 1]): GPT-J's rotate_every_two. rotate_half is
+// vec::rotateHalfRow, which AttentionPackedRotary calls too, so that both rotate to the same bits.
+void rotatePairs(const float* x, float* y, int64_t half, const float* c, const float* s) {
+  for (int64_t k = 0; k < half; ++k) {
+    const float x1 = x[2 * k], x2 = x[2 * k + 1];
+    y[2 * k] = x1 * c[2 * k] + (-x2) * s[2 * k];
+    y[2 * k + 1] = x2 * c[2 * k + 1] + x1 * s[2 * k + 1];
+  }
+}
 
 void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved = false) {
   const HostTensor& x = ctx.requireInput(0);
@@ -84,7 +93,7 @@ void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved = false) {
         for (int64_t k = 0; k < d; ++k) normed[static_cast<size_t>(k)] = src[k] * inv * scale[static_cast<size_t>(k)];
         src = normed.data();
       }
-      (interleaved ? rotatePairs : rotateRow)(src, yd + r * d, half, cf.data() + table_offset,
+      (interleaved ? rotatePairs : vec::rotateHalfRow)(src, yd + r * d, half, cf.data() + table_offset,
                                               sf.data() + table_offset);
     }
   });

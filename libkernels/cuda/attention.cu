@@ -36,7 +36,6 @@
 #include <vector>
 
 #include "../cpu/attention_shape.h"
-#include "../cpu/compute_common.h"
 #include "cuda_common.h"
 #include "cuda_device_util.cuh"
 #include "fusectl/graph/error.h"
@@ -91,7 +90,7 @@ struct Params {
 };
 
 // Element d of row `row` (position `pos`) of one q or k head, rotated as RotaryEmbedding's
-// rotate_half does when the node carries tables (cpu/rotary_rows.h: x * cos + (-x2) * sin).
+// rotate_half does when the node carries tables (vec::rotateHalfRow on the CPU: x * cos + (-x2) * sin).
 template <typename Elem>
 __device__ __forceinline__ float headValue(const Params& p, const Elem* __restrict__ row,
                                            int64_t b, int64_t pos, int d, int D) {
@@ -424,15 +423,11 @@ void runAttentionPacked(KernelContext& ctx, bool rotary) {
     const HostTensor& sin_t = ctx.requireInput(3);
     if (cos_t.dtype() != x.dtype() || sin_t.dtype() != x.dtype())
       unsupported(ctx, "rotary tables of another type than X");
-    if (cos_t.dims() != sin_t.dims()) ctx.fail("Cos and Sin differ in shape");
-    if (a.D % 2 != 0)
-      ctx.fail("head size " + std::to_string(a.D) + " is odd; rotate_half needs it even");
-    const std::vector<int64_t> strides =
-        cpu::rotaryTableStrides(ctx, {a.B, 1, a.S, a.D}, cos_t, "Cos");
+    const RotaryTableStrides rows = packedRotaryTableStrides(ctx, a, cos_t, sin_t);
     p.cos = cos_t.raw();
     p.sin = sin_t.raw();
-    p.rot_b = strides[0];
-    p.rot_s = strides[2];
+    p.rot_b = rows.b;
+    p.rot_s = rows.s;
   }
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), {a.B, a.S, a.Hq * a.D});
   const size_t esize = dtypeSize(x.dtype());

@@ -105,21 +105,12 @@ Pipeline buildPipeline(const OptimizeRequest& request) {
     // [B, H, S, D] for the model's own head merge, two Transposes that cancel (GPT-2: each a copy
     // of the layer's activations in ONNX Runtime), and Reshape chains and their Shape arithmetic
     // around them. One more group cancels and folds those, then a sweep for what died.
-    PipelineElement tidy;
-    for (const char* name : {"merge-transposes", "eliminate-noop-reshape", "fold-shape-subgraphs"}) {
-      if (std::find(request.disable.begin(), request.disable.end(), name) != request.disable.end())
-        continue;
-      PipelineElement t;
-      t.pass = name;
-      tidy.group.push_back(std::move(t));
-    }
-    if (!tidy.group.empty()) p.elements.push_back(std::move(tidy));
-    if (std::find(request.disable.begin(), request.disable.end(), "eliminate-dead-code") ==
-        request.disable.end()) {
-      PipelineElement dce;
-      dce.pass = "eliminate-dead-code";
-      p.elements.push_back(std::move(dce));
-    }
+    std::vector<PipelineElement> after(2);
+    for (const char* name : {"merge-transposes", "eliminate-noop-reshape", "fold-shape-subgraphs"})
+      after[0].group.push_back(PipelineElement{name, {}, {}});
+    after[1].pass = "eliminate-dead-code";
+    dropDisabled(after, request.disable);
+    for (PipelineElement& a : after) p.elements.push_back(std::move(a));
   }
   return p;
 }

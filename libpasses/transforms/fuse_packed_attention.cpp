@@ -30,13 +30,6 @@
 //     [B*S, Hq D] by a constant shape without zeros (it stays, reading the merged heads).
 // A third form takes ViT's stacked split: X -> Reshape [B, S, 3, H, D] -> Transpose(2, 0, 3, 1, 4)
 // -> Split(axis 0) -> Squeeze(0) for each of q, k and v (timm and torch export it so).
-// A fifth form takes LLaMA's (Qwen's, Mistral's) heads: q and k each go through a
-// fusectl::RotaryEmbedding (fuse-rotary's rotate_half node) between the head split and the
-// Attention, with the same Cos and Sin. The node is then AttentionPackedRotary(X, M, Cos, Sin),
-// which rotates the rows as it reads them: the two rotations go with the rest (13 of the 14
-// nodes between a LLaMA layer's merged projection and its o_proj). Its tables must be the same
-// for every head ([B or 1, 1, S or 1, D], or fewer leading dims: `shared-rotary-tables`).
-// Interleaved and QK-norm rotations have no packed form and leave the Attention as it is.
 // The Transposes' perm [0, 2, 1, 3] is a condition of the pattern. A second form takes the three
 // outputs of one Split of X's last axis instead of the Slices (GPT-2's c_attn, torch's packed
 // in_proj): condition 2 is then that the Split is on the last axis and its parts are the q, k
@@ -55,6 +48,13 @@
 // then be the same for every folded batch and head. The batch may be dynamic (B*H provably H
 // times X's B); the merge's target is then computed, and a Reshape [0, -1, D] after the
 // Transpose back gives it exactly the [S, B*H, D] it read.
+// A fifth form takes LLaMA's (Qwen's, Mistral's) heads: q and k each go through a
+// fusectl::RotaryEmbedding (fuse-rotary's rotate_half node) between the head split and the
+// Attention, with the same Cos and Sin. The node is then AttentionPackedRotary(X, M, Cos, Sin),
+// which rotates the rows as it reads them: the two rotations go with the rest (13 of the 14
+// nodes between a LLaMA layer's merged projection and its o_proj). Its tables must be the same
+// for every head ([B or 1, 1, S or 1, D], or fewer leading dims: `shared-rotary-tables`).
+// Interleaved and QK-norm rotations have no packed form and leave the Attention as it is.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -557,28 +557,22 @@ std::vector<Pattern> build() {
         p->require(uniqueConsumer("ek"));
       }
     }
-    if (rotary) {
-      for (Pattern* p : {&slices, &split}) {
-        p->producing({"fusectl::AttentionPackedRotary"});
-        p->require(uniqueConsumer("a"));
-        p->require(packedQkv());
-        p->require(sharedRotaryTables());
-        p->require(mergeInputReadOnce());
-        p->require(to_2d ? mergedHeadsTo2d() : mergedHeads());
-        forms.push_back(std::move(*p));
-      }
-      continue;
+    std::vector<Pattern*> these = {&slices, &split};
+    // ViT's stacked split has no rotary form: its exporters rotate nothing.
+    std::optional<Pattern> stacked;
+    if (!rotary) {
+      stacked = Pattern::parse(std::string(kStacked) + (to_2d ? "" : " ; ta -> merge:Reshape"),
+                               "packed-attention-stacked" + suffix);
+      for (const char* c : {"r5", "t5", "zq", "zk", "zv", "ta"}) stacked->require(uniqueConsumer(c));
+      for (int i = 0; i < 3; ++i) stacked->require(uniqueConsumer("split", i));
+      these.push_back(&*stacked);
     }
-    Pattern stacked = Pattern::parse(
-        std::string(kStacked) + (to_2d ? "" : " ; ta -> merge:Reshape"),
-        "packed-attention-stacked" + suffix);
-    for (const char* c : {"r5", "t5", "zq", "zk", "zv", "ta"}) stacked.require(uniqueConsumer(c));
-    for (int i = 0; i < 3; ++i) stacked.require(uniqueConsumer("split", i));
-    for (Pattern* p : {&slices, &split, &stacked}) {
-      p->producing({"fusectl::AttentionPacked"});
+    for (Pattern* p : these) {
+      p->producing({rotary ? "fusectl::AttentionPackedRotary" : "fusectl::AttentionPacked"});
       p->require(uniqueConsumer("a"));
       p->require(packedQkv());
-      if (p != &stacked) p->require(mergeInputReadOnce());
+      if (rotary) p->require(sharedRotaryTables());
+      if (!stacked || p != &*stacked) p->require(mergeInputReadOnce());
       p->require(to_2d ? mergedHeadsTo2d() : mergedHeads());
       forms.push_back(std::move(*p));
     }
