@@ -5,6 +5,7 @@
 // strides, dilations and ceil_mode.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -720,6 +721,51 @@ TEST_CASE("rotateHalfRow rounds each product as the graph's Mul and Add do, on e
         REQUIRE(y[h] == p3 + p4);
       }
       REQUIRE(y[d] == -7.f);  // nothing past the row is written
+    }
+  }
+}
+
+TEST_CASE("softmaxRowsAdd is softmaxRowAdd row by row, bit for bit, on every ISA",
+          "[kernels][vectorized]") {
+  // Blocks of 1..40 rows (more than one group of rows), widths on and off the vector, the
+  // causal step (with rows that see nothing: first_n <= 0), a mask row per row, one per block,
+  // a scalar, none; and rows with a NaN, a +inf and a row of only -inf among ordinary ones.
+  const float inf = std::numeric_limits<float>::infinity();
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (int64_t rows : {1, 5, 16, 17, 40}) {
+      for (int64_t ld : {7, 16, 33, 128}) {
+        for (int64_t first_n : {ld, ld - 3, int64_t{1}, int64_t{-2}}) {
+          for (int64_t n_step : {0, 1}) {
+            for (int form = 0; form < 4; ++form) {  // none, a row each, one row, a scalar
+              INFO(vec::isaName(isa) << " rows " << rows << " ld " << ld << " first_n "
+                                     << first_n << " step " << n_step << " form " << form);
+              std::vector<float> block = randomFloats(static_cast<size_t>(rows * ld), 51, -30, 30);
+              const std::vector<float> mask =
+                  randomFloats(static_cast<size_t>(rows * ld), 52, -10, 0);
+              if (rows > 5) {
+                block[static_cast<size_t>(2 * ld)] = std::numeric_limits<float>::quiet_NaN();
+                block[static_cast<size_t>(3 * ld + ld - 1)] = inf;
+                std::fill(block.begin() + 4 * ld, block.begin() + 5 * ld, -inf);
+              }
+              const float* add = form == 0 ? nullptr : mask.data();
+              const int64_t add_ld = form == 1 ? ld : 0;
+              std::vector<float> want = block;
+              for (int64_t r = 0; r < rows; ++r) {
+                float* row = want.data() + r * ld;
+                const int64_t n = std::clamp<int64_t>(first_n + r * n_step, 0, ld);
+                vec::softmaxRowAdd(row, n, add ? add + r * add_ld : nullptr, form == 3);
+                std::fill(row + n, row + ld, 0.f);
+              }
+              block.push_back(-1.f);  // nothing past the block is written
+              vec::softmaxRowsAdd(block.data(), rows, ld, first_n, n_step, add, add_ld,
+                                  form == 3);
+              REQUIRE(block.back() == -1.f);
+              REQUIRE(std::memcmp(block.data(), want.data(), want.size() * sizeof(float)) == 0);
+            }
+          }
+        }
+      }
     }
   }
 }

@@ -170,18 +170,9 @@ void computeAttention(KernelContext& ctx, const AttentionShape& L, const Attenti
           gemmParams(S, T, D, qb, st.q.row, false, kb, st.k.row, true, scores.data(), T);
       qk.alpha = scale;
       gemm(qk, 1);
-      for (int64_t s = 0; s < S; ++s) {
-        float* row = scores.data() + s * T;
-        const float* mrow = mask ? mask + b * ms.b + h * ms.h + s * ms.s : nullptr;
-        // Keys after s + T - S are hidden; a row that sees none (S > T) gets zeros.
-        const int64_t visible = causal ? std::clamp<int64_t>(s + T - S + 1, 0, T) : T;
-        if (visible == 0) {
-          std::fill(row, row + T, 0.f);
-          continue;
-        }
-        vec::softmaxRowAdd(row, visible, mrow, ms.t == 0);
-        std::fill(row + visible, row + T, 0.f);
-      }
+      // Keys after s + T - S are hidden from row s; a row that sees none (S > T) gets zeros.
+      vec::softmaxRowsAdd(scores.data(), S, T, causal ? T - S + 1 : T, causal ? 1 : 0,
+                          mask ? mask + b * ms.b + h * ms.h : nullptr, ms.s, ms.t == 0);
       GemmParams pv =
           gemmParams(S, Dv, T, scores.data(), T, false, vb, st.v.row, false, yb, st.y.row);
       pv.a_in_place = true;

@@ -445,11 +445,11 @@ inline float hmaxTree(vf v) {
   return a[0];
 }
 
-void softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar) {
-  if (n <= 0) return;
+// softmaxRowAdd's three passes, apart, so that softmaxRowsAdd can run each over several rows.
+// Pass 1: x + add, stored, and its maximum (NaN elements lose against it).
+inline float rowAddMax(float* row, int64_t n, const float* add, bool add_scalar) {
   const float ninf = -std::numeric_limits<float>::infinity();
   const vf a0 = splat(add && add_scalar ? add[0] : 0.f);
-  // Pass 1: x + add, stored, and its maximum (NaN elements lose against it).
   vf m = splat(ninf);
   int64_t i = 0;
   for (; i + W <= n; i += W) {
@@ -464,13 +464,16 @@ void softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar) {
     storePartial(row + i, v, n - i);
     m = vmax(fillPast(v, n - i, ninf), m);
   }
-  // softmaxRow's rules come out of the arithmetic itself: a NaN element's exp is NaN, a +inf
-  // maximum makes inf - inf, a row of -inf makes -inf - -inf, and a NaN sum turns every output
-  // NaN.
-  const float mx = hmaxTree(m);
-  // Pass 2: the exponentials and their sum (float lanes: a row of attention scores is short).
+  return hmaxTree(m);
+}
+// Pass 2: the exponentials of x - mx and their sum (float lanes: a row of attention scores is
+// short). softmaxRow's rules come out of the arithmetic itself: a NaN element's exp is NaN, a
+// +inf maximum makes inf - inf, a row of -inf makes -inf - -inf, and a NaN sum turns every
+// output NaN.
+inline float rowExpSum(float* row, int64_t n, float mx) {
   vf total = vf{};
-  for (i = 0; i + W <= n; i += W) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
     const vf e = vexpOfShift(load(row + i) - mx);
     store(row + i, e);
     total += e;
@@ -480,10 +483,48 @@ void softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar) {
     storePartial(row + i, e, n - i);
     total += e;
   }
-  // Pass 3: scaled to sum to 1.
-  const float inv = 1.f / hsumTree(total);
-  for (i = 0; i + W <= n; i += W) store(row + i, load(row + i) * inv);
+  return hsumTree(total);
+}
+// Pass 3: scaled to sum to 1.
+inline void rowScale(float* row, int64_t n, float inv) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) store(row + i, load(row + i) * inv);
   if (i < n) storePartial(row + i, loadPartial(row + i, n - i, 0.f) * inv, n - i);
+}
+
+void softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar) {
+  if (n <= 0) return;
+  const float mx = rowAddMax(row, n, add, add_scalar);
+  rowScale(row, n, 1.f / rowExpSum(row, n, mx));
+}
+
+// Each pass runs over a group of rows before the next starts: a row's passes form one chain of
+// dependent reductions (its maximum, then its sum), and a 128-key row is too short for the
+// chain to hide its latency; rows of a group are independent, so their passes overlap. The
+// group's rows (16 of 128 keys: 8 KiB) stay in L1 between the passes. Each row's arithmetic is
+// softmaxRowAdd's, so the results are the same bit for bit.
+void softmaxRowsAdd(float* rows, int64_t count, int64_t ld, int64_t first_n, int64_t n_step,
+                    const float* add, int64_t add_ld, bool add_scalar) {
+  constexpr int64_t kGroup = 16;
+  float mx[kGroup], inv[kGroup];
+  for (int64_t g = 0; g < count; g += kGroup) {
+    const int64_t end = std::min(count, g + kGroup);
+    const auto visible = [&](int64_t r) { return std::clamp<int64_t>(first_n + r * n_step, 0, ld); };
+    for (int64_t r = g; r < end; ++r) {
+      const int64_t n = visible(r);
+      if (n > 0) mx[r - g] = rowAddMax(rows + r * ld, n, add ? add + r * add_ld : nullptr, add_scalar);
+    }
+    for (int64_t r = g; r < end; ++r) {
+      const int64_t n = visible(r);
+      if (n > 0) inv[r - g] = 1.f / rowExpSum(rows + r * ld, n, mx[r - g]);
+    }
+    for (int64_t r = g; r < end; ++r) {
+      float* row = rows + r * ld;
+      const int64_t n = visible(r);
+      if (n > 0) rowScale(row, n, inv[r - g]);
+      std::fill(row + n, row + ld, 0.f);
+    }
+  }
 }
 
 float onlineSoftmaxRow(float* row, int64_t n, const float* add, bool add_scalar,

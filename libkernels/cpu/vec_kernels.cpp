@@ -59,6 +59,7 @@ struct Table {
   float (*max)(const float*, int64_t);
   void (*softmaxRow)(const float*, float*, int64_t, bool);
   void (*softmaxRowAdd)(float*, int64_t, const float*, bool);
+  void (*softmaxRowsAdd)(float*, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, bool);
   float (*onlineSoftmaxRow)(float*, int64_t, const float*, bool, float*);
   void (*softmaxColumns)(const float*, float*, int64_t, int64_t, bool, float*, float*);
   void (*layerNormRow)(const float*, float*, int64_t, const float*, const float*, float, float*,
@@ -75,7 +76,7 @@ struct Table {
 #define FUSECTL_VEC_TABLE(ns)                                                            \
   Table {                                                                                \
     ns::unary, ns::binary, ns::affine, ns::sum, ns::sumSquaredDeviations, ns::max, ns::softmaxRow,   \
-        ns::softmaxRowAdd, ns::onlineSoftmaxRow,                                          \
+        ns::softmaxRowAdd, ns::softmaxRowsAdd, ns::onlineSoftmaxRow,                      \
         ns::softmaxColumns, ns::layerNormRow, ns::maxRows, ns::sumRows, ns::windowMax,   \
         ns::windowMean, ns::gatherStrided, ns::rotateHalfRow                             \
   }
@@ -173,6 +174,10 @@ void softmaxRow(const float* x, float* y, int64_t n, bool log_softmax) {
 }
 void softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar) {
   table().softmaxRowAdd(row, n, add, add_scalar);
+}
+void softmaxRowsAdd(float* rows, int64_t count, int64_t ld, int64_t first_n, int64_t n_step,
+                    const float* add, int64_t add_ld, bool add_scalar) {
+  table().softmaxRowsAdd(rows, count, ld, first_n, n_step, add, add_ld, add_scalar);
 }
 float onlineSoftmaxRow(float* row, int64_t n, const float* add, bool add_scalar,
                        float* running_max) {

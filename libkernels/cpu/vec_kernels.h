@@ -66,6 +66,13 @@ void softmaxRow(const float* x, float* y, int64_t n, bool log_softmax);
 // the row, where adding the mask and softmaxRow take five. softmaxRow's rules hold: a NaN, a
 // +inf or a row of only -inf makes every output NaN.
 void softmaxRowAdd(float* row, int64_t n, const float* add, bool add_scalar);
+// softmaxRowAdd over `count` rows `ld` floats apart: row r takes its first
+// n_r = clamp(first_n + r * n_step, 0, ld) elements (n_step 1: a causal block's rows), adds
+// add + r * add_ld (or add's first element, or nothing, as above), and has elements [n_r, ld)
+// set to 0; a row with n_r = 0 is all zeros. The same results as softmaxRowAdd row by row, in
+// less time for short rows (Attention's whole score blocks).
+void softmaxRowsAdd(float* rows, int64_t count, int64_t ld, int64_t first_n, int64_t n_step,
+                    const float* add, int64_t add_ld, bool add_scalar);
 // One key tile of a flash-style (online) softmax: with x[i] = row[i] + add[i] (add as above),
 // *running_max becomes max(*running_max, max_i x[i]) (NaN elements skipped, as max()), row[i]
 // becomes exp(x[i] - *running_max), and their sum is returned. The caller rescales what it
