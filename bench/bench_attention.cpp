@@ -12,6 +12,13 @@
 // The two models alternate A/B/A/B on the same inputs; each prints its median, with the ratio
 // fused/unfused (below 1: the fused kernel is faster). Prints one JSON line per sequence
 // length; no assertions (speed is not a unit-test property).
+//
+// A second line per sequence length ("attention_softmax") times the whole-block softmax of one
+// head's seq x seq scores (below 512, where Attention keeps whole blocks), row by row
+// (vec::softmaxRowAdd, as the kernel ran it until 2026-12-05) against the rows in groups
+// (vec::softmaxRowsAdd, as it runs it now), alternating, on the same scores and mask; "same"
+// says whether the two wrote the same bits.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +30,7 @@
 #include <vector>
 
 #include "bench_clock.h"
+#include "vec_kernels.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/kernels/executor.h"
 
@@ -99,6 +107,40 @@ HostTensor randomTensor(std::vector<int64_t> dims, uint32_t seed, float lo, floa
   return t;
 }
 
+// One head's scores (seq x seq, random in [-3, 3]) through the softmax with the mask row
+// added, row by row and in groups of rows; each timed over 50 blocks a sample so that the
+// clock's resolution does not matter.
+void printSoftmaxComparison(int64_t seq, bool causal, const float* mask, int repeat) {
+  const HostTensor scores = randomTensor({seq, seq}, 5, -3, 3);
+  const float* src = scores.data<float>();
+  std::vector<float> by_row(static_cast<size_t>(seq * seq)), grouped(by_row.size());
+  constexpr int kBlocks = 50;
+  const auto rowByRow = [&] {
+    for (int n = 0; n < kBlocks; ++n) {
+      std::memcpy(by_row.data(), src, by_row.size() * sizeof(float));
+      for (int64_t s = 0; s < seq; ++s) {
+        float* row = by_row.data() + s * seq;
+        const int64_t visible = causal ? s + 1 : seq;
+        vec::softmaxRowAdd(row, visible, mask, false);
+        std::fill(row + visible, row + seq, 0.f);
+      }
+    }
+  };
+  const auto inGroups = [&] {
+    for (int n = 0; n < kBlocks; ++n) {
+      std::memcpy(grouped.data(), src, grouped.size() * sizeof(float));
+      vec::softmaxRowsAdd(grouped.data(), seq, seq, causal ? 1 : seq, causal ? 1 : 0, mask, 0,
+                          false);
+    }
+  };
+  const auto [row_s, group_s] = fusectl::bench::alternatingMedians(repeat, rowByRow, inGroups);
+  const bool same = std::memcmp(by_row.data(), grouped.data(), by_row.size() * sizeof(float)) == 0;
+  std::printf("{\"bench\": \"attention_softmax\", \"seq\": %lld, \"causal\": %s, "
+              "\"row_by_row_us\": %.3f, \"grouped_us\": %.3f, \"ratio\": %.3f, \"same\": %s}\n",
+              static_cast<long long>(seq), causal ? "true" : "false", row_s / kBlocks * 1e6,
+              group_s / kBlocks * 1e6, group_s / row_s, same ? "true" : "false");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -160,6 +202,7 @@ int main(int argc, char** argv) {
                 padding >= 0 ? std::to_string(padding).c_str() : "\"none (random mask)\"",
                 threads, ma * 1e3,
                 mb * 1e3, mb / ma, max_diff);
+    if (seq < 512) printSoftmaxComparison(seq, causal, inputs[3].tensor.data<float>(), repeat);
   }
   return 0;
 }
