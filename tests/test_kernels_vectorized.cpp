@@ -725,6 +725,65 @@ TEST_CASE("rotateHalfRow rounds each product as the graph's Mul and Add do, on e
   }
 }
 
+TEST_CASE("skipLayerNormRow and rmsNormRow give the bits of the add and the norm apart, on "
+          "every ISA",
+          "[kernels][vectorized]") {
+  // Rows on and off the vector width and past the sum's 1024-element block; the sum written
+  // apart or into y's row; a large mean beside a small spread (the two-pass variance's case).
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (int64_t n : {1, 7, 16, 17, 100, 768, 1030, 2053}) {
+      for (bool sum_apart : {true, false}) {
+        INFO(vec::isaName(isa) << " n " << n << " sum apart " << sum_apart);
+        const size_t un = static_cast<size_t>(n);
+        std::vector<float> x = randomFloats(un, 61, -3, 3), skip = randomFloats(un, 62, 50, 51);
+        const std::vector<float> scale = randomFloats(un, 63, 0.5, 1.5),
+                                 bias = randomFloats(un, 64, -1, 1);
+        std::vector<float> added(un);
+        for (size_t i = 0; i < un; ++i) added[i] = x[i] + skip[i];
+        // LayerNorm: the add, then layerNormRow.
+        std::vector<float> want(un), y(un + 1, -7.f), s(un + 1, -7.f);
+        float mean = 0, inv_std = 0;
+        vec::layerNormRow(added.data(), want.data(), n, scale.data(), bias.data(), 1e-5f, &mean,
+                          &inv_std);
+        float* sum = sum_apart ? s.data() : y.data();
+        vec::skipLayerNormRow(x.data(), skip.data(), sum, y.data(), n, scale.data(), bias.data(),
+                              1e-5f);
+        REQUIRE(std::memcmp(y.data(), want.data(), un * sizeof(float)) == 0);
+        REQUIRE(y[un] == -7.f);
+        if (sum_apart) {
+          REQUIRE(std::memcmp(s.data(), added.data(), un * sizeof(float)) == 0);
+          REQUIRE(s[un] == -7.f);
+        }
+        // Without a skip: layerNormRow itself, s untouched.
+        std::fill(s.begin(), s.end(), -7.f);
+        vec::layerNormRow(x.data(), want.data(), n, scale.data(), nullptr, 1e-5f, &mean, &inv_std);
+        vec::skipLayerNormRow(x.data(), nullptr, s.data(), y.data(), n, scale.data(), nullptr,
+                              1e-5f);
+        REQUIRE(std::memcmp(y.data(), want.data(), un * sizeof(float)) == 0);
+        REQUIRE(s[0] == -7.f);
+        // RMSNorm: the add, the mean square as sumSquaredDeviations from 0, two products.
+        for (bool with_skip : {true, false}) {
+          const std::vector<float>& in = with_skip ? added : x;
+          const double ms = vec::sumSquaredDeviations(in.data(), n, 0.0f) / static_cast<double>(n);
+          const float inv = static_cast<float>(1.0 / std::sqrt(ms + 1e-6f));
+          for (size_t i = 0; i < un; ++i) {
+            volatile float scaled = in[i] * inv;
+            want[i] = scaled * scale[i];
+          }
+          std::fill(y.begin(), y.end(), -7.f);
+          float* rs = sum_apart ? s.data() : y.data();
+          vec::rmsNormRow(x.data(), with_skip ? skip.data() : nullptr, rs, y.data(), n,
+                          scale.data(), 1e-6f);
+          INFO("rms, skip " << with_skip);
+          REQUIRE(std::memcmp(y.data(), want.data(), un * sizeof(float)) == 0);
+          REQUIRE(y[un] == -7.f);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("softmaxRowsAdd is softmaxRowAdd row by row, bit for bit, on every ISA",
           "[kernels][vectorized]") {
   // Blocks of 1..40 rows (more than one group of rows), widths on and off the vector, the

@@ -1,13 +1,14 @@
 // The fused norm ops of domain "fusectl" (docs/ops.md): LayerNorm, RMSNorm, SkipLayerNorm and
 // SkipRMSNorm, each normalising over the axes from `axis` on, row by row.
 //
-// One row at a time, so that the row stays in cache between its passes: the Skip ops first
-// write Sum = X + Skip (into the Sum output when it is wanted, else into Y's row), then the
-// statistics are read from that row and the normalised row written. A LayerNorm row is
-// vec::layerNormRow (mean, then the squared deviations from it: two passes, statistics in
-// double, stable when the mean is large beside the spread); an RMSNorm row sums squares
-// (vec::sumSquaredDeviations from 0, in double) and scales. Memory traffic per element: read X
-// (and Skip), write Y (and Sum): the unfused chains read and write every intermediate.
+// One row at a time, so that the row stays in cache between its passes: the Skip ops write
+// Sum = X + Skip (into the Sum output when it is wanted, else into Y's row) in the pass that
+// sums it for the statistics, then the normalised row is written. A LayerNorm row is
+// vec::skipLayerNormRow (mean, then the squared deviations from it: two passes, statistics
+// in double, stable when the mean is large beside the spread); an RMSNorm row,
+// vec::rmsNormRow, sums squares (as vec::sumSquaredDeviations from 0) and scales. Memory
+// traffic per element: read X (and Skip), write Y (and Sum): the unfused chains read and write
+// every intermediate.
 //
 // float16/bfloat16 nodes are the float32 kernel on float32 copies of the inputs, each output
 // rounded once: Y is normalised from the float32 sum, not from the rounded Sum output.
@@ -15,7 +16,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -25,46 +25,6 @@
 namespace fusectl::kernels {
 namespace cpu {
 namespace {
-
-// GCC's generic vectors: 8 lanes, lowered to the registers of the build's target (two SSE
-// registers on the x86-64 baseline). The loops below are streaming multiplies and adds, bound by
-// memory, so the widest ISA buys them little; the reductions go through vec_kernels.h.
-typedef float v8 __attribute__((vector_size(32)));
-constexpr int64_t kLanes = 8;
-// Loads and stores through memcpy: unaligned, and no function takes or returns a vector (whose
-// ABI would depend on the target).
-
-// s[i] = x[i] + k[i]
-void addRow(const float* x, const float* k, float* s, int64_t n) {
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    v8 a, b;
-    std::memcpy(&a, x + i, sizeof a);
-    std::memcpy(&b, k + i, sizeof b);
-    a += b;
-    std::memcpy(s + i, &a, sizeof a);
-  }
-  for (; i < n; ++i) s[i] = x[i] + k[i];
-}
-
-// y[i] = x[i] * inv * scale[i]; y may equal x.
-void scaleRow(const float* x, float* y, int64_t n, float inv, const float* scale) {
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    v8 a, g;
-    std::memcpy(&a, x + i, sizeof a);
-    std::memcpy(&g, scale + i, sizeof g);
-    a = a * inv * g;
-    std::memcpy(y + i, &a, sizeof a);
-  }
-  for (; i < n; ++i) y[i] = x[i] * inv * scale[i];
-}
-
-void rmsNormRow(const float* x, float* y, int64_t n, const float* scale, float eps) {
-  const double mean_square =
-      n > 0 ? vec::sumSquaredDeviations(x, n, 0.0f) / static_cast<double>(n) : 0.0;
-  scaleRow(x, y, n, static_cast<float>(1.0 / std::sqrt(mean_square + eps)), scale);
-}
 
 // A parameter of the normalised shape (`cols` elements) or a single value, as `cols` floats.
 std::vector<float> rowParameter(const KernelContext& ctx, const HostTensor& t, int64_t cols,
@@ -129,18 +89,13 @@ void runFusedNorm(KernelContext& ctx, NormKind kind) {
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1));
   parallelFor(rows, ctx.numThreads(), grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const float* src = xd + r * cols;
+      const float* k = kind.skip ? skip.data() + (skip_per_row ? 0 : r * cols) : nullptr;
       float* dst = yd + r * cols;
-      if (kind.skip) {
-        float* s = sum ? sum + r * cols : dst;
-        addRow(src, skip.data() + (skip_per_row ? 0 : r * cols), s, cols);
-        src = s;
-      }
+      float* s = sum ? sum + r * cols : dst;
       if (kind.rms) {
-        rmsNormRow(src, dst, cols, scale.data(), eps);
+        vec::rmsNormRow(xd + r * cols, k, s, dst, cols, scale.data(), eps);
       } else {
-        float mean, inv_std;
-        vec::layerNormRow(src, dst, cols, scale.data(), bias.data(), eps, &mean, &inv_std);
+        vec::skipLayerNormRow(xd + r * cols, k, s, dst, cols, scale.data(), bias.data(), eps);
       }
     }
   });

@@ -343,25 +343,53 @@ void affine(const float* x, float* y, int64_t n, float scale, float shift) {
 
 constexpr int64_t kSumBlock = 1024;
 
-template <typename F>
-inline double blockedSum(const float* x, int64_t n, F f) {
+// The sum over i < n of the vectors full(i) (i a multiple of W) and part(i, k) (the last k < W
+// elements; lanes from k on are dropped here), in blocks of kSumBlock: the one order of
+// additions that sum(), sumSquaredDeviations() and the fused rows below share, so that a row
+// summed as it is written gives the bits of the same row summed after.
+template <typename Full, typename Part>
+inline double blockedSumOf(int64_t n, Full full, Part part) {
   double total = 0;
   for (int64_t b = 0; b < n; b += kSumBlock) {
     const int64_t e = std::min(n, b + kSumBlock);
     vf a0 = vf{}, a1 = vf{}, a2 = vf{}, a3 = vf{};
     int64_t i = b;
     for (; i + 4 * W <= e; i += 4 * W) {
-      a0 += f(load(x + i));
-      a1 += f(load(x + i + W));
-      a2 += f(load(x + i + 2 * W));
-      a3 += f(load(x + i + 3 * W));
+      a0 += full(i);
+      a1 += full(i + W);
+      a2 += full(i + 2 * W);
+      a3 += full(i + 3 * W);
     }
-    for (; i + W <= e; i += W) a0 += f(load(x + i));
+    for (; i + W <= e; i += W) a0 += full(i);
     vf tail = vf{};
-    if (i < e) tail = keepFirstLanes(f(loadPartial(x + i, e - i, 0.0f)), e - i, 0.0f);
+    if (i < e) tail = keepFirstLanes(part(i, e - i), e - i, 0.0f);
     total += static_cast<double>(hsum((a0 + a1) + (a2 + a3) + tail));
   }
   return total;
+}
+
+template <typename F>
+inline double blockedSum(const float* x, int64_t n, F f) {
+  return blockedSumOf(
+      n, [&](int64_t i) { return f(load(x + i)); },
+      [&](int64_t i, int64_t k) { return f(loadPartial(x + i, k, 0.0f)); });
+}
+
+// s = x + skip, stored as it is summed through f: blockedSum(s, n, f) without reading s back.
+template <typename F>
+inline double addRowSum(const float* x, const float* skip, float* s, int64_t n, F f) {
+  return blockedSumOf(
+      n,
+      [&](int64_t i) {
+        const vf v = load(x + i) + load(skip + i);
+        store(s + i, v);
+        return f(v);
+      },
+      [&](int64_t i, int64_t k) {
+        const vf v = loadPartial(x + i, k, 0.0f) + loadPartial(skip + i, k, 0.0f);
+        storePartial(s + i, v, k);
+        return f(v);
+      });
 }
 
 struct IdentityF { vf operator()(vf x) const { return x; } };
@@ -599,9 +627,11 @@ void softmaxColumns(const float* x, float* y, int64_t rows, int64_t cols, bool l
   }
 }
 
-void layerNormRow(const float* x, float* y, int64_t n, const float* scale, const float* bias,
-                  float eps, float* mean, float* inv_std) {
-  const double m = n > 0 ? sum(x, n) / static_cast<double>(n) : 0.0;
+// layerNormRow on a row whose sum is known.
+inline void layerNormRowOfSum(const float* x, float* y, int64_t n, double total,
+                              const float* scale, const float* bias, float eps, float* mean,
+                              float* inv_std) {
+  const double m = n > 0 ? total / static_cast<double>(n) : 0.0;
   const float mf = static_cast<float>(m);
   const double var = n > 0 ? sumSquaredDeviations(x, n, mf) / static_cast<double>(n) : 0.0;
   const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
@@ -625,6 +655,44 @@ void layerNormRow(const float* x, float* y, int64_t n, const float* scale, const
       storePartial(y + i, (loadPartial(x + i, k, 0.0f) - mf) * inv * loadPartial(scale + i, k, 0.0f),
                    k);
     }
+  }
+}
+
+void layerNormRow(const float* x, float* y, int64_t n, const float* scale, const float* bias,
+                  float eps, float* mean, float* inv_std) {
+  layerNormRowOfSum(x, y, n, n > 0 ? sum(x, n) : 0.0, scale, bias, eps, mean, inv_std);
+}
+
+// The residual's sum is written in the pass that sums it for the mean: one pass over x and
+// skip fewer than adding them first (SkipLayerNorm's row was 2.1x LayerNorm's, 32 against 15
+// us on [128, 768], most of the difference a separate add loop at the baseline ISA).
+void skipLayerNormRow(const float* x, const float* skip, float* s, float* y, int64_t n,
+                      const float* scale, const float* bias, float eps) {
+  float mean, inv_std;
+  if (!skip) {
+    layerNormRow(x, y, n, scale, bias, eps, &mean, &inv_std);
+    return;
+  }
+  const double total = n > 0 ? addRowSum(x, skip, s, n, IdentityF{}) : 0.0;
+  layerNormRowOfSum(s, y, n, total, scale, bias, eps, &mean, &inv_std);
+}
+
+void rmsNormRow(const float* x, const float* skip, float* s, float* y, int64_t n,
+                const float* scale, float eps) {
+  double squares = 0;
+  if (skip) {
+    squares = n > 0 ? addRowSum(x, skip, s, n, SquaredDeviationF{0.0f}) : 0.0;
+    x = s;
+  } else {
+    squares = n > 0 ? sumSquaredDeviations(x, n, 0.0f) : 0.0;
+  }
+  const double mean_square = n > 0 ? squares / static_cast<double>(n) : 0.0;
+  const float inv = static_cast<float>(1.0 / std::sqrt(mean_square + eps));
+  int64_t i = 0;
+  for (; i + W <= n; i += W) store(y + i, load(x + i) * inv * load(scale + i));
+  if (i < n) {
+    const int64_t k = n - i;
+    storePartial(y + i, loadPartial(x + i, k, 0.0f) * inv * loadPartial(scale + i, k, 0.0f), k);
   }
 }
 

@@ -64,6 +64,9 @@ struct Table {
   void (*softmaxColumns)(const float*, float*, int64_t, int64_t, bool, float*, float*);
   void (*layerNormRow)(const float*, float*, int64_t, const float*, const float*, float, float*,
                        float*);
+  void (*skipLayerNormRow)(const float*, const float*, float*, float*, int64_t, const float*,
+                           const float*, float);
+  void (*rmsNormRow)(const float*, const float*, float*, float*, int64_t, const float*, float);
   void (*maxRows)(const float* const*, int, float*, int64_t);
   void (*sumRows)(const float* const*, int, float*, int64_t);
   void (*windowMax)(const float*, int64_t, int64_t, int64_t, float*, int64_t);
@@ -77,7 +80,8 @@ struct Table {
   Table {                                                                                \
     ns::unary, ns::binary, ns::affine, ns::sum, ns::sumSquaredDeviations, ns::max, ns::softmaxRow,   \
         ns::softmaxRowAdd, ns::softmaxRowsAdd, ns::onlineSoftmaxRow,                      \
-        ns::softmaxColumns, ns::layerNormRow, ns::maxRows, ns::sumRows, ns::windowMax,   \
+        ns::softmaxColumns, ns::layerNormRow, ns::skipLayerNormRow, ns::rmsNormRow,      \
+        ns::maxRows, ns::sumRows, ns::windowMax,                                         \
         ns::windowMean, ns::gatherStrided, ns::rotateHalfRow                             \
   }
 
@@ -186,6 +190,14 @@ float onlineSoftmaxRow(float* row, int64_t n, const float* add, bool add_scalar,
 void softmaxColumns(const float* x, float* y, int64_t rows, int64_t cols, bool log_softmax,
                     float* colmax, float* colsum) {
   table().softmaxColumns(x, y, rows, cols, log_softmax, colmax, colsum);
+}
+void skipLayerNormRow(const float* x, const float* skip, float* s, float* y, int64_t n,
+                      const float* scale, const float* bias, float eps) {
+  table().skipLayerNormRow(x, skip, s, y, n, scale, bias, eps);
+}
+void rmsNormRow(const float* x, const float* skip, float* s, float* y, int64_t n,
+                const float* scale, float eps) {
+  table().rmsNormRow(x, skip, s, y, n, scale, eps);
 }
 void layerNormRow(const float* x, float* y, int64_t n, const float* scale, const float* bias,
                   float eps, float* mean, float* inv_std) {

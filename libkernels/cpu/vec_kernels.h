@@ -89,6 +89,14 @@ void softmaxColumns(const float* x, float* y, int64_t rows, int64_t cols, bool l
 // inv_std = 1 / sqrt(var + eps) (population variance, two passes over the row).
 void layerNormRow(const float* x, float* y, int64_t n, const float* scale, const float* bias,
                   float eps, float* mean, float* inv_std);
+// SkipLayerNorm's row: s = x + skip, then layerNormRow(s) into y (s may be y; a null skip
+// normalises x itself, and s is not written). The same bits as the add and layerNormRow apart.
+void skipLayerNormRow(const float* x, const float* skip, float* s, float* y, int64_t n,
+                      const float* scale, const float* bias, float eps);
+// RMSNorm's row (SkipRMSNorm's with a skip, as above): y = s * inv * scale, inv = 1 / sqrt(mean
+// of s^2 + eps), the mean of squares summed as sumSquaredDeviations(s, n, 0) sums it.
+void rmsNormRow(const float* x, const float* skip, float* s, float* y, int64_t n,
+                const float* scale, float eps);
 
 // out[i] = max (or sum) over the k rows of rows[r][i], i < n.
 void maxRows(const float* const* rows, int k, float* out, int64_t n);
