@@ -1,6 +1,5 @@
 // fusectl::SwiGLU: Y = G * sigmoid(G) * U, the gated unit of LLaMA-style MLPs, in one pass over
-// memory: each block of G goes through the vectorised Sigmoid into a small stack buffer (it
-// stays in L1), then one loop multiplies in G and U. G and U must have the same shape, Y has
+// memory (vec::swiGluRow: the sigmoid and both products in the vector ISA). G and U must have the same shape, Y has
 // it. float16/bfloat16 run the float32 loop on float32 copies of the inputs and round Y once.
 #include <algorithm>
 #include <string>
@@ -13,7 +12,6 @@ namespace fusectl::kernels {
 namespace cpu {
 namespace {
 
-constexpr int64_t kBlock = 1024;  // floats per Sigmoid block: 4 KiB, well inside L1
 
 void runSwiGLU(KernelContext& ctx) {
   const HostTensor& g = ctx.requireInput(0);
@@ -29,12 +27,7 @@ void runSwiGLU(KernelContext& ctx) {
   const float* up = uv.data();
   float* yp = ys.data();
   parallelFor(g.numel(), ctx.numThreads(), 1 << 15, [&](int64_t begin, int64_t end) {
-    float gate[kBlock];
-    for (int64_t b = begin; b < end; b += kBlock) {
-      const int64_t n = std::min(kBlock, end - b);
-      vec::unary(vec::Unary::Sigmoid, gp + b, gate, n);
-      for (int64_t i = 0; i < n; ++i) yp[b + i] = gp[b + i] * gate[i] * up[b + i];
-    }
+    vec::swiGluRow(gp + begin, up + begin, yp + begin, end - begin);
   });
   ys.commit();
 }
@@ -54,16 +47,9 @@ void runSwiGLUPacked(KernelContext& ctx) {
   float* yp = ys.data();
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / inter);
   parallelFor(rows, ctx.numThreads(), grain, [&](int64_t r0, int64_t r1) {
-    float gate[kBlock];
     for (int64_t r = r0; r < r1; ++r) {
       const float* g = xp + r * 2 * inter;
-      const float* u = g + inter;
-      float* out = yp + r * inter;
-      for (int64_t b = 0; b < inter; b += kBlock) {
-        const int64_t n = std::min(kBlock, inter - b);
-        vec::unary(vec::Unary::Sigmoid, g + b, gate, n);
-        for (int64_t i = 0; i < n; ++i) out[b + i] = g[b + i] * gate[i] * u[b + i];
-      }
+      vec::swiGluRow(g, g + inter, yp + r * inter, inter);
     }
   });
   ys.commit();
