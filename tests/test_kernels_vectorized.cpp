@@ -725,25 +725,31 @@ TEST_CASE("rotateHalfRow rounds each product as the graph's Mul and Add do, on e
   }
 }
 
-TEST_CASE("swiGluRow gives the bits of the Sigmoid and the two products apart, on every ISA",
+TEST_CASE("swishRow gives the bits of the Sigmoid and the products apart, on every ISA",
           "[kernels][vectorized]") {
+  // SwiGLU (alpha 1, with u), QuickGelu (1.702) and Swish (0.5) without u.
   for (vec::Isa isa : isasHere()) {
     ForcedIsa forced(isa);
     for (int64_t n : {1, 7, 16, 17, 33, 100, 1024, 1031}) {
-      INFO(vec::isaName(isa) << " n " << n);
-      const size_t un = static_cast<size_t>(n);
-      std::vector<float> g = randomFloats(un, 71, -20, 20);
-      const std::vector<float> u = randomFloats(un, 72, -3, 3);
-      g[0] = -100.f;  // a sigmoid in its exp's underflow
-      std::vector<float> gate(un), want(un), y(un + 1, -7.f);
-      vec::unary(vec::Unary::Sigmoid, g.data(), gate.data(), n);
-      for (size_t i = 0; i < un; ++i) {
-        volatile float gated = g[i] * gate[i];
-        want[i] = gated * u[i];
+      for (const float alpha : {1.f, 1.702f, 0.5f}) {
+        for (bool with_u : {true, false}) {
+          INFO(vec::isaName(isa) << " n " << n << " alpha " << alpha << " u " << with_u);
+          const size_t un = static_cast<size_t>(n);
+          std::vector<float> x = randomFloats(un, 71, -20, 20);
+          const std::vector<float> u = randomFloats(un, 72, -3, 3);
+          x[0] = -100.f;  // a sigmoid in its exp's underflow
+          std::vector<float> gate(un), want(un), y(un + 1, -7.f);
+          for (size_t i = 0; i < un; ++i) gate[i] = alpha * x[i];
+          vec::unary(vec::Unary::Sigmoid, gate.data(), gate.data(), n);
+          for (size_t i = 0; i < un; ++i) {
+            volatile float gated = x[i] * gate[i];
+            want[i] = with_u ? gated * u[i] : gated;
+          }
+          vec::swishRow(x.data(), with_u ? u.data() : nullptr, y.data(), n, alpha);
+          REQUIRE(std::memcmp(y.data(), want.data(), un * sizeof(float)) == 0);
+          REQUIRE(y[un] == -7.f);
+        }
       }
-      vec::swiGluRow(g.data(), u.data(), y.data(), n);
-      REQUIRE(std::memcmp(y.data(), want.data(), un * sizeof(float)) == 0);
-      REQUIRE(y[un] == -7.f);
     }
   }
 }

@@ -1,8 +1,7 @@
 // The standard Swish (opset 24: Y = X * sigmoid(alpha * X)) and SwiGLU (opset 28: Y = Swish_alpha(A)
 // * B, A and B of one shape, no broadcasting). Unlike fusectl::SwiGLU (swiglu.cpp: float32, no
 // alpha) these take alpha and any float type: half, bfloat16 and double are computed in float32
-// (FloatView) and stored back. Each block of alpha * X goes through the vectorised Sigmoid in a
-// small stack buffer that stays in L1, then one loop multiplies.
+// (FloatView) and stored back. Both are one vectorised pass (vec::swishRow).
 #include <algorithm>
 #include <string>
 
@@ -14,22 +13,10 @@ namespace fusectl::kernels {
 namespace cpu {
 namespace {
 
-constexpr int64_t kBlock = 1024;  // floats per Sigmoid block: 4 KiB
-
 // y[i] = x[i] * sigmoid(alpha * x[i]) * (u ? u[i] : 1) over [0, n), threaded.
 void swishTimes(const float* x, const float* u, float* y, int64_t n, float alpha, int threads) {
   parallelFor(n, threads, 1 << 15, [&](int64_t begin, int64_t end) {
-    float gate[kBlock];
-    for (int64_t b = begin; b < end; b += kBlock) {
-      const int64_t m = std::min(kBlock, end - b);
-      for (int64_t i = 0; i < m; ++i) gate[i] = alpha * x[b + i];
-      vec::unary(vec::Unary::Sigmoid, gate, gate, m);
-      if (u) {
-        for (int64_t i = 0; i < m; ++i) y[b + i] = x[b + i] * gate[i] * u[b + i];
-      } else {
-        for (int64_t i = 0; i < m; ++i) y[b + i] = x[b + i] * gate[i];
-      }
-    }
+    vec::swishRow(x + begin, u ? u + begin : nullptr, y + begin, end - begin, alpha);
   });
 }
 

@@ -1,5 +1,5 @@
 // fusectl::SwiGLU: Y = G * sigmoid(G) * U, the gated unit of LLaMA-style MLPs, in one pass over
-// memory (vec::swiGluRow: the sigmoid and both products in the vector ISA). G and U must have the same shape, Y has
+// memory (vec::swishRow: the sigmoid and both products in the vector ISA). G and U must have the same shape, Y has
 // it. float16/bfloat16 run the float32 loop on float32 copies of the inputs and round Y once.
 #include <algorithm>
 #include <string>
@@ -27,7 +27,7 @@ void runSwiGLU(KernelContext& ctx) {
   const float* up = uv.data();
   float* yp = ys.data();
   parallelFor(g.numel(), ctx.numThreads(), 1 << 15, [&](int64_t begin, int64_t end) {
-    vec::swiGluRow(gp + begin, up + begin, yp + begin, end - begin);
+    vec::swishRow(gp + begin, up + begin, yp + begin, end - begin, 1.f);
   });
   ys.commit();
 }
@@ -49,7 +49,7 @@ void runSwiGLUPacked(KernelContext& ctx) {
   parallelFor(rows, ctx.numThreads(), grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* g = xp + r * 2 * inter;
-      vec::swiGluRow(g, g + inter, yp + r * inter, inter);
+      vec::swishRow(g, g + inter, yp + r * inter, inter, 1.f);
     }
   });
   ys.commit();

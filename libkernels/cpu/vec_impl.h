@@ -213,23 +213,33 @@ inline void mapLoop(const float* x, float* y, int64_t n, F f) {
   if (i < n) storePartial(y + i, f(loadPartial(x + i, n - i, 0.0f)), n - i);
 }
 
-// SwiGLU's y = g * sigmoid(g) * u in one pass: no sigmoid buffer to write and read back, and
-// the products at this ISA's width (they ran as a baseline-ISA loop after unary()'s Sigmoid).
-// The same bits: vsigmoid, then (g * s) * u.
-void swiGluRow(const float* g, const float* u, float* y, int64_t n) {
+// y = x * sigmoid(alpha * x) (* u where u is not null) in one pass: SwiGLU (alpha 1, u its up
+// projection), QuickGelu (alpha 1.702), Swish. No sigmoid buffer to write and read back, and the
+// products at this ISA's width (they ran as a baseline-ISA loop after unary()'s Sigmoid). The
+// same bits: alpha * x rounded, vsigmoid, then (x * s) * u.
+template <bool WITH_U>
+inline void swishLoop(const float* x, const float* u, float* y, int64_t n, float alpha) {
+  // Element i on: x's vector a (k of its lanes real); u is read only WITH_U (it may be null).
+  const auto one = [&](vf a, int64_t i, int64_t k) {
+    const vf t = a * vsigmoid(alpha * a);
+    if constexpr (WITH_U) return t * (k == W ? load(u + i) : loadPartial(u + i, k, 0.0f));
+    return t;
+  };
   int64_t i = 0;
   for (; i + 2 * W <= n; i += 2 * W) {
-    const vf a = load(g + i), b = load(g + i + W);
-    store(y + i, a * vsigmoid(a) * load(u + i));
-    store(y + i + W, b * vsigmoid(b) * load(u + i + W));
+    const vf a = load(x + i), b = load(x + i + W);
+    store(y + i, one(a, i, W));
+    store(y + i + W, one(b, i + W, W));
   }
-  for (; i + W <= n; i += W) {
-    const vf a = load(g + i);
-    store(y + i, a * vsigmoid(a) * load(u + i));
-  }
-  if (i < n) {
-    const vf a = loadPartial(g + i, n - i, 0.0f);
-    storePartial(y + i, a * vsigmoid(a) * loadPartial(u + i, n - i, 0.0f), n - i);
+  for (; i + W <= n; i += W) store(y + i, one(load(x + i), i, W));
+  if (i < n) storePartial(y + i, one(loadPartial(x + i, n - i, 0.0f), i, n - i), n - i);
+}
+
+void swishRow(const float* x, const float* u, float* y, int64_t n, float alpha) {
+  if (u) {
+    swishLoop<true>(x, u, y, n, alpha);
+  } else {
+    swishLoop<false>(x, u, y, n, alpha);
   }
 }
 

@@ -67,7 +67,7 @@ struct Table {
   void (*skipLayerNormRow)(const float*, const float*, float*, float*, int64_t, const float*,
                            const float*, float);
   void (*rmsNormRow)(const float*, const float*, float*, float*, int64_t, const float*, float);
-  void (*swiGluRow)(const float*, const float*, float*, int64_t);
+  void (*swishRow)(const float*, const float*, float*, int64_t, float);
   void (*maxRows)(const float* const*, int, float*, int64_t);
   void (*sumRows)(const float* const*, int, float*, int64_t);
   void (*windowMax)(const float*, int64_t, int64_t, int64_t, float*, int64_t);
@@ -82,7 +82,7 @@ struct Table {
     ns::unary, ns::binary, ns::affine, ns::sum, ns::sumSquaredDeviations, ns::max, ns::softmaxRow,   \
         ns::softmaxRowAdd, ns::softmaxRowsAdd, ns::onlineSoftmaxRow,                      \
         ns::softmaxColumns, ns::layerNormRow, ns::skipLayerNormRow, ns::rmsNormRow,      \
-        ns::swiGluRow,                                                                    \
+        ns::swishRow,                                                                     \
         ns::maxRows, ns::sumRows, ns::windowMax,                                         \
         ns::windowMean, ns::gatherStrided, ns::rotateHalfRow                             \
   }
@@ -197,8 +197,8 @@ void skipLayerNormRow(const float* x, const float* skip, float* s, float* y, int
                       const float* scale, const float* bias, float eps) {
   table().skipLayerNormRow(x, skip, s, y, n, scale, bias, eps);
 }
-void swiGluRow(const float* g, const float* u, float* y, int64_t n) {
-  table().swiGluRow(g, u, y, n);
+void swishRow(const float* x, const float* u, float* y, int64_t n, float alpha) {
+  table().swishRow(x, u, y, n, alpha);
 }
 void rmsNormRow(const float* x, const float* skip, float* s, float* y, int64_t n,
                 const float* scale, float eps) {

@@ -89,8 +89,9 @@ void softmaxColumns(const float* x, float* y, int64_t rows, int64_t cols, bool l
 // inv_std = 1 / sqrt(var + eps) (population variance, two passes over the row).
 void layerNormRow(const float* x, float* y, int64_t n, const float* scale, const float* bias,
                   float eps, float* mean, float* inv_std);
-// y = g * sigmoid(g) * u (SwiGLU), the bits of unary(Sigmoid) on g and then (g * s) * u.
-void swiGluRow(const float* g, const float* u, float* y, int64_t n);
+// y = x * sigmoid(alpha * x), times u[i] where u is not null (SwiGLU: alpha 1; QuickGelu:
+// 1.702): the bits of unary(Sigmoid) on the rounded alpha * x, then (x * s) * u.
+void swishRow(const float* x, const float* u, float* y, int64_t n, float alpha);
 // SkipLayerNorm's row: s = x + skip, then layerNormRow(s) into y (s may be y; a null skip
 // normalises x itself, and s is not written). The same bits as the add and layerNormRow apart.
 void skipLayerNormRow(const float* x, const float* skip, float* s, float* y, int64_t n,
