@@ -7,7 +7,8 @@
 // scale, K read transposed through its strides):
 //  - whole blocks (fewer than 512 queries and keys): the S x T score block is computed, then
 //    each row gets the mask, the causal cut and a max-subtracted softmax in one vector routine
-//    (vec::softmaxRowAdd), and the probabilities multiply V.
+//    (vec::softmaxRowsAdd, a pass at a time over groups of rows), and the probabilities
+//    multiply V.
 //  - tiles (useTiles: 512 queries or keys and up): flash-style. The keys are walked in tiles of
 //    kKeyTile, each tile's K^T and V packed once, and the queries in tiles of kQueryTile under
 //    them, with an online softmax (a running row max m and sum l; when m grows, what was
