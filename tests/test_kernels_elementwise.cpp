@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <string>
 
 #include "fusectl/graph/error.h"
 #include "fusectl/kernels/half.h"
@@ -358,6 +359,46 @@ TEST_CASE("variadic Max/Min/Sum/Mean broadcast", "[kernels][elementwise]") {
   CHECK(valuesOf<float>(one[0]) == valuesOf<float>(b));
   auto imax = KernelCase("Max", 13).input(int64s({2}, {1, 9})).input(int64s({2}, {3, 2})).run();
   CHECK(valuesOf<int64_t>(imax[0]) == std::vector<int64_t>{3, 9});
+}
+
+TEST_CASE("variadic Max/Min/Sum/Mean over long rows equal a scalar left fold exactly",
+          "[kernels][elementwise]") {
+  // Rows past the vector widths (the float fold runs through vec::binary), a scalar per row,
+  // and NaNs, which Max and Min return when either operand is one.
+  HostTensor a = noise({3, 37}, 5), b = noise({37}, 6), c = noise({3, 1}, 7);
+  a.mutableData<float>()[40] = std::numeric_limits<float>::quiet_NaN();
+  b.mutableData<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<int64_t> dout = {3, 37};
+  for (const char* op : {"Max", "Min", "Sum", "Mean"}) {
+    INFO(op);
+    auto out = KernelCase(op, 13).input(a).input(b).input(c).run();
+    REQUIRE(out[0].dims() == dout);
+    for (int64_t i = 0; i < out[0].numel(); ++i) {
+      const auto idx = unravel(i, dout);
+      const float x = a.data<float>()[sourceIndex(a.dims(), idx)];
+      const float y = b.data<float>()[sourceIndex(b.dims(), idx)];
+      const float z = c.data<float>()[sourceIndex(c.dims(), idx)];
+      const auto fold = [&](auto f) { return f(f(x, y), z); };
+      const auto nanOr = [](float u, float v, float r) {
+        return std::isnan(u) || std::isnan(v) ? std::numeric_limits<float>::quiet_NaN() : r;
+      };
+      float want = 0;
+      if (std::string(op) == "Max") {
+        want = fold([&](float u, float v) { return nanOr(u, v, u < v ? v : u); });
+      } else if (std::string(op) == "Min") {
+        want = fold([&](float u, float v) { return nanOr(u, v, v < u ? v : u); });
+      } else {
+        want = fold([](float u, float v) { return u + v; });
+        if (std::string(op) == "Mean") want *= 1.f / 3.f;
+      }
+      const float got = out[0].data<float>()[i];
+      if (std::isnan(want)) {
+        REQUIRE(std::isnan(got));
+      } else {
+        REQUIRE(got == want);
+      }
+    }
+  }
 }
 
 TEST_CASE("Where selects with broadcasting", "[kernels][elementwise]") {

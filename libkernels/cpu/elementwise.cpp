@@ -157,9 +157,10 @@ void binaryOp(KernelContext& ctx, F f, std::optional<vec::Binary> vector_op = st
   binaryOn<Set, BoolOut>(ctx, a, legacyAligned(ctx, a, ctx.requireInput(1)), f, vector_op);
 }
 
-// Max/Min/Sum/Mean: a left fold of f over any number of broadcast inputs.
+// Max/Min/Sum/Mean: a left fold of f over any number of broadcast inputs; `vector_op` is f as
+// vec::binary computes it, for float inputs (applyFloatBinary).
 template <unsigned Set, typename F>
-void variadicOp(KernelContext& ctx, F f, bool mean) {
+void variadicOp(KernelContext& ctx, F f, bool mean, std::optional<vec::Binary> vector_op) {
   std::vector<const HostTensor*> ins;
   std::vector<const std::vector<int64_t>*> shapes;
   for (size_t i = 0; i < ctx.numInputs(); ++i) {
@@ -182,16 +183,30 @@ void variadicOp(KernelContext& ctx, F f, bool mean) {
       applyBinary(plan, staged[0]->data<T>(), staged[0]->data<T>(), o,
                   [](T x, T) { return x; });
     } else {
-      applyBinary(planBroadcast<2>(dims, {shapes[0], shapes[1]}), staged[0]->data<T>(),
-                  staged[1]->data<T>(), o, f, ctx.numThreads());
+      // The fold's step: o = f(first, second) over the broadcast plan.
+      const auto step = [&](const BroadcastPlan<2>& plan, const T* first, const T* second) {
+        if constexpr (std::is_same_v<T, float>) {
+          if (vector_op) {
+            applyFloatBinary(plan, first, second, o, *vector_op, ctx.numThreads());
+            return;
+          }
+        }
+        applyBinary(plan, first, second, o, f, ctx.numThreads());
+      };
+      step(planBroadcast<2>(dims, {shapes[0], shapes[1]}), staged[0]->data<T>(),
+           staged[1]->data<T>());
       for (size_t i = 2; i < ins.size(); ++i)
-        applyBinary(planBroadcast<2>(dims, {&dims, shapes[i]}), static_cast<const T*>(o),
-                    staged[i]->data<T>(), o, f, ctx.numThreads());
+        step(planBroadcast<2>(dims, {&dims, shapes[i]}), o, staged[i]->data<T>());
     }
     if constexpr (std::is_floating_point_v<T>) {
       if (mean) {
         const T scale = T(1) / static_cast<T>(ins.size());
-        for (int64_t i = 0, n = out.compute().numel(); i < n; ++i) o[i] *= scale;
+        const int64_t n = out.compute().numel();
+        if constexpr (std::is_same_v<T, float>) {
+          vec::binary(vec::Binary::Mul, o, 0.f, nullptr, scale, o, n);
+        } else {
+          for (int64_t i = 0; i < n; ++i) o[i] *= scale;
+        }
       }
     }
   });
@@ -734,17 +749,19 @@ void registerElementwiseKernels(KernelRegistry& r) {
 
   // Variadic.
   add(r, "Max", [](KernelContext& ctx) {
-    variadicOp<kNumeric>(ctx, [](auto a, auto b) { return maxOp(a, b); }, false);
+    variadicOp<kNumeric>(ctx, [](auto a, auto b) { return maxOp(a, b); }, false,
+                         vec::Binary::Max);
   });
   add(r, "Min", [](KernelContext& ctx) {
-    variadicOp<kNumeric>(ctx, [](auto a, auto b) { return minOp(a, b); }, false);
+    variadicOp<kNumeric>(ctx, [](auto a, auto b) { return minOp(a, b); }, false,
+                         vec::Binary::Min);
   });
   add(r, "Sum", [](KernelContext& ctx) {
     variadicOp<kNumeric>(ctx, [](auto a, auto b) { return static_cast<decltype(a)>(a + b); },
-                         false);
+                         false, vec::Binary::Add);
   });
   add(r, "Mean", [](KernelContext& ctx) {
-    variadicOp<kFloats>(ctx, [](auto a, auto b) { return a + b; }, true);
+    variadicOp<kFloats>(ctx, [](auto a, auto b) { return a + b; }, true, vec::Binary::Add);
   });
 
   add(r, "Where", whereKernel);
