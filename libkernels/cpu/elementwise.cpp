@@ -108,8 +108,22 @@ void applyFloatBinary(const BroadcastPlan<2>& p, const float* a, const float* b,
   });
 }
 
-// c = f(a, b) with multidirectional broadcasting; the result has the inputs' dtype, or bool.
-// `vector_op`, when given, is f as vec::binary computes it, for float inputs.
+// applyBinary, or applyFloatBinary where the inputs and output are float and `vector_op` is f
+// as vec::binary computes it.
+template <typename T, typename O, typename F>
+void applyBinaryOf(const BroadcastPlan<2>& p, const T* a, const T* b, O* o, F& f,
+                   std::optional<vec::Binary> vector_op, int threads) {
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<O, float>) {
+    if (vector_op) {
+      applyFloatBinary(p, a, b, o, *vector_op, threads);
+      return;
+    }
+  }
+  applyBinary(p, a, b, o, f, threads);
+}
+
+// c = f(a, b) with multidirectional broadcasting; the result has the inputs' dtype, or bool;
+// `vector_op` as in applyBinaryOf.
 template <unsigned Set, bool BoolOut, typename F>
 void binaryOn(KernelContext& ctx, const HostTensor& a0, const HostTensor& b0, F f,
               std::optional<vec::Binary> vector_op = std::nullopt) {
@@ -123,15 +137,8 @@ void binaryOn(KernelContext& ctx, const HostTensor& a0, const HostTensor& b0, F 
   dispatch<Set>(ctx, a->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using O = std::conditional_t<BoolOut, bool, T>;
-    if constexpr (std::is_same_v<T, float> && !BoolOut) {
-      if (vector_op) {
-        applyFloatBinary(plan, a->data<T>(), b->data<T>(), out.compute().template mutableData<O>(),
-                         *vector_op, ctx.numThreads());
-        return;
-      }
-    }
-    applyBinary(plan, a->data<T>(), b->data<T>(), out.compute().template mutableData<O>(), f,
-                ctx.numThreads());
+    applyBinaryOf(plan, a->data<T>(), b->data<T>(), out.compute().template mutableData<O>(), f,
+                  vector_op, ctx.numThreads());
   });
   out.finish();
 }
@@ -157,8 +164,8 @@ void binaryOp(KernelContext& ctx, F f, std::optional<vec::Binary> vector_op = st
   binaryOn<Set, BoolOut>(ctx, a, legacyAligned(ctx, a, ctx.requireInput(1)), f, vector_op);
 }
 
-// Max/Min/Sum/Mean: a left fold of f over any number of broadcast inputs; `vector_op` is f as
-// vec::binary computes it, for float inputs (applyFloatBinary).
+// Max/Min/Sum/Mean: a left fold of f over any number of broadcast inputs; `vector_op` as in
+// applyBinaryOf.
 template <unsigned Set, typename F>
 void variadicOp(KernelContext& ctx, F f, bool mean, std::optional<vec::Binary> vector_op) {
   std::vector<const HostTensor*> ins;
@@ -183,20 +190,11 @@ void variadicOp(KernelContext& ctx, F f, bool mean, std::optional<vec::Binary> v
       applyBinary(plan, staged[0]->data<T>(), staged[0]->data<T>(), o,
                   [](T x, T) { return x; });
     } else {
-      // The fold's step: o = f(first, second) over the broadcast plan.
-      const auto step = [&](const BroadcastPlan<2>& plan, const T* first, const T* second) {
-        if constexpr (std::is_same_v<T, float>) {
-          if (vector_op) {
-            applyFloatBinary(plan, first, second, o, *vector_op, ctx.numThreads());
-            return;
-          }
-        }
-        applyBinary(plan, first, second, o, f, ctx.numThreads());
-      };
-      step(planBroadcast<2>(dims, {shapes[0], shapes[1]}), staged[0]->data<T>(),
-           staged[1]->data<T>());
+      applyBinaryOf(planBroadcast<2>(dims, {shapes[0], shapes[1]}), staged[0]->data<T>(),
+                    staged[1]->data<T>(), o, f, vector_op, ctx.numThreads());
       for (size_t i = 2; i < ins.size(); ++i)
-        step(planBroadcast<2>(dims, {&dims, shapes[i]}), o, staged[i]->data<T>());
+        applyBinaryOf(planBroadcast<2>(dims, {&dims, shapes[i]}), static_cast<const T*>(o),
+                      staged[i]->data<T>(), o, f, vector_op, ctx.numThreads());
     }
     if constexpr (std::is_floating_point_v<T>) {
       if (mean) {

@@ -9,12 +9,11 @@
 //
 // The arithmetic is the exported nodes' own, in float32 and in their order, so that the fused
 // node gives the graph's numbers: the norm is x * (1 / sqrt(mean(x^2) + eps)) * scale as
-// fusectl::RMSNorm computes it (the mean in double), and the rotation x * cos + (-x2) * sin,
-// which is x * cos - x2 * sin exactly. float16/bfloat16 nodes compute the same on float32 copies
+// fusectl::RMSNorm computes it (vec::rmsNormRow, the mean in double), and the rotation
+// x * cos + (-x2) * sin, which is x * cos - x2 * sin exactly. float16/bfloat16 nodes compute the same on float32 copies
 // of their inputs and round Y once: the normalised row is never rounded to half.
 #include <fmt/format.h>
 
-#include <cmath>
 #include <vector>
 
 #include "compute_common.h"
@@ -88,9 +87,7 @@ void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved = false) {
       }
       const float* src = xd + r * d;
       if (qk_norm) {
-        const double mean_square = vec::sumSquaredDeviations(src, d, 0.0f) / static_cast<double>(d);
-        const float inv = static_cast<float>(1.0 / std::sqrt(mean_square + eps));
-        for (int64_t k = 0; k < d; ++k) normed[static_cast<size_t>(k)] = src[k] * inv * scale[static_cast<size_t>(k)];
+        vec::rmsNormRow(src, nullptr, nullptr, normed.data(), d, scale.data(), eps);
         src = normed.data();
       }
       (interleaved ? rotatePairs : vec::rotateHalfRow)(src, yd + r * d, half, cf.data() + table_offset,

@@ -3,7 +3,6 @@
 // last-axis-only fused op) this takes any axis, a scale of any broadcastable shape and a scale
 // type apart from X's (Y takes scale's type). The mean of squares is accumulated in double
 // whatever stash_type says: float32 stage-one precision (stash_type 1) is the least it asks for.
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -86,10 +85,7 @@ void runRMSNormalization(KernelContext& ctx) {
                   const float* xr = xf.data() + r * inner;
                   float* yr = ys.data() + r * inner;
                   const float* g = gamma.data() + (per_row ? 0 : r * inner);
-                  const double sq = vec::sumSquaredDeviations(xr, inner, 0.f);
-                  const float inv = static_cast<float>(
-                      1.0 / std::sqrt(sq / static_cast<double>(inner) + static_cast<double>(epsilon)));
-                  for (int64_t i = 0; i < inner; ++i) yr[i] = xr[i] * inv * g[i];
+                  vec::rmsNormRow(xr, nullptr, nullptr, yr, inner, g, epsilon);
                 }
               });
   ys.commit();

@@ -1,6 +1,7 @@
 // fusectl::SwiGLU: Y = G * sigmoid(G) * U, the gated unit of LLaMA-style MLPs, in one pass over
-// memory (vec::swishRow: the sigmoid and both products in the vector ISA). G and U must have the same shape, Y has
-// it. float16/bfloat16 run the float32 loop on float32 copies of the inputs and round Y once.
+// memory (vec::swishRow: the sigmoid and both products in the vector ISA). G and U must have the
+// same shape, Y has it. float16/bfloat16 run the float32 loop on float32 copies of the inputs
+// and round Y once.
 #include <algorithm>
 #include <string>
 
