@@ -17,9 +17,9 @@
 //    not computed at all. The sums are taken in another order than the one-pass softmax's, so
 //    the two layouts agree to rounding, not bit for bit.
 // fusectl::AttentionPackedRotary rotates each block's q and k rows (RotaryEmbedding's
-// rotate_half, vec::rotateHalfRow as RotaryEmbedding's kernel) into two buffers of S x D floats of the block's thread as it
-// starts, and runs the same block on them; the separate nodes wrote five tensors of the heads'
-// size (three head splits, two rotations) and read them back.
+// rotate_half, vec::rotateHalfRow as RotaryEmbedding's kernel) into two buffers of S x D floats
+// of the block's thread as it starts, and runs the same block on them; the separate nodes wrote
+// five tensors of the heads' size (three head splits, two rotations) and read them back.
 // Blocks run in parallel; each GEMM runs on its block's thread, so the result does not depend
 // on the thread count. Non-float32 inputs (all four of one type) are converted to float32 once
 // (FloatView) and Y is rounded to their type once (FloatSink).

@@ -10,8 +10,9 @@
 // The arithmetic is the exported nodes' own, in float32 and in their order, so that the fused
 // node gives the graph's numbers: the norm is x * (1 / sqrt(mean(x^2) + eps)) * scale as
 // fusectl::RMSNorm computes it (vec::rmsNormRow, the mean in double), and the rotation
-// x * cos + (-x2) * sin, which is x * cos - x2 * sin exactly. float16/bfloat16 nodes compute the same on float32 copies
-// of their inputs and round Y once: the normalised row is never rounded to half.
+// x * cos + (-x2) * sin, which is x * cos - x2 * sin exactly. float16/bfloat16 nodes compute
+// the same on float32 copies of their inputs and round Y once: the normalised row is never
+// rounded to half.
 #include <fmt/format.h>
 
 #include <vector>
@@ -90,8 +91,9 @@ void runRotary(KernelContext& ctx, bool qk_norm, bool interleaved = false) {
         vec::rmsNormRow(src, nullptr, nullptr, normed.data(), d, scale.data(), eps);
         src = normed.data();
       }
-      (interleaved ? rotatePairs : vec::rotateHalfRow)(src, yd + r * d, half, cf.data() + table_offset,
-                                              sf.data() + table_offset);
+      (interleaved ? rotatePairs : vec::rotateHalfRow)(src, yd + r * d, half,
+                                                       cf.data() + table_offset,
+                                                       sf.data() + table_offset);
     }
   });
   ys.commit();

@@ -565,12 +565,15 @@ void softmaxRowsAdd(float* rows, int64_t count, int64_t ld, int64_t first_n, int
                     const float* add, int64_t add_ld, bool add_scalar) {
   constexpr int64_t kGroup = 16;
   float mx[kGroup], inv[kGroup];
+  const auto visible = [&](int64_t r) {
+    return std::clamp<int64_t>(first_n + r * n_step, 0, ld);
+  };
   for (int64_t g = 0; g < count; g += kGroup) {
     const int64_t end = std::min(count, g + kGroup);
-    const auto visible = [&](int64_t r) { return std::clamp<int64_t>(first_n + r * n_step, 0, ld); };
     for (int64_t r = g; r < end; ++r) {
       const int64_t n = visible(r);
-      if (n > 0) mx[r - g] = rowAddMax(rows + r * ld, n, add ? add + r * add_ld : nullptr, add_scalar);
+      const float* add_row = add ? add + r * add_ld : nullptr;
+      if (n > 0) mx[r - g] = rowAddMax(rows + r * ld, n, add_row, add_scalar);
     }
     for (int64_t r = g; r < end; ++r) {
       const int64_t n = visible(r);

@@ -90,7 +90,8 @@ struct Params {
 };
 
 // Element d of row `row` (position `pos`) of one q or k head, rotated as RotaryEmbedding's
-// rotate_half does when the node carries tables (vec::rotateHalfRow on the CPU: x * cos + (-x2) * sin).
+// rotate_half does when the node carries tables (vec::rotateHalfRow on the CPU:
+// x * cos + (-x2) * sin).
 template <typename Elem>
 __device__ __forceinline__ float headValue(const Params& p, const Elem* __restrict__ row,
                                            int64_t b, int64_t pos, int d, int D) {
