@@ -1,8 +1,10 @@
 #include "input_binding.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include "commands.h"
@@ -81,6 +83,16 @@ std::vector<BoundInputs> bindInputRuns(const Graph& graph, const std::vector<std
         name = v->name();
         path = spec.substr(eq + 1);
       }
+    }
+    // NAME=FILE whose NAME is no graph input is a positional file only if that file exists
+    // (a path may hold '='); otherwise the user misspelt the name, so say which names there are.
+    if (name.empty() && eq != std::string::npos && eq > 0 && !std::filesystem::exists(spec)) {
+      std::vector<std::string> names;
+      for (const Value* v : positional) names.push_back("'" + v->name() + "'");
+      throw Error(ErrorKind::Usage,
+                  fmt::format("--input '{}': the model has no input named '{}' (its inputs: {})",
+                              spec, spec.substr(0, eq),
+                              names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
     }
     if (name.empty()) {
       if (next_positional >= positional.size()) {

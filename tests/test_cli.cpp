@@ -447,4 +447,12 @@ TEST_CASE("verify --input: both models read the given file; inputs not given are
   CHECK(bad.code != 1);
   CHECK(lineCount(bad.err) == 1);
   CHECK(contains(bad.err, "flat.npy"));
+
+  // A misspelt NAME= is named as such, with the names there are, not taken for a file name.
+  const Result misspelt = runCli("verify " + models + " --input x=" + q(tmp / "x.npy"));
+  INFO(misspelt.out << misspelt.err);
+  CHECK(misspelt.code != 0);
+  CHECK(misspelt.code != 1);
+  CHECK(lineCount(misspelt.err) == 1);
+  CHECK(contains(misspelt.err, "no input named 'x' (its inputs: 'X', 'Z')"));
 }
