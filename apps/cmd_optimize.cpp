@@ -56,6 +56,7 @@ struct OptimizeOptions {
   // The same defaults as `fusectl verify`.
   double atol = 1e-5;
   double rtol = 1e-4;
+  kernels::RtolScale rtol_scale = kernels::RtolScale::Tensor;
   double min_cosine = 0.9999;
   uint64_t seed = 0;
   std::vector<std::string> expect;
@@ -137,6 +138,7 @@ Verification verifyAgainstOriginal(const OptimizeOptions& opts, const Model& opt
   kernels::Tolerance tol;
   tol.atol = opts.atol;
   tol.rtol = opts.rtol;
+  tol.rtol_scale = opts.rtol_scale;
   tol.min_cosine = opts.min_cosine;
   return verifyOptimized(*original, optimized, inputs, tol);
 }
@@ -270,6 +272,7 @@ int runBisect(const OptimizeOptions& opts, bool level_given) {
   b.shapes = parseShapeSpecs(opts.shapes);
   b.tolerance.atol = opts.atol;
   b.tolerance.rtol = opts.rtol;
+  b.tolerance.rtol_scale = opts.rtol_scale;
   b.tolerance.min_cosine = opts.min_cosine;
   b.quiet = opts.quiet;
   return runOptimizeBisect(b);
@@ -300,7 +303,8 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
     }
   }
   if ((tolerance_given || !opts.inputs.empty()) && !opts.verify && opts.gate.empty()) {
-    usage("--atol, --rtol, --min-cosine, --seed and --input need --verify, --gate or --bisect");
+    usage("--atol, --rtol, --rtol-scale, --min-cosine, --seed and --input need --verify, --gate "
+          "or --bisect");
   }
   if (!opts.gate.empty()) {
     if (opts.max_rewrites >= 0) usage("--gate does not combine with --max-rewrites");
@@ -456,8 +460,9 @@ Command addOptimizeCommand(CLI::App& parent) {
   CLI::Option* atol = cmd->add_option("--atol", opts->atol, "With --verify: absolute tolerance")
                           ->capture_default_str();
   CLI::Option* rtol = cmd->add_option("--rtol", opts->rtol,
-                                      "With --verify: relative tolerance, times |original|")
+                                      "With --verify: relative tolerance (see --rtol-scale)")
                           ->capture_default_str();
+  CLI::Option* rtol_scale = addRtolScaleOption(*cmd, opts->rtol_scale, "original");
   CLI::Option* cosine = cmd->add_option("--min-cosine", opts->min_cosine,
                                         "With --verify: smallest accepted cosine similarity")
                             ->capture_default_str();
@@ -514,9 +519,9 @@ Command addOptimizeCommand(CLI::App& parent) {
       "that breaks the outputs; 2 usage, including OUT or "
       "the report naming the input; 3 invalid model; 4 I/O error; 5 unsupported op (--verify), "
       "or --html without Graphviz's dot.");
-  return Command{cmd, [opts, level, atol, rtol, cosine, seed] {
-                   bool tolerance_given = atol->count() + rtol->count() + cosine->count() +
-                                              seed->count() >
+  return Command{cmd, [opts, level, atol, rtol, rtol_scale, cosine, seed] {
+                   bool tolerance_given = atol->count() + rtol->count() + rtol_scale->count() +
+                                              cosine->count() + seed->count() >
                                           0;
                    return runOptimize(*opts, level->count() > 0, tolerance_given);
                  }};

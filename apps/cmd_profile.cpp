@@ -62,6 +62,7 @@ struct ProfileCliOptions {
   double max_regression = 5;
   double atol = 1e-5;
   double rtol = 1e-4;
+  kernels::RtolScale rtol_scale = kernels::RtolScale::Tensor;
   double min_cosine = 0.9999;
 };
 
@@ -201,6 +202,7 @@ int runProfile(const ProfileCliOptions& opts, bool level_given, bool cuda_graph_
   options.execution.capture_graph = opts.device == "cuda" && opts.cuda_graph;
   options.tolerance.atol = opts.atol;
   options.tolerance.rtol = opts.rtol;
+  options.tolerance.rtol_scale = opts.rtol_scale;
   options.tolerance.min_cosine = opts.min_cosine;
   ProgressLine progress(isatty(STDERR_FILENO) != 0);
   options.progress = [&progress](const ProfileProgress& p) { progress.show(p); };
@@ -327,8 +329,9 @@ Command addProfileCommand(CLI::App& parent) {
       ->type_name("PCT")
       ->capture_default_str();
   cmd->add_option("--atol", opts->atol, "Outputs agree: absolute tolerance")->capture_default_str();
-  cmd->add_option("--rtol", opts->rtol, "Outputs agree: relative tolerance, times |unfused|")
+  cmd->add_option("--rtol", opts->rtol, "Outputs agree: relative tolerance (see --rtol-scale)")
       ->capture_default_str();
+  addRtolScaleOption(*cmd, opts->rtol_scale, "unfused");
   cmd->add_option("--min-cosine", opts->min_cosine, "Outputs agree: smallest cosine similarity")
       ->capture_default_str();
   cmd->footer(

@@ -142,6 +142,7 @@ int runReport(const ReportOptions& opts, bool level_given) {
     inputs.seed = opts.seed;
     inputs.shapes = shapes;
     kernels::Tolerance tolerance;  // `fusectl verify`'s and `optimize --verify`'s defaults
+    tolerance.rtol_scale = kernels::RtolScale::Tensor;
     tolerance.min_cosine = 0.9999;
     report.verification = verifyOptimized(*before, *after, inputs, tolerance);
   }

@@ -3,14 +3,16 @@
 //
 // Outputs are matched by name; every output of either model must exist in the other, and both
 // models must take the same inputs (names and dtypes), else it is an error (exit 3). An output
-// passes when, in every run, each element satisfies |b - a| <= atol + rtol * |a| (NaN only where
+// passes when, in every run, each element satisfies |b - a| <= atol + rtol * max |a| (the
+// output's largest magnitude; with --rtol-scale element, |a| of that element) (NaN only where
 // A has NaN, infinities equal) and cosine(a, b) >= min-cosine; integer and bool outputs must be
 // equal. Exit 0 when every output passes, 1 otherwise.
 //
 // --json prints one object:
 //   {"model_a": str, "model_b": str, "runs": int, "seed": int,
 //    "inputs": [{"name": str, "source": str}]  (first run: a file, or "random, seed N"),
-//    "atol": num, "rtol": num, "min_cosine": num, "passed": bool,
+//    "atol": num, "rtol": num, "rtol_scale": "tensor"|"element", "min_cosine": num,
+//    "passed": bool,
 //    "outputs": [{"name": str, "dtype": str, "shape": [int...], "max_abs_error": num,
 //                 "max_rel_error": num, "cosine": num, "mismatches": int, "passed": bool,
 //                 "detail": str}]}
@@ -39,6 +41,7 @@ struct VerifyOptions {
   std::string model_b;
   double atol = 1e-5;
   double rtol = 1e-4;
+  RtolScale rtol_scale = RtolScale::Tensor;
   double min_cosine = 0.9999;
   int runs = 1;
   uint64_t seed = 0;
@@ -82,6 +85,7 @@ int runVerify(const VerifyOptions& opts) {
   Tolerance tol;
   tol.atol = opts.atol;
   tol.rtol = opts.rtol;
+  tol.rtol_scale = opts.rtol_scale;
   tol.min_cosine = opts.min_cosine;
   const Comparison comparison = compareModels(*a, *b, inputs, tol);
   const bool all_passed = comparison.passed;
@@ -97,6 +101,7 @@ int runVerify(const VerifyOptions& opts) {
       j["inputs"].push_back({{"name", name}, {"source", source}});
     j["atol"] = opts.atol;
     j["rtol"] = opts.rtol;
+    j["rtol_scale"] = rtolScaleName(opts.rtol_scale);
     j["min_cosine"] = opts.min_cosine;
     j["passed"] = all_passed;
     j["outputs"] = nlohmann::json::array();
@@ -113,9 +118,9 @@ int runVerify(const VerifyOptions& opts) {
     }
     std::cout << j.dump(2) << "\n";
   } else {
-    fmt::print("verify {} vs {}: {} run{}, seed {}, atol {:g}, rtol {:g}, min cosine {:g}\n",
+    fmt::print("verify {} vs {}: {} run{}, seed {}, atol {:g}, {}, min cosine {:g}\n",
                opts.model_a, opts.model_b, opts.runs, opts.runs == 1 ? "" : "s", opts.seed,
-               opts.atol, opts.rtol, opts.min_cosine);
+               opts.atol, rtolText(opts.rtol, opts.rtol_scale), opts.min_cosine);
     for (const auto& [name, source] : sources) fmt::print("  input {}: {}\n", name, source);
     for (const OutputComparison& v : comparison.outputs) {
       // A half output's tolerance is raised to its type's resolution (Tolerance::forDType).
@@ -149,7 +154,9 @@ Command addVerifyCommand(CLI::App& parent) {
   cmd->add_option("B", opts->model_b, "Model to check against A (e.g. the optimized one)")
       ->required();
   cmd->add_option("--atol", opts->atol, "Absolute tolerance")->capture_default_str();
-  cmd->add_option("--rtol", opts->rtol, "Relative tolerance, times |A|")->capture_default_str();
+  cmd->add_option("--rtol", opts->rtol, "Relative tolerance, times |A| (see --rtol-scale)")
+      ->capture_default_str();
+  addRtolScaleOption(*cmd, opts->rtol_scale, "A");
   cmd->add_option("--min-cosine", opts->min_cosine, "Smallest accepted cosine similarity")
       ->capture_default_str();
   cmd->add_option("--runs", opts->runs, "Input sets to try (seeds SEED, SEED+1, ...)")
@@ -170,10 +177,10 @@ Command addVerifyCommand(CLI::App& parent) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->footer(
-      "An output passes when |b - a| <= atol + rtol * |a| element-wise (NaN only where A has NaN, "
-      "equal infinities; integers and bools exactly) and cosine(a, b) >= min-cosine, in every "
-      "run.\n--json: {model_a, model_b, runs, seed, inputs: [{name, source}], atol, rtol, "
-      "min_cosine, passed, outputs: "
+      "An output passes when |b - a| <= atol + rtol * max |a| element-wise (--rtol-scale "
+      "element: rtol * |a|; NaN only where A has NaN, equal infinities; integers and bools "
+      "exactly) and cosine(a, b) >= min-cosine, in every run.\n--json: {model_a, model_b, runs, "
+      "seed, inputs: [{name, source}], atol, rtol, rtol_scale, min_cosine, passed, outputs: "
       "[{name, dtype, shape, max_abs_error, max_rel_error, cosine, mismatches, passed, detail}]}; "
       "figures are the worst over all runs, a non-finite error is null.\nExit codes: 0 all "
       "outputs within tolerance, 1 some output is not, 3 the models' inputs or outputs differ.");

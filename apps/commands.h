@@ -13,6 +13,7 @@
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/graph/shape.h"
 #include "fusectl/kernels/backend.h"
+#include "fusectl/kernels/compare.h"
 #include "fusectl/passes/html_report.h"
 
 namespace fusectl::cli {
@@ -47,6 +48,13 @@ std::string formatBytes(uint64_t bytes);
 // nullptr for the CPU (the executor's default), the CUDA backend for "cuda", which throws
 // Error(Unsupported) with the reason when fusectl was built without CUDA or has no GPU.
 void addDeviceOption(CLI::App& command, std::string& device);
+
+// `--rtol-scale element|tensor`, shared by verify, optimize and profile (tolerance_option.cpp),
+// and how their text output states the relative tolerance: "rtol 0.0001" or "rtol 0.0001 of
+// each output's largest magnitude".
+CLI::Option* addRtolScaleOption(CLI::App& command, kernels::RtolScale& scale,
+                                const std::string& reference);
+std::string rtolText(double rtol, kernels::RtolScale scale);
 const kernels::Backend* deviceBackend(const std::string& device);
 
 // ---- Pass commands (cmd_passes.cpp, cmd_match.cpp, cmd_optimize.cpp, cmd_diff.cpp) ----

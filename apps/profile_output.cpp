@@ -131,7 +131,8 @@ Json reportJson(const ProfileRequestInfo& info, const ProfileResult& r) {
                       {"detail", o.detail}});
     }
     j["comparison"] = {
-        {"atol", tol.atol}, {"rtol", tol.rtol}, {"min_cosine", tol.min_cosine}, {"outputs", outs}};
+        {"atol", tol.atol}, {"rtol", tol.rtol},
+        {"rtol_scale", kernels::rtolScaleName(tol.rtol_scale)}, {"min_cosine", tol.min_cosine}, {"outputs", outs}};
   } else {
     j["outputs_agree"] = Json();
     j["comparison"] = Json();
@@ -249,9 +250,10 @@ void printProfile(const ProfileRequestInfo& info, const ProfileResult& r) {
         raised = fmt::format(", {} outputs at atol {:g}, rtol {:g}", dtypeName(o.dtype), used.atol,
                              used.rtol);
     }
-    fmt::print("outputs agree: {} (atol {:g}, rtol {:g}, min cosine {:g}{}; max abs error {:.3g}, "
+    fmt::print("outputs agree: {} (atol {:g}, {}, min cosine {:g}{}; max abs error {:.3g}, "
                "cosine {:.8f})\n",
-               r.agreement->passed ? "yes" : "NO", tol.atol, tol.rtol, tol.min_cosine, raised,
+               r.agreement->passed ? "yes" : "NO", tol.atol, rtolText(tol.rtol, tol.rtol_scale),
+               tol.min_cosine, raised,
                max_abs, min_cos);
     for (const OutputComparison& o : r.agreement->outputs) {
       if (!o.passed) fmt::print("  output {}: {}\n", o.name, o.detail);

@@ -29,6 +29,7 @@ Verification verifyOptimized(const Model& original, const Model& optimized,
   v.runs = comparison.runs;
   v.atol = tolerance.atol;
   v.rtol = tolerance.rtol;
+  v.rtol_scale = kernels::rtolScaleName(tolerance.rtol_scale);
   v.min_cosine = tolerance.min_cosine;
   for (const kernels::OutputComparison& c : comparison.outputs) {
     VerificationOutput o;

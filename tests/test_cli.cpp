@@ -456,3 +456,45 @@ TEST_CASE("verify --input: both models read the given file; inputs not given are
   CHECK(lineCount(misspelt.err) == 1);
   CHECK(contains(misspelt.err, "no input named 'x' (its inputs: 'X', 'Z')"));
 }
+
+TEST_CASE("verify --rtol-scale: rtol of each output's largest magnitude by default, or of each "
+          "element", "[cli][verify]") {
+  TempDir tmp;
+  const std::string header = "<ir_version: 8, opset_import: [\"\" : 13]>\n";
+  std::ofstream(tmp / "relu.onnxtxt")
+      << header << "g (float[2, 3] X) => (float[2, 3] Y) {\n  Y = Relu (X)\n}\n";
+  // The same plus 5e-5 everywhere: a drift of 7e-6 of the largest output (7), but far beyond
+  // atol + rtol * |y| where y is 0.
+  std::ofstream(tmp / "shifted.onnxtxt")
+      << header << "g (float[2, 3] X) => (float[2, 3] Y) {\n  R = Relu (X)\n"
+      << "  C = Constant <value = float {0.00005}> ()\n  Y = Add (R, C)\n}\n";
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+  dict += '\n';
+  std::string npy = std::string("\x93NUMPY\x01\x00", 8);
+  npy += static_cast<char>(dict.size() & 0xff);
+  npy += static_cast<char>(dict.size() >> 8);
+  npy += dict;
+  const float values[6] = {0.f, 0.5f, 1.f, 2.f, 3.5f, 7.f};
+  npy.append(reinterpret_cast<const char*>(values), sizeof(values));
+  std::ofstream(tmp / "x.npy", std::ios::binary) << npy;
+  const std::string command = "verify " + q(tmp / "relu.onnxtxt") + " " +
+                              q(tmp / "shifted.onnxtxt") + " --input " + q(tmp / "x.npy");
+
+  const Result tensor = runCli(command + " --json");
+  INFO(tensor.out << tensor.err);
+  CHECK(tensor.code == 0);
+  const nlohmann::json j = nlohmann::json::parse(tensor.out);
+  CHECK(j["rtol_scale"] == "tensor");
+  CHECK(j["passed"] == true);
+
+  const Result element = runCli(command + " --rtol-scale element");
+  INFO(element.out << element.err);
+  CHECK(element.code == 1);
+  CHECK(contains(element.out, "atol 1e-05, rtol 0.0001, min cosine"));
+  CHECK(contains(element.out, "within rtol 7.15"));  // (7 + 5e-5 in float - 7) / 7, offered
+
+  const Result bad = runCli(command + " --rtol-scale row");
+  CHECK(bad.code == 2);
+  CHECK(contains(bad.err, "row not in {element,tensor}"));
+}

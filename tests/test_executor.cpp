@@ -629,6 +629,38 @@ TEST_CASE("half: bfloat16 conversion rounds to nearest even") {
   CHECK(std::isnan(bfloat16ToFloat(nan)));
 }
 
+TEST_CASE("compare: rtol of the tensor's largest magnitude (RtolScale::Tensor)") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  Tolerance tol;
+  tol.atol = 0;
+  tol.rtol = 1e-3;
+  tol.rtol_scale = RtolScale::Tensor;
+  auto cmp = [&](std::vector<float> a, std::vector<float> e) {
+    const int64_t n = static_cast<int64_t>(a.size());
+    return compareTensors(floats({n}, a), floats({n}, e), tol);
+  };
+  // The largest |e| is 2 (the -2): every element may differ by 0.002, the one near zero too.
+  CHECK(cmp({-2.0f, 0.0015f, 1.0f}, {-2.0f, 0.0f, 1.0f}).passed);
+  CHECK_FALSE(cmp({-2.0f, 0.0025f, 1.0f}, {-2.0f, 0.0f, 1.0f}).passed);
+  // Element-wise the same drift near zero fails: rtol * |0| leaves only atol.
+  tol.rtol_scale = RtolScale::Element;
+  const CompareResult element = cmp({-2.0f, 0.0015f, 1.0f}, {-2.0f, 0.0f, 1.0f});
+  CHECK_FALSE(element.passed);
+  // ... and describe() offers the rtol of the largest magnitude that would pass.
+  CHECK(element.max_error_of_scale == Approx(0.0015 / 2).epsilon(1e-4));
+  CHECK(element.describe({3}).find("or within rtol 0.00075") != std::string::npos);
+  tol.rtol_scale = RtolScale::Tensor;
+  // Infinities and NaNs do not set the scale, and still match only themselves.
+  CHECK(cmp({inf, nan, 1.0005f}, {inf, nan, 1.0f}).passed);
+  CHECK_FALSE(cmp({inf, 1.0f}, {-inf, 1.0f}).passed);
+  CHECK_FALSE(cmp({1e30f, 1.0f}, {inf, 1.0f}).passed);
+  // An all-zero expected tensor leaves atol alone.
+  CHECK_FALSE(cmp({1e-9f, 0.0f}, {0.0f, 0.0f}).passed);
+  CHECK(std::string(rtolScaleName(RtolScale::Tensor)) == "tensor");
+  CHECK(std::string(rtolScaleName(RtolScale::Element)) == "element");
+}
+
 TEST_CASE("compare: allclose semantics match numpy's assert_allclose(equal_nan=True)") {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();

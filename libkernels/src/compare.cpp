@@ -80,6 +80,10 @@ double elementAsDouble(const HostTensor& t, int64_t i) {
   }
 }
 
+const char* rtolScaleName(RtolScale scale) {
+  return scale == RtolScale::Tensor ? "tensor" : "element";
+}
+
 Tolerance Tolerance::forDType(DType t) const {
   const double epsilon = t == DType::Float16 ? 0x1p-10 : t == DType::BFloat16 ? 0x1p-7 : 0;
   Tolerance out = *this;
@@ -121,6 +125,16 @@ CompareResult compareTensors(const HostTensor& actual, const HostTensor& expecte
       tol.exact_integers && isExactType(actual.dtype()) && isExactType(expected.dtype());
   double dot = 0, norm_a = 0, norm_e = 0;
   double atol_needed = 0;
+  double scale = 0;  // max finite |e|: first, where the bound needs it; else on the way
+  if (!exact && tol.rtol_scale == RtolScale::Tensor) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double e = std::fabs(elementAsDouble(expected, i));
+      if (std::isfinite(e)) scale = std::max(scale, e);
+    }
+  }
+  const auto rtolTerm = [&](double e) {
+    return tol.rtol * (tol.rtol_scale == RtolScale::Tensor ? scale : std::fabs(e));
+  };
   for (int64_t i = 0; i < n; ++i) {
     bool ok;
     double a, e;
@@ -133,7 +147,7 @@ CompareResult compareTensors(const HostTensor& actual, const HostTensor& expecte
       a = elementAsDouble(actual, i);
       e = elementAsDouble(expected, i);
       if (std::isfinite(a) && std::isfinite(e)) {
-        ok = std::fabs(a - e) <= tol.atol + tol.rtol * std::fabs(e);
+        ok = std::fabs(a - e) <= tol.atol + rtolTerm(e);
       } else {
         ok = (std::isnan(a) && std::isnan(e)) || a == e;
         if (!ok) {
@@ -146,7 +160,8 @@ CompareResult compareTensors(const HostTensor& actual, const HostTensor& expecte
       const double diff = std::fabs(a - e);
       r.max_abs_error = std::max(r.max_abs_error, diff);
       if (e != 0) r.max_rel_error = std::max(r.max_rel_error, diff / std::fabs(e));
-      atol_needed = std::max(atol_needed, diff - tol.rtol * std::fabs(e));
+      atol_needed = std::max(atol_needed, diff - rtolTerm(e));
+      scale = std::max(scale, std::fabs(e));
       dot += a * e;
       norm_a += a * a;
       norm_e += e * e;
@@ -166,8 +181,10 @@ CompareResult compareTensors(const HostTensor& actual, const HostTensor& expecte
 
   r.passed = r.dtype_match && r.mismatches == 0 && r.cosine >= tol.min_cosine;
   if (!exact && r.dtype_match && r.mismatches > 0 && r.nonfinite_mismatches == 0 &&
-      r.cosine >= tol.min_cosine)
+      r.cosine >= tol.min_cosine) {
     r.atol_needed = atol_needed;
+    r.max_error_of_scale = scale > 0 ? r.max_abs_error / scale : 0;
+  }
   return r;
 }
 
@@ -189,7 +206,11 @@ std::string CompareResult::describe(const std::vector<int64_t>& dims) const {
        num(cosine);
   // Deep float32 networks differ by rounding after a rewrite (a fold, another summation
   // order): say what atol would accept it, so that the user can judge and set it.
-  if (atol_needed >= 0) s += "; every element within atol " + num(atol_needed) + " at this rtol";
+  if (atol_needed >= 0) {
+    s += "; every element within atol " + num(atol_needed) + " at this rtol";
+    if (max_error_of_scale > 0)
+      s += ", or within rtol " + num(max_error_of_scale) + " of the largest |expected|";
+  }
   return s;
 }
 

@@ -138,8 +138,8 @@ Json verificationJson(const Verification& v) {
                         {"detail", o.detail}});
   }
   return Json{{"passed", v.passed}, {"seed", v.seed},     {"runs", v.runs},
-              {"atol", v.atol},     {"rtol", v.rtol},     {"min_cosine", v.min_cosine},
-              {"outputs", outs}};
+              {"atol", v.atol},     {"rtol", v.rtol},     {"rtol_scale", v.rtol_scale},
+              {"min_cosine", v.min_cosine}, {"outputs", outs}};
 }
 
 Json gateJson(const NumericGate& g) {

@@ -87,6 +87,7 @@ struct Verification {
   uint64_t seed = 0;
   int runs = 1;
   double atol = 0, rtol = 0, min_cosine = 0;
+  std::string rtol_scale = "tensor";  // what rtol multiplies: "element" or "tensor" (compare.h)
   std::vector<VerificationOutput> outputs;
 };
 
