@@ -342,17 +342,27 @@ void benchDepthwise(int repeat) {
                                       y.data() + c * P, win, ep, c,
                                       std::min<int64_t>(16, s.C - c), nullptr);
     });
+    // Both sides channels-last, as the executor runs depthwise convolutions between
+    // convolutions that take the layout (planes up to 28x28): the same window over x read as
+    // [H][W][C] (the values differ from the planar runs', the work does not).
+    std::vector<float> y_nhwc(y.size());
+    const double last = medianSeconds(repeat, [&] {
+      depthwiseChannelsLast(x.data(), true, w.data(), y_nhwc.data(), true, win, ep, s.C, nullptr,
+                            0, OH);
+    });
     if (!ok) {
       std::printf("{\"bench\":\"depthwise\",\"skipped\":\"no AVX-512\"}\n");
       return;
     }
     std::printf("{\"bench\":\"depthwise\",\"x\":[1,%lld,%lld,%lld],\"kernel\":%lld,"
                 "\"stride\":%lld,\"activation\":\"%s\",\"rows_ms\":%.4f,"
-                "\"channels_ms\":%.4f,\"rows_over_channels\":%.2f,\"chosen\":\"%s\"}\n",
+                "\"channels_ms\":%.4f,\"rows_over_channels\":%.2f,\"chosen\":\"%s\","
+                "\"channels_last_ms\":%.4f,\"gflops_channels_last\":%.1f}\n",
                 (long long)s.C, (long long)s.H, (long long)s.H, (long long)s.k,
                 (long long)s.stride, s.silu ? "Silu" : "Clip", rows * 1e3, channels * 1e3,
                 rows / channels,
-                depthwiseChannelsPay(win) ? "channels" : "rows");
+                depthwiseChannelsPay(win) ? "channels" : "rows", last * 1e3,
+                2.0 * s.C * P * taps / last * 1e-9);
     std::fflush(stdout);
   }
 }

@@ -326,14 +326,14 @@ ZeroedPadding& zeroedPadding() {
 template <int S, int K, int R>
 FUSECTL_AVX512 FUSECTL_FORCE_INLINE void channelPixels(
     const float* in, int64_t wp, const __m512* wv, __m512 (&acc)[R], int64_t oh, int64_t ow) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
 #pragma GCC unroll 5
   for (int kh = 0; kh < K; ++kh) {
     const float* row = in + ((oh * S + kh) * wp + ow * S) * 16;
 #pragma GCC unroll 5
     for (int kw = 0; kw < K; ++kw) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r)
         acc[r] = _mm512_fmadd_ps(wv[kh * K + kw], _mm512_load_ps(row + (r * S + kw) * 16), acc[r]);
     }
@@ -461,7 +461,7 @@ template <int R>
 FUSECTL_AVX512 FUSECTL_FORCE_INLINE void storeChannelPixels(
     const __m512 (&acc)[R], bool y_nhwc, float* y_pixel, int64_t C, __mmask16 lanes,
     bool has_bias, __m512 bias, Activation act, const Epilogue& ep, float* scratch_pixel) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     if (y_nhwc) {
       storeWithEpilogue512(y_pixel + r * C, lanes, acc[r], has_bias, bias, nullptr, act, ep.alpha,
@@ -600,6 +600,15 @@ FUSECTL_AVX512 void depthwiseChannelsLastRows(const float* x, bool x_nhwc, const
           float* scratch_row = out + (oh - oh0) * OW * 16;
           const int64_t local = oh - oh0;
           int64_t ow = 0;
+          // As many pixels at a time as registers allow beside the K*K weights (8 for 3x3, 6
+          // for 5x5's 25), so that that many FMA chains hide the FMA latency.
+          constexpr int kWide = K == 3 ? 8 : 6;
+          for (; ow + kWide <= OW; ow += kWide) {
+            __m512 acc[kWide];
+            channelPixels<S, K, kWide>(block, wp, wv, acc, local, ow);
+            storeChannelPixels<kWide>(acc, y_nhwc, y_row + ow * C, C, lanes, has_bias, bias_lanes,
+                                      act, ep, scratch_row + ow * 16);
+          }
           for (; ow + 4 <= OW; ow += 4) {
             __m512 acc[4];
             channelPixels<S, K, 4>(block, wp, wv, acc, local, ow);
