@@ -257,9 +257,10 @@ std::string summarySection(const HtmlReportInput& in, const std::vector<PageSite
     if (v.ran) {
       out += fmt::format(
           "<p>Numeric check: <span class=\"{}\">{}</span> ({} run{}, seed {}, atol {:g}, rtol "
-          "{:g}, min cosine {:g}).</p>\n",
+          "{:g}{}, min cosine {:g}).</p>\n",
           v.passed ? "pass-ok" : "pass-fail", v.passed ? "passed" : "FAILED", v.runs,
-          v.runs == 1 ? "" : "s", v.seed, v.atol, v.rtol, v.min_cosine);
+          v.runs == 1 ? "" : "s", v.seed, v.atol, v.rtol,
+          v.rtol_scale == "tensor" ? " of each output's largest magnitude" : "", v.min_cosine);
     } else {
       out += "<p>Numeric check: not run.</p>\n";
     }
