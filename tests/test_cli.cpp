@@ -391,6 +391,25 @@ TEST_CASE("unusual but valid inputs load: unknown op, IR 2 attributes, unsorted 
   }
 }
 
+namespace {
+
+// A .npy of float32 [2, 3] holding 0, 0.5, 1, 2, 3.5, 7: a version 1.0 header padded to a
+// multiple of 64 bytes.
+std::string nonNegativeNpy() {
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+  dict += '\n';
+  std::string npy = std::string("\x93NUMPY\x01\x00", 8);
+  npy += static_cast<char>(dict.size() & 0xff);
+  npy += static_cast<char>(dict.size() >> 8);
+  npy += dict;
+  const float values[6] = {0.f, 0.5f, 1.f, 2.f, 3.5f, 7.f};
+  npy.append(reinterpret_cast<const char*>(values), sizeof(values));
+  return npy;
+}
+
+}  // namespace
+
 TEST_CASE("verify --input: both models read the given file; inputs not given are seeded",
           "[cli][verify]") {
   TempDir tmp;
@@ -403,16 +422,7 @@ TEST_CASE("verify --input: both models read the given file; inputs not given are
   std::ofstream(tmp / "abs.onnxtxt")
       << header << "g (float[2, 3] X, float[2, 3] Z) => (float[2, 3] Y) {\n  R = Abs (X)\n"
       << "  Y = Add (R, Z)\n}\n";
-  // A .npy of float32 [2, 3]: version 1.0 header padded to a multiple of 64 bytes.
-  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
-  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
-  dict += '\n';
-  std::string npy = std::string("\x93NUMPY\x01\x00", 8);
-  npy += static_cast<char>(dict.size() & 0xff);
-  npy += static_cast<char>(dict.size() >> 8);
-  npy += dict;
-  const float values[6] = {0.f, 0.5f, 1.f, 2.f, 3.5f, 7.f};
-  npy.append(reinterpret_cast<const char*>(values), sizeof(values));
+  const std::string npy = nonNegativeNpy();
   std::ofstream(tmp / "x.npy", std::ios::binary) << npy;
   const std::string models = q(tmp / "relu.onnxtxt") + " " + q(tmp / "abs.onnxtxt");
 
@@ -468,16 +478,7 @@ TEST_CASE("verify --rtol-scale: rtol of each output's largest magnitude by defau
   std::ofstream(tmp / "shifted.onnxtxt")
       << header << "g (float[2, 3] X) => (float[2, 3] Y) {\n  R = Relu (X)\n"
       << "  C = Constant <value = float {0.00005}> ()\n  Y = Add (R, C)\n}\n";
-  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
-  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
-  dict += '\n';
-  std::string npy = std::string("\x93NUMPY\x01\x00", 8);
-  npy += static_cast<char>(dict.size() & 0xff);
-  npy += static_cast<char>(dict.size() >> 8);
-  npy += dict;
-  const float values[6] = {0.f, 0.5f, 1.f, 2.f, 3.5f, 7.f};
-  npy.append(reinterpret_cast<const char*>(values), sizeof(values));
-  std::ofstream(tmp / "x.npy", std::ios::binary) << npy;
+  std::ofstream(tmp / "x.npy", std::ios::binary) << nonNegativeNpy();
   const std::string command = "verify " + q(tmp / "relu.onnxtxt") + " " +
                               q(tmp / "shifted.onnxtxt") + " --input " + q(tmp / "x.npy");
 
