@@ -164,6 +164,7 @@ Report optimizeGated(const OptimizeOptions& opts, std::unique_ptr<Model>& model,
       m.cosine = n.cosine;
       m.max_abs_error = n.max_abs_error;
       m.p99_abs_error = n.p99_abs_error;
+      m.scale = n.scale;
       m.dtype = n.dtype;
       m.detail = n.detail;
       out.push_back(std::move(m));
@@ -229,10 +230,12 @@ std::string gateSummary(const NumericGate& g) {
   for (const GatedSite& s : g.sites) ++by_verdict[s.verdict];
   std::vector<std::string> counts;
   for (const auto& [verdict, n] : by_verdict) counts.push_back(fmt::format("{} {}", n, verdict));
+  std::string limits = fmt::format("cosine >= {}", g.min_cosine);
+  if (std::isfinite(g.max_rel_error)) limits += fmt::format(", max rel <= {}", g.max_rel_error);
+  if (std::isfinite(g.max_abs_error)) limits += fmt::format(", max abs <= {}", g.max_abs_error);
+  if (std::isfinite(g.max_p99_abs_error)) limits += fmt::format(", p99 abs <= {}", g.max_p99_abs_error);
   std::string out = fmt::format(
-      "Gate (cosine >= {}, max abs <= {}{}): {} sites: {}; {} optimization run{}\n", g.min_cosine,
-      g.max_abs_error,
-      std::isfinite(g.max_p99_abs_error) ? fmt::format(", p99 abs <= {}", g.max_p99_abs_error) : "",
+      "Gate ({}): {} sites: {}; {} optimization run{}\n", limits,
       g.sites.size(), counts.empty() ? "none" : fmt::format("{}", fmt::join(counts, ", ")),
       g.rounds, g.rounds == 1 ? "" : "s");
   for (const GatedSite& s : g.sites) {
@@ -495,7 +498,8 @@ Command addOptimizeCommand(CLI::App& parent) {
                 "with the rewrites before it");
   cmd->add_option("--gate", opts->gate,
                   "Check every fusion numerically and undo those outside the thresholds: "
-                  "'default' (cosine=0.99999,max-abs=1e-4) or cosine=C,max-abs=A,p99-abs=P; "
+                  "'default' (cosine=0.99999,max-rel=1e-4: the largest error over the largest "
+                  "|original| of the site's output) or cosine=C,max-rel=R,max-abs=A,p99-abs=P; "
                   "each site's replacement runs on the original's values of its inputs "
                   "(--input files or --seed data); the report's 'gate' lists every site")
       ->type_name("SPEC");

@@ -574,6 +574,36 @@ TEST_CASE("executor: seeded inputs are deterministic and independent of input or
              Catch::Contains("'zz'"));
 }
 
+TEST_CASE("executor: seeded integer inputs named as masks or token types are 0 and 1") {
+  auto m = newModel();
+  Graph& g = *m->graph;
+  ValueType ints;
+  ints.dtype = DType::Int64;
+  ints.shape = Shape::ofStatic({1, 128});
+  ValueType int32s = ints;
+  int32s.dtype = DType::Int32;
+  g.addInput("input_ids", ints);
+  g.addInput("attention_mask", ints);
+  g.addInput("Token_Type_Ids", ints);
+  g.addInput("segment_ids", int32s);
+  g.addInput("padding_MASK", int32s);
+  const std::vector<NamedTensor> inputs = makeRandomInputs(g, 0);
+  REQUIRE(inputs.size() == 5);
+  for (const NamedTensor& t : inputs) {
+    INFO(t.name);
+    int64_t lo = 100, hi = -1;
+    for (int64_t k = 0; k < t.tensor.numel(); ++k) {
+      const int64_t v = t.tensor.dtype() == DType::Int64 ? t.tensor.data<int64_t>()[k]
+                                                         : t.tensor.data<int32_t>()[k];
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    CHECK(lo == 0);
+    // 128 draws: a flag takes both values, ids go past 1 (and stay under 10).
+    CHECK(hi == (t.name == "input_ids" ? 9 : 1));
+  }
+}
+
 TEST_CASE("executor: the random generator is pinned to PCG32 values") {
   // Recorded from the reference stream; a change here changes every user's seeded inputs, so
   // results from older runs (`verify --seed N`) would no longer reproduce.

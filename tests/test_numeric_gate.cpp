@@ -54,6 +54,7 @@ SiteMeasure kernelMeasure(const Model& original, const std::vector<kernels::Name
       m.cosine = n.cosine;
       m.max_abs_error = n.max_abs_error;
       m.p99_abs_error = n.p99_abs_error;
+      m.scale = n.scale;
       m.dtype = n.dtype;
       m.detail = n.detail;
       out.push_back(m);
@@ -84,10 +85,12 @@ Run runFusectl(const std::string& args, const fs::path& dir) {
 TEST_CASE("gate: the spec parses, and a bad one is a usage error naming the item", "[gate]") {
   GateThresholds d = parseGateSpec("default");
   CHECK(d.min_cosine == 0.99999);
-  CHECK(d.max_abs_error == 1e-4);
+  CHECK(d.max_rel_error == 1e-4);
+  CHECK(std::isinf(d.max_abs_error));
   CHECK(std::isinf(d.max_p99_abs_error));
-  GateThresholds t = parseGateSpec("cosine=0.999, max-abs=0.5,p99-abs=1e-6");
+  GateThresholds t = parseGateSpec("cosine=0.999, max-abs=0.5,p99-abs=1e-6, max-rel=0.01");
   CHECK(t.min_cosine == 0.999);
+  CHECK(t.max_rel_error == 0.01);
   CHECK(t.max_abs_error == 0.5);
   CHECK(t.max_p99_abs_error == 1e-6);
   CHECK(parseGateSpec("max-abs=0").min_cosine == 0.99999);  // the others keep their defaults
@@ -96,6 +99,7 @@ TEST_CASE("gate: the spec parses, and a bad one is a usage error naming the item
            {"cosine=abc", "finite number"},
            {"max-abs=-1", "finite number"},
            {"max-abs=inf", "finite number"},
+           {"max-rel=-0.1", "finite number"},
            {"speed=2", "unknown key 'speed'"},
            {"cosine", "not KEY=VALUE"},
            {"cosine=0.9,cosine=0.8", "given twice"}}) {
@@ -107,6 +111,55 @@ TEST_CASE("gate: the spec parses, and a bad one is a usage error naming the item
       CHECK(e.kind() == ErrorKind::Usage);
       CHECK_THAT(e.what(), Catch::Contains(words));
     }
+  }
+}
+
+TEST_CASE("gate: max-rel judges a site's error against its output's largest magnitude; "
+          "max-abs against a number", "[gate]") {
+  auto original = model("vit_encoder_op13");
+  OptimizeRequest request;
+  request.level = 3;
+  // Every site adds an error of 1e-3 on outputs whose largest magnitude is 100 (1e-5 of it),
+  // except the layer norms', whose outputs are of magnitude 2 (5e-4 of it).
+  SiteMeasure measure = [&](const Model& optimized, const std::vector<std::string>& nodes,
+                           const std::set<std::string>& /*redefined*/) {
+    std::vector<SiteMeasurement> out;
+    for (const std::string& label : nodes) {
+      const Node* n = nullptr;
+      for (const Node* c : optimized.graph->nodes())
+        if (c->label() == label) n = c;
+      REQUIRE(n != nullptr);
+      SiteMeasurement m;
+      m.measured = true;
+      m.max_abs_error = 1e-3;
+      m.scale = n->opType().find("LayerNorm") != std::string::npos ? 2 : 100;
+      out.push_back(m);
+    }
+    return out;
+  };
+  const GatedOptimization relative =
+      optimizeWithGate(*original, request, parseGateSpec("default"), measure);
+  size_t undone = 0;
+  for (const GatedSite& s : relative.report.gate.sites) {
+    INFO(s.pass << " " << s.new_op << " " << s.verdict << " " << s.detail);
+    if (s.verdict == "undone") {
+      ++undone;
+      CHECK(s.new_op.find("LayerNorm") != std::string::npos);
+      CHECK(s.max_rel_error == Approx(5e-4));
+      CHECK_THAT(s.detail, Catch::Contains("max rel 0.0005 > 0.0001 (max abs 0.001 of largest "
+                                           "|original| 2)"));
+    } else if (s.verdict == "kept") {
+      CHECK(s.max_rel_error == Approx(1e-5));
+    }
+  }
+  CHECK(undone > 0);
+  CHECK(numericGatePassed(relative.report));
+  // An absolute limit undoes them all, whatever their scale.
+  const GatedOptimization absolute =
+      optimizeWithGate(*original, request, parseGateSpec("max-abs=1e-4,max-rel=1"), measure);
+  for (const GatedSite& s : absolute.report.gate.sites) {
+    INFO(s.pass << " " << s.new_op << " " << s.verdict << " " << s.detail);
+    CHECK(s.verdict != "kept");
   }
 }
 
@@ -309,7 +362,7 @@ TEST_CASE("gate: fusectl optimize --gate writes the gate into the report and und
                       dir);
   INFO(ok.err);
   REQUIRE(ok.code == 0);
-  CHECK_THAT(ok.out, Catch::Contains("Gate (cosine >= 0.99999, max abs <= 0.0001)"));
+  CHECK_THAT(ok.out, Catch::Contains("Gate (cosine >= 0.99999, max rel <= 0.0001)"));
   nlohmann::json r = nlohmann::json::parse(fusectl::testing::slurp(dir / "ok.json"));
   CHECK(fusectl::testing::checkJsonSchema(r, schema, schema) == "");
   CHECK(r["gate"]["rounds"] == 1);
@@ -348,9 +401,12 @@ TEST_CASE("gate: fusectl optimize --gate writes the gate into the report and und
 TEST_CASE("gate: a float16 site is held to limits scaled to its type, and kept at the defaults",
           "[gate][half]") {
   const GateThresholds given;
-  CHECK(given.forDType(DType::Float).max_abs_error == given.max_abs_error);
-  CHECK(given.forDType(DType::Float16).max_abs_error == given.max_abs_error * 8192);
-  CHECK(given.forDType(DType::BFloat16).max_abs_error == given.max_abs_error * 65536);
+  const GateThresholds absolute = parseGateSpec("max-abs=1e-4");
+  CHECK(given.forDType(DType::Float).max_rel_error == given.max_rel_error);
+  CHECK(given.forDType(DType::Float16).max_rel_error == given.max_rel_error * 8192);
+  CHECK(given.forDType(DType::BFloat16).max_rel_error == given.max_rel_error * 65536);
+  CHECK(absolute.forDType(DType::Float16).max_abs_error == absolute.max_abs_error * 8192);
+  CHECK(absolute.forDType(DType::BFloat16).max_abs_error == absolute.max_abs_error * 65536);
   CHECK(given.forDType(DType::Float16).min_cosine == given.min_cosine);
 
   // A float16 LayerNorm chain: the fused node rounds once where the chain rounded nine times,
@@ -379,7 +435,7 @@ g (float16[4, 16] X) => (float16[4, 16] Y)
   const GatedSite& site = gated.report.gate.sites[0];
   INFO(site.detail);
   CHECK(site.verdict == "kept");
-  CHECK(site.max_abs_error > given.max_abs_error);  // float32's limit would have undone it
+  CHECK(site.max_rel_error > given.max_rel_error);  // float32's limit would have undone it
   CHECK(site.cosine >= given.min_cosine);
   CHECK(numericGatePassed(gated.report));
 }

@@ -144,6 +144,7 @@ std::vector<NodeNumbers> measureReplacementNodes(const Model& original, const Mo
     for (int64_t k = 0; k < actual.numel(); ++k) {
       const double a = elementAsDouble(actual, k), e = elementAsDouble(expected, k);
       if (std::isfinite(a) && std::isfinite(e)) errors.push_back(std::fabs(a - e));
+      if (std::isfinite(e)) r.scale = std::max(r.scale, std::fabs(e));
     }
     r.measured = true;
     r.cosine = c.cosine;

@@ -30,22 +30,31 @@ double parseNumber(std::string_view item, std::string_view text) {
   return v;
 }
 
+// max |replacement - original| over the largest |original|; 0 for an all-zero original, where
+// only the absolute limits apply.
+double relativeError(const SiteMeasurement& m) {
+  return m.scale > 0 ? m.max_abs_error / m.scale : 0;
+}
+
 bool within(const SiteMeasurement& m, const GateThresholds& given) {
   const GateThresholds t = given.forDType(m.dtype);
-  return m.cosine >= t.min_cosine && m.max_abs_error <= t.max_abs_error &&
-         m.p99_abs_error <= t.max_p99_abs_error;
+  return m.cosine >= t.min_cosine && relativeError(m) <= t.max_rel_error &&
+         m.max_abs_error <= t.max_abs_error && m.p99_abs_error <= t.max_p99_abs_error;
 }
 
 std::string outside(const SiteMeasurement& m, const GateThresholds& given) {
   const GateThresholds t = given.forDType(m.dtype);
   std::vector<std::string> why;
   if (!(m.cosine >= t.min_cosine)) why.push_back(fmt::format("cosine {:.9g} < {:.9g}", m.cosine, t.min_cosine));
+  if (!(relativeError(m) <= t.max_rel_error))
+    why.push_back(fmt::format("max rel {:.3g} > {:.3g} (max abs {:.3g} of largest |original| {:.3g})",
+                              relativeError(m), t.max_rel_error, m.max_abs_error, m.scale));
   if (!(m.max_abs_error <= t.max_abs_error))
     why.push_back(fmt::format("max abs {:.3g} > {:.3g}", m.max_abs_error, t.max_abs_error));
   if (!(m.p99_abs_error <= t.max_p99_abs_error))
     why.push_back(fmt::format("p99 abs {:.3g} > {:.3g}", m.p99_abs_error, t.max_p99_abs_error));
-  if (t.max_abs_error != given.max_abs_error)
-    why.push_back(fmt::format("absolute limits scaled for {}", dtypeName(m.dtype)));
+  if (t.max_rel_error != given.max_rel_error)
+    why.push_back(fmt::format("limits scaled for {}", dtypeName(m.dtype)));
   return fmt::format("{}", fmt::join(why, ", "));
 }
 
@@ -66,6 +75,7 @@ GateThresholds GateThresholds::forDType(DType t) const {
   // Machine epsilons relative to float32's 2^-23: float16 has 10 fraction bits, bfloat16 7.
   const double scale = t == DType::Float16 ? 8192.0 : t == DType::BFloat16 ? 65536.0 : 1.0;
   GateThresholds out = *this;
+  out.max_rel_error *= scale;
   out.max_abs_error *= scale;
   out.max_p99_abs_error *= scale;
   return out;
@@ -83,18 +93,20 @@ GateThresholds parseGateSpec(std::string_view spec) {
     const size_t eq = item.find('=');
     const std::string key(trim(item.substr(0, eq)));
     if (eq == std::string_view::npos || key.empty())
-      throw Error(ErrorKind::Usage, fmt::format("--gate: '{}' is not KEY=VALUE (keys: cosine, max-abs, p99-abs)", item));
+      throw Error(ErrorKind::Usage, fmt::format("--gate: '{}' is not KEY=VALUE (keys: cosine, max-rel, max-abs, p99-abs)", item));
     if (!seen.insert(key).second) throw Error(ErrorKind::Usage, fmt::format("--gate: '{}' given twice", key));
     const double v = parseNumber(item, trim(item.substr(eq + 1)));
     if (key == "cosine") {
       if (v > 1) throw Error(ErrorKind::Usage, fmt::format("--gate: '{}': a cosine is at most 1", item));
       t.min_cosine = v;
+    } else if (key == "max-rel") {
+      t.max_rel_error = v;
     } else if (key == "max-abs") {
       t.max_abs_error = v;
     } else if (key == "p99-abs") {
       t.max_p99_abs_error = v;
     } else {
-      throw Error(ErrorKind::Usage, fmt::format("--gate: unknown key '{}' (keys: cosine, max-abs, p99-abs)", key));
+      throw Error(ErrorKind::Usage, fmt::format("--gate: unknown key '{}' (keys: cosine, max-rel, max-abs, p99-abs)", key));
     }
   }
   return t;
@@ -166,6 +178,7 @@ GatedOptimization optimizeWithGate(const Model& original, const OptimizeRequest&
       g.cosine = m.cosine;
       g.max_abs_error = m.max_abs_error;
       g.p99_abs_error = m.p99_abs_error;
+      g.max_rel_error = relativeError(m);
       if (!m.measured) {
         g.verdict = "unmeasured";
         g.detail = m.detail;
@@ -190,6 +203,7 @@ GatedOptimization optimizeWithGate(const Model& original, const OptimizeRequest&
     if (refuse.empty()) {
       out.report.gate.ran = true;
       out.report.gate.min_cosine = thresholds.min_cosine;
+      out.report.gate.max_rel_error = thresholds.max_rel_error;
       out.report.gate.max_abs_error = thresholds.max_abs_error;
       out.report.gate.max_p99_abs_error = thresholds.max_p99_abs_error;
       out.report.gate.rounds = round;

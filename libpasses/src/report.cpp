@@ -154,12 +154,14 @@ Json gateJson(const NumericGate& g) {
                          {"measured", s.measured},
                          {"cosine", finiteOrNull(s.cosine)},
                          {"max_abs_error", finiteOrNull(s.max_abs_error)},
+                         {"max_rel_error", finiteOrNull(s.max_rel_error)},
                          {"p99_abs_error", finiteOrNull(s.p99_abs_error)},
                          {"verdict", s.verdict},
                          {"detail", s.detail},
                          {"round", s.round}});
   }
   return Json{{"min_cosine", g.min_cosine},
+              {"max_rel_error", finiteOrNull(g.max_rel_error)},
               {"max_abs_error", finiteOrNull(g.max_abs_error)},
               {"max_p99_abs_error", finiteOrNull(g.max_p99_abs_error)},
               {"seed", g.seed},

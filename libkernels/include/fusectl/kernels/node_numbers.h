@@ -25,6 +25,7 @@ struct NodeNumbers {
   double cosine = 1;
   double max_abs_error = 0;
   double p99_abs_error = 0;  // the 99th percentile of |replacement - original| over the elements
+  double scale = 0;          // the largest finite |original| (the gate's max-rel divides by it)
   int64_t elements = 0;
   DType dtype = DType::Undefined;  // the node's output type (the gate scales its limits by it)
   std::string detail;

@@ -22,7 +22,9 @@ std::vector<int64_t> concreteInputDims(const Value& input, const Shape* override
 // Deterministic on every platform: each input's stream is a PCG32 seeded from (seed, input
 // name), so two graphs with the same input names get the same data whatever their input order.
 // Values: floating types uniform in [-1, 1) (float16/bfloat16 rounded from float32), integers
-// uniform in [0, 10), bool 0/1. `shapes` overrides input dims by name (an unknown name throws).
+// uniform in [0, 10), or 0/1 where the input's name says it is a flag (contains "mask",
+// "token_type" or "segment", any case: a transformer's attention mask or token types), bool 0/1.
+// `shapes` overrides input dims by name (an unknown name throws).
 std::vector<NamedTensor> makeRandomInputs(
     const Graph& graph, uint64_t seed,
     const std::vector<std::pair<std::string, Shape>>& shapes = {});

@@ -1,4 +1,4 @@
-// `fusectl optimize --gate cosine=C,max-abs=A,p99-abs=P`: every fusion is checked numerically
+// `fusectl optimize --gate cosine=C,max-rel=R,max-abs=A,p99-abs=P`: every fusion is checked numerically
 // and the ones outside the thresholds are undone (FlashRT's cosine gate, per rewrite).
 //
 // optimizeWithGate runs optimize() on a copy of the original, has the caller measure the
@@ -29,26 +29,36 @@
 
 namespace fusectl::passes {
 
-// The absolute limits are stated for float32 results. A float16 or bfloat16 site's result can be
+// The error limits are stated for float32 results. A float16 or bfloat16 site's result can be
 // only as exact as its type, so it is held to them scaled by its type's machine epsilon over
 // float32's (forDType: x8192 for float16, x65536 for bfloat16); the cosine is scale-free and
 // applies as given.
+//
+// max-rel is the largest error over the largest |original| of the site's output, the limit by
+// default; max-abs and p99-abs are absolute and off unless given. A rewrite that reorders a sum
+// changes its output by rounding of the size of the values summed, so an absolute limit (1e-4
+// was the default until 2026-12-05) passes or fails the same rewrite by its output's scale:
+// ResNet-50's Conv+BatchNormalization sites err by up to 6.4e-5 on outputs up to 5.2 (1.2e-5
+// of it), 64% of that absolute limit, which the same kernels on activations twice as large
+// would exceed.
 struct GateThresholds {
   double min_cosine = 0.99999;
-  double max_abs_error = 1e-4;
+  double max_rel_error = 1e-4;
+  double max_abs_error = INFINITY;      // no absolute limit unless given
   double max_p99_abs_error = INFINITY;  // no p99 limit unless given
 
   GateThresholds forDType(DType t) const;
 };
 
-// "default" (the defaults above) or a comma-separated list of cosine=C, max-abs=A and
-// p99-abs=P, each optional (the others keep their defaults). Throws fusectl::Error(Usage)
+// "default" (the defaults above) or a comma-separated list of cosine=C, max-rel=R, max-abs=A
+// and p99-abs=P, each optional (the others keep their defaults). Throws fusectl::Error(Usage)
 // naming the bad item.
 GateThresholds parseGateSpec(std::string_view spec);
 
 struct SiteMeasurement {
   bool measured = false;
   double cosine = 1, max_abs_error = 0, p99_abs_error = 0;
+  double scale = 0;  // the largest |original| of the output (0: max-rel is not applied)
   DType dtype = DType::Float;  // the replacement's output type (GateThresholds::forDType)
   std::string detail;  // why it was not measured
 };

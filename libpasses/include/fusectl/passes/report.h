@@ -110,6 +110,7 @@ struct GatedSite {
   std::string new_node, new_op;
   bool measured = false;
   double cosine = 1, max_abs_error = 0, p99_abs_error = 0;  // may be non-finite
+  double max_rel_error = 0;  // max_abs_error over the largest |original| (0 when that is 0)
   // "kept": within the thresholds; "undone": outside them, the rewrite refused in the written
   // model; "unmeasured": `detail` says why (the site stays); "superseded": a later rewrite
   // replaced this node, and that rewrite's site is measured instead.
@@ -120,7 +121,7 @@ struct GatedSite {
 
 struct NumericGate {
   bool ran = false;  // false: written as null
-  double min_cosine = 0, max_abs_error = 0, max_p99_abs_error = 0;
+  double min_cosine = 0, max_rel_error = 0, max_abs_error = 0, max_p99_abs_error = 0;
   uint64_t seed = 0;
   int rounds = 0;  // optimizations run: 1 + one per round that undid something
   std::vector<GatedSite> sites;
