@@ -54,10 +54,7 @@ struct OptimizeOptions {
   std::string emit = "fusectl";
   bool verify = false;
   // The same defaults as `fusectl verify`.
-  double atol = 1e-5;
-  double rtol = 1e-4;
-  kernels::RtolScale rtol_scale = kernels::RtolScale::Tensor;
-  double min_cosine = 0.9999;
+  kernels::Tolerance tolerance = cliTolerance();
   uint64_t seed = 0;
   std::vector<std::string> expect;
   std::vector<std::string> fail_if_unfused;
@@ -135,12 +132,7 @@ Verification verifyAgainstOriginal(const OptimizeOptions& opts, const Model& opt
   inputs.shapes = shapes;
   if (!opts.inputs.empty())
     inputs.given.push_back(bindInputs(*original->graph, opts.inputs, opts.seed, shapes).tensors);
-  kernels::Tolerance tol;
-  tol.atol = opts.atol;
-  tol.rtol = opts.rtol;
-  tol.rtol_scale = opts.rtol_scale;
-  tol.min_cosine = opts.min_cosine;
-  return verifyOptimized(*original, optimized, inputs, tol);
+  return verifyOptimized(*original, optimized, inputs, opts.tolerance);
 }
 
 // --gate: optimize() on a copy of `model`, undoing the rewrites whose replacement node, run on
@@ -264,7 +256,7 @@ int runBisect(const OptimizeOptions& opts, bool level_given) {
     }
     checkFolderExists(opts.output);
   }
-  if (opts.atol < 0 || opts.rtol < 0) usage("tolerances must be >= 0");
+  checkTolerance(opts.tolerance);
   BisectOptions b;
   b.model = opts.model;
   b.output = opts.output;
@@ -273,10 +265,7 @@ int runBisect(const OptimizeOptions& opts, bool level_given) {
   b.inputs = opts.inputs;
   b.seed = opts.seed;
   b.shapes = parseShapeSpecs(opts.shapes);
-  b.tolerance.atol = opts.atol;
-  b.tolerance.rtol = opts.rtol;
-  b.tolerance.rtol_scale = opts.rtol_scale;
-  b.tolerance.min_cosine = opts.min_cosine;
+  b.tolerance = opts.tolerance;
   b.quiet = opts.quiet;
   return runOptimizeBisect(b);
 }
@@ -313,7 +302,7 @@ int runOptimize(const OptimizeOptions& opts, bool level_given, bool tolerance_gi
     if (opts.max_rewrites >= 0) usage("--gate does not combine with --max-rewrites");
     parseGateSpec(opts.gate);  // a bad spec is a usage error before anything is read
   }
-  if (opts.atol < 0 || opts.rtol < 0) usage("tolerances must be >= 0");
+  checkTolerance(opts.tolerance);
   checkPrintAfterNames(opts.print_after);
   const auto shapes = parseShapeSpecs(opts.shapes);
   const OptimizeRequest request = requestOf(opts, level_given);
@@ -460,15 +449,8 @@ Command addOptimizeCommand(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_flag("--verify", opts->verify,
                 "Run the original and the optimized model on seeded inputs; exit 1 on drift");
-  CLI::Option* atol = cmd->add_option("--atol", opts->atol, "With --verify: absolute tolerance")
-                          ->capture_default_str();
-  CLI::Option* rtol = cmd->add_option("--rtol", opts->rtol,
-                                      "With --verify: relative tolerance (see --rtol-scale)")
-                          ->capture_default_str();
-  CLI::Option* rtol_scale = addRtolScaleOption(*cmd, opts->rtol_scale, "original");
-  CLI::Option* cosine = cmd->add_option("--min-cosine", opts->min_cosine,
-                                        "With --verify: smallest accepted cosine similarity")
-                            ->capture_default_str();
+  const ToleranceOptions tolerance =
+      addToleranceOptions(*cmd, opts->tolerance, "With --verify: ", "original");
   CLI::Option* seed = cmd->add_option("--seed", opts->seed, "With --verify: input seed")
                           ->capture_default_str();
   cmd->add_option("--expect", opts->expect,
@@ -523,10 +505,8 @@ Command addOptimizeCommand(CLI::App& parent) {
       "that breaks the outputs; 2 usage, including OUT or "
       "the report naming the input; 3 invalid model; 4 I/O error; 5 unsupported op (--verify), "
       "or --html without Graphviz's dot.");
-  return Command{cmd, [opts, level, atol, rtol, rtol_scale, cosine, seed] {
-                   bool tolerance_given = atol->count() + rtol->count() + rtol_scale->count() +
-                                              cosine->count() + seed->count() >
-                                          0;
+  return Command{cmd, [opts, level, tolerance, seed] {
+                   const bool tolerance_given = tolerance.given() + seed->count() > 0;
                    return runOptimize(*opts, level->count() > 0, tolerance_given);
                  }};
 }

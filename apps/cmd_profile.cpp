@@ -60,10 +60,7 @@ struct ProfileCliOptions {
   std::string only;
   std::string baseline;
   double max_regression = 5;
-  double atol = 1e-5;
-  double rtol = 1e-4;
-  kernels::RtolScale rtol_scale = kernels::RtolScale::Tensor;
-  double min_cosine = 0.9999;
+  kernels::Tolerance tolerance = cliTolerance();
 };
 
 [[noreturn]] void usage(const std::string& message) { throw Error(ErrorKind::Usage, message); }
@@ -153,7 +150,7 @@ int runProfile(const ProfileCliOptions& opts, bool level_given, bool cuda_graph_
   if (opts.warmup < 0) usage("--warmup must be >= 0");
   if (opts.threads < 0) usage("--threads must be >= 0");
   if (opts.top < 0) usage("--top must be >= 0");
-  if (opts.atol < 0 || opts.rtol < 0) usage("tolerances must be >= 0");
+  checkTolerance(opts.tolerance);
   if (opts.max_regression < 0) usage("--max-regression must be >= 0");
   if (cuda_graph_given && opts.cuda_graph && opts.device != "cuda") {
     usage("--cuda-graph needs --device cuda");
@@ -200,10 +197,7 @@ int runProfile(const ProfileCliOptions& opts, bool level_given, bool cuda_graph_
   options.execution.num_threads = opts.threads;
   options.execution.backend = backend;
   options.execution.capture_graph = opts.device == "cuda" && opts.cuda_graph;
-  options.tolerance.atol = opts.atol;
-  options.tolerance.rtol = opts.rtol;
-  options.tolerance.rtol_scale = opts.rtol_scale;
-  options.tolerance.min_cosine = opts.min_cosine;
+  options.tolerance = opts.tolerance;
   ProgressLine progress(isatty(STDERR_FILENO) != 0);
   options.progress = [&progress](const ProfileProgress& p) { progress.show(p); };
   const ProfileResult result =
@@ -328,12 +322,7 @@ Command addProfileCommand(CLI::App& parent) {
   cmd->add_option("--max-regression", opts->max_regression, "Percent slower --baseline allows")
       ->type_name("PCT")
       ->capture_default_str();
-  cmd->add_option("--atol", opts->atol, "Outputs agree: absolute tolerance")->capture_default_str();
-  cmd->add_option("--rtol", opts->rtol, "Outputs agree: relative tolerance (see --rtol-scale)")
-      ->capture_default_str();
-  addRtolScaleOption(*cmd, opts->rtol_scale, "unfused");
-  cmd->add_option("--min-cosine", opts->min_cosine, "Outputs agree: smallest cosine similarity")
-      ->capture_default_str();
+  addToleranceOptions(*cmd, opts->tolerance, "Outputs agree: ", "unfused");
   cmd->footer(
       "Exit codes: 0 done; 1 the outputs differ or --baseline found a regression (files still "
       "written); 2 usage; 3 invalid model or baseline; 4 I/O error; 5 unsupported (an op "

@@ -141,10 +141,7 @@ int runReport(const ReportOptions& opts, bool level_given) {
     kernels::ComparisonInputs inputs;
     inputs.seed = opts.seed;
     inputs.shapes = shapes;
-    kernels::Tolerance tolerance;  // `fusectl verify`'s and `optimize --verify`'s defaults
-    tolerance.rtol_scale = kernels::RtolScale::Tensor;
-    tolerance.min_cosine = 0.9999;
-    report.verification = verifyOptimized(*before, *after, inputs, tolerance);
+    report.verification = verifyOptimized(*before, *after, inputs, cliTolerance());
   }
   std::optional<HtmlTimings> timings;
   if (opts.profile) timings = measure(opts, *before, *after, report, shapes);

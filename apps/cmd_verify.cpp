@@ -39,10 +39,7 @@ using namespace fusectl::kernels;
 struct VerifyOptions {
   std::string model_a;
   std::string model_b;
-  double atol = 1e-5;
-  double rtol = 1e-4;
-  RtolScale rtol_scale = RtolScale::Tensor;
-  double min_cosine = 0.9999;
+  Tolerance tolerance = cliTolerance();
   int runs = 1;
   uint64_t seed = 0;
   bool json = false;
@@ -56,7 +53,7 @@ nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : 
 
 int runVerify(const VerifyOptions& opts) {
   if (opts.runs < 1) throw Error(ErrorKind::Usage, "--runs must be at least 1");
-  if (opts.atol < 0 || opts.rtol < 0) throw Error(ErrorKind::Usage, "tolerances must be >= 0");
+  checkTolerance(opts.tolerance);
   const auto shapes = parseShapeSpecs(opts.shapes);
 
   LoadOptions load = loadOptions();
@@ -82,11 +79,7 @@ int runVerify(const VerifyOptions& opts) {
   }
   inputs.execution.num_threads = opts.threads;
   inputs.backend_b = deviceBackend(opts.device);
-  Tolerance tol;
-  tol.atol = opts.atol;
-  tol.rtol = opts.rtol;
-  tol.rtol_scale = opts.rtol_scale;
-  tol.min_cosine = opts.min_cosine;
+  const Tolerance& tol = opts.tolerance;
   const Comparison comparison = compareModels(*a, *b, inputs, tol);
   const bool all_passed = comparison.passed;
 
@@ -99,10 +92,10 @@ int runVerify(const VerifyOptions& opts) {
     j["inputs"] = nlohmann::json::array();
     for (const auto& [name, source] : sources)
       j["inputs"].push_back({{"name", name}, {"source", source}});
-    j["atol"] = opts.atol;
-    j["rtol"] = opts.rtol;
-    j["rtol_scale"] = rtolScaleName(opts.rtol_scale);
-    j["min_cosine"] = opts.min_cosine;
+    j["atol"] = tol.atol;
+    j["rtol"] = tol.rtol;
+    j["rtol_scale"] = rtolScaleName(tol.rtol_scale);
+    j["min_cosine"] = tol.min_cosine;
     j["passed"] = all_passed;
     j["outputs"] = nlohmann::json::array();
     for (const OutputComparison& v : comparison.outputs) {
@@ -120,7 +113,7 @@ int runVerify(const VerifyOptions& opts) {
   } else {
     fmt::print("verify {} vs {}: {} run{}, seed {}, atol {:g}, {}, min cosine {:g}\n",
                opts.model_a, opts.model_b, opts.runs, opts.runs == 1 ? "" : "s", opts.seed,
-               opts.atol, rtolText(opts.rtol, opts.rtol_scale), opts.min_cosine);
+               tol.atol, rtolText(tol.rtol, tol.rtol_scale), tol.min_cosine);
     for (const auto& [name, source] : sources) fmt::print("  input {}: {}\n", name, source);
     for (const OutputComparison& v : comparison.outputs) {
       // A half output's tolerance is raised to its type's resolution (Tolerance::forDType).
@@ -153,12 +146,7 @@ Command addVerifyCommand(CLI::App& parent) {
   cmd->add_option("A", opts->model_a, "Reference model")->required();
   cmd->add_option("B", opts->model_b, "Model to check against A (e.g. the optimized one)")
       ->required();
-  cmd->add_option("--atol", opts->atol, "Absolute tolerance")->capture_default_str();
-  cmd->add_option("--rtol", opts->rtol, "Relative tolerance, times |A| (see --rtol-scale)")
-      ->capture_default_str();
-  addRtolScaleOption(*cmd, opts->rtol_scale, "A");
-  cmd->add_option("--min-cosine", opts->min_cosine, "Smallest accepted cosine similarity")
-      ->capture_default_str();
+  addToleranceOptions(*cmd, opts->tolerance, "", "A");
   cmd->add_option("--runs", opts->runs, "Input sets to try (seeds SEED, SEED+1, ...)")
       ->capture_default_str();
   cmd->add_option("--seed", opts->seed, "Seed of the first input set")->capture_default_str();

@@ -49,11 +49,25 @@ std::string formatBytes(uint64_t bytes);
 // Error(Unsupported) with the reason when fusectl was built without CUDA or has no GPU.
 void addDeviceOption(CLI::App& command, std::string& device);
 
-// `--rtol-scale element|tensor`, shared by verify, optimize and profile (tolerance_option.cpp),
-// and how their text output states the relative tolerance: "rtol 0.0001" or "rtol 0.0001 of
-// each output's largest magnitude".
-CLI::Option* addRtolScaleOption(CLI::App& command, kernels::RtolScale& scale,
-                                const std::string& reference);
+// The output comparison of verify, optimize (--verify, --bisect), profile and report
+// (tolerance_option.cpp). cliTolerance() is their default: atol 1e-5, rtol 1e-4 of each
+// output's largest magnitude, min cosine 0.9999 (the library's Tolerance{} is numpy's
+// element-wise allclose with no cosine limit). addToleranceOptions binds --atol, --rtol,
+// --rtol-scale and --min-cosine to `tolerance`; `what` starts each help text ("With --verify: "),
+// `reference` names the side rtol multiplies ("A", "original"). checkTolerance throws
+// Error(Usage) for a negative atol or rtol. rtolText states the relative tolerance as the text
+// outputs print it: "rtol 0.0001" or "rtol 0.0001 of each output's largest magnitude".
+struct ToleranceOptions {
+  CLI::Option* atol = nullptr;
+  CLI::Option* rtol = nullptr;
+  CLI::Option* rtol_scale = nullptr;
+  CLI::Option* min_cosine = nullptr;
+  size_t given() const;  // how many of them the command line set
+};
+kernels::Tolerance cliTolerance();
+ToleranceOptions addToleranceOptions(CLI::App& command, kernels::Tolerance& tolerance,
+                                     const std::string& what, const std::string& reference);
+void checkTolerance(const kernels::Tolerance& tolerance);
 std::string rtolText(double rtol, kernels::RtolScale scale);
 const kernels::Backend* deviceBackend(const std::string& device);
 

@@ -130,9 +130,11 @@ Json reportJson(const ProfileRequestInfo& info, const ProfileResult& r) {
                       {"passed", o.passed},
                       {"detail", o.detail}});
     }
-    j["comparison"] = {
-        {"atol", tol.atol}, {"rtol", tol.rtol},
-        {"rtol_scale", kernels::rtolScaleName(tol.rtol_scale)}, {"min_cosine", tol.min_cosine}, {"outputs", outs}};
+    j["comparison"] = {{"atol", tol.atol},
+                       {"rtol", tol.rtol},
+                       {"rtol_scale", kernels::rtolScaleName(tol.rtol_scale)},
+                       {"min_cosine", tol.min_cosine},
+                       {"outputs", outs}};
   } else {
     j["outputs_agree"] = Json();
     j["comparison"] = Json();

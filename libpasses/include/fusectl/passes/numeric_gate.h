@@ -1,5 +1,6 @@
-// `fusectl optimize --gate cosine=C,max-rel=R,max-abs=A,p99-abs=P`: every fusion is checked numerically
-// and the ones outside the thresholds are undone (FlashRT's cosine gate, per rewrite).
+// `fusectl optimize --gate cosine=C,max-rel=R,max-abs=A,p99-abs=P`: every fusion is checked
+// numerically and the ones outside the thresholds are undone (FlashRT's cosine gate, per
+// rewrite).
 //
 // optimizeWithGate runs optimize() on a copy of the original, has the caller measure the
 // replacement node of every main-graph fusion site on its own (kernels::measureReplacementNodes:
