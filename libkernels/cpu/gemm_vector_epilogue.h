@@ -83,12 +83,16 @@ FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 sigmoid512(__m512 x) {
                        _mm512_add_ps(_mm512_set1_ps(1.f), e));
 }
 
-// x * sigmoid(x) with the product folded into the numerator: x/(1+e^-x), or x e^x/(1+e^x).
-FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 silu512(__m512 x) {
-  const __m512 e = expMinusAbs512(x);
-  const __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(x));
-  return _mm512_div_ps(_mm512_mask_mul_ps(x, neg, x, e), _mm512_add_ps(_mm512_set1_ps(1.f), e));
+// y * sigmoid(z) with the product folded into the numerator, split by z's sign as sigmoid512
+// splits it: y/(1+e^-z), or y e^z/(1+e^z) (e = e^-|z| never overflows).
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 mulSigmoid512(__m512 y, __m512 z) {
+  const __m512 e = expMinusAbs512(z);
+  const __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(z));
+  return _mm512_div_ps(_mm512_mask_mul_ps(y, neg, y, e), _mm512_add_ps(_mm512_set1_ps(1.f), e));
 }
+
+// x * sigmoid(x): x/(1+e^-x), or x e^x/(1+e^x).
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 silu512(__m512 x) { return mulSigmoid512(x, x); }
 
 // tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|); below |x| = 0.25, where 1 - e would
 // cancel, its odd Taylor series to x^9 (relative error under 4e-7 everywhere).
@@ -196,12 +200,7 @@ FUSECTL_AVX512 FUSECTL_FORCE_INLINE void transpose8x16(const __m512 (&r)[8], __m
 FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 geluTanh512(__m512 v) {
   const __m512 cube = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
   const __m512 inner = _mm512_add_ps(v, _mm512_mul_ps(_mm512_set1_ps(0.044715f), cube));
-  const __m512 two_u = _mm512_mul_ps(_mm512_set1_ps(1.5957691216057308f), inner);
-  // y * sigmoid(2u) split by the sign of 2u as silu512 splits it: y / (1 + e), or y e / (1 + e),
-  // e = e^-|2u| (which never overflows).
-  const __m512 e = expMinusAbs512(two_u);
-  const __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(two_u));
-  return _mm512_div_ps(_mm512_mask_mul_ps(v, neg, v, e), _mm512_add_ps(_mm512_set1_ps(1.f), e));
+  return mulSigmoid512(v, _mm512_mul_ps(_mm512_set1_ps(1.5957691216057308f), inner));
 }
 
 // The activations of Epilogue::activate, in the same operation order (max/min operand order
