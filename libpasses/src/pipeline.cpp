@@ -19,6 +19,7 @@
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/fused_ops.h"
 #include "fusectl/graph/onnx_io.h"
+#include "fusectl/graph/shape_inference.h"
 #include "fusectl/passes/registry.h"
 
 namespace fusectl::passes {
@@ -333,6 +334,7 @@ class Runner {
     auto start = std::chrono::steady_clock::now();
     try {
       stats.changed = runInScopes(*pass, g, nullptr, "");
+      if (ctx_.takeShapeInferenceRequest()) inferShapes(model_);
     } catch (const Error& err) {
       throw Error(err.kind(), fmt::format("pass '{}'{}: {}", e.pass, scopeSuffix(), err.what()));
     } catch (const std::exception& err) {
@@ -492,9 +494,11 @@ Pipeline Pipeline::forLevel(int level, const std::vector<std::string>& disabled)
   }
   // Fusions make constants that other sites made too (a zero mask, a unit scale, a folded
   // bias) and leave dead values behind: merge the first, one last sweep for the second, so that
-  // optimizing the result again changes nothing.
+  // optimizing the result again changes nothing. reshape-unit-transposes, after the fixpoint,
+  // leaves a Reshape before another where a unit Transpose fed one (Swin-T's and MaxViT's
+  // window partitions): eliminate-noop-reshape merges the pair first.
   if (fusions) {
-    for (const char* name : {"dedup-initializers", "eliminate-dead-code"}) {
+    for (const char* name : {"eliminate-noop-reshape", "dedup-initializers", "eliminate-dead-code"}) {
       const PassInfo* info = findPass(name);
       if (!info || !enabled(*info)) continue;
       PipelineElement e;

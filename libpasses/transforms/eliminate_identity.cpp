@@ -5,8 +5,10 @@
 //   x:T -> Cast<to=T> -> y                 =>  x
 //
 // Conditions, checked in this order (each failure is a reported rejection):
-//  1. Dropout only: the mask output is unused; training_mode, when given, is a constant false;
-//     before opset 7, is_test=1.
+//  1. Dropout only: the mask output is unused; training_mode, when given, is a constant false
+//     or the ratio is a constant 0 (training with nothing dropped scales by 1/(1 - 0): torch
+//     exports torchvision's Swin-T attention dropout as training_mode=true, ratio=0); before
+//     opset 7, is_test=1.
 //  2. Cast only: the input's dtype is known and equals `to`.
 //  3. The graph's interface survives: when y is a graph output, x must be computed by a node
 //     and must not itself be a graph output (y's readers then read x, which takes y's name).
@@ -55,10 +57,15 @@ Constraint dropoutInference(int64_t opset) {
             }
             if (Value* t = n->input(2)) {
               const Tensor* c = t->isConstant() ? t->initializer() : nullptr;
-              if (!c || c->numel() != 1 || c->valueAsInt64(0) != 0) {
+              const Value* ratio = n->input(1);
+              const Tensor* r = ratio && ratio->isConstant() ? ratio->initializer() : nullptr;
+              const bool drops_nothing = r && r->numel() == 1 && r->valueAsDouble(0) == 0.0;
+              if (!drops_nothing && (!c || c->numel() != 1 || c->valueAsInt64(0) != 0)) {
                 return why.fail(*n, [&] {
-                  return fmt::format("{} input '{}' (training_mode) is not a constant false",
-                                     n->label(), t->name());
+                  return fmt::format(
+                      "{} input '{}' (training_mode) is not a constant false, nor the ratio a "
+                      "constant 0",
+                      n->label(), t->name());
                 });
               }
             }

@@ -113,6 +113,7 @@ class FoldConstantsPass : public Pass {
       if (!any_wanted) continue;  // dead: eliminate-dead-code's business
       changed |= fold(rw, n, max_bytes);
     }
+    if (changed) ctx.requestShapeInference();
     return changed;
   }
 

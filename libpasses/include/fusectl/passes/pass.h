@@ -76,6 +76,18 @@ class PassContext {
   void count(const std::string& counter, int64_t n = 1) { counters_[counter] += n; }
   std::map<std::string, int64_t> takeCounters() { return std::move(counters_); }
 
+  // A pass whose edits let inference know dims the model's types do not show yet (fold-constants:
+  // a Reshape whose target has become a constant) asks for inference over the whole model once
+  // its run is over; the pipeline runs it after the pass has been through every scope, when the
+  // main graph is the model's again. Without it the Shapes of such values fold only when the
+  // written model is loaded again: -O3 twice on torchvision's Swin-T went 2232 -> 1883 nodes.
+  void requestShapeInference() { shape_inference_requested_ = true; }
+  bool takeShapeInferenceRequest() {
+    const bool requested = shape_inference_requested_;
+    shape_inference_requested_ = false;
+    return requested;
+  }
+
   // The pass currently running, for report entries.
   const std::string& currentPass() const { return current_pass_; }
   void setCurrentPass(std::string p) { current_pass_ = std::move(p); }
@@ -92,6 +104,7 @@ class PassContext {
   int64_t rewrites_allowed_ = 0;
   bool standard_only_ = false;
   bool explain_ = true;
+  bool shape_inference_requested_ = false;
 };
 
 class Pass {
