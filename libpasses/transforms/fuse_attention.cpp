@@ -12,6 +12,10 @@
 //   - scale: Mul by a scalar constant c (scale = c), Div by one (scale = 1/c), or none: then a
 //     Mul or Div of q by a one-element constant read by the product only is taken in (torch's
 //     nn.MultiheadAttention), else the scale is 1 (the model folded it into q's weights);
+//   - a windowed mask: Reshape(Add(Reshape(scores, [G, W, ...]), c), scores' shape) with c a
+//     constant, the scores' batch axis split into G groups of W windows and merged back
+//     (torchvision's Swin-T shifted windows, `attn.view(B // nW, nW, H, N, N) + mask`): c is
+//     summed with the additive mask below into one constant M of at most the scores' size;
 //   - mask: an Add of a value broadcast to the scores (the additive mask, input M), and/or a
 //     Where(cond, fill, scores) whose cond is the causal mask: Greater(Unsqueeze(r, 0),
 //     Unsqueeze(r, 1)) (or Less with the operands swapped), possibly through a Cast to bool, of
@@ -32,7 +36,9 @@
 //  2. Softmax is over the last axis;
 //  3. the scale is a one-element constant;
 //  4. the additive mask broadcasts to the scores without enlarging them (the Add's output has
-//     the scores' shape) and has rank <= 4;
+//     the scores' shape) and has rank <= 4; with a windowed mask, the additive mask (if any) is a
+//     constant too, of the scores' dtype (the two are summed once, when the pass runs: the
+//     kernel adds c + M where the model added M, then c, which differs by rounding only);
 //  5. the causal condition is one of the forms above, over a length equal to the query and the
 //     key length (S = T, so the bottom-right alignment of `causal` changes nothing);
 //  6. K^T is a Transpose of a rank-4 value, or of a rank-3 one;
@@ -64,6 +70,11 @@ struct Site {
   Value* v = nullptr;
   Value* mask = nullptr;
   Node* mask_add = nullptr;
+  // The windowed mask (header): the split Reshape, the Add of the constant, the merge Reshape.
+  Node* window_split = nullptr;
+  Node* window_add = nullptr;
+  Node* window_merge = nullptr;
+  Value* window_mask = nullptr;
   Node* where = nullptr;
   Node* scale_node = nullptr;
   float scale = 1.f;
@@ -265,6 +276,101 @@ std::optional<QScale> scaledQuery(const Site& site) {
   return QScale{q, static_cast<float>(p->is("Div") ? 1.0 / *value : *value)};
 }
 
+std::optional<std::vector<int64_t>> staticDims(const Shape& s) {
+  if (!s.hasRank()) return std::nullopt;
+  std::vector<int64_t> d;
+  for (size_t i = 0; i < s.rank(); ++i) {
+    if (!s[i].isStatic()) return std::nullopt;
+    d.push_back(s[i].value());
+  }
+  return d;
+}
+
+// `dims` right-aligned to `rank` with leading 1s.
+std::vector<int64_t> padTo(std::vector<int64_t> dims, size_t rank) {
+  dims.insert(dims.begin(), rank - dims.size(), 1);
+  return dims;
+}
+
+struct WindowMask {
+  Node* split;
+  Node* add;
+  Value* mask;
+};
+
+// `merge` = Reshape(Add(Reshape(y, [G, W, y1, ...]), c), y's dims) with G * W = y0, every dim
+// static and c a constant initializer that broadcasts into the split view without enlarging
+// it; nullopt otherwise (the score chain then stops at `merge`).
+std::optional<WindowMask> windowMask(const Node& merge) {
+  Node* add = producerOf(merge.input(0), "Add");
+  if (!add || add->numInputs() != 2) return std::nullopt;
+  auto constantOperand = [](const Value* v) { return v->isConstant() && v->initializer(); };
+  int view = -1;
+  for (int i = 0; i < 2 && view < 0; ++i)
+    if (producerOf(add->input(i), "Reshape") && constantOperand(add->input(1 - i))) view = i;
+  if (view < 0) return std::nullopt;
+  Node* split = add->input(view)->producer();
+  Value* mask = add->input(1 - view);
+  const auto y = staticDims(split->input(0)->shape());
+  const auto v = staticDims(split->output(0)->shape());
+  const auto sum = staticDims(add->output(0)->shape());
+  const auto merged = staticDims(merge.output(0)->shape());
+  const auto c = staticDims(mask->shape());
+  if (!y || !v || !sum || !merged || !c || y->size() < 3 || v->size() != y->size() + 1 ||
+      *sum != *v || *merged != *y || c->size() > v->size() || (*v)[0] * (*v)[1] != (*y)[0])
+    return std::nullopt;
+  for (size_t i = 1; i < y->size(); ++i)
+    if ((*v)[i + 1] != (*y)[i]) return std::nullopt;
+  const std::vector<int64_t> cp = padTo(*c, v->size());
+  for (size_t i = 0; i < cp.size(); ++i)
+    if (cp[i] != 1 && cp[i] != (*v)[i]) return std::nullopt;
+  return WindowMask{split, add, mask};
+}
+
+// The windowed constant c (at its split view's batch axis, [G, W, ...]) plus the additive mask
+// M (or nothing) as one constant over the scores' axes: the batch axis is G * W long where c or
+// M varies along it, else 1; each other axis as long as c's or M's. Sums in double, rounded
+// once to the dtype: fl(c + M), as the dtype's own addition would give.
+Tensor windowedMaskSum(const Site& site) {
+  const std::vector<int64_t> y = *staticDims(site.window_split->input(0)->shape());
+  const std::vector<int64_t> v = *staticDims(site.window_split->output(0)->shape());
+  const size_t r = y.size();
+  const Tensor& ct = *site.window_mask->initializer();
+  const std::vector<int64_t> cd = padTo(*staticDims(site.window_mask->shape()), r + 1);
+  const Tensor* mt = site.mask ? site.mask->initializer() : nullptr;
+  const std::vector<int64_t> md =
+      mt ? padTo(*staticDims(site.mask->shape()), r) : std::vector<int64_t>(r, 1);
+  std::vector<int64_t> out(r, 1);
+  if (cd[0] != 1 || cd[1] != 1 || md[0] != 1) out[0] = y[0];
+  for (size_t i = 1; i < r; ++i) out[i] = std::max(cd[i + 1], md[i]);
+  auto strides = [](const std::vector<int64_t>& d) {
+    std::vector<int64_t> st(d.size(), 1);
+    for (size_t i = d.size(); i-- > 1;) st[i - 1] = st[i] * d[i];
+    return st;
+  };
+  const std::vector<int64_t> cs = strides(cd), ms = strides(md), os = strides(out);
+  int64_t n = 1;
+  for (int64_t d : out) n *= d;
+  std::vector<double> values(static_cast<size_t>(n));
+  for (int64_t flat = 0; flat < n; ++flat) {
+    int64_t ci = 0, mi = 0, rest = flat;
+    for (size_t i = 0; i < r; ++i) {
+      const int64_t at = rest / os[i];
+      rest %= os[i];
+      if (i == 0) {
+        const int64_t g = at / v[1], w = at % v[1];
+        if (cd[0] != 1) ci += g * cs[0];
+        if (cd[1] != 1) ci += w * cs[1];
+      } else if (cd[i + 1] != 1) {
+        ci += at * cs[i + 1];
+      }
+      if (md[i] != 1) mi += at * ms[i];
+    }
+    values[static_cast<size_t>(flat)] = ct.valueAsDouble(ci) + (mt ? mt->valueAsDouble(mi) : 0.0);
+  }
+  return tensorFromDoubles(site.window_mask->dtype(), out, values);
+}
+
 enum Check { kChain = 1, kSoftmax, kScale, kMask, kCausal, kTranspose, kHeads, kAll };
 
 // The site, or nullopt with `why`; checks conditions 1..upto (the header's numbering).
@@ -280,10 +386,21 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
   site.v = pv->input(1);
   // 1. Walk the score chain up from the Softmax.
   Value* x = softmax->input(0);
-  for (int step = 0; step < 3; ++step) {
+  for (int step = 0; step < 4; ++step) {
     Node* p = x->producer();
     if (!p || !p->domain().empty()) break;
-    if (p->is("Where") && !site.where && !site.mask_add && !site.scale_node) {
+    if (p->is("Reshape") && !site.window_merge && !site.mask_add && !site.scale_node) {
+      std::optional<WindowMask> w = windowMask(*p);
+      if (!w) break;
+      if (!disappears(*p, why) || !disappears(*w->add, why) || !disappears(*w->split, why))
+        return std::nullopt;
+      site.window_merge = p;
+      site.window_add = w->add;
+      site.window_split = w->split;
+      site.window_mask = w->mask;
+      x = w->split->input(0);
+    } else if (p->is("Where") && !site.where && !site.window_merge && !site.mask_add &&
+               !site.scale_node) {
       if (!disappears(*p, why)) return std::nullopt;
       site.where = p;
       // Where(hide, fill, scores), or GPT-2's Where(keep, scores, fill).
@@ -363,6 +480,26 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
                            "(the sum has shape {}; the mask must be {} of rank <= 4)",
                            add->label(), site.mask->name(), ms.str(), scores_shape.str(), out.str(),
                            dtypeName(out_type));
+      });
+      return std::nullopt;
+    }
+  }
+  if (Node* add = site.window_add) {
+    const DType scores_type = site.qk->output(0)->dtype();
+    if (site.window_mask->dtype() != scores_type) {
+      why.fail(*add, [&] {
+        return fmt::format("{} windowed mask '{}' is {}, not the scores' {}", add->label(),
+                           site.window_mask->name(), dtypeName(site.window_mask->dtype()),
+                           dtypeName(scores_type));
+      });
+      return std::nullopt;
+    }
+    if (site.mask && !(site.mask->isConstant() && site.mask->initializer())) {
+      why.fail(*add, [&] {
+        return fmt::format("{} adds a windowed constant mask after {} added '{}' ({}): the "
+                           "attention takes one mask, and only two constants can be summed into it",
+                           add->label(), site.mask_add->label(), site.mask->name(),
+                           nonConstantOrigin(*site.mask));
       });
       return std::nullopt;
     }
@@ -541,7 +678,10 @@ class FuseAttentionPass : public Pass {
       k = untransposed->output(0);
     }
     Value* mask = site.mask;
-    if (!mask) {
+    if (site.window_mask) {
+      mask = rw.addConstant(site.window_add->output(0)->name() + "_attention_mask",
+                            windowedMaskSum(site));
+    } else if (!mask) {
       const DType t = pv->output(0)->dtype();
       const std::string name = t == DType::Float ? "attention_no_mask"
                                                  : fmt::format("attention_no_mask_{}", dtypeName(t));
