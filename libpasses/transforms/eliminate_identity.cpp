@@ -3,6 +3,8 @@
 //   x -> Identity -> y                     =>  x
 //   x -> Dropout (inference) -> y [, mask] =>  x
 //   x:T -> Cast<to=T> -> y                 =>  x
+//   x -> Pad (pads all 0) -> y             =>  x
+//   x:[d...] -> Slice -> y:[d...]          =>  x   (positive steps)
 //
 // Conditions, checked in this order (each failure is a reported rejection):
 //  1. Dropout only: the mask output is unused; training_mode, when given, is a constant false
@@ -10,7 +12,14 @@
 //     exports torchvision's Swin-T attention dropout as training_mode=true, ratio=0); before
 //     opset 7, is_test=1.
 //  2. Cast only: the input's dtype is known and equals `to`.
-//  3. The graph's interface survives: when y is a graph output, x must be computed by a node
+//  3. Pad only: the pads (the attribute before opset 11, the input from it) are a constant of
+//     zeros, whatever the mode: torchvision's Swin-T pads each stage to a multiple of its window
+//     with F.pad, by 0 at 224x224 (15 copies of an activation a run).
+//  4. Slice only: input and output dims are all static and equal, and every step is a positive
+//     constant (a negative one reverses an axis of the same length): a slice of an axis to its
+//     own length with step >= 1 starts at 0 and takes every element (Swin-T's crop back,
+//     x[:, :H, :W, :], 24 copies).
+//  5. The graph's interface survives: when y is a graph output, x must be computed by a node
 //     and must not itself be a graph output (y's readers then read x, which takes y's name).
 #include <fmt/format.h>
 
@@ -93,6 +102,66 @@ Constraint castToSameType() {
           }};
 }
 
+Constraint padOfZeros(int64_t opset) {
+  return {"pads-zero", [opset](const Match& m, Why& why) {
+            Node* n = m.get("pad");
+            std::vector<int64_t> pads;
+            const Value* p = n->numInputs() > 1 ? n->input(1) : nullptr;
+            if (opset > 0 && opset < 11) {
+              if (!n->hasAttr("pads")) {  // opset 1 spells it `paddings`
+                return why.fail(*n, [&] { return fmt::format("{} has no pads attribute", n->label()); });
+              }
+              pads = n->attrInts("pads");
+            } else if (const Tensor* t = p && p->isConstant() ? p->initializer() : nullptr) {
+              for (int64_t i = 0; i < t->numel(); ++i) pads.push_back(t->valueAsInt64(i));
+            } else {
+              return why.fail(*n, [&] {
+                return fmt::format("{} pads '{}' are not a constant", n->label(),
+                                   p ? p->name() : std::string());
+              });
+            }
+            for (int64_t v : pads) {
+              if (v == 0) continue;
+              return why.fail(*n, [&] {
+                return fmt::format("{} pads by {} (not all pads are 0)", n->label(), v);
+              });
+            }
+            return true;
+          }};
+}
+
+Constraint sliceOfWhole() {
+  return {"slice-whole", [](const Match& m, Why& why) {
+            Node* n = m.get("slice");
+            const Value* x = n->input(0);
+            const Value* y = n->output(0);
+            const Shape& xs = x ? x->shape() : Shape();
+            const Shape& ys = y ? y->shape() : Shape();
+            bool same = xs.hasRank() && ys.hasRank() && xs.rank() == ys.rank();
+            for (size_t i = 0; same && i < xs.rank(); ++i)
+              same = xs[i].isStatic() && ys[i].isStatic() && xs[i].value() == ys[i].value();
+            if (!same) {
+              return why.fail(*n, [&] {
+                return fmt::format("{} output {} is not provably its input's shape {}", n->label(),
+                                   ys.str(), xs.str());
+              });
+            }
+            if (const Value* steps = n->numInputs() > 4 ? n->input(4) : nullptr) {
+              const Tensor* t = steps->isConstant() ? steps->initializer() : nullptr;
+              bool positive = t != nullptr;
+              for (int64_t i = 0; positive && i < t->numel(); ++i) positive = t->valueAsInt64(i) > 0;
+              if (!positive) {
+                return why.fail(*n, [&] {
+                  return fmt::format("{} steps '{}' are not all positive constants (a negative "
+                                     "step reverses the axis)",
+                                     n->label(), steps->name());
+                });
+              }
+            }
+            return true;
+          }};
+}
+
 class EliminateIdentityPass : public Pass {
  public:
   const PassInfo& info() const override { return EliminateIdentityPassInfo; }
@@ -121,6 +190,10 @@ class EliminateIdentityPass : public Pass {
     out.back().require(dropoutInference(opset)).require(keepsInterface("dropout"));
     out.push_back(Pattern::parse("cast:Cast", "cast"));
     out.back().require(castToSameType()).require(keepsInterface("cast"));
+    out.push_back(Pattern::parse("pad:Pad", "pad"));
+    out.back().require(padOfZeros(opset)).require(keepsInterface("pad"));
+    out.push_back(Pattern::parse("slice:Slice", "slice"));
+    out.back().require(sliceOfWhole()).require(keepsInterface("slice"));
     return out;
   }
 };
