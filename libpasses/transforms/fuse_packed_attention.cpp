@@ -29,7 +29,9 @@
 //  4. The Reshape after the head merge gives [B, S, Hq D], B and S provably X's (it goes); or
 //     [B*S, Hq D] by a constant shape without zeros (it stays, reading the merged heads).
 // A third form takes ViT's stacked split: X -> Reshape [B, S, 3, H, D] -> Transpose(2, 0, 3, 1, 4)
-// -> Split(axis 0) -> Squeeze(0) for each of q, k and v (timm and torch export it so).
+// -> Split(axis 0) -> Squeeze(0) for each of q, k and v (timm and torch export it so), or
+// -> Gather(axis 0, index 0 / 1 / 2) for each (torchvision's Swin-T, `q, k, v = qkv[0], qkv[1],
+// qkv[2]`; the Transpose is then read by the three Gathers only).
 // The Transposes' perm [0, 2, 1, 3] is a condition of the pattern. A second form takes the three
 // outputs of one Split of X's last axis instead of the Slices (GPT-2's c_attn, torch's packed
 // in_proj): condition 2 is then that the Split is on the last axis and its parts are the q, k
@@ -192,6 +194,36 @@ std::optional<Packed> stackedLayout(const Match& m, Why& why) {
                          r5->label(), p.x->name(), xs.str(), out.str());
     });
     return std::nullopt;
+  }
+  if (!split) {  // the Gather form
+    Node* t5 = m.get("t5");
+    const Value* stacked_heads = t5->output(0);
+    if (stacked_heads->isGraphOutput() || stacked_heads->uses().size() != 3) {
+      why.fail(*t5, [&] {
+        return fmt::format("{} output '{}' is read by more than the q, k and v Gathers",
+                           t5->label(), stacked_heads->name());
+      });
+      return std::nullopt;
+    }
+    for (int i = 0; i < 3; ++i) {
+      Node* g = m.get(fmt::format("g{}", kRoles[i]));
+      const int64_t axis = g->attrInt("axis", 0);
+      const Value* index = g->input(1);
+      const Tensor* t = index && index->isConstant() ? index->initializer() : nullptr;
+      const bool picks = t && t->dims().empty() &&
+                         (t->valueAsInt64(0) == i || t->valueAsInt64(0) == i - 3);
+      if ((axis != 0 && axis != -5) || !picks) {
+        why.fail(*g, [&] {
+          return fmt::format("{} does not pick part {} of axis 0 by a scalar constant index, as "
+                             "the {} of the stacked q, k, v",
+                             g->label(), i, kRoles[i]);
+        });
+        return std::nullopt;
+      }
+    }
+    p.heads[0] = p.heads[1] = p.heads[2] = out[3].value();
+    p.head_size = out[4].value();
+    return p;
   }
   const int64_t axis = split->attrInt("axis", 0);
   if (split->numOutputs() != 3 || (axis != 0 && axis != -5)) {
@@ -489,6 +521,10 @@ constexpr const char* kStacked =
     "r5:Reshape -> t5:Transpose[perm=[2, 0, 3, 1, 4]] -> split:Split.0 -> zq:Squeeze"
     " -> 0:a:fusectl::Attention -> ^ta:Transpose[perm=[0, 2, 1, 3]] ;"
     " split.1 -> zk:Squeeze -> 1:a ; split.2 -> zv:Squeeze -> 2:a";
+constexpr const char* kStackedGather =
+    "r5:Reshape -> t5:Transpose[perm=[2, 0, 3, 1, 4]] -> gq:Gather"
+    " -> 0:a:fusectl::Attention -> ^ta:Transpose[perm=[0, 2, 1, 3]] ;"
+    " t5 -> gk:Gather -> 1:a ; t5 -> gv:Gather -> 2:a";
 
 // The rotary forms' condition: q and k rotated by the same tables, which AttentionPackedRotary
 // reads for every head alike: [..., S or 1, D] with no head dim other than 1, B or 1 before it.
@@ -559,20 +595,25 @@ std::vector<Pattern> build() {
     }
     std::vector<Pattern*> these = {&slices, &split};
     // ViT's stacked split has no rotary form: its exporters rotate nothing.
-    std::optional<Pattern> stacked;
+    std::optional<Pattern> stacked, gathered;
     if (!rotary) {
-      stacked = Pattern::parse(std::string(kStacked) + (to_2d ? "" : " ; ta -> merge:Reshape"),
-                               "packed-attention-stacked" + suffix);
+      const std::string merge = to_2d ? "" : " ; ta -> merge:Reshape";
+      stacked = Pattern::parse(std::string(kStacked) + merge, "packed-attention-stacked" + suffix);
       for (const char* c : {"r5", "t5", "zq", "zk", "zv", "ta"}) stacked->require(uniqueConsumer(c));
       for (int i = 0; i < 3; ++i) stacked->require(uniqueConsumer("split", i));
       these.push_back(&*stacked);
+      gathered = Pattern::parse(std::string(kStackedGather) + merge,
+                                "packed-attention-gathered" + suffix);
+      for (const char* c : {"r5", "gq", "gk", "gv", "ta"}) gathered->require(uniqueConsumer(c));
+      these.push_back(&*gathered);
     }
     for (Pattern* p : these) {
       p->producing({rotary ? "fusectl::AttentionPackedRotary" : "fusectl::AttentionPacked"});
       p->require(uniqueConsumer("a"));
       p->require(packedQkv());
       if (rotary) p->require(sharedRotaryTables());
-      if (!stacked || p != &*stacked) p->require(mergeInputReadOnce());
+      if (p != (stacked ? &*stacked : nullptr) && p != (gathered ? &*gathered : nullptr))
+        p->require(mergeInputReadOnce());
       p->require(to_2d ? mergedHeadsTo2d() : mergedHeads());
       forms.push_back(std::move(*p));
     }
