@@ -10,6 +10,8 @@
 //   one-plus-weight   Add(1, w), w constant     -> the constant 1 + w (Gemma)      exact
 //   hard-swish        Mul(x, HardSigmoid(x))    -> HardSwish(x)  (alpha 1/6, beta 0.5, opset >= 14)
 //   constant-second   Add/Mul(c, x)             -> Add/Mul(x, c)                   exact
+//   einsum-matmul     Einsum("..ij,..jk->..ik") -> MatMul, the operands Transposed where
+//                     the equation has them transposed ("..id,..jd->..ij": MaxViT's q k^T)  same sums
 //
 // THE canonical reciprocal square root is Reciprocal(Sqrt(v)): Div(1, Sqrt(v)) (torch's rsqrt
 // before opset 13... and after) becomes it through div-one, Pow(v, -0.5) through pow-rsqrt, and
@@ -39,6 +41,13 @@
 //     does not raise the model's opset, which would change other ops' semantics), and the
 //     HardSigmoid is read by that Mul only (otherwise it would be computed twice).
 //
+//  6. einsum-matmul: two operands; the equation is explicit (`->`), no letter repeats within a
+//     term, every term has the same batch letters (or a leading `...` in all three) before its
+//     last two, and those are (i, j) or (j, i) for the first operand, (j, k) or (k, j) for the
+//     second and (i, k) for the output, with i, j, k distinct and not batch letters; the
+//     operands' ranks are known when an operand must be transposed. The sum over j is the
+//     product MatMul computes; its order of summation is the kernel's choice for both ops.
+//
 // Numeric bounds: everything but pow-rsqrt is bit-exact. pow-rsqrt rounds twice (sqrt, then
 // 1/s) where pow rounds once: at most 1.5 ulp (relative 1.8e-7 in float32) apart.
 // Not canonicalized here: the Erf-spelled GELU's multiplication orders (fuse-gelu's job), the
@@ -46,6 +55,8 @@
 // ReduceSum(x) / N for a mean (ReduceMean sums then divides too, but in a different order).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <optional>
 
@@ -371,6 +382,132 @@ void rewriteHardSwish(Rewriter& rw, const Match& m) {
   rw.context().count("hard_swish");
 }
 
+// ---- einsum-matmul ----
+// An Einsum equation that is a batched matrix product: which operands to transpose (their last
+// two axes swapped) so that MatMul computes it.
+struct MatMulEquation {
+  bool transpose_a = false;
+  bool transpose_b = false;
+};
+
+std::optional<MatMulEquation> matmulEquation(std::string equation) {
+  equation.erase(std::remove(equation.begin(), equation.end(), ' '), equation.end());
+  const size_t arrow = equation.find("->");
+  if (arrow == std::string::npos) return std::nullopt;
+  const std::string lhs = equation.substr(0, arrow), out = equation.substr(arrow + 2);
+  const size_t comma = lhs.find(',');
+  if (comma == std::string::npos || lhs.find(',', comma + 1) != std::string::npos)
+    return std::nullopt;
+  std::string a = lhs.substr(0, comma), b = lhs.substr(comma + 1), o = out;
+  // A leading ellipsis in all three terms is a batch prefix like the letters after it.
+  int ellipses = 0;
+  for (std::string* t : {&a, &b, &o}) {
+    if (t->rfind("...", 0) == 0) {
+      t->erase(0, 3);
+      ++ellipses;
+    }
+  }
+  if (ellipses != 0 && ellipses != 3) return std::nullopt;
+  for (const std::string* t : {&a, &b, &o}) {
+    if (t->size() < 2 || t->find('.') != std::string::npos) return std::nullopt;
+    for (size_t i = 0; i < t->size(); ++i) {
+      if (!std::isalpha(static_cast<unsigned char>((*t)[i]))) return std::nullopt;
+      if (t->find((*t)[i], i + 1) != std::string::npos) return std::nullopt;  // a diagonal
+    }
+  }
+  const size_t r = a.size();
+  if (b.size() != r || o.size() != r) return std::nullopt;
+  const std::string batch = a.substr(0, r - 2);
+  if (b.substr(0, r - 2) != batch || o.substr(0, r - 2) != batch) return std::nullopt;
+  const char i = o[r - 2], k = o[r - 1];
+  const std::string at = a.substr(r - 2), bt = b.substr(r - 2);
+  MatMulEquation eq;
+  char j = 0;
+  if (at[0] == i) {
+    j = at[1];
+  } else if (at[1] == i) {
+    j = at[0];
+    eq.transpose_a = true;
+  } else {
+    return std::nullopt;
+  }
+  if (bt[0] == j && bt[1] == k) {
+  } else if (bt[1] == j && bt[0] == k) {
+    eq.transpose_b = true;
+  } else {
+    return std::nullopt;
+  }
+  if (i == j || j == k || i == k) return std::nullopt;
+  for (char c : {i, j, k})
+    if (batch.find(c) != std::string::npos) return std::nullopt;
+  return eq;
+}
+
+Constraint einsumIsMatMul() {
+  return {"matmul-equation:e", [](const Match& m, Why& why) {
+            Node* e = m.get("e");
+            const std::string equation = e->attrString("equation", "");
+            const std::optional<MatMulEquation> eq =
+                e->numInputs() == 2 ? matmulEquation(equation) : std::nullopt;
+            if (!eq) {
+              return why.fail(*e, [&] {
+                return fmt::format("{} equation '{}' is not a batched matrix product of two "
+                                   "operands (..ij,..jk->..ik, either operand transposed)",
+                                   e->label(), equation);
+              });
+            }
+            for (size_t input : {size_t{0}, size_t{1}}) {
+              const bool transposed = input == 0 ? eq->transpose_a : eq->transpose_b;
+              const Shape& s = e->input(input)->shape();
+              if (!transposed || s.hasRank()) continue;
+              return why.fail(*e, [&] {
+                return fmt::format("{} operand '{}' must be transposed but its rank is unknown",
+                                   e->label(), e->input(input)->name());
+              });
+            }
+            return true;
+          }};
+}
+
+Pattern einsumMatMulPattern() {
+  Pattern p = Pattern::parse("^e:Einsum($a, $b)", "einsum-matmul");
+  p.require(einsumIsMatMul()).require(floatArithmetic("e"));
+  p.produces = {"MatMul", "Transpose"};
+  return p;
+}
+
+void rewriteEinsumMatMul(Rewriter& rw, const Match& m) {
+  Node* e = m.get("e");
+  const MatMulEquation eq = *matmulEquation(e->attrString("equation", ""));
+  auto operand = [&](size_t input, bool transposed) {
+    Value* v = e->input(input);
+    if (!transposed) return v;
+    const Shape& s = v->shape();
+    const size_t r = s.rank();
+    std::vector<int64_t> perm(r);
+    for (size_t a = 0; a < r; ++a) perm[a] = static_cast<int64_t>(a);
+    std::swap(perm[r - 1], perm[r - 2]);
+    std::vector<Dim> dims = s.dims();
+    std::swap(dims[r - 1], dims[r - 2]);
+    NewNode t;
+    t.op_type = "Transpose";
+    t.inputs = {v};
+    t.attributes.push_back(Attribute::ofInts("perm", perm));
+    t.name = e->name().empty() ? "" : fmt::format("{}_transposed_{}", e->name(), input);
+    t.naming = NodeNaming::Unique;
+    return rw.addNode(std::move(t), v->name() + "_transposed",
+                      ValueType{v->dtype(), Shape(dims), {}}, e)
+        ->output(0);
+  };
+  Value* a = operand(0, eq.transpose_a);
+  Value* b = operand(1, eq.transpose_b);
+  NewNode mm;
+  mm.op_type = "MatMul";
+  mm.inputs = {a, b};
+  rw.replaceNode(e, std::move(mm));
+  rw.context().count("einsum_to_matmul");
+}
+
 // ---- constant-second ----
 // Add/Mul(c, x) -> Add/Mul(x, c): no pattern, since every Add and Mul would be a candidate and
 // the only way to fail is to already be canonical. Input 1 is rewired first, so the constant
@@ -405,6 +542,7 @@ bool divOfConstant(const Node& n) { return readsInitializer(n, 0); }
 bool divByConstant(const Node& n) { return readsInitializer(n, 1); }
 bool addOfConstants(const Node& n) { return readsInitializer(n, 0) && readsInitializer(n, 1); }
 bool anyNode(const Node&) { return true; }
+bool twoOperands(const Node& n) { return n.numInputs() == 2; }
 // Mul(x, HardSigmoid(x)) in either order: a Mul by a HardSigmoid of something else (the gate
 // of a squeeze-excitation block) is no candidate.
 bool timesItsHardSigmoid(const Node& n) {
@@ -428,7 +566,8 @@ std::vector<Rule> rules(int64_t opset) {
           {divByConstantPattern(), divByConstant, rewriteDivByConstant},
           {addNegPattern(), anyNode, rewriteAddNeg},
           {onePlusWeightPattern(), addOfConstants, rewriteOnePlusWeight},
-          {hardSwishPattern(opset), timesItsHardSigmoid, rewriteHardSwish}};
+          {hardSwishPattern(opset), timesItsHardSigmoid, rewriteHardSwish},
+          {einsumMatMulPattern(), twoOperands, rewriteEinsumMatMul}};
 }
 
 // One sweep of a rule over its candidates, as they were when the sweep began. Counters:
