@@ -418,3 +418,62 @@ TEST_CASE("Einsum: matmul, transpose, trace, diagonal, batch ellipsis, implicit 
   CHECK_THROWS_AS(
       KernelCase("Einsum", 12).attrString("equation", "ij,jk->ik").input(a).input(a).run(), Error);
 }
+
+// The GEMM path of Einsum (two float32 operands, one contracted label, the output's last two
+// labels one from each operand) against sums in double over the operands' own indexing.
+TEST_CASE("Einsum: batched matrix products run as GEMMs agree with double sums",
+          "[kernels][tensor]") {
+  uint32_t state = 7;
+  auto random = [&](std::vector<int64_t> dims) {
+    HostTensor t(DType::Float, std::move(dims));
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      state = state * 1664525u + 1013904223u;
+      t.mutableData<float>()[i] = static_cast<float>(state >> 8) / 16777216.f * 2.f - 1.f;
+    }
+    return t;
+  };
+  // MaxViT's q k^T: [B, G, H, I, D] x [B, G, H, J, D] -> [B, G, H, I, J].
+  {
+    const HostTensor q = random({1, 3, 2, 5, 7}), k = random({1, 3, 2, 6, 7});
+    auto y = KernelCase("Einsum", 12)
+                 .attrString("equation", "B G H I D, B G H J D -> B G H I J")
+                 .input(q).input(k).run();
+    REQUIRE(y[0].dims() == std::vector<int64_t>{1, 3, 2, 5, 6});
+    for (int64_t g = 0; g < 6; ++g)
+      for (int64_t i = 0; i < 5; ++i)
+        for (int64_t j = 0; j < 6; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < 7; ++d)
+            s += double(q.data<float>()[(g * 5 + i) * 7 + d]) * k.data<float>()[(g * 6 + j) * 7 + d];
+          REQUIRE(y[0].data<float>()[(g * 5 + i) * 6 + j] == Approx(s).margin(1e-5));
+        }
+  }
+  // A transposed first operand, a batch label in a different place in each operand.
+  {
+    const HostTensor a = random({4, 3, 2}), b = random({3, 4, 5});  // a[j][b][i], b[b][j][k]
+    auto y = KernelCase("Einsum", 12).attrString("equation", "jbi,bjk->bik").input(a).input(b).run();
+    REQUIRE(y[0].dims() == std::vector<int64_t>{3, 2, 5});
+    for (int64_t bb = 0; bb < 3; ++bb)
+      for (int64_t i = 0; i < 2; ++i)
+        for (int64_t kk = 0; kk < 5; ++kk) {
+          double s = 0;
+          for (int64_t j = 0; j < 4; ++j)
+            s += double(a.data<float>()[(j * 3 + bb) * 2 + i]) * b.data<float>()[(bb * 4 + j) * 5 + kk];
+          REQUIRE(y[0].data<float>()[(bb * 2 + i) * 5 + kk] == Approx(s).margin(1e-5));
+        }
+  }
+  // A batch label that only the first operand has (the second is shared by every batch index).
+  {
+    const HostTensor a = random({3, 4, 6}), b = random({6, 2});
+    auto y = KernelCase("Einsum", 12).attrString("equation", "bij,jk->bik").input(a).input(b).run();
+    REQUIRE(y[0].dims() == std::vector<int64_t>{3, 4, 2});
+    for (int64_t bb = 0; bb < 3; ++bb)
+      for (int64_t i = 0; i < 4; ++i)
+        for (int64_t kk = 0; kk < 2; ++kk) {
+          double s = 0;
+          for (int64_t j = 0; j < 6; ++j)
+            s += double(a.data<float>()[(bb * 4 + i) * 6 + j]) * b.data<float>()[j * 2 + kk];
+          REQUIRE(y[0].data<float>()[(bb * 4 + i) * 2 + kk] == Approx(s).margin(1e-5));
+        }
+  }
+}
