@@ -23,6 +23,14 @@
 //     upper triangular; fill a scalar constant at most -1e9 (masked keys get weight 0); or
 //     GPT-2's Where(keep, scores, fill) with keep a lower triangular constant buffer sliced from
 //     0 to the sequence length on its last two axes;
+//   - a scale on K instead (MaxViT's `k * scale` before the product): a Mul or Div of K^T's
+//     input by a one-element constant read by that Transpose only, when neither the scores nor
+//     q have a scale;
+//   - more batch axes, rank 5 and up ([B, G, H, S, D]: MaxViT's windows as a second batch
+//     axis), all dims static, K^T swapping the last two axes only: the attention runs on
+//     [B*G, H, S, D] views (Reshapes by constant shapes) and a Reshape gives its readers the
+//     rank-5 result; the mask must vary along the last three axes only (a constant one of rank
+//     5 or more is written again as its last four dims), and no windowed mask;
 //   - K^T: a Transpose of rank 4 (K is its input with the last two axes swapped back: no node
 //     when the Transpose swapped only those, else a new Transpose), or of rank 3 when the heads
 //     are folded into the batch, [B*H, S, D] (torch's nn.MultiheadAttention): the attention then
@@ -41,10 +49,12 @@
 //     kernel adds c + M where the model added M, then c, which differs by rounding only);
 //  5. the causal condition is one of the forms above, over a length equal to the query and the
 //     key length (S = T, so the bottom-right alignment of `causal` changes nothing);
-//  6. K^T is a Transpose of a rank-4 value, or of a rank-3 one;
+//  6. K^T is a Transpose of a rank-4 value, or of a rank-3 one, or of a rank-5+ one swapping
+//     its last two axes only;
 //  7. Q, K and V have rank 4, one batch, equal head sizes, and the head counts are derivable:
 //     Hq a static multiple of Hkv, or the two provably equal; or all rank 3 with one count of
-//     folded batches and heads;
+//     folded batches and heads; or all of one rank >= 5 with static dims, the same batch axes,
+//     and a mask as above;
 //  8. float32, float16 or bfloat16 (fusibleFloatTypes; the mask of the scores' dtype), and the
 //     model's opset is at least 13 (the function body needs it).
 #include <fmt/format.h>
@@ -78,6 +88,8 @@ struct Site {
   Node* where = nullptr;
   Node* scale_node = nullptr;
   float scale = 1.f;
+  bool scale_taken = false;     // a scale node, or a scaled q or k, gave `scale`
+  Node* k_scale_node = nullptr;  // K^T's input is Mul(K, c) / Div(K, c) (MaxViT scales k)
   bool causal = false;
   bool where_keeps = false;  // Where(keep, scores, fill) rather than Where(hide, fill, scores)
 };
@@ -259,10 +271,11 @@ struct QScale {
   Value* q;
   float scale;
 };
-std::optional<QScale> scaledQuery(const Site& site) {
-  Node* p = site.q->producer();
+// `x` = Mul(v, c), Mul(c, v) or Div(v, c), read by `reader` only: v and the scale (c or 1/c).
+std::optional<QScale> scaledOperand(Value* x, const Node* reader) {
+  Node* p = x->producer();
   if (!p || !p->domain().empty() || !(p->is("Mul") || p->is("Div")) || p->numInputs() != 2 ||
-      site.q->uniqueConsumer() != site.qk || site.q->isGraphOutput())
+      x->uniqueConsumer() != reader || x->isGraphOutput())
     return std::nullopt;
   const bool constant_first = p->is("Mul") && p->input(0)->isConstant();
   Value* c = p->input(constant_first ? 0 : 1);
@@ -275,6 +288,7 @@ std::optional<QScale> scaledQuery(const Site& site) {
     return std::nullopt;
   return QScale{q, static_cast<float>(p->is("Div") ? 1.0 / *value : *value)};
 }
+std::optional<QScale> scaledQuery(const Site& site) { return scaledOperand(site.q, site.qk); }
 
 std::optional<std::vector<int64_t>> staticDims(const Shape& s) {
   if (!s.hasRank()) return std::nullopt;
@@ -371,6 +385,17 @@ Tensor windowedMaskSum(const Site& site) {
   return tensorFromDoubles(site.window_mask->dtype(), out, values);
 }
 
+// For scores of rank r >= 5 run as [prod(batch axes), H, S, T]: the mask varies along its
+// last three axes only (the ones before are 1), and is a constant when its rank is over 4 (it
+// is then written again as its last four dims).
+bool maskFitsBatchView(const Value& mask, size_t scores_rank) {
+  const Shape& ms = mask.shape();
+  if (!ms.hasRank() || ms.rank() > scores_rank) return false;
+  for (size_t i = 0; i + 3 < ms.rank(); ++i)
+    if (!ms[i].isStatic() || ms[i].value() != 1) return false;
+  return ms.rank() <= 4 || (mask.isConstant() && mask.initializer());
+}
+
 enum Check { kChain = 1, kSoftmax, kScale, kMask, kCausal, kTranspose, kHeads, kAll };
 
 // The site, or nullopt with `why`; checks conditions 1..upto (the header's numbering).
@@ -461,9 +486,11 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
       return std::nullopt;
     }
     site.scale = static_cast<float>(s->is("Div") ? 1.0 / *value : *value);
+    site.scale_taken = true;
   } else if (std::optional<QScale> qs = scaledQuery(site)) {
     site.q = qs->q;
     site.scale = qs->scale;
+    site.scale_taken = true;
   }
   if (upto < kMask) return site;
 
@@ -474,10 +501,12 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
     const DType out_type = add->output(0)->dtype();
     bool same = out.hasRank() && scores_shape.hasRank() && out.rank() == scores_shape.rank();
     for (size_t i = 0; same && i < out.rank(); ++i) same = out[i].provablyEqual(scores_shape[i]);
-    if (!same || !ms.hasRank() || ms.rank() > 4 || site.mask->dtype() != out_type) {
+    const size_t max_rank = std::max<size_t>(4, scores_shape.hasRank() ? scores_shape.rank() : 0);
+    if (!same || !ms.hasRank() || ms.rank() > max_rank || site.mask->dtype() != out_type) {
       why.fail(*add, [&] {
         return fmt::format("{} mask '{}' of shape {} does not provably broadcast to the scores {} "
-                           "(the sum has shape {}; the mask must be {} of rank <= 4)",
+                           "(the sum has shape {}; the mask must be {} of rank <= 4, or of "
+                           "the scores' rank)",
                            add->label(), site.mask->name(), ms.str(), scores_shape.str(), out.str(),
                            dtypeName(out_type));
       });
@@ -543,16 +572,34 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
   const std::vector<int64_t> perm = kt && kt->hasAttr("perm")
                                         ? transposePerm(*kt, nullptr).value_or(std::vector<int64_t>{})
                                         : std::vector<int64_t>{};
-  if (perm.size() != 4 && perm.size() != 3) {
+  // Rank 5 and up: more batch axes before the heads (MaxViT's [B, G, H, N, D], windows as a
+  // second batch axis); K^T must then swap the last two axes only.
+  bool swaps_last_two = perm.size() >= 5;
+  for (size_t i = 0; swaps_last_two && i + 2 < perm.size(); ++i)
+    swaps_last_two = perm[i] == static_cast<int64_t>(i);
+  swaps_last_two = swaps_last_two && perm[perm.size() - 2] == static_cast<int64_t>(perm.size() - 1) &&
+                   perm[perm.size() - 1] == static_cast<int64_t>(perm.size() - 2);
+  if (perm.size() != 4 && perm.size() != 3 && !swaps_last_two) {
     why.fail(*site.qk, [&] {
       return fmt::format("{} second operand '{}' is not a Transpose of a rank-4 (or rank-3) K, "
-                         "so K is not available untransposed",
+                         "or of a rank-5+ K swapping only its last two axes, so K is not "
+                         "available untransposed",
                          site.qk->label(), site.qk->input(1)->name());
     });
     return std::nullopt;
   }
   site.k_transpose = kt;
   site.k_source = kt->input(0);
+  // With no scale on the scores or q, a K scaled by a one-element constant before its
+  // transpose gives the scale (c (q . k) and q . (c k) differ by rounding only).
+  if (!site.scale_taken) {
+    if (std::optional<QScale> ks = scaledOperand(site.k_source, kt)) {
+      site.k_scale_node = site.k_source->producer();
+      site.k_source = ks->q;
+      site.scale = ks->scale;
+      site.scale_taken = true;
+    }
+  }
   site.k_perm = perm;
   std::swap(site.k_perm[perm.size() - 1], site.k_perm[perm.size() - 2]);
   if (isIdentityPermutation(site.k_perm))
@@ -574,6 +621,35 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
   }
   const size_t qrank = qs.hasRank() ? qs.rank() : 0;
   auto ranked = [&](const Shape& s) { return s.hasRank() && s.rank() == qrank; };
+  if (qrank >= 5 && ranked(ks) && ranked(vs)) {
+    // Batch axes 0 .. r-4 become one in [batch, heads, sequence, head size] views (Reshapes by
+    // constant shapes), so every dim must be static.
+    const auto qd = staticDims(qs), kd = staticDims(ks), vd = staticDims(vs);
+    bool ok = qd && kd && vd;
+    for (size_t i = 0; ok && i + 3 < qrank; ++i) ok = (*qd)[i] == (*kd)[i] && (*qd)[i] == (*vd)[i];
+    const size_t h = qrank - 3;
+    ok = ok && (*qd)[qrank - 1] == (*kd)[qrank - 1] && (*kd)[h] == (*vd)[h] &&
+         (*kd)[qrank - 2] == (*vd)[qrank - 2] && (*kd)[h] > 0 && (*qd)[h] % (*kd)[h] == 0;
+    if (!ok) {
+      why.fail(*site.qk, [&] {
+        return fmt::format("Q {}, K {} and V {} of rank {} do not have static dims with the same "
+                           "batch axes, head size and key length, Q's heads a multiple of K's",
+                           qs.str(), ks.str(), vs.str(), qrank);
+      });
+      return std::nullopt;
+    }
+    if (site.window_add || (site.mask && !maskFitsBatchView(*site.mask, qrank))) {
+      why.fail(*site.qk, [&] {
+        return fmt::format("the scores have rank {}: their mask '{}' {} must vary along the last "
+                           "three axes only (and be a constant when of rank {} or more), with no "
+                           "windowed mask",
+                           qrank, site.mask ? site.mask->name() : std::string(),
+                           site.mask ? site.mask->shape().str() : std::string(), 5);
+      });
+      return std::nullopt;
+    }
+    return site;
+  }
   if ((qrank != 4 && qrank != 3) || !ranked(ks) || !ranked(vs)) {
     why.fail(*site.qk, [&] {
       return fmt::format("Q {}, K {} or V {} is not of rank 4 ([batch, heads, sequence, head "
@@ -709,9 +785,39 @@ class FuseAttentionPass : public Pass {
       views.push_back(n);
       return n->output(0);
     };
-    Value* q = folded ? batchOfOne(site.q) : site.q;
-    Value* k4 = folded ? batchOfOne(k) : k;
-    Value* v = folded ? batchOfOne(site.v) : site.v;
+    // Rank 5 and up: the attention runs on [prod(batch axes), H, S, D] views (Reshapes by
+    // constant shapes), and a Reshape gives its readers the [..., H, S, Dv] they read.
+    const bool batch_axes = site.q->shape().rank() >= 5;
+    auto batchView = [&](Value* x) {
+      const std::vector<int64_t> d = *staticDims(x->shape());
+      const size_t r = d.size();
+      int64_t batch = 1;
+      for (size_t i = 0; i + 3 < r; ++i) batch *= d[i];
+      const std::vector<int64_t> target = {batch, d[r - 3], d[r - 2], d[r - 1]};
+      Value* shape = rw.addConstant(x->name() + "_batch_view_shape",
+                                    Tensor::fromValues(DType::Int64, {4}, target));
+      std::vector<Dim> dims;
+      for (int64_t t : target) dims.push_back(Dim::known(t));
+      NewNode r4;
+      r4.op_type = "Reshape";
+      r4.inputs = {x, shape};
+      r4.name = x->name() + "_batch_view";
+      r4.naming = NodeNaming::Unique;
+      Node* n = rw.addNode(std::move(r4), x->name() + "_batch_view",
+                           ValueType{x->dtype(), Shape(dims), {}}, pv);
+      views.push_back(n);
+      return n->output(0);
+    };
+    if (batch_axes && mask->shape().rank() > 4) {  // a constant (analyze): its last four dims
+      const Tensor& t = *mask->initializer();
+      std::vector<int64_t> d = t.dims();
+      d.erase(d.begin(), d.end() - 4);
+      mask = rw.addConstant(mask->name() + "_rank4",
+                            tensorFromDoubles(t.dtype(), d, constantAsDoubles(t)));
+    }
+    Value* q = folded ? batchOfOne(site.q) : batch_axes ? batchView(site.q) : site.q;
+    Value* k4 = folded ? batchOfOne(k) : batch_axes ? batchView(k) : k;
+    Value* v = folded ? batchOfOne(site.v) : batch_axes ? batchView(site.v) : site.v;
     NewNode attention;
     attention.op_type = "Attention";
     attention.domain = "fusectl";
@@ -742,6 +848,26 @@ class FuseAttentionPass : public Pass {
       rw.noteHelperNode(*back);
       rw.context().count("heads_folded_into_batch");
     }
+    if (batch_axes) {
+      Value* y = fused->output(0);
+      const std::vector<int64_t> d = *staticDims(replaced_type.shape);
+      int64_t batch = 1;
+      for (size_t i = 0; i + 3 < d.size(); ++i) batch *= d[i];
+      y->type.shape = Shape({Dim::known(batch), replaced_type.shape[d.size() - 3],
+                             replaced_type.shape[d.size() - 2], replaced_type.shape[d.size() - 1]});
+      Value* shape = rw.addConstant(y->name() + "_batch_axes_shape",
+                                    Tensor::fromValues(DType::Int64, {static_cast<int64_t>(d.size())}, d));
+      NewNode back;
+      back.op_type = "Reshape";
+      back.inputs = {y, shape};
+      back.name = fused->name() + "_batch_axes";
+      back.naming = NodeNaming::Unique;
+      Node* n = rw.insertAfterValue(y, std::move(back), y->name() + "_batch_axes", replaced_type);
+      for (Node* view : views) rw.noteHelperNode(*view);
+      rw.noteHelperNode(*n);
+      rw.context().count("batch_axes_viewed");
+    }
+    if (site.k_scale_node) rw.context().count("scaled_k");
     rw.context().count(site.causal ? "fused_causal_attention" : "fused_attention");
   }
 };
