@@ -2,7 +2,8 @@
 # shapes) for bench/run_torchvision_sweep.sh: classification, segmentation and video models.
 #   /usr/bin/python3 bench/export_torchvision_sweep.py OUT_DIR [NAME...]
 # Writes OUT_DIR/NAME.onnx and OUT_DIR/NAME.input.npy (seeded); existing files are kept.
-# DYNAMIC_BATCH=1 exports the batch axis as a symbolic dim ('batch').
+# DYNAMIC_BATCH=1 exports the batch axis as a symbolic dim ('batch'); OPSET=N another opset
+# than 13 (torch 1.13 writes up to 17).
 import sys, os, numpy as np, torch, torchvision.models as tvm, torchvision.models.segmentation as seg, torchvision.models.video as vid
 out = sys.argv[1]; os.makedirs(out, exist_ok=True); only = set(sys.argv[2:])
 torch.manual_seed(0)
@@ -43,7 +44,7 @@ for name, ctor, shape in M:
                 mod.running_mean.uniform_(-0.1, 0.1); mod.running_var.uniform_(0.5, 1.5)
         x = torch.randn(*shape)
         dynamic = {"input": {0: "batch"}, "output": {0: "batch"}} if os.environ.get("DYNAMIC_BATCH") else None
-        torch.onnx.export(Wrap(m), x, p, opset_version=13, input_names=["input"], output_names=["output"],
+        torch.onnx.export(Wrap(m), x, p, opset_version=int(os.environ.get("OPSET", "13")), input_names=["input"], output_names=["output"],
                           do_constant_folding=False, dynamic_axes=dynamic)
         np.save(os.path.join(out, name + ".input.npy"), x.numpy())
         print("ok", name, flush=True)
