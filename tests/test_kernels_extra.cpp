@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -310,6 +311,10 @@ g (float[1,6,4] b, float[1,1,6] s, int64[1] m, float[1] iou, float[1] st) => (in
   CHECK(valuesOf<int64_t>(run(2, 0.0f)) == std::vector<int64_t>{0, 0, 3, 0, 0, 0});
   CHECK(valuesOf<int64_t>(run(3, 0.4f)) == std::vector<int64_t>{0, 0, 3, 0, 0, 0});
   CHECK(run(0, 0.0f).dims() == std::vector<int64_t>{0, 3});
+  // torchvision's batched NMS passes sys.maxsize: every box that survives is kept (read as a
+  // double, 2^63 - 1 became 2^63 and overflowed to a negative count that kept none).
+  CHECK(valuesOf<int64_t>(run(std::numeric_limits<int64_t>::max(), 0.0f)) ==
+        std::vector<int64_t>{0, 0, 3, 0, 0, 0, 0, 0, 5});
 }
 
 // ---- signal ----
