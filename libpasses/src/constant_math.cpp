@@ -267,6 +267,14 @@ std::optional<std::vector<int64_t>> intsConstant(const Value* v) {
   return out;
 }
 
+std::optional<std::vector<int64_t>> padAmounts(const Node& pad, int64_t opset) {
+  if (opset > 0 && opset < 11) {
+    if (!pad.hasAttr("pads")) return std::nullopt;
+    return pad.attrInts("pads");
+  }
+  return pad.numInputs() > 1 ? intsConstant(pad.input(1)) : std::nullopt;
+}
+
 std::optional<SliceRange> sliceRange(const Node& slice, size_t rank) {
   std::vector<int64_t> starts, ends, axes, steps;
   if (slice.numInputs() == 1) {  // opset < 10: attributes

@@ -86,6 +86,11 @@ std::optional<double> scalarConstant(const Value* v);
 // Every element of an integer constant (int32/int64), or nullopt: Slice's starts/ends/axes.
 std::optional<std::vector<int64_t>> intsConstant(const Value* v);
 
+// A Pad's pads, [begin of each axis..., end of each axis...]: its `pads` attribute before opset
+// 11 (nullopt for opset 1's `paddings`), its constant int input from 11 on (nullopt when
+// computed). An opset-18 `axes` input is not applied: the pads are as written.
+std::optional<std::vector<int64_t>> padAmounts(const Node& pad, int64_t opset);
+
 // A Slice of one axis: its start and end as written (negative ones not yet resolved), the axis,
 // normalised for an input of rank `rank`, and the step.
 struct SliceRange {

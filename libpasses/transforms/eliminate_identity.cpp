@@ -23,6 +23,7 @@
 //     and must not itself be a graph output (y's readers then read x, which takes y's name).
 #include <fmt/format.h>
 
+#include "constant_math.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
 
@@ -105,22 +106,15 @@ Constraint castToSameType() {
 Constraint padOfZeros(int64_t opset) {
   return {"pads-zero", [opset](const Match& m, Why& why) {
             Node* n = m.get("pad");
-            std::vector<int64_t> pads;
-            const Value* p = n->numInputs() > 1 ? n->input(1) : nullptr;
-            if (opset > 0 && opset < 11) {
-              if (!n->hasAttr("pads")) {  // opset 1 spells it `paddings`
-                return why.fail(*n, [&] { return fmt::format("{} has no pads attribute", n->label()); });
-              }
-              pads = n->attrInts("pads");
-            } else if (const Tensor* t = p && p->isConstant() ? p->initializer() : nullptr) {
-              for (int64_t i = 0; i < t->numel(); ++i) pads.push_back(t->valueAsInt64(i));
-            } else {
+            const std::optional<std::vector<int64_t>> pads = padAmounts(*n, opset);
+            if (!pads) {
               return why.fail(*n, [&] {
-                return fmt::format("{} pads '{}' are not a constant", n->label(),
-                                   p ? p->name() : std::string());
+                return fmt::format("{} pads are not a constant (or, before opset 11, no pads "
+                                   "attribute)",
+                                   n->label());
               });
             }
-            for (int64_t v : pads) {
+            for (int64_t v : *pads) {
               if (v == 0) continue;
               return why.fail(*n, [&] {
                 return fmt::format("{} pads by {} (not all pads are 0)", n->label(), v);

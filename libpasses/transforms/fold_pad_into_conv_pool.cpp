@@ -26,25 +26,17 @@
 #include <optional>
 #include <vector>
 
+#include "constant_math.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
 
 namespace fusectl::passes {
 namespace {
 
-// The Pad's pads when they are constants with no axes input; nullopt otherwise.
+// The Pad's pads when they are constants and it has no axes input; nullopt otherwise.
 std::optional<std::vector<int64_t>> constantPads(const Node& pad, int64_t opset) {
-  if (opset > 0 && opset < 11) {
-    if (!pad.hasAttr("pads")) return std::nullopt;  // opset 1 spells it `paddings`
-    return pad.attrInts("pads");
-  }
   if (pad.numInputs() > 3 && pad.input(3)) return std::nullopt;  // axes (opset 18)
-  const Value* p = pad.numInputs() > 1 ? pad.input(1) : nullptr;
-  const Tensor* t = p && p->isConstant() ? p->initializer() : nullptr;
-  if (!t) return std::nullopt;
-  std::vector<int64_t> pads;
-  for (int64_t i = 0; i < t->numel(); ++i) pads.push_back(t->valueAsInt64(i));
-  return pads;
+  return padAmounts(pad, opset);
 }
 
 bool zeroValue(const Node& pad, int64_t opset) {

@@ -768,6 +768,18 @@ class FuseAttentionPass : public Pass {
     const bool folded = site.q->shape().rank() == 3;
     Value* axis0 = nullptr;
     std::vector<Node*> views;
+    // A view of x before the attention: `op`(x, arg), named after x and `suffix`.
+    auto view = [&](const char* op, Value* x, Value* arg, const char* suffix, std::vector<Dim> d) {
+      NewNode n;
+      n.op_type = op;
+      n.inputs = {x, arg};
+      n.name = x->name() + suffix;
+      n.naming = NodeNaming::Unique;
+      Node* node = rw.addNode(std::move(n), x->name() + suffix,
+                              ValueType{x->dtype(), Shape(std::move(d)), {}}, pv);
+      views.push_back(node);
+      return node->output(0);
+    };
     auto batchOfOne = [&](Value* x) {
       if (!axis0) {
         axis0 = rw.addConstant("attention_batch_axis",
@@ -775,15 +787,7 @@ class FuseAttentionPass : public Pass {
       }
       std::vector<Dim> d = {Dim::known(1)};
       for (const Dim& dim : x->shape().dims()) d.push_back(dim);
-      NewNode u;
-      u.op_type = "Unsqueeze";
-      u.inputs = {x, axis0};
-      u.name = x->name() + "_batch";
-      u.naming = NodeNaming::Unique;
-      Node* n = rw.addNode(std::move(u), x->name() + "_batch",
-                           ValueType{x->dtype(), Shape(d), {}}, pv);
-      views.push_back(n);
-      return n->output(0);
+      return view("Unsqueeze", x, axis0, "_batch", std::move(d));
     };
     // Rank 5 and up: the attention runs on [prod(batch axes), H, S, D] views (Reshapes by
     // constant shapes), and a Reshape gives its readers the [..., H, S, Dv] they read.
@@ -798,15 +802,7 @@ class FuseAttentionPass : public Pass {
                                     Tensor::fromValues(DType::Int64, {4}, target));
       std::vector<Dim> dims;
       for (int64_t t : target) dims.push_back(Dim::known(t));
-      NewNode r4;
-      r4.op_type = "Reshape";
-      r4.inputs = {x, shape};
-      r4.name = x->name() + "_batch_view";
-      r4.naming = NodeNaming::Unique;
-      Node* n = rw.addNode(std::move(r4), x->name() + "_batch_view",
-                           ValueType{x->dtype(), Shape(dims), {}}, pv);
-      views.push_back(n);
-      return n->output(0);
+      return view("Reshape", x, shape, "_batch_view", std::move(dims));
     };
     if (batch_axes && mask->shape().rank() > 4) {  // a constant (analyze): its last four dims
       const Tensor& t = *mask->initializer();
@@ -833,39 +829,38 @@ class FuseAttentionPass : public Pass {
       rw.noteHelperNode(*untransposed);
       rw.context().count("untransposed_k");
     }
-    if (folded) {
+    // The node after the attention that gives its readers the shape they read: `op`(y, arg),
+    // the attention's own output y then being `fused_shape`.
+    auto restore = [&](const char* op, Value* arg, const char* suffix, Shape fused_shape,
+                       const char* counter) {
       Value* y = fused->output(0);
+      y->type.shape = std::move(fused_shape);
+      NewNode n;
+      n.op_type = op;
+      n.inputs = {y, arg};
+      n.name = fused->name() + suffix;
+      n.naming = NodeNaming::Unique;
+      Node* back = rw.insertAfterValue(y, std::move(n), y->name() + suffix, replaced_type);
+      for (Node* v : views) rw.noteHelperNode(*v);
+      rw.noteHelperNode(*back);
+      rw.context().count(counter);
+    };
+    if (folded) {
       std::vector<Dim> d = {Dim::known(1)};
       for (const Dim& dim : replaced_type.shape.dims()) d.push_back(dim);
-      y->type.shape = Shape(d);
-      NewNode squeeze;
-      squeeze.op_type = "Squeeze";
-      squeeze.inputs = {y, axis0};
-      squeeze.name = fused->name() + "_heads";
-      squeeze.naming = NodeNaming::Unique;
-      Node* back = rw.insertAfterValue(y, std::move(squeeze), y->name() + "_heads", replaced_type);
-      for (Node* n : views) rw.noteHelperNode(*n);
-      rw.noteHelperNode(*back);
-      rw.context().count("heads_folded_into_batch");
+      restore("Squeeze", axis0, "_heads", Shape(d), "heads_folded_into_batch");
     }
     if (batch_axes) {
-      Value* y = fused->output(0);
       const std::vector<int64_t> d = *staticDims(replaced_type.shape);
+      const size_t r = d.size();
       int64_t batch = 1;
-      for (size_t i = 0; i + 3 < d.size(); ++i) batch *= d[i];
-      y->type.shape = Shape({Dim::known(batch), replaced_type.shape[d.size() - 3],
-                             replaced_type.shape[d.size() - 2], replaced_type.shape[d.size() - 1]});
-      Value* shape = rw.addConstant(y->name() + "_batch_axes_shape",
-                                    Tensor::fromValues(DType::Int64, {static_cast<int64_t>(d.size())}, d));
-      NewNode back;
-      back.op_type = "Reshape";
-      back.inputs = {y, shape};
-      back.name = fused->name() + "_batch_axes";
-      back.naming = NodeNaming::Unique;
-      Node* n = rw.insertAfterValue(y, std::move(back), y->name() + "_batch_axes", replaced_type);
-      for (Node* view : views) rw.noteHelperNode(*view);
-      rw.noteHelperNode(*n);
-      rw.context().count("batch_axes_viewed");
+      for (size_t i = 0; i + 3 < r; ++i) batch *= d[i];
+      Value* shape = rw.addConstant(fused->output(0)->name() + "_batch_axes_shape",
+                                    Tensor::fromValues(DType::Int64, {static_cast<int64_t>(r)}, d));
+      restore("Reshape", shape, "_batch_axes",
+              Shape({Dim::known(batch), replaced_type.shape[r - 3], replaced_type.shape[r - 2],
+                     replaced_type.shape[r - 1]}),
+              "batch_axes_viewed");
     }
     if (site.k_scale_node) rw.context().count("scaled_k");
     rw.context().count(site.causal ? "fused_causal_attention" : "fused_attention");
