@@ -151,36 +151,67 @@ void im2col(const T* x, int64_t channels, const Window& w, int64_t p0, int64_t p
     }
     return;
   }
-  // N-D: an odometer over the output pixels for each (channel, tap) row.
-  std::vector<int64_t> tap(r), opos(r);
+  // N-D: the last two axes as in 2-D, one output row (ow) at a time; the axes before them pick
+  // the input plane of that row, or none (zeros) when the tap falls outside. Rows are copied
+  // (memcpy, or a strided gather) where the old loop decoded and bounds-checked every element
+  // (a 3x3x3 convolution on [64, 8, 28, 28] spent 85% of its time there: r3d_18 was 3.4x
+  // ONNX Runtime's time).
+  const size_t lead = r - 2;
+  const int64_t H = w.in[r - 2], W = w.in[r - 1], OH = w.out[r - 2], OW = w.out[r - 1];
+  const int64_t SH = w.strides[r - 2], SW = w.strides[r - 1];
+  const int64_t DH = w.dilations[r - 2], DW = w.dilations[r - 1];
+  const int64_t PH = w.pad_begin[r - 2], PW = w.pad_begin[r - 1];
+  const int64_t row_first = p0 / OW, row_last = (p1 - 1) / OW;
+  std::vector<int64_t> tap(r);
   for (int64_t c = 0; c < channels; ++c) {
     const T* plane = x + c * in_pixels;
     for (int64_t t = 0; t < taps; ++t) {
       for (int64_t rem = t, i = static_cast<int64_t>(r) - 1; i >= 0; --i) {
-        tap[i] = rem % w.kernel[i];
-        rem /= w.kernel[i];
+        tap[static_cast<size_t>(i)] = rem % w.kernel[static_cast<size_t>(i)];
+        rem /= w.kernel[static_cast<size_t>(i)];
       }
-      T* out = col + (c * taps + t) * cols;
-      for (int64_t rem = p0, i = static_cast<int64_t>(r) - 1; i >= 0; --i) {
-        opos[i] = rem % w.out[i];
-        rem /= w.out[i];
-      }
-      for (int64_t p = 0; p < cols; ++p) {
-        int64_t idx = 0;
+      const int64_t kh = tap[r - 2], kw = tap[r - 1];
+      T* out = col + (c * taps + t) * cols - p0;  // indexed by pixel
+      const int64_t off = kw * DW - PW;
+      int64_t ow_lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
+      int64_t ow_hi = W - off > 0 ? (W - off + SW - 1) / SW : 0;
+      ow_lo = std::min(ow_lo, OW);
+      ow_hi = std::max(std::min(ow_hi, OW), ow_lo);
+      for (int64_t row = row_first; row <= row_last; ++row) {
+        const int64_t a = row == row_first ? p0 - row * OW : 0;
+        const int64_t b = row == row_last ? p1 - row * OW : OW;
+        T* o = out + row * OW;
+        // The input plane: each leading axis's output position, strided and shifted by the tap.
+        int64_t outer = row / OH, in_plane = 0, stride = 1;
         bool inside = true;
-        for (size_t i = 0; i < r; ++i) {
-          const int64_t pos = opos[i] * w.strides[i] - w.pad_begin[i] + tap[i] * w.dilations[i];
+        for (size_t i = lead; i-- > 0;) {
+          const int64_t opos = outer % w.out[i];
+          outer /= w.out[i];
+          const int64_t pos = opos * w.strides[i] - w.pad_begin[i] + tap[i] * w.dilations[i];
           if (pos < 0 || pos >= w.in[i]) {
             inside = false;
             break;
           }
-          idx = idx * w.in[i] + pos;
+          in_plane += pos * stride;
+          stride *= w.in[i];
         }
-        out[p] = inside ? plane[idx] : T(0);
-        for (int64_t i = static_cast<int64_t>(r) - 1; i >= 0; --i) {
-          if (++opos[i] < w.out[i]) break;
-          opos[i] = 0;
+        const int64_t ih = (row % OH) * SH - PH + kh * DH;
+        if (!inside || ih < 0 || ih >= H) {
+          std::fill(o + a, o + b, T(0));
+          continue;
         }
+        const T* in_row = plane + (in_plane * H + ih) * W + off;
+        const int64_t lo = std::min(std::max(ow_lo, a), b);
+        const int64_t hi = std::max(std::min(ow_hi, b), lo);
+        std::fill(o + a, o + lo, T(0));
+        if (SW == 1) {
+          std::memcpy(o + lo, in_row + lo, (hi - lo) * sizeof(T));
+        } else if constexpr (std::is_same_v<T, float>) {
+          vec::gatherStrided(in_row + lo * SW, SW, o + lo, hi - lo);
+        } else {
+          for (int64_t ow = lo; ow < hi; ++ow) o[ow] = in_row[ow * SW];
+        }
+        std::fill(o + hi, o + b, T(0));
       }
     }
   }
