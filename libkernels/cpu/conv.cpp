@@ -31,6 +31,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "compute_common.h"
@@ -99,6 +100,33 @@ bool isPointwise(const Window& w) {
 
 // Lays out the receptive fields of one group's channels for output pixels [p0, p1) as a
 // [Cg*k, p1-p0] matrix (zero outside the input). `x` points at the group's first channel.
+// The output columns [lo, hi) of a row whose input column ow * SW + off lies in [0, W).
+std::pair<int64_t, int64_t> insideColumns(int64_t off, int64_t W, int64_t OW, int64_t SW) {
+  int64_t lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
+  int64_t hi = W - off > 0 ? (W - off + SW - 1) / SW : 0;
+  lo = std::min(lo, OW);
+  return {lo, std::max(std::min(hi, OW), lo)};
+}
+
+// Output columns [a, b) of one im2col row from `in_row` (the input row, already offset by the
+// tap's column): a copy (a strided gather for SW > 1) inside [inside.first, inside.second),
+// zeros outside.
+template <typename T>
+void im2colRow(T* o, const T* in_row, int64_t a, int64_t b, std::pair<int64_t, int64_t> inside,
+               int64_t SW) {
+  const int64_t lo = std::min(std::max(inside.first, a), b);
+  const int64_t hi = std::max(std::min(inside.second, b), lo);
+  std::fill(o + a, o + lo, T(0));
+  if (SW == 1) {
+    std::memcpy(o + lo, in_row + lo, (hi - lo) * sizeof(T));
+  } else if constexpr (std::is_same_v<T, float>) {
+    vec::gatherStrided(in_row + lo * SW, SW, o + lo, hi - lo);
+  } else {
+    for (int64_t ow = lo; ow < hi; ++ow) o[ow] = in_row[ow * SW];
+  }
+  std::fill(o + hi, o + b, T(0));
+}
+
 template <typename T>
 void im2col(const T* x, int64_t channels, const Window& w, int64_t p0, int64_t p1, T* col) {
   const size_t r = w.rank();
@@ -118,12 +146,8 @@ void im2col(const T* x, int64_t channels, const Window& w, int64_t p0, int64_t p
       for (int64_t kh = 0; kh < KH; ++kh) {
         for (int64_t kw = 0; kw < KW; ++kw) {
           T* out = col + ((c * KH + kh) * KW + kw) * cols - p0;  // indexed by pixel
-          // Output columns whose input column is inside [0, W).
           const int64_t off = kw * DW - PW;
-          int64_t ow_lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
-          int64_t ow_hi = W - off > 0 ? (W - off + SW - 1) / SW : 0;
-          ow_lo = std::min(ow_lo, OW);
-          ow_hi = std::max(std::min(ow_hi, OW), ow_lo);
+          const std::pair<int64_t, int64_t> inside = insideColumns(off, W, OW, SW);
           for (int64_t oh = oh_first; oh <= oh_last; ++oh) {
             const int64_t a = oh == oh_first ? p0 - oh * OW : 0;
             const int64_t b = oh == oh_last ? p1 - oh * OW : OW;
@@ -133,18 +157,7 @@ void im2col(const T* x, int64_t channels, const Window& w, int64_t p0, int64_t p
               std::fill(o + a, o + b, T(0));
               continue;
             }
-            const T* row = plane + ih * W + off;
-            const int64_t lo = std::min(std::max(ow_lo, a), b);
-            const int64_t hi = std::max(std::min(ow_hi, b), lo);
-            std::fill(o + a, o + lo, T(0));
-            if (SW == 1) {
-              std::memcpy(o + lo, row + lo, (hi - lo) * sizeof(T));
-            } else if constexpr (std::is_same_v<T, float>) {
-              vec::gatherStrided(row + lo * SW, SW, o + lo, hi - lo);
-            } else {
-              for (int64_t ow = lo; ow < hi; ++ow) o[ow] = row[ow * SW];
-            }
-            std::fill(o + hi, o + b, T(0));
+            im2colRow(o, plane + ih * W + off, a, b, inside, SW);
           }
         }
       }
@@ -173,10 +186,7 @@ void im2col(const T* x, int64_t channels, const Window& w, int64_t p0, int64_t p
       const int64_t kh = tap[r - 2], kw = tap[r - 1];
       T* out = col + (c * taps + t) * cols - p0;  // indexed by pixel
       const int64_t off = kw * DW - PW;
-      int64_t ow_lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
-      int64_t ow_hi = W - off > 0 ? (W - off + SW - 1) / SW : 0;
-      ow_lo = std::min(ow_lo, OW);
-      ow_hi = std::max(std::min(ow_hi, OW), ow_lo);
+      const std::pair<int64_t, int64_t> inside_columns = insideColumns(off, W, OW, SW);
       for (int64_t row = row_first; row <= row_last; ++row) {
         const int64_t a = row == row_first ? p0 - row * OW : 0;
         const int64_t b = row == row_last ? p1 - row * OW : OW;
@@ -200,18 +210,7 @@ void im2col(const T* x, int64_t channels, const Window& w, int64_t p0, int64_t p
           std::fill(o + a, o + b, T(0));
           continue;
         }
-        const T* in_row = plane + (in_plane * H + ih) * W + off;
-        const int64_t lo = std::min(std::max(ow_lo, a), b);
-        const int64_t hi = std::max(std::min(ow_hi, b), lo);
-        std::fill(o + a, o + lo, T(0));
-        if (SW == 1) {
-          std::memcpy(o + lo, in_row + lo, (hi - lo) * sizeof(T));
-        } else if constexpr (std::is_same_v<T, float>) {
-          vec::gatherStrided(in_row + lo * SW, SW, o + lo, hi - lo);
-        } else {
-          for (int64_t ow = lo; ow < hi; ++ow) o[ow] = in_row[ow * SW];
-        }
-        std::fill(o + hi, o + b, T(0));
+        im2colRow(o, plane + (in_plane * H + ih) * W + off, a, b, inside_columns, SW);
       }
     }
   }

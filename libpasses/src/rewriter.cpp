@@ -459,7 +459,12 @@ size_t applyPatterns(const Graph& graph, PassContext& ctx,
   if (&graph != &ctx.graph()) {
     throwInternal("applyPatterns: the graph is not the one the pass context edits");
   }
-  const std::vector<Node*> anchors = patternAnchors(graph, *forms.at(0));
+  std::vector<Node*> anchors = patternAnchors(graph, *forms.at(0));
+  if (driver.candidate) {
+    anchors.erase(std::remove_if(anchors.begin(), anchors.end(),
+                                 [&](const Node* a) { return !driver.candidate(*a); }),
+                  anchors.end());
+  }
   FormMatcher matcher(graph, ctx, forms, driver);
   ctx.count("candidates", static_cast<int64_t>(anchors.size()));
   Rewriter rw(ctx);

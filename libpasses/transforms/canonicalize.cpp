@@ -570,35 +570,19 @@ std::vector<Rule> rules(int64_t opset) {
           {einsumMatMulPattern(), twoOperands, rewriteEinsumMatMul}};
 }
 
-// One sweep of a rule over its candidates, as they were when the sweep began. Counters:
-// "candidates", "rewrites".
+// One sweep of a rule over its candidates, as they were when the sweep began (only candidates
+// that do not qualify are reported). Counters: "candidates", "matches", "rewrites".
 size_t applyRule(const Graph& graph, PassContext& ctx, const Rule& rule) {
-  Rewriter rw(ctx);
-  AnchorMatcher matcher(rule.pattern);
-  MatchOptions options;
-  options.explain = ctx.explain();
-  options.report_structural = false;
-  size_t rewrites = 0;
-  for (Node* anchor : patternAnchors(graph, rule.pattern)) {
-    if (rw.erased(anchor) || !rule.candidate(*anchor)) continue;
-    ctx.count("candidates");
-    Match m;
-    NearMiss miss;
-    bool missed = false;
-    if (!matcher.match(graph, anchor, options, m, options.explain ? &miss : nullptr, &missed)) {
-      if (missed && options.explain) rw.reject(miss);
-      continue;
-    }
-    if (ctx.refused(*anchor)) {  // --gate undid this rewrite in an earlier run
-      ctx.count("refused_by_gate");
-      continue;
-    }
-    if (!ctx.allowRewrite()) break;
-    rule.rewrite(rw, m);
-    ctx.count("rewrites");
-    ++rewrites;
-  }
-  return rewrites;
+  DriverOptions driver;
+  driver.report_structural = false;
+  driver.candidate = rule.candidate;
+  return applyPattern(
+      graph, ctx, rule.pattern,
+      [&](Rewriter& rw, const Match& m) {
+        rule.rewrite(rw, m);
+        return true;
+      },
+      driver);
 }
 
 class CanonicalizePass : public Pass {

@@ -147,48 +147,34 @@ class DropDeadConvTapsPass : public Pass {
   std::vector<Pattern> patterns() const override { return {build()}; }
 
   bool run(const Graph& graph, PassContext& ctx) override {
-    const Pattern p = build();
-    Rewriter rw(ctx);
-    AnchorMatcher matcher(p);
-    MatchOptions options;
-    options.explain = ctx.explain();
-    options.report_structural = false;
-    size_t rewrites = 0;
     // Only convolutions with a tap that reads nothing but padding are candidates: the others
     // are no near miss.
-    for (Node* conv : patternAnchors(graph, p)) {
-      if (rw.erased(conv) || !hasDeadTaps(*conv)) continue;
-      ctx.count("candidates");
-      Match m;
-      NearMiss miss;
-      bool missed = false;
-      if (!matcher.match(graph, conv, options, m, options.explain ? &miss : nullptr, &missed)) {
-        if (missed && options.explain) rw.reject(miss);
-        continue;
-      }
-      if (!ctx.allowRewrite()) break;
-      Why checked(false);  // the constraint held
-      const Shrink s = *shrink(*conv, checked);
-      const Value* w = conv->input(1);
-      Value* sliced =
-          rw.addConstant(w->name() + "_live_taps", slicedWeights(*w->initializer(), s));
-      NewNode n;
-      n.op_type = "Conv";
-      n.inputs = {conv->input(0), sliced};
-      if (conv->numInputs() > 2 && conv->input(2)) n.inputs.push_back(conv->input(2));
-      for (const Attribute& a : conv->attributes()) {
-        if (a.name != "kernel_shape" && a.name != "pads" && a.name != "dilations")
-          n.attributes.push_back(a);
-      }
-      n.attributes.push_back(Attribute::ofInts("kernel_shape", s.kernel));
-      n.attributes.push_back(Attribute::ofInts("pads", s.pads));
-      n.attributes.push_back(Attribute::ofInts("dilations", s.dilations));
-      n.doc_string = conv->doc_string;
-      rw.replaceNode(conv, std::move(n));
-      ctx.count("shrunk");
-      ++rewrites;
-    }
-    return rewrites > 0;
+    DriverOptions driver;
+    driver.report_structural = false;
+    driver.candidate = hasDeadTaps;
+    return applyPattern(graph, ctx, build(), [&](Rewriter& rw, const Match& m) {
+             Node* conv = m.get("conv");
+             Why checked(false);  // the constraint held
+             const Shrink s = *shrink(*conv, checked);
+             const Value* w = conv->input(1);
+             Value* sliced =
+                 rw.addConstant(w->name() + "_live_taps", slicedWeights(*w->initializer(), s));
+             NewNode n;
+             n.op_type = "Conv";
+             n.inputs = {conv->input(0), sliced};
+             if (conv->numInputs() > 2 && conv->input(2)) n.inputs.push_back(conv->input(2));
+             for (const Attribute& a : conv->attributes()) {
+               if (a.name != "kernel_shape" && a.name != "pads" && a.name != "dilations")
+                 n.attributes.push_back(a);
+             }
+             n.attributes.push_back(Attribute::ofInts("kernel_shape", s.kernel));
+             n.attributes.push_back(Attribute::ofInts("pads", s.pads));
+             n.attributes.push_back(Attribute::ofInts("dilations", s.dilations));
+             n.doc_string = conv->doc_string;
+             rw.replaceNode(conv, std::move(n));
+             ctx.count("shrunk");
+             return true;
+           }, driver) > 0;
   }
 
  private:

@@ -245,6 +245,10 @@ struct DriverOptions {
   // nodes all survived the earlier rewrites is matched again at its root and rewritten; the
   // others count as "skipped_overlap".
   bool match_all_first = false;
+  // When set, only the anchors it accepts are matched, counted as candidates and reported
+  // when they miss: a cheap test for passes whose anchors are mostly no instance at all
+  // (canonicalize's spellings, a Conv with a tap that reads only padding).
+  std::function<bool(const Node&)> candidate;
 };
 
 // Driver for a pattern pass: takes the pattern's anchors (patternAnchors: the root-type nodes
