@@ -223,6 +223,27 @@ TEST_CASE("mutation findings: attention scores of a long sequence are refused, n
   }
 }
 
+TEST_CASE("resource limits: a window function of an absurd size is refused, not out of memory",
+          "[cli][limits]") {
+  // HannWindow's size is data: 4e12 samples (16 TB) used to end in "fusectl: error: out of
+  // memory" (exit 70) from the kernel's scratch, allocated before its output, whose allocation
+  // is the one held to --max-tensor-bytes; 2^63 - 1 read through a double became -2^63.
+  fusectl::testing::TempDir dir("limits-window");
+  for (const char* size : {"4000000000000", "9223372036854775807"}) {
+    INFO(size);
+    const std::string model = dir / "window.onnxtxt";
+    std::ofstream(model) << "<ir_version: 8, opset_import: [\"\" : 17]>\n"
+                         << "g () => (float[N] Y)\n<int64 n = {" << size << "}>\n"
+                         << "{\n  Y = HannWindow (n)\n}\n";
+    const CliResult r = runFusectl("run " + shellQuote(model));
+    CHECK(r.code == 3);
+    CHECK(r.err.rfind("fusectl: error: " + model + ": node 'HannWindow(Y)' (HannWindow): output "
+                      "'Y': float dims [" + std::string(size) + "] take ", 0) == 0);
+    CHECK(r.err.find("(--max-tensor-bytes)\n") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+}
+
 TEST_CASE("mutation findings: optimize survives a Transpose whose perm is not a permutation",
           "[cli][mutation]") {
   // vit_encoder_op13 with K's Transpose perm mutated (run 6145): fuse-attention indexed K's

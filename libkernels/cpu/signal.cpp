@@ -163,13 +163,15 @@ void cosineWindow(KernelContext& ctx, double a0, double a1, double a2) {
   if (size < 0) ctx.fail(fmt::format("size {} must not be negative", size));
   const bool periodic = ctx.attrInt("periodic", 1) != 0;
   const double denom = static_cast<double>(periodic ? size : size - 1);
+  // The output first: its allocation is held to --max-tensor-bytes, so an absurd size is
+  // refused by name before the scratch below is asked for.
+  HostTensor& out = allocateTyped(ctx, {size});
   std::vector<float> w(static_cast<size_t>(size));
   for (int64_t k = 0; k < size; ++k) {
     const double phase = denom > 0 ? 2 * kPi * static_cast<double>(k) / denom : 0.0;
     w[static_cast<size_t>(k)] =
         static_cast<float>(a0 - a1 * std::cos(phase) + a2 * std::cos(2 * phase));
   }
-  HostTensor& out = allocateTyped(ctx, {size});
   fromFloat(w.data(), out.dtype(), out.mutableRaw(), size);
 }
 
