@@ -496,9 +496,13 @@ Pipeline Pipeline::forLevel(int level, const std::vector<std::string>& disabled)
   // bias) and leave dead values behind: merge the first, one last sweep for the second, so that
   // optimizing the result again changes nothing. reshape-unit-transposes, after the fixpoint,
   // leaves a Reshape before another where a unit Transpose fed one (Swin-T's and MaxViT's
-  // window partitions): eliminate-noop-reshape merges the pair first.
+  // window partitions): eliminate-noop-reshape merges the pair first. Fusions that read one
+  // value the same way make the same helper nodes (fuse-attention's K Transpose and batch
+  // views, for two cross-attentions over one memory with the same weights):
+  // eliminate-common-subexpressions merges them, after the constants they read are one.
   if (fusions) {
-    for (const char* name : {"eliminate-noop-reshape", "dedup-initializers", "eliminate-dead-code"}) {
+    for (const char* name : {"eliminate-noop-reshape", "dedup-initializers",
+                             "eliminate-common-subexpressions", "eliminate-dead-code"}) {
       const PassInfo* info = findPass(name);
       if (!info || !enabled(*info)) continue;
       PipelineElement e;
