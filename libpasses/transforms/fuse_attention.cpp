@@ -9,9 +9,9 @@
 //     =>   y = fusectl.Attention<scale, causal>(q, K, v, M)
 //
 // The pattern anchors on Softmax -> MatMul and walks up the score chain. Forms taken:
-//   - scale: Mul by a scalar constant c (scale = c), Div by one (scale = 1/c), or none: then a
-//     Mul or Div of q by a one-element constant read by the product only is taken in (torch's
-//     nn.MultiheadAttention), else the scale is 1 (the model folded it into q's weights);
+//   - scale: Mul by a scalar constant c (scale = c), Div by one (scale = 1/c), and/or a Mul or
+//     Div of q by a one-element constant read by the product only (torch's
+//     nn.MultiheadAttention); with none the scale is 1 (the model folded it into q's weights);
 //   - a windowed mask: Reshape(Add(Reshape(scores, [G, W, ...]), c), scores' shape) with c a
 //     constant, the scores' batch axis split into G groups of W windows and merged back
 //     (torchvision's Swin-T shifted windows, `attn.view(B // nW, nW, H, N, N) + mask`): c is
@@ -23,9 +23,10 @@
 //     upper triangular; fill a scalar constant at most -1e9 (masked keys get weight 0); or
 //     GPT-2's Where(keep, scores, fill) with keep a lower triangular constant buffer sliced from
 //     0 to the sequence length on its last two axes;
-//   - a scale on K instead (MaxViT's `k * scale` before the product): a Mul or Div of K^T's
-//     input by a one-element constant read by that Transpose only, when neither the scores nor
-//     q have a scale;
+//   - scales on q and K as well (MaxViT's `k * scale`, Whisper's d^-1/4 on each, torch's
+//     masked nn.MultiheadAttention's q / sqrt(d) with the product multiplied by 1): a Mul or
+//     Div of q, or of K^T's input, by a one-element constant read by the product (the
+//     Transpose) only; all the scales found multiply;
 //   - more batch axes, rank 5 and up ([B, G, H, S, D]: MaxViT's windows as a second batch
 //     axis), all dims static, K^T swapping the last two axes only: the attention runs on
 //     [B*G, H, S, D] views (Reshapes by constant shapes) and a Reshape gives its readers the
@@ -487,9 +488,12 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
     }
     site.scale = static_cast<float>(s->is("Div") ? 1.0 / *value : *value);
     site.scale_taken = true;
-  } else if (std::optional<QScale> qs = scaledQuery(site)) {
+  }
+  // A scale on q as well (torch's nn.MultiheadAttention with a mask: q / sqrt(d), then its
+  // baddbmm multiplies the product by alpha = 1): the scales multiply.
+  if (std::optional<QScale> qs = scaledQuery(site)) {
     site.q = qs->q;
-    site.scale = qs->scale;
+    site.scale = site.scale_taken ? site.scale * qs->scale : qs->scale;
     site.scale_taken = true;
   }
   if (upto < kMask) return site;
@@ -590,15 +594,13 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
   }
   site.k_transpose = kt;
   site.k_source = kt->input(0);
-  // With no scale on the scores or q, a K scaled by a one-element constant before its
-  // transpose gives the scale (c (q . k) and q . (c k) differ by rounding only).
-  if (!site.scale_taken) {
-    if (std::optional<QScale> ks = scaledOperand(site.k_source, kt)) {
-      site.k_scale_node = site.k_source->producer();
-      site.k_source = ks->q;
-      site.scale = ks->scale;
-      site.scale_taken = true;
-    }
+  // A K scaled by a one-element constant before its transpose (MaxViT; Whisper scales q and k
+  // by d^-1/4 each) multiplies the scale too: c (q . k) and q . (c k) differ by rounding only.
+  if (std::optional<QScale> ks = scaledOperand(site.k_source, kt)) {
+    site.k_scale_node = site.k_source->producer();
+    site.k_source = ks->q;
+    site.scale = site.scale_taken ? site.scale * ks->scale : ks->scale;
+    site.scale_taken = true;
   }
   site.k_perm = perm;
   std::swap(site.k_perm[perm.size() - 1], site.k_perm[perm.size() - 2]);
