@@ -89,7 +89,6 @@ struct Site {
   Node* where = nullptr;
   Node* scale_node = nullptr;
   float scale = 1.f;
-  bool scale_taken = false;     // a scale node, or a scaled q or k, gave `scale`
   Node* k_scale_node = nullptr;  // K^T's input is Mul(K, c) / Div(K, c) (MaxViT scales k)
   bool causal = false;
   bool where_keeps = false;  // Where(keep, scores, fill) rather than Where(hide, fill, scores)
@@ -291,16 +290,6 @@ std::optional<QScale> scaledOperand(Value* x, const Node* reader) {
 }
 std::optional<QScale> scaledQuery(const Site& site) { return scaledOperand(site.q, site.qk); }
 
-std::optional<std::vector<int64_t>> staticDims(const Shape& s) {
-  if (!s.hasRank()) return std::nullopt;
-  std::vector<int64_t> d;
-  for (size_t i = 0; i < s.rank(); ++i) {
-    if (!s[i].isStatic()) return std::nullopt;
-    d.push_back(s[i].value());
-  }
-  return d;
-}
-
 // `dims` right-aligned to `rank` with leading 1s.
 std::vector<int64_t> padTo(std::vector<int64_t> dims, size_t rank) {
   dims.insert(dims.begin(), rank - dims.size(), 1);
@@ -326,19 +315,19 @@ std::optional<WindowMask> windowMask(const Node& merge) {
   if (view < 0) return std::nullopt;
   Node* split = add->input(view)->producer();
   Value* mask = add->input(1 - view);
-  const auto y = staticDims(split->input(0)->shape());
-  const auto v = staticDims(split->output(0)->shape());
-  const auto sum = staticDims(add->output(0)->shape());
-  const auto merged = staticDims(merge.output(0)->shape());
-  const auto c = staticDims(mask->shape());
-  if (!y || !v || !sum || !merged || !c || y->size() < 3 || v->size() != y->size() + 1 ||
-      *sum != *v || *merged != *y || c->size() > v->size() || (*v)[0] * (*v)[1] != (*y)[0])
+  for (const Value* x : {split->input(0), split->output(0), add->output(0), merge.output(0), mask})
+    if (!x->shape().isStatic()) return std::nullopt;
+  const std::vector<int64_t> y = split->input(0)->shape().staticDims();
+  const std::vector<int64_t> v = split->output(0)->shape().staticDims();
+  const std::vector<int64_t> c = mask->shape().staticDims();
+  if (y.size() < 3 || v.size() != y.size() + 1 || add->output(0)->shape().staticDims() != v ||
+      merge.output(0)->shape().staticDims() != y || c.size() > v.size() || v[0] * v[1] != y[0])
     return std::nullopt;
-  for (size_t i = 1; i < y->size(); ++i)
-    if ((*v)[i + 1] != (*y)[i]) return std::nullopt;
-  const std::vector<int64_t> cp = padTo(*c, v->size());
+  for (size_t i = 1; i < y.size(); ++i)
+    if (v[i + 1] != y[i]) return std::nullopt;
+  const std::vector<int64_t> cp = padTo(c, v.size());
   for (size_t i = 0; i < cp.size(); ++i)
-    if (cp[i] != 1 && cp[i] != (*v)[i]) return std::nullopt;
+    if (cp[i] != 1 && cp[i] != v[i]) return std::nullopt;
   return WindowMask{split, add, mask};
 }
 
@@ -347,14 +336,13 @@ std::optional<WindowMask> windowMask(const Node& merge) {
 // M varies along it, else 1; each other axis as long as c's or M's. Sums in double, rounded
 // once to the dtype: fl(c + M), as the dtype's own addition would give.
 Tensor windowedMaskSum(const Site& site) {
-  const std::vector<int64_t> y = *staticDims(site.window_split->input(0)->shape());
-  const std::vector<int64_t> v = *staticDims(site.window_split->output(0)->shape());
+  const std::vector<int64_t> y = site.window_split->input(0)->shape().staticDims();
+  const std::vector<int64_t> v = site.window_split->output(0)->shape().staticDims();
   const size_t r = y.size();
   const Tensor& ct = *site.window_mask->initializer();
-  const std::vector<int64_t> cd = padTo(*staticDims(site.window_mask->shape()), r + 1);
+  const std::vector<int64_t> cd = padTo(ct.dims(), r + 1);
   const Tensor* mt = site.mask ? site.mask->initializer() : nullptr;
-  const std::vector<int64_t> md =
-      mt ? padTo(*staticDims(site.mask->shape()), r) : std::vector<int64_t>(r, 1);
+  const std::vector<int64_t> md = mt ? padTo(mt->dims(), r) : std::vector<int64_t>(r, 1);
   std::vector<int64_t> out(r, 1);
   if (cd[0] != 1 || cd[1] != 1 || md[0] != 1) out[0] = y[0];
   for (size_t i = 1; i < r; ++i) out[i] = std::max(cd[i + 1], md[i]);
@@ -487,14 +475,12 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
       return std::nullopt;
     }
     site.scale = static_cast<float>(s->is("Div") ? 1.0 / *value : *value);
-    site.scale_taken = true;
   }
   // A scale on q as well (torch's nn.MultiheadAttention with a mask: q / sqrt(d), then its
   // baddbmm multiplies the product by alpha = 1): the scales multiply.
   if (std::optional<QScale> qs = scaledQuery(site)) {
     site.q = qs->q;
-    site.scale = site.scale_taken ? site.scale * qs->scale : qs->scale;
-    site.scale_taken = true;
+    site.scale *= qs->scale;  // from 1 when the scores have no scale: exact
   }
   if (upto < kMask) return site;
 
@@ -599,8 +585,7 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
   if (std::optional<QScale> ks = scaledOperand(site.k_source, kt)) {
     site.k_scale_node = site.k_source->producer();
     site.k_source = ks->q;
-    site.scale = site.scale_taken ? site.scale * ks->scale : ks->scale;
-    site.scale_taken = true;
+    site.scale *= ks->scale;
   }
   site.k_perm = perm;
   std::swap(site.k_perm[perm.size() - 1], site.k_perm[perm.size() - 2]);
@@ -626,12 +611,14 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
   if (qrank >= 5 && ranked(ks) && ranked(vs)) {
     // Batch axes 0 .. r-4 become one in [batch, heads, sequence, head size] views (Reshapes by
     // constant shapes), so every dim must be static.
-    const auto qd = staticDims(qs), kd = staticDims(ks), vd = staticDims(vs);
-    bool ok = qd && kd && vd;
-    for (size_t i = 0; ok && i + 3 < qrank; ++i) ok = (*qd)[i] == (*kd)[i] && (*qd)[i] == (*vd)[i];
-    const size_t h = qrank - 3;
-    ok = ok && (*qd)[qrank - 1] == (*kd)[qrank - 1] && (*kd)[h] == (*vd)[h] &&
-         (*kd)[qrank - 2] == (*vd)[qrank - 2] && (*kd)[h] > 0 && (*qd)[h] % (*kd)[h] == 0;
+    bool ok = qs.isStatic() && ks.isStatic() && vs.isStatic();
+    if (ok) {
+      const std::vector<int64_t> qd = qs.staticDims(), kd = ks.staticDims(), vd = vs.staticDims();
+      for (size_t i = 0; ok && i + 3 < qrank; ++i) ok = qd[i] == kd[i] && qd[i] == vd[i];
+      const size_t h = qrank - 3;
+      ok = ok && qd[qrank - 1] == kd[qrank - 1] && kd[h] == vd[h] && kd[qrank - 2] == vd[qrank - 2] &&
+           kd[h] > 0 && qd[h] % kd[h] == 0;
+    }
     if (!ok) {
       why.fail(*site.qk, [&] {
         return fmt::format("Q {}, K {} and V {} of rank {} do not have static dims with the same "
@@ -643,10 +630,10 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
     if (site.window_add || (site.mask && !maskFitsBatchView(*site.mask, qrank))) {
       why.fail(*site.qk, [&] {
         return fmt::format("the scores have rank {}: their mask '{}' {} must vary along the last "
-                           "three axes only (and be a constant when of rank {} or more), with no "
+                           "three axes only (and be a constant when of rank 5 or more), with no "
                            "windowed mask",
                            qrank, site.mask ? site.mask->name() : std::string(),
-                           site.mask ? site.mask->shape().str() : std::string(), 5);
+                           site.mask ? site.mask->shape().str() : std::string());
       });
       return std::nullopt;
     }
@@ -795,7 +782,7 @@ class FuseAttentionPass : public Pass {
     // constant shapes), and a Reshape gives its readers the [..., H, S, Dv] they read.
     const bool batch_axes = site.q->shape().rank() >= 5;
     auto batchView = [&](Value* x) {
-      const std::vector<int64_t> d = *staticDims(x->shape());
+      const std::vector<int64_t> d = x->shape().staticDims();
       const size_t r = d.size();
       int64_t batch = 1;
       for (size_t i = 0; i + 3 < r; ++i) batch *= d[i];
@@ -853,7 +840,7 @@ class FuseAttentionPass : public Pass {
       restore("Squeeze", axis0, "_heads", Shape(d), "heads_folded_into_batch");
     }
     if (batch_axes) {
-      const std::vector<int64_t> d = *staticDims(replaced_type.shape);
+      const std::vector<int64_t> d = replaced_type.shape.staticDims();
       const size_t r = d.size();
       int64_t batch = 1;
       for (size_t i = 0; i + 3 < r; ++i) batch *= d[i];
