@@ -109,6 +109,12 @@ std::vector<int64_t> readInts(const KernelContext& ctx, const HostTensor& t) {
   return out;
 }
 
+int64_t readIntScalar(const KernelContext& ctx, const HostTensor& t) {
+  const std::vector<int64_t> v = readInts(ctx, t);
+  if (v.size() != 1) ctx.fail(fmt::format("expected one element, got {}", v.size()));
+  return v[0];
+}
+
 double readScalar(const KernelContext& ctx, const HostTensor& t) {
   if (t.numel() < 1) ctx.fail("expected a scalar, got an empty tensor");
   if (t.dtype() == DType::Float16) return halfToFloat(t.data<uint16_t>()[0]);

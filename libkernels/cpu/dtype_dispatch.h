@@ -133,6 +133,10 @@ void convertTensor(const KernelContext& ctx, const HostTensor& src, HostTensor& 
 std::vector<int64_t> readInts(const KernelContext& ctx, const HostTensor& t);
 // The single element of a numeric tensor as double (float16/bfloat16 included).
 double readScalar(const KernelContext& ctx, const HostTensor& t);
+// The single element of an integer tensor (a size, a count, a length) as int64, not through a
+// double, which holds 53 bits: torchvision's sys.maxsize (2^63 - 1) read through one became
+// 2^63 and overflowed to a negative count. Fails naming the node unless it has one element.
+int64_t readIntScalar(const KernelContext& ctx, const HostTensor& t);
 // `axis` in [-rank, rank) mapped to [0, rank); fails naming the node otherwise.
 int64_t normalizeAxis(const KernelContext& ctx, int64_t axis, int64_t rank,
                       const char* what = "axis");

@@ -55,15 +55,10 @@ void nonMaxSuppressionKernel(KernelContext& ctx) {
     const HostTensor* t = ctx.input(i);
     return t && t->numel() > 0 ? kutil::readScalar(ctx, *t) : def;
   };
-  // Read as an integer: torchvision's batched NMS passes sys.maxsize (2^63 - 1), which as a
-  // double rounds to 2^63, and converting that back to int64 overflowed to a negative count
-  // that kept no box (SSDlite, RetinaNet and Faster R-CNN exports returned no detections).
-  int64_t max_out = 0;
-  if (const HostTensor* m = ctx.input(2); m && m->numel() > 0) {
-    const std::vector<int64_t> v = kutil::readInts(ctx, *m);
-    if (v.size() != 1) ctx.fail("max_output_boxes_per_class must have one element");
-    max_out = v[0];
-  }
+  // As an integer: torchvision's batched NMS passes sys.maxsize (SSDlite and RetinaNet kept no
+  // box while it was read through a double).
+  const HostTensor* max_t = ctx.input(2);
+  const int64_t max_out = max_t && max_t->numel() > 0 ? kutil::readIntScalar(ctx, *max_t) : 0;
   const float iou_threshold = static_cast<float>(scalarInput(3, 0));
   const bool has_score_threshold = ctx.input(4) && ctx.input(4)->numel() > 0;
   const float score_threshold = static_cast<float>(scalarInput(4, 0));

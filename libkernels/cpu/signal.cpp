@@ -42,17 +42,9 @@ void dft(const double* in, int64_t n, int64_t bins, bool inverse, double* out) {
   }
 }
 
-// An integer scalar input (a size or a length): read as int64 directly, since a double holds
-// only 53 bits (2^63 - 1 read through one overflowed to a negative size).
-int64_t integerScalar(const KernelContext& ctx, const HostTensor& t) {
-  const std::vector<int64_t> v = kutil::readInts(ctx, t);
-  if (v.size() != 1) ctx.fail(fmt::format("expected one element, got {}", v.size()));
-  return v[0];
-}
-
 int64_t optionalScalar(const KernelContext& ctx, size_t i, int64_t def) {
   const HostTensor* t = ctx.input(i);
-  return t && t->numel() > 0 ? integerScalar(ctx, *t) : def;
+  return t && t->numel() > 0 ? kutil::readIntScalar(ctx, *t) : def;
 }
 
 void dftKernel(KernelContext& ctx) {
@@ -159,7 +151,7 @@ HostTensor& allocateTyped(KernelContext& ctx, const std::vector<int64_t>& dims) 
 
 // a0 - a1 cos(2 pi k / N) + a2 cos(4 pi k / N), N = size (periodic) or size - 1 (symmetric).
 void cosineWindow(KernelContext& ctx, double a0, double a1, double a2) {
-  const int64_t size = integerScalar(ctx, ctx.requireInput(0));
+  const int64_t size = kutil::readIntScalar(ctx, ctx.requireInput(0));
   if (size < 0) ctx.fail(fmt::format("size {} must not be negative", size));
   const bool periodic = ctx.attrInt("periodic", 1) != 0;
   const double denom = static_cast<double>(periodic ? size : size - 1);
@@ -185,9 +177,9 @@ void blackmanWindowKernel(KernelContext& ctx) { cosineWindow(ctx, 0.42, 0.5, 0.0
 // (mel = 2595 log10(1 + hz / 700)), each point snapped down to a DFT bin, as the ONNX reference
 // and ONNX Runtime compute them.
 void melWeightMatrixKernel(KernelContext& ctx) {
-  const int64_t mel_bins = integerScalar(ctx, ctx.requireInput(0));
-  const int64_t dft_length = integerScalar(ctx, ctx.requireInput(1));
-  const int64_t sample_rate = integerScalar(ctx, ctx.requireInput(2));
+  const int64_t mel_bins = kutil::readIntScalar(ctx, ctx.requireInput(0));
+  const int64_t dft_length = kutil::readIntScalar(ctx, ctx.requireInput(1));
+  const int64_t sample_rate = kutil::readIntScalar(ctx, ctx.requireInput(2));
   const double lower_hz = kutil::readScalar(ctx, ctx.requireInput(3));
   const double upper_hz = kutil::readScalar(ctx, ctx.requireInput(4));
   if (mel_bins < 1 || dft_length < 1 || sample_rate < 1)
