@@ -157,6 +157,20 @@ void einsumKernel(KernelContext& ctx) {
   for (size_t i = n_out; i < dims.size(); ++i) contracted *= dims[i];
 
   StagedOutput out(ctx, 0, out_dtype, out_dims);
+  // Each operand's element offset at the label index idx, one odometer for both paths below.
+  std::vector<int64_t> idx(all.size(), 0), off(K, 0);
+  // Advances the odometer over dims [lo, hi); returns false when it wraps.
+  auto advance = [&](size_t lo, size_t hi) {
+    for (size_t d = hi; d-- > lo;) {
+      if (++idx[d] < dims[d]) {
+        for (size_t k = 0; k < K; ++k) off[k] += strides[k][d];
+        return true;
+      }
+      for (size_t k = 0; k < K; ++k) off[k] -= strides[k][d] * (dims[d] - 1);
+      idx[d] = 0;
+    }
+    return false;
+  };
   // A batched matrix product ("bhid,bhjd->bhij", "...ij,...jk->...ik"): two float32 operands,
   // one contracted label j, output labels batch..., i, k with i not in the second operand and k
   // not in the first. The naive loop costs a multiply-add per element of every label's product
@@ -178,32 +192,20 @@ void einsumKernel(KernelContext& ctx) {
       const int64_t M = dims[i], N = dims[k], depth = dims[j];
       int64_t batches = 1;
       for (size_t d = 0; d < i; ++d) batches *= dims[d];
-      std::vector<int64_t> idx(i, 0);
-      int64_t off_a = 0, off_b = 0;
-      for (int64_t n = 0; n < batches; ++n) {
+      for (int64_t n = 0; n < batches; ++n, advance(0, i)) {
         cpu::GemmParams p;
         p.M = M;
         p.N = N;
         p.K = depth;
-        p.A = a + off_a;
+        p.A = a + off[0];
         p.a_rs = strides[0][i];
         p.a_cs = strides[0][j];
-        p.B = b + off_b;
+        p.B = b + off[1];
         p.b_rs = strides[1][j];
         p.b_cs = strides[1][k];
         p.C = c + n * M * N;
         p.ldc = N;
         cpu::gemm(p, ctx.numThreads());
-        for (size_t d = i; d-- > 0;) {  // the batch odometer
-          if (++idx[d] < dims[d]) {
-            off_a += strides[0][d];
-            off_b += strides[1][d];
-            break;
-          }
-          off_a -= strides[0][d] * (dims[d] - 1);
-          off_b -= strides[1][d] * (dims[d] - 1);
-          idx[d] = 0;
-        }
       }
       out.finish();
       return;
@@ -218,19 +220,6 @@ void einsumKernel(KernelContext& ctx) {
     }
     T* o = out.compute().template mutableData<T>();
     const int64_t total_out = out.compute().numel();
-    std::vector<int64_t> idx(all.size(), 0), off(K, 0);
-    // Advances the odometer over dims [lo, hi); returns false when it wraps.
-    auto advance = [&](size_t lo, size_t hi) {
-      for (size_t d = hi; d-- > lo;) {
-        if (++idx[d] < dims[d]) {
-          for (size_t k = 0; k < K; ++k) off[k] += strides[k][d];
-          return true;
-        }
-        for (size_t k = 0; k < K; ++k) off[k] -= strides[k][d] * (dims[d] - 1);
-        idx[d] = 0;
-      }
-      return false;
-    };
     for (int64_t e = 0; e < total_out; ++e) {
       T acc = T(0);
       for (int64_t c = 0; c < contracted; ++c) {
