@@ -9,6 +9,8 @@
 //   add-neg           Add(x, Neg(y))            -> Sub(x, y)                       exact
 //   one-plus-weight   Add(1, w), w constant     -> the constant 1 + w (Gemma)      exact
 //   hard-swish        Mul(x, HardSigmoid(x))    -> HardSwish(x)  (alpha 1/6, beta 0.5, opset >= 14)
+//   softmax-shift     Softmax(Sub(x, ReduceMax(x))) -> Softmax(x)  (torchaudio's attention) exact
+//   prelu-scalar      PRelu(x, c), c one element -> LeakyRelu(x, alpha=c)  (ConvTasNet)    exact
 //   constant-second   Add/Mul(c, x)             -> Add/Mul(x, c)                   exact
 //   einsum-matmul     Einsum("..ij,..jk->..ik") -> MatMul, the operands Transposed where
 //                     the equation has them transposed ("..id,..jd->..ij": MaxViT's q k^T)  same sums
@@ -41,7 +43,15 @@
 //     does not raise the model's opset, which would change other ops' semantics), and the
 //     HardSigmoid is read by that Mul only (otherwise it would be computed twice).
 //
-//  6. einsum-matmul: two operands; the equation is explicit (`->`), no letter repeats within a
+//  6. softmax-shift: the ReduceMax reduces (keepdims=1) exactly the axes the Softmax normalises
+//     ({axis} from opset 13; axis to the last before, where Softmax flattens), so the shift is
+//     each normalised row's own maximum; its axes are a known constant list; float arithmetic.
+//     The Sub and ReduceMax stay when something else reads them.
+//  7. prelu-scalar: the slope is a one-element initializer that keeps x's shape (condition 1)
+//     and the arithmetic float32 or half: LeakyRelu's alpha is a float attribute, which would
+//     round a float64 slope.
+//
+//  8. einsum-matmul: two operands; the equation is explicit (`->`), no letter repeats within a
 //     term, every term has the same batch letters (or a leading `...` in all three) before its
 //     last two, and those are (i, j) or (j, i) for the first operand, (j, k) or (k, j) for the
 //     second and (i, k) for the output, with i, j, k distinct and not batch letters; the
@@ -54,6 +64,7 @@
 // fp16 Cast pair around a norm (fuse-rms-norm takes the Cast-wrapped form whole), and
 // ReduceSum(x) / N for a mean (ReduceMean sums then divides too, but in a different order).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -63,6 +74,7 @@
 #include "constant_math.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
+#include "reduce_axes.h"
 
 namespace fusectl::passes {
 namespace {
@@ -382,6 +394,123 @@ void rewriteHardSwish(Rewriter& rw, const Match& m) {
   rw.context().count("hard_swish");
 }
 
+// ---- softmax-shift ----
+// Softmax(x - max(x)): the exporter's own stabilisation, which every Softmax kernel does itself.
+// The shift is a constant per normalised row, which softmax ignores; the kernels subtract the
+// row's maximum first, and the maximum of x - m is exactly 0, so both spellings compute
+// exp(fl(x - m)) / sum: the same bits (an all -inf row is NaN either way).
+// The axes Softmax normalises: {axis} from opset 13, {axis..rank-1} before (the input is seen as
+// a 2-D matrix), or nullopt when the rank is unknown or the axis out of range.
+std::optional<std::vector<int64_t>> softmaxAxes(const Node& softmax, int64_t opset) {
+  const Shape& shape = softmax.input(0)->shape();
+  if (!shape.hasRank()) return std::nullopt;
+  const int64_t rank = static_cast<int64_t>(shape.rank());
+  int64_t axis = softmax.attrInt("axis", opset > 0 && opset < 13 ? 1 : -1);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return std::nullopt;
+  std::vector<int64_t> axes;
+  const int64_t last = opset > 0 && opset < 13 ? rank - 1 : axis;
+  for (int64_t a = axis; a <= last; ++a) axes.push_back(a);
+  return axes;
+}
+
+Constraint shiftIsRowConstant(int64_t opset) {
+  return {"row-constant-shift:r", [opset](const Match& m, Why& why) {
+            Node* s = m.get("s");
+            Node* r = m.get("r");
+            const std::optional<std::vector<int64_t>> rows = softmaxAxes(*s, opset);
+            if (!rows) {
+              return why.fail(*s, [&] {
+                return fmt::format("{}: the rank of its input or its axis is not known",
+                                   s->label());
+              });
+            }
+            const size_t rank = s->input(0)->shape().rank();
+            std::optional<std::vector<int64_t>> reduced = constantReduceAxes(*r);
+            if (reduced) reduced = normalizedAxes(*reduced, rank);
+            if (!reduced) {
+              return why.fail(*r, [&] {
+                return fmt::format("{} reduces axes that are not a known constant list",
+                                   r->label());
+              });
+            }
+            if (r->attrInt("keepdims", 1) != 1) {
+              return why.fail(*r, [&] {
+                return fmt::format("{} drops the reduced axes (keepdims=0): its maximum does "
+                                   "not broadcast along the rows",
+                                   r->label());
+              });
+            }
+            // An empty list reduces every axis. Exactly the rows' axes: a maximum over more
+            // (a constant per several rows) would be as legal but not bit-exact, since the
+            // rows' own maxima would then not be exactly 0 after the shift.
+            std::vector<int64_t> reduced_axes = *reduced;
+            if (reduced_axes.empty())
+              for (size_t a = 0; a < rank; ++a) reduced_axes.push_back(static_cast<int64_t>(a));
+            if (reduced_axes != *rows) {
+              return why.fail(*r, [&] {
+                return fmt::format("{} reduces axes [{}] where {} normalises [{}]: the shift is "
+                                   "not the rows' own maximum",
+                                   r->label(), fmt::join(reduced_axes, ","), s->label(),
+                                   fmt::join(*rows, ","));
+              });
+            }
+            return true;
+          }};
+}
+
+Pattern softmaxShiftPattern(int64_t opset) {
+  Pattern p = Pattern::parse("^s:Softmax(d:Sub($x, r:ReduceMax($x)))", "softmax-shift");
+  p.require(floatArithmetic("s")).require(shiftIsRowConstant(opset));
+  return p;
+}
+
+void rewriteSoftmaxShift(Rewriter& rw, const Match& m) {
+  rw.rewireInput(m.get("s"), 0, m.value("x"));
+  // Erased now rather than by a later sweep: the fusions that run next (fuse-attention) take a
+  // product whose only reader is the Softmax, and a dead Sub would still read it.
+  Node* d = m.get("d");
+  if (!d->output(0)->hasUses() && !d->output(0)->isGraphOutput()) rw.eraseWithDeadProducers(d);
+  rw.context().count("softmax_shift_dropped");
+}
+
+// ---- prelu-scalar ----
+// PRelu with one slope for every element is LeakyRelu, which the epilogue fusions take. alpha is
+// a float attribute: exact for float32 slopes, and for half ones (a half's value is a float; the
+// product of two halves is exact in float and rounded once to half either way).
+Constraint slopeFitsAlpha() {
+  return {"slope-dtype:p", [](const Match& m, Why& why) {
+            Node* p = m.get("p");
+            const DType t = p->output(0)->dtype();
+            if (t == DType::Float || t == DType::Float16 || t == DType::BFloat16) return true;
+            return why.fail(*p, [&] {
+              return fmt::format("{} computes in {}: LeakyRelu's alpha (a float attribute) "
+                                 "would round its slope",
+                                 p->label(), dtypeName(t));
+            });
+          }};
+}
+
+Pattern preluScalarPattern() {
+  Pattern p = Pattern::parse("^p:PRelu($x, $slope:const)", "prelu-scalar");
+  p.require(initializerLeaves({"slope"}))
+      .require(scalarKeepsShape("p", 1))
+      .require(slopeFitsAlpha());
+  p.produces = {"LeakyRelu"};
+  return p;
+}
+
+void rewritePreluScalar(Rewriter& rw, const Match& m) {
+  Node* p = m.get("p");
+  NewNode leaky;
+  leaky.op_type = "LeakyRelu";
+  leaky.inputs = {m.value("x")};
+  leaky.attributes.push_back(
+      Attribute::ofFloat("alpha", static_cast<float>(*scalarConstant(m.value("slope")))));
+  rw.replaceNode(p, std::move(leaky));
+  rw.context().count("prelu_to_leaky_relu");
+}
+
 // ---- einsum-matmul ----
 // An Einsum equation that is a batched matrix product: which operands to transpose (their last
 // two axes swapped) so that MatMul computes it.
@@ -554,6 +683,15 @@ bool timesItsHardSigmoid(const Node& n) {
   return false;
 }
 
+// Softmax(Sub(x, ReduceMax(x))): a Softmax of anything else is no candidate.
+bool shiftedByItsMax(const Node& n) {
+  const Node* d = n.input(0) ? n.input(0)->producer() : nullptr;
+  if (!d || !d->is("Sub") || d->numInputs() != 2 || !d->input(1)) return false;
+  const Node* r = d->input(1)->producer();
+  return r && r->is("ReduceMax") && r->input(0) == d->input(0);
+}
+bool preluByConstant(const Node& n) { return readsInitializer(n, 1); }
+
 struct Rule {
   Pattern pattern;
   bool (*candidate)(const Node&);
@@ -567,6 +705,8 @@ std::vector<Rule> rules(int64_t opset) {
           {addNegPattern(), anyNode, rewriteAddNeg},
           {onePlusWeightPattern(), addOfConstants, rewriteOnePlusWeight},
           {hardSwishPattern(opset), timesItsHardSigmoid, rewriteHardSwish},
+          {softmaxShiftPattern(opset), shiftedByItsMax, rewriteSoftmaxShift},
+          {preluScalarPattern(), preluByConstant, rewritePreluScalar},
           {einsumMatMulPattern(), twoOperands, rewriteEinsumMatMul}};
 }
 
