@@ -633,6 +633,13 @@ TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][ge
       {{1, 40, 7, 7}, 64, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
       {{2, 24, 14, 14}, 96, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
       {{1, 16, 9, 9}, 64, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      // One input channel per group and many outputs: a GEMM over the taps (perChannelProduct),
+      // wav2vec 2.0's waveform layer (k=10, stride 5) and a grayscale 7x7 stem; with two
+      // groups; and a 1-D depthwise one, dilated, which stays plane by plane.
+      {{1, 1, 203}, 64, {10}, {5}, {1}, {0, 0}},
+      {{2, 1, 23, 21}, 16, {7, 7}, {2, 2}, {1, 1}, {3, 3, 3, 3}},
+      {{1, 2, 19, 17}, 24, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 2},
+      {{1, 6, 50}, 6, {3}, {1}, {4}, {4, 4}, 6},
   };
   int id = 0;
   for (const ConvSpec& c : cases) {

@@ -1,4 +1,5 @@
 // Data-movement, shape and creation CPU kernels against direct references and ONNX spec examples.
+#include <cstring>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -99,6 +100,43 @@ TEST_CASE("Transpose of a large 2-D matrix (blocked path) and default perm", "[k
       REQUIRE(out[0].data<float>()[i * 70 + j] == x.data<float>()[j * 45 + i]);
   auto i64 = KernelCase("Transpose", 13).input(int64s({2, 2}, {1, 2, 3, 4})).run();
   CHECK(valuesOf<int64_t>(i64[0]) == std::vector<int64_t>{1, 3, 2, 4});
+}
+
+// stridedCopy's transpositions of 4-byte elements run in 16 x 16 register tiles where the CPU
+// has AVX-512 (transpose_x86.cpp): partial tiles at both edges, outer dims walked around them,
+// and the bits of an int32 tensor (and of float NaN payloads) moved unchanged.
+TEST_CASE("Transpose in 16 x 16 tiles keeps every element, edges and outer dims included",
+          "[kernels][tensor]") {
+  const auto check = [](const HostTensor& x, const std::vector<int64_t>& perm) {
+    const std::vector<int64_t>& dims = x.dims();
+    const size_t rank = dims.size();
+    auto out = KernelCase("Transpose", 13).attrInts("perm", perm).input(x).run();
+    std::vector<int64_t> od(rank), in_strides(rank, 1), idx(rank);
+    for (size_t i = 0; i < rank; ++i) od[i] = dims[static_cast<size_t>(perm[i])];
+    for (size_t d = rank - 1; d-- > 0;) in_strides[d] = in_strides[d + 1] * dims[d + 1];
+    REQUIRE(out[0].dims() == od);
+    const auto* got = static_cast<const uint32_t*>(out[0].raw());
+    const auto* want = static_cast<const uint32_t*>(x.raw());
+    for (int64_t o = 0; o < out[0].numel(); ++o) {
+      int64_t rem = o, src = 0;
+      for (size_t d = rank; d-- > 0;) {
+        src += (rem % od[d]) * in_strides[static_cast<size_t>(perm[d])];
+        rem /= od[d];
+      }
+      REQUIRE(got[o] == want[src]);
+    }
+  };
+  check(iota({1, 37, 50}), {0, 2, 1});
+  check(iota({3, 16, 33}), {0, 2, 1});
+  check(iota({2, 33, 5, 20}), {0, 2, 3, 1});
+  check(iota({2, 20, 17, 3}), {0, 3, 1, 2});
+  std::vector<int32_t> ints(48 * 35);
+  for (size_t i = 0; i < ints.size(); ++i) ints[i] = static_cast<int32_t>(i * 2654435761u);
+  check(tensorOf<int32_t>(DType::Int32, {48, 35}, ints), {1, 0});
+  HostTensor nans = iota({40, 24});
+  uint32_t payload = 0x7fc00001u;
+  std::memcpy(nans.mutableData<float>() + 17, &payload, sizeof payload);
+  check(nans, {1, 0});
 }
 
 TEST_CASE("Concat along an axis", "[kernels][tensor]") {

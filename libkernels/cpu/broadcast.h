@@ -185,6 +185,10 @@ void forEachOuter(const std::vector<int64_t>& dims, const std::vector<int64_t>& 
   }
 }
 
+// dst[j * dj + l] = src[j + l * sl] for j < m, l < n, elements of 4 bytes, in 16 x 16 register
+// tiles (transpose_x86.cpp); false, having done nothing, without AVX-512 or below 16 x 16.
+bool transpose4ByteTiles(const void* src, int64_t m, int64_t n, int64_t sl, void* dst, int64_t dj);
+
 // Copies the view (dims, element strides) starting at `src` into contiguous `dst`.
 template <typename U>
 void stridedCopy(std::vector<int64_t> dims, std::vector<int64_t> strides, const U* src, U* dst) {
@@ -226,6 +230,9 @@ void stridedCopy(std::vector<int64_t> dims, std::vector<int64_t> strides, const 
     forEachOuter(md, ms, ds, skip, [&](int64_t so, int64_t dof) {
       const U* s = src + so;
       U* o = dst + dof;
+      if constexpr (sizeof(U) == 4) {
+        if (transpose4ByteTiles(s, m, n, sl, o, dj)) return;
+      }
       for (int64_t jb = 0; jb < m; jb += kBlock) {
         const int64_t je = std::min(m, jb + kBlock);
         for (int64_t lb = 0; lb < n; lb += kBlock) {

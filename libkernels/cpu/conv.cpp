@@ -248,6 +248,24 @@ float* im2colScratch(int64_t floats) {
 // `packed_w`, when set, holds each group's W_g packed as the GEMM's A operand; `w` may then be
 // nullptr (a half weight has no float32 copy after the run that packed it).
 // The direct product's view of a 2-D, one-group, undilated convolution (directApplies).
+// Whether the convolution runs plane by plane, each output channel from its one input channel
+// (depthwise, and channel multipliers): more outputs per input channel, such as a stem from one
+// channel (a grayscale image; wav2vec 2.0's first layer over the waveform, 1 -> 512 with k=10),
+// are a GEMM with the taps as its depth. Measured one thread, minimum of 30 (ms, planes / GEMM):
+// 1 -> 512 k=10 s5 over 16000 samples 6.4 / 1.2; 1 -> 16 k3 1-D 0.092 / 0.030; 1 -> 64 7x7 s2
+// at 224 4.0 / 1.0; 1 -> 32 3x3 s2 0.24 / 0.13; 5x5 s1 0.36 / 0.20; but 3x3 s1 at 112 for 8, 16,
+// 32 and 64 outputs 0.048 / 0.150, 0.065 / 0.099, 0.52 / 0.78 (at 224), 0.254 / 0.242.
+// (A 1-D depthwise convolution keeps the plain loop below: the vectorised row kernels, fed
+// one row, measured 1.1-1.5x slower on ConvTasNet's and Conformer's shapes.)
+bool perChannelProduct(const ConvDims& d) {
+  if (d.C != d.group || d.win.rank() > 2) return false;
+  const int64_t Mg = d.M / d.group;
+  if (Mg < 8) return true;
+  const Window& w = d.win;
+  return w.rank() == 2 && Mg < 64 && w.kernel[0] * w.kernel[1] <= 9 && w.strides[0] == 1 &&
+         w.strides[1] == 1;
+}
+
 DirectConvShape directShape(const ConvDims& d) {
   DirectConvShape s;
   s.N = d.N;
@@ -345,7 +363,7 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
 
   // Depthwise: direct loop, parallel over (image, output channel); AVX-512 rows with the
   // epilogue in registers where the CPU has it (conv_depthwise.h).
-  if (Cg == 1 && d.win.rank() <= 2) {
+  if (perChannelProduct(d)) {
     // Small planes with one output channel per input channel: 16 channels per vector.
     if (Mg == 1 && depthwiseChannelsPay(d.win)) {
       const int64_t blocks = (d.M + 15) / 16;
@@ -602,7 +620,7 @@ void runConv(KernelContext& ctx, bool fused) {
   }
   // The weights, as the GEMM's A operand of each group, packed once per session.
   const int64_t Cg = d.C / d.group, Mg = d.M / d.group, K = Cg * d.kernelTaps();
-  const bool gemm_path = !(Cg == 1 && d.win.rank() <= 2);
+  const bool gemm_path = !perChannelProduct(d);
   const int winograd_tile = gemm_path ? winogradTileFor(ctx, d) : 0;
   const bool winograd = winograd_tile != 0;
   const ConvAlgorithm forced = convForcedAlgorithm();
