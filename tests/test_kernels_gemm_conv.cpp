@@ -640,6 +640,10 @@ TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][ge
       {{2, 1, 23, 21}, 16, {7, 7}, {2, 2}, {1, 1}, {3, 3, 3, 3}},
       {{1, 2, 19, 17}, 24, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 2},
       {{1, 6, 50}, 6, {3}, {1}, {4}, {4, 4}, 6},
+      // 1-D depthwise lines in vectors (depthwiseLine): Conformer's k=31 over a line shorter
+      // than four vectors, and a dilated window wider than its 10-sample line.
+      {{1, 4, 37}, 4, {31}, {1}, {1}, {15, 15}, 4},
+      {{2, 3, 10}, 3, {5}, {1}, {3}, {6, 2}, 3},
   };
   int id = 0;
   for (const ConvSpec& c : cases) {

@@ -19,8 +19,9 @@ struct NextPlane {
 
 // y (one output plane) = act(conv(x plane, w taps) + bias[channel] + residual plane), row by
 // row with the row in registers. `residual` points at this plane's residual (or null);
-// ep.bias is indexed by `channel`. Returns false, touching nothing, when it cannot take the case
-// (no AVX-512, a 1-D or 3-D window, a horizontal stride other than 1 or 2).
+// ep.bias is indexed by `channel`. A 1-D window at stride 1 is one line, taken whole. Returns
+// false, touching nothing, when it cannot take the case (no AVX-512, a 3-D window, a 1-D one
+// with a stride, a horizontal stride other than 1 or 2).
 bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window& win,
                           const Epilogue& ep, int64_t channel, const float* residual,
                           const NextPlane& next = {});
