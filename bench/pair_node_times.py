@@ -81,7 +81,7 @@ def main():
         print(f"{name:16s} n={count:2d}  ORT {ort_ms:.3f}  fusectl {ours_ms:.3f}  "
               f"ratio {ours_ms / ort_ms:.2f}")
     print("furthest behind:")
-    for ort_ms, node in sorted(pairs, key=lambda p: p[0] - p[1]["ms"])[:12]:
+    for ort_ms, node in sorted(pairs, key=lambda p: p[0] - p[1]["ms"])[:int(__import__("os").environ.get("TOP", "12"))]:
         shapes = " ".join(str(s) for s in node["input_shapes"][:2])
         print(f"{node['ms'] - ort_ms:+.3f} ms  {node['op']:16s} {shapes:40s} "
               f"ORT {ort_ms:.3f}  fusectl {node['ms']:.3f}")
