@@ -21,6 +21,10 @@ worst = 0.0
 for fa, fb in zip(a, b):
     A = np.load(fa).astype(np.float64); B = np.load(fb).astype(np.float64)
     if A.shape != B.shape: print('shape'); sys.exit()
+    # NaNs where the other side has none: max() below would drop them (comparisons with NaN
+    # are false) and report agreement.
+    if (np.isnan(A) != np.isnan(B)).any(): print('NaN'); sys.exit()
+    A = np.nan_to_num(A); B = np.nan_to_num(B)
     if A.size: worst = max(worst, np.abs(A - B).max() / max(np.abs(A).max(), 1e-30))
 print('%.1e' % worst)
 PY

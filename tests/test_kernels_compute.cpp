@@ -918,6 +918,8 @@ TEST_CASE("MaxPool and AveragePool match direct windows", "[kernels][pool]") {
       {{1, 2, 7, 7}, {3, 2}, {2, 2}, {}, {}, "VALID"},
       {{2, 3, 11}, {4}, {3}, {2}, {1, 2}, "NOTSET", 1, 1},                     // 1-D
       {{1, 2, 5, 6, 7}, {2, 3, 2}, {2, 1, 2}, {1, 2, 2}, {1, 1, 0, 0, 1, 1}},  // 3-D
+      {{1, 3, 4, 9, 8}, {3, 3, 3}, {1, 1, 1}, {}, {1, 1, 1, 1, 1, 1}},         // S3D's branch pool
+      {{2, 2, 6, 7, 5}, {3, 2, 3}, {2, 2, 1}, {1, 1, 2}, {1, 0, 2, 1, 1, 1}, "NOTSET", 1, 1},
       {{1, 1, 5, 5}, {3, 3}, {1, 1}, {}, {2, 2, 2, 2}, "NOTSET", 0, 1},
   };
   int id = 0;
@@ -934,6 +936,9 @@ TEST_CASE("MaxPool and AveragePool match direct windows", "[kernels][pool]") {
     REQUIRE(mo[0].dims() == yd);
     requireClose(toVec(mo[0]), want_max, 0, 0);
     requireClose(toVec(mo[1]), Vec(arg.begin(), arg.end()), 0, 0);
+    // Without Indices, MaxPool takes the separable path (rows combined, then the window).
+    OpRun mp1{"MaxPool", "", 12, {floatTensor(c.x, x)}, poolAttrs(c)};
+    requireClose(toVec(mp1.run()[0]), want_max, 0, 0);
     OpRun ap{"AveragePool", "", 19, {floatTensor(c.x, x)}, poolAttrs(c)};
     auto ao = ap.run();
     REQUIRE(ao[0].dims() == yd);

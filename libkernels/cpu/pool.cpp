@@ -7,11 +7,12 @@
 // MaxPool's Indices are offsets into the whole input tensor, row-major, or with storage_order=1
 // column-major within each spatial plane.
 //
-// 1-D and 2-D MaxPool (without Indices) and AveragePool take a separable path: for each output
-// row, the window's valid input rows are combined elementwise into one row (contiguous, so it
-// vectorises for any stride), which is padded with the identity (-inf or 0) on both sides; the
-// horizontal pass then reduces k taps at stride s along that row. The window geometry is the
-// same as the general path's, so both give the same values.
+// MaxPool (without Indices) and AveragePool take a separable path: for each output row, the
+// window's valid input rows (kd x kh of them for a 3-D window) are combined elementwise into one
+// row (contiguous, so it vectorises for any stride), which is padded with the identity (-inf or
+// 0) on both sides; the horizontal pass then reduces k taps at stride s along that row. MaxPool
+// with Indices takes the general per-output loop, whose window geometry is the same. (3-D pools
+// took that loop too until 2026-12-06: S3D's 13 MaxPools were 473 of its 830 ms.)
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -74,11 +75,13 @@ std::vector<int64_t> pooledDims(const HostTensor& x, const Window& w) {
   return dims;
 }
 
-// The separable 1-D/2-D path (see the top of the file); `is_max` picks MaxPool, else
-// AveragePool with or without count_include_pad.
-void pool2d(const Pool3d& p, const float* x, float* y, int64_t planes, int threads, bool is_max,
-            bool include_pad) {
-  const int64_t in_h = p.in[1], in_w = p.in[2], out_h = p.out[1], out_w = p.out[2];
+// The separable path (see the top of the file); `is_max` picks MaxPool, else AveragePool with
+// or without count_include_pad. A 3-D window's depth taps join its row taps: each output row
+// combines kd x kh input rows first.
+void poolSeparable(const Pool3d& p, const float* x, float* y, int64_t planes, int threads,
+                   bool is_max, bool include_pad) {
+  const int64_t in_d = p.in[0], in_h = p.in[1], in_w = p.in[2];
+  const int64_t out_d = p.out[0], out_h = p.out[1], out_w = p.out[2];
   const int64_t kh = p.k[1], kw = p.k[2], sw = p.s[2], dw = p.d[2], pad_w = p.pb[2];
   const int64_t span = (out_w - 1) * sw + (kw - 1) * dw + 1;
   const int64_t padded = std::max(span, pad_w + in_w);
@@ -92,19 +95,29 @@ void pool2d(const Pool3d& p, const float* x, float* y, int64_t planes, int threa
     else tapRange(p, 2, ow, 0, in_w, &w0, &w1);
     inv_cols[static_cast<size_t>(ow)] = w1 > w0 ? 1.f / static_cast<float>(w1 - w0) : 0.f;
   }
-  parallelFor(planes * out_h, threads, std::max<int64_t>(1, 4096 / std::max<int64_t>(out_w, 1)),
+  // The input rows of output row (od, oh) of a plane, in `taps`; returns how many.
+  const auto rowTaps = [&](const float* xs, int64_t od, int64_t oh, const float** taps) {
+    int64_t d0, d1, h0, h1;
+    tapRange(p, 0, od, 0, in_d, &d0, &d1);
+    tapRange(p, 1, oh, 0, in_h, &h0, &h1);
+    int k = 0;
+    for (int64_t jd = d0; jd < d1; ++jd) {
+      const float* slice = xs + (od * p.s[0] - p.pb[0] + jd * p.d[0]) * in_h * in_w;
+      for (int64_t jh = h0; jh < h1; ++jh)
+        taps[k++] = slice + (oh * p.s[1] - p.pb[1] + jh * p.d[1]) * in_w;
+    }
+    return k;
+  };
+  const int64_t rows = out_d * out_h;
+  parallelFor(planes * rows, threads, std::max<int64_t>(1, 4096 / std::max<int64_t>(out_w, 1)),
               [&](int64_t b, int64_t e) {
     std::vector<float> row(static_cast<size_t>(padded), fill);
-    std::vector<const float*> taps(static_cast<size_t>(kh));
+    std::vector<const float*> taps(static_cast<size_t>(p.k[0] * kh)), next_taps(taps.size());
     for (int64_t t = b; t < e; ++t) {
-      const int64_t pl = t / out_h, oh = t % out_h;
-      const float* xs = x + pl * in_h * in_w;
+      const int64_t pl = t / rows, od = t % rows / out_h, oh = t % out_h;
+      const float* xs = x + pl * in_d * in_h * in_w;
       float* yo = y + t * out_w;
-      int64_t h0, h1;
-      tapRange(p, 1, oh, 0, in_h, &h0, &h1);
-      int k = 0;
-      for (int64_t jh = h0; jh < h1; ++jh)
-        taps[static_cast<size_t>(k++)] = xs + (oh * p.s[1] - p.pb[1] + jh * p.d[1]) * in_w;
+      const int k = rowTaps(xs, od, oh, taps.data());
       if (k == 0) {
         std::fill(yo, yo + out_w, is_max ? fill : 0.f);
         continue;
@@ -112,11 +125,9 @@ void pool2d(const Pool3d& p, const float* x, float* y, int64_t planes, int threa
       // The next output row's input rows are short streams (a few KB) that the hardware
       // prefetcher picks up too late; asking for them now hides most of their latency.
       if (t + 1 < e && (t + 1) % out_h != 0) {
-        int64_t nh0, nh1;
-        tapRange(p, 1, oh + 1, 0, in_h, &nh0, &nh1);
-        for (int64_t jh = nh0; jh < nh1; ++jh) {
-          const char* next = reinterpret_cast<const char*>(
-              xs + ((oh + 1) * p.s[1] - p.pb[1] + jh * p.d[1]) * in_w);
+        const int nk = rowTaps(xs, od, oh + 1, next_taps.data());
+        for (int j = 0; j < nk; ++j) {
+          const char* next = reinterpret_cast<const char*>(next_taps[static_cast<size_t>(j)]);
           for (int64_t off = 0; off < in_w * static_cast<int64_t>(sizeof(float)); off += 64)
             __builtin_prefetch(next + off);
         }
@@ -128,16 +139,18 @@ void pool2d(const Pool3d& p, const float* x, float* y, int64_t planes, int threa
         continue;
       }
       vec::sumRows(taps.data(), k, inner, in_w);
-      int64_t ph0 = h0, ph1 = h1;
-      if (include_pad) tapRange(p, 1, oh, -p.pb[1], in_h + p.pe[1], &ph0, &ph1);
-      const float inv_rows = ph1 > ph0 ? 1.f / static_cast<float>(ph1 - ph0) : 0.f;
+      int64_t count = k;
+      if (include_pad) {
+        int64_t pd0, pd1, ph0, ph1;
+        tapRange(p, 0, od, -p.pb[0], in_d + p.pe[0], &pd0, &pd1);
+        tapRange(p, 1, oh, -p.pb[1], in_h + p.pe[1], &ph0, &ph1);
+        count = (pd1 - pd0) * (ph1 - ph0);
+      }
+      const float inv_rows = count > 0 ? 1.f / static_cast<float>(count) : 0.f;
       vec::windowMean(row.data(), sw, kw, dw, inv_cols.data(), inv_rows, yo, out_w);
     }
   });
 }
-
-// Whether pool2d covers this pool: at most two spatial dims (after to3d's padding).
-bool separable(const Pool3d& p) { return p.in[0] == 1 && p.out[0] == 1 && p.k[0] == 1; }
 
 void runMaxPool(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
@@ -154,8 +167,8 @@ void runMaxPool(KernelContext& ctx) {
   FloatSink ys(y);
   float* yp = ys.data();
   const int64_t planes = x.dim(0) * x.dim(1);
-  if (!ind && separable(p)) {
-    pool2d(p, xf.data(), yp, planes, ctx.numThreads(), true, false);
+  if (!ind) {
+    poolSeparable(p, xf.data(), yp, planes, ctx.numThreads(), true, false);
     ys.commit();
     return;
   }
@@ -222,48 +235,7 @@ void runAveragePool(KernelContext& ctx) {
   FloatSink ys(y);
   float* yp = ys.data();
   const int64_t planes = x.dim(0) * x.dim(1);
-  if (separable(p)) {
-    pool2d(p, xf.data(), yp, planes, ctx.numThreads(), false, include_pad);
-    ys.commit();
-    return;
-  }
-  const int64_t in_plane = p.in[0] * p.in[1] * p.in[2];
-  const int64_t out_plane = p.out[0] * p.out[1] * p.out[2];
-  parallelFor(planes, ctx.numThreads(), 8, [&](int64_t b, int64_t e) {
-    for (int64_t pl = b; pl < e; ++pl) {
-      const float* xs = xf.data() + pl * in_plane;
-      float* yo = yp + pl * out_plane;
-      for (int64_t od = 0; od < p.out[0]; ++od) {
-        int64_t d0, d1, pd0, pd1;
-        tapRange(p, 0, od, 0, p.in[0], &d0, &d1);
-        tapRange(p, 0, od, -p.pb[0], p.in[0] + p.pe[0], &pd0, &pd1);
-        for (int64_t oh = 0; oh < p.out[1]; ++oh) {
-          int64_t h0, h1, ph0, ph1;
-          tapRange(p, 1, oh, 0, p.in[1], &h0, &h1);
-          tapRange(p, 1, oh, -p.pb[1], p.in[1] + p.pe[1], &ph0, &ph1);
-          for (int64_t ow = 0; ow < p.out[2]; ++ow) {
-            int64_t w0, w1, pw0, pw1;
-            tapRange(p, 2, ow, 0, p.in[2], &w0, &w1);
-            tapRange(p, 2, ow, -p.pb[2], p.in[2] + p.pe[2], &pw0, &pw1);
-            float sum = 0.f;
-            for (int64_t jd = d0; jd < d1; ++jd) {
-              const int64_t id = od * p.s[0] - p.pb[0] + jd * p.d[0];
-              for (int64_t jh = h0; jh < h1; ++jh) {
-                const int64_t ih = oh * p.s[1] - p.pb[1] + jh * p.d[1];
-                const float* row = xs + (id * p.in[1] + ih) * p.in[2];
-                const float* taps = row + ow * p.s[2] - p.pb[2];
-                for (int64_t jw = w0; jw < w1; ++jw) sum += taps[jw * p.d[2]];
-              }
-            }
-            const int64_t count = include_pad ? (pd1 - pd0) * (ph1 - ph0) * (pw1 - pw0)
-                                              : (d1 - d0) * (h1 - h0) * (w1 - w0);
-            yo[(od * p.out[1] + oh) * p.out[2] + ow] =
-                count > 0 ? sum / static_cast<float>(count) : 0.f;
-          }
-        }
-      }
-    }
-  });
+  poolSeparable(p, xf.data(), yp, planes, ctx.numThreads(), false, include_pad);
   ys.commit();
 }
 
