@@ -19,7 +19,8 @@
 
 namespace fusectl::kernels::cpu {
 
-// One 2-D convolution, one group, no dilation: X [N, C, H, W] -> Y [N, M, OH, OW].
+// One 2-D convolution, no dilation: X [N, C, H, W] -> Y [N, M, OH, OW]; a grouped one is run
+// group by group (runConv), C and M then a group's channels.
 struct DirectConvShape {
   int64_t N = 0, C = 0, M = 0, H = 0, W = 0, KH = 0, KW = 0, SH = 1, SW = 1;
   int64_t pad_top = 0, pad_left = 0, OH = 0, OW = 0;
