@@ -152,6 +152,84 @@ void poolSeparable(const Pool3d& p, const float* x, float* y, int64_t planes, in
   });
 }
 
+#ifdef FUSECTL_AVX512
+// MaxPool on planes at most 16 wide (GoogLeNet's and Inception's 3x3 stride-1 branch pools on
+// 12x12, 6x6 and 3x3 maps): an output row is one vector. The window's input rows are combined
+// (masked loads, lanes past the row -inf), then each horizontal tap is a lane permutation of that
+// vector (lanes outside the row -inf). The separable path paid its per-row calls for rows of 3-12
+// values: GoogLeNet's 13 MaxPools took 2.6 ms at 96x96 where ONNX Runtime's take 0.28. Taps are
+// combined in the separable path's order with its comparison (a later value wins only when
+// greater), so NaNs and ties come out the same.
+// The horizontal taps of maxPoolNarrowPlanes: per tap, the input column each output lane reads
+// and the lanes that read one.
+struct NarrowTaps {
+  std::vector<int32_t> index;   // kw x 16
+  std::vector<uint16_t> valid;  // kw
+};
+
+FUSECTL_AVX512 void maxPoolNarrowPlaneRange(const Pool3d& p, const NarrowTaps& taps,
+                                            const float* x, float* y, int64_t pl0, int64_t pl1) {
+  const int64_t in_h = p.in[1], in_w = p.in[2], out_h = p.out[1], out_w = p.out[2];
+  const int64_t kw = p.k[2];
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __mmask16 in_lanes = firstLanes(in_w), out_lanes = firstLanes(out_w);
+  for (int64_t pl = pl0; pl < pl1; ++pl) {
+    const float* xs = x + pl * in_h * in_w;
+    float* yo = y + pl * out_h * out_w;
+    for (int64_t oh = 0; oh < out_h; ++oh) {
+      int64_t h0, h1;
+      tapRange(p, 1, oh, 0, in_h, &h0, &h1);
+      __m512 m = ninf;
+      for (int64_t jh = h0; jh < h1; ++jh) {
+        const float* row = xs + (oh * p.s[1] - p.pb[1] + jh * p.d[1]) * in_w;
+        const __m512 v = _mm512_mask_loadu_ps(ninf, in_lanes, row);
+        m = jh == h0 ? v : _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), v);
+      }
+      __m512 r = ninf;
+      for (int64_t j = 0; j < kw; ++j) {
+        const __m512i index = _mm512_loadu_si512(taps.index.data() + j * 16);
+        const __m512 v = _mm512_mask_permutexvar_ps(
+            ninf, static_cast<__mmask16>(taps.valid[static_cast<size_t>(j)]), index, m);
+        r = j == 0 ? v : _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(v, r, _CMP_GT_OQ), v);
+      }
+      _mm512_mask_storeu_ps(yo + oh * out_w, out_lanes, r);
+    }
+  }
+}
+
+void maxPoolNarrowPlanes(const Pool3d& p, const float* x, float* y, int64_t planes,
+                         int threads) {
+  const int64_t out_w = p.out[2], kw = p.k[2];
+  NarrowTaps taps;
+  taps.index.assign(static_cast<size_t>(kw * 16), 0);
+  taps.valid.assign(static_cast<size_t>(kw), 0);
+  for (int64_t j = 0; j < kw; ++j) {
+    for (int64_t ow = 0; ow < out_w; ++ow) {
+      const int64_t iw = ow * p.s[2] - p.pb[2] + j * p.d[2];
+      if (iw >= 0 && iw < p.in[2]) {
+        taps.index[static_cast<size_t>(j * 16 + ow)] = static_cast<int32_t>(iw);
+        taps.valid[static_cast<size_t>(j)] |= static_cast<uint16_t>(1u << ow);
+      }
+    }
+  }
+  parallelFor(planes, threads, 16, [&](int64_t b, int64_t e) {
+    maxPoolNarrowPlaneRange(p, taps, x, y, b, e);
+  });
+}
+#endif
+
+// Whether maxPoolNarrowPlanes takes the pool: 2-D, input and output rows of at most 16.
+bool narrowPlanes(const Pool3d& p) {
+#ifdef FUSECTL_AVX512
+  static const bool has_avx512 = __builtin_cpu_supports("avx512f");
+  return has_avx512 && p.in[0] == 1 && p.k[0] == 1 && p.in[2] <= 16 && p.out[2] <= 16 &&
+         p.out[2] >= 1;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
 void runMaxPool(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
   Window w = poolWindow(ctx, x);
@@ -168,6 +246,13 @@ void runMaxPool(KernelContext& ctx) {
   float* yp = ys.data();
   const int64_t planes = x.dim(0) * x.dim(1);
   if (!ind) {
+#ifdef FUSECTL_AVX512
+    if (narrowPlanes(p)) {
+      maxPoolNarrowPlanes(p, xf.data(), yp, planes, ctx.numThreads());
+      ys.commit();
+      return;
+    }
+#endif
     poolSeparable(p, xf.data(), yp, planes, ctx.numThreads(), true, false);
     ys.commit();
     return;
