@@ -2,7 +2,8 @@
 // except for the common case of a batched matrix product of two float32 operands, which runs
 // the packed GEMM once per batch index (below).
 //
-// The equation is parsed into labels; "..." stands for broadcast dims shared by all operands
+// The equation (parseEinsumEquation: einsum_equation.h) becomes labels; "..." stands for
+// broadcast dims shared by all operands
 // (right-aligned, size 1 broadcasts). Without "->" the output is the ellipsis dims followed by
 // the labels used exactly once, in alphabetical order, as numpy does. Each operand gets a stride
 // per label (a label repeated within one operand, "ii", sums its strides: a diagonal), then every
@@ -16,6 +17,8 @@
 #include <fmt/format.h>
 
 #include "dtype_dispatch.h"
+#include "fusectl/graph/einsum_equation.h"
+#include "fusectl/graph/error.h"
 #include "gemm_micro.h"
 #include "fusectl/kernels/kernel.h"
 
@@ -33,21 +36,15 @@ struct Term {
   bool has_ellipsis = false;
 };
 
-Term parseTerm(const KernelContext& ctx, const std::string& s) {
+// The parsed term's labels, the ellipsis as the -1 marker where it stands.
+Term termOf(const EinsumTerm& e) {
   Term t;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (c == '.') {
-      if (s.compare(i, 3, "...") != 0 || t.has_ellipsis)
-        ctx.fail(fmt::format("malformed ellipsis in term '{}'", s));
+  for (size_t i = 0; i <= e.letters.size(); ++i) {
+    if (e.hasEllipsis() && i == static_cast<size_t>(e.ellipsis_at)) {
       t.has_ellipsis = true;
       t.labels.push_back(-1);
-      i += 2;
-    } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
-      t.labels.push_back(c);
-    } else {
-      ctx.fail(fmt::format("unexpected character '{}' in equation", c));
     }
+    if (i < e.letters.size()) t.labels.push_back(e.letters[i]);
   }
   return t;
 }
@@ -66,18 +63,15 @@ std::vector<int> expand(const Term& t, int n, int total) {
 }
 
 void einsumKernel(KernelContext& ctx) {
-  std::string eq = ctx.attrString("equation", "");
-  eq.erase(std::remove(eq.begin(), eq.end(), ' '), eq.end());
-  const size_t arrow = eq.find("->");
-  const std::string lhs = eq.substr(0, arrow);
-  std::vector<std::string> terms;
-  for (size_t start = 0;;) {
-    const size_t comma = lhs.find(',', start);
-    terms.push_back(
-        lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
+  const std::string eq = ctx.attrString("equation", "");
+  EinsumEquation equation;
+  try {
+    equation = parseEinsumEquation(eq);
+  } catch (const Error& e) {
+    ctx.fail(e.what());
   }
+  std::vector<std::string> terms;
+  for (const EinsumTerm& t : equation.inputs) terms.push_back(t.str());
   if (terms.size() != ctx.numInputs())
     ctx.fail(
         fmt::format("equation '{}' has {} terms for {} inputs", eq, terms.size(), ctx.numInputs()));
@@ -92,7 +86,7 @@ void einsumKernel(KernelContext& ctx) {
   std::vector<Term> parsed;
   int ell = 0;
   for (size_t k = 0; k < terms.size(); ++k) {
-    parsed.push_back(parseTerm(ctx, terms[k]));
+    parsed.push_back(termOf(equation.inputs[k]));
     const int letters =
         static_cast<int>(parsed[k].labels.size()) - (parsed[k].has_ellipsis ? 1 : 0);
     const int rank = static_cast<int>(ins[k]->rank());
@@ -121,9 +115,9 @@ void einsumKernel(KernelContext& ctx) {
     }
   }
   std::vector<int> out_labels;
-  if (arrow != std::string::npos) {
+  if (equation.output) {
     // Ellipsis dims missing from an explicit output are summed, like any absent label.
-    const Term o = parseTerm(ctx, eq.substr(arrow + 2));
+    const Term o = termOf(*equation.output);
     out_labels = expand(o, ell, ell);
     for (int l : out_labels)
       if (!size.count(l))

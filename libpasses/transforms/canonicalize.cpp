@@ -67,11 +67,12 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <optional>
 
 #include "constant_math.h"
+#include "fusectl/graph/einsum_equation.h"
+#include "fusectl/graph/error.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
 #include "reduce_axes.h"
@@ -519,31 +520,29 @@ struct MatMulEquation {
   bool transpose_b = false;
 };
 
-std::optional<MatMulEquation> matmulEquation(std::string equation) {
-  equation.erase(std::remove(equation.begin(), equation.end(), ' '), equation.end());
-  const size_t arrow = equation.find("->");
-  if (arrow == std::string::npos) return std::nullopt;
-  const std::string lhs = equation.substr(0, arrow), out = equation.substr(arrow + 2);
-  const size_t comma = lhs.find(',');
-  if (comma == std::string::npos || lhs.find(',', comma + 1) != std::string::npos)
-    return std::nullopt;
-  std::string a = lhs.substr(0, comma), b = lhs.substr(comma + 1), o = out;
+std::optional<MatMulEquation> matmulEquation(const std::string& equation) {
+  EinsumEquation parsed;
+  try {
+    parsed = parseEinsumEquation(equation);
+  } catch (const Error&) {
+    return std::nullopt;  // the shape rule and the kernel say what is wrong with it
+  }
+  if (!parsed.output || parsed.inputs.size() != 2) return std::nullopt;
+  const EinsumTerm* terms[] = {&parsed.inputs[0], &parsed.inputs[1], &*parsed.output};
   // A leading ellipsis in all three terms is a batch prefix like the letters after it.
   int ellipses = 0;
-  for (std::string* t : {&a, &b, &o}) {
-    if (t->rfind("...", 0) == 0) {
-      t->erase(0, 3);
-      ++ellipses;
-    }
+  for (const EinsumTerm* t : terms) {
+    if (t->hasEllipsis() && t->ellipsis_at != 0) return std::nullopt;
+    ellipses += t->hasEllipsis();
   }
   if (ellipses != 0 && ellipses != 3) return std::nullopt;
-  for (const std::string* t : {&a, &b, &o}) {
-    if (t->size() < 2 || t->find('.') != std::string::npos) return std::nullopt;
-    for (size_t i = 0; i < t->size(); ++i) {
-      if (!std::isalpha(static_cast<unsigned char>((*t)[i]))) return std::nullopt;
-      if (t->find((*t)[i], i + 1) != std::string::npos) return std::nullopt;  // a diagonal
-    }
+  for (const EinsumTerm* t : terms) {
+    const std::string& l = t->letters;
+    if (l.size() < 2) return std::nullopt;
+    for (size_t i = 0; i < l.size(); ++i)
+      if (l.find(l[i], i + 1) != std::string::npos) return std::nullopt;  // a diagonal
   }
+  const std::string &a = terms[0]->letters, &b = terms[1]->letters, &o = terms[2]->letters;
   const size_t r = a.size();
   if (b.size() != r || o.size() != r) return std::nullopt;
   const std::string batch = a.substr(0, r - 2);

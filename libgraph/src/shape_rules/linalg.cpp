@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "fusectl/graph/einsum_equation.h"
+#include "fusectl/graph/error.h"
 #include "shape_rules/rules.h"
 
 namespace fusectl::shape_rules {
@@ -41,75 +43,60 @@ bool gemm(RuleContext& ctx) {
   return true;
 }
 
-// Einsum over explicit letters and at most one "..." per operand.
+// Einsum over explicit letters and at most one "..." per operand (einsum_equation.h).
 bool einsum(RuleContext& ctx) {
-  std::string eq;
-  for (char c : ctx.node.attrString("equation", "")) if (c != ' ') eq += c;
-  DType t = ctx.inDType(0);
-  size_t arrow = eq.find("->");
-  std::string lhs = eq.substr(0, arrow);
-  std::vector<std::string> terms;
-  for (size_t start = 0;;) {
-    size_t comma = lhs.find(',', start);
-    terms.push_back(lhs.substr(start, comma == std::string::npos ? comma : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
+  const DType t = ctx.inDType(0);
+  EinsumEquation eq;
+  try {
+    eq = parseEinsumEquation(ctx.node.attrString("equation", ""));
+  } catch (const Error& e) {
+    ctx.warn(e.what());
+    ctx.setOutput(0, t, Shape());
+    return true;
   }
   std::map<char, Dim> letter_dims;
-  std::map<char, int> letter_count;
   Shape ellipsis = Shape::scalar();
-  bool all_known = terms.size() == ctx.numInputs();
-  for (size_t i = 0; i < terms.size() && i < ctx.numInputs(); ++i) {
-    const std::string& term = terms[i];
-    size_t dots = term.find("...");
-    size_t letters = term.size() - (dots == std::string::npos ? 0 : 3);
+  bool all_known = eq.inputs.size() == ctx.numInputs();
+  for (size_t i = 0; i < eq.inputs.size() && i < ctx.numInputs(); ++i) {
+    const EinsumTerm& term = eq.inputs[i];
+    const size_t letters = term.letters.size();
     const Shape& s = ctx.inShape(i);
-    for (char c : term) if (c != '.') ++letter_count[c];
-    if (!s.hasRank() || s.rank() < letters) {
+    if (!s.hasRank() || s.rank() < letters || (!term.hasEllipsis() && s.rank() != letters)) {
       all_known = false;
       continue;
     }
-    size_t ell_rank = s.rank() - letters;
+    const size_t ell_rank = s.rank() - letters;
     size_t axis = 0;
-    for (size_t k = 0; k < term.size();) {
-      if (term.compare(k, 3, "...") == 0) {
-        Shape part(std::vector<Dim>(s.dims().begin() + axis, s.dims().begin() + axis + ell_rank));
+    for (size_t k = 0; k <= letters; ++k) {
+      if (term.hasEllipsis() && k == static_cast<size_t>(term.ellipsis_at)) {
+        Shape part(std::vector<Dim>(s.dims().begin() + static_cast<std::ptrdiff_t>(axis),
+                                    s.dims().begin() + static_cast<std::ptrdiff_t>(axis + ell_rank)));
         ellipsis = broadcastOrWarn(ctx, ellipsis, part);
         axis += ell_rank;
-        k += 3;
-        continue;
       }
+      if (k == letters) break;
       const Dim& d = s[axis++];
-      auto [it, fresh] = letter_dims.emplace(term[k], d);
+      auto [it, fresh] = letter_dims.emplace(term.letters[k], d);
       // A static dim other than 1 is the best witness (1 may broadcast).
       if (!fresh && (!it->second.isStatic() || it->second.value() == 1) && d.isStatic() &&
           d.value() != 1)
         it->second = d;
       else if (!fresh && it->second.isUnknown())
         it->second = d;
-      ++k;
     }
   }
-  std::string rhs;
-  if (arrow != std::string::npos) {
-    rhs = eq.substr(arrow + 2);
-  } else {
-    if (lhs.find("...") != std::string::npos) rhs = "...";
-    for (const auto& [c, n] : letter_count)
-      if (n == 1) rhs += c;
-  }
+  const EinsumTerm out_term = eq.outputOrImplicit();
   std::vector<Dim> out;
-  for (size_t k = 0; k < rhs.size();) {
-    if (rhs.compare(k, 3, "...") == 0) {
+  for (size_t k = 0; k <= out_term.letters.size(); ++k) {
+    if (out_term.hasEllipsis() && k == static_cast<size_t>(out_term.ellipsis_at)) {
       if (!all_known) {
         ctx.setOutput(0, t, Shape());
         return true;
       }
       out.insert(out.end(), ellipsis.dims().begin(), ellipsis.dims().end());
-      k += 3;
-      continue;
     }
-    auto it = letter_dims.find(rhs[k++]);
+    if (k == out_term.letters.size()) break;
+    auto it = letter_dims.find(out_term.letters[k]);
     out.push_back(it == letter_dims.end() ? Dim() : it->second);
   }
   ctx.setOutput(0, t, Shape(std::move(out)));
