@@ -244,6 +244,22 @@ TEST_CASE("resource limits: a window function of an absurd size is refused, not 
   }
 }
 
+TEST_CASE("resource limits: an allocation that fails names its node", "[cli][limits]") {
+  // 2^58 floats (2^60 bytes, beyond any address space) under a limit raised past them: the
+  // allocation fails, which used to print "fusectl: error: out of memory" alone.
+  fusectl::testing::TempDir dir("limits-oom");
+  const std::string model = dir / "huge.onnxtxt";
+  std::ofstream(model) << "<ir_version: 8, opset_import: [\"\" : 13]>\n"
+                       << "g () => (float[N] Y)\n<int64[1] s = {288230376151711744}>\n"
+                       << "{\n  Y = ConstantOfShape <value = float[1] {1.0}> (s)\n}\n";
+  const CliResult r =
+      runFusectl("run --max-tensor-bytes 4611686018427387904 " + shellQuote(model));
+  CHECK(r.code == 70);
+  CHECK(r.err == "fusectl: error: " + model +
+                     ": node 'ConstantOfShape(Y)' (ConstantOfShape): out of memory (its outputs "
+                     "or scratch)\n");
+}
+
 TEST_CASE("mutation findings: optimize survives a Transpose whose perm is not a permutation",
           "[cli][mutation]") {
   // vit_encoder_op13 with K's Transpose perm mutated (run 6145): fuse-attention indexed K's

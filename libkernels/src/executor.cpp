@@ -957,7 +957,15 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
       if (std::strncmp(e.what(), "node '", 6) == 0) throw;
       throw Error(e.kind(), nodePrefix(node) + e.what());
     } catch (const std::bad_alloc&) {
-      throw;
+      // Name the node whose allocation failed, as bad input is named (the output or scratch that
+      // failed is usually far larger than the few bytes the message takes).
+      std::string message;
+      try {
+        message = nodePrefix(node) + "out of memory (its outputs or scratch)";
+      } catch (...) {
+        throw std::bad_alloc();
+      }
+      throw Error(ErrorKind::Internal, message);
     } catch (const std::exception& e) {
       throw Error(ErrorKind::Internal, nodePrefix(node) + "kernel failed: " + e.what());
     }
