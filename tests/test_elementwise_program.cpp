@@ -6,8 +6,10 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fusectl/graph/elementwise_program.h"
@@ -183,6 +185,16 @@ std::string randomModel(std::mt19937& rng, const std::vector<int64_t>& out, int 
       fmt::join(header, ", "), fmt::join(out, ", "), fmt::join(body, "\n"));
 }
 
+// The model of `text`, and the same after fuse-elementwise.
+std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> originalAndFused(const std::string& text) {
+  std::unique_ptr<Model> original = parseModelText(text, "model");
+  std::unique_ptr<Model> fused = parseModelText(text, "model");
+  OptimizeRequest request;
+  request.passes = "fuse-elementwise";
+  optimize(*fused, request);
+  return {std::move(original), std::move(fused)};
+}
+
 }  // namespace
 
 TEST_CASE("elementwise kernel: random programs equal the unfused ops", "[elementwise][kernels]") {
@@ -196,11 +208,7 @@ TEST_CASE("elementwise kernel: random programs equal the unfused ops", "[element
     const int ops = 2 + static_cast<int>(rng() % 14);
     const std::string text = randomModel(rng, out, inputs, ops);
     INFO("trial " << trial << "\n" << text);
-    std::unique_ptr<Model> original = parseModelText(text, "random");
-    std::unique_ptr<Model> fused = parseModelText(text, "random");
-    OptimizeRequest request;
-    request.passes = "fuse-elementwise";
-    optimize(*fused, request);
+    auto [original, fused] = originalAndFused(text);
     size_t elementwise = 0, others = 0;
     for (const Node* n : fused->graph->nodes())
       (fusedOpBaseName(n->opType()) == "Elementwise" ? elementwise : others) += 1;
@@ -247,11 +255,7 @@ TEST_CASE("elementwise kernel: the per-row affine path equals the unfused ops bi
         "g (float[{0}] X, float[{1}] A, float[{1}] B) => (float[{0}] Y)\n{{\n  {2}\n}}\n",
         c.x, c.ab, c.body);
     INFO(text);
-    std::unique_ptr<Model> original = parseModelText(text, "affine");
-    std::unique_ptr<Model> fused = parseModelText(text, "affine");
-    OptimizeRequest request;
-    request.passes = "fuse-elementwise";
-    optimize(*fused, request);
+    auto [original, fused] = originalAndFused(text);
     size_t nodes = 0, elementwise = 0;
     for (const Node* n : fused->graph->nodes()) {
       ++nodes;
