@@ -244,10 +244,6 @@ float* im2colScratch(int64_t floats) {
   return growScratch(buffer, floats);
 }
 
-// Float convolution with an epilogue (bias per output channel, residual laid out like Y).
-// `packed_w`, when set, holds each group's W_g packed as the GEMM's A operand; `w` may then be
-// nullptr (a half weight has no float32 copy after the run that packed it).
-// The direct product's view of a 2-D, one-group, undilated convolution (directApplies).
 // Whether the convolution runs plane by plane, each output channel from its one input channel
 // (depthwise, and channel multipliers): more outputs per input channel, such as a stem from one
 // channel (a grayscale image; wav2vec 2.0's first layer over the waveform, 1 -> 512 with k=10),
@@ -266,7 +262,8 @@ bool perChannelProduct(const ConvDims& d) {
          w.strides[1] == 1;
 }
 
-// One group's convolution (all of it when there is one group).
+// The direct product's view of a 2-D undilated convolution (directApplies): one group's
+// (all of it when there is one group).
 DirectConvShape directShape(const ConvDims& d) {
   DirectConvShape s;
   s.N = d.N;
@@ -327,6 +324,10 @@ struct ConvLayouts {
   bool y_nhwc = false;
 };
 
+// Float convolution with an epilogue (bias per output channel, residual laid out like Y).
+// `packed_w`, when set, holds the packed weights for `product` (each group's W_g as the GEMM's A
+// operand for ChannelRows); `w` may then be nullptr (a half weight has no float32 copy after the
+// run that packed it).
 void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epilogue ep,
                int threads, const PackedWeights* packed_w, ConvProduct product,
                const ImplicitIm2col* implicit, ConvLayouts layouts = {}) {
