@@ -186,7 +186,8 @@ std::string randomModel(std::mt19937& rng, const std::vector<int64_t>& out, int 
 }
 
 // The model of `text`, and the same after fuse-elementwise.
-std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> originalAndFused(const std::string& text) {
+std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> originalAndFused(
+    const std::string& text) {
   std::unique_ptr<Model> original = parseModelText(text, "model");
   std::unique_ptr<Model> fused = parseModelText(text, "model");
   OptimizeRequest request;

@@ -2,10 +2,10 @@
 // branch (broadcast.h): Transpose's kernel, and every strided view whose source is contiguous
 // along one dim and whose destination along another. The scalar 32 x 32 block loop it replaces
 // read one element per load. wav2vec 2.0's layer-norm extractor transposes [512, T] floats both
-// ways around each norm: its 17 Transposes 8.5 -> 7.1 ms a run (the [512, 3199] one 3.0-3.3 ->
-// 2.6-2.8 ms, its way back 1.65 -> 1.1), alone 1.26 -> 0.87 ms; NCHW -> NHWC of [2, 64, 56, 56]
-// 0.28 -> 0.18 ms (one thread, minima, against 1c2f996). Source rows outer: walking the
-// destination's rows instead (16 write streams) measured 1.5-2x slower in the model.
+// ways around each norm: in the model the [512, 3199] one 3.0-3.3 -> 2.6-2.8 ms, its way back
+// 1.65 -> 1.1, the [512, 1599] way back 0.83 -> under 0.65; alone 1.26 -> 0.87 ms; NCHW -> NHWC
+// of [2, 64, 56, 56] 0.28 -> 0.18 ms (one thread, minima, against 1c2f996). Source rows outer:
+// walking the destination's rows instead (16 write streams) measured 1.5-2x slower in the model.
 // Moves and shuffles only: the bits of every element (NaN payloads included) are copied.
 #include "broadcast.h"
 #include "gemm_vector_epilogue.h"

@@ -69,8 +69,8 @@ bool einsum(RuleContext& ctx) {
     size_t axis = 0;
     for (size_t k = 0; k <= letters; ++k) {
       if (term.hasEllipsis() && k == static_cast<size_t>(term.ellipsis_at)) {
-        Shape part(std::vector<Dim>(s.dims().begin() + static_cast<std::ptrdiff_t>(axis),
-                                    s.dims().begin() + static_cast<std::ptrdiff_t>(axis + ell_rank)));
+        const auto from = s.dims().begin() + static_cast<std::ptrdiff_t>(axis);
+        Shape part(std::vector<Dim>(from, from + static_cast<std::ptrdiff_t>(ell_rank)));
         ellipsis = broadcastOrWarn(ctx, ellipsis, part);
         axis += ell_rank;
       }
