@@ -4,6 +4,7 @@
 // "[ort]" cases, run by CTest's ort_differential) ONNX Runtime on variants the suite lacks.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -527,6 +528,31 @@ g (float[4,3,5] x, float[2,6,5] w, float[2,6,6] r, float[2,12] b, int32[3] lens,
   => (float[4,2,3,6] y, float[2,3,6] yh)
 { y, yh = RNN <hidden_size = 6, direction = "bidirectional", activations = ["Relu", "Tanh"]> (x, w, r, b, lens, h0) })",
                   lens);
+  // One batch entry (the GEMM's one-row products), hidden 20; GRU with linear_before_reset 0
+  // multiplies by R_h^T apart.
+  const std::vector<NamedTensor> one_len = {
+      {"lens", fusectl::testing::tensorOf<int32_t>(DType::Int32, {1}, {3})}};
+  checkAgainstOrt("lstm_batch1", R"(<ir_version: 8, opset_import: ["" : 14]>
+g (float[4,1,5] x, float[2,80,5] w, float[2,80,20] r, float[2,160] b, int32[1] lens,
+   float[2,1,20] h0, float[2,1,20] c0, float[2,60] p) => (float[4,2,1,20] y, float[2,1,20] yh, float[2,1,20] yc)
+{ y, yh, yc = LSTM <hidden_size = 20, direction = "bidirectional"> (x, w, r, b, lens, h0, c0, p) })",
+                  one_len);
+  for (int lbr : {0, 1}) {
+    checkAgainstOrt("gru_batch1_" + std::to_string(lbr),
+                    fmt::format(R"(<ir_version: 8, opset_import: ["" : 14]>
+g (float[6,1,5] x, float[2,60,5] w, float[2,60,20] r, float[2,120] b, float[2,1,20] h0)
+  => (float[6,2,1,20] y, float[2,1,20] yh)
+{{ y, yh = GRU <hidden_size = 20, direction = "bidirectional", linear_before_reset = {}> (x, w, r, b, , h0) }})",
+                                lbr));
+  }
+  // Constant weights (the sweep's models have them), one batch entry, hidden 17.
+  std::vector<std::string> r_values;
+  for (int i = 0; i < 17 * 17; ++i)
+    r_values.push_back(fmt::format("{:.4f}", 0.3 * std::sin(0.7 * i)));
+  checkAgainstOrt("rnn_batch1_constant", fmt::format(R"(<ir_version: 8, opset_import: ["" : 14]>
+g (float[5,1,3] x, float[1,17,3] w) => (float[5,1,1,17] y)
+<float[1,17,17] r = {{{}}}>
+{{ y = RNN <hidden_size = 17> (x, w, r) }})", fmt::join(r_values, ", ")));
 }
 
 TEST_CASE(
