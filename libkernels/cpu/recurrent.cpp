@@ -15,12 +15,13 @@
 // outputs and keeps its state, so Y_h / Y_c hold its last valid step. The reverse direction
 // walks each entry's valid steps backward. Computed in float, the products by the GEMM: X W^T
 // for every step at once (one product a direction), H R^T each step against R packed once per
-// direction. (Until 2026-12-06 every product was a scalar loop summing in double and each
+// session (packedRecurrence). (Until 2026-12-06 every product was a scalar loop summing in double and each
 // activation compared names per element: torchaudio's DeepSpeech, one bidirectional RNN of 512
 // over 100 steps, took 87 ms where ONNX Runtime takes 5.6; now 8.9. torch.nn's 2-layer
 // bidirectional LSTM and GRU of 128 over 20 steps: 15.7 -> 1.9 and 11.8 -> 1.3 ms.)
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -113,12 +114,54 @@ std::vector<Activation> readActivations(const KernelContext& ctx, size_t per_dir
 }
 
 // y[b, j] = sum_k x[b, k] * w[j, k] for b < batch, j < rows: the GEMM with w read transposed,
-// from `packed` (w packed once per direction) where given.
+// from `packed` (packedRecurrence) where given.
 void matmulT(const float* x, const float* w, float* y, int64_t batch, int64_t rows, int64_t k,
              const PackedMatrix* packed = nullptr) {
   GemmParams p = gemmParams(batch, rows, k, x, k, false, w, k, true, y, rows);
   p.packed_b = packed;
   gemm(p, 1);
+}
+
+// R^T packed as the recurrent product's B operand, per direction (then GRU's R_h^T on its own
+// for (r * H) R_h^T): once per session for a constant R, kept in the node's state (its bytes,
+// dims and the micro-kernel checked as cachedPackedWeights checks them; R itself stays, since
+// the state is no copy of it), per run otherwise.
+struct PackedRecurrence : KernelState {
+  const void* source = nullptr;
+  std::vector<int64_t> dims;
+  std::vector<PackedMatrix> r, rh;
+};
+
+const PackedRecurrence& packedRecurrence(KernelContext& ctx, const float* r, int64_t dirs,
+                                         int64_t gh, int64_t hidden, bool gru_rh,
+                                         std::unique_ptr<PackedRecurrence>& per_run) {
+  const HostTensor* t = ctx.input(2);
+  const bool constant = ctx.inputIsConstant(2);
+  if (auto* s = constant ? dynamic_cast<PackedRecurrence*>(ctx.state()) : nullptr) {
+    bool fresh = s->source == t->identity() && s->dims == t->dims() && s->rh.empty() != gru_rh;
+    for (const PackedMatrix& m : s->r) fresh = fresh && packedForCurrentKernel(m);
+    for (const PackedMatrix& m : s->rh) fresh = fresh && packedForCurrentKernel(m);
+    if (fresh) return *s;
+  }
+  auto made = std::make_unique<PackedRecurrence>();
+  made->source = t->identity();
+  made->dims = t->dims();
+  for (int64_t d = 0; d < dirs; ++d) {
+    const float* R = r + d * gh * hidden;
+    made->r.push_back(packGemmB(hidden, gh, R, 1, hidden));
+    if (gru_rh) made->rh.push_back(packGemmB(hidden, hidden, R + 2 * hidden * hidden, 1, hidden));
+  }
+  // The GEMM falls back to the source only for another micro-kernel; a converted (half) R is a
+  // copy that ends with this run, so the cached panels forget it (a stale cache is repacked).
+  if (constant) {
+    for (PackedMatrix& m : made->r) m.source = nullptr;
+    for (PackedMatrix& m : made->rh) m.source = nullptr;
+    const PackedRecurrence& result = *made;
+    ctx.setState(std::move(made));
+    return result;
+  }
+  per_run = std::move(made);
+  return *per_run;
 }
 
 void recurrentKernel(KernelContext& ctx, Cell cell) {
@@ -200,18 +243,16 @@ void recurrentKernel(KernelContext& ctx, Cell cell) {
   // X W^T for every time step at once (one GEMM a direction instead of a product per step),
   // rows in X's own order: t * batch + b, or b * seq + t with layout 1.
   std::vector<float> xw(static_cast<size_t>(seq * batch * gh));
+  const bool gru_rh = cell == Cell::Gru && !linear_before_reset;
+  std::unique_ptr<PackedRecurrence> per_run;
+  const PackedRecurrence& packed =
+      packedRecurrence(ctx, rv.data(), dirs, gh, hidden, gru_rh, per_run);
   for (int64_t d = 0; d < dirs; ++d) {
     const bool reverse = direction == "reverse" || d == 1;
     const float* W = wv.data() + d * gh * input;
     const float* R = rv.data() + d * gh * hidden;
     matmulT(xv.data(), W, xw.data(), seq * batch, gh, input);
-    // R^T as the recurrent product's B operand, packed once for the direction's steps; GRU's
-    // R_h again on its own for (r * H) R_h^T.
-    const PackedMatrix packed_r = packGemmB(hidden, gh, R, 1, hidden);
-    const PackedMatrix packed_rh =
-        cell == Cell::Gru && !linear_before_reset
-            ? packGemmB(hidden, hidden, R + 2 * hidden * hidden, 1, hidden)
-            : PackedMatrix{};
+    const PackedMatrix& packed_r = packed.r[static_cast<size_t>(d)];
     const float* Wb = b_t ? bv.data() + d * 2 * gh : nullptr;
     const float* Rb = b_t ? Wb + gh : nullptr;
     const float* P = p_t ? pv.data() + d * 3 * hidden : nullptr;
@@ -234,7 +275,7 @@ void recurrentKernel(KernelContext& ctx, Cell cell) {
       }
       matmulT(H, R, hg.data(), batch, gh, hidden, &packed_r);
       std::copy(H, H + batch * hidden, hprev.begin());
-      if (cell == Cell::Gru && !linear_before_reset) {
+      if (gru_rh) {
         // (r * H_{t-1}) R_h^T needs r first.
         for (int64_t b = 0; b < batch; ++b)
           for (int64_t j = 0; j < hidden; ++j) {
@@ -245,7 +286,7 @@ void recurrentKernel(KernelContext& ctx, Cell cell) {
                 r * hprev[static_cast<size_t>(b * hidden + j)];
           }
         matmulT(rh.data(), R + 2 * hidden * hidden, rhh.data(), batch, hidden, hidden,
-                &packed_rh);
+                &packed.rh[static_cast<size_t>(d)]);
         for (int64_t b = 0; b < batch; ++b)
           for (int64_t j = 0; j < hidden; ++j)
             hg[static_cast<size_t>(b * gh + 2 * hidden + j)] =
