@@ -100,7 +100,7 @@ std::unique_ptr<ProgramState> prepare(const KernelContext& ctx, std::string text
   s->affine = affineForm(s->program);
   std::vector<size_t> last_use(ins.size(), 0);
   for (size_t i = 0; i < ins.size(); ++i)
-    for (int k = 0; k < ewOpInfo(ins[i].op).operands; ++k)
+    for (int k = 0; k < s->operands[i]; ++k)
       if (ins[i].args[static_cast<size_t>(k)].kind == EwOperand::Kind::Temp)
         last_use[static_cast<size_t>(ins[i].args[static_cast<size_t>(k)].index)] = i;
   std::vector<int> free_slots;
@@ -108,7 +108,7 @@ std::unique_ptr<ProgramState> prepare(const KernelContext& ctx, std::string text
   for (size_t i = 0; i < ins.size(); ++i) {
     // Operands read for the last time here give their slot back first: an elementwise loop may
     // write the register it reads.
-    for (int k = 0; k < ewOpInfo(ins[i].op).operands; ++k) {
+    for (int k = 0; k < s->operands[i]; ++k) {
       const EwOperand& a = ins[i].args[static_cast<size_t>(k)];
       if (a.kind != EwOperand::Kind::Temp || last_use[static_cast<size_t>(a.index)] != i) continue;
       const int sl = s->slot[static_cast<size_t>(a.index)];

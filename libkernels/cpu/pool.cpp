@@ -153,13 +153,6 @@ void poolSeparable(const Pool3d& p, const float* x, float* y, int64_t planes, in
 }
 
 #ifdef FUSECTL_AVX512
-// MaxPool on planes at most 16 wide (GoogLeNet's and Inception's 3x3 stride-1 branch pools on
-// 12x12, 6x6 and 3x3 maps): an output row is one vector. The window's input rows are combined
-// (masked loads, lanes past the row -inf), then each horizontal tap is a lane permutation of that
-// vector (lanes outside the row -inf). The separable path paid its per-row calls for rows of 3-12
-// values: GoogLeNet's 13 MaxPools took 2.6 ms at 96x96 where ONNX Runtime's take 0.28. Taps are
-// combined in the separable path's order with its comparison (a later value wins only when
-// greater), so NaNs and ties come out the same.
 // The horizontal taps of maxPoolNarrowPlanes: per tap, the input column each output lane reads
 // and the lanes that read one.
 struct NarrowTaps {
@@ -197,6 +190,13 @@ FUSECTL_AVX512 void maxPoolNarrowPlaneRange(const Pool3d& p, const NarrowTaps& t
   }
 }
 
+// MaxPool on planes at most 16 wide (GoogLeNet's and Inception's 3x3 stride-1 branch pools on
+// 12x12, 6x6 and 3x3 maps): an output row is one vector. The window's input rows are combined
+// (masked loads, lanes past the row -inf), then each horizontal tap is a lane permutation of that
+// vector (lanes outside the row -inf). The separable path paid its per-row calls for rows of 3-12
+// values: GoogLeNet's 13 MaxPools took 2.6 ms at 96x96 where ONNX Runtime's take 0.28. Taps are
+// combined in the separable path's order with its comparison (a later value wins only when
+// greater), so NaNs and ties come out the same.
 void maxPoolNarrowPlanes(const Pool3d& p, const float* x, float* y, int64_t planes,
                          int threads) {
   const int64_t out_w = p.out[2], kw = p.k[2];
@@ -216,19 +216,14 @@ void maxPoolNarrowPlanes(const Pool3d& p, const float* x, float* y, int64_t plan
     maxPoolNarrowPlaneRange(p, taps, x, y, b, e);
   });
 }
-#endif
 
-// Whether maxPoolNarrowPlanes takes the pool: 2-D, input and output rows of at most 16.
+// Whether maxPoolNarrowPlanes takes the pool: AVX-512, 2-D, input and output rows of at most 16.
 bool narrowPlanes(const Pool3d& p) {
-#ifdef FUSECTL_AVX512
   static const bool has_avx512 = __builtin_cpu_supports("avx512f");
   return has_avx512 && p.in[0] == 1 && p.k[0] == 1 && p.in[2] <= 16 && p.out[2] <= 16 &&
          p.out[2] >= 1;
-#else
-  (void)p;
-  return false;
-#endif
 }
+#endif
 
 void runMaxPool(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
