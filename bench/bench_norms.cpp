@@ -1,12 +1,14 @@
-// The fused norm kernels (fusectl LayerNorm, SkipLayerNorm, RMSNorm; norms_fused.cpp) against
-// the unfused op chains they replace, both run through the executor on one thread, with the
+// The fused norm kernels (fusectl LayerNorm, SkipLayerNorm, RMSNorm, GroupNorm; norms_fused.cpp)
+// against the unfused op chains they replace, both run through the executor on one thread, with the
 // STREAM triad measured in the same run: one JSON line per (op, shape) with the median time of
 // each, the speed-up, the fused node's GB/s (bytes of its inputs and outputs over its median
 // time) and that figure's ratio to the triad's GB/s. No assertions: figures are read off by
 // people (bench/README.md).
 //
 //   bench_norms [--repeat R] [--threads T]
-// Shapes: [128, 768] and [2048, 768] (BERT-base rows), [1, 32, 4096] (LLaMA-7B decode rows).
+// Shapes: [128, 768] and [2048, 768] (BERT-base rows), [1, 32, 4096] (LLaMA-7B decode rows);
+// GroupNorm: [1, 512, 1001] in one group (ConvTasNet's global norm), [1, 320, 64, 64] and
+// [1, 128, 56, 56] in 32 groups (diffusion UNets, GroupNorm ResNets).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -86,6 +88,33 @@ std::string modelText(const std::string& op, const std::vector<int64_t>& dims, b
   return text + "}\n";
 }
 
+// GroupNorm over x of `dims` in `groups` groups: the fused node, or the chain PyTorch's exporter
+// writes (Reshape, InstanceNormalization, Reshape, Mul, Add) that fuse-group-norm replaces.
+std::string groupNormModelText(const std::vector<int64_t>& dims, int64_t groups, bool fused) {
+  const int64_t c = dims[1];
+  std::string units;  // the weight's trailing dims: [C, 1, ..., 1]
+  for (size_t i = 2; i < dims.size(); ++i) units += ", 1";
+  std::string text = fmt::format(
+      "<ir_version: 8, opset_import: [\"\" : 13, \"fusectl\" : 1]>\n"
+      "g (float[{0}] X) => (float[{0}] Y)\n<\n  float[{1}{2}] gamma = {{{3}}},\n"
+      "  float[{1}{2}] beta = {{{4}}}",
+      dimsText(dims), c, fused ? "" : units, floatsText(c, 1), floatsText(c, 2));
+  if (fused) {
+    return text + fmt::format("\n>\n{{\n  Y = fusectl.GroupNorm <num_groups = {}, epsilon = "
+                              "1e-5> (X, gamma, beta)\n}}\n",
+                              groups);
+  }
+  return text + fmt::format(
+                    ",\n  int64[3] grouped = {{0, {0}, -1}},\n  float[{0}] ones = {{{1}}},\n"
+                    "  float[{0}] zeros = {{{2}}},\n  int64[{3}] back = {{{4}}}\n>\n{{\n"
+                    "  R = Reshape (X, grouped)\n"
+                    "  N = InstanceNormalization <epsilon = 1e-5> (R, ones, zeros)\n"
+                    "  U = Reshape (N, back)\n  G = Mul (U, gamma)\n  Y = Add (G, beta)\n}}\n",
+                    groups, fmt::format("{}", fmt::join(std::vector<int>(groups, 1), ", ")),
+                    fmt::format("{}", fmt::join(std::vector<int>(groups, 0), ", ")), dims.size(),
+                    dimsText(dims));
+}
+
 double timeModel(const std::string& text, const std::vector<NamedTensor>& inputs, int threads,
                  int repeat) {
   std::unique_ptr<Model> model = parseModelText(text, "bench_norms");
@@ -152,6 +181,22 @@ int main(int argc, char** argv) {
                   unfused / fused, gbs, gbs / triad_gbs);
       std::fflush(stdout);
     }
+  }
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> grouped = {
+      {{1, 512, 1001}, 1}, {{1, 320, 64, 64}, 32}, {{1, 128, 56, 56}, 32}};
+  for (const auto& [dims, groups] : grouped) {
+    const std::vector<NamedTensor> inputs = {{"X", randomFloats(dims, 3)}};
+    const double fused = timeModel(groupNormModelText(dims, groups, true), inputs, threads, repeat);
+    const double unfused =
+        timeModel(groupNormModelText(dims, groups, false), inputs, threads, repeat);
+    const uint64_t bytes = 2 * inputs[0].tensor.byteSize() + 2 * 4 * dims[1];
+    const double gbs = static_cast<double>(bytes) / fused / 1e9;
+    std::printf("{\"kernel\":\"GroupNorm\",\"shape\":\"[%s]\",\"groups\":%lld,\"threads\":%d,"
+                "\"fused_us\":%.2f,\"unfused_us\":%.2f,\"speedup\":%.2f,\"fused_gb_per_s\":%.2f,"
+                "\"ratio_to_triad\":%.2f}\n",
+                dimsText(dims).c_str(), static_cast<long long>(groups), threads, fused * 1e6,
+                unfused * 1e6, unfused / fused, gbs, gbs / triad_gbs);
+    std::fflush(stdout);
   }
   return 0;
 }

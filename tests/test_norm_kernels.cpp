@@ -1,5 +1,5 @@
 // The fused norm kernels of domain fusectl (libkernels/cpu/norms_fused.cpp: LayerNorm, RMSNorm,
-// SkipLayerNorm, SkipRMSNorm) against naive double-precision references written here: odd row
+// SkipLayerNorm, SkipRMSNorm, GroupNorm) against naive double-precision references written here: odd row
 // lengths (the vector tails), several leading shapes, a mean far from zero beside a small
 // spread (where a one-pass E[x^2] - E[x]^2 in float would lose every digit), every ISA this CPU
 // has, one and several threads, and the errors a malformed node gets.
@@ -214,6 +214,73 @@ TEST_CASE("fusectl SkipLayerNorm and SkipRMSNorm add, return the sum and normali
   }
 }
 
+// GroupNorm's reference: each (sample, group) block of x [n, c, inner] normalised in double.
+std::vector<double> referenceGroupNorm(const std::vector<float>& x, int64_t n, int64_t c,
+                                       int64_t inner, int64_t groups,
+                                       const std::vector<float>& scale,
+                                       const std::vector<float>& bias, double eps) {
+  std::vector<double> y(x.size());
+  const int64_t per_group = c / groups, block = per_group * inner;
+  for (int64_t b = 0; b < n * groups; ++b) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < block; ++i) mean += x[b * block + i];
+    mean /= block;
+    for (int64_t i = 0; i < block; ++i) var += (x[b * block + i] - mean) * (x[b * block + i] - mean);
+    var /= block;
+    for (int64_t i = 0; i < block; ++i) {
+      const int64_t ch = (b % groups) * per_group + i / inner;
+      y[b * block + i] = (x[b * block + i] - mean) / std::sqrt(var + eps) * scale[ch] + bias[ch];
+    }
+  }
+  return y;
+}
+
+TEST_CASE("fusectl GroupNorm matches double precision", "[kernels][norms]") {
+  struct Shape {
+    std::vector<int64_t> dims;
+    int64_t groups;
+  };
+  // One group over a long signal (ConvTasNet: blocks of many 4096-element chunks, and fewer
+  // blocks than threads), 32 groups of a UNet-like map, odd sizes, a 3-D volume.
+  const std::vector<Shape> shapes = {{{1, 16, 1001}, 1},   {{2, 64, 9, 9}, 32},
+                                     {{2, 6, 7}, 3},       {{3, 4, 1}, 2},
+                                     {{1, 8, 3, 4, 5}, 4}, {{2, 12, 5, 5}, 12}};
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (const Shape& sh : shapes) {
+      for (int threads : {1, 3}) {
+        int64_t numel = 1, inner = 1;
+        for (size_t i = 0; i < sh.dims.size(); ++i) {
+          numel *= sh.dims[i];
+          if (i >= 2) inner *= sh.dims[i];
+        }
+        const int64_t n = sh.dims[0], c = sh.dims[1];
+        INFO("isa " << vec::isaName(isa) << ", shape " << sh.dims.size() << "-D, " << numel
+                    << " elements, " << sh.groups << " groups, threads " << threads);
+        // A mean of 1000 beside a spread of 1, as for LayerNorm above; the output is centred
+        // before it is scaled, so the error stays near the mean's own (~3e-4 of the result).
+        const std::vector<float> x = randomFloats(numel, 31 + numel, 999.f, 1001.f);
+        const std::vector<float> scale = randomFloats(c, 32, -2.f, 2.f);
+        const std::vector<float> bias = randomFloats(c, 33, -1.f, 1.f);
+        const std::vector<HostTensor> y = runFused(
+            "GroupNorm", {floatTensor(sh.dims, x), floatTensor({c}, scale), floatTensor({c}, bias)},
+            {Attribute::ofInt("num_groups", sh.groups), Attribute::ofFloat("epsilon", 1e-5f)},
+            {"Y"}, threads);
+        requireClose(valuesOf(y[0]),
+                     referenceGroupNorm(x, n, c, inner, sh.groups, scale, bias, 1e-5), 5e-4);
+      }
+    }
+  }
+  // Centred inputs keep every digit the float output has.
+  const std::vector<float> x = randomFloats(2 * 6 * 50, 41, -3.f, 3.f);
+  const std::vector<float> scale = randomFloats(6, 42, 0.5f, 1.5f);
+  const std::vector<float> bias = randomFloats(6, 43, -1.f, 1.f);
+  const std::vector<HostTensor> y = runFused(
+      "GroupNorm", {floatTensor({2, 6, 50}, x), floatTensor({6}, scale), floatTensor({6}, bias)},
+      {Attribute::ofInt("num_groups", 2), Attribute::ofFloat("epsilon", 1e-5f)});
+  requireClose(valuesOf(y[0]), referenceGroupNorm(x, 2, 6, 50, 2, scale, bias, 1e-5), 2e-6);
+}
+
 TEST_CASE("fusectl norm kernels reject malformed nodes with one line", "[kernels][norms]") {
   const HostTensor x = floatTensor({2, 4}, randomFloats(8, 1, -1.f, 1.f));
   const HostTensor s4 = floatTensor({4}, {1, 1, 1, 1});
@@ -227,4 +294,15 @@ TEST_CASE("fusectl norm kernels reject malformed nodes with one line", "[kernels
   CHECK_THROWS_WITH(runFused("SkipRMSNorm", {x, floatTensor({2, 1}, {1, 2}), s4},
                              normAttrs(-1, 1e-5f)),
                     Catch::Contains("Skip must have X's shape"));
+  const HostTensor x3 = floatTensor({1, 4, 2}, randomFloats(8, 2, -1.f, 1.f));
+  const auto groupAttrs = [](int64_t groups) {
+    return std::vector<Attribute>{Attribute::ofInt("num_groups", groups),
+                                  Attribute::ofFloat("epsilon", 1e-5f)};
+  };
+  CHECK_THROWS_WITH(runFused("GroupNorm", {x3, s4, s4}, groupAttrs(3)),
+                    Catch::Contains("num_groups 3 does not divide 4 channels"));
+  CHECK_THROWS_WITH(runFused("GroupNorm", {x3, s3, s4}, groupAttrs(2)),
+                    Catch::Contains("one value per channel (4); they hold 3 and 4"));
+  CHECK_THROWS_WITH(runFused("GroupNorm", {x3, s4, s4}, {Attribute::ofInt("num_groups", 2)}),
+                    Catch::Contains("needs 'epsilon'"));
 }

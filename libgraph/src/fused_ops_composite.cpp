@@ -15,6 +15,7 @@ std::string buildLayerNormFunction(const FusedOpInfo& op, int64_t opset);      /
 std::string buildRMSNormFunction(const FusedOpInfo& op, int64_t opset);        // norms.cpp
 std::string buildSkipLayerNormFunction(const FusedOpInfo& op, int64_t opset);  // norms.cpp
 std::string buildSkipRMSNormFunction(const FusedOpInfo& op, int64_t opset);    // norms.cpp
+std::string buildGroupNormFunction(const FusedOpInfo& op, int64_t opset);      // norms.cpp
 std::string buildRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset);        // rotary.cpp
 std::string buildQKNormRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset);  // rotary.cpp
 std::string buildInterleavedRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset);  // rotary.cpp
@@ -27,6 +28,7 @@ const std::vector<CompositeBody>& compositeBodyBuilders() {
       {"RMSNorm", buildRMSNormFunction},
       {"SkipLayerNorm", buildSkipLayerNormFunction},
       {"SkipRMSNorm", buildSkipRMSNormFunction},
+      {"GroupNorm", buildGroupNormFunction},
       {"Attention", buildAttentionFunction},
       {"AttentionPacked", buildAttentionPackedFunction},
       {"AttentionPackedRotary", buildAttentionPackedRotaryFunction},

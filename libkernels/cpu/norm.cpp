@@ -20,13 +20,6 @@ namespace fusectl::kernels {
 namespace cpu {
 namespace {
 
-// Rows of `row_elements` per thread worth a parallel region: about 32K elements, so that a
-// region's few microseconds stay small beside the work (a per-sample grain left ResNet's
-// [1,64,112,112] BatchNormalization on one thread).
-int64_t grainFor(int64_t row_elements) {
-  return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(row_elements, 1));
-}
-
 void requireFloat(const KernelContext& ctx, const HostTensor& x) {
   if (!isFloatComputeType(x.dtype())) {
     ctx.fail("unsupported element type " + std::string(dtypeName(x.dtype())));

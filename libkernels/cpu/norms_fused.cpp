@@ -1,5 +1,6 @@
 // The fused norm ops of domain "fusectl" (docs/ops.md): LayerNorm, RMSNorm, SkipLayerNorm and
-// SkipRMSNorm, each normalising over the axes from `axis` on, row by row.
+// SkipRMSNorm, each normalising over the axes from `axis` on, row by row; and GroupNorm, over
+// channel groups.
 //
 // One row at a time, so that the row stays in cache between its passes: the Skip ops write
 // Sum = X + Skip (into the Sum output when it is wanted, else into Y's row) in the pass that
@@ -86,8 +87,7 @@ void runFusedNorm(KernelContext& ctx, NormKind kind) {
   }
   const FloatView xv(x);
   const float* xd = xv.data();
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1));
-  parallelFor(rows, ctx.numThreads(), grain, [&](int64_t r0, int64_t r1) {
+  parallelFor(rows, ctx.numThreads(), grainFor(cols), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* k = kind.skip ? skip.data() + (skip_per_row ? 0 : r * cols) : nullptr;
       float* dst = yd + r * cols;
@@ -103,6 +103,105 @@ void runFusedNorm(KernelContext& ctx, NormKind kind) {
   if (sum_sink) sum_sink->commit();
 }
 
+// Mean and sum of squared deviations of x[0..n), from memory in one pass: chunks small enough
+// to stay in L1 take their two passes (sum, then squared deviations from the chunk's mean),
+// and the chunks' moments are combined exactly (Chan et al.), all in double.
+struct BlockMoments {
+  double mean = 0;
+  double m2 = 0;
+};
+
+BlockMoments blockMoments(const float* x, int64_t n) {
+  constexpr int64_t kChunk = 4096;  // 16 KiB
+  BlockMoments total;
+  int64_t count = 0;
+  for (int64_t at = 0; at < n; at += kChunk) {
+    const int64_t k = std::min(kChunk, n - at);
+    const double mean = vec::sum(x + at, k) / static_cast<double>(k);
+    // Deviations are summed from the float nearest the mean; the exact m2 about the mean is
+    // that sum less k (mean - centre)^2.
+    const float centre = static_cast<float>(mean);
+    const double off = mean - centre;
+    const double m2 = vec::sumSquaredDeviations(x + at, k, centre) - static_cast<double>(k) * off * off;
+    const double delta = mean - total.mean;
+    const double merged = static_cast<double>(count + k);
+    total.mean += delta * static_cast<double>(k) / merged;
+    total.m2 += m2 + delta * delta * static_cast<double>(count) * static_cast<double>(k) / merged;
+    count += k;
+  }
+  return total;
+}
+
+// GroupNorm: in [N, C, ...] a group's channels are one contiguous block of C / G * inner
+// elements. Its mean and variance take one pass over the block from memory (blockMoments:
+// double, stable when the mean is large beside the spread), then each channel is written as
+// (x - mean) * a + B[c], a = Scale[c] / sqrt(var + eps) (vec::centredAffine), while the block is
+// still in cache: the exported chain (InstanceNormalization, then Mul and Add) makes a second read-and-write
+// pass over the tensor for the affine.
+// Blocks are shared among threads; when there are fewer blocks than threads (one group per
+// sample, as ConvTasNet's global norm), the statistics are taken block by block and the
+// channels written in parallel.
+void runGroupNorm(KernelContext& ctx) {
+  const HostTensor& x = ctx.requireInput(0);
+  requireFloatOrHalf(ctx, x, "X");
+  if (x.rank() < 2) ctx.fail("X must have rank >= 2 ([N, C, ...])");
+  const int64_t groups = ctx.attrInt("num_groups", 0);
+  const int64_t n = x.dim(0), c = x.dim(1), inner = product(x.dims(), 2);
+  if (groups < 1 || c % groups != 0)
+    ctx.fail(fmt::format("num_groups {} does not divide {} channels", groups, c));
+  if (!ctx.node().hasAttr("epsilon"))
+    ctx.fail("needs 'epsilon' (its function body cannot default it)");
+  const double eps = ctx.attrFloat("epsilon", 1e-5f);
+  const HostTensor& scale_t = ctx.requireInput(1);
+  const HostTensor& bias_t = ctx.requireInput(2);
+  requireSameDType(ctx, x, "X", &scale_t, "Scale");
+  requireSameDType(ctx, x, "X", &bias_t, "B");
+  if (scale_t.numel() != c || bias_t.numel() != c)
+    ctx.fail(fmt::format("Scale and B must hold one value per channel ({}); they hold {} and {}",
+                         c, scale_t.numel(), bias_t.numel()));
+  const FloatView xv(x), scale(scale_t), bias(bias_t);
+  FloatSink ys(ctx.allocateOutput(0, x.dtype(), x.dims()));
+  const float* xd = xv.data();
+  float* yd = ys.data();
+  const int64_t per_group = c / groups, block = per_group * inner, blocks = n * groups;
+
+  // The block's statistics as each of its channels' (centre, a, b) into coef[3 * channel]:
+  // y = (x - centre) * a + b, where centre is the float nearest the mean and b takes the rest
+  // of it. x * a + (B - mean * a) in one step would cancel two numbers of about mean * a where
+  // the mean is large beside the spread; x - centre is exact there.
+  auto statistics = [&](int64_t blk, float* coef) {
+    const BlockMoments s = blockMoments(xd + blk * block, block);
+    const double inv = 1.0 / std::sqrt(s.m2 / static_cast<double>(std::max<int64_t>(block, 1)) + eps);
+    const float centre = static_cast<float>(s.mean);
+    const int64_t c0 = (blk % groups) * per_group;
+    for (int64_t k = 0; k < per_group; ++k) {
+      const double a = scale[c0 + k] * inv;
+      coef[3 * k] = centre;
+      coef[3 * k + 1] = static_cast<float>(a);
+      coef[3 * k + 2] = static_cast<float>(bias[c0 + k] - (s.mean - centre) * a);
+    }
+  };
+  auto writeChannel = [&](int64_t row, const float* k) {
+    vec::centredAffine(xd + row * inner, yd + row * inner, inner, k[0], k[1], k[2]);
+  };
+  if (blocks >= ctx.numThreads() || ctx.numThreads() == 1) {
+    parallelFor(blocks, ctx.numThreads(), grainFor(block), [&](int64_t b0, int64_t b1) {
+      std::vector<float> coef(static_cast<size_t>(3 * per_group));
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        statistics(blk, coef.data());
+        for (int64_t k = 0; k < per_group; ++k) writeChannel(blk * per_group + k, &coef[3 * k]);
+      }
+    });
+  } else {
+    std::vector<float> coef(static_cast<size_t>(3 * n * c));
+    for (int64_t blk = 0; blk < blocks; ++blk) statistics(blk, coef.data() + 3 * blk * per_group);
+    parallelFor(n * c, ctx.numThreads(), grainFor(inner), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) writeChannel(r, &coef[3 * r]);
+    });
+  }
+  ys.commit();
+}
+
 }  // namespace
 }  // namespace cpu
 
@@ -111,6 +210,7 @@ void registerFusedNormKernels(KernelRegistry& r) {
   r.add({"fusectl", "RMSNorm", 1, 1000, [](KernelContext& c) { cpu::runFusedNorm(c, {false, true}); }});
   r.add({"fusectl", "SkipLayerNorm", 1, 1000, [](KernelContext& c) { cpu::runFusedNorm(c, {true, false}); }});
   r.add({"fusectl", "SkipRMSNorm", 1, 1000, [](KernelContext& c) { cpu::runFusedNorm(c, {true, true}); }});
+  r.add({"fusectl", "GroupNorm", 1, 1000, cpu::runGroupNorm});
 }
 
 }  // namespace fusectl::kernels

@@ -367,6 +367,15 @@ void affine(const float* x, float* y, int64_t n, float scale, float shift) {
   mapLoop(x, y, n, AffineF{scale, shift});
 }
 
+struct CentredAffineF {
+  float centre, scale, shift;
+  vf operator()(vf x) const { return (x - centre) * scale + shift; }
+};
+
+void centredAffine(const float* x, float* y, int64_t n, float centre, float scale, float shift) {
+  mapLoop(x, y, n, CentredAffineF{centre, scale, shift});
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reductions: float lanes over blocks short enough that their rounding error stays at a few
 // ulp, the block totals added in double.

@@ -54,6 +54,7 @@ struct Table {
   void (*unary)(Unary, const float*, float*, int64_t, float, float);
   void (*binary)(Binary, const float*, float, const float*, float, float*, int64_t);
   void (*affine)(const float*, float*, int64_t, float, float);
+  void (*centredAffine)(const float*, float*, int64_t, float, float, float);
   double (*sum)(const float*, int64_t);
   double (*sumSquaredDeviations)(const float*, int64_t, float);
   float (*max)(const float*, int64_t);
@@ -79,7 +80,7 @@ struct Table {
 
 #define FUSECTL_VEC_TABLE(ns)                                                            \
   Table {                                                                                \
-    ns::unary, ns::binary, ns::affine, ns::sum, ns::sumSquaredDeviations, ns::max, ns::softmaxRow,   \
+    ns::unary, ns::binary, ns::affine, ns::centredAffine, ns::sum, ns::sumSquaredDeviations, ns::max, ns::softmaxRow,   \
         ns::softmaxRowAdd, ns::softmaxRowsAdd, ns::onlineSoftmaxRow,                      \
         ns::softmaxColumns, ns::layerNormRow, ns::skipLayerNormRow, ns::rmsNormRow,      \
         ns::swishRow,                                                                     \
@@ -169,6 +170,9 @@ void binary(Binary op, const float* a, float av, const float* b, float bv, float
 }
 void affine(const float* x, float* y, int64_t n, float scale, float shift) {
   table().affine(x, y, n, scale, shift);
+}
+void centredAffine(const float* x, float* y, int64_t n, float centre, float scale, float shift) {
+  table().centredAffine(x, y, n, centre, scale, shift);
 }
 double sum(const float* x, int64_t n) { return table().sum(x, n); }
 double sumSquaredDeviations(const float* x, int64_t n, float mean) {

@@ -50,6 +50,9 @@ void binary(Binary op, const float* a, float av, const float* b, float bv, float
 
 // y[i] = x[i] * scale + shift (inference BatchNormalization, InstanceNormalization).
 void affine(const float* x, float* y, int64_t n, float scale, float shift);
+// y[i] = (x[i] - centre) * scale + shift: a norm's output, centred before it is scaled, so that a
+// mean large beside the spread does not cancel (GroupNorm).
+void centredAffine(const float* x, float* y, int64_t n, float centre, float scale, float shift);
 
 // Sum of x[0..n) in double, accumulated in float lanes over short blocks.
 double sum(const float* x, int64_t n);

@@ -16,6 +16,13 @@
 // output (unread) on every Skip node that has none.
 // The call must give both attributes (the passes always do): an absent @axis would leave
 // Flatten's own default (1) in force.
+//
+// GroupNorm is the chain PyTorch's exporter writes, at any rank >= 3:
+//   G = Reshape(Constant(value_int = @num_groups), [1])
+//   N = InstanceNormalization(Reshape(X, Concat([0], G, [-1])), Expand(1, G), Expand(0, G))
+//   P = Concat(Shape(Scale), Expand([1], [rank(X) - 2]))          (the shape [C, 1, ..., 1])
+//   Y = Add(Mul(Reshape(N, Shape(X)), Reshape(Scale, P)), Reshape(B, P))
+// Constant's value_int needs opset 12, so fuse-group-norm does not fire below it.
 #include "fused_op_body.h"
 #include "fused_ops_composite.h"
 
@@ -65,6 +72,38 @@ std::string buildNorm(const FusedOpInfo& op, int64_t opset, bool skip, bool rms)
 }
 
 }  // namespace
+
+std::string buildGroupNormFunction(const FusedOpInfo& op, int64_t opset) {
+  FunctionDef f = startFunction(std::string(op.name), opset);
+  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  Body b(opset);
+  Value* x = b.input("X");
+  Value* scale = b.input("Scale");
+  Value* bias = b.input("B");
+
+  Value* groups = b.node("Constant", {});
+  b.refAttr("value_int", "num_groups", AttrKind::Int);
+  Value* one = b.intsConstant({1});
+  Value* g = b.node("Reshape", {groups, one});
+  Value* grouped_shape = b.node("Concat", {b.intsConstant({0}), g, b.intsConstant({-1})});
+  b.intAttr("axis", 0);
+  Value* grouped = b.node("Reshape", {x, grouped_shape});
+  Value* ones = b.node("Expand", {b.floatConstant(1.f), g});
+  Value* zeros = b.node("Expand", {b.floatConstant(0.f), g});
+  Value* normed = b.node("InstanceNormalization", {grouped, ones, zeros});
+  b.refAttr("epsilon", "epsilon", AttrKind::Float);
+  Value* x_shape = b.node("Shape", {x});
+  Value* back = b.node("Reshape", {normed, x_shape});
+
+  Value* spatial_rank = b.node("Sub", {b.node("Size", {x_shape}), b.scalarConstant(DType::Int64, int64_t{2})});
+  Value* unit_dims = b.node("Expand", {one, b.node("Reshape", {spatial_rank, one})});
+  Value* per_channel = b.node("Concat", {b.node("Shape", {scale}), unit_dims});
+  b.intAttr("axis", 0);
+  Value* y = b.node("Mul", {back, b.node("Reshape", {scale, per_channel})});
+  Value* out = b.node("Add", {y, b.node("Reshape", {bias, per_channel})}, "Y");
+  f.body = b.finish(out);
+  return functionToBinary(f);
+}
 
 std::string buildLayerNormFunction(const FusedOpInfo& op, int64_t opset) {
   return buildNorm(op, opset, /*skip=*/false, /*rms=*/false);
