@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../libkernels/cpu/conv_direct.h"
+#include "../libkernels/cpu/conv_few_outputs.h"
 #include "../libkernels/cpu/conv_implicit.h"
 #include "../libkernels/cpu/conv_pixel_rows.h"
 #include "../libkernels/cpu/conv_winograd.h"
@@ -727,6 +728,58 @@ TEST_CASE("Depthwise channel blocks re-zero their padding when the geometry chan
   }
 }
 
+TEST_CASE("Convolutions onto 1-12 output channels match the definition",
+          "[kernels][gemm][few-outputs]") {
+  // conv_few_outputs.h: every output-channel block size (4 + 4 + 2 at 10, 3 alone), the
+  // row-reusing 3x3, 5x5 and 7x7 tiles and the general one (5x3, dilated, vertical stride 2),
+  // rows and columns that leave partial tiles and vectors, asymmetric pads, one input channel
+  // and several 8-channel chunks (the partial sums kept in Y between), two images.
+  const std::vector<ConvSpec> cases = {
+      {{1, 64, 32, 32}, 4, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},     // a UNet's last layer
+      {{2, 13, 19, 37}, 1, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {{1, 5, 23, 18}, 2, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}},
+      {{1, 9, 17, 21}, 3, {7, 7}, {1, 1}, {1, 1}, {3, 2, 1, 3}},
+      {{1, 1, 20, 33}, 10, {3, 3}, {1, 1}, {1, 1}, {0, 1, 2, 0}},
+      {{1, 20, 15, 16}, 12, {5, 3}, {2, 1}, {1, 1}, {2, 1, 2, 1}},
+      {{1, 11, 25, 30}, 7, {3, 3}, {1, 1}, {2, 2}, {2, 2, 2, 2}},
+      {{2, 17, 9, 50}, 5, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}},      // 4 + 1, general tile
+  };
+  int id = 0;
+  for (const ConvSpec& c : cases) {
+    ++id;
+    const ConvOperands ops(c, 40, id);
+    StatefulNode conv("", "Conv", 3, convAttrs(c), 0b110);
+    INFO("case " << id);
+    const std::vector<float> one = valuesOf(conv.run(ops.plainInputs(), 1));
+    requireNear(one, ops.reference(false, Activation::None), ops.atol, 1e-4);
+    // Threads split bands of rows and channel blocks; each output sums in the same order.
+    REQUIRE(valuesOf(conv.run(ops.plainInputs(), 3)) == one);
+    for (const Activation act : {Activation::Relu, Activation::Silu, Activation::Gelu}) {
+      std::vector<Attribute> attrs = convAttrs(c);
+      attrs.push_back(Attribute::ofString("activation", std::string(activationInfo(act).name)));
+      StatefulNode fused("fusectl", "FusedConv", 4, attrs, 0b110);
+      INFO("activation " << activationInfo(act).name);
+      requireNear(valuesOf(fused.run(ops.fusedInputs(), 2)), ops.reference(true, act), ops.atol,
+                  1e-4);
+    }
+  }
+  // The GEMM paths keep what they do better: a 1x1 window, 13 outputs and up, stride 2 across.
+  Window win;
+  win.in = {32, 32}, win.kernel = {3, 3}, win.strides = {1, 1}, win.dilations = {1, 1};
+  win.pad_begin = win.pad_end = {1, 1}, win.out = {32, 32};
+  if (__builtin_cpu_supports("avx512f")) {
+    CHECK(fewOutputsConvTakes(1, 12, win));
+    CHECK_FALSE(fewOutputsConvTakes(1, 13, win));
+    CHECK_FALSE(fewOutputsConvTakes(2, 4, win));
+    Window pointwise = win;
+    pointwise.kernel = {1, 1}, pointwise.pad_begin = pointwise.pad_end = {0, 0};
+    CHECK_FALSE(fewOutputsConvTakes(1, 4, pointwise));
+    Window across = win;
+    across.strides = {1, 2}, across.out = {32, 16};
+    CHECK_FALSE(fewOutputsConvTakes(1, 4, across));
+  }
+}
+
 TEST_CASE("The direct pixels-by-channels convolution matches the definition",
           "[kernels][gemm][direct]") {
   // Forced wherever it can run: input channels over several 32-channel blocks with a partial
@@ -809,19 +862,21 @@ TEST_CASE("FusedConv writes into a donated residual only where it reads each ele
   // In place where the residual is added in registers before the one store of each output
   // element: the channel-rows GEMM with K in one slice of a vector micro-kernel, and the
   // AVX-512 pixel-rows store. Not where partial sums are stored first (K over two slices, the
-  // portable tile that applies its epilogue to what it stored), nor on the depthwise and
-  // Winograd paths, which do not offer it.
+  // portable tile that applies its epilogue to what it stored), nor on the depthwise, Winograd
+  // and few-output paths, which do not offer it (the last stores partial sums between channel
+  // chunks).
   struct Case {
     ConvSpec spec;
     std::vector<std::string> in_place_on;  // micro-kernels that write in place
   };
   const std::vector<Case> cases = {
       {{{1, 33, 8, 8}, 7, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}}, {"avx512", "avx2"}},
-      {{{1, 8, 12, 12}, 8, {3, 3}, {1, 1}, {2, 2}, {2, 2, 2, 2}}, {"avx512", "avx2"}},
+      {{{1, 8, 12, 12}, 16, {3, 3}, {1, 1}, {2, 2}, {2, 2, 2, 2}}, {"avx512", "avx2"}},
       {{{1, 64, 20, 20}, 40, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}}, {}},  // K = 576 > KC
       {{{1, 40, 7, 7}, 64, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}}, {"avx512"}},  // pixel rows
       {{{1, 16, 14, 14}, 16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 16}, {}},     // depthwise
       {{{1, 32, 14, 14}, 32, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}}, {}},         // Winograd
+      {{{1, 24, 12, 12}, 4, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}}, {}},  // few outputs (AVX-512)
   };
   EachKernel kernels;
   int id = 0;

@@ -39,6 +39,7 @@
 #include "channels_last.h"
 #include "conv_depthwise.h"
 #include "conv_direct.h"
+#include "conv_few_outputs.h"
 #include "conv_pixel_rows.h"
 #include "conv_implicit.h"
 #include "conv_winograd.h"
@@ -305,7 +306,7 @@ bool groupedDirectPays(const ConvDims& d) {
 }
 
 // How convFloat multiplies: which product the packed weights were made for.
-enum class ConvProduct { ChannelRows, PixelRows, Winograd, Direct };
+enum class ConvProduct { ChannelRows, PixelRows, Winograd, Direct, FewOutputs };
 
 // x [N][pixels][C] (channels-last) as planes, [N][C][pixels].
 void planesFromChannelsLast(const float* x, int64_t N, int64_t C, int64_t pixels, float* out) {
@@ -353,6 +354,11 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
                               OH * (part + 1) / parts);
       }
     });
+    return;
+  }
+
+  if (product == ConvProduct::FewOutputs) {
+    convFewOutputs(x, w, y, d.N, d.C, d.M, d.win, ep, threads);
     return;
   }
 
@@ -652,10 +658,18 @@ void runConv(KernelContext& ctx, bool fused) {
   }
   // The weights, as the GEMM's A operand of each group, packed once per session.
   const int64_t Cg = d.C / d.group, Mg = d.M / d.group, K = Cg * d.kernelTaps();
-  const bool gemm_path = !perChannelProduct(d);
+  const ConvAlgorithm forced = convForcedAlgorithm();
+  // 1-12 output channels (conv_few_outputs.h): X and W read as they are, nothing packed.
+  // Against the GEMM paths, one thread, best of three medians: 3x3 windows 64 -> 4 channels at
+  // 32x32 0.41 -> 0.10 ms, 64 -> 1 at 64x64 1.49 -> 0.19, 32 -> 3 at 128x128 3.34 -> 0.71,
+  // 64 -> 8 at 112x112 5.27 -> 2.28, 64 -> 12 at 56x56 0.85 -> 0.70; 16 outputs and up measured
+  // slower than the GEMM.
+  const bool few_outputs = forced == ConvAlgorithm::Auto && !perChannelProduct(d) &&
+                           !layouts.x_nhwc && !layouts.y_nhwc &&
+                           fewOutputsConvTakes(d.group, d.M, d.win);
+  const bool gemm_path = !perChannelProduct(d) && !few_outputs;
   const int winograd_tile = gemm_path ? winogradTileFor(ctx, d) : 0;
   const bool winograd = winograd_tile != 0;
-  const ConvAlgorithm forced = convForcedAlgorithm();
   // The direct product (conv_direct.h) for constant weights where it measured faster (stride-2
   // windows and the stems), or wherever it can run when forced (elsewhere the others run).
   const bool direct =
@@ -707,7 +721,8 @@ void runConv(KernelContext& ctx, bool fused) {
   // The channels-last output of a pointwise convolution is the pixels-by-channels product's,
   // which needs packed weights: weights that are not constant leave the output planar.
   if (pointwise && !packed) layouts.y_nhwc = false;
-  const ConvProduct product = !packed      ? ConvProduct::ChannelRows
+  const ConvProduct product = few_outputs  ? ConvProduct::FewOutputs
+                              : !packed     ? ConvProduct::ChannelRows
                               : winograd    ? ConvProduct::Winograd
                               : direct      ? ConvProduct::Direct
                               : pixel_rows  ? ConvProduct::PixelRows
