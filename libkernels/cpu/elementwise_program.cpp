@@ -59,7 +59,30 @@ struct ProgramState : KernelState {
     bool relu = false;
   };
   std::optional<Affine> affine;
+  // The program is x * Sigmoid(x) (SiLU, as PyTorch exports it: a GroupNorm's or a
+  // LayerNorm's activation, which no producer's epilogue took): the input of x. Rows where x runs
+  // along the row go through vec::swishRow, one pass with the sigmoid in registers, where the
+  // general path writes the block's sigmoids to a register and reads them back for the product.
+  std::optional<int> silu;
 };
+
+// x * Sigmoid(x) as prepare() recognises it: Sigmoid of an input, then Mul of that input and
+// the sigmoid, in either order.
+std::optional<int> siluForm(const ElementwiseProgram& program) {
+  const auto& ins = program.instructions;
+  if (ins.size() != 2 || ins[0].op != EwOp::Sigmoid || ins[1].op != EwOp::Mul) return std::nullopt;
+  const EwOperand& x = ins[0].args[0];
+  if (x.kind != EwOperand::Kind::Input) return std::nullopt;
+  const auto isX = [&](const EwOperand& o) {
+    return o.kind == EwOperand::Kind::Input && o.index == x.index;
+  };
+  const auto isSigmoid = [](const EwOperand& o) {
+    return o.kind == EwOperand::Kind::Temp && o.index == 0;
+  };
+  const EwOperand &a = ins[1].args[0], &b = ins[1].args[1];
+  if ((isX(a) && isSigmoid(b)) || (isSigmoid(a) && isX(b))) return x.index;
+  return std::nullopt;
+}
 
 // x * a + b (then Relu) as prepare() recognises it: Mul of two inputs, Add of that and a third
 // input, optionally a Relu of the sum, each temp read once by the next instruction.
@@ -98,6 +121,7 @@ std::unique_ptr<ProgramState> prepare(const KernelContext& ctx, std::string text
   const auto& ins = s->program.instructions;
   for (const EwInstruction& i : ins) s->operands.push_back(ewOpInfo(i.op).operands);
   s->affine = affineForm(s->program);
+  s->silu = siluForm(s->program);
   std::vector<size_t> last_use(ins.size(), 0);
   for (size_t i = 0; i < ins.size(); ++i)
     for (int k = 0; k < s->operands[i]; ++k)
@@ -362,6 +386,12 @@ void runElementwise(KernelContext& ctx) {
             affineRow(base[at(f->x)] + off[at(f->x)], base[at(f->a)][off[at(f->a)]],
                       base[at(f->b)][off[at(f->b)]], f->relu, yp + out_off, len))
           return;
+      }
+      if (s.silu && stride[static_cast<size_t>(*s.silu)] == 1) {
+        // The same bits as the program: vsigmoid(x), then x times it (1 * x is x).
+        vec::swishRow(base[static_cast<size_t>(*s.silu)] + off[static_cast<size_t>(*s.silu)],
+                      nullptr, yp + out_off, len, 1.0f);
+        return;
       }
       for (int64_t b = 0; b < len; b += kBlock) {
         const int64_t n = std::min(kBlock, len - b);
