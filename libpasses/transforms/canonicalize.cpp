@@ -14,6 +14,9 @@
 //   constant-second   Add/Mul(c, x)             -> Add/Mul(x, c)                   exact
 //   einsum-matmul     Einsum("..ij,..jk->..ik") -> MatMul, the operands Transposed where
 //                     the equation has them transposed ("..id,..jd->..ij": MaxViT's q k^T)  same sums
+//   weights-first     MatMul(v, Transpose(Softmax(s))) -> Transpose(MatMul(Softmax(s),
+//                     Transpose(v)))  (the attention block of latent-diffusion UNets and VAEs,
+//                     v [B, C, N]: the weights applied as every attention fusion reads them)  same sums
 //
 // THE canonical reciprocal square root is Reciprocal(Sqrt(v)): Div(1, Sqrt(v)) (torch's rsqrt
 // before opset 13... and after) becomes it through div-one, Pow(v, -0.5) through pow-rsqrt, and
@@ -57,6 +60,14 @@
 //     second and (i, k) for the output, with i, j, k distinct and not batch letters; the
 //     operands' ranks are known when an operand must be transposed. The sum over j is the
 //     product MatMul computes; its order of summation is the kernel's choice for both ops.
+//
+//  9. weights-first: the Transpose swaps the last two axes only, of a rank >= 3 value of known
+//     rank, and is read by the product only; the Softmax normalises the last axis; v has the
+//     same rank; the rewrite moves no more bytes than it saves: with static shapes, v and the
+//     product's output (the two new Transposes) together hold at most as many elements as the
+//     weights (the Transpose it removes), which holds where the sequence is at least twice the
+//     channels. (v . a^T)[i, j] and (a . v^T)[j, i] sum the same products; the order is the
+//     kernel's choice for both.
 //
 // Numeric bounds: everything but pow-rsqrt is bit-exact. pow-rsqrt rounds twice (sqrt, then
 // 1/s) where pow rounds once: at most 1.5 ulp (relative 1.8e-7 in float32) apart.
@@ -636,6 +647,100 @@ void rewriteEinsumMatMul(Rewriter& rw, const Match& m) {
   rw.context().count("einsum_to_matmul");
 }
 
+// ---- weights-first ----
+// The perm that swaps the last two of `rank` axes.
+std::vector<int64_t> lastTwoSwapped(size_t rank) {
+  std::vector<int64_t> perm(rank);
+  for (size_t a = 0; a < rank; ++a) perm[a] = static_cast<int64_t>(a);
+  std::swap(perm[rank - 1], perm[rank - 2]);
+  return perm;
+}
+
+Constraint weightsTransposedBack() {
+  return {"transposed-weights:t", [](const Match& m, Why& why) {
+            Node* p = m.get("p");
+            Node* t = m.get("t");
+            Node* s = m.get("s");
+            const Shape& ws = s->output(0)->shape();
+            const std::optional<std::vector<int64_t>> perm = transposePerm(*t, nullptr);
+            if (!ws.hasRank() || ws.rank() < 3 || !perm || *perm != lastTwoSwapped(ws.rank())) {
+              return why.fail(*t, [&] {
+                return fmt::format("{} does not swap just the last two axes of a rank >= 3 "
+                                   "value of known rank",
+                                   t->label());
+              });
+            }
+            const int64_t rank = static_cast<int64_t>(ws.rank());
+            const int64_t axis = s->attrInt("axis", -1);
+            if (axis != -1 && axis != rank - 1) {
+              return why.fail(*s, [&] {
+                return fmt::format("{} normalises axis {}, not the last", s->label(), axis);
+              });
+            }
+            const Shape& vs = p->input(0)->shape();
+            if (!vs.hasRank() || static_cast<int64_t>(vs.rank()) != rank) {
+              return why.fail(*p, [&] {
+                return fmt::format("{} first operand has shape {}, not of the weights' rank {}",
+                                   p->label(), vs.str(), rank);
+              });
+            }
+            const std::optional<int64_t> w = ws.staticNumel(), v = vs.staticNumel(),
+                                         y = p->output(0)->shape().staticNumel();
+            if (!w || !v || !y || *v + *y > *w) {
+              return why.fail(*p, [&] {
+                return fmt::format("{} transposing V {} and the output {} would move more than "
+                                   "the weights {} it saves",
+                                   p->label(), vs.str(), p->output(0)->shape().str(), ws.str());
+              });
+            }
+            return true;
+          }};
+}
+
+Pattern weightsFirstPattern() {
+  Pattern p = Pattern::parse("^p:MatMul($v, t:Transpose(s:Softmax($x)))", "weights-first");
+  p.require(constraints::uniqueConsumer("t")).require(weightsTransposedBack());
+  p.require(floatArithmetic("p"));
+  p.produces = {"MatMul", "Transpose"};
+  return p;
+}
+
+void rewriteWeightsFirst(Rewriter& rw, const Match& m) {
+  Node* p = m.get("p");
+  Value* v = m.value("v");
+  Value* weights = m.get("s")->output(0);
+  const std::vector<int64_t> perm = lastTwoSwapped(v->shape().rank());
+  auto swapped = [&](const Shape& s) {
+    std::vector<Dim> d = s.dims();
+    std::swap(d[d.size() - 1], d[d.size() - 2]);
+    return Shape(d);
+  };
+  NewNode vt;
+  vt.op_type = "Transpose";
+  vt.inputs = {v};
+  vt.attributes.push_back(Attribute::ofInts("perm", perm));
+  vt.name = p->name().empty() ? "" : p->name() + "_values_transposed";
+  vt.naming = NodeNaming::Unique;
+  Value* v_t = rw.addNode(std::move(vt), v->name() + "_transposed",
+                          ValueType{v->dtype(), swapped(v->shape()), {}}, p)
+                   ->output(0);
+  NewNode mm;
+  mm.op_type = "MatMul";
+  mm.inputs = {weights, v_t};
+  mm.name = p->name().empty() ? "" : p->name() + "_weights_first";
+  mm.naming = NodeNaming::Unique;
+  Value* product = rw.addNode(std::move(mm), p->output(0)->name() + "_weights_first",
+                              ValueType{p->output(0)->dtype(), swapped(p->output(0)->shape()), {}},
+                              p)
+                       ->output(0);
+  NewNode back;
+  back.op_type = "Transpose";
+  back.inputs = {product};
+  back.attributes.push_back(Attribute::ofInts("perm", perm));
+  rw.replaceNode(p, std::move(back));
+  rw.context().count("weights_first");
+}
+
 // ---- constant-second ----
 // Add/Mul(c, x) -> Add/Mul(x, c): no pattern, since every Add and Mul would be a candidate and
 // the only way to fail is to already be canonical. Input 1 is rewired first, so the constant
@@ -690,6 +795,13 @@ bool shiftedByItsMax(const Node& n) {
   return r && r->is("ReduceMax") && r->input(0) == d->input(0);
 }
 bool preluByConstant(const Node& n) { return readsInitializer(n, 1); }
+// MatMul(x, Transpose(Softmax(...))): a MatMul of anything else is no candidate.
+bool readsTransposedSoftmax(const Node& n) {
+  const Node* t = n.numInputs() == 2 && n.input(1) ? n.input(1)->producer() : nullptr;
+  if (!t || !t->is("Transpose") || !t->input(0)) return false;
+  const Node* s = t->input(0)->producer();
+  return s && s->is("Softmax");
+}
 
 struct Rule {
   Pattern pattern;
@@ -706,7 +818,8 @@ std::vector<Rule> rules(int64_t opset) {
           {hardSwishPattern(opset), timesItsHardSigmoid, rewriteHardSwish},
           {softmaxShiftPattern(opset), shiftedByItsMax, rewriteSoftmaxShift},
           {preluScalarPattern(), preluByConstant, rewritePreluScalar},
-          {einsumMatMulPattern(), twoOperands, rewriteEinsumMatMul}};
+          {einsumMatMulPattern(), twoOperands, rewriteEinsumMatMul},
+          {weightsFirstPattern(), readsTransposedSoftmax, rewriteWeightsFirst}};
 }
 
 // One sweep of a rule over its candidates, as they were when the sweep began (only candidates

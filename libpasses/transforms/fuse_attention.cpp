@@ -33,7 +33,9 @@
 //     rank-5 result; the mask must vary along the last three axes only (a constant one of rank
 //     5 or more is written again as its last four dims), and no windowed mask;
 //   - K^T: a Transpose of rank 4 (K is its input with the last two axes swapped back: no node
-//     when the Transpose swapped only those, else a new Transpose), or of rank 3 when the heads
+//     when the Transpose swapped only those, else a new Transpose), or K^T as it is (a new
+//     Transpose makes K: latent diffusion's attention block, MatMul(Transpose(q), k) with q and
+//     k [B, C, N], after canonicalize's weights-first), or of rank 3 when the heads
 //     are folded into the batch, [B*H, S, D] (torch's nn.MultiheadAttention): the attention then
 //     runs on [1, B*H, S, D] views of q, K and v (Unsqueeze), and a Squeeze gives its readers
 //     [B*H, S, Dv] back (fuse-packed-attention takes both in, static or dynamic batch); K and V
@@ -51,7 +53,8 @@
 //  5. the causal condition is one of the forms above, over a length equal to the query and the
 //     key length (S = T, so the bottom-right alignment of `causal` changes nothing);
 //  6. K^T is a Transpose of a rank-4 value, or of a rank-3 one, or of a rank-5+ one swapping
-//     its last two axes only;
+//     its last two axes only; or, not a Transpose, a value of Q's rank 3 or 4 (K is then its
+//     transpose, a new node);
 //  7. Q, K and V have rank 4, one batch, equal head sizes, and the head counts are derivable:
 //     Hq a static multiple of Hkv, or the two provably equal; or all rank 3 with one count of
 //     folded batches and heads; or all of one rank >= 5 with static dims, the same batch axes,
@@ -557,40 +560,53 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
   }
   if (upto < kTranspose) return site;
 
-  // 6. K^T is a Transpose of a rank-4 K, or of rank 3 (heads folded into the batch).
+  // 6. K^T is a Transpose of a rank-4 K, or of rank 3 (heads folded into the batch); or K^T
+  // itself, of q's rank 3 or 4, which a new Transpose turns into K (the attention block of
+  // latent-diffusion UNets and VAEs multiplies Transpose(q) by k as it is: q, k [B, C, N]).
   Node* kt = producerOf(site.qk->input(1), "Transpose");
-  const std::vector<int64_t> perm = kt && kt->hasAttr("perm")
-                                        ? transposePerm(*kt, nullptr).value_or(std::vector<int64_t>{})
-                                        : std::vector<int64_t>{};
-  // Rank 5 and up: more batch axes before the heads (MaxViT's [B, G, H, N, D], windows as a
-  // second batch axis); K^T must then swap the last two axes only.
-  bool swaps_last_two = perm.size() >= 5;
-  for (size_t i = 0; swaps_last_two && i + 2 < perm.size(); ++i)
-    swaps_last_two = perm[i] == static_cast<int64_t>(i);
-  swaps_last_two = swaps_last_two && perm[perm.size() - 2] == static_cast<int64_t>(perm.size() - 1) &&
-                   perm[perm.size() - 1] == static_cast<int64_t>(perm.size() - 2);
-  if (perm.size() != 4 && perm.size() != 3 && !swaps_last_two) {
-    why.fail(*site.qk, [&] {
-      return fmt::format("{} second operand '{}' is not a Transpose of a rank-4 (or rank-3) K, "
-                         "or of a rank-5+ K swapping only its last two axes, so K is not "
-                         "available untransposed",
-                         site.qk->label(), site.qk->input(1)->name());
-    });
-    return std::nullopt;
+  const Shape& kt_shape = site.qk->input(1)->shape();
+  const bool plain_kt = !kt && kt_shape.hasRank() && site.q->shape().hasRank() &&
+                        kt_shape.rank() == site.q->shape().rank() &&
+                        (kt_shape.rank() == 3 || kt_shape.rank() == 4);
+  if (plain_kt) {
+    site.k_source = site.qk->input(1);
+    site.k_perm.resize(kt_shape.rank());
+    for (size_t a = 0; a < kt_shape.rank(); ++a) site.k_perm[a] = static_cast<int64_t>(a);
+    std::swap(site.k_perm[kt_shape.rank() - 1], site.k_perm[kt_shape.rank() - 2]);
+  } else {
+    const std::vector<int64_t> perm = kt && kt->hasAttr("perm")
+                                          ? transposePerm(*kt, nullptr).value_or(std::vector<int64_t>{})
+                                          : std::vector<int64_t>{};
+    // Rank 5 and up: more batch axes before the heads (MaxViT's [B, G, H, N, D], windows as a
+    // second batch axis); K^T must then swap the last two axes only.
+    bool swaps_last_two = perm.size() >= 5;
+    for (size_t i = 0; swaps_last_two && i + 2 < perm.size(); ++i)
+      swaps_last_two = perm[i] == static_cast<int64_t>(i);
+    swaps_last_two = swaps_last_two && perm[perm.size() - 2] == static_cast<int64_t>(perm.size() - 1) &&
+                     perm[perm.size() - 1] == static_cast<int64_t>(perm.size() - 2);
+    if (perm.size() != 4 && perm.size() != 3 && !swaps_last_two) {
+      why.fail(*site.qk, [&] {
+        return fmt::format("{} second operand '{}' is not a Transpose of a rank-4 (or rank-3) K, "
+                           "or of a rank-5+ K swapping only its last two axes, so K is not "
+                           "available untransposed",
+                           site.qk->label(), site.qk->input(1)->name());
+      });
+      return std::nullopt;
+    }
+    site.k_transpose = kt;
+    site.k_source = kt->input(0);
+    // A K scaled by a one-element constant before its transpose (MaxViT; Whisper scales q and k
+    // by d^-1/4 each) multiplies the scale too: c (q . k) and q . (c k) differ by rounding only.
+    if (std::optional<QScale> ks = scaledOperand(site.k_source, kt)) {
+      site.k_scale_node = site.k_source->producer();
+      site.k_source = ks->q;
+      site.scale *= ks->scale;
+    }
+    site.k_perm = perm;
+    std::swap(site.k_perm[perm.size() - 1], site.k_perm[perm.size() - 2]);
+    if (isIdentityPermutation(site.k_perm))
+      site.k = perm.size() == 4 ? peelRepeatKv(site.k_source) : site.k_source;
   }
-  site.k_transpose = kt;
-  site.k_source = kt->input(0);
-  // A K scaled by a one-element constant before its transpose (MaxViT; Whisper scales q and k
-  // by d^-1/4 each) multiplies the scale too: c (q . k) and q . (c k) differ by rounding only.
-  if (std::optional<QScale> ks = scaledOperand(site.k_source, kt)) {
-    site.k_scale_node = site.k_source->producer();
-    site.k_source = ks->q;
-    site.scale *= ks->scale;
-  }
-  site.k_perm = perm;
-  std::swap(site.k_perm[perm.size() - 1], site.k_perm[perm.size() - 2]);
-  if (isIdentityPermutation(site.k_perm))
-    site.k = perm.size() == 4 ? peelRepeatKv(site.k_source) : site.k_source;
   site.v = peelRepeatKv(site.v);
   if (upto < kHeads) return site;
 
@@ -734,7 +750,11 @@ class FuseAttentionPass : public Pass {
       t.op_type = "Transpose";
       t.inputs = {site.k_source};
       t.attributes.push_back(Attribute::ofInts("perm", site.k_perm));
-      t.name = site.k_transpose->name() + "_untransposed";
+      if (site.k_transpose) {
+        t.name = site.k_transpose->name() + "_untransposed";
+      } else {
+        t.name = (site.qk->name().empty() ? std::string("attention") : site.qk->name()) + "_k";
+      }
       t.naming = NodeNaming::Unique;
       ValueType type;
       type.dtype = site.k_source->dtype();
