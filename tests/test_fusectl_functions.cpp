@@ -627,13 +627,14 @@ struct HalfCase {
 std::vector<HalfCase> halfCases() {
   const std::string norms = R"(g ({T}[2, 3, 8] X, {T}[2, 3, 8] Skip, {T}[8] Bias, {T}[8] S,
      {T}[8] B, {T}[3] GS, {T}[3] GB) => ({T}[2, 3, 8] LN, {T}[2, 3, 8] RMS, {T}[2, 3, 8] SLN,
-                  {T}[2, 3, 8] SLNSum, {T}[2, 3, 8] SRMS, {T}[2, 3, 8] GN)
+                  {T}[2, 3, 8] SLNSum, {T}[2, 3, 8] SRMS, {T}[2, 3, 8] GN, {T}[2, 3, 8] CLN)
 {
   LN = fusectl.LayerNorm <axis = -1, epsilon = 1e-5> (X, S, B)
   RMS = fusectl.RMSNorm <axis = 2, epsilon = 1e-6> (X, S)
   SLN, SLNSum = fusectl.SkipLayerNorm <axis = -1, epsilon = 1e-5> (X, Skip, S, B)
   SRMS = fusectl.SkipRMSNorm <axis = -1, epsilon = 1e-6> (X, Bias, S)
   GN = fusectl.GroupNorm <num_groups = 3, epsilon = 1e-5> (X, GS, GB)
+  CLN = fusectl.ChannelLayerNorm <epsilon = 1e-5> (X, GS, GB)
 }
 )";
   const std::string conv = R"(g ({T}[1, 2, 5, 5] X, {T}[3, 2, 3, 3] W, {T}[3] B, {T}[1, 3, 3, 3] Z)

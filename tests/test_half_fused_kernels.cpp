@@ -194,7 +194,7 @@ const std::string kNorm = "<axis = -1, epsilon = 0.00001>";
 
 }  // namespace
 
-TEST_CASE("half fused kernels: LayerNorm, RMSNorm and GroupNorm", "[kernels][half-fused]") {
+TEST_CASE("half fused kernels: LayerNorm, RMSNorm, GroupNorm and ChannelLayerNorm", "[kernels][half-fused]") {
   checkBothHalfTypes({"LayerNorm",
                       {{"X", {3, 5, 37}, -3.f, 3.f}, {"S", {37}}, {"B", {37}, -1.f, 1.f}},
                       {{"Y", {3, 5, 37}}},
@@ -216,6 +216,10 @@ TEST_CASE("half fused kernels: LayerNorm, RMSNorm and GroupNorm", "[kernels][hal
                       {{"X", {2, 6, 5, 7}, -3.f, 3.f}, {"S", {6}}, {"B", {6}, -1.f, 1.f}},
                       {{"Y", {2, 6, 5, 7}}},
                       "Y = fusectl.GroupNorm <num_groups = 3, epsilon = 0.00001> (X, S, B)"});
+  checkBothHalfTypes({"ChannelLayerNorm",
+                      {{"X", {2, 6, 5, 7}, -3.f, 3.f}, {"S", {6}}, {"B", {6}, -1.f, 1.f}},
+                      {{"Y", {2, 6, 5, 7}}},
+                      "Y = fusectl.ChannelLayerNorm <epsilon = 0.00001> (X, S, B)"});
 }
 
 TEST_CASE("half fused kernels: SkipLayerNorm and SkipRMSNorm, with and without Sum",

@@ -1,5 +1,5 @@
 // The fused norm kernels of domain fusectl (libkernels/cpu/norms_fused.cpp: LayerNorm, RMSNorm,
-// SkipLayerNorm, SkipRMSNorm, GroupNorm) against naive double-precision references written here: odd row
+// SkipLayerNorm, SkipRMSNorm, GroupNorm, ChannelLayerNorm) against naive double-precision references written here: odd row
 // lengths (the vector tails), several leading shapes, a mean far from zero beside a small
 // spread (where a one-pass E[x^2] - E[x]^2 in float would lose every digit), every ISA this CPU
 // has, one and several threads, and the errors a malformed node gets.
@@ -279,6 +279,66 @@ TEST_CASE("fusectl GroupNorm matches double precision", "[kernels][norms]") {
       "GroupNorm", {floatTensor({2, 6, 50}, x), floatTensor({6}, scale), floatTensor({6}, bias)},
       {Attribute::ofInt("num_groups", 2), Attribute::ofFloat("epsilon", 1e-5f)});
   requireClose(valuesOf(y[0]), referenceGroupNorm(x, 2, 6, 50, 2, scale, bias, 1e-5), 2e-6);
+}
+
+// ChannelLayerNorm's reference: x [n, c, p] normalised over c at every (n, p), in double.
+std::vector<double> referenceChannelNorm(const std::vector<float>& x, int64_t n, int64_t c,
+                                         int64_t p, const std::vector<float>& scale,
+                                         const std::vector<float>& bias, double eps) {
+  std::vector<double> y(x.size());
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t q = 0; q < p; ++q) {
+      double mean = 0, var = 0;
+      for (int64_t k = 0; k < c; ++k) mean += x[(b * c + k) * p + q];
+      mean /= c;
+      for (int64_t k = 0; k < c; ++k) {
+        const double d = x[(b * c + k) * p + q] - mean;
+        var += d * d;
+      }
+      var /= c;
+      for (int64_t k = 0; k < c; ++k) {
+        const int64_t at = (b * c + k) * p + q;
+        y[at] = (x[at] - mean) / std::sqrt(var + eps) * scale[k] + bias[k];
+      }
+    }
+  return y;
+}
+
+TEST_CASE("fusectl ChannelLayerNorm matches double precision", "[kernels][norms]") {
+  // Blocks of 512 positions with a partial last one, channel chunks of 32 with a partial last
+  // one (C = 70), one channel, a 2-D map, two images; a mean of 1000 beside a spread of 1.
+  const std::vector<std::vector<int64_t>> shapes = {
+      {1, 512, 1100}, {2, 70, 33}, {1, 1, 9}, {2, 6, 4, 5}};
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (const std::vector<int64_t>& dims : shapes) {
+      for (int threads : {1, 3}) {
+        const int64_t n = dims[0], c = dims[1];
+        int64_t p = 1;
+        for (size_t i = 2; i < dims.size(); ++i) p *= dims[i];
+        INFO("isa " << vec::isaName(isa) << ", " << c << " channels x " << p << " positions, "
+                    << threads << " threads");
+        const std::vector<float> x = randomFloats(n * c * p, 51 + c, 999.f, 1001.f);
+        const std::vector<float> scale = randomFloats(c, 52, -2.f, 2.f);
+        const std::vector<float> bias = randomFloats(c, 53, -1.f, 1.f);
+        const std::vector<HostTensor> y = runFused(
+            "ChannelLayerNorm", {floatTensor(dims, x), floatTensor({c}, scale), floatTensor({c}, bias)},
+            {Attribute::ofFloat("epsilon", 1e-5f)}, {"Y"}, threads);
+        // One channel: the variance is 0 and the output the bias.
+        requireClose(valuesOf(y[0]), referenceChannelNorm(x, n, c, p, scale, bias, 1e-5), 2e-3);
+      }
+    }
+  }
+  const HostTensor x = floatTensor({1, 4, 2}, randomFloats(8, 54, -1.f, 1.f));
+  CHECK_THROWS_WITH(runFused("ChannelLayerNorm",
+                             {x, floatTensor({3}, {1, 1, 1}), floatTensor({4}, {0, 0, 0, 0})},
+                             {Attribute::ofFloat("epsilon", 1e-5f)}),
+                    Catch::Contains("one value per channel (4); they hold 3 and 4"));
+  CHECK_THROWS_WITH(runFused("ChannelLayerNorm",
+                             {floatTensor({4, 2}, randomFloats(8, 55, -1.f, 1.f)),
+                              floatTensor({2}, {1, 1}), floatTensor({2}, {0, 0})},
+                             {Attribute::ofFloat("epsilon", 1e-5f)}),
+                    Catch::Contains("rank >= 3"));
 }
 
 TEST_CASE("fusectl norm kernels reject malformed nodes with one line", "[kernels][norms]") {

@@ -16,6 +16,7 @@ std::string buildRMSNormFunction(const FusedOpInfo& op, int64_t opset);        /
 std::string buildSkipLayerNormFunction(const FusedOpInfo& op, int64_t opset);  // norms.cpp
 std::string buildSkipRMSNormFunction(const FusedOpInfo& op, int64_t opset);    // norms.cpp
 std::string buildGroupNormFunction(const FusedOpInfo& op, int64_t opset);      // norms.cpp
+std::string buildChannelLayerNormFunction(const FusedOpInfo& op, int64_t opset);  // norms.cpp
 std::string buildRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset);        // rotary.cpp
 std::string buildQKNormRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset);  // rotary.cpp
 std::string buildInterleavedRotaryEmbeddingFunction(const FusedOpInfo& op, int64_t opset);  // rotary.cpp
@@ -29,6 +30,7 @@ const std::vector<CompositeBody>& compositeBodyBuilders() {
       {"SkipLayerNorm", buildSkipLayerNormFunction},
       {"SkipRMSNorm", buildSkipRMSNormFunction},
       {"GroupNorm", buildGroupNormFunction},
+      {"ChannelLayerNorm", buildChannelLayerNormFunction},
       {"Attention", buildAttentionFunction},
       {"AttentionPacked", buildAttentionPackedFunction},
       {"AttentionPackedRotary", buildAttentionPackedRotaryFunction},

@@ -1,6 +1,6 @@
 // The fused norm ops of domain "fusectl" (docs/ops.md): LayerNorm, RMSNorm, SkipLayerNorm and
-// SkipRMSNorm, each normalising over the axes from `axis` on, row by row; and GroupNorm, over
-// channel groups.
+// SkipRMSNorm, each normalising over the axes from `axis` on, row by row; GroupNorm, over
+// channel groups; and ChannelLayerNorm, over the channels of each position.
 //
 // One row at a time, so that the row stays in cache between its passes: the Skip ops write
 // Sum = X + Skip (into the Sum output when it is wanted, else into Y's row) in the pass that
@@ -202,6 +202,73 @@ void runGroupNorm(KernelContext& ctx) {
   ys.commit();
 }
 
+// ChannelLayerNorm: X [N, C, P] normalised over C at every position p. The channels of one
+// position lie P apart, so the statistics are taken a block of positions at a time, a
+// channel's stretch of the block per vector call: the sums in float over 32 channels at a time,
+// each partial added into double (a float sum over all of C could lose digits at C = 512 and
+// more); then the squared deviations from the mean the same way; then each channel's stretch
+// written as (x - mean) * rstd * Scale[c] + B[c]. A block of kBlock positions of every channel
+// (C x 2 KiB) stays in L2 across its three passes.
+void runChannelLayerNorm(KernelContext& ctx) {
+  constexpr int64_t kBlock = 512, kChunk = 32;
+  const HostTensor& x = ctx.requireInput(0);
+  requireFloatOrHalf(ctx, x, "X");
+  if (x.rank() < 3) ctx.fail("X must have rank >= 3 ([N, C, ...])");
+  if (!ctx.node().hasAttr("epsilon"))
+    ctx.fail("needs 'epsilon' (its function body cannot default it)");
+  const double eps = ctx.attrFloat("epsilon", 1e-5f);
+  const int64_t n = x.dim(0), c = x.dim(1), p = product(x.dims(), 2);
+  const HostTensor& scale_t = ctx.requireInput(1);
+  const HostTensor& bias_t = ctx.requireInput(2);
+  requireSameDType(ctx, x, "X", &scale_t, "Scale");
+  requireSameDType(ctx, x, "X", &bias_t, "B");
+  if (scale_t.numel() != c || bias_t.numel() != c)
+    ctx.fail(fmt::format("Scale and B must hold one value per channel ({}); they hold {} and {}",
+                         c, scale_t.numel(), bias_t.numel()));
+  const FloatView xv(x), scale(scale_t), bias(bias_t);
+  FloatSink ys(ctx.allocateOutput(0, x.dtype(), x.dims()));
+  const float* xd = xv.data();
+  float* yd = ys.data();
+  const int64_t blocks = (p + kBlock - 1) / kBlock;
+  parallelFor(n * blocks, ctx.numThreads(), 1, [&](int64_t b0, int64_t b1) {
+    std::vector<float> part(kBlock), tmp(kBlock), mean(kBlock), rstd(kBlock);
+    std::vector<double> total(kBlock);
+    for (int64_t nb = b0; nb < b1; ++nb) {
+      const int64_t img = nb / blocks, p0 = nb % blocks * kBlock;
+      const int64_t len = std::min(kBlock, p - p0);
+      const float* xb = xd + img * c * p + p0;
+      float* yb = yd + img * c * p + p0;
+      // Sum over the channels of f(channel's stretch) for each position, into `total`.
+      auto channelSum = [&](auto&& f) {
+        std::fill(total.begin(), total.begin() + len, 0.0);
+        for (int64_t c0 = 0; c0 < c; c0 += kChunk) {
+          std::fill(part.begin(), part.begin() + len, 0.f);
+          for (int64_t k = c0; k < std::min(c, c0 + kChunk); ++k)
+            vec::binary(vec::Binary::Add, part.data(), 0.f, f(xb + k * p), 0.f, part.data(), len);
+          for (int64_t i = 0; i < len; ++i) total[static_cast<size_t>(i)] += part[static_cast<size_t>(i)];
+        }
+      };
+      channelSum([](const float* row) { return row; });
+      for (int64_t i = 0; i < len; ++i)
+        mean[static_cast<size_t>(i)] = static_cast<float>(total[static_cast<size_t>(i)] / static_cast<double>(c));
+      channelSum([&](const float* row) {
+        vec::binary(vec::Binary::Sub, row, 0.f, mean.data(), 0.f, tmp.data(), len);
+        vec::binary(vec::Binary::Mul, tmp.data(), 0.f, tmp.data(), 0.f, tmp.data(), len);
+        return tmp.data();
+      });
+      for (int64_t i = 0; i < len; ++i)
+        rstd[static_cast<size_t>(i)] = static_cast<float>(
+            1.0 / std::sqrt(total[static_cast<size_t>(i)] / static_cast<double>(c) + eps));
+      for (int64_t k = 0; k < c; ++k) {
+        vec::binary(vec::Binary::Sub, xb + k * p, 0.f, mean.data(), 0.f, tmp.data(), len);
+        vec::binary(vec::Binary::Mul, tmp.data(), 0.f, rstd.data(), 0.f, tmp.data(), len);
+        vec::affine(tmp.data(), yb + k * p, len, scale[k], bias[k]);
+      }
+    }
+  });
+  ys.commit();
+}
+
 }  // namespace
 }  // namespace cpu
 
@@ -211,6 +278,7 @@ void registerFusedNormKernels(KernelRegistry& r) {
   r.add({"fusectl", "SkipLayerNorm", 1, 1000, [](KernelContext& c) { cpu::runFusedNorm(c, {true, false}); }});
   r.add({"fusectl", "SkipRMSNorm", 1, 1000, [](KernelContext& c) { cpu::runFusedNorm(c, {true, true}); }});
   r.add({"fusectl", "GroupNorm", 1, 1000, cpu::runGroupNorm});
+  r.add({"fusectl", "ChannelLayerNorm", 1, 1000, cpu::runChannelLayerNorm});
 }
 
 }  // namespace fusectl::kernels

@@ -23,6 +23,11 @@
 //   P = Concat(Shape(Scale), Expand([1], [rank(X) - 2]))          (the shape [C, 1, ..., 1])
 //   Y = Add(Mul(Reshape(N, Shape(X)), Reshape(Scale, P)), Reshape(B, P))
 // Constant's value_int needs opset 12, so fuse-group-norm does not fire below it.
+//
+// ChannelLayerNorm normalises axis 1 of X as it is (a function cannot transpose a tensor of
+// unknown rank to put the channels last):
+//   D = Sub(X, mean_1(X)); V = mean_1(Mul(D, D)); N = Div(D, Sqrt(Add(V, @epsilon)))
+//   Y = Add(Mul(N, Reshape(Scale, [C, 1, ..., 1])), Reshape(B, [C, 1, ..., 1]))
 #include "fused_op_body.h"
 #include "fused_ops_composite.h"
 
@@ -71,7 +76,52 @@ std::string buildNorm(const FusedOpInfo& op, int64_t opset, bool skip, bool rms)
   return functionToBinary(f);
 }
 
+// [C, 1, ..., 1] for a per-channel parameter `scale` ([C]) of a tensor of shape `x_shape`
+// ([N, C, ...], rank unknown when the body is written).
+Value* perChannelShape(Body& b, Value* x_shape, Value* scale) {
+  Value* one = b.intsConstant({1});
+  Value* spatial_rank =
+      b.node("Sub", {b.node("Size", {x_shape}), b.scalarConstant(DType::Int64, int64_t{2})});
+  Value* unit_dims = b.node("Expand", {one, b.node("Reshape", {spatial_rank, one})});
+  Value* shape = b.node("Concat", {b.node("Shape", {scale}), unit_dims});
+  b.intAttr("axis", 0);
+  return shape;
+}
+
+// The mean over axis 1, kept: ReduceMean with an axes attribute before opset 18, ReduceSum over
+// axis 1 divided by the channel count from 18 on (meanOverColumns says why).
+Value* meanOverChannels(Body& b, Value* x) {
+  if (b.opset() >= 18) {
+    Value* channels =
+        b.node("Gather", {b.node("Shape", {x}), b.scalarConstant(DType::Int64, int64_t{1})});
+    Value* count = b.node("Cast", {channels});
+    b.intAttr("to", 1);
+    return b.node("Div", {b.node("ReduceSum", {x, b.intsConstant({1})}), count});
+  }
+  Value* mean = b.node("ReduceMean", {x});
+  b.intsAttr("axes", {1});
+  return mean;
+}
+
 }  // namespace
+
+std::string buildChannelLayerNormFunction(const FusedOpInfo& op, int64_t opset) {
+  FunctionDef f = startFunction(std::string(op.name), opset);
+  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  Body b(opset);
+  Value* x = b.input("X");
+  Value* scale = b.input("Scale");
+  Value* bias = b.input("B");
+  Value* centred = b.node("Sub", {x, meanOverChannels(b, x)});
+  Value* var = meanOverChannels(b, b.node("Mul", {centred, centred}));
+  Value* eps = b.node("Constant", {});
+  b.refAttr("value_float", "epsilon", AttrKind::Float);
+  Value* normed = b.node("Div", {centred, b.node("Sqrt", {b.node("Add", {var, eps})})});
+  Value* per_channel = perChannelShape(b, b.node("Shape", {x}), scale);
+  Value* y = b.node("Mul", {normed, b.node("Reshape", {scale, per_channel})});
+  f.body = b.finish(b.node("Add", {y, b.node("Reshape", {bias, per_channel})}, "Y"));
+  return functionToBinary(f);
+}
 
 std::string buildGroupNormFunction(const FusedOpInfo& op, int64_t opset) {
   FunctionDef f = startFunction(std::string(op.name), opset);
@@ -95,10 +145,7 @@ std::string buildGroupNormFunction(const FusedOpInfo& op, int64_t opset) {
   Value* x_shape = b.node("Shape", {x});
   Value* back = b.node("Reshape", {normed, x_shape});
 
-  Value* spatial_rank = b.node("Sub", {b.node("Size", {x_shape}), b.scalarConstant(DType::Int64, int64_t{2})});
-  Value* unit_dims = b.node("Expand", {one, b.node("Reshape", {spatial_rank, one})});
-  Value* per_channel = b.node("Concat", {b.node("Shape", {scale}), unit_dims});
-  b.intAttr("axis", 0);
+  Value* per_channel = perChannelShape(b, x_shape, scale);
   Value* y = b.node("Mul", {back, b.node("Reshape", {scale, per_channel})});
   Value* out = b.node("Add", {y, b.node("Reshape", {bias, per_channel})}, "Y");
   f.body = b.finish(out);
