@@ -206,8 +206,9 @@ void runGroupNorm(KernelContext& ctx) {
 // position lie P apart, so the statistics are taken a block of positions at a time, a
 // channel's stretch of the block per vector call: the sums in float over 32 channels at a time,
 // each partial added into double (a float sum over all of C could lose digits at C = 512 and
-// more); then the squared deviations from the mean the same way; then each channel's stretch
-// written as (x - mean) * rstd * Scale[c] + B[c]. A block of kBlock positions of every channel
+// more); then the squared deviations from the mean the same way (vec::addSquaredDeviations);
+// then each channel's stretch written as (x - mean) * rstd * Scale[c] + B[c]
+// (vec::normalizeColumns). A block of kBlock positions of every channel
 // (C x 2 KiB) stays in L2 across its three passes.
 void runChannelLayerNorm(KernelContext& ctx) {
   constexpr int64_t kBlock = 512, kChunk = 32;
@@ -231,39 +232,36 @@ void runChannelLayerNorm(KernelContext& ctx) {
   float* yd = ys.data();
   const int64_t blocks = (p + kBlock - 1) / kBlock;
   parallelFor(n * blocks, ctx.numThreads(), 1, [&](int64_t b0, int64_t b1) {
-    std::vector<float> part(kBlock), tmp(kBlock), mean(kBlock), rstd(kBlock);
+    std::vector<float> part(kBlock), mean(kBlock), rstd(kBlock);
     std::vector<double> total(kBlock);
     for (int64_t nb = b0; nb < b1; ++nb) {
       const int64_t img = nb / blocks, p0 = nb % blocks * kBlock;
       const int64_t len = std::min(kBlock, p - p0);
       const float* xb = xd + img * c * p + p0;
       float* yb = yd + img * c * p + p0;
-      // Sum over the channels of f(channel's stretch) for each position, into `total`.
-      auto channelSum = [&](auto&& f) {
+      // Sum over the channels of each position of `add(channel's stretch, part)`, into `total`.
+      auto channelSum = [&](auto&& add) {
         std::fill(total.begin(), total.begin() + len, 0.0);
         for (int64_t c0 = 0; c0 < c; c0 += kChunk) {
           std::fill(part.begin(), part.begin() + len, 0.f);
-          for (int64_t k = c0; k < std::min(c, c0 + kChunk); ++k)
-            vec::binary(vec::Binary::Add, part.data(), 0.f, f(xb + k * p), 0.f, part.data(), len);
+          for (int64_t k = c0; k < std::min(c, c0 + kChunk); ++k) add(xb + k * p, part.data());
           for (int64_t i = 0; i < len; ++i) total[static_cast<size_t>(i)] += part[static_cast<size_t>(i)];
         }
       };
-      channelSum([](const float* row) { return row; });
+      channelSum([&](const float* row, float* acc) {
+        vec::binary(vec::Binary::Add, acc, 0.f, row, 0.f, acc, len);
+      });
       for (int64_t i = 0; i < len; ++i)
         mean[static_cast<size_t>(i)] = static_cast<float>(total[static_cast<size_t>(i)] / static_cast<double>(c));
-      channelSum([&](const float* row) {
-        vec::binary(vec::Binary::Sub, row, 0.f, mean.data(), 0.f, tmp.data(), len);
-        vec::binary(vec::Binary::Mul, tmp.data(), 0.f, tmp.data(), 0.f, tmp.data(), len);
-        return tmp.data();
+      channelSum([&](const float* row, float* acc) {
+        vec::addSquaredDeviations(row, mean.data(), acc, len);
       });
       for (int64_t i = 0; i < len; ++i)
         rstd[static_cast<size_t>(i)] = static_cast<float>(
             1.0 / std::sqrt(total[static_cast<size_t>(i)] / static_cast<double>(c) + eps));
-      for (int64_t k = 0; k < c; ++k) {
-        vec::binary(vec::Binary::Sub, xb + k * p, 0.f, mean.data(), 0.f, tmp.data(), len);
-        vec::binary(vec::Binary::Mul, tmp.data(), 0.f, rstd.data(), 0.f, tmp.data(), len);
-        vec::affine(tmp.data(), yb + k * p, len, scale[k], bias[k]);
-      }
+      for (int64_t k = 0; k < c; ++k)
+        vec::normalizeColumns(xb + k * p, mean.data(), rstd.data(), yb + k * p, len, scale[k],
+                              bias[k]);
     }
   });
   ys.commit();

@@ -376,6 +376,33 @@ void centredAffine(const float* x, float* y, int64_t n, float centre, float scal
   mapLoop(x, y, n, CentredAffineF{centre, scale, shift});
 }
 
+// The column statistics of a norm over rows that lie apart (ChannelLayerNorm: one channel's
+// stretch of positions per call): acc[i] += (x[i] - mean[i])^2, and the normalised row
+// y[i] = (x[i] - mean[i]) * rstd[i] * scale + shift.
+void addSquaredDeviations(const float* x, const float* mean, float* acc, int64_t n) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    const vf d = load(x + i) - load(mean + i);
+    store(acc + i, load(acc + i) + d * d);
+  }
+  if (i < n) {
+    const vf d = loadPartial(x + i, n - i, 0.0f) - loadPartial(mean + i, n - i, 0.0f);
+    storePartial(acc + i, loadPartial(acc + i, n - i, 0.0f) + d * d, n - i);
+  }
+}
+
+void normalizeColumns(const float* x, const float* mean, const float* rstd, float* y, int64_t n,
+                      float scale, float shift) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W)
+    store(y + i, (load(x + i) - load(mean + i)) * load(rstd + i) * scale + shift);
+  if (i < n) {
+    const vf v = (loadPartial(x + i, n - i, 0.0f) - loadPartial(mean + i, n - i, 0.0f)) *
+                     loadPartial(rstd + i, n - i, 0.0f) * scale + shift;
+    storePartial(y + i, v, n - i);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reductions: float lanes over blocks short enough that their rounding error stays at a few
 // ulp, the block totals added in double.

@@ -55,6 +55,8 @@ struct Table {
   void (*binary)(Binary, const float*, float, const float*, float, float*, int64_t);
   void (*affine)(const float*, float*, int64_t, float, float);
   void (*centredAffine)(const float*, float*, int64_t, float, float, float);
+  void (*addSquaredDeviations)(const float*, const float*, float*, int64_t);
+  void (*normalizeColumns)(const float*, const float*, const float*, float*, int64_t, float, float);
   double (*sum)(const float*, int64_t);
   double (*sumSquaredDeviations)(const float*, int64_t, float);
   float (*max)(const float*, int64_t);
@@ -80,7 +82,8 @@ struct Table {
 
 #define FUSECTL_VEC_TABLE(ns)                                                            \
   Table {                                                                                \
-    ns::unary, ns::binary, ns::affine, ns::centredAffine, ns::sum, ns::sumSquaredDeviations, ns::max, ns::softmaxRow,   \
+    ns::unary, ns::binary, ns::affine, ns::centredAffine, ns::addSquaredDeviations,      \
+        ns::normalizeColumns, ns::sum, ns::sumSquaredDeviations, ns::max, ns::softmaxRow,   \
         ns::softmaxRowAdd, ns::softmaxRowsAdd, ns::onlineSoftmaxRow,                      \
         ns::softmaxColumns, ns::layerNormRow, ns::skipLayerNormRow, ns::rmsNormRow,      \
         ns::swishRow,                                                                     \
@@ -173,6 +176,13 @@ void affine(const float* x, float* y, int64_t n, float scale, float shift) {
 }
 void centredAffine(const float* x, float* y, int64_t n, float centre, float scale, float shift) {
   table().centredAffine(x, y, n, centre, scale, shift);
+}
+void addSquaredDeviations(const float* x, const float* mean, float* acc, int64_t n) {
+  table().addSquaredDeviations(x, mean, acc, n);
+}
+void normalizeColumns(const float* x, const float* mean, const float* rstd, float* y, int64_t n,
+                      float scale, float shift) {
+  table().normalizeColumns(x, mean, rstd, y, n, scale, shift);
 }
 double sum(const float* x, int64_t n) { return table().sum(x, n); }
 double sumSquaredDeviations(const float* x, int64_t n, float mean) {

@@ -53,6 +53,11 @@ void affine(const float* x, float* y, int64_t n, float scale, float shift);
 // y[i] = (x[i] - centre) * scale + shift: a norm's output, centred before it is scaled, so that a
 // mean large beside the spread does not cancel (GroupNorm).
 void centredAffine(const float* x, float* y, int64_t n, float centre, float scale, float shift);
+// A norm over rows that lie apart, a row's stretch of columns per call (ChannelLayerNorm):
+// acc[i] += (x[i] - mean[i])^2, and y[i] = (x[i] - mean[i]) * rstd[i] * scale + shift.
+void addSquaredDeviations(const float* x, const float* mean, float* acc, int64_t n);
+void normalizeColumns(const float* x, const float* mean, const float* rstd, float* y, int64_t n,
+                      float scale, float shift);
 
 // Sum of x[0..n) in double, accumulated in float lanes over short blocks.
 double sum(const float* x, int64_t n);
