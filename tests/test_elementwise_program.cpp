@@ -234,6 +234,36 @@ TEST_CASE("elementwise kernel: random programs equal the unfused ops", "[element
   CHECK(fused_models >= 20);
 }
 
+namespace {
+
+// The model of `text` fused by -O3 into exactly one node, an Elementwise, that computes the
+// original's outputs bit for bit on seeded inputs, on one and two threads.
+void requireOneExactElementwise(const std::string& text, uint32_t seed) {
+  auto [original, fused] = originalAndFused(text);
+  size_t nodes = 0, elementwise = 0;
+  for (const Node* n : fused->graph->nodes()) {
+    ++nodes;
+    if (fusedOpBaseName(n->opType()) == "Elementwise") ++elementwise;
+  }
+  REQUIRE(nodes == 1);
+  REQUIRE(elementwise == 1);
+  for (int threads : {1, 2}) {
+    ComparisonInputs in;
+    in.seed = seed;
+    in.execution.num_threads = threads;
+    Tolerance exact;
+    exact.atol = 0;
+    exact.rtol = 0;
+    const Comparison cmp = compareModels(*original, *fused, in, exact);
+    for (const OutputComparison& o : cmp.outputs) {
+      INFO("threads " << threads << ": " << o.detail);
+      CHECK(o.passed);
+    }
+  }
+}
+
+}  // namespace
+
 // x * a + b (then Relu) with a and b one value per row runs affineRow, one AVX-512 pass per row
 // (a batch norm and its activation that the fold could not take): the same bits as the unfused
 // Mul, Add and Relu, rows of odd lengths (a partial last vector), either Add operand order,
@@ -256,27 +286,7 @@ TEST_CASE("elementwise kernel: the per-row affine path equals the unfused ops bi
         "g (float[{0}] X, float[{1}] A, float[{1}] B) => (float[{0}] Y)\n{{\n  {2}\n}}\n",
         c.x, c.ab, c.body);
     INFO(text);
-    auto [original, fused] = originalAndFused(text);
-    size_t nodes = 0, elementwise = 0;
-    for (const Node* n : fused->graph->nodes()) {
-      ++nodes;
-      if (fusedOpBaseName(n->opType()) == "Elementwise") ++elementwise;
-    }
-    REQUIRE(nodes == 1);
-    REQUIRE(elementwise == 1);
-    for (int threads : {1, 2}) {
-      ComparisonInputs in;
-      in.seed = 7;
-      in.execution.num_threads = threads;
-      Tolerance exact;
-      exact.atol = 0;
-      exact.rtol = 0;
-      const Comparison cmp = compareModels(*original, *fused, in, exact);
-      for (const OutputComparison& o : cmp.outputs) {
-        INFO("threads " << threads << ": " << o.detail);
-        CHECK(o.passed);
-      }
-    }
+    requireOneExactElementwise(text, 7);
   }
 }
 
@@ -300,23 +310,6 @@ TEST_CASE("elementwise kernel: the SiLU path equals the unfused ops bit for bit"
         "g (float[{0}] X) => (float[{0}] Y)\n{{\n  {1}\n}}\n",
         c.x, c.body);
     INFO(text);
-    auto [original, fused] = originalAndFused(text);
-    size_t elementwise = 0;
-    for (const Node* n : fused->graph->nodes())
-      if (fusedOpBaseName(n->opType()) == "Elementwise") ++elementwise;
-    REQUIRE(elementwise == 1);
-    for (int threads : {1, 2}) {
-      ComparisonInputs in;
-      in.seed = 11;
-      in.execution.num_threads = threads;
-      Tolerance exact;
-      exact.atol = 0;
-      exact.rtol = 0;
-      const Comparison cmp = compareModels(*original, *fused, in, exact);
-      for (const OutputComparison& o : cmp.outputs) {
-        INFO("threads " << threads << ": " << o.detail);
-        CHECK(o.passed);
-      }
-    }
+    requireOneExactElementwise(text, 11);
   }
 }

@@ -697,6 +697,19 @@ struct ForcedConvAlgorithm {
   ~ForcedConvAlgorithm() { convForceAlgorithm(ConvAlgorithm::Auto); }
 };
 
+// The FusedConv of `c` with a residual and Relu, Silu or Gelu (one in registers without an
+// exp, two with one) on two threads against the definition.
+void requireFusedEpilogues(const ConvSpec& c, const ConvOperands& ops) {
+  for (const Activation act : {Activation::Relu, Activation::Silu, Activation::Gelu}) {
+    std::vector<Attribute> attrs = convAttrs(c);
+    attrs.push_back(Attribute::ofString("activation", std::string(activationInfo(act).name)));
+    StatefulNode fused("fusectl", "FusedConv", 4, attrs, 0b110);
+    INFO("activation " << activationInfo(act).name);
+    requireNear(valuesOf(fused.run(ops.fusedInputs(), 2)), ops.reference(true, act), ops.atol,
+                1e-4);
+  }
+}
+
 }  // namespace
 
 
@@ -754,14 +767,7 @@ TEST_CASE("Convolutions onto 1-12 output channels match the definition",
     requireNear(one, ops.reference(false, Activation::None), ops.atol, 1e-4);
     // Threads split bands of rows and channel blocks; each output sums in the same order.
     REQUIRE(valuesOf(conv.run(ops.plainInputs(), 3)) == one);
-    for (const Activation act : {Activation::Relu, Activation::Silu, Activation::Gelu}) {
-      std::vector<Attribute> attrs = convAttrs(c);
-      attrs.push_back(Attribute::ofString("activation", std::string(activationInfo(act).name)));
-      StatefulNode fused("fusectl", "FusedConv", 4, attrs, 0b110);
-      INFO("activation " << activationInfo(act).name);
-      requireNear(valuesOf(fused.run(ops.fusedInputs(), 2)), ops.reference(true, act), ops.atol,
-                  1e-4);
-    }
+    requireFusedEpilogues(c, ops);
   }
   // The GEMM paths keep what they do better: a 1x1 window, 13 outputs and up, stride 2 across.
   Window win;
@@ -808,14 +814,7 @@ TEST_CASE("The direct pixels-by-channels convolution matches the definition",
       // Threads split the pixel tiles; each output sums its taps in the same order.
       REQUIRE(valuesOf(conv.run(ops.plainInputs(), 2)) == one);
       REQUIRE(valuesOf(conv.run(ops.plainInputs(), 3)) == one);
-      for (const Activation act : {Activation::Relu, Activation::Silu, Activation::Gelu}) {
-        std::vector<Attribute> attrs = convAttrs(c);
-        attrs.push_back(Attribute::ofString("activation", std::string(activationInfo(act).name)));
-        StatefulNode fused("fusectl", "FusedConv", 4, attrs, 0b110);
-        INFO("activation " << activationInfo(act).name);
-        requireNear(valuesOf(fused.run(ops.fusedInputs(), 2)), ops.reference(true, act), ops.atol,
-                    1e-4);
-      }
+      requireFusedEpilogues(c, ops);
     }
   }
   // A channel block follows the input's plane size too: one node fed a larger image repacks

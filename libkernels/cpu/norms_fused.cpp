@@ -103,6 +103,31 @@ void runFusedNorm(KernelContext& ctx, NormKind kind) {
   if (sum_sink) sum_sink->commit();
 }
 
+// The epsilon and the per-channel Scale and B (inputs 1 and 2) of a norm over [N, C, ...]
+// (GroupNorm, ChannelLayerNorm), checked: the function bodies cannot default epsilon, and the
+// parameters hold one value per channel, of X's dtype.
+struct ChannelParameters {
+  double epsilon = 0;
+  FloatView scale, bias;
+};
+
+ChannelParameters channelParameters(const KernelContext& ctx, const HostTensor& x, int64_t c) {
+  if (!ctx.node().hasAttr("epsilon"))
+    ctx.fail("needs 'epsilon' (its function body cannot default it)");
+  const HostTensor& scale = ctx.requireInput(1);
+  const HostTensor& bias = ctx.requireInput(2);
+  requireSameDType(ctx, x, "X", &scale, "Scale");
+  requireSameDType(ctx, x, "X", &bias, "B");
+  if (scale.numel() != c || bias.numel() != c)
+    ctx.fail(fmt::format("Scale and B must hold one value per channel ({}); they hold {} and {}",
+                         c, scale.numel(), bias.numel()));
+  ChannelParameters p;
+  p.epsilon = ctx.attrFloat("epsilon", 1e-5f);
+  p.scale = FloatView(scale);
+  p.bias = FloatView(bias);
+  return p;
+}
+
 // Mean and sum of squared deviations of x[0..n), from memory in one pass: chunks small enough
 // to stay in L1 take their two passes (sum, then squared deviations from the chunk's mean),
 // and the chunks' moments are combined exactly (Chan et al.), all in double.
@@ -149,17 +174,11 @@ void runGroupNorm(KernelContext& ctx) {
   const int64_t n = x.dim(0), c = x.dim(1), inner = product(x.dims(), 2);
   if (groups < 1 || c % groups != 0)
     ctx.fail(fmt::format("num_groups {} does not divide {} channels", groups, c));
-  if (!ctx.node().hasAttr("epsilon"))
-    ctx.fail("needs 'epsilon' (its function body cannot default it)");
-  const double eps = ctx.attrFloat("epsilon", 1e-5f);
-  const HostTensor& scale_t = ctx.requireInput(1);
-  const HostTensor& bias_t = ctx.requireInput(2);
-  requireSameDType(ctx, x, "X", &scale_t, "Scale");
-  requireSameDType(ctx, x, "X", &bias_t, "B");
-  if (scale_t.numel() != c || bias_t.numel() != c)
-    ctx.fail(fmt::format("Scale and B must hold one value per channel ({}); they hold {} and {}",
-                         c, scale_t.numel(), bias_t.numel()));
-  const FloatView xv(x), scale(scale_t), bias(bias_t);
+  const ChannelParameters params = channelParameters(ctx, x, c);
+  const double eps = params.epsilon;
+  const FloatView xv(x);
+  const FloatView& scale = params.scale;
+  const FloatView& bias = params.bias;
   FloatSink ys(ctx.allocateOutput(0, x.dtype(), x.dims()));
   const float* xd = xv.data();
   float* yd = ys.data();
@@ -215,18 +234,12 @@ void runChannelLayerNorm(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
   requireFloatOrHalf(ctx, x, "X");
   if (x.rank() < 3) ctx.fail("X must have rank >= 3 ([N, C, ...])");
-  if (!ctx.node().hasAttr("epsilon"))
-    ctx.fail("needs 'epsilon' (its function body cannot default it)");
-  const double eps = ctx.attrFloat("epsilon", 1e-5f);
   const int64_t n = x.dim(0), c = x.dim(1), p = product(x.dims(), 2);
-  const HostTensor& scale_t = ctx.requireInput(1);
-  const HostTensor& bias_t = ctx.requireInput(2);
-  requireSameDType(ctx, x, "X", &scale_t, "Scale");
-  requireSameDType(ctx, x, "X", &bias_t, "B");
-  if (scale_t.numel() != c || bias_t.numel() != c)
-    ctx.fail(fmt::format("Scale and B must hold one value per channel ({}); they hold {} and {}",
-                         c, scale_t.numel(), bias_t.numel()));
-  const FloatView xv(x), scale(scale_t), bias(bias_t);
+  const ChannelParameters params = channelParameters(ctx, x, c);
+  const double eps = params.epsilon;
+  const FloatView xv(x);
+  const FloatView& scale = params.scale;
+  const FloatView& bias = params.bias;
   FloatSink ys(ctx.allocateOutput(0, x.dtype(), x.dims()));
   const float* xd = xv.data();
   float* yd = ys.data();

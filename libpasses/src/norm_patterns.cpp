@@ -177,6 +177,24 @@ Constraint rowParameter(std::string leaf, std::string reader, std::string reduce
           }};
 }
 
+bool standardLayerNormReplaceable(const Node& n, Why& why) {
+  if (n.attrInt("stash_type", 1) != 1) {
+    return why.fail(n, [&] {
+      return fmt::format("{} has stash_type {}, not 1 (float statistics)", n.label(),
+                         n.attrInt("stash_type", 1));
+    });
+  }
+  for (size_t i = 1; i < n.numOutputs(); ++i) {
+    if (n.output(i) && (n.output(i)->hasUses() || n.output(i)->isGraphOutput())) {
+      return why.fail(n, [&] {
+        return fmt::format("{} output {} '{}' (its saved statistics) is in use", n.label(), i,
+                           n.output(i)->name());
+      });
+    }
+  }
+  return true;
+}
+
 float scalarValue(const Value& v) { return static_cast<float>(v.initializer()->valueAsDouble(0)); }
 
 Tensor rowTensor(const Tensor& t, const std::vector<int64_t>& dims) {

@@ -44,6 +44,10 @@ Constraint constantEpsilon(std::string eps_leaf, std::string add);
 Constraint rowParameter(std::string leaf, std::string reader, std::string reduce,
                         std::string x_leaf, std::string role);
 
+// A standard LayerNormalization that a fused norm can replace: stash_type 1 (float
+// statistics) and no saved statistics (Mean, InvStdDev outputs) in use; else false with `why`.
+bool standardLayerNormReplaceable(const Node& n, Why& why);
+
 // The one value of a one-element constant.
 float scalarValue(const Value& v);
 // A row parameter (rowParameter held) as a tensor of its own dtype of exactly `dims`.

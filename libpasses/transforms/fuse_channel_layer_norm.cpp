@@ -111,23 +111,7 @@ Constraint normOverChannels() {
                                    n->label(), channels.str());
               });
             }
-            if (n->domain().empty()) {
-              if (n->attrInt("stash_type", 1) != 1) {
-                return why.fail(*n, [&] {
-                  return fmt::format("{} has stash_type {}, not 1 (float statistics)",
-                                     n->label(), n->attrInt("stash_type", 1));
-                });
-              }
-              for (size_t i = 1; i < n->numOutputs(); ++i) {
-                if (n->output(i) && (!n->output(i)->uses().empty() || n->output(i)->isGraphOutput())) {
-                  return why.fail(*n, [&] {
-                    return fmt::format("{} output {} '{}' (its saved statistics) is in use",
-                                       n->label(), i, n->output(i)->name());
-                  });
-                }
-              }
-            }
-            return true;
+            return !n->domain().empty() || standardLayerNormReplaceable(*n, why);
           }};
 }
 

@@ -128,20 +128,7 @@ Constraint residualShapes() {
 Constraint standardLayerNormQualifies() {
   return {"layer-norm-form", [](const Match& m, Why& why) {
             Node* n = m.get("n");
-            if (n->attrInt("stash_type", 1) != 1) {
-              return why.fail(*n, [&] {
-                return fmt::format("{} has stash_type {}, not 1 (float statistics)", n->label(),
-                                   n->attrInt("stash_type", 1));
-              });
-            }
-            for (size_t i = 1; i < n->numOutputs(); ++i) {
-              if (n->output(i) && (n->output(i)->hasUses() || n->output(i)->isGraphOutput())) {
-                return why.fail(*n, [&] {
-                  return fmt::format("{} output {} '{}' (its saved statistics) is in use",
-                                     n->label(), i, n->output(i)->name());
-                });
-              }
-            }
+            if (!standardLayerNormReplaceable(*n, why)) return false;
             const Value* bias = n->input(2);
             const Value* scale = n->input(1);
             if (!bias && !(scale && scale->shape().isStatic())) {
