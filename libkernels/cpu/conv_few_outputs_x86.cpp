@@ -202,7 +202,9 @@ void convFewOutputs(const float* x, const float* w, float* y, int64_t N, int64_t
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n = t / (static_cast<int64_t>(blocks.size()) * bands);
       const int64_t rest = t % (static_cast<int64_t>(blocks.size()) * bands);
-      const auto [m0, mb] = blocks[static_cast<size_t>(rest / bands)];
+      // Not a structured binding: lambdas below capture m0, which C++17 (and clang) forbid.
+      const int64_t m0 = blocks[static_cast<size_t>(rest / bands)].first;
+      const int mb = blocks[static_cast<size_t>(rest / bands)].second;
       const int64_t band_end = std::min(g.OH, (rest % bands + 1) * band_rows);
       const float* xn = x + n * in_image;
       float* yn = y + n * out_image;
