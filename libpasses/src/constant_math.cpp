@@ -375,4 +375,11 @@ bool isIdentityPermutation(const std::vector<int64_t>& perm) {
   return true;
 }
 
+std::vector<int64_t> lastTwoAxesSwapped(size_t rank) {
+  std::vector<int64_t> perm(rank);
+  for (size_t a = 0; a < rank; ++a) perm[a] = static_cast<int64_t>(a);
+  std::swap(perm[rank - 1], perm[rank - 2]);
+  return perm;
+}
+
 }  // namespace fusectl::passes

@@ -118,5 +118,8 @@ std::optional<std::string> standardGeluActivation(const Node& gelu, Why& why);
 // unknown, or perm's length is not the input's known rank.
 std::optional<std::vector<int64_t>> transposePerm(const Node& n, std::string* why);
 bool isIdentityPermutation(const std::vector<int64_t>& perm);
+// The permutation of `rank` (>= 2) axes that swaps the last two and keeps the others: a batched
+// matrix transpose.
+std::vector<int64_t> lastTwoAxesSwapped(size_t rank);
 
 }  // namespace fusectl::passes

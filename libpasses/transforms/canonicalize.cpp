@@ -615,28 +615,35 @@ Pattern einsumMatMulPattern() {
   return p;
 }
 
+// `shape` with its last two dims swapped (rank >= 2).
+Shape lastTwoDimsSwapped(const Shape& shape) {
+  std::vector<Dim> d = shape.dims();
+  std::swap(d[d.size() - 1], d[d.size() - 2]);
+  return Shape(d);
+}
+
+// A new Transpose of `v` (rank known, >= 2) swapping its last two axes, placed before
+// `position`; the node is named `name` (made unique; "" for none), its output after v.
+Value* transposedLastTwo(Rewriter& rw, Value* v, Node* position, const std::string& name) {
+  NewNode t;
+  t.op_type = "Transpose";
+  t.inputs = {v};
+  t.attributes.push_back(Attribute::ofInts("perm", lastTwoAxesSwapped(v->shape().rank())));
+  t.name = name;
+  t.naming = NodeNaming::Unique;
+  return rw.addNode(std::move(t), v->name() + "_transposed",
+                    ValueType{v->dtype(), lastTwoDimsSwapped(v->shape()), {}}, position)
+      ->output(0);
+}
+
 void rewriteEinsumMatMul(Rewriter& rw, const Match& m) {
   Node* e = m.get("e");
   const MatMulEquation eq = *matmulEquation(e->attrString("equation", ""));
   auto operand = [&](size_t input, bool transposed) {
     Value* v = e->input(input);
     if (!transposed) return v;
-    const Shape& s = v->shape();
-    const size_t r = s.rank();
-    std::vector<int64_t> perm(r);
-    for (size_t a = 0; a < r; ++a) perm[a] = static_cast<int64_t>(a);
-    std::swap(perm[r - 1], perm[r - 2]);
-    std::vector<Dim> dims = s.dims();
-    std::swap(dims[r - 1], dims[r - 2]);
-    NewNode t;
-    t.op_type = "Transpose";
-    t.inputs = {v};
-    t.attributes.push_back(Attribute::ofInts("perm", perm));
-    t.name = e->name().empty() ? "" : fmt::format("{}_transposed_{}", e->name(), input);
-    t.naming = NodeNaming::Unique;
-    return rw.addNode(std::move(t), v->name() + "_transposed",
-                      ValueType{v->dtype(), Shape(dims), {}}, e)
-        ->output(0);
+    return transposedLastTwo(rw, v, e,
+                             e->name().empty() ? "" : fmt::format("{}_transposed_{}", e->name(), input));
   };
   Value* a = operand(0, eq.transpose_a);
   Value* b = operand(1, eq.transpose_b);
@@ -648,14 +655,6 @@ void rewriteEinsumMatMul(Rewriter& rw, const Match& m) {
 }
 
 // ---- weights-first ----
-// The perm that swaps the last two of `rank` axes.
-std::vector<int64_t> lastTwoSwapped(size_t rank) {
-  std::vector<int64_t> perm(rank);
-  for (size_t a = 0; a < rank; ++a) perm[a] = static_cast<int64_t>(a);
-  std::swap(perm[rank - 1], perm[rank - 2]);
-  return perm;
-}
-
 Constraint weightsTransposedBack() {
   return {"transposed-weights:t", [](const Match& m, Why& why) {
             Node* p = m.get("p");
@@ -663,7 +662,7 @@ Constraint weightsTransposedBack() {
             Node* s = m.get("s");
             const Shape& ws = s->output(0)->shape();
             const std::optional<std::vector<int64_t>> perm = transposePerm(*t, nullptr);
-            if (!ws.hasRank() || ws.rank() < 3 || !perm || *perm != lastTwoSwapped(ws.rank())) {
+            if (!ws.hasRank() || ws.rank() < 3 || !perm || *perm != lastTwoAxesSwapped(ws.rank())) {
               return why.fail(*t, [&] {
                 return fmt::format("{} does not swap just the last two axes of a rank >= 3 "
                                    "value of known rank",
@@ -709,34 +708,20 @@ void rewriteWeightsFirst(Rewriter& rw, const Match& m) {
   Node* p = m.get("p");
   Value* v = m.value("v");
   Value* weights = m.get("s")->output(0);
-  const std::vector<int64_t> perm = lastTwoSwapped(v->shape().rank());
-  auto swapped = [&](const Shape& s) {
-    std::vector<Dim> d = s.dims();
-    std::swap(d[d.size() - 1], d[d.size() - 2]);
-    return Shape(d);
-  };
-  NewNode vt;
-  vt.op_type = "Transpose";
-  vt.inputs = {v};
-  vt.attributes.push_back(Attribute::ofInts("perm", perm));
-  vt.name = p->name().empty() ? "" : p->name() + "_values_transposed";
-  vt.naming = NodeNaming::Unique;
-  Value* v_t = rw.addNode(std::move(vt), v->name() + "_transposed",
-                          ValueType{v->dtype(), swapped(v->shape()), {}}, p)
-                   ->output(0);
+  Value* v_t = transposedLastTwo(rw, v, p, p->name().empty() ? "" : p->name() + "_values_transposed");
   NewNode mm;
   mm.op_type = "MatMul";
   mm.inputs = {weights, v_t};
   mm.name = p->name().empty() ? "" : p->name() + "_weights_first";
   mm.naming = NodeNaming::Unique;
-  Value* product = rw.addNode(std::move(mm), p->output(0)->name() + "_weights_first",
-                              ValueType{p->output(0)->dtype(), swapped(p->output(0)->shape()), {}},
-                              p)
-                       ->output(0);
+  Value* product =
+      rw.addNode(std::move(mm), p->output(0)->name() + "_weights_first",
+                 ValueType{p->output(0)->dtype(), lastTwoDimsSwapped(p->output(0)->shape()), {}}, p)
+          ->output(0);
   NewNode back;
   back.op_type = "Transpose";
   back.inputs = {product};
-  back.attributes.push_back(Attribute::ofInts("perm", perm));
+  back.attributes.push_back(Attribute::ofInts("perm", lastTwoAxesSwapped(v->shape().rank())));
   rw.replaceNode(p, std::move(back));
   rw.context().count("weights_first");
 }

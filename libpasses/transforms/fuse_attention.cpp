@@ -570,20 +570,14 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
                         (kt_shape.rank() == 3 || kt_shape.rank() == 4);
   if (plain_kt) {
     site.k_source = site.qk->input(1);
-    site.k_perm.resize(kt_shape.rank());
-    for (size_t a = 0; a < kt_shape.rank(); ++a) site.k_perm[a] = static_cast<int64_t>(a);
-    std::swap(site.k_perm[kt_shape.rank() - 1], site.k_perm[kt_shape.rank() - 2]);
+    site.k_perm = lastTwoAxesSwapped(kt_shape.rank());
   } else {
     const std::vector<int64_t> perm = kt && kt->hasAttr("perm")
                                           ? transposePerm(*kt, nullptr).value_or(std::vector<int64_t>{})
                                           : std::vector<int64_t>{};
     // Rank 5 and up: more batch axes before the heads (MaxViT's [B, G, H, N, D], windows as a
     // second batch axis); K^T must then swap the last two axes only.
-    bool swaps_last_two = perm.size() >= 5;
-    for (size_t i = 0; swaps_last_two && i + 2 < perm.size(); ++i)
-      swaps_last_two = perm[i] == static_cast<int64_t>(i);
-    swaps_last_two = swaps_last_two && perm[perm.size() - 2] == static_cast<int64_t>(perm.size() - 1) &&
-                     perm[perm.size() - 1] == static_cast<int64_t>(perm.size() - 2);
+    const bool swaps_last_two = perm.size() >= 5 && perm == lastTwoAxesSwapped(perm.size());
     if (perm.size() != 4 && perm.size() != 3 && !swaps_last_two) {
       why.fail(*site.qk, [&] {
         return fmt::format("{} second operand '{}' is not a Transpose of a rank-4 (or rank-3) K, "
