@@ -225,23 +225,30 @@ void nearestGather(const uint8_t* src, uint8_t* dst, size_t esize,
   bool same_width = w_in == w_out;
   for (int64_t i = 0; same_width && i < w_out; ++i) same_width = last[static_cast<size_t>(i)] == i;
   const size_t in_row = static_cast<size_t>(w_in) * esize, out_row = static_cast<size_t>(w_out) * esize;
-  // The input row that output row q reads.
-  auto sourceRow = [&](int64_t q) {
-    int64_t src_row = 0, stride = 1;
-    for (size_t ax = r - 1; ax-- > 0;) {
-      const int64_t o = q % out_dims[ax];
-      q /= out_dims[ax];
-      src_row += index[ax][static_cast<size_t>(o)] * stride;
-      stride *= in_dims[ax];
-    }
-    return src_row;
-  };
-  const int64_t rows = product(out_dims, 0, r - 1);
+  // Output rows by their index over the leading axes, stepped along from the piece's first
+  // (divided out once): per-row divisions cost as much as a short row's gather (the same was
+  // measured in pool.cpp's separable path). in_stride[ax]: an input row index's step along ax.
+  const size_t lead = r - 1;
+  std::vector<int64_t> in_stride(lead, 1);
+  for (size_t ax = lead; ax-- > 1;) in_stride[ax - 1] = in_stride[ax] * in_dims[ax];
+  const int64_t rows = product(out_dims, 0, lead);
   parallelFor(rows, threads, std::max<int64_t>(1, 4096 / std::max<int64_t>(w_out, 1)),
               [&](int64_t q0, int64_t q1) {
+    std::vector<int64_t> at(lead);
+    int64_t first = q0;
+    for (size_t ax = lead; ax-- > 0;) {
+      at[ax] = first % out_dims[ax];
+      first /= out_dims[ax];
+    }
     int64_t previous = -1;
     for (int64_t q = q0; q < q1; ++q) {
-      const int64_t sr = sourceRow(q);
+      int64_t sr = 0;
+      for (size_t ax = 0; ax < lead; ++ax)
+        sr += index[ax][static_cast<size_t>(at[ax])] * in_stride[ax];
+      for (size_t ax = lead; ax-- > 0;) {
+        if (++at[ax] < out_dims[ax]) break;
+        at[ax] = 0;
+      }
       uint8_t* d = dst + static_cast<size_t>(q) * out_row;
       if (sr == previous) {
         std::memcpy(d, d - out_row, out_row);
