@@ -161,9 +161,8 @@ BlockMoments blockMoments(const float* x, int64_t n) {
 // elements. Its mean and variance take one pass over the block from memory (blockMoments:
 // double, stable when the mean is large beside the spread), then each channel is written as
 // (x - mean) * a + B[c], a = Scale[c] / sqrt(var + eps) (vec::centredAffine), while the block is
-// still in cache: the exported chain (InstanceNormalization, then Mul and Add) makes a second read-and-write
-// pass over the tensor for the affine.
-// Blocks are shared among threads; when there are fewer blocks than threads (one group per
+// still in cache: the exported chain (InstanceNormalization, then Mul and Add) makes a second
+// read-and-write pass over the tensor for the affine. Blocks are shared among threads; when there are fewer blocks than threads (one group per
 // sample, as ConvTasNet's global norm), the statistics are taken block by block and the
 // channels written in parallel.
 void runGroupNorm(KernelContext& ctx) {
@@ -227,8 +226,8 @@ void runGroupNorm(KernelContext& ctx) {
 // each partial added into double (a float sum over all of C could lose digits at C = 512 and
 // more); then the squared deviations from the mean the same way (vec::addSquaredDeviations);
 // then each channel's stretch written as (x - mean) * rstd * Scale[c] + B[c]
-// (vec::normalizeColumns). A block of kBlock positions of every channel
-// (C x 2 KiB) stays in L2 across its three passes.
+// (vec::normalizeColumns). A block of kBlock positions of every channel (C x 2 KiB) stays in L2
+// across its three passes.
 void runChannelLayerNorm(KernelContext& ctx) {
   constexpr int64_t kBlock = 512, kChunk = 32;
   const HostTensor& x = ctx.requireInput(0);

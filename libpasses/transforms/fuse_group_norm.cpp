@@ -61,17 +61,22 @@ std::optional<int64_t> groupCount(const Match& m, Why& why) {
   const Value* x = m.value("x");
   const Node* r = m.get("r");
   const Shape& xs = x->shape();
+  // Reasons are formatted only when someone listens (Why), as the other constraints do.
   if (!xs.hasRank() || xs.rank() < 3) {
-    return why.fail(*r, fmt::format("the input '{}' has shape {}: not [N, C, ...] of rank >= 3",
-                                    x->name(), xs.str())),
-           std::nullopt;
+    why.fail(*r, [&] {
+      return fmt::format("the input '{}' has shape {}: not [N, C, ...] of rank >= 3", x->name(),
+                         xs.str());
+    });
+    return std::nullopt;
   }
   for (size_t i = 1; i < xs.rank(); ++i) {
     if (!xs[i].isStatic()) {
-      return why.fail(*r, fmt::format("the input '{}' has shape {}: its channel and spatial "
-                                      "dims must be static",
-                                      x->name(), xs.str())),
-             std::nullopt;
+      why.fail(*r, [&] {
+        return fmt::format("the input '{}' has shape {}: its channel and spatial dims must be "
+                           "static",
+                           x->name(), xs.str());
+      });
+      return std::nullopt;
     }
   }
   const int64_t channels = xs[1].value();
@@ -83,10 +88,12 @@ std::optional<int64_t> groupCount(const Match& m, Why& why) {
                        channels % rs[1].value() == 0 &&
                        rs[2].value() == channels / rs[1].value() * spatial;
   if (!grouped) {
-    return why.fail(*r, fmt::format("{} reshapes {} to {}: not [N, G, C / G * spatial] with G "
-                                    "dividing the {} channels",
-                                    r->label(), xs.str(), rs.str(), channels)),
-           std::nullopt;
+    why.fail(*r, [&] {
+      return fmt::format("{} reshapes {} to {}: not [N, G, C / G * spatial] with G dividing the "
+                         "{} channels",
+                         r->label(), xs.str(), rs.str(), channels);
+    });
+    return std::nullopt;
   }
   return rs[1].value();
 }
