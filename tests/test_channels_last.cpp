@@ -220,6 +220,55 @@ TEST_CASE("The executor stores a block's inner values channels-last and computes
   }
 }
 
+TEST_CASE("A stride-1 depthwise convolution channels-last in and out writes over its input",
+          "[kernels][channels_last][in_place]") {
+  if (!hasAvx512()) {
+    WARN("skipped: this CPU has no AVX-512, so no convolution takes the channels-last layout");
+    return;
+  }
+  struct Case {
+    int64_t C, E, H, W;
+  };
+  // 96 channels on 14x14 run in one band of every channel block; 192 on 28x28 run each group of
+  // blocks over the whole image. (Bands of rows, each taking the input rows the one before it
+  // wrote over from its scratch, are for planes the executor keeps planar: the kernel test
+  // above covers them.)
+  for (const Case c : {Case{16, 96, 14, 14}, Case{32, 192, 28, 28}}) {
+    const auto model = parseModelText(blockModel(c.C, c.E, c.H, c.W, 3, 1, "Clip"), "<block>");
+    for (const auto& [name, dims] : inner(c.E, c.H, c.W, c.H, c.W)) {
+      Value* v = model->graph->findValue(name);
+      v->type.dtype = DType::Float;
+      v->type.shape = Shape::ofStatic(dims);
+    }
+    const std::vector<NamedTensor> inputs = makeRandomInputs(*model->graph, 5);
+    auto run = [&](bool donate, int threads, std::vector<float>& y) {
+      ExecutorOptions options;
+      options.num_threads = threads;
+      options.donate_inputs = donate;
+      Executor ex(*model, options);
+      REQUIRE(ex.channelsLastValues().size() == 2);  // e and d
+      ExecutionStats stats;
+      const HostTensor out = ex.run(inputs, &stats).at(0).tensor;
+      y.assign(out.data<float>(), out.data<float>() + out.numel());
+      return stats.peak_activation_bytes;
+    };
+    const uint64_t inner_bytes = static_cast<uint64_t>(c.E * c.H * c.W) * sizeof(float);
+    const uint64_t out_bytes = static_cast<uint64_t>(c.C * c.H * c.W) * sizeof(float);
+    for (const int threads : {1, 2}) {
+      INFO(c.E << " channels on " << c.H << "x" << c.W << ", " << threads << " threads");
+      std::vector<float> own, over;
+      const uint64_t own_peak = run(false, threads, own);
+      const uint64_t over_peak = run(true, threads, over);
+      CHECK(over == own);
+      // With buffers of their own, e and d are live side by side at the depthwise step. Over
+      // its input (one thread), d takes e's buffer, and the peak is d and Y at the projection.
+      // Two threads split the depthwise rows, and each would read rows the other overwrote.
+      CHECK(own_peak == 2 * inner_bytes);
+      CHECK(over_peak == (threads == 1 ? inner_bytes + out_bytes : own_peak));
+    }
+  }
+}
+
 TEST_CASE("A channels-last tensor refuses to be reshaped or copied out as a graph tensor",
           "[kernels][channels_last]") {
   HostTensor t(DType::Float, {1, 2, 3, 3});
@@ -272,6 +321,7 @@ TEST_CASE("Depthwise channel blocks read and write either layout like the defini
       {24, 60, 70, 3, 2, 1, 1, 1, 1},    // a large plane: bands of every block
       {20, 61, 33, 5, 1, 2, 2, 2, 2},    // bands with 5x5
       {17, 5, 6, 3, 2, 1, 0, 0, 1},      // an input column no output reaches
+      {48, 40, 44, 3, 1, 1, 1, 1, 1},    // bands of every block at stride 1 (in place below)
   };
   const Activation acts[] = {Activation::Clip, Activation::Silu, Activation::LeakyRelu};
   int id = 0;
@@ -302,6 +352,14 @@ TEST_CASE("Depthwise channel blocks read and write either layout like the defini
                                 y_nhwc, win, ep, c.C, z, 0, split);
           depthwiseChannelsLast(x_nhwc ? x_cl.data() : x.data(), x_nhwc, w.data(), y.data(),
                                 y_nhwc, win, ep, c.C, z, split, OH);
+          // Channels-last both sides, where the kernel may write over its input: y starts as
+          // a copy of x, and one call covers every row (depthwiseChannelsLastInPlace).
+          const bool in_place = x_nhwc && y_nhwc && depthwiseChannelsLastInPlace(win);
+          if (in_place) {
+            y = x_cl;
+            depthwiseChannelsLast(y.data(), true, w.data(), y.data(), true, win, ep, c.C, nullptr,
+                                  0, OH);
+          }
           for (int64_t ch = 0; ch < c.C; ++ch) {
             for (int64_t oh = 0; oh < OH; ++oh) {
               for (int64_t ow = 0; ow < OW; ++ow) {
@@ -320,6 +378,7 @@ TEST_CASE("Depthwise channel blocks read and write either layout like the defini
                 const float got = y_nhwc ? y[p * c.C + ch] : y[ch * P + p];
                 if (!(std::abs(got - want) <= 1e-5 + 1e-5 * std::abs(want))) {
                   INFO("case " << id << " x_nhwc " << x_nhwc << " y_nhwc " << y_nhwc
+                               << " in place " << in_place
                                << " activation " << int(act) << " channel " << ch << " pixel ("
                                << oh << ", " << ow << "): got " << got << ", want " << want);
                   REQUIRE(std::abs(got - want) <= 1e-5 + 1e-5 * std::abs(want));

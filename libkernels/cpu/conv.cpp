@@ -756,6 +756,14 @@ void runConv(KernelContext& ctx, bool fused) {
       residual_in_place ? ctx.overwriteInput(static_cast<size_t>(operands.residual_input), 0,
                                              x.dtype(), ydims)
                         : nullptr;
+  // A stride-1 depthwise convolution channels-last in and out may write over its input, where
+  // one call covers all of an image's rows (depthwiseChannelsLastInPlace; convFloat splits an
+  // image's rows among threads).
+  if (!in_place && depthwise && layouts.x_nhwc && layouts.y_nhwc && !z &&
+      x.dtype() == DType::Float && (ctx.numThreads() <= 1 || d.win.out[0] == 1) &&
+      depthwiseChannelsLastInPlace(d.win)) {
+    in_place = ctx.overwriteInput(0, 0, x.dtype(), ydims);
+  }
   HostTensor& y = in_place ? *in_place : ctx.allocateOutput(0, x.dtype(), ydims);
   FloatSink ys(y);
   convFloat(planar_x.empty() ? xf.data() : planar_x.data(), wp, ys.data(), d, ep,

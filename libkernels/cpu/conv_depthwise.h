@@ -60,4 +60,12 @@ void depthwiseChannelsLast(const float* x, bool x_nhwc, const float* w, float* y
 // 1 or 2, undilated, with AVX-512): where a convolution offers to read or write channels-last.
 bool depthwiseChannelsLastTakes(const Window& win);
 
+// Whether depthwiseChannelsLast may write a channels-last y over its channels-last x (y == x),
+// one call covering all output rows (threads splitting the rows would each read rows another
+// has overwritten): a window it takes, at stride 1, whose output has the input's size. Its
+// output then lands in lines the read has just brought into cache, not in a pooled buffer last
+// touched a run ago (MobileNetV2's first 192-channel depthwise convolution at 28x28: 0.086 ->
+// 0.048 ms a run, one thread).
+bool depthwiseChannelsLastInPlace(const Window& win);
+
 }  // namespace fusectl::kernels::cpu

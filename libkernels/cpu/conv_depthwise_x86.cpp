@@ -12,6 +12,7 @@
 #include "gemm_vector_epilogue.h"
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -582,6 +583,11 @@ FUSECTL_AVX512 void depthwiseChannelsLastRows(const float* x, bool x_nhwc, const
   const int64_t q_end = std::clamp<int64_t>(PW + W, q_begin, wp);
   const int64_t iw_begin = q_begin - PW, iw_end = q_end - PW;
   const __m512 zero = _mm512_setzero_ps();
+  // Written in place (depthwiseChannelsLastInPlace: stride 1, y is x): the bands before this
+  // one wrote their output rows over the input rows of the same numbers, so this band takes
+  // those of its input rows from the previous band's scratch, where they still are. A group
+  // of blocks reads and writes only its own channels, so groups need nothing of the kind.
+  const bool in_place = x == y;
   for (int64_t g0 = 0; g0 < blocks; g0 += group) {
     const int64_t g1 = std::min(blocks, g0 + group);
     const __mmask16 last_lanes = firstLanes(std::min<int64_t>(16, C - (g1 - 1) * 16));
@@ -590,6 +596,15 @@ FUSECTL_AVX512 void depthwiseChannelsLastRows(const float* x, bool x_nhwc, const
       const int64_t rows = (oh1 - oh0 - 1) * S + K;
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t ih = oh0 * S - PH + r;
+        if (in_place && oh0 > oh_begin && ih >= 0 && ih < oh0) {
+          // Row r + band of the previous band's scratch (rows are taken in increasing order,
+          // so each source row is read before anything overwrites it).
+          for (int64_t blk = g0; blk < g1; ++blk) {
+            float* row = in + (blk - g0) * block_in + r * block_row;
+            std::memmove(row, row + band * block_row, sizeof(float) * block_row);
+          }
+          continue;
+        }
         for (int64_t blk = g0; blk < g1; ++blk) {
           float* row = in + (blk - g0) * block_in + r * block_row;
           if (ih < 0 || ih >= H) {
@@ -797,6 +812,12 @@ static bool depthwiseChannelsLastAvx512(const float* x, bool x_nhwc, const float
   return true;
 }
 
+bool depthwiseChannelsLastInPlace(const Window& win) {
+  if (!depthwiseChannelsLastTakes(win) || win.strides[0] != 1 || win.strides[1] != 1)
+    return false;
+  return win.out[0] == win.in[0] && win.out[1] == win.in[1];
+}
+
 bool depthwiseChannelsPay(const Window& win) {
   static const bool has_avx512 = __builtin_cpu_supports("avx512f");
   // Measured (bench_gemm --only depthwise, and MobileNetV2 / EfficientNet-B0 node by node):
@@ -823,6 +844,7 @@ bool depthwiseChannelsAvx512(const float*, const float*, float*, const Window&, 
 bool depthwiseChannelsPay(const Window&) { return false; }
 
 bool depthwiseChannelsLastTakes(const Window&) { return false; }
+bool depthwiseChannelsLastInPlace(const Window&) { return false; }
 
 static bool depthwiseChannelsLastAvx512(const float*, bool, const float*, float*, bool,
                                         const Window&, const Epilogue&, int64_t, const float*,

@@ -29,8 +29,10 @@ const HostTensor* stageIn(const HostTensor* t, HostTensor& holder) {
 }
 
 StagedOutput::StagedOutput(KernelContext& ctx, size_t index, DType dtype,
-                           const std::vector<int64_t>& dims)
-    : out_(&ctx.allocateOutput(index, dtype, dims)), staged_(isHalf(dtype)) {
+                           const std::vector<int64_t>& dims, Place place)
+    : out_(place == Place::OverInputs ? &ctx.allocateOutputOverInputs(index, dtype, dims)
+                                      : &ctx.allocateOutput(index, dtype, dims)),
+      staged_(isHalf(dtype)) {
   if (staged_) tmp_ = HostTensor(DType::Float, dims);
 }
 

@@ -99,7 +99,12 @@ const HostTensor* stageIn(const HostTensor* t, HostTensor& holder);
 // An output written as float32 when its dtype is float16/bfloat16.
 class StagedOutput {
  public:
-  StagedOutput(KernelContext& ctx, size_t index, DType dtype, const std::vector<int64_t>& dims);
+  // Where the output goes: a buffer of its own, or (Elementwise: the kernel reads each element
+  // of every input before it writes that element) over an input where the executor allows it
+  // (KernelContext::allocateOutputOverInputs).
+  enum class Place { Own, OverInputs };
+  StagedOutput(KernelContext& ctx, size_t index, DType dtype, const std::vector<int64_t>& dims,
+               Place place = Place::Own);
   // Where the kernel writes: the output itself, or a float32 buffer for half dtypes.
   HostTensor& compute() { return staged_ ? tmp_ : *out_; }
   DType computeDtype() const { return staged_ ? DType::Float : out_->dtype(); }

@@ -52,7 +52,7 @@ void unaryOp(KernelContext& ctx, F f, std::optional<VecUnary> fast = std::nullop
   const HostTensor& x0 = ctx.requireInput(0);
   HostTensor hx;
   const HostTensor* x = stageIn(&x0, hx);
-  StagedOutput out(ctx, 0, x0.dtype(), x0.dims());
+  StagedOutput out(ctx, 0, x0.dtype(), x0.dims(), StagedOutput::Place::OverInputs);
   dispatch<Set>(ctx, x->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* src = x->data<T>();
@@ -132,7 +132,8 @@ void binaryOn(KernelContext& ctx, const HostTensor& a0, const HostTensor& b0, F 
   HostTensor ha, hb;
   const HostTensor* a = stageIn(&a0, ha);
   const HostTensor* b = stageIn(&b0, hb);
-  StagedOutput out(ctx, 0, BoolOut ? DType::Bool : a0.dtype(), dims);
+  StagedOutput out(ctx, 0, BoolOut ? DType::Bool : a0.dtype(), dims,
+                   StagedOutput::Place::OverInputs);
   const auto plan = planBroadcast<2>(dims, {&a0.dims(), &b0.dims()});
   dispatch<Set>(ctx, a->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -145,9 +146,12 @@ void binaryOn(KernelContext& ctx, const HostTensor& a0, const HostTensor& b0, F 
 
 // Opsets 1-6 broadcast only with broadcast=1, and then align B with A starting at `axis`
 // (trailing when absent): B viewed with trailing 1s gets the same result from numpy rules.
+bool legacyAlignmentApplies(const KernelContext& ctx) {
+  return ctx.opset() < 7 && ctx.attrInt("broadcast", 0) != 0 && ctx.node().hasAttr("axis");
+}
+
 HostTensor legacyAligned(const KernelContext& ctx, const HostTensor& a, const HostTensor& b) {
-  if (ctx.opset() >= 7 || ctx.attrInt("broadcast", 0) == 0 || !ctx.node().hasAttr("axis"))
-    return b;
+  if (!legacyAlignmentApplies(ctx)) return b;
   const int64_t axis = normalizeAxis(ctx, ctx.attrInt("axis", 0), static_cast<int64_t>(a.rank()));
   const int64_t trailing = static_cast<int64_t>(a.rank()) - axis - static_cast<int64_t>(b.rank());
   if (trailing < 0)
@@ -161,7 +165,14 @@ HostTensor legacyAligned(const KernelContext& ctx, const HostTensor& a, const Ho
 template <unsigned Set, bool BoolOut, typename F>
 void binaryOp(KernelContext& ctx, F f, std::optional<vec::Binary> vector_op = std::nullopt) {
   const HostTensor& a = ctx.requireInput(0);
-  binaryOn<Set, BoolOut>(ctx, a, legacyAligned(ctx, a, ctx.requireInput(1)), f, vector_op);
+  const HostTensor& b = ctx.requireInput(1);
+  // B itself, not a copy, where no legacy alignment reshapes it: a copy would share B's
+  // buffer, and a shared buffer is never written over (KernelContext::overwriteInput).
+  if (legacyAlignmentApplies(ctx)) {
+    binaryOn<Set, BoolOut>(ctx, a, legacyAligned(ctx, a, b), f, vector_op);
+    return;
+  }
+  binaryOn<Set, BoolOut>(ctx, a, b, f, vector_op);
 }
 
 // Max/Min/Sum/Mean: a left fold of f over any number of broadcast inputs; `vector_op` as in
@@ -283,7 +294,7 @@ void powKernel(KernelContext& ctx) {
   const auto plan = planBroadcast<2>(dims, {&a0.dims(), &b0.dims()});
   HostTensor ha;
   const HostTensor* a = stageIn(&a0, ha);
-  StagedOutput out(ctx, 0, a0.dtype(), dims);
+  StagedOutput out(ctx, 0, a0.dtype(), dims, StagedOutput::Place::OverInputs);
   auto exponentAs = [&](DType t, HostTensor& holder) -> const HostTensor* {
     if (b0.dtype() == t) return &b0;
     holder = HostTensor(t, b0.dims());
@@ -335,7 +346,7 @@ void clipKernel(KernelContext& ctx) {
     if (t && t->numel() != 1) ctx.fail("min and max must be scalars");
     if (t && t->dtype() != x->dtype()) ctx.fail("min/max dtype differs from the input's");
   }
-  StagedOutput out(ctx, 0, x0.dtype(), x0.dims());
+  StagedOutput out(ctx, 0, x0.dtype(), x0.dims(), StagedOutput::Place::OverInputs);
   dispatch<kNumeric>(ctx, x->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
@@ -494,8 +505,13 @@ bool scaleChannelsLast(KernelContext& ctx) {
     throwInternal("a channels-last input to a Mul that is no per-channel scale");
   }
   const int64_t N = x.dim(0), C = x.dim(1), P = x.dim(2) * x.dim(3);
-  HostTensor& y = ctx.allocateOutput(0, DType::Float, x.dims());
   const bool y_channels_last = ctx.channelsLastWanted(0);
+  // Channels-last in and out scales each element where it lies, so the output may take x's
+  // buffer; a planar output transposes, so it may not.
+  HostTensor* over_x =
+      y_channels_last ? ctx.overwriteInput(a->channelsLast() ? 0 : 1, 0, DType::Float, x.dims())
+                      : nullptr;
+  HostTensor& y = over_x ? *over_x : ctx.allocateOutput(0, DType::Float, x.dims());
   const float* xs = x.data<float>();
   float* ys = y.mutableData<float>();
   for (int64_t n = 0; n < N; ++n) {

@@ -359,7 +359,9 @@ void runElementwise(KernelContext& ctx) {
   plan_shapes.fill(&kScalar);
   for (size_t i = 0; i < num_inputs; ++i) plan_shapes[i] = shapes[i];
   const BroadcastPlan<N> plan = planBroadcast<N>(dims, plan_shapes);
-  HostTensor& y = ctx.allocateOutput(0, x0.dtype(), dims);
+  // Only the program's last instruction writes the output, after every input of that block
+  // was read: the output may take an input's buffer.
+  HostTensor& y = ctx.allocateOutputOverInputs(0, x0.dtype(), dims);
   if (y.numel() == 0) return;
   std::array<FloatView, N> views;
   std::array<const float*, N> base{};

@@ -31,7 +31,7 @@ void runSwish(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
   requireFloatType(ctx, x, "X");
   const float alpha = ctx.attrFloat("alpha", 1.f);
-  HostTensor& y = ctx.allocateOutput(0, x.dtype(), x.dims());
+  HostTensor& y = ctx.allocateOutputOverInputs(0, x.dtype(), x.dims());
   FloatView xf(x);
   FloatSink ys(y);
   swishTimes(xf.data(), nullptr, ys.data(), x.numel(), alpha, ctx.numThreads());
@@ -51,7 +51,7 @@ void runStdSwiGLU(KernelContext& ctx) {
              " must have the same shape (SwiGLU does not broadcast)");
   }
   const float alpha = ctx.attrFloat("alpha", 1.f);
-  HostTensor& y = ctx.allocateOutput(0, a.dtype(), a.dims());
+  HostTensor& y = ctx.allocateOutputOverInputs(0, a.dtype(), a.dims());
   FloatView af(a), bf(b);
   FloatSink ys(y);
   swishTimes(af.data(), bf.data(), ys.data(), a.numel(), alpha, ctx.numThreads());

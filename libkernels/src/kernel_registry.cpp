@@ -104,6 +104,13 @@ HostTensor* KernelContext::overwriteInput(size_t in, size_t out, DType dtype,
   return &outputs_[out];
 }
 
+HostTensor& KernelContext::allocateOutputOverInputs(size_t out, DType dtype,
+                                                    const std::vector<int64_t>& dims) {
+  for (size_t in = 0; in < inputs_.size(); ++in)
+    if (HostTensor* t = overwriteInput(in, out, dtype, dims)) return *t;
+  return allocateOutput(out, dtype, dims);
+}
+
 void KernelContext::fail(const std::string& message) const {
   throw Error(ErrorKind::InvalidInput,
               "node '" + node_.label() + "' (" + node_.opType() + "): " + message);

@@ -228,6 +228,11 @@ class KernelContext {
   // residual epilogue): the output then lands in lines the read just brought into cache rather
   // than in a buffer last touched long ago, and needs no buffer of its own.
   HostTensor* overwriteInput(size_t in, size_t out, DType dtype, const std::vector<int64_t>& dims);
+  // Output `out` in the buffer of the first input overwriteInput allows, else in a buffer of its
+  // own (allocateOutput). For elementwise kernels, which read each element of every input before
+  // they write that element of the output: without it, an activation or a scale writes into a
+  // pooled buffer last touched a whole run ago, and pays to bring it into cache first.
+  HostTensor& allocateOutputOverInputs(size_t out, DType dtype, const std::vector<int64_t>& dims);
   // Whether output `out` was written into an input's buffer by overwriteInput (the executor
   // counts it as written, not as an alias).
   bool wroteInPlace(size_t out) const { return out < 64 && ((in_place_outputs_ >> out) & 1u); }
