@@ -798,6 +798,7 @@ TEST_CASE("The direct pixels-by-channels convolution matches the definition",
       {{1, 20, 6, 5}, 33, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
       {{1, 70, 12, 11}, 9, {5, 3}, {1, 2}, {1, 1}, {2, 1, 0, 1}},
       {{1, 3, 224, 224}, 32, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},  // MobileNetV2's stem
+      {{1, 48, 9, 8}, 40, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},     // stride 1, a small map
   };
   ForcedConvAlgorithm forced(ConvAlgorithm::Direct);
   EachKernel kernels;  // under another GEMM kernel the direct product cannot run: the others do
@@ -836,8 +837,9 @@ TEST_CASE("The direct pixels-by-channels convolution matches the definition",
     s.H = s.W = 64, s.OH = s.OW = 32;
     REQUIRE(directConvBlockChannels(s) == 32);
   }
-  // Left to choose, AVX-512 machines take it for stride 2 onto 49 pixels or more and for the
-  // stems, not onto 16 pixels, nor at stride 1 with more than 4 input channels.
+  // Left to choose, AVX-512 machines take it for stride 2 onto 49 pixels or more, for the
+  // stems, and at stride 1 onto small maps with 32 outputs and up and at most 1M weights; not
+  // onto 16 pixels at stride 2, nor at stride 1 onto larger maps, fewer outputs or more weights.
   if (std::string_view(gemmKernelName()) == "avx512") {
     DirectConvShape s;
     s.N = 1, s.C = 128, s.M = 128, s.H = s.W = 56, s.KH = s.KW = 3, s.SH = s.SW = 2;
@@ -852,6 +854,14 @@ TEST_CASE("The direct pixels-by-channels convolution matches the definition",
     REQUIRE(directConvPays(s));
     s.C = 64, s.SH = s.SW = 1, s.H = s.W = s.OH = s.OW = 56, s.KH = s.KW = 3, s.pad_top = 1,
     s.pad_left = 1;
+    REQUIRE_FALSE(directConvPays(s));  // 3136 output pixels
+    s.H = s.W = s.OH = s.OW = 32;      // SqueezeNet's and DenseNet's small maps: 1024 pixels
+    REQUIRE(directConvPays(s));
+    s.M = 16;
+    REQUIRE_FALSE(directConvPays(s));
+    s.C = s.M = 512, s.H = s.W = s.OH = s.OW = 6;  // 2.4M weights
+    REQUIRE_FALSE(directConvPays(s));
+    s.KH = 1, s.KW = 7, s.C = s.M = 64, s.pad_top = 0, s.pad_left = 3;  // Inception's 1x7
     REQUIRE_FALSE(directConvPays(s));
   }
 }

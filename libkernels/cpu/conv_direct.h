@@ -31,7 +31,8 @@ struct DirectConvShape {
 bool directConvRuns(const DirectConvShape& s);
 
 // Whether it runs (directConvRuns) and takes this shape where it measured faster
-// than the implicit im2col: stride 2 (windows of 3 and up) onto 49 output pixels or more, and
+// than the implicit im2col: stride 2 (windows of 3 and up) onto 49 output pixels or more, stride
+// 1 onto at most 1024 output pixels with 32 output channels and up and at most 1M weights, and
 // inputs of at most 4 channels (the stems).
 bool directConvPays(const DirectConvShape& s);
 
