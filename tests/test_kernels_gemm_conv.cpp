@@ -1026,6 +1026,38 @@ TEST_CASE("Winograd and im2col convolutions agree on ResNet shapes", "[kernels][
   }
 }
 
+TEST_CASE("On small maps with 32 channels on one side the direct product takes F(2x2, 3x3)'s place",
+          "[kernels][gemm][winograd][direct]") {
+  if (std::string_view(gemmKernelName()) != "avx512") {
+    WARN("skipped: the direct product runs with the AVX-512 GEMM kernel only");
+    return;
+  }
+  // SqueezeNet's 32 -> 128 at 11x11 and DenseNet's 128 -> 32 at 12x12 go direct (bit for bit the
+  // forced direct result, which Winograd's differs from); 64 -> 64 at 12x12 stays Winograd.
+  struct Shape {
+    int64_t C, H, M;
+    bool direct;
+  };
+  for (const Shape& s : {Shape{32, 11, 128, true}, Shape{128, 12, 32, true},
+                         Shape{64, 12, 64, false}}) {
+    const ConvSpec c = {{1, s.C, s.H, s.H}, s.M, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}};
+    const std::vector<float> xv = randomFloats(s.C * s.H * s.H, 96),
+                             wv = randomFloats(s.M * s.C * 9, 97), bv = randomFloats(s.M, 98);
+    HostTensor x = floatTensor(c.x, xv), w = floatTensor({s.M, s.C, 3, 3}, wv),
+               b = floatTensor({s.M}, bv);
+    std::vector<float> direct, winograd;
+    for (const bool forced_direct : {true, false}) {
+      ForcedConvAlgorithm forced(forced_direct ? ConvAlgorithm::Direct : ConvAlgorithm::Winograd);
+      StatefulNode conv("", "Conv", 3, convAttrs(c), 0b110);
+      (forced_direct ? direct : winograd) = valuesOf(conv.run({&x, &w, &b}));
+    }
+    INFO("C " << s.C << " H " << s.H << " M " << s.M);
+    REQUIRE(direct != winograd);
+    StatefulNode automatic("", "Conv", 3, convAttrs(c), 0b110);
+    REQUIRE(valuesOf(automatic.run({&x, &w, &b})) == (s.direct ? direct : winograd));
+  }
+}
+
 
 TEST_CASE("The implicit im2col convolution equals the im2col matrix's bit for bit",
           "[kernels][gemm][conv]") {

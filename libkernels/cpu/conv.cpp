@@ -600,7 +600,19 @@ int winogradTileFor(const KernelContext& ctx, const ConvDims& d) {
   }
   if (forced == ConvAlgorithm::Winograd) return 2;
   if (forced == ConvAlgorithm::Winograd4) return 4;
-  return winogradTile(d.C, d.M, d.win.out[0], d.win.out[1]);
+  const int tile = winogradTile(d.C, d.M, d.win.out[0], d.win.out[1]);
+  // F(2x2, 3x3) with 32 channels on one side multiplies 16 products only 32 deep or 32 wide per
+  // tile position, and on a small map the transforms weigh as much: where the direct product
+  // takes the map (directConvPays: at most 1024 pixels and 1M weights) it is faster. Node by
+  // node, three alternating pairs, one thread (96x96 inputs): SqueezeNet's 32 -> 128 at 11x11
+  // 0.082-0.085 -> 0.060-0.062 ms; DenseNet-121's 128 -> 32, six at 24x24 1.82-2.21 ->
+  // 1.41-1.75 ms, twelve at 12x12 1.24-1.58 -> 0.82-1.08. With 64 channels and more on both
+  // sides (GoogLeNet's 64 -> 192 at 24x24: 0.52 -> 0.68) Winograd stays ahead.
+  if (tile == 2 && std::min(d.C, d.M) <= 32 && directApplies(d) &&
+      directConvPays(directShape(d))) {
+    return 0;
+  }
+  return tile;
 }
 
 // Shared by Conv and FusedConv: reads X, W, B (input 2) and, when fused, Z (input 3; see
