@@ -607,8 +607,12 @@ int winogradTileFor(const KernelContext& ctx, const ConvDims& d) {
   // node, three alternating pairs, one thread (96x96 inputs): SqueezeNet's 32 -> 128 at 11x11
   // 0.082-0.085 -> 0.060-0.062 ms; DenseNet-121's 128 -> 32, six at 24x24 1.82-2.21 ->
   // 1.41-1.75 ms, twelve at 12x12 1.24-1.58 -> 0.82-1.08. With 64 channels and more on both
-  // sides (GoogLeNet's 64 -> 192 at 24x24: 0.52 -> 0.68) Winograd stays ahead.
-  if (tile == 2 && std::min(d.C, d.M) <= 32 && directApplies(d) &&
+  // sides (GoogLeNet's 64 -> 192 at 24x24: 0.52 -> 0.68; ResNet-50's 256 -> 256 at 14x14, five
+  // nodes, 6.1-6.7 -> 7.5-7.8 ms) Winograd stays ahead, but onto 64 pixels or fewer, whose
+  // filters come from memory, its transformed ones are 16/9 of the direct product's: ResNet-50's
+  // two 512 -> 512 at 7x7 3.48-3.68 -> 2.82-3.08 ms.
+  const int64_t pixels = d.win.out[0] * d.win.out[1];
+  if (tile == 2 && (std::min(d.C, d.M) <= 32 || pixels <= 64) && directApplies(d) &&
       directConvPays(directShape(d))) {
     return 0;
   }

@@ -193,14 +193,18 @@ bool directConvPays(const DirectConvShape& s) {
   const bool stride2 =
       s.SH == 2 && s.SW == 2 && s.KH >= 3 && s.KW >= 3 && s.OH * s.OW >= 49;
   // Stride 1 onto small maps (at most 1024 output pixels, 32 output channels and up, at most 1M
-  // weights), where Winograd does not run (runConv asks it first: fewer than 32 channels, or
-  // maps under 7x7). Before the next panel's prefetch (convDirect) it won alone and lost in
+  // weights, or any weights onto at most 64 pixels), where Winograd does not run or is slower
+  // (winogradTileFor). Before the next panel's prefetch (convDirect) it won alone and lost in
   // models, its filters cold there; with it, 96x96 models min of four alternating pairs:
   // SqueezeNet 1.298 -> 1.248 ms, DenseNet-121 13.60 -> 12.99, GoogLeNet (224x224) 4.88 ->
-  // 4.77, the others level.
+  // 4.77, the others level. Onto 64 pixels or fewer the filters stream from memory whatever
+  // the algorithm, and this one reads them once, untransformed: 512 channels at 3x3 (ResNet-18
+  // at 96x96, three alternating pairs) 2.43-3.91 -> 1.80-1.82 ms for its three such nodes
+  // against the implicit im2col, Inception-v3's 8x8 ones 1.79-1.85 -> 1.09-1.10.
+  const int64_t pixels = s.OH * s.OW;
   const bool small_stride1 = s.SH == 1 && s.SW == 1 && s.KH >= 3 && s.KW >= 3 &&
-                             s.OH * s.OW <= 1024 && s.M >= 32 &&
-                             s.M * s.C * s.KH * s.KW <= (int64_t{1} << 20);
+                             pixels <= 1024 && s.M >= 32 &&
+                             (s.M * s.C * s.KH * s.KW <= (int64_t{1} << 20) || pixels <= 64);
   return (stride2 || small_stride1 || s.C <= 4) && directConvRuns(s);
 }
 
