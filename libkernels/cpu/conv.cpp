@@ -377,8 +377,11 @@ void convFloat(const float* x, const float* w, float* y, const ConvDims& d, Epil
         Epilogue eg = ep;
         eg.bias = ep.bias ? ep.bias + g * Mg : nullptr;
         eg.residual = residual ? residual + first * P : nullptr;
+        // The next group's filters (this thread's next task) are fetched while this one runs.
+        const PackedMatrix* next =
+            ng + 1 < e ? &packed_w->parts[static_cast<size_t>((ng + 1) % d.group)] : nullptr;
         convDirect(x + (n * d.C + g * Cg) * in_pixels, y + first * P, one, eg,
-                   packed_w->parts[static_cast<size_t>(g)], 1);
+                   packed_w->parts[static_cast<size_t>(g)], 1, next);
       }
     });
     return;

@@ -247,7 +247,7 @@ PackedMatrix packDirectConvFilters(const float* w, const DirectConvShape& s) {
 }
 
 void convDirect(const float* x, float* y, const DirectConvShape& s, const Epilogue& ep,
-                const PackedMatrix& filters, int threads) {
+                const PackedMatrix& filters, int threads, const PackedMatrix* next_filters) {
 #ifdef FUSECTL_AVX512
   const int64_t taps = s.KH * s.KW, K = s.C * taps, Mp = roundUp(s.M, kChannels);
   const int64_t bc = directConvBlockChannels(s);
@@ -312,12 +312,20 @@ void convDirect(const float* x, float* y, const DirectConvShape& s, const Epilog
           // tiles each ask their share of it into L2 while they run. Cold, as in a model,
           // 512 channels at 14x14 -> 7x7 (9 MiB of filters, 7 tiles a panel) took 1.6x the
           // implicit im2col's time without it, whose GEMM fetches its next block so.
+          // After the last panel, the next product's first (next_filters), where there is one.
+          const bool last_panel = oc0 + kChannels >= Mp && b + 1 == blocks;
+          const bool next_product = last_panel && next_filters && next_filters->data;
           const int64_t next_kn =
-              oc0 + kChannels < Mp ? kn : b + 1 < blocks ? std::min(bc, s.C - ic0 - bc) * taps : 0;
+              oc0 + kChannels < Mp ? kn
+              : b + 1 < blocks     ? std::min(bc, s.C - ic0 - bc) * taps
+              : next_product       ? std::min(next_filters->rs * taps, next_filters->depth)
+                                   : 0;
           const int64_t next_lines = (next_kn * kChannels * 4 + 63) / 64;
           const int64_t run = std::max<int64_t>(1, t1 - t0);
           const int64_t per_tile = (next_lines + run - 1) / run;
-          const char* next_panel = reinterpret_cast<const char*>(panel + kn * kChannels);
+          const char* next_panel =
+              next_product ? reinterpret_cast<const char*>(next_filters->data.get())
+                           : reinterpret_cast<const char*>(panel + kn * kChannels);
           // The tile's first pixel's row and column, stepped along (a division per pixel cost
           // as much as a 27-tap tile's products).
           int64_t oh = t0 * kPixels / s.OW, ow = t0 * kPixels % s.OW;
@@ -346,7 +354,7 @@ void convDirect(const float* x, float* y, const DirectConvShape& s, const Epilog
     });
   }
 #else
-  (void)x, (void)y, (void)s, (void)ep, (void)filters, (void)threads;
+  (void)x, (void)y, (void)s, (void)ep, (void)filters, (void)threads, (void)next_filters;
   throw std::logic_error("convDirect: built without AVX-512");
 #endif
 }

@@ -45,7 +45,11 @@ int64_t directConvBlockChannels(const DirectConvShape& s);
 PackedMatrix packDirectConvFilters(const float* w, const DirectConvShape& s);
 
 // Y = epilogue(conv(X, W)): the epilogue's bias per output channel, its residual laid out like Y.
+// `next_filters`, when set, are the filters of the product the caller runs next (a grouped
+// convolution's next group): the last panel's tiles fetch its first panel into L2, as each panel
+// fetches the one after it. A hint; the result does not depend on it.
 void convDirect(const float* x, float* y, const DirectConvShape& s, const Epilogue& ep,
-                const PackedMatrix& filters, int threads);
+                const PackedMatrix& filters, int threads,
+                const PackedMatrix* next_filters = nullptr);
 
 }  // namespace fusectl::kernels::cpu
