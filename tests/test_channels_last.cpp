@@ -136,6 +136,18 @@ void requireClose(const std::vector<float>& got, const std::vector<float>& want)
 
 bool hasAvx512() { return __builtin_cpu_supports("avx512f"); }
 
+// Float values of these dims, as fusectl's optimized models declare every value's: the executor
+// chooses the layout from declared shapes.
+void declareFloatShapes(Model& model,
+                        const std::vector<std::pair<std::string, std::vector<int64_t>>>& values) {
+  for (const auto& [name, dims] : values) {
+    Value* v = model.graph->findValue(name);
+    REQUIRE(v);
+    v->type.dtype = DType::Float;
+    v->type.shape = Shape::ofStatic(dims);
+  }
+}
+
 // The declared shapes of squeezeExcitationModel's values.
 std::vector<std::pair<std::string, std::vector<int64_t>>> withScale(int64_t E, int64_t H,
                                                                     int64_t W) {
@@ -204,11 +216,7 @@ TEST_CASE("The executor stores a block's inner values channels-last and computes
     // The layout is chosen from the shapes the graph declares, as fusectl's optimized models
     // declare every value's; here the test declares them.
     const auto model = parseModelText(c.text, "<channels-last test>");
-    for (const auto& [name, dims] : c.declared) {
-      Value* v = model->graph->findValue(name);
-      v->type.dtype = DType::Float;
-      v->type.shape = Shape::ofStatic(dims);
-    }
+    declareFloatShapes(*model, c.declared);
     for (const int threads : {1, 2}) {
       INFO(c.name << ", " << threads << " threads");
       const LayoutRun planar = runWith(*model, false, threads);
@@ -235,11 +243,7 @@ TEST_CASE("A stride-1 depthwise convolution channels-last in and out writes over
   // above covers them.)
   for (const Case c : {Case{16, 96, 14, 14}, Case{32, 192, 28, 28}}) {
     const auto model = parseModelText(blockModel(c.C, c.E, c.H, c.W, 3, 1, "Clip"), "<block>");
-    for (const auto& [name, dims] : inner(c.E, c.H, c.W, c.H, c.W)) {
-      Value* v = model->graph->findValue(name);
-      v->type.dtype = DType::Float;
-      v->type.shape = Shape::ofStatic(dims);
-    }
+    declareFloatShapes(*model, inner(c.E, c.H, c.W, c.H, c.W));
     const std::vector<NamedTensor> inputs = makeRandomInputs(*model->graph, 5);
     auto run = [&](bool donate, int threads, std::vector<float>& y) {
       ExecutorOptions options;
