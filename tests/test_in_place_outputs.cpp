@@ -5,12 +5,14 @@
 // channels-last scale and depthwise convolution: test_channels_last.cpp.)
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/executor.h"
+#include "kernel_case.h"
 #include "random_values.h"
 
 using namespace fusectl;
@@ -36,13 +38,6 @@ DonationRun runDonating(const Model& model, bool donate, int threads,
           stats.peak_activation_bytes};
 }
 
-HostTensor floatTensor(std::vector<int64_t> dims, const std::vector<float>& values) {
-  HostTensor t(DType::Float, std::move(dims));
-  REQUIRE(static_cast<size_t>(t.numel()) == values.size());
-  std::copy(values.begin(), values.end(), t.mutableData<float>());
-  return t;
-}
-
 }  // namespace
 
 TEST_CASE("Elementwise kernels write over an input they are the last reader of",
@@ -65,8 +60,8 @@ g (float[2, 3, 40] X, float[40] S) => (float[2, 3, 40] Z) <float lo = {-0.25}, f
   const int64_t n = 2 * 3 * 40;
   const std::vector<float> x = randomFloats(static_cast<size_t>(n), 11);
   const std::vector<float> s = randomFloats(40, 12);
-  const std::vector<NamedTensor> inputs = {{"X", floatTensor({2, 3, 40}, x)},
-                                           {"S", floatTensor({40}, s)}};
+  const std::vector<NamedTensor> inputs = {{"X", testing::floats({2, 3, 40}, x)},
+                                           {"S", testing::floats({40}, s)}};
   for (const int threads : {1, 2}) {
     INFO(threads << " threads");
     const DonationRun own = runDonating(*model, false, threads, inputs);

@@ -2,6 +2,7 @@
 #include "conv_direct.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -320,12 +321,11 @@ void convDirect(const float* x, float* y, const DirectConvShape& s, const Epilog
               : b + 1 < blocks     ? std::min(bc, s.C - ic0 - bc) * taps
               : next_product       ? std::min(next_filters->rs * taps, next_filters->depth)
                                    : 0;
-          const int64_t next_lines = (next_kn * kChannels * 4 + 63) / 64;
-          const int64_t run = std::max<int64_t>(1, t1 - t0);
-          const int64_t per_tile = (next_lines + run - 1) / run;
-          const char* next_panel =
-              next_product ? reinterpret_cast<const char*>(next_filters->data.get())
-                           : reinterpret_cast<const char*>(panel + kn * kChannels);
+          const PrefetchShare next =
+              next_product
+                  ? PrefetchShare::of(*next_filters, 0, next_kn * kChannels, t1 - t0)
+                  : PrefetchShare::of(filters, (panel - filters.data.get()) + kn * kChannels,
+                                      next_kn * kChannels, t1 - t0);
           // The tile's first pixel's row and column, stepped along (a division per pixel cost
           // as much as a 27-tap tile's products).
           int64_t oh = t0 * kPixels / s.OW, ow = t0 * kPixels % s.OW;
@@ -340,12 +340,8 @@ void convDirect(const float* x, float* y, const DirectConvShape& s, const Epilog
             TileOut out{yn, P, p0, oc0, static_cast<int>(std::min(kPixels, P - p0)),
                         static_cast<int>(std::min(kChannels, s.M - oc0)), &en,
                         vector_activation};
-            const int64_t first_line = (t - t0) * per_tile;
-            const PanelPrefetch share =
-                first_line < next_lines
-                    ? PanelPrefetch{next_panel + 64 * first_line,
-                                    std::min(per_tile, next_lines - first_line)}
-                    : PanelPrefetch{};
+            const auto [first_line, lines] = next.forTile(t - t0);
+            const PanelPrefetch share{first_line, lines};
             tile(rows, offs + ic0 * taps, kn, panel,
                  partial ? partial + (t - t0) * kPixels * Mp + oc0 : nullptr, Mp, out, share);
           }

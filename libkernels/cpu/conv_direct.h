@@ -32,8 +32,8 @@ bool directConvRuns(const DirectConvShape& s);
 
 // Whether it runs (directConvRuns) and takes this shape where it measured faster
 // than the implicit im2col: stride 2 (windows of 3 and up) onto 49 output pixels or more, stride
-// 1 onto at most 1024 output pixels with 32 output channels and up and at most 1M weights, and
-// inputs of at most 4 channels (the stems).
+// 1 onto at most 1024 output pixels with 32 output channels and up and at most 1M weights (any
+// weights onto 64 pixels or fewer), and inputs of at most 4 channels (the stems).
 bool directConvPays(const DirectConvShape& s);
 
 // How many input channels a block of packed weights spans for this shape (it depends on the input

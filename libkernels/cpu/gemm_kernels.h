@@ -2,9 +2,13 @@
 // tile kernels (gemm_kernels_x86.cpp, and the portable one in gemm_micro.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <tuple>
+#include <utility>
 
 #include "fusectl/kernels/epilogue.h"
+#include "gemm_micro.h"
 
 namespace fusectl::kernels::cpu {
 
@@ -47,6 +51,54 @@ struct TileArgs {
   // only), with no per-step countdown. Set for prepacked B (MatMul's weights), where it measured
   // faster; a prepacked A's tiles (convolutions) measured slower with it (bench/README.md).
   bool prefetch_in_runs = false;
+};
+
+// Prepacked weights stream from memory once per product, so the tiles working on one block
+// fetch the next into L2 while they run (the GEMM's tiles, and the direct convolution's): a run of cache lines split evenly among them, tile i
+// taking lines [i * per_tile, (i + 1) * per_tile). The same split serves an in-place B's next
+// panel, whose "lines" are row segments `stride` bytes apart (TileArgs::prefetch_stride).
+struct PrefetchShare {
+  const char* base = nullptr;
+  int64_t lines = 0, per_tile = 0;
+  int64_t stride = 0;  // 0: consecutive lines
+
+  // The `floats` floats at `offset` in `m` (clipped at its end; none past it) over `tiles`.
+  // Offsets, not pointers: a pointer past the operand's end is not to be formed.
+  static PrefetchShare of(const PackedMatrix& m, int64_t offset, int64_t floats, int64_t tiles) {
+    PrefetchShare share;
+    const int64_t total = m.padded * m.depth;
+    if (offset >= total || tiles <= 0) return share;
+    share.base = reinterpret_cast<const char*>(m.data.get() + offset);
+    share.lines = (std::min(floats, total - offset) * 4 + 63) / 64;
+    share.per_tile = (share.lines + tiles - 1) / tiles;
+    return share;
+  }
+
+  // The 128-byte segments of `rows` rows from `first_row`, `row_bytes` apart, over `tiles`.
+  static PrefetchShare rowsOf(const float* first_row, int64_t rows, int64_t row_bytes,
+                              int64_t tiles) {
+    PrefetchShare share;
+    if (rows <= 0 || tiles <= 0) return share;
+    share.base = reinterpret_cast<const char*>(first_row);
+    share.lines = rows;
+    share.per_tile = (rows + tiles - 1) / tiles;
+    share.stride = row_bytes;
+    return share;
+  }
+
+  // Tile `tile`'s lines: the first one's address and how many (none when the share is empty
+  // or the tile is past its end).
+  std::pair<const char*, int64_t> forTile(int64_t tile) const {
+    const int64_t first = tile * per_tile;
+    if (!base || first >= lines) return {nullptr, 0};
+    return {base + first * (stride ? stride : 64), std::min(per_tile, lines - first)};
+  }
+
+  // Hands a GEMM tile its lines.
+  void assign(TileArgs& t, int64_t tile) const {
+    std::tie(t.prefetch, t.prefetch_lines) = forTile(tile);
+    t.prefetch_stride = stride;
+  }
 };
 
 using TileKernel = void (*)(const TileArgs&);

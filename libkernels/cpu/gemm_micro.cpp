@@ -226,49 +226,6 @@ struct ScratchBuffer {
 
 // ---- the blocked product over one region of C ----
 
-// Prepacked weights stream from memory once per product, so the tiles working on one block
-// fetch the next into L2 while they run: a run of cache lines split evenly among them, tile i
-// taking lines [i * per_tile, (i + 1) * per_tile). The same split serves an in-place B's next
-// panel, whose "lines" are row segments `stride` bytes apart (TileArgs::prefetch_stride).
-struct PrefetchShare {
-  const char* base = nullptr;
-  int64_t lines = 0, per_tile = 0;
-  int64_t stride = 0;  // 0: consecutive lines
-
-  // The `floats` floats at `offset` in `m` (clipped at its end; none past it) over `tiles`.
-  // Offsets, not pointers: a pointer past the operand's end is not to be formed.
-  static PrefetchShare of(const PackedMatrix& m, int64_t offset, int64_t floats, int64_t tiles) {
-    PrefetchShare share;
-    const int64_t total = m.padded * m.depth;
-    if (offset >= total || tiles <= 0) return share;
-    share.base = reinterpret_cast<const char*>(m.data.get() + offset);
-    share.lines = (std::min(floats, total - offset) * 4 + 63) / 64;
-    share.per_tile = (share.lines + tiles - 1) / tiles;
-    return share;
-  }
-
-  // The 128-byte segments of `rows` rows from `first_row`, `row_bytes` apart, over `tiles`.
-  static PrefetchShare rowsOf(const float* first_row, int64_t rows, int64_t row_bytes,
-                              int64_t tiles) {
-    PrefetchShare share;
-    if (rows <= 0 || tiles <= 0) return share;
-    share.base = reinterpret_cast<const char*>(first_row);
-    share.lines = rows;
-    share.per_tile = (rows + tiles - 1) / tiles;
-    share.stride = row_bytes;
-    return share;
-  }
-
-  // Hands tile `tile` its lines (none when the share is empty or the tile is past its end).
-  void assign(TileArgs& t, int64_t tile) const {
-    const int64_t first = tile * per_tile;
-    const bool some = base && first < lines;
-    t.prefetch = some ? base + first * (stride ? stride : 64) : nullptr;
-    t.prefetch_lines = some ? std::min(per_tile, lines - first) : 0;
-    t.prefetch_stride = stride;
-  }
-};
-
 // Rows of a prepacked A (Conv's filters) per block of a kc-deep slice: at most 128 KiB of them
 // (64 rows of a 512-deep slice with AVX-512), not the MC that sizes a block of A packed per call.
 // A prepacked A streams from memory, and the tiles of each block fetch the next block into L2
