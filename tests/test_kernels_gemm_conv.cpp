@@ -340,6 +340,31 @@ TEST_CASE("gemm: an in-place B large enough to be prefetched gives the reference
   }
 }
 
+TEST_CASE("gemm: a B block over 1 MiB packed per call against a prepacked A, in column blocks",
+          "[kernels][gemm]") {
+  // More than 16 row tiles, so B is packed, not read in place; K x N floats over 1 MiB for the
+  // AVX-512 kernel's 512-deep slices, so its columns are packed in blocks (gemmRegion's NC).
+  EachKernel kernels;
+  uint32_t seed = 950;
+  for (int64_t K : {300, 530}) {
+    for (int64_t N : {1000, 1013}) {
+      GemmCase g = makeGemmCase(200, N, K, false, false, seed++);
+      REQUIRE(std::min<int64_t>(K, 512) * N * 4 > (int64_t{1} << 20));
+      const std::vector<double> want = g.reference();
+      for (const std::string& isa : kernels.names) {
+        REQUIRE(gemmForceKernel(isa.c_str()));
+        INFO("N=" << N << " K=" << K << " kernel " << isa);
+        const std::vector<float> per_call = runGemm(g, Packing::None, 1);
+        const std::vector<float> prepacked = runGemm(g, Packing::A, 1);
+        requireNear(prepacked, want, 1e-5 * (K + 1), 1e-5);
+        // Column blocks change which panels are packed together, not any element's sum.
+        REQUIRE(prepacked == per_call);
+        REQUIRE(runGemm(g, Packing::A, 2) == prepacked);
+      }
+    }
+  }
+}
+
 TEST_CASE("gemm: a matrix packed for one micro-kernel still works under another",
           "[kernels][gemm]") {
   EachKernel kernels;
