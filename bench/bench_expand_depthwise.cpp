@@ -5,7 +5,7 @@
 // depthwise convolution consumes them while they are still in L2), which is what a fused op's
 // kernel would do. The same library kernels run in every variant; only the schedule differs.
 //
-//   bench_expand_depthwise [--repeat R] [--bands 4,8,14] [--sets S]
+//   bench_expand_depthwise [--repeat R] [--bands 4,8,14] [--sets S] [--warm-input]
 //
 // Variants, per block shape of MobileNetV2 (Clip(0, 6)) and EfficientNet-B0 (Silu):
 //   whole            channels-by-pixels GEMM over the whole plane, then depthwisePlaneAvx512 per
@@ -20,7 +20,9 @@
 //                    depthwiseChannelsLast over all rows
 //   nhwc-bands       the same per band, into the whole channels-last tensor
 // S input/output sets (default 3) are used in turn so that a run does not find the previous
-// run's tensors in cache, as a node in a model does not. Buffers are backed by huge pages as the
+// run's tensors in cache, as a node in a model does not (24 sets: every buffer cold, as in
+// alternated runs on a busy host). --warm-input reads the set's input before each run, as a
+// node finds the input the node before it has just written. Buffers are backed by huge pages as the
 // executor's pool is: with 4 KiB pages the whole-plane pair of the 112x112 block measured
 // 0.78 ms here against 0.44 with huge pages (TLB misses on the 4.8 MB expanded tensor).
 //
@@ -212,6 +214,16 @@ class Pair {
     return worst;
   }
 
+  // Reads set s's input, so that it is in cache as a node's input just written by the node
+  // before it is.
+  void touchInput(int s) {
+    volatile float sink = 0.f;
+    float sum = 0.f;
+    for (size_t i = 0; i < xs_[s].count; i += 16) sum += xs_[s].data[i];
+    sink = sum;
+    (void)sink;
+  }
+
   void clearOutput(int s) { std::memset(ys_[s].data, 0, ys_[s].count * sizeof(float)); }
 
   size_t bandFloats(int64_t band) const {
@@ -288,14 +300,16 @@ std::vector<int64_t> parseList(const char* s) {
 
 int main(int argc, char** argv) {
   int repeat = 30, sets = 3;
+  bool warm_input = false;
   std::vector<int64_t> band_heights = {4, 8, 14};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
     else if (a == "--sets" && i + 1 < argc) sets = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--warm-input") warm_input = true;
     else if (a == "--bands" && i + 1 < argc) band_heights = parseList(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: bench_expand_depthwise [--repeat R] [--bands 4,8,14] [--sets S]\n");
+      std::fprintf(stderr, "usage: bench_expand_depthwise [--repeat R] [--bands 4,8,14] [--sets S] [--warm-input]\n");
       return 2;
     }
   }
@@ -337,6 +351,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < repeat + 2; ++r) {
       for (size_t v = 0; v < variants.size(); ++v) {
         const int s = static_cast<int>((r * variants.size() + v) % sets);
+        if (warm_input) pair.touchInput(s);
         const double start = fusectl::bench::now();
         variants[v].run(s);
         const double t = fusectl::bench::now() - start;

@@ -375,7 +375,10 @@ const std::vector<ConvShape> kResNet50Convs = {{3, 224, 64, 7, 2},    {64, 56, 6
                           {1024, 14, 256, 1, 1}, {256, 14, 256, 3, 1},  {512, 14, 512, 3, 2},
                           {512, 7, 2048, 1, 1},  {2048, 7, 512, 1, 1},  {512, 7, 512, 3, 1},
                           // the downsampling shortcuts: 1x1 at stride 2
-                          {256, 56, 512, 1, 2},  {512, 28, 1024, 1, 2}, {1024, 14, 2048, 1, 2}};
+                          {256, 56, 512, 1, 2},  {512, 28, 1024, 1, 2}, {1024, 14, 2048, 1, 2},
+                          // layer3's and layer4's first 1x1, before their stride-2 3x3 (layer3's
+                          // packs a 1.6 MB block of B per call)
+                          {512, 28, 256, 1, 1},  {1024, 14, 512, 1, 1}};
 
 // 3x3 stride-1 convolutions: where Winograd does and does not pay.
 const std::vector<ConvShape> kConv3x3 = {
