@@ -253,9 +253,15 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
   // too few times for a packing pass over all of B to pay (a 1x1 convolution's B is its input,
   // whose rows are already contiguous). Measured on ResNet-50's convolutions (bench_gemm --only
   // conv, one thread, best of three alternating runs): 64 output channels 8-20% less time,
-  // 128 5-8%, 256 -1..+5%, 512-2048 2-8% more, so only up to 128 rows read in place.
+  // 128 5-8%, 256 -1..+5%, 512-2048 2-8% more, so only up to 128 rows read in place. Up to
+  // 256 rows when B is at most 64 deep, where packing weighs most against the product: in the
+  // models (three alternating profiles, per-node minima) ResNet-50's 64 -> 256 convolutions at
+  // 56x56 0.83-0.87 -> 0.76-0.79 ms (three of four; the fourth level), MobileNetV2's two
+  // 24 -> 144 ones at 56x56 0.206-0.219 -> 0.183-0.206, EfficientNet-B0's 0.327-0.339 ->
+  // 0.311-0.317.
   const GemmPanelSource* sourced_b = pb ? nullptr : p.b_source;
-  const bool direct_b = !pb && !sourced_b && p.b_cs == 1 && i1 - i0 <= 16 * MR;
+  const bool direct_b = !pb && !sourced_b && p.b_cs == 1 &&
+                        (i1 - i0 <= 16 * MR || (K <= 64 && i1 - i0 <= 32 * MR));
   const bool prefetch_direct_b = direct_b && K * (j1 - j0) * 4 > (int64_t{512} << 10);
   // One column (a matrix-vector product) is read in place by a kernel whose one-column tile
   // needs no panel, whatever B's layout.
