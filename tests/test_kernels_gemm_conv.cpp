@@ -340,25 +340,35 @@ TEST_CASE("gemm: an in-place B large enough to be prefetched gives the reference
   }
 }
 
+namespace {
+
+// g with prepacked filters (A) on every micro-kernel: near the double reference, and bit for bit
+// the same at two threads and with `other` packing, whose path sums each element in the same
+// order.
+void requirePrepackedASums(const GemmCase& g, Packing other) {
+  EachKernel kernels;
+  const std::vector<double> want = g.reference();
+  for (const std::string& isa : kernels.names) {
+    REQUIRE(gemmForceKernel(isa.c_str()));
+    INFO("M=" << g.M << " N=" << g.N << " K=" << g.K << " kernel " << isa);
+    const std::vector<float> prepacked = runGemm(g, Packing::A, 1);
+    requireNear(prepacked, want, 1e-5 * (g.K + 1), 1e-5);
+    REQUIRE(runGemm(g, other, 1) == prepacked);
+    REQUIRE(runGemm(g, Packing::A, 2) == prepacked);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("gemm: a B at most 64 deep is read in place under up to 256 rows, same sums",
           "[kernels][gemm]") {
   // 17-32 row tiles (AVX-512's 8-row tiles) read such a B in place, not packed; a prepacked B
-  // runs the same k order, so the two agree bit for bit, and both with the double reference.
-  EachKernel kernels;
+  // runs the same k order.
   uint32_t seed = 970;
   for (int64_t M : {200, 256}) {
     for (int64_t K : {17, 64}) {
       for (int64_t N : {100, 1013}) {
-        GemmCase g = makeGemmCase(M, N, K, false, false, seed++);
-        const std::vector<double> want = g.reference();
-        for (const std::string& isa : kernels.names) {
-          REQUIRE(gemmForceKernel(isa.c_str()));
-          INFO("M=" << M << " N=" << N << " K=" << K << " kernel " << isa);
-          const std::vector<float> in_place = runGemm(g, Packing::A, 1);
-          requireNear(in_place, want, 1e-5 * (K + 1), 1e-5);
-          REQUIRE(runGemm(g, Packing::B, 1) == in_place);
-          REQUIRE(runGemm(g, Packing::A, 2) == in_place);
-        }
+        requirePrepackedASums(makeGemmCase(M, N, K, false, false, seed++), Packing::B);
       }
     }
   }
@@ -367,24 +377,14 @@ TEST_CASE("gemm: a B at most 64 deep is read in place under up to 256 rows, same
 TEST_CASE("gemm: a B block over 1 MiB packed per call against a prepacked A, in column blocks",
           "[kernels][gemm]") {
   // More than 16 row tiles, so B is packed, not read in place; K x N floats over 1 MiB for the
-  // AVX-512 kernel's 512-deep slices, so its columns are packed in blocks (gemmRegion's NC).
-  EachKernel kernels;
+  // AVX-512 kernel's 512-deep slices, so its columns are packed in blocks (gemmRegion's NC), which
+  // change which panels are packed together, not any element's sum: filters packed per call
+  // (one block of B) give the same bits.
   uint32_t seed = 950;
   for (int64_t K : {300, 530}) {
     for (int64_t N : {1000, 1013}) {
-      GemmCase g = makeGemmCase(200, N, K, false, false, seed++);
       REQUIRE(std::min<int64_t>(K, 512) * N * 4 > (int64_t{1} << 20));
-      const std::vector<double> want = g.reference();
-      for (const std::string& isa : kernels.names) {
-        REQUIRE(gemmForceKernel(isa.c_str()));
-        INFO("N=" << N << " K=" << K << " kernel " << isa);
-        const std::vector<float> per_call = runGemm(g, Packing::None, 1);
-        const std::vector<float> prepacked = runGemm(g, Packing::A, 1);
-        requireNear(prepacked, want, 1e-5 * (K + 1), 1e-5);
-        // Column blocks change which panels are packed together, not any element's sum.
-        REQUIRE(prepacked == per_call);
-        REQUIRE(runGemm(g, Packing::A, 2) == prepacked);
-      }
+      requirePrepackedASums(makeGemmCase(200, N, K, false, false, seed++), Packing::None);
     }
   }
 }
