@@ -270,8 +270,9 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
   // once per block of filter rows, so it is to stay in L2 with them: over 1 MiB it is packed in
   // column blocks of at most 512 KiB. ResNet-50's 512 -> 256 1x1 convolution at 28x28 (a
   // 512 x 784 block, 1.6 MB) went 1.80 -> 1.44 ms in the model (four alternating profiles);
-  // smaller blocks did not move. Only against prepacked filters: a product that packs A per
-  // call would pack it again for every column block.
+  // splitting smaller blocks too made the stride-2 1x1 shortcut's (0.8 MB) slower, 1.77 ->
+  // 1.88 ms. Only against prepacked filters: a product that packs A per call would pack it
+  // again for every column block.
   const bool packs_b = !pb && !direct_b && !column_b;
   const int64_t block_k = std::min(K, KC);
   const int64_t NC = pa && packs_b && block_k * (j1 - j0) * 4 > (int64_t{1} << 20)
