@@ -604,6 +604,52 @@ TEST_CASE("executor: seeded integer inputs named as masks or token types are 0 a
   }
 }
 
+TEST_CASE("executor: seeded integer inputs follow their uses whatever their names") {
+  // "m" reaches Sub after an Unsqueeze and a Cast to float: a mask, 0/1. "t" indexes a constant
+  // 3-row table through a Reshape: [0, 3). "ids" indexes a 12-row table and "n" is added as an
+  // integer: [0, 10) as before. "both" indexes the 3-row table and is also a mask: 0/1.
+  const auto model = parseModelText(R"(
+<ir_version: 8, opset_import: ["" : 17]>
+g (int64[1, 64] m, int64[1, 64] t, int64[1, 64] ids, int64[1, 64] n, int64[1, 64] both)
+    => (float[1, 1, 64] logits, float[1, 64, 4] small, float[1, 64, 1] big, int64[1, 64] sum,
+        float[1, 64, 4] both_rows, float[1, 64] both_mask) <
+  float[3, 4] small_table = {1,2,3,4,5,6,7,8,9,10,11,12},
+  float[12, 1] big_table = {1,2,3,4,5,6,7,8,9,10,11,12},
+  int64[1] axis1 = {1},
+  int64[2] shape = {1, 64}
+> {
+  u = Unsqueeze(m, axis1)
+  f = Cast<to = 1>(u)
+  one = Constant<value = float {1.0}>()
+  logits = Sub(one, f)
+  r = Reshape(t, shape)
+  small = Gather(small_table, r)
+  big = Gather(big_table, ids)
+  sum = Add(n, n)
+  both_rows = Gather(small_table, both)
+  bf = Cast<to = 1>(both)
+  both_mask = Mul(bf, bf)
+}
+)",
+                                    "<seeded uses>");
+  const std::vector<NamedTensor> inputs = makeRandomInputs(*model->graph, 0);
+  REQUIRE(inputs.size() == 5);
+  for (const NamedTensor& t : inputs) {
+    INFO(t.name);
+    int64_t lo = 100, hi = -1;
+    for (int64_t k = 0; k < t.tensor.numel(); ++k) {
+      lo = std::min(lo, t.tensor.data<int64_t>()[k]);
+      hi = std::max(hi, t.tensor.data<int64_t>()[k]);
+    }
+    CHECK(lo == 0);
+    // 64 draws take every value of a range this small.
+    CHECK(hi == (t.name == "m" || t.name == "both" ? 1 : t.name == "t" ? 2 : 9));
+  }
+  // And the model runs on them: no index past its table.
+  Executor ex(*model);  // the global registry: testOptions() has only this file's kernels
+  CHECK(ex.run(inputs).size() == 6);
+}
+
 TEST_CASE("executor: the random generator is pinned to PCG32 values") {
   // Recorded from the reference stream; a change here changes every user's seeded inputs, so
   // results from older runs (`verify --seed N`) would no longer reproduce.

@@ -1,6 +1,7 @@
 // Seeded inputs: PCG32 streams keyed by (seed, input name), see seeded_inputs.h.
 #include "fusectl/kernels/seeded_inputs.h"
 
+#include <algorithm>
 #include <cctype>
 #include <unordered_map>
 
@@ -65,6 +66,57 @@ bool zeroOneByName(const std::string& name) {
          lower.find("segment") != std::string::npos;
 }
 
+// What an integer input's uses say about its values, looking through the ops that pass values
+// on unchanged (Reshape, Unsqueeze, Cast between integer types...), a few levels deep:
+// - Gather indices into a constant table: below the table's length on the gathered axis (an
+//   index past it fails the node; BERT's token types index a 2-row table, whatever the input's
+//   name);
+// - Cast to a floating type and then arithmetic (Sub, Mul, Add, Div): a 0/1 flag, as a
+//   transformer's mask is on its way to (1 - mask) * -10000 (see zeroOneByName), whatever the
+//   input's name.
+// Returns the exclusive upper bound the uses allow, at most `ints`.
+struct UseBound {
+  uint32_t ints;
+  void gather(const Node& n) {
+    const Value* table = n.input(0);
+    if (!table || !table->isInitializer()) return;
+    const std::vector<int64_t>& dims = table->initializer()->dims();
+    int64_t axis = n.attrInt("axis", 0);
+    if (axis < 0) axis += static_cast<int64_t>(dims.size());
+    if (axis < 0 || axis >= static_cast<int64_t>(dims.size()) || dims[axis] <= 0) return;
+    ints = static_cast<uint32_t>(std::min<int64_t>(ints, dims[axis]));
+  }
+  // `floating`: the value has been cast to a floating type on the way here.
+  void walk(const Value& v, bool floating, int depth) {
+    if (depth > 6) return;
+    for (const Use& u : v.uses()) {
+      if (u.input == Use::kImplicitUse || !u.node->domain().empty()) continue;
+      const Node& n = *u.node;
+      const std::string& op = n.opType();
+      if (op == "Gather" && u.input == 1 && !floating) {
+        gather(n);
+      } else if (floating && (op == "Sub" || op == "Mul" || op == "Add" || op == "Div")) {
+        ints = std::min<uint32_t>(ints, 2);
+      } else if (op == "Cast") {
+        const DType to = static_cast<DType>(n.attrInt("to", 0));
+        const bool to_floating = to == DType::Float || to == DType::Double ||
+                                 to == DType::Float16 || to == DType::BFloat16;
+        if (n.output(0)) walk(*n.output(0), floating || to_floating, depth + 1);
+      } else if ((op == "Reshape" || op == "Unsqueeze" || op == "Squeeze" || op == "Flatten" ||
+                  op == "Expand" || op == "Identity" || op == "Transpose" || op == "Slice") &&
+                 u.input == 0 && n.output(0)) {
+        walk(*n.output(0), floating, depth + 1);
+      }
+    }
+  }
+};
+
+uint32_t intBoundByUse(const Value& input, uint32_t ints) {
+  UseBound bound{ints};
+  bound.walk(input, false, 0);
+  return std::max<uint32_t>(bound.ints, 1);
+}
+
 }  // namespace
 
 std::vector<int64_t> concreteInputDims(const Value& input, const Shape* override) {
@@ -108,7 +160,8 @@ HostTensor makeRandomInput(const Value& input, uint64_t seed, const Shape* overr
   HostTensor t(dtype, dims);
   Pcg32 rng(seed, fnv1a(input.name()));
   const int64_t n = t.numel();
-  const uint32_t ints = zeroOneByName(input.name()) ? 2u : 10u;  // values [0, ints)
+  // Values [0, ints): 0/1 for a flag by its name, else [0, 10), narrowed by the input's uses.
+  const uint32_t ints = intBoundByUse(input, zeroOneByName(input.name()) ? 2u : 10u);
   switch (dtype) {
     case DType::Float: {
       float* p = t.mutableData<float>();

@@ -24,6 +24,10 @@ std::vector<int64_t> concreteInputDims(const Value& input, const Shape* override
 // Values: floating types uniform in [-1, 1) (float16/bfloat16 rounded from float32), integers
 // uniform in [0, 10), or 0/1 where the input's name says it is a flag (contains "mask",
 // "token_type" or "segment", any case: a transformer's attention mask or token types), bool 0/1.
+// An integer input's uses narrow that range, whatever its name (looking through Reshape,
+// Unsqueeze, Cast and other ops that pass values on): Gather indices into a constant table stay
+// below its length on the gathered axis, and a value cast to a floating type and then used in
+// Sub/Mul/Add/Div (a mask on its way to additive logits) is 0/1.
 // `shapes` overrides input dims by name (an unknown name throws).
 std::vector<NamedTensor> makeRandomInputs(
     const Graph& graph, uint64_t seed,
