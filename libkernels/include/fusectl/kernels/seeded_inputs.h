@@ -27,7 +27,8 @@ std::vector<int64_t> concreteInputDims(const Value& input, const Shape* override
 // An integer input's uses narrow that range, whatever its name (looking through Reshape,
 // Unsqueeze, Cast and other ops that pass values on): Gather indices into a constant table stay
 // below its length on the gathered axis, and a value cast to a floating type and then used in
-// Sub/Mul/Add/Div (a mask on its way to additive logits) is 0/1.
+// Sub/Mul/Add/Div (a mask on its way to additive logits) is 0/1. A mask that reaches its
+// arithmetic another way (through Where or Equal, or a fusectl op) counts by its name only.
 // `shapes` overrides input dims by name (an unknown name throws).
 std::vector<NamedTensor> makeRandomInputs(
     const Graph& graph, uint64_t seed,
