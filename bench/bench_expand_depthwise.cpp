@@ -22,8 +22,8 @@
 // S input/output sets (default 3) are used in turn so that a run does not find the previous
 // run's tensors in cache, as a node in a model does not (24 sets: every buffer cold, as in
 // alternated runs on a busy host). --warm-input reads the set's input before each run, as a
-// node finds the input the node before it has just written. Buffers are backed by huge pages as the
-// executor's pool is: with 4 KiB pages the whole-plane pair of the 112x112 block measured
+// node finds the input the node before it has just written. Buffers are backed by huge pages as
+// the executor's pool is: with 4 KiB pages the whole-plane pair of the 112x112 block measured
 // 0.78 ms here against 0.44 with huge pages (TLB misses on the 4.8 MB expanded tensor).
 //
 // Every variant is checked against a double-precision reference first (exit 1 on a mismatch).

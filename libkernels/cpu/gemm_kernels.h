@@ -54,9 +54,10 @@ struct TileArgs {
 };
 
 // Prepacked weights stream from memory once per product, so the tiles working on one block
-// fetch the next into L2 while they run (the GEMM's tiles, and the direct convolution's): a run of cache lines split evenly among them, tile i
-// taking lines [i * per_tile, (i + 1) * per_tile). The same split serves an in-place B's next
-// panel, whose "lines" are row segments `stride` bytes apart (TileArgs::prefetch_stride).
+// fetch the next into L2 while they run (the GEMM's tiles, and the direct convolution's): a run
+// of cache lines split evenly among them, tile i taking lines [i * per_tile, (i + 1) *
+// per_tile). The same split serves an in-place B's next panel, whose "lines" are row segments
+// `stride` bytes apart (TileArgs::prefetch_stride).
 struct PrefetchShare {
   const char* base = nullptr;
   int64_t lines = 0, per_tile = 0;

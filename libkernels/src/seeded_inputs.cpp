@@ -98,9 +98,7 @@ struct UseBound {
       } else if (floating && (op == "Sub" || op == "Mul" || op == "Add" || op == "Div")) {
         ints = std::min<uint32_t>(ints, 2);
       } else if (op == "Cast") {
-        const DType to = static_cast<DType>(n.attrInt("to", 0));
-        const bool to_floating = to == DType::Float || to == DType::Double ||
-                                 to == DType::Float16 || to == DType::BFloat16;
+        const bool to_floating = dtypeIsFloat(static_cast<DType>(n.attrInt("to", 0)));
         if (n.output(0)) walk(*n.output(0), floating || to_floating, depth + 1);
       } else if ((op == "Reshape" || op == "Unsqueeze" || op == "Squeeze" || op == "Flatten" ||
                   op == "Expand" || op == "Identity" || op == "Transpose" || op == "Slice") &&
