@@ -222,6 +222,48 @@ g (float[1, 2, 5, 5] X, float[3, 2, 3, 3] W, float[3] B)
             "t8 = Constant() <value=0>", "t9 = Max(t6, t8) <>", "Y = Min(t9, t7) <>"});
 }
 
+// ExpandDepthwiseConv is spelled per activation pair; each side reads its own parameters.
+TEST_CASE("fused ops: an ExpandDepthwiseConv body per activation pair", "[functions][fused-ops]") {
+  auto m = parseModelText(R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[1, 2, 6, 6] X, float[3, 2, 1, 1] W, float[3] B, float[3, 1, 3, 3] DW, float[3] DB)
+  => (float[1, 3, 3, 3] Y, float[1, 3, 6, 6] Z)
+{
+  Y = fusectl.ExpandDepthwiseConv <group = 3, kernel_shape = [3, 3], pads = [1, 1, 1, 1],
+      strides = [2, 2], expand_activation = "Clip", expand_activation_params = [0.0, 6.0],
+      activation = "LeakyRelu"> (X, W, B, DW, DB)
+  Z = fusectl.ExpandDepthwiseConv <group = 3, pads = [1, 1, 1, 1], expand_activation = "None",
+      activation = "None"> (X, W, B, DW, DB)
+}
+)",
+                          "pairs");
+  attachFusectlFunctions(*m);
+  const Node& y = *m->graph->findValue("Y")->producer();
+  CHECK(y.opType() == "ExpandDepthwiseConv_Clip_LeakyRelu");
+  CHECK(m->graph->findValue("Z")->producer()->opType() == "ExpandDepthwiseConv_None_None");
+  CHECK(fusedOpBaseName("ExpandDepthwiseConv_Clip_LeakyRelu") == "ExpandDepthwiseConv");
+  CHECK(fusedOpBaseName("ExpandDepthwiseConv_Clip_LeakyRelu_float16") == "ExpandDepthwiseConv");
+  CHECK(fusedOpBaseName("ExpandDepthwiseConv_Clip") == "ExpandDepthwiseConv_Clip");
+  CHECK(fusedOpBaseName("ExpandDepthwiseConv_Relu_relu") == "ExpandDepthwiseConv_Relu_relu");
+  // LeakyRelu's default slope is made explicit, as on an epilogue op.
+  CHECK(y.attrFloats("activation_params") == std::vector<float>{0.01f});
+  CHECK(functionLines(*m, "ExpandDepthwiseConv_Clip_LeakyRelu") ==
+        std::vector<std::string>{
+            "expanded = Conv(X, W, B) <>",
+            "t0 = Constant() <value_floats=@expand_activation_params>",
+            "t1 = Constant() <value=1>", "t2 = Gather(t0, t1) <>",
+            "t3 = Constant() <value=0>", "t4 = Gather(t0, t3) <>",
+            "E = Clip(expanded, t4, t2) <>",
+            "acc = Conv(E, DW, DB) <group=@group, kernel_shape=@kernel_shape, pads=@pads, "
+            "strides=@strides>",
+            "t5 = Constant() <value_floats=@activation_params>", "t6 = Constant() <value=0>",
+            "t7 = Gather(t5, t6) <>", "Y = PRelu(acc, t7) <>"});
+  CHECK(functionLines(*m, "ExpandDepthwiseConv_None_None") ==
+        std::vector<std::string>{
+            "E = Conv(X, W, B) <>",
+            "Y = Conv(E, DW, DB) <group=@group, kernel_shape=@kernel_shape, pads=@pads, "
+            "strides=@strides>"});
+}
+
 TEST_CASE("fused ops: functionIdOf reads a function's domain and name", "[functions][fused-ops]") {
   FunctionDef f;
   f.name = "Twice";

@@ -651,6 +651,13 @@ TEST_CASE("cli: fusectl passes and fusectl match", "[pipeline][cli]") {
       CHECK(pass["options"][0]["default"] == "false");
       continue;
     }
+    if (pass["name"] == "fuse-expand-depthwise") {
+      REQUIRE(pass["options"].size() == 1);
+      CHECK(pass["options"][0]["name"] == "min-expanded-bytes");
+      CHECK(pass["options"][0]["type"] == "count");
+      CHECK(pass["options"][0]["default"] == "2097152");
+      continue;
+    }
     if (pass["name"] != "fold-constants") {
       CHECK(pass["options"].empty());
       continue;

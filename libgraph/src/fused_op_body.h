@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -94,18 +95,23 @@ class Body {
     return out;
   }
   Value* floatConstant(float value) { return scalarConstant(DType::Float, value); }
-  // activation_params[i] as a scalar tensor.
+  // The call's attribute that param() reads from now on: "activation_params" unless told
+  // otherwise (ExpandDepthwiseConv's expansion reads "expand_activation_params"); below opset 12
+  // its tensor twin, the name + "_tensor".
+  void readParamsFrom(std::string attribute) { params_attribute_ = std::move(attribute); }
+  // params[i] as a scalar tensor, params the attribute readParamsFrom named.
   Value* param(size_t i) {
-    if (!params_) {
-      params_ = node("Constant", {});
+    Value*& params = params_[params_attribute_];
+    if (!params) {
+      params = node("Constant", {});
       if (opset_ >= 12) {
-        refAttr("value_floats", "activation_params", AttrKind::Floats);
+        refAttr("value_floats", params_attribute_, AttrKind::Floats);
       } else {
-        refAttr("value", "activation_params_tensor", AttrKind::Tensor);
+        refAttr("value", params_attribute_ + "_tensor", AttrKind::Tensor);
       }
     }
     Value* index = scalarConstant(DType::Int64, static_cast<int64_t>(i));
-    return node("Gather", {params_, index});
+    return node("Gather", {params, index});
   }
   // min(max(x, lo), hi), as Clip where Clip takes tensor bounds (opset 11+).
   Value* clamp(Value* x, Value* lo, Value* hi, const std::string& out) {
@@ -117,7 +123,8 @@ class Body {
   std::unique_ptr<Graph> graph_;
   int64_t opset_;
   Node* last_ = nullptr;
-  Value* params_ = nullptr;
+  std::string params_attribute_ = "activation_params";
+  std::map<std::string, Value*> params_;  // the Constant each params attribute is read into
   int next_ = 0;
 };
 

@@ -144,11 +144,18 @@ bool isElementwiseSpelling(std::string_view op_type) {
   return true;
 }
 
-// A name attachFusectlFunctions can give a float32 node: an op, an epilogue spelling or an
-// Elementwise spelling.
+constexpr std::string_view kExpandDepthwisePrefix = "ExpandDepthwiseConv_";
+
+// "None" for no activation: the spelling has a name in both places.
+std::string_view spelledActivation(Activation a) {
+  return a == Activation::None ? std::string_view("None") : activationName(a);
+}
+
+// A name attachFusectlFunctions can give a float32 node: an op, an epilogue spelling, an
+// Elementwise spelling or an ExpandDepthwiseConv one.
 bool isFloat32Spelling(std::string_view op_type) {
   return findFusedOp(op_type) || decodeFloat32Spelling(op_type) ||
-         isElementwiseSpelling(op_type);
+         isElementwiseSpelling(op_type) || decodeExpandDepthwiseSpelling(op_type);
 }
 
 }  // namespace
@@ -216,9 +223,30 @@ std::string elementwiseSpelling(std::string_view program) {
   return fmt::format("{}{:016x}", kElementwisePrefix, h);
 }
 
+std::string expandDepthwiseSpelling(Activation expand_activation, Activation activation) {
+  return fmt::format("{}{}_{}", kExpandDepthwisePrefix, spelledActivation(expand_activation),
+                     spelledActivation(activation));
+}
+
+std::optional<std::pair<Activation, Activation>> decodeExpandDepthwiseSpelling(
+    std::string_view op_type) {
+  if (op_type.substr(0, kExpandDepthwisePrefix.size()) != kExpandDepthwisePrefix)
+    return std::nullopt;
+  op_type.remove_prefix(kExpandDepthwisePrefix.size());
+  // Activation names have no '_', so the pair splits at the only one.
+  const size_t split = op_type.find('_');
+  if (split == std::string_view::npos) return std::nullopt;
+  const std::string_view first = op_type.substr(0, split), second = op_type.substr(split + 1);
+  const std::optional<Activation> a = parseActivation(first), b = parseActivation(second);
+  if (!a || !b || spelledActivation(*a) != first || spelledActivation(*b) != second)
+    return std::nullopt;
+  return std::pair{*a, *b};
+}
+
 std::string_view fusedOpBaseName(std::string_view op_type) {
   const auto [float32_spelling, dtype] = splitDTypeSuffix(op_type);
   if (isElementwiseSpelling(float32_spelling)) return "Elementwise";
+  if (decodeExpandDepthwiseSpelling(float32_spelling)) return "ExpandDepthwiseConv";
   if (dtype && isFloat32Spelling(float32_spelling)) return float32_spelling;
   return op_type;
 }

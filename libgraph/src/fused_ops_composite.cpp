@@ -52,8 +52,10 @@ CompositeBodyBuilder findCompositeBodyBuilder(std::string_view op) {
 }
 
 bool hasCompositeFunctionBody(std::string_view op_type) {
-  // Elementwise's bodies are built per program (buildElementwiseFunction).
-  return findCompositeBodyBuilder(op_type) != nullptr || op_type == "Elementwise";
+  // Elementwise's bodies are built per program (buildElementwiseFunction), ExpandDepthwiseConv's
+  // per activation pair (buildExpandDepthwiseFunction).
+  return findCompositeBodyBuilder(op_type) != nullptr || op_type == "Elementwise" ||
+         op_type == "ExpandDepthwiseConv";
 }
 
 }  // namespace fusectl

@@ -36,4 +36,9 @@ struct ElementwiseProgram;
 std::string buildElementwiseFunction(const std::string& name, const ElementwiseProgram& program,
                                      size_t num_inputs, int64_t opset);
 
+// fusectl::ExpandDepthwiseConv has a body per activation pair (fused_bodies/expand_depthwise.cpp):
+// the function `name`, Y = activation(Conv(expand_activation(Conv(X, W, B)), DW, DB)).
+std::string buildExpandDepthwiseFunction(const std::string& name, Activation expand_activation,
+                                         Activation activation, int64_t opset);
+
 }  // namespace fusectl

@@ -107,6 +107,14 @@ Variant variantOf(const Node& n, const FusedSpelling& s) {
   return v;
 }
 
+// The activation a node's string attribute `name` names.
+Activation nodeActivation(const Node& n, const std::string& name) {
+  const std::string act = n.attrString(name, "");
+  std::optional<Activation> a = parseActivation(act);
+  if (!a) throwInvalid(fmt::format("{}: unknown {} '{}'", n.label(), name, act));
+  return *a;
+}
+
 std::string spelling(const Variant& v) {
   return fusedSpellingName(v.op->name, v.bias, v.residual, v.activation);
 }
@@ -239,16 +247,17 @@ void nameEveryOutput(Node& n, const FusedOpInfo& op) {
 
 // Writes the activation's parameters on the node in full (defaults for those it leaves out),
 // and below opset 12 also as the tensor the body's Constant reads.
-void makeParamsExplicit(Node& n, Activation act, int64_t opset) {
+void makeParamsExplicit(Node& n, Activation act, int64_t opset,
+                        const std::string& attribute = "activation_params") {
   const ActivationInfo& info = activationInfo(act);
   if (info.num_params == 0) return;
-  std::vector<float> params = n.attrFloats("activation_params");
+  std::vector<float> params = n.attrFloats(attribute);
   for (size_t i = params.size(); i < info.num_params; ++i) params.push_back(info.defaults[i]);
   params.resize(info.num_params);
-  n.setAttr(Attribute::ofFloats("activation_params", params));
+  n.setAttr(Attribute::ofFloats(attribute, params));
   if (opset < 12) {
     n.setAttr(Attribute::ofTensor(
-        "activation_params_tensor",
+        attribute + "_tensor",
         Tensor::fromValues(DType::Float, {static_cast<int64_t>(info.num_params)}, params)));
   }
 }
@@ -332,6 +341,14 @@ void attachFusectlFunctions(Model& model) {
     DType dtype = DType::Float;
   };
   std::map<std::string, SpelledProgram> programs;
+  // ExpandDepthwiseConv spellings, one function per activation pair and element type.
+  struct SpelledPair {
+    Activation expand = Activation::None;
+    Activation activation = Activation::None;
+    std::string float32_name;
+    DType dtype = DType::Float;
+  };
+  std::map<std::string, SpelledPair> pairs;
   forEachNode(*model.graph, [&](Node& n) {
     if (n.domain() != kFusectlDomain) return;
     const DType dtype = elementType(n);
@@ -351,6 +368,19 @@ void attachFusectlFunctions(Model& model) {
             "{}: programs '{}' and '{}' (or their input counts) share the function name {}",
             n.label(), text, it->second.text, name));
       }
+      if (n.opType() != name) n.graph()->setOpType(&n, name, std::string(kFusectlDomain));
+      return;
+    }
+    if (fusedOpBaseName(n.opType()) == "ExpandDepthwiseConv") {
+      requireOpset();
+      requireCastOpset(n, dtype, opset);
+      const Activation expand = nodeActivation(n, "expand_activation");
+      const Activation act = nodeActivation(n, "activation");
+      makeParamsExplicit(n, expand, opset, "expand_activation_params");
+      makeParamsExplicit(n, act, opset);
+      const std::string float32_name = expandDepthwiseSpelling(expand, act);
+      const std::string name = fusedDTypeSpelling(float32_name, dtype);
+      pairs.emplace(name, SpelledPair{expand, act, float32_name, dtype});
       if (n.opType() != name) n.graph()->setOpType(&n, name, std::string(kFusectlDomain));
       return;
     }
@@ -411,7 +441,17 @@ void attachFusectlFunctions(Model& model) {
     }
     model.functions.push_back(std::move(function));
   }
-  if (!needed.empty() || !programs.empty()) {
+  for (const auto& [name, p] : pairs) {
+    if (defined.count({std::string(kFusectlDomain), name})) continue;
+    std::string function = buildExpandDepthwiseFunction(p.float32_name, p.expand, p.activation,
+                                                        opset);
+    if (name != p.float32_name) {
+      function = castWrapped(function, name, p.float32_name, p.dtype,
+                             *findFusedOp("ExpandDepthwiseConv"));
+    }
+    model.functions.push_back(std::move(function));
+  }
+  if (!needed.empty() || !programs.empty() || !pairs.empty()) {
     if (model.opsetVersion(kFusectlDomain) == 0) model.setOpsetVersion(kFusectlDomain, 1);
     if (model.ir_version < 8) model.ir_version = 8;
   }

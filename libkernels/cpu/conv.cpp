@@ -202,7 +202,10 @@ int64_t im2colChunk(int64_t K, int64_t P) {
   return std::min(P, cols / 16 * 16);
 }
 
+}  // namespace
+
 // Depthwise 2-D (or 1-D) conv: each output channel reads one input channel. y is zeroed here.
+// Declared in conv_depthwise.h for the fused expansion's fallback (conv_expand_depthwise.cpp).
 void depthwise2d(const float* x, const float* w, float* y, const Window& win) {
   const size_t r = win.rank();
   const int64_t H = r == 2 ? win.in[0] : 1, W = win.in[r - 1];
@@ -238,6 +241,8 @@ void depthwise2d(const float* x, const float* w, float* y, const Window& win) {
     }
   }
 }
+
+namespace {
 
 // An im2col chunk's scratch, reused by the thread across calls (im2col writes every element).
 float* im2colScratch(int64_t floats) {

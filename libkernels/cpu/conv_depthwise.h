@@ -26,6 +26,15 @@ bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window
                           const Epilogue& ep, int64_t channel, const float* residual,
                           const NextPlane& next = {});
 
+// Whether depthwisePlaneAvx512 takes this window (it returns false exactly where this does):
+// for a caller that must choose its schedule before it has a plane to hand over.
+bool depthwisePlaneAvx512Takes(const Window& win);
+
+// The portable convolution of one plane (1-D or 2-D, any stride, dilation and padding), for
+// the windows or CPUs depthwisePlaneAvx512 does not take: y is overwritten, and no epilogue is
+// applied (Epilogue::apply after it). Defined in conv.cpp.
+void depthwise2d(const float* x, const float* w, float* y, const Window& win);
+
 // The same convolution for `count` (1..16) consecutive channels of one image at once, with the
 // channels across the vector: x and y point at the first channel's plane, `residual` at its
 // residual plane (or null). Each channel block is turned into a zero-padded [rows][columns][16]

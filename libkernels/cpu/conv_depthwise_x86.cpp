@@ -743,17 +743,22 @@ void withSquareWindow(const Window& win, Run&& run) {
 
 }  // namespace
 
+bool depthwisePlaneAvx512Takes(const Window& win) {
+  static const bool has_avx512 = __builtin_cpu_supports("avx512f");
+  if (!has_avx512) return false;
+  if (win.rank() == 1) return win.strides[0] == 1;
+  return win.rank() == 2 && win.in[1] < (int64_t{1} << 30) && win.kernel[1] <= kMaxMaskedTaps &&
+         (squareWindow(win) || win.strides[1] == 1 || win.strides[1] == 2);
+}
+
 bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window& win,
                           const Epilogue& ep, int64_t channel, const float* residual,
                           const NextPlane& next) {
-  static const bool has_avx512 = __builtin_cpu_supports("avx512f");
-  if (has_avx512 && win.rank() == 1 && win.strides[0] == 1) {
+  if (!depthwisePlaneAvx512Takes(win)) return false;
+  if (win.rank() == 1) {
     depthwiseLine(x, w, y, win, ep, channel, residual);
     return true;
   }
-  if (!has_avx512 || win.rank() != 2 || win.in[1] >= (int64_t{1} << 30) ||
-      win.kernel[1] > kMaxMaskedTaps)
-    return false;
   // Square windows (MobileNet's, EfficientNet's) take the row-reusing kernel; the rest the
   // general one.
   if (squareWindow(win)) {
@@ -763,10 +768,8 @@ bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window
     });
   } else if (win.strides[1] == 1) {
     depthwiseRows<1>(x, w, y, win, ep, channel, residual, next);
-  } else if (win.strides[1] == 2) {
-    depthwiseRows<2>(x, w, y, win, ep, channel, residual, next);
   } else {
-    return false;
+    depthwiseRows<2>(x, w, y, win, ep, channel, residual, next);
   }
   return true;
 }
@@ -830,6 +833,8 @@ bool depthwiseChannelsPay(const Window& win) {
 }
 
 #else
+
+bool depthwisePlaneAvx512Takes(const Window&) { return false; }
 
 bool depthwisePlaneAvx512(const float*, const float*, float*, const Window&, const Epilogue&,
                           int64_t, const float*, const NextPlane&) {

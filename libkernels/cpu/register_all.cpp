@@ -56,6 +56,7 @@ void registerBitCastKernels(KernelRegistry& r);           // bitcast.cpp
 void registerCausalConvKernels(KernelRegistry& r);        // causal_conv.cpp
 void registerLinearAttentionKernels(KernelRegistry& r);   // linear_attention.cpp
 void registerDeformConvKernels(KernelRegistry& r);        // deform_conv.cpp
+void registerExpandDepthwiseConvKernels(KernelRegistry& r);  // conv_expand_depthwise.cpp
 void registerTreeEnsembleKernels(KernelRegistry& r);      // tree_ensemble.cpp
 void registerFlexAttentionKernels(KernelRegistry& r);     // flex_attention.cpp
 void registerMlFeatureKernels(KernelRegistry& r);         // ml_feature_ops.cpp
@@ -104,6 +105,7 @@ void registerAllKernels(KernelRegistry& r) {
   registerCausalConvKernels(r);
   registerLinearAttentionKernels(r);
   registerDeformConvKernels(r);
+  registerExpandDepthwiseConvKernels(r);
   registerTreeEnsembleKernels(r);
   registerFlexAttentionKernels(r);
   registerMlFeatureKernels(r);

@@ -58,6 +58,13 @@ bool swigluPackedShape(RuleContext& ctx) {
   return true;
 }
 
+// ExpandDepthwiseConv: the depthwise Conv's output over X's plane (the 1x1 expansion keeps it),
+// with DW's channels: [N, E, OH, OW].
+bool expandDepthwiseShape(RuleContext& ctx) {
+  ctx.setOutput(0, ctx.inDType(0), convShape(ctx, ctx.inShape(0), ctx.inShape(3)));
+  return true;
+}
+
 // Elementwise: Y is every input's shape broadcast together (ONNX's multidirectional rule), in
 // input 0's dtype. Inputs left out (empty names) take no part.
 bool elementwiseShape(RuleContext& ctx) {
@@ -78,6 +85,7 @@ void registerFusectlOpRules(RuleRegistry& r) {
   r.add(kFusectlDomain, "AttentionPackedRotary", attentionPackedShape);
   r.add(kFusectlDomain, "SwiGLUPacked", swigluPackedShape);
   r.add(kFusectlDomain, "Elementwise", elementwiseShape);
+  r.add(kFusectlDomain, "ExpandDepthwiseConv", expandDepthwiseShape);
 }
 
 }  // namespace fusectl::shape_rules

@@ -164,8 +164,21 @@ std::optional<FusedOperandSlots> fusedOperandSlots(std::string_view op_type);
 // the same name, in every model). Kernels, shape inference and the schema check read such a
 // node as Elementwise (fusedOpBaseName).
 std::string elementwiseSpelling(std::string_view program);
+// ---- fusectl::ExpandDepthwiseConv's spellings ----
+//
+// Its two activations (the expansion's and the depthwise convolution's) are attributes, which a
+// function body cannot branch on either, so on export each pair gets a function of its own:
+// "ExpandDepthwiseConv_<expand activation>_<activation>", "None" for none
+// ("ExpandDepthwiseConv_Clip_Clip", "ExpandDepthwiseConv_Silu_None"). Kernels, shape inference
+// and the schema check read such a node as ExpandDepthwiseConv (fusedOpBaseName).
+std::string expandDepthwiseSpelling(Activation expand_activation, Activation activation);
+// The (expand activation, activation) pair a spelling names, or nullopt for another name.
+std::optional<std::pair<Activation, Activation>> decodeExpandDepthwiseSpelling(
+    std::string_view op_type);
+
 // The op a spelling names, for the kernel registry, shape inference and the schema check:
-// "Elementwise" for an Elementwise spelling (with or without a dtype suffix), the float32
+// "Elementwise" for an Elementwise spelling (with or without a dtype suffix),
+// "ExpandDepthwiseConv" for one of its activation pairs, the float32
 // spelling for one with a dtype suffix ("FusedConv_Add_Relu_float16" -> "FusedConv_Add_Relu",
 // "LayerNorm_bfloat16" -> "LayerNorm"); `op_type` itself otherwise.
 std::string_view fusedOpBaseName(std::string_view op_type);
