@@ -106,6 +106,20 @@ g (float[1, 4, 8] X) => (float[1, 4, {0}] Q, float[1, 4, {1}] K, float[1, 4, {1}
 const std::map<std::string, std::string>& heldBackExamples() {
   static const std::map<std::string, std::string> examples = {
       {"merge-narrow-projections", projections(8, 2)},
+      {"expand-depthwise-within-l2", R"(<ir_version: 8, opset_import: ["" : 13, "fusectl" : 1]>
+g (float[1, 2, 6, 6] X) => (float[1, 3, 6, 6] Y)
+<
+  float[3, 2, 1, 1] W = {0.1, -0.2, 0.3, 0.4, -0.5, 0.6},
+  float[3] B = {0.1, 0.2, -0.3},
+  float[3, 1, 3, 3] DW = {0.1, 0.2, 0.3, -0.4, 0.5, 0.6, 0.7, -0.8, 0.9, 0.1, -0.2, 0.3, 0.4,
+                          0.5, -0.6, 0.7, 0.8, 0.9, -0.1, 0.2, 0.3, 0.4, -0.5, 0.6, 0.7, 0.8, -0.9},
+  float[3] DB = {0.0, 0.1, 0.2}
+>
+{
+  E = fusectl.FusedConv <activation = "Clip", activation_params = [0.0, 6.0]> (X, W, B)
+  Y = fusectl.FusedConv <group = 3, kernel_shape = [3, 3], pads = [1, 1, 1, 1], activation = "Clip", activation_params = [0.0, 6.0]> (E, DW, DB)
+}
+)"},
       {"div-by-inexact-constant", R"(<ir_version: 8, opset_import: ["" : 13]>
 g (float[2, 8] X) => (float[2, 8] Y)
 <float three = {3.0}>

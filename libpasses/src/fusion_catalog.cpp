@@ -12,8 +12,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "constant_math.h"
+#include "fusectl/graph/fused_ops.h"
+#include "expand_depthwise_legality.h"
 #include "fusectl/passes/registry.h"
 
 namespace fusectl::passes {
@@ -143,6 +146,30 @@ Pattern divBySqrtToReciprocal() {
   return p.producing({"Mul", "Reciprocal"});
 }
 
+// ---- expand-depthwise-within-l2 (fuse-expand-depthwise's condition 6, by size) ----
+
+// A FusedConv without a residual under every name it has: FusedConv in memory while passes run,
+// and after a save (or at the end of PassManager::run) its spelling, such as FusedConv_Clip
+// (fused_ops.h). A spelling without _Add keeps X, W and the bias at inputs 0-2, as the
+// conditions read them.
+std::string fusedConvWithoutResidual() {
+  std::vector<std::string> names;
+  forEachFusedSpelling("FusedConv", [&](const std::string& name) {
+    const std::optional<FusedSpelling> s = decodeFusedSpelling(name);
+    if (s && !s->residual) appendOnce(names, name);
+  });
+  return fmt::format("fusectl::{}", fmt::join(names, "|"));
+}
+
+// Every condition of the pass holds but the expanded tensor is under its threshold (one L2).
+Pattern expandDepthwiseWithinL2() {
+  const std::string conv = fusedConvWithoutResidual();
+  Pattern p = Pattern::parse(fmt::format("e:{} -> 0:^d:{}", conv, conv),
+                             "expand-depthwise-within-l2");
+  p.require(expandDepthwisePair(0, defaultMinExpandedBytes()));
+  return p.producing({"ExpandDepthwiseConv"});
+}
+
 // The rules no -O level applies. Add one only with evidence written down in the repository.
 struct HeldBackRule {
   const char* name;
@@ -175,6 +202,23 @@ const std::vector<HeldBackRule>& heldBackRules() {
         "1.005-1.030), 510.6 -> 505.8 ms (1.010x, 0.994-1.027) and 506.6 -> 505.3 ms (1.003x, "
         "0.983-1.038) in three alternating profiles; the attention block's nodes 10.1 -> 8.7 ms "
         "a run.",
+        "bench/README.md"}},
+      {"expand-depthwise-within-l2", "fuse-expand-depthwise", RuleStatus::Rejected,
+       "Fuse a 1x1 expansion into the depthwise 3x3 convolution reading it (ExpandDepthwiseConv) "
+       "where one image's expanded tensor is under min-expanded-bytes (2 MiB, one core's L2): "
+       "MobileNetV2's and EfficientNet-B0's blocks at 56x56 and below (bench_expand_depthwise "
+       "found the 28x28 ones slower banded too)",
+       expandDepthwiseWithinL2,
+       {"per node in MobileNetV2, the two FusedConvs against the fused node with every 3x3 pair "
+        "over 1 MiB fused: the 112x112 block (4.6 MiB expanded) faster both ways, the 56x56 "
+        "blocks (1.7 MiB, which L2 keeps between the two nodes) slower warm and level to slower "
+        "alternated with the unfused model",
+        "/usr/bin/python3 bench/ab_node_times.py mobilenet_v2.onnx --a build/apps/fusectl "
+        "--args-a \"--disable fuse-expand-depthwise\" --args-b \"--pass-option "
+        "fuse-expand-depthwise{min-expanded-bytes=1000000}\" [--alternated] --rounds 3 --runs "
+        "100 (bench/README.md, fourteenth session)",
+        "In words: the 24 -> 144 blocks at 56x56 took 0.401 -> 0.448 ms (stride 1) and 0.269 -> "
+        "0.305 ms (stride 2) fused when warm, 0.504 -> 0.521 and 0.279 -> 0.378 ms alternated.",
         "bench/README.md"}},
       {"div-by-inexact-constant", "canonicalize", RuleStatus::Rejected,
        "Rewrite Div(x, c) as Mul(x, 1/c) when 1/c is not exact (c not a power of two)",

@@ -34,10 +34,13 @@
 // A missing bias becomes a constant of zeros: the op's function body takes every input.
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "constant_math.h"
+#include "expand_depthwise_legality.h"
+#include "fusectl/graph/error.h"
 #include "fusectl/passes/registry.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
@@ -123,8 +126,10 @@ bool depthwiseLegal(const Node& d, int64_t expanded, Why& why) {
   return true;
 }
 
-Constraint pairLegal(uint64_t min_bytes) {
-  return {"expand-depthwise", [min_bytes](const Match& m, Why& why) {
+}  // namespace
+
+Constraint expandDepthwisePair(uint64_t min_bytes, uint64_t below_bytes) {
+  return {"expand-depthwise", [min_bytes, below_bytes](const Match& m, Why& why) {
             Node* e = m.get("e");
             Node* d = m.get("d");
             const Value* expanded = e->output(0);
@@ -190,9 +195,24 @@ Constraint pairLegal(uint64_t min_bytes) {
                                    min_bytes);
               });
             }
+            if (bytes >= below_bytes) {
+              return why.fail(*e, [&] {
+                return fmt::format("{} output '{}' is {} bytes an image, at least {}: "
+                                   "fuse-expand-depthwise takes it",
+                                   e->label(), expanded->name(), bytes, below_bytes);
+              });
+            }
             return true;
           }};
 }
+
+uint64_t defaultMinExpandedBytes() {
+  for (const PassOption& o : passOptions(FuseExpandDepthwisePassInfo.name))
+    if (o.name == "min-expanded-bytes") return std::stoull(std::string(o.default_value));
+  throwInternal("fuse-expand-depthwise declares no min-expanded-bytes");
+}
+
+namespace {
 
 // One pattern per pair of op types: a pattern node has one domain.
 std::vector<Pattern> build(uint64_t min_bytes) {
@@ -200,7 +220,7 @@ std::vector<Pattern> build(uint64_t min_bytes) {
   for (const char* d : {"Conv", "fusectl::FusedConv"}) {
     for (const char* e : {"Conv", "fusectl::FusedConv"}) {
       out.push_back(Pattern::parse(fmt::format("e:{} -> 0:^d:{}", e, d), "expand-depthwise"));
-      out.back().require(pairLegal(min_bytes));
+      out.back().require(expandDepthwisePair(min_bytes, UINT64_MAX));
       out.back().producing({"ExpandDepthwiseConv"});
     }
   }
@@ -220,7 +240,7 @@ class FuseExpandDepthwisePass : public Pass {
  public:
   const PassInfo& info() const override { return FuseExpandDepthwisePassInfo; }
 
-  std::vector<Pattern> patterns() const override { return build(1); }
+  std::vector<Pattern> patterns() const override { return build(defaultMinExpandedBytes()); }
 
   bool run(const Graph& graph, PassContext& ctx) override {
     // Only failed conditions are rejections, and only where the second convolution is grouped:
