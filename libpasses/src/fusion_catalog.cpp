@@ -148,22 +148,9 @@ Pattern divBySqrtToReciprocal() {
 
 // ---- expand-depthwise-within-l2 (fuse-expand-depthwise's condition 6, by size) ----
 
-// A FusedConv without a residual under every name it has: FusedConv in memory while passes run,
-// and after a save (or at the end of PassManager::run) its spelling, such as FusedConv_Clip
-// (fused_ops.h). A spelling without _Add keeps X, W and the bias at inputs 0-2, as the
-// conditions read them.
-std::string fusedConvWithoutResidual() {
-  std::vector<std::string> names;
-  forEachFusedSpelling("FusedConv", [&](const std::string& name) {
-    const std::optional<FusedSpelling> s = decodeFusedSpelling(name);
-    if (s && !s->residual) appendOnce(names, name);
-  });
-  return fmt::format("fusectl::{}", fmt::join(names, "|"));
-}
-
 // Every condition of the pass holds but the expanded tensor is under its threshold (one L2).
 Pattern expandDepthwiseWithinL2() {
-  const std::string conv = fusedConvWithoutResidual();
+  const std::string conv = fusedConvWithoutResidualOps();
   Pattern p = Pattern::parse(fmt::format("e:{} -> 0:^d:{}", conv, conv),
                              "expand-depthwise-within-l2");
   p.require(expandDepthwisePair(0, defaultMinExpandedBytes()));

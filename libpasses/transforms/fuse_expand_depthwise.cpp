@@ -8,9 +8,11 @@
 //                                                 expand_activation, activation> -> Y
 //
 // Either Conv may be a plain Conv or a FusedConv without a residual (fuse-epilogue, which runs
-// first, has taken each one's activation into it). Candidates are the grouped convolutions.
-// Form matched:
-//   expand-depthwise   e:Conv|fusectl::FusedConv -> 0:^d:Conv|fusectl::FusedConv
+// first, has taken each one's activation into it), the latter also under its spellings
+// (FusedConv_Clip...), so that a model saved after -O3 by an older fusectl fuses too.
+// Candidates are the grouped convolutions. Form matched, once per pair of op types (a pattern
+// node has one domain):
+//   expand-depthwise   e:Conv|fusectl::FusedConv[_<spelling>] -> 0:^d:(the same)
 //
 // Conditions, checked in this order (each failure is a reported rejection):
 //  1. E is read by the depthwise Conv only, as its data input, and is no graph output.
@@ -34,13 +36,16 @@
 // A missing bias becomes a constant of zeros: the op's function body takes every input.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "constant_math.h"
 #include "expand_depthwise_legality.h"
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/fused_ops.h"
 #include "fusectl/passes/registry.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
@@ -206,6 +211,16 @@ Constraint expandDepthwisePair(uint64_t min_bytes, uint64_t below_bytes) {
           }};
 }
 
+std::string fusedConvWithoutResidualOps() {
+  std::vector<std::string> names;
+  forEachFusedSpelling("FusedConv", [&](const std::string& name) {
+    const std::optional<FusedSpelling> s = decodeFusedSpelling(name);
+    if (s && !s->residual && std::find(names.begin(), names.end(), name) == names.end())
+      names.push_back(name);
+  });
+  return fmt::format("fusectl::{}", fmt::join(names, "|"));
+}
+
 uint64_t defaultMinExpandedBytes() {
   for (const PassOption& o : passOptions(FuseExpandDepthwisePassInfo.name))
     if (o.name == "min-expanded-bytes") return std::stoull(std::string(o.default_value));
@@ -217,8 +232,9 @@ namespace {
 // One pattern per pair of op types: a pattern node has one domain.
 std::vector<Pattern> build(uint64_t min_bytes) {
   std::vector<Pattern> out;
-  for (const char* d : {"Conv", "fusectl::FusedConv"}) {
-    for (const char* e : {"Conv", "fusectl::FusedConv"}) {
+  const std::string fused = fusedConvWithoutResidualOps();
+  for (const std::string& d : {std::string("Conv"), fused}) {
+    for (const std::string& e : {std::string("Conv"), fused}) {
       out.push_back(Pattern::parse(fmt::format("e:{} -> 0:^d:{}", e, d), "expand-depthwise"));
       out.back().require(expandDepthwisePair(min_bytes, UINT64_MAX));
       out.back().producing({"ExpandDepthwiseConv"});
