@@ -23,7 +23,9 @@
 // run's tensors in cache, as a node in a model does not (24 sets: every buffer cold, as in
 // alternated runs on a busy host). --warm-input reads the set's input before each run, as a
 // node finds the input the node before it has just written. Buffers are backed by huge pages as
-// the executor's pool is: with 4 KiB pages the whole-plane pair of the 112x112 block measured
+// the executor's pool is in the fusectl CLI, which restarts itself with glibc's
+// malloc.hugetlb=1 (fusectl/support/huge_page_malloc.h; a program that uses the library without
+// that gets 4 KiB pages): with 4 KiB pages the whole-plane pair of the 112x112 block measured
 // 0.78 ms here against 0.44 with huge pages (TLB misses on the 4.8 MB expanded tensor).
 //
 // Every variant is checked against a double-precision reference first (exit 1 on a mismatch).
