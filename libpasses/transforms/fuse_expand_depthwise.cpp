@@ -29,10 +29,10 @@
 //     expansion fused into its depthwise convolution, measured cold") found the bands losing on
 //     5x5 windows and 28x28 planes both ways. In MobileNetV2 itself (bench/README.md, "The
 //     expansion fused into its depthwise convolution, built"), per node against the two
-//     FusedConvs: the 16 -> 96 block at 112x112 (4.6 MiB expanded) 0.875 -> 0.652 ms when the
-//     runs follow each other and 1.249 -> 0.685 alternated with the unfused model; the 24 -> 144
-//     blocks at 56x56 (1.7 MiB, which L2 keeps between the two nodes) +4% and +12% warm, -15%
-//     and +29% alternated.
+//     FusedConvs: the 16 -> 96 block at 112x112 (4.6 MiB expanded) 0.726 -> 0.610 ms when the
+//     runs follow each other and 1.028 -> 0.653 alternated with the unfused model; the 24 -> 144
+//     blocks at 56x56 (1.7 MiB, which L2 keeps between the two nodes) 0.401 -> 0.448 (stride 1)
+//     and 0.269 -> 0.305 (stride 2) warm, 0.504 -> 0.521 and 0.279 -> 0.378 alternated.
 // A missing bias becomes a constant of zeros: the op's function body takes every input.
 #include <fmt/format.h>
 
@@ -183,9 +183,14 @@ Constraint expandDepthwisePair(uint64_t min_bytes, uint64_t below_bytes) {
             }
             // The expanded plane is X's (1x1, stride 1, unpadded), so X's shape sizes it where
             // the intermediate itself is untyped.
-            const std::optional<std::vector<int64_t>> x = staticDims(e->input(0));
-            const bool sized = x && x->size() == 4;
-            const uint64_t bytes = sized ? uint64_t(4) * channels * (*x)[2] * (*x)[3] : 0;
+            // Per image: a symbolic batch (a dynamic-batch export) sizes nothing here.
+            const Shape& xs = e->input(0)->shape();
+            const bool sized = xs.hasRank() && xs.rank() == 4 && xs[2].isStatic() &&
+                               xs[3].isStatic();
+            const std::vector<int64_t> plane =
+                sized ? std::vector<int64_t>{xs[2].value(), xs[3].value()}
+                      : std::vector<int64_t>{0, 0};
+            const uint64_t bytes = uint64_t(4) * channels * plane[0] * plane[1];
             if (bytes < min_bytes) {
               return why.fail(*e, [&] {
                 if (!sized) {
@@ -196,8 +201,8 @@ Constraint expandDepthwisePair(uint64_t min_bytes, uint64_t below_bytes) {
                 return fmt::format("{} output '{}' ({} channels of {}x{}) is {} bytes an image, "
                                    "under min-expanded-bytes={} (it stays in L2 between two "
                                    "nodes)",
-                                   e->label(), expanded->name(), channels, (*x)[2], (*x)[3], bytes,
-                                   min_bytes);
+                                   e->label(), expanded->name(), channels, plane[0], plane[1],
+                                   bytes, min_bytes);
               });
             }
             if (bytes >= below_bytes) {
