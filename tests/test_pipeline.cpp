@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
@@ -643,29 +644,28 @@ TEST_CASE("cli: fusectl passes and fusectl match", "[pipeline][cli]") {
   CHECK(j["passes"][0]["name"] == "eliminate-identity");
   CHECK(j["passes"][0]["patterns"][0]["pattern"] == "identity:Identity");
   CHECK(j["levels"]["O0"] == "");
+  // The passes that take an option: its name, type and default as passes.def declares them.
+  struct DeclaredOption {
+    const char* name;
+    const char* type;
+    const char* default_value;
+  };
+  const std::map<std::string, DeclaredOption> options = {
+      {"fold-constants", {"max-bytes", "count", "1048576"}},
+      {"merge-parallel-matmuls", {"narrow", "bool", "false"}},
+      {"fuse-expand-depthwise", {"min-expanded-bytes", "count", "2097152"}},
+  };
   for (const auto& pass : j["passes"]) {
-    if (pass["name"] == "merge-parallel-matmuls") {
-      REQUIRE(pass["options"].size() == 1);
-      CHECK(pass["options"][0]["name"] == "narrow");
-      CHECK(pass["options"][0]["type"] == "bool");
-      CHECK(pass["options"][0]["default"] == "false");
-      continue;
-    }
-    if (pass["name"] == "fuse-expand-depthwise") {
-      REQUIRE(pass["options"].size() == 1);
-      CHECK(pass["options"][0]["name"] == "min-expanded-bytes");
-      CHECK(pass["options"][0]["type"] == "count");
-      CHECK(pass["options"][0]["default"] == "2097152");
-      continue;
-    }
-    if (pass["name"] != "fold-constants") {
+    INFO("pass " << pass["name"]);
+    auto declared = options.find(pass["name"].get<std::string>());
+    if (declared == options.end()) {
       CHECK(pass["options"].empty());
       continue;
     }
     REQUIRE(pass["options"].size() == 1);
-    CHECK(pass["options"][0]["name"] == "max-bytes");
-    CHECK(pass["options"][0]["type"] == "count");
-    CHECK(pass["options"][0]["default"] == "1048576");
+    CHECK(pass["options"][0]["name"] == declared->second.name);
+    CHECK(pass["options"][0]["type"] == declared->second.type);
+    CHECK(pass["options"][0]["default"] == declared->second.default_value);
   }
   // An option the pass does not read is a usage error (exit 2), not ignored.
   CliResult act = runFusectl("optimize '" + fixtures + "conv_bn_relu.onnxtxt' -o /dev/null "
