@@ -264,6 +264,36 @@ g (float[1, 2, 6, 6] X, float[3, 2, 1, 1] W, float[3] B, float[3, 1, 3, 3] DW, f
             "strides=@strides>"});
 }
 
+// A GroupNorm with an activation is spelled by it; one without keeps its name and its function.
+TEST_CASE("fused ops: GroupNorm's activation spellings", "[functions][fused-ops]") {
+  CHECK(groupNormSpelling(Activation::None) == "GroupNorm");
+  CHECK(groupNormSpelling(Activation::Silu) == "GroupNorm_Silu");
+  CHECK(decodeGroupNormSpelling("GroupNorm_Silu") == Activation::Silu);
+  CHECK_FALSE(decodeGroupNormSpelling("GroupNorm"));
+  CHECK_FALSE(decodeGroupNormSpelling("GroupNorm_None"));
+  CHECK_FALSE(decodeGroupNormSpelling("GroupNorm_silu"));
+  CHECK(fusedOpBaseName("GroupNorm_Silu") == "GroupNorm");
+  CHECK(fusedOpBaseName("GroupNorm_HardSwish_bfloat16") == "GroupNorm");
+  auto m = parseModelText(R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[1, 4, 3] X, float[4] S, float[4] B) => (float[1, 4, 3] Y, float[1, 4, 3] Z)
+{
+  Y = fusectl.GroupNorm <num_groups = 2, epsilon = 0.001, activation = "Clip"> (X, S, B)
+  Z = fusectl.GroupNorm <num_groups = 2, epsilon = 0.001> (X, S, B)
+}
+)",
+                          "norms");
+  attachFusectlFunctions(*m);
+  CHECK(m->graph->findValue("Y")->producer()->opType() == "GroupNorm_Clip");
+  CHECK(m->graph->findValue("Z")->producer()->opType() == "GroupNorm");
+  // Clip's absent bounds become explicit, and the activated body ends in it.
+  CHECK(m->graph->findValue("Y")->producer()->attrFloats("activation_params").size() == 2);
+  const std::vector<std::string> clipped = functionLines(*m, "GroupNorm_Clip");
+  const std::vector<std::string> plain = functionLines(*m, "GroupNorm");
+  REQUIRE(clipped.size() > plain.size());
+  CHECK(clipped.back() == "Y = Clip(normed, t29, t27) <>");
+  CHECK(plain.back().rfind("Y = Add(", 0) == 0);
+}
+
 TEST_CASE("fused ops: functionIdOf reads a function's domain and name", "[functions][fused-ops]") {
   FunctionDef f;
   f.name = "Twice";

@@ -155,8 +155,11 @@ std::string_view spelledActivation(Activation a) {
 // Elementwise spelling or an ExpandDepthwiseConv one.
 bool isFloat32Spelling(std::string_view op_type) {
   return findFusedOp(op_type) || decodeFloat32Spelling(op_type) ||
-         isElementwiseSpelling(op_type) || decodeExpandDepthwiseSpelling(op_type);
+         isElementwiseSpelling(op_type) || decodeExpandDepthwiseSpelling(op_type) ||
+         decodeGroupNormSpelling(op_type);
 }
+
+constexpr std::string_view kGroupNormPrefix = "GroupNorm_";
 
 }  // namespace
 
@@ -243,10 +246,24 @@ std::optional<std::pair<Activation, Activation>> decodeExpandDepthwiseSpelling(
   return std::pair{*a, *b};
 }
 
+std::string groupNormSpelling(Activation activation) {
+  if (activation == Activation::None) return "GroupNorm";
+  return fmt::format("{}{}", kGroupNormPrefix, activationName(activation));
+}
+
+std::optional<Activation> decodeGroupNormSpelling(std::string_view op_type) {
+  if (op_type.substr(0, kGroupNormPrefix.size()) != kGroupNormPrefix) return std::nullopt;
+  op_type.remove_prefix(kGroupNormPrefix.size());
+  const std::optional<Activation> a = parseActivation(op_type);
+  if (!a || *a == Activation::None || activationName(*a) != op_type) return std::nullopt;
+  return a;
+}
+
 std::string_view fusedOpBaseName(std::string_view op_type) {
   const auto [float32_spelling, dtype] = splitDTypeSuffix(op_type);
   if (isElementwiseSpelling(float32_spelling)) return "Elementwise";
   if (decodeExpandDepthwiseSpelling(float32_spelling)) return "ExpandDepthwiseConv";
+  if (decodeGroupNormSpelling(float32_spelling)) return "GroupNorm";
   if (dtype && isFloat32Spelling(float32_spelling)) return float32_spelling;
   return op_type;
 }

@@ -41,4 +41,10 @@ std::string buildElementwiseFunction(const std::string& name, const ElementwiseP
 std::string buildExpandDepthwiseFunction(const std::string& name, Activation expand_activation,
                                          Activation activation, int64_t opset);
 
+// fusectl::GroupNorm with an activation (fused_bodies/norms.cpp): the function `name`, the
+// GroupNorm body followed by `activation` reading the call's activation_params. With
+// Activation::None, the plain GroupNorm function (named GroupNorm).
+std::string buildGroupNormFunctionWith(const std::string& name, Activation activation,
+                                       int64_t opset);
+
 }  // namespace fusectl

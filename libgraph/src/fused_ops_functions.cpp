@@ -349,6 +349,13 @@ void attachFusectlFunctions(Model& model) {
     DType dtype = DType::Float;
   };
   std::map<std::string, SpelledPair> pairs;
+  // GroupNorm spellings with an activation, one function per activation and element type.
+  struct ActivatedNorm {
+    Activation activation = Activation::None;
+    std::string float32_name;
+    DType dtype = DType::Float;
+  };
+  std::map<std::string, ActivatedNorm> activated_norms;
   forEachNode(*model.graph, [&](Node& n) {
     if (n.domain() != kFusectlDomain) return;
     const DType dtype = elementType(n);
@@ -383,6 +390,20 @@ void attachFusectlFunctions(Model& model) {
       pairs.emplace(name, SpelledPair{expand, act, float32_name, dtype});
       if (n.opType() != name) n.graph()->setOpType(&n, name, std::string(kFusectlDomain));
       return;
+    }
+    if (fusedOpBaseName(n.opType()) == "GroupNorm") {
+      const Activation act = nodeActivation(n, "activation");
+      if (act != Activation::None) {
+        requireOpset();
+        requireCastOpset(n, dtype, opset);
+        makeParamsExplicit(n, act, opset);
+        const std::string float32_name = groupNormSpelling(act);
+        const std::string name = fusedDTypeSpelling(float32_name, dtype);
+        activated_norms.emplace(name, ActivatedNorm{act, float32_name, dtype});
+        if (n.opType() != name) n.graph()->setOpType(&n, name, std::string(kFusectlDomain));
+        return;
+      }
+      // Without an activation: the plain GroupNorm function, below.
     }
     const FusedOpInfo* op = findFusedOp(fusedOpBaseName(n.opType()));
     if (op && !op->takesEpilogue()) {
@@ -451,7 +472,15 @@ void attachFusectlFunctions(Model& model) {
     }
     model.functions.push_back(std::move(function));
   }
-  if (!needed.empty() || !programs.empty() || !pairs.empty()) {
+  for (const auto& [name, a] : activated_norms) {
+    if (defined.count({std::string(kFusectlDomain), name})) continue;
+    std::string function = buildGroupNormFunctionWith(a.float32_name, a.activation, opset);
+    if (name != a.float32_name) {
+      function = castWrapped(function, name, a.float32_name, a.dtype, *findFusedOp("GroupNorm"));
+    }
+    model.functions.push_back(std::move(function));
+  }
+  if (!needed.empty() || !programs.empty() || !pairs.empty() || !activated_norms.empty()) {
     if (model.opsetVersion(kFusectlDomain) == 0) model.setOpsetVersion(kFusectlDomain, 1);
     if (model.ir_version < 8) model.ir_version = 8;
   }

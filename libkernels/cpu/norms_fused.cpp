@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "compute_common.h"
+#include "fusectl/kernels/epilogue.h"
 #include "vec_kernels.h"
 
 namespace fusectl::kernels {
@@ -165,6 +166,30 @@ BlockMoments blockMoments(const float* x, int64_t n) {
 // read-and-write pass over the tensor for the affine. Blocks are shared among threads; when there are fewer blocks than threads (one group per
 // sample, as ConvTasNet's global norm), the statistics are taken block by block and the
 // channels written in parallel.
+// y = activation(y) over n values with the vector kernels the standalone activation ops run
+// (the same bits as the separate op, or as fuse-elementwise's SiLU program); Epilogue::activate
+// is the scalar loop meant for GEMM tiles already in registers.
+void activateRow(const Epilogue& ep, float* y, int64_t n) {
+  switch (ep.activation) {
+    case Activation::None: return;
+    case Activation::Relu: vec::unary(vec::Unary::Relu, y, y, n); return;
+    case Activation::LeakyRelu: vec::unary(vec::Unary::LeakyRelu, y, y, n, ep.alpha); return;
+    case Activation::Sigmoid: vec::unary(vec::Unary::Sigmoid, y, y, n); return;
+    case Activation::Tanh: vec::unary(vec::Unary::Tanh, y, y, n); return;
+    case Activation::Gelu: vec::unary(vec::Unary::Gelu, y, y, n); return;
+    case Activation::GeluTanh: vec::unary(vec::Unary::GeluTanh, y, y, n); return;
+    case Activation::HardSigmoid:
+      vec::unary(vec::Unary::HardSigmoid, y, y, n, ep.alpha, ep.beta);
+      return;
+    case Activation::HardSwish: vec::unary(vec::Unary::HardSwish, y, y, n); return;
+    case Activation::Silu: vec::swishRow(y, nullptr, y, n, 1.f); return;
+    case Activation::Clip:
+      vec::binary(vec::Binary::Max, y, 0.f, nullptr, ep.alpha, y, n);
+      vec::binary(vec::Binary::Min, y, 0.f, nullptr, ep.beta, y, n);
+      return;
+  }
+}
+
 void runGroupNorm(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
   requireFloatOrHalf(ctx, x, "X");
@@ -199,8 +224,16 @@ void runGroupNorm(KernelContext& ctx) {
       coef[3 * k + 2] = static_cast<float>(bias[c0 + k] - (s.mean - centre) * a);
     }
   };
+  // The activation fuse-epilogue took in, applied to each channel while it is in L1.
+  const std::string act_name = ctx.attrString("activation", "");
+  const std::optional<Activation> act = parseActivation(act_name);
+  if (!act) ctx.fail("unknown activation '" + act_name + "'");
+  const std::vector<float> act_params = ctx.attrFloats("activation_params");
+  Epilogue activation;
+  activation.setActivation(*act, act_params.data(), act_params.size());
   auto writeChannel = [&](int64_t row, const float* k) {
     vec::centredAffine(xd + row * inner, yd + row * inner, inner, k[0], k[1], k[2]);
+    activateRow(activation, yd + row * inner, inner);
   };
   if (blocks >= ctx.numThreads() || ctx.numThreads() == 1) {
     parallelFor(blocks, ctx.numThreads(), grainFor(block), [&](int64_t b0, int64_t b1) {

@@ -1,6 +1,7 @@
 // fuse-epilogue: fold a residual Add and an activation after a Conv or Gemm into one
 // fusectl-domain FusedConv / FusedGemm, whose kernel applies them to each output tile while it
-// is still in cache (fusectl/kernels/epilogue.h).
+// is still in cache (fusectl/kernels/epilogue.h); and the activation after a fusectl::GroupNorm
+// into it (its `activation` attribute), applied to each channel as the norm writes it.
 //
 //   X, W, B -> Conv -> c ─┐
 //              Z ───────> Add -> s -> act -> Y      =>   X, W, B, Z -> FusedConv -> Y
@@ -18,6 +19,8 @@
 //   conv-act        c -> act
 //   conv-gelu       c -> act:fusectl::Gelu
 //   conv-gelu-tanh  c -> act:fusectl::GeluTanh
+//   group-norm-silu, group-norm-act, group-norm-gelu, group-norm-gelu-tanh
+//                   the same activation forms after a fusectl::GroupNorm that has none yet
 // (`conv` stands for Conv or Gemm; MatMul is not an anchor: FusedGemm is 2-D, and
 // fuse-matmul-add turns a 2-D MatMul + bias into Gemm first.) If a longer form is illegal, a
 // shorter one may still fuse: Conv -> Add -> Relu whose Add output has a second reader becomes
@@ -187,6 +190,18 @@ Constraint activationLegal(std::string capture, int64_t opset) {
           }};
 }
 
+// A GroupNorm that has not taken an activation already (an earlier round of this pass).
+Constraint noActivationYet(std::string capture) {
+  return {"no-activation:" + capture, [capture](const Match& m, Why& why) {
+            Node* n = m.get(capture);
+            const std::string act = n->attrString("activation", "");
+            if (act.empty() || act == "None") return true;
+            return why.fail(*n, [&] {
+              return fmt::format("{} applies {} already", n->label(), act);
+            });
+          }};
+}
+
 // One matched form: its pattern and how to read the epilogue from a match.
 struct Form {
   Pattern pattern;
@@ -226,9 +241,19 @@ std::vector<Form> buildForms(int64_t opset) {
   add("conv-act", "c:Conv|Gemm -> act:" + acts, false, false, true);
   add("conv-gelu", "c:Conv|Gemm -> act:fusectl::Gelu", false, false, true);
   add("conv-gelu-tanh", "c:Conv|Gemm -> act:fusectl::GeluTanh", false, false, true);
+  // A GroupNorm's activation (a diffusion UNet's GroupNorm -> SiLU): no residual form, since
+  // what follows a norm's residual Add is fuse-skip-norm's business, not this pass's.
+  add("group-norm-silu", "c:fusectl::GroupNorm -> sig:Sigmoid -> mul:Mul ; c -> mul", false,
+      true, true);
+  add("group-norm-act", "c:fusectl::GroupNorm -> act:" + acts, false, false, true);
+  add("group-norm-gelu", "c:fusectl::GroupNorm -> act:fusectl::Gelu", false, false, true);
+  add("group-norm-gelu-tanh", "c:fusectl::GroupNorm -> act:fusectl::GeluTanh", false, false,
+      true);
 
   for (Form& s : out) {
     Pattern& p = s.pattern;
+    // 0. a GroupNorm takes one activation
+    if (s.pattern.name.rfind("group-norm", 0) == 0) p.require(noActivationYet("c"));
     // 1. intermediates disappear
     if (s.silu) {
       const std::string x = s.residual ? "add" : "c";
@@ -315,6 +340,10 @@ class FuseEpiloguePass : public Pass {
     PassContext& ctx = rw.context();
     EpilogueSpec spec = readSpec(s, m, opset);
     Node* c = spec.compute;
+    if (c->is("GroupNorm", "fusectl")) {
+      fuseIntoGroupNorm(rw, s, m, spec);
+      return;
+    }
     const bool conv = c->is("Conv");
 
     NewNode node;
@@ -340,6 +369,25 @@ class FuseEpiloguePass : public Pass {
     ctx.count(conv ? "fused_conv" : "fused_gemm");
     if (spec.residual) ctx.count("fused_residual");
     if (!spec.activation.empty()) ctx.count("fused_activation");
+  }
+
+  // The GroupNorm again, with the activation: its kernel applies it to each channel as it
+  // writes it, so the normalised tensor is not read and written once more.
+  static void fuseIntoGroupNorm(Rewriter& rw, const Form& s, const Match& m,
+                                const EpilogueSpec& spec) {
+    Node* c = spec.compute;
+    NewNode node;
+    node.op_type = "GroupNorm";
+    node.domain = "fusectl";
+    node.inputs = c->inputs();
+    node.attributes = c->attributes();
+    node.attributes.push_back(Attribute::ofString("activation", spec.activation));
+    if (!spec.params.empty())
+      node.attributes.push_back(Attribute::ofFloats("activation_params", spec.params));
+    node.name = c->name();
+    node.naming = NodeNaming::TakeOver;
+    rw.replaceMatch(s.pattern.name, m, spec.output, std::move(node));
+    rw.context().count("fused_norm_activation");
   }
 };
 

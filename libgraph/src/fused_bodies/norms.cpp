@@ -124,8 +124,20 @@ std::string buildChannelLayerNormFunction(const FusedOpInfo& op, int64_t opset) 
 }
 
 std::string buildGroupNormFunction(const FusedOpInfo& op, int64_t opset) {
-  FunctionDef f = startFunction(std::string(op.name), opset);
-  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  return buildGroupNormFunctionWith(std::string(op.name), Activation::None, opset);
+}
+
+std::string buildGroupNormFunctionWith(const std::string& name, Activation activation,
+                                       int64_t opset) {
+  FunctionDef f = startFunction(name, opset);
+  const bool activated = activation != Activation::None;
+  // The plain function keeps the attributes it always had, so its bytes do not change.
+  f.attributes = {"num_groups", "epsilon"};
+  if (activated) {
+    f.attributes.emplace_back("activation");
+    f.attributes.emplace_back("activation_params");
+    if (opset < 12) f.attributes.emplace_back("activation_params_tensor");
+  }
   Body b(opset);
   Value* x = b.input("X");
   Value* scale = b.input("Scale");
@@ -147,8 +159,13 @@ std::string buildGroupNormFunction(const FusedOpInfo& op, int64_t opset) {
 
   Value* per_channel = perChannelShape(b, x_shape, scale);
   Value* y = b.node("Mul", {back, b.node("Reshape", {scale, per_channel})});
-  Value* out = b.node("Add", {y, b.node("Reshape", {bias, per_channel})}, "Y");
+  Value* out = b.node("Add", {y, b.node("Reshape", {bias, per_channel})}, activated ? "normed" : "Y");
+  if (activated) out = activationBody(b, activation, out, "Y");
   f.body = b.finish(out);
+  if (activated) {
+    f.doc_string = fmt::format("fusectl {}: Y = {}(GroupNorm(X, Scale, B)); see docs/ops.md", name,
+                               activationName(activation));
+  }
   return functionToBinary(f);
 }
 

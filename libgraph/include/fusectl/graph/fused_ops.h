@@ -176,9 +176,20 @@ std::string expandDepthwiseSpelling(Activation expand_activation, Activation act
 std::optional<std::pair<Activation, Activation>> decodeExpandDepthwiseSpelling(
     std::string_view op_type);
 
+// ---- fusectl::GroupNorm's spellings ----
+//
+// A GroupNorm with an activation (fuse-epilogue takes the one after it) is spelled
+// "GroupNorm_<activation>" on export ("GroupNorm_Silu"), its function the GroupNorm body and
+// the activation; one without keeps the name GroupNorm. Read as GroupNorm by fusedOpBaseName.
+std::string groupNormSpelling(Activation activation);
+// The activation a GroupNorm spelling names, or nullopt for another name ("GroupNorm" itself
+// included).
+std::optional<Activation> decodeGroupNormSpelling(std::string_view op_type);
+
 // The op a spelling names, for the kernel registry, shape inference and the schema check:
 // "Elementwise" for an Elementwise spelling (with or without a dtype suffix),
-// "ExpandDepthwiseConv" for one of its activation pairs, the float32
+// "ExpandDepthwiseConv" for one of its activation pairs, "GroupNorm" for "GroupNorm_Silu", the
+// float32
 // spelling for one with a dtype suffix ("FusedConv_Add_Relu_float16" -> "FusedConv_Add_Relu",
 // "LayerNorm_bfloat16" -> "LayerNorm"); `op_type` itself otherwise.
 std::string_view fusedOpBaseName(std::string_view op_type);
