@@ -10,6 +10,10 @@
 #include <queue>
 #include <string>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "fusectl/graph/error.h"
 
 namespace fusectl::kernels {
@@ -159,9 +163,25 @@ size_t roundUp(size_t bytes) {
   return std::max<size_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
 }
 
+// Buffers of a huge page and more start on one and are advised to transparent huge pages.
+// The fusectl CLI gets that from glibc (huge_page_malloc.h restarts it with malloc.hugetlb=1);
+// a program that uses the library does not, and its large activations then took TLB misses:
+// ResNet-50's per-node minima summed 57.0 ms on 4 KiB pages against 55.1 on huge ones
+// (bench/ab_node_times.py --env-a FUSECTL_NO_HUGE_PAGES=1, bench/README.md).
+constexpr size_t kHugePage = size_t{2} << 20;
+
 class HostAllocator final : public DeviceAllocator {
  public:
   void* allocate(size_t bytes) override {
+    if (bytes >= kHugePage) {
+      const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+      void* p = std::aligned_alloc(kHugePage, rounded);
+      if (!p) throw std::bad_alloc();
+#if defined(__linux__)
+      ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure is harmless
+#endif
+      return p;
+    }
     void* p = std::aligned_alloc(kAlignment, bytes);
     if (!p) throw std::bad_alloc();
     return p;
