@@ -340,14 +340,13 @@ class FuseEpiloguePass : public Pass {
     PassContext& ctx = rw.context();
     EpilogueSpec spec = readSpec(s, m, opset);
     Node* c = spec.compute;
-    if (c->is("GroupNorm", "fusectl")) {
-      fuseIntoGroupNorm(rw, s, m, spec);
-      return;
-    }
+    // A GroupNorm stays one, with the activation: its kernel applies it to each channel as it
+    // writes it, so the normalised tensor is not read and written once more.
+    const bool norm = c->is("GroupNorm", "fusectl");
     const bool conv = c->is("Conv");
 
     NewNode node;
-    node.op_type = conv ? "FusedConv" : "FusedGemm";
+    node.op_type = norm ? "GroupNorm" : conv ? "FusedConv" : "FusedGemm";
     node.domain = "fusectl";
     node.inputs = c->inputs();
     if (spec.residual) {
@@ -366,28 +365,13 @@ class FuseEpiloguePass : public Pass {
     node.naming = NodeNaming::TakeOver;
     rw.replaceMatch(s.pattern.name, m, spec.output, std::move(node));
 
+    if (norm) {
+      ctx.count("fused_norm_activation");
+      return;
+    }
     ctx.count(conv ? "fused_conv" : "fused_gemm");
     if (spec.residual) ctx.count("fused_residual");
     if (!spec.activation.empty()) ctx.count("fused_activation");
-  }
-
-  // The GroupNorm again, with the activation: its kernel applies it to each channel as it
-  // writes it, so the normalised tensor is not read and written once more.
-  static void fuseIntoGroupNorm(Rewriter& rw, const Form& s, const Match& m,
-                                const EpilogueSpec& spec) {
-    Node* c = spec.compute;
-    NewNode node;
-    node.op_type = "GroupNorm";
-    node.domain = "fusectl";
-    node.inputs = c->inputs();
-    node.attributes = c->attributes();
-    node.attributes.push_back(Attribute::ofString("activation", spec.activation));
-    if (!spec.params.empty())
-      node.attributes.push_back(Attribute::ofFloats("activation_params", spec.params));
-    node.name = c->name();
-    node.naming = NodeNaming::TakeOver;
-    rw.replaceMatch(s.pattern.name, m, spec.output, std::move(node));
-    rw.context().count("fused_norm_activation");
   }
 };
 
