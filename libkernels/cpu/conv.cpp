@@ -673,12 +673,8 @@ void runConv(KernelContext& ctx, bool fused) {
   ep.bias = b ? bf.data() : nullptr;
   ep.residual = z ? zf.data() : nullptr;
   if (fused) {
-    const std::string act = ctx.attrString("activation", "");
-    const auto a = parseActivation(act);
-    if (!a) ctx.fail("unknown activation '" + act + "'");
-    const std::vector<float> params = ctx.attrFloats("activation_params");
-    ep.setActivation(*a, params.data(), params.size());
-    checkFusedSpelling(ctx, "FusedConv", b != nullptr, z != nullptr, *a);
+    const Activation a = readNodeActivation(ctx, ep);
+    checkFusedSpelling(ctx, "FusedConv", b != nullptr, z != nullptr, a);
   }
   // The weights, as the GEMM's A operand of each group, packed once per session.
   const int64_t Cg = d.C / d.group, Mg = d.M / d.group, K = Cg * d.kernelTaps();

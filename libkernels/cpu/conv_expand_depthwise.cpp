@@ -154,14 +154,10 @@ ExpandDepthwiseShape readShape(const KernelContext& ctx, const HostTensor& x, co
 // the attribute `activation_attr` with the parameters in `params_attr`.
 Epilogue readEpilogue(const KernelContext& ctx, const float* bias, const char* activation_attr,
                       const char* params_attr) {
-  const std::string name = ctx.attrString(activation_attr, "");
-  const std::optional<Activation> activation = parseActivation(name);
-  if (!activation) ctx.fail("unknown " + std::string(activation_attr) + " '" + name + "'");
-  const std::vector<float> params = ctx.attrFloats(params_attr);
   Epilogue ep;
   ep.bias = bias;
   ep.bias_per_row = true;
-  ep.setActivation(*activation, params.data(), params.size());
+  readNodeActivation(ctx, ep, activation_attr, params_attr);
   return ep;
 }
 

@@ -71,12 +71,8 @@ void runGemm(KernelContext& ctx, bool fused) {
   float* yp = ys.data();
   Epilogue ep;
   if (fused) {
-    const std::string act = ctx.attrString("activation", "");
-    const auto kind = parseActivation(act);
-    if (!kind) ctx.fail("unknown activation '" + act + "'");
-    const std::vector<float> params = ctx.attrFloats("activation_params");
-    ep.setActivation(*kind, params.data(), params.size());
-    checkFusedSpelling(ctx, "FusedGemm", has_c, z != nullptr, *kind);
+    const Activation kind = readNodeActivation(ctx, ep);
+    checkFusedSpelling(ctx, "FusedGemm", has_c, z != nullptr, kind);
   }
   if (z) {
     ep.residual = zf.data();
@@ -284,10 +280,9 @@ void runFusedMatMul(KernelContext& ctx) {
   requireSameDType(ctx, a, "A", &b, "B");
   requireSameDType(ctx, a, "A", c, "C");
   requireSameDType(ctx, a, "A", z, "Z");
-  const std::string act = ctx.attrString("activation", "");
-  const auto kind = parseActivation(act);
-  if (!kind) ctx.fail("unknown activation '" + act + "'");
-  checkFusedSpelling(ctx, "FusedMatMul", c != nullptr, z != nullptr, *kind);
+  Epilogue ep;
+  const Activation kind = readNodeActivation(ctx, ep);
+  checkFusedSpelling(ctx, "FusedMatMul", c != nullptr, z != nullptr, kind);
 
   HostTensor& y = ctx.allocateOutput(0, a.dtype(), out_dims);
   FloatView af(a), cf(c), zf(z);
@@ -297,9 +292,6 @@ void runFusedMatMul(KernelContext& ctx) {
     ys.commit();
     return;
   }
-  Epilogue ep;
-  const std::vector<float> params = ctx.attrFloats("activation_params");
-  ep.setActivation(*kind, params.data(), params.size());
   if (c) ep.bias = cf.data();
   if (z) {
     ep.residual = zf.data();

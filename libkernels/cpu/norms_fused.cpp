@@ -158,14 +158,6 @@ BlockMoments blockMoments(const float* x, int64_t n) {
   return total;
 }
 
-// GroupNorm: in [N, C, ...] a group's channels are one contiguous block of C / G * inner
-// elements. Its mean and variance take one pass over the block from memory (blockMoments:
-// double, stable when the mean is large beside the spread), then each channel is written as
-// (x - mean) * a + B[c], a = Scale[c] / sqrt(var + eps) (vec::centredAffine), while the block is
-// still in cache: the exported chain (InstanceNormalization, then Mul and Add) makes a second
-// read-and-write pass over the tensor for the affine. Blocks are shared among threads; when there are fewer blocks than threads (one group per
-// sample, as ConvTasNet's global norm), the statistics are taken block by block and the
-// channels written in parallel.
 // y = activation(y) over n values with the vector kernels the standalone activation ops run
 // (the same bits as the separate op, or as fuse-elementwise's SiLU program); Epilogue::activate
 // is the scalar loop meant for GEMM tiles already in registers.
@@ -190,6 +182,14 @@ void activateRow(const Epilogue& ep, float* y, int64_t n) {
   }
 }
 
+// GroupNorm: in [N, C, ...] a group's channels are one contiguous block of C / G * inner
+// elements. Its mean and variance take one pass over the block from memory (blockMoments:
+// double, stable when the mean is large beside the spread), then each channel is written as
+// (x - mean) * a + B[c], a = Scale[c] / sqrt(var + eps) (vec::centredAffine), while the block is
+// still in cache: the exported chain (InstanceNormalization, then Mul and Add) makes a second
+// read-and-write pass over the tensor for the affine. Blocks are shared among threads; when there are fewer blocks than threads (one group per
+// sample, as ConvTasNet's global norm), the statistics are taken block by block and the
+// channels written in parallel.
 void runGroupNorm(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
   requireFloatOrHalf(ctx, x, "X");
@@ -225,12 +225,8 @@ void runGroupNorm(KernelContext& ctx) {
     }
   };
   // The activation fuse-epilogue took in, applied to each channel while it is in L1.
-  const std::string act_name = ctx.attrString("activation", "");
-  const std::optional<Activation> act = parseActivation(act_name);
-  if (!act) ctx.fail("unknown activation '" + act_name + "'");
-  const std::vector<float> act_params = ctx.attrFloats("activation_params");
   Epilogue activation;
-  activation.setActivation(*act, act_params.data(), act_params.size());
+  readNodeActivation(ctx, activation);
   auto writeChannel = [&](int64_t row, const float* k) {
     vec::centredAffine(xd + row * inner, yd + row * inner, inner, k[0], k[1], k[2]);
     activateRow(activation, yd + row * inner, inner);

@@ -463,12 +463,8 @@ void runConv(KernelContext& ctx, bool fused_op) {
   }
   Epilogue ep;  // the CPU's activation parameters and defaults
   if (fused_op) {
-    const std::string act = ctx.attrString("activation", "");
-    const auto a = parseActivation(act);
-    if (!a) ctx.fail("unknown activation '" + act + "'");
-    const std::vector<float> params = ctx.attrFloats("activation_params");
-    ep.setActivation(*a, params.data(), params.size());
-    checkFusedSpelling(ctx, "FusedConv", b != nullptr, z != nullptr, *a);
+    const Activation a = readNodeActivation(ctx, ep);
+    checkFusedSpelling(ctx, "FusedConv", b != nullptr, z != nullptr, a);
   }
   DeviceEpilogue de;
   de.bias = b ? b->raw() : nullptr;

@@ -408,12 +408,8 @@ void runGemmWithEpilogue(KernelContext& ctx, GemmProblem p, const void* a, const
 
 // The activation a fused node names, with its parameters' defaults filled in.
 void readActivation(const KernelContext& ctx, GemmEpilogue& e) {
-  const std::string act = ctx.attrString("activation", "");
-  const auto kind = parseActivation(act);
-  if (!kind) ctx.fail("unknown activation '" + act + "'");
-  const std::vector<float> params = ctx.attrFloats("activation_params");
   Epilogue host;
-  host.setActivation(*kind, params.data(), params.size());
+  readNodeActivation(ctx, host);
   e.activation = host.activation;
   e.act_alpha = host.alpha;
   e.act_beta = host.beta;

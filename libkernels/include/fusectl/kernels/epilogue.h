@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "fusectl/graph/fused_ops.h"
 #include "fusectl/kernels/kernel.h"
@@ -167,5 +168,19 @@ struct Epilogue {
     return e / (1.f + e);
   }
 };
+
+// Sets on `ep` the activation a fused node's string attribute `activation_attr` names, with the
+// parameters its `params_attr` holds (ONNX's defaults for those it leaves out), and returns it;
+// an unknown name fails the node.
+inline Activation readNodeActivation(const KernelContext& ctx, Epilogue& ep,
+                                     const std::string& activation_attr = "activation",
+                                     const std::string& params_attr = "activation_params") {
+  const std::string name = ctx.attrString(activation_attr, "");
+  const std::optional<Activation> act = parseActivation(name);
+  if (!act) ctx.fail("unknown " + activation_attr + " '" + name + "'");
+  const std::vector<float> params = ctx.attrFloats(params_attr);
+  ep.setActivation(*act, params.data(), params.size());
+  return *act;
+}
 
 }  // namespace fusectl::kernels
