@@ -151,6 +151,13 @@ std::string_view spelledActivation(Activation a) {
   return a == Activation::None ? std::string_view("None") : activationName(a);
 }
 
+// The activation a spelling's part `name` is exactly the spelledActivation of, or nullopt.
+std::optional<Activation> activationSpelledAs(std::string_view name) {
+  const std::optional<Activation> a = parseActivation(name);
+  if (!a || spelledActivation(*a) != name) return std::nullopt;
+  return a;
+}
+
 // A name attachFusectlFunctions can give a float32 node: an op, an epilogue spelling, an
 // Elementwise spelling or an ExpandDepthwiseConv one.
 bool isFloat32Spelling(std::string_view op_type) {
@@ -233,16 +240,13 @@ std::string expandDepthwiseSpelling(Activation expand_activation, Activation act
 
 std::optional<std::pair<Activation, Activation>> decodeExpandDepthwiseSpelling(
     std::string_view op_type) {
-  if (op_type.substr(0, kExpandDepthwisePrefix.size()) != kExpandDepthwisePrefix)
-    return std::nullopt;
-  op_type.remove_prefix(kExpandDepthwisePrefix.size());
+  if (!consume(op_type, kExpandDepthwisePrefix)) return std::nullopt;
   // Activation names have no '_', so the pair splits at the only one.
   const size_t split = op_type.find('_');
   if (split == std::string_view::npos) return std::nullopt;
-  const std::string_view first = op_type.substr(0, split), second = op_type.substr(split + 1);
-  const std::optional<Activation> a = parseActivation(first), b = parseActivation(second);
-  if (!a || !b || spelledActivation(*a) != first || spelledActivation(*b) != second)
-    return std::nullopt;
+  const std::optional<Activation> a = activationSpelledAs(op_type.substr(0, split));
+  const std::optional<Activation> b = activationSpelledAs(op_type.substr(split + 1));
+  if (!a || !b) return std::nullopt;
   return std::pair{*a, *b};
 }
 
@@ -252,10 +256,9 @@ std::string groupNormSpelling(Activation activation) {
 }
 
 std::optional<Activation> decodeGroupNormSpelling(std::string_view op_type) {
-  if (op_type.substr(0, kGroupNormPrefix.size()) != kGroupNormPrefix) return std::nullopt;
-  op_type.remove_prefix(kGroupNormPrefix.size());
-  const std::optional<Activation> a = parseActivation(op_type);
-  if (!a || *a == Activation::None || activationName(*a) != op_type) return std::nullopt;
+  if (!consume(op_type, kGroupNormPrefix)) return std::nullopt;
+  const std::optional<Activation> a = activationSpelledAs(op_type);
+  if (!a || *a == Activation::None) return std::nullopt;  // a plain GroupNorm has no suffix
   return a;
 }
 

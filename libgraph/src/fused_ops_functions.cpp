@@ -94,25 +94,22 @@ struct Variant {
   Activation activation = Activation::None;
 };
 
-Variant variantOf(const Node& n, const FusedSpelling& s) {
-  Variant v{s.op, s.bias, s.residual, Activation::None};
-  if (s.plain) {
-    v.bias = n.input(2) != nullptr;
-    v.residual = n.input(3) != nullptr;
-  }
-  const std::string act = n.attrString("activation", "");
-  std::optional<Activation> a = parseActivation(act);
-  if (!a) throwInvalid(fmt::format("{}: unknown activation '{}'", n.label(), act));
-  v.activation = *a;
-  return v;
-}
-
 // The activation a node's string attribute `name` names.
 Activation nodeActivation(const Node& n, const std::string& name) {
   const std::string act = n.attrString(name, "");
   std::optional<Activation> a = parseActivation(act);
   if (!a) throwInvalid(fmt::format("{}: unknown {} '{}'", n.label(), name, act));
   return *a;
+}
+
+Variant variantOf(const Node& n, const FusedSpelling& s) {
+  Variant v{s.op, s.bias, s.residual, Activation::None};
+  if (s.plain) {
+    v.bias = n.input(2) != nullptr;
+    v.residual = n.input(3) != nullptr;
+  }
+  v.activation = nodeActivation(n, "activation");
+  return v;
 }
 
 std::string spelling(const Variant& v) {
@@ -341,21 +338,16 @@ void attachFusectlFunctions(Model& model) {
     DType dtype = DType::Float;
   };
   std::map<std::string, SpelledProgram> programs;
-  // ExpandDepthwiseConv spellings, one function per activation pair and element type.
-  struct SpelledPair {
-    Activation expand = Activation::None;
+  // Composite ops spelled by their activations (fused_ops.h): ExpandDepthwiseConv by its pair,
+  // a GroupNorm that has one by it. One function per spelling and element type.
+  struct SpelledByActivation {
+    const FusedOpInfo* op = nullptr;
+    Activation expand = Activation::None;  // ExpandDepthwiseConv's expansion
     Activation activation = Activation::None;
     std::string float32_name;
     DType dtype = DType::Float;
   };
-  std::map<std::string, SpelledPair> pairs;
-  // GroupNorm spellings with an activation, one function per activation and element type.
-  struct ActivatedNorm {
-    Activation activation = Activation::None;
-    std::string float32_name;
-    DType dtype = DType::Float;
-  };
-  std::map<std::string, ActivatedNorm> activated_norms;
+  std::map<std::string, SpelledByActivation> by_activation;
   forEachNode(*model.graph, [&](Node& n) {
     if (n.domain() != kFusectlDomain) return;
     const DType dtype = elementType(n);
@@ -378,32 +370,23 @@ void attachFusectlFunctions(Model& model) {
       if (n.opType() != name) n.graph()->setOpType(&n, name, std::string(kFusectlDomain));
       return;
     }
-    if (fusedOpBaseName(n.opType()) == "ExpandDepthwiseConv") {
+    const std::string_view base = fusedOpBaseName(n.opType());
+    const bool pair = base == "ExpandDepthwiseConv";
+    // A GroupNorm without an activation keeps its plain function, below.
+    if (pair || (base == "GroupNorm" && nodeActivation(n, "activation") != Activation::None)) {
       requireOpset();
       requireCastOpset(n, dtype, opset);
-      const Activation expand = nodeActivation(n, "expand_activation");
+      const Activation expand = pair ? nodeActivation(n, "expand_activation") : Activation::None;
       const Activation act = nodeActivation(n, "activation");
       makeParamsExplicit(n, expand, opset, "expand_activation_params");
       makeParamsExplicit(n, act, opset);
-      const std::string float32_name = expandDepthwiseSpelling(expand, act);
+      const std::string float32_name =
+          pair ? expandDepthwiseSpelling(expand, act) : groupNormSpelling(act);
       const std::string name = fusedDTypeSpelling(float32_name, dtype);
-      pairs.emplace(name, SpelledPair{expand, act, float32_name, dtype});
+      by_activation.emplace(name, SpelledByActivation{findFusedOp(base), expand, act,
+                                                      float32_name, dtype});
       if (n.opType() != name) n.graph()->setOpType(&n, name, std::string(kFusectlDomain));
       return;
-    }
-    if (fusedOpBaseName(n.opType()) == "GroupNorm") {
-      const Activation act = nodeActivation(n, "activation");
-      if (act != Activation::None) {
-        requireOpset();
-        requireCastOpset(n, dtype, opset);
-        makeParamsExplicit(n, act, opset);
-        const std::string float32_name = groupNormSpelling(act);
-        const std::string name = fusedDTypeSpelling(float32_name, dtype);
-        activated_norms.emplace(name, ActivatedNorm{act, float32_name, dtype});
-        if (n.opType() != name) n.graph()->setOpType(&n, name, std::string(kFusectlDomain));
-        return;
-      }
-      // Without an activation: the plain GroupNorm function, below.
     }
     const FusedOpInfo* op = findFusedOp(fusedOpBaseName(n.opType()));
     if (op && !op->takesEpilogue()) {
@@ -462,25 +445,17 @@ void attachFusectlFunctions(Model& model) {
     }
     model.functions.push_back(std::move(function));
   }
-  for (const auto& [name, p] : pairs) {
+  for (const auto& [name, a] : by_activation) {
     if (defined.count({std::string(kFusectlDomain), name})) continue;
-    std::string function = buildExpandDepthwiseFunction(p.float32_name, p.expand, p.activation,
-                                                        opset);
-    if (name != p.float32_name) {
-      function = castWrapped(function, name, p.float32_name, p.dtype,
-                             *findFusedOp("ExpandDepthwiseConv"));
-    }
+    std::string function =
+        a.op->name == "GroupNorm"
+            ? buildGroupNormFunctionWith(a.float32_name, a.activation, opset)
+            : buildExpandDepthwiseFunction(a.float32_name, a.expand, a.activation, opset);
+    if (name != a.float32_name)
+      function = castWrapped(function, name, a.float32_name, a.dtype, *a.op);
     model.functions.push_back(std::move(function));
   }
-  for (const auto& [name, a] : activated_norms) {
-    if (defined.count({std::string(kFusectlDomain), name})) continue;
-    std::string function = buildGroupNormFunctionWith(a.float32_name, a.activation, opset);
-    if (name != a.float32_name) {
-      function = castWrapped(function, name, a.float32_name, a.dtype, *findFusedOp("GroupNorm"));
-    }
-    model.functions.push_back(std::move(function));
-  }
-  if (!needed.empty() || !programs.empty() || !pairs.empty() || !activated_norms.empty()) {
+  if (!needed.empty() || !programs.empty() || !by_activation.empty()) {
     if (model.opsetVersion(kFusectlDomain) == 0) model.setOpsetVersion(kFusectlDomain, 1);
     if (model.ir_version < 8) model.ir_version = 8;
   }

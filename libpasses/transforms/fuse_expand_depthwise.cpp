@@ -65,17 +65,10 @@ uint64_t minExpandedBytes(const PassContext& ctx) {
 
 bool isConst(const Value* v) { return v && v->isConstant(); }
 
-// The static dims of `v`, or nullopt.
+// The dims of `v` where its shape is static, or nullopt.
 std::optional<std::vector<int64_t>> staticDims(const Value* v) {
-  if (!v) return std::nullopt;
-  const Shape& s = v->shape();
-  if (!s.hasRank()) return std::nullopt;
-  std::vector<int64_t> dims;
-  for (size_t i = 0; i < s.rank(); ++i) {
-    if (!s[i].isStatic()) return std::nullopt;
-    dims.push_back(s[i].value());
-  }
-  return dims;
+  if (!v || !v->shape().isStatic()) return std::nullopt;
+  return v->shape().staticDims();
 }
 
 bool allEqual(const std::vector<int64_t>& v, int64_t x) {
