@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/fused_ops.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/passes/fusion_catalog.h"
 #include "fusectl/passes/pattern.h"
@@ -169,6 +170,7 @@ int runMatch(const MatchCliOptions& opts) {
   LoadOptions load = loadOptions();
   load.input_shapes = parseShapeSpecs(opts.shapes);
   std::unique_ptr<Model> model = loadModel(opts.model, load);
+  unspellFusectlNodes(*model);  // as the passes see a saved model: FusedConv_Relu is a FusedConv
   const Graph& g = *model->graph;
 
   MatchOptions mo;

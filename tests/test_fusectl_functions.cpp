@@ -325,6 +325,83 @@ TEST_CASE("fusectl functions: attached functions pass the checker and compute th
   CHECK(golden_fused >= 20);
 }
 
+namespace {
+
+// A node as the passes see it: op, domain, inputs (trailing omitted ones dropped) and the
+// outputs the original had.
+std::string nodeShape(const Node& n, size_t outputs) {
+  std::vector<std::string> in;
+  for (const Value* v : n.inputs()) in.push_back(v ? v->name() : "");
+  while (!in.empty() && in.back().empty()) in.pop_back();
+  std::vector<std::string> out;
+  for (size_t i = 0; i < outputs && i < n.numOutputs(); ++i)
+    out.push_back(n.output(i) ? n.output(i)->name() : "");
+  return fmt::format("{}::{}({}) -> ({})", n.domain(), n.opType(), fmt::join(in, ", "),
+                     fmt::join(out, ", "));
+}
+
+}  // namespace
+
+TEST_CASE("fusectl functions: a saved model's spellings read back as the ops the passes wrote",
+          "[passes][functions]") {
+  std::vector<FusedCase> cases = allCases();
+  size_t renamed_total = 0;
+  for (const FusedCase& c : cases) {
+    INFO(c.name << "\n" << c.text);
+    auto original = parseModelText(c.text, c.name);
+    auto exported = parseModelText(c.text, c.name);
+    attachFusectlFunctions(*exported);
+    const std::string bytes = modelToBinary(*exported);
+    auto saved = fromProto(toProto(*exported), c.name + " (saved)");
+    renamed_total += unspellFusectlNodes(*saved);
+
+    // A composite op's node keeps the unread outputs the export named (nameEveryOutput).
+    const std::vector<Node*> nodes = original->graph->nodesSnapshot();
+    std::vector<std::string> want, got;
+    for (const Node* n : nodes) want.push_back(nodeShape(*n, n->numOutputs()));
+    for (const Node* n : saved->graph->nodes()) {
+      const size_t at = got.size();
+      got.push_back(nodeShape(*n, at < nodes.size() ? nodes[at]->numOutputs() : n->numOutputs()));
+    }
+    CHECK(got == want);
+    // Spelled again on export, with the saved functions: the saved bytes.
+    attachFusectlFunctions(*saved);
+    CHECK(modelToBinary(*saved) == bytes);
+  }
+  CHECK(renamed_total > cases.size());
+
+  // Where the attributes or the types contradict the name, the node keeps it (the schema check
+  // has its say on such a node at load).
+  auto contradicts = parseModelText(R"M(<ir_version: 8, opset_import: ["" : 13, "fusectl" : 1]>
+g (float[1, 2, 5, 5] X, float[3, 2, 3, 3] W, float[3] B, float[2, 8] L, float[8] S) => (float[1, 3, 3, 3] Y, float[1, 3, 3, 3] Y2, float[2, 8] N)
+{
+  Y = fusectl.FusedConv_Relu <activation = "Clip"> (X, W, B)
+  Y2 = fusectl.FusedConv_Add (X, W, B)
+  N = fusectl.Elementwise_0123456789abcdef <program = "t0 = Relu(x0)"> (L)
+}
+)M",
+                                    "contradicts");
+  CHECK(unspellFusectlNodes(*contradicts) == 0);
+  std::vector<std::string> kept;
+  for (const Node* n : contradicts->graph->nodes()) kept.push_back(n->opType());
+  CHECK(kept == std::vector<std::string>{"FusedConv_Relu", "FusedConv_Add",
+                                         "Elementwise_0123456789abcdef"});
+
+  // A float16 suffix goes where a value is typed float16, and stays where nothing is typed: it is
+  // then the only record of the element type.
+  auto half = parseModelText(R"(<ir_version: 8, opset_import: ["" : 13, "fusectl" : 1]>
+g (float16[2, 8] X, float16[8] S, float16[8] B) => (float16[2, 8] Y)
+{
+  Y = fusectl.LayerNorm_float16 <axis = -1, epsilon = 1e-5> (X, S, B)
+}
+)",
+                             "half");
+  CHECK(unspellFusectlNodes(*half) == 1);
+  CHECK(half->graph->firstNode()->opType() == "LayerNorm");
+  attachFusectlFunctions(*half);
+  CHECK(half->graph->firstNode()->opType() == "LayerNorm_float16");
+}
+
 TEST_CASE("fusectl functions: renaming, explicit parameters and imports", "[passes][functions]") {
   auto m = parseModelText(R"(<ir_version: 7, opset_import: ["" : 11]>
 g (float[1, 2, 5, 5] X, float[3, 2, 3, 3] W, float[1, 3, 3, 3] Z) => (float[1, 3, 3, 3] Y)

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/fused_ops.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/passes/fusion_catalog.h"
 #include "fusectl/passes/optimize.h"
@@ -245,6 +246,7 @@ TEST_CASE("catalog: a rejected rule is never applied", "[catalog]") {
     // written (a Div stays a Div instruction), which would hide the match this counts.
     o3.disable = {"fuse-elementwise"};
     optimize(*model, o3);
+    unspellFusectlNodes(*model);  // as `match` reads the saved model: FusedConv_Clip is a FusedConv
     size_t after = 0;
     for (const Pattern& p : r.variants) after += matchCount(*model, p);
     CHECK(after == before);
@@ -419,4 +421,27 @@ TEST_CASE("fusectl match --explain names an opt-in rule that would match, with i
   REQUIRE(asked.code == 0);
   CHECK(!contains(asked.out, "would match"));
   CHECK(runFusectl("dump " + shellQuote(merged)).out.find("1  MatMul") != std::string::npos);
+}
+
+TEST_CASE("fusectl match reads a model saved after -O3 as the passes do", "[catalog][cli]") {
+  // The saved model spells its FusedConvs by their functions (FusedConv_Clip...); match, like
+  // the passes, reads them as FusedConv, so the size rule still names the pair -O3 declined.
+  fusectl::testing::TempDir dir("catalog-match-saved");
+  const std::string model = dir / "pair.onnxtxt", saved = dir / "pair.opt.onnx";
+  std::ofstream(model) << heldBackExamples().at("expand-depthwise-within-l2");
+  using fusectl::test::shellQuote;
+  REQUIRE(runFusectl("optimize " + shellQuote(model) + " -O3 -o " + shellQuote(saved)).code == 0);
+  CliRun dump = runFusectl("dump " + shellQuote(saved));
+  INFO(dump.out);
+  REQUIRE(contains(dump.out, "fusectl.FusedConv_"));
+
+  CliRun explain = runFusectl("match " + shellQuote(saved) + " --catalog fuse-expand-depthwise --explain");
+  INFO(explain.out << explain.err);
+  REQUIRE(explain.code == 0);
+  CHECK(contains(explain.out, "rejected rule expand-depthwise-within-l2"));
+  CHECK(contains(explain.out, "would match: "));
+
+  CliRun plain = runFusectl("match " + shellQuote(saved) + " --pattern 'c:fusectl::FusedConv'");
+  INFO(plain.out);
+  CHECK(contains(plain.out, "2 candidates, 2 matches"));
 }

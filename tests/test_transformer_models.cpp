@@ -292,6 +292,31 @@ TEST_CASE("transformer models: -O3 is byte-deterministic and idempotent", "[tran
   }
 }
 
+TEST_CASE("transformer models: --emit ort on a model saved after -O3 lowers its MatMul epilogues",
+          "[transformer][emit-ort]") {
+  // The saved model names its fused nodes by their functions (FusedMatMul_Gelu); the passes
+  // read them back as the ops they match on (unspellFusectlNodes), so emit-ort finds them.
+  passes::OptimizeRequest o3;
+  o3.level = 3;
+  auto model = load("bert_op17");
+  passes::optimize(*model, o3);
+  auto count = [](const std::map<std::string, size_t>& ops, const std::string& op) {
+    auto it = ops.find(op);
+    return it == ops.end() ? size_t{0} : it->second;
+  };
+  REQUIRE(count(opHistogram(*model->graph), "fusectl::FusedMatMul_Gelu") == 2);
+  auto saved = parseModelBinary(modelToBinary(*model), "bert_op17 (saved after -O3)", ".");
+  passes::OptimizeRequest emit = o3;
+  emit.pass_manager.emit_ort = true;
+  passes::optimize(*saved, emit);
+  const auto ops = opHistogram(*saved->graph);
+  CHECK(count(ops, "com.microsoft::BiasGelu") == 2);
+  for (const auto& [op, n] : ops) {
+    INFO(op);
+    CHECK(op.rfind("fusectl::FusedMatMul", 0) != 0);
+  }
+}
+
 TEST_CASE("transformer models: the --emit ort output runs in ONNX Runtime as the original does",
           "[transformer][emit-ort][ort]") {
   // The contrib ops each model gets (com.microsoft, and ONNX Runtime's ONNX-domain

@@ -23,6 +23,7 @@
 // stay as they are.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -306,6 +307,84 @@ std::string fusedOpSpelling(const Node& node) {
   return fusedDTypeSpelling(spelling(variantOf(node, *s)), elementType(node));
 }
 
+namespace {
+
+// Renames a spelled fusectl node back to the op it spells, as the passes write it: the base op,
+// its dtype suffix dropped, an epilogue op's bias and residual at inputs 2 and 3. False for a
+// node that is no spelling, and for one whose attributes contradict its name or whose values'
+// types contradict its suffix (left as they are: the schema check reports those).
+bool unspell(Node& n) {
+  std::string_view float32_spelling = n.opType();
+  if (const std::optional<DType> dtype = fusedSpellingDType(n.opType())) {
+    // The suffix is the only record of the element type where no value is typed.
+    const Value* typed = n.output(0) && n.output(0)->dtype() != DType::Undefined ? n.output(0)
+                         : n.input(0) && n.input(0)->dtype() != DType::Undefined ? n.input(0)
+                                                                                : nullptr;
+    if (!typed || typed->dtype() != *dtype) return false;
+    float32_spelling.remove_suffix(dtypeName(*dtype).size() + 1);
+  }
+  auto activationIs = [&](const std::string& attribute, Activation a) {
+    std::optional<Activation> named = parseActivation(n.attrString(attribute, ""));
+    return named && *named == a;
+  };
+  std::string base;
+  if (fusedOpBaseName(float32_spelling) == "Elementwise" && float32_spelling != "Elementwise") {
+    if (elementwiseSpelling(n.attrString("program", "")) != float32_spelling) return false;
+    base = "Elementwise";
+  } else if (auto pair = decodeExpandDepthwiseSpelling(float32_spelling)) {
+    if (!activationIs("expand_activation", pair->first) ||
+        !activationIs("activation", pair->second))
+      return false;
+    base = "ExpandDepthwiseConv";
+  } else if (auto act = decodeGroupNormSpelling(float32_spelling)) {
+    if (!activationIs("activation", *act)) return false;
+    base = "GroupNorm";
+  } else if (auto s = decodeFusedSpelling(float32_spelling)) {
+    if (s->plain) {
+      base = std::string(s->op->name);
+    } else {
+      const FusedOperandSlots slots = *fusedOperandSlots(float32_spelling);
+      if (n.numInputs() != slots.exact_inputs || !activationIs("activation", s->activation))
+        return false;
+      std::vector<Value*> inputs = {n.input(0), n.input(1),
+                                    slots.bias ? n.input(*slots.bias) : nullptr,
+                                    slots.residual ? n.input(*slots.residual) : nullptr};
+      while (inputs.back() == nullptr) inputs.pop_back();
+      rebuild(n, std::string(s->op->name), std::move(inputs));
+      return true;
+    }
+  } else if (findFusedOp(float32_spelling)) {
+    base = std::string(float32_spelling);
+  } else {
+    return false;
+  }
+  if (base == n.opType()) return false;
+  n.graph()->setOpType(&n, base, std::string(kFusectlDomain));
+  return true;
+}
+
+// The fusectl-domain functions no node of `g` or its subgraphs calls.
+void collectCalledFusectlOps(const Graph& g, std::set<std::string>& called) {
+  for (const Node* n : g.nodes()) {
+    if (n->domain() == kFusectlDomain) called.insert(n->opType());
+    for (const Attribute& a : n->attributes()) {
+      if (a.g) collectCalledFusectlOps(*a.g, called);
+      for (const auto& sub : a.graphs)
+        if (sub) collectCalledFusectlOps(*sub, called);
+    }
+  }
+}
+
+}  // namespace
+
+size_t unspellFusectlNodes(Model& model) {
+  size_t renamed = 0;
+  forEachNode(*model.graph, [&](Node& n) {
+    if (n.domain() == kFusectlDomain && unspell(n)) ++renamed;
+  });
+  return renamed;
+}
+
 void attachFusectlFunctions(Model& model) {
   const int64_t opset = model.opsetVersion("");
   std::set<std::pair<std::string, std::string>> defined;  // (domain, name) in model.functions
@@ -455,6 +534,17 @@ void attachFusectlFunctions(Model& model) {
       function = castWrapped(function, name, a.float32_name, a.dtype, *a.op);
     model.functions.push_back(std::move(function));
   }
+  // A function no node calls any more (a saved model's, after the passes replaced its nodes)
+  // goes: the output is then what optimizing the original gives.
+  std::set<std::string> called;
+  collectCalledFusectlOps(*model.graph, called);
+  model.functions.erase(
+      std::remove_if(model.functions.begin(), model.functions.end(),
+                     [&](const std::string& bytes) {
+                       const auto id = functionIdOf(bytes);
+                       return id && id->first == kFusectlDomain && !called.count(id->second);
+                     }),
+      model.functions.end());
   if (!needed.empty() || !programs.empty() || !by_activation.empty()) {
     if (model.opsetVersion(kFusectlDomain) == 0) model.setOpsetVersion(kFusectlDomain, 1);
     if (model.ir_version < 8) model.ir_version = 8;

@@ -14,13 +14,6 @@ namespace fusectl::passes {
 // tensor at least min_bytes and under below_bytes (the pass: its option and no bound above).
 Constraint expandDepthwisePair(uint64_t min_bytes, uint64_t below_bytes);
 
-// "fusectl::FusedConv|FusedConv_Relu|...": a FusedConv without a residual under every name it
-// has, FusedConv in memory while passes run and its spelling (FusedConv_Clip, fused_ops.h) in a
-// saved model or at the end of PassManager::run. A spelling without _Add keeps X, W and the
-// bias at inputs 0-2, as the conditions read them, and its `activation` attribute agrees with
-// its name (the kernels hold it to that).
-std::string fusedConvWithoutResidualOps();
-
 // min-expanded-bytes as passes.def declares its default.
 uint64_t defaultMinExpandedBytes();
 

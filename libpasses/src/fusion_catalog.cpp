@@ -150,8 +150,7 @@ Pattern divBySqrtToReciprocal() {
 
 // Every condition of the pass holds but the expanded tensor is under its threshold (one L2).
 Pattern expandDepthwiseWithinL2() {
-  const std::string conv = fusedConvWithoutResidualOps();
-  Pattern p = Pattern::parse(fmt::format("e:{} -> 0:^d:{}", conv, conv),
+  Pattern p = Pattern::parse("e:fusectl::FusedConv -> 0:^d:fusectl::FusedConv",
                              "expand-depthwise-within-l2");
   p.require(expandDepthwisePair(0, defaultMinExpandedBytes()));
   return p.producing({"ExpandDepthwiseConv"});

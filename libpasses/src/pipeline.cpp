@@ -539,6 +539,8 @@ bool PassManager::run(Model& model, const Pipeline& pipeline, Report& report) {
   }
   report.pipeline = pipeline.str();
   report.before = GraphFigures::of(*model.graph);
+  // A model saved by fusectl names its fused nodes by their functions; the passes match the ops.
+  unspellFusectlNodes(model);
   Runner runner(options_, model, report);
   runner.dump("00-input");
   bool changed = runner.runList(pipeline.elements, 1);

@@ -8,11 +8,11 @@
 //                                                 expand_activation, activation> -> Y
 //
 // Either Conv may be a plain Conv or a FusedConv without a residual (fuse-epilogue, which runs
-// first, has taken each one's activation into it), the latter also under its spellings
-// (FusedConv_Clip...), so that a model saved after -O3 by an older fusectl fuses too.
+// first, has taken each one's activation into it; a model saved after -O3 by an older fusectl
+// has its FusedConv_Clip... read back as FusedConv before the passes, unspellFusectlNodes).
 // Candidates are the grouped convolutions. Form matched, once per pair of op types (a pattern
 // node has one domain):
-//   expand-depthwise   e:Conv|fusectl::FusedConv[_<spelling>] -> 0:^d:(the same)
+//   expand-depthwise   e:Conv|fusectl::FusedConv -> 0:^d:(the same)
 //
 // Conditions, checked in this order (each failure is a reported rejection):
 //  1. E is read by the depthwise Conv only, as its data input, and is no graph output.
@@ -209,16 +209,6 @@ Constraint expandDepthwisePair(uint64_t min_bytes, uint64_t below_bytes) {
           }};
 }
 
-std::string fusedConvWithoutResidualOps() {
-  std::vector<std::string> names;
-  forEachFusedSpelling("FusedConv", [&](const std::string& name) {
-    const std::optional<FusedSpelling> s = decodeFusedSpelling(name);
-    if (s && !s->residual && std::find(names.begin(), names.end(), name) == names.end())
-      names.push_back(name);
-  });
-  return fmt::format("fusectl::{}", fmt::join(names, "|"));
-}
-
 uint64_t defaultMinExpandedBytes() {
   for (const PassOption& o : passOptions(FuseExpandDepthwisePassInfo.name))
     if (o.name == "min-expanded-bytes") return std::stoull(std::string(o.default_value));
@@ -230,9 +220,8 @@ namespace {
 // One pattern per pair of op types: a pattern node has one domain.
 std::vector<Pattern> build(uint64_t min_bytes) {
   std::vector<Pattern> out;
-  const std::string fused = fusedConvWithoutResidualOps();
-  for (const std::string& d : {std::string("Conv"), fused}) {
-    for (const std::string& e : {std::string("Conv"), fused}) {
+  for (const char* d : {"Conv", "fusectl::FusedConv"}) {
+    for (const char* e : {"Conv", "fusectl::FusedConv"}) {
       out.push_back(Pattern::parse(fmt::format("e:{} -> 0:^d:{}", e, d), "expand-depthwise"));
       out.back().require(expandDepthwisePair(min_bytes, UINT64_MAX));
       out.back().producing({"ExpandDepthwiseConv"});

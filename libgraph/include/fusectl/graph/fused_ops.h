@@ -221,8 +221,18 @@ std::string fusedDTypeSpelling(std::string_view float32_spelling, DType dtype);
 // ir_version to 8 (model-local functions). Idempotent: a second call changes nothing. Throws
 // fusectl::Error(Unsupported) for a fusectl op it cannot define and the model does not define
 // either, for a model without a default-domain opset import, or for a bfloat16 node below
-// opset 13 (float16 below 6), where Cast does not take the type. PassManager::run calls it.
+// opset 13 (float16 below 6), where Cast does not take the type. Functions of the fusectl domain
+// that no node calls any more are dropped. PassManager::run calls it.
 void attachFusectlFunctions(Model& model);
+
+// The inverse of attachFusectlFunctions's renaming, for a model saved by fusectl: each spelled
+// fusectl node (main graph and subgraphs) gets back the op name the passes match on
+// ("FusedConv_NoBias_Add_Relu" -> FusedConv with its residual at input 3, "LayerNorm_float16"
+// -> LayerNorm, "Elementwise_<hash>" -> Elementwise, "GroupNorm_Silu" -> GroupNorm). A node
+// whose attributes or value types contradict its spelling keeps it. The model's functions stay;
+// attachFusectlFunctions reuses those still called and drops the others. Returns the number of
+// nodes renamed. PassManager::run calls it before the first pass.
+size_t unspellFusectlNodes(Model& model);
 
 // True when fused_ops_composite.cpp has a function body for the composite op `op_type`
 // (tests hold that every composite op has one).
