@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <set>
 #include <stdexcept>
 
 #include "shell_util.h"
@@ -607,16 +608,22 @@ TEST_CASE("executor: seeded integer inputs named as masks or token types are 0 a
 TEST_CASE("executor: seeded integer inputs follow their uses whatever their names") {
   // "m" reaches Sub after an Unsqueeze and a Cast to float: a mask, 0/1. "t" indexes a constant
   // 3-row table through a Reshape: [0, 3). "ids" indexes a 12-row table and "n" is added as an
-  // integer: [0, 10) as before. "both" indexes the 3-row table and is also a mask: 0/1.
+  // integer: [0, 10) as before. "both" indexes the 3-row table and is also a mask: 0/1. "e" is
+  // tested by Equal against a Constant 0 and "b" cast to bool, each on its way to a Where: 0/1.
+  // "k" is tested against 5, which says nothing of a flag: [0, 10). "ids2" indexes the 12-row
+  // table and is compared with 0 (the padding id building a mask): ids, [0, 10).
   const auto model = parseModelText(R"(
 <ir_version: 8, opset_import: ["" : 17]>
-g (int64[1, 64] m, int64[1, 64] t, int64[1, 64] ids, int64[1, 64] n, int64[1, 64] both)
+g (int64[1, 64] m, int64[1, 64] t, int64[1, 64] ids, int64[1, 64] n, int64[1, 64] both,
+   int64[1, 64] e, int64[1, 64] b, int64[1, 64] k, int64[1, 64] ids2)
     => (float[1, 1, 64] logits, float[1, 64, 4] small, float[1, 64, 1] big, int64[1, 64] sum,
-        float[1, 64, 4] both_rows, float[1, 64] both_mask) <
+        float[1, 64, 4] both_rows, float[1, 64] both_mask, float[1, 64] e_scores,
+        float[1, 64] b_scores, bool[1, 64] k_five, float[1, 64, 1] big2, bool[1, 64] pad2) <
   float[3, 4] small_table = {1,2,3,4,5,6,7,8,9,10,11,12},
   float[12, 1] big_table = {1,2,3,4,5,6,7,8,9,10,11,12},
   int64[1] axis1 = {1},
-  int64[2] shape = {1, 64}
+  int64[2] shape = {1, 64},
+  int64 five = {5}
 > {
   u = Unsqueeze(m, axis1)
   f = Cast<to = 1>(u)
@@ -629,11 +636,21 @@ g (int64[1, 64] m, int64[1, 64] t, int64[1, 64] ids, int64[1, 64] n, int64[1, 64
   both_rows = Gather(small_table, both)
   bf = Cast<to = 1>(both)
   both_mask = Mul(bf, bf)
+  zero = Constant<value = int64 {0}>()
+  padding = Equal(e, zero)
+  low = Constant<value = float {-10000.0}>()
+  e_scores = Where(padding, low, one)
+  keep = Cast<to = 9>(b)
+  b_scores = Where(keep, one, low)
+  k_five = Equal(k, five)
+  big2 = Gather(big_table, ids2)
+  pad2 = Equal(ids2, zero)
 }
 )",
                                     "<seeded uses>");
   const std::vector<NamedTensor> inputs = makeRandomInputs(*model->graph, 0);
-  REQUIRE(inputs.size() == 5);
+  REQUIRE(inputs.size() == 9);
+  const std::set<std::string> flags = {"m", "both", "e", "b"};
   for (const NamedTensor& t : inputs) {
     INFO(t.name);
     int64_t lo = 100, hi = -1;
@@ -643,11 +660,11 @@ g (int64[1, 64] m, int64[1, 64] t, int64[1, 64] ids, int64[1, 64] n, int64[1, 64
     }
     CHECK(lo == 0);
     // 64 draws take every value of a range this small.
-    CHECK(hi == (t.name == "m" || t.name == "both" ? 1 : t.name == "t" ? 2 : 9));
+    CHECK(hi == (flags.count(t.name) ? 1 : t.name == "t" ? 2 : 9));
   }
   // And the model runs on them: no index past its table.
   Executor ex(*model);  // the global registry: testOptions() has only this file's kernels
-  CHECK(ex.run(inputs).size() == 6);
+  CHECK(ex.run(inputs).size() == 11);
 }
 
 TEST_CASE("executor: the random generator is pinned to PCG32 values") {

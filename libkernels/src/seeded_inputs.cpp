@@ -73,11 +73,17 @@ bool zeroOneByName(const std::string& name) {
 //   name);
 // - Cast to a floating type and then arithmetic (Sub, Mul, Add, Div): a 0/1 flag, as a
 //   transformer's mask is on its way to (1 - mask) * -10000 (see zeroOneByName), whatever the
-//   input's name.
+//   input's name;
+// - Equal with a constant of 0s and 1s, or a Cast to bool: a 0/1 flag, as a mask is on its way
+//   to Where(Equal(mask, 0), -inf, scores) or Where(Cast<bool>(mask), scores, -inf); but not
+//   a value that also indexes a Gather: token ids compared with the padding id stay ids.
 // Returns the exclusive upper bound the uses allow, at most `ints`.
 struct UseBound {
   uint32_t ints;
+  bool indexes = false;       // read as Gather indices
+  bool tested_as_flag = false;  // compared with 0 or 1 by Equal
   void gather(const Node& n) {
+    indexes = true;
     const Value* table = n.input(0);
     if (!table || !table->isInitializer()) return;
     const std::vector<int64_t>& dims = table->initializer()->dims();
@@ -85,6 +91,23 @@ struct UseBound {
     if (axis < 0) axis += static_cast<int64_t>(dims.size());
     if (axis < 0 || axis >= static_cast<int64_t>(dims.size()) || dims[axis] <= 0) return;
     ints = static_cast<uint32_t>(std::min<int64_t>(ints, dims[axis]));
+  }
+  // Equal(v, c) with c a constant whose every element is 0 or 1: a mask tested for its padding
+  // on its way to a Where (`Where(Equal(mask, 0), -inf, scores)`).
+  static bool comparedWithFlag(const Node& equal, size_t input) {
+    const Value* other = equal.input(input == 0 ? 1 : 0);
+    if (!other) return false;
+    const Tensor* c = other->isConstant() ? other->initializer() : nullptr;
+    if (const Node* p = other->producer(); p && p->opType() == "Constant" && p->domain().empty()) {
+      const Attribute* value = p->attr("value");
+      if (value && value->kind == AttrKind::Tensor) c = &value->t.tensor();
+    }
+    if (!c || c->numel() == 0 || c->numel() > 64) return false;
+    for (int64_t i = 0; i < c->numel(); ++i) {
+      const double x = c->valueAsDouble(i);
+      if (x != 0 && x != 1) return false;
+    }
+    return true;
   }
   // `floating`: the value has been cast to a floating type on the way here.
   void walk(const Value& v, bool floating, int depth) {
@@ -97,8 +120,15 @@ struct UseBound {
         gather(n);
       } else if (floating && (op == "Sub" || op == "Mul" || op == "Add" || op == "Div")) {
         ints = std::min<uint32_t>(ints, 2);
+      } else if (!floating && op == "Equal" && comparedWithFlag(n, u.input)) {
+        tested_as_flag = true;
       } else if (op == "Cast") {
-        const bool to_floating = dtypeIsFloat(static_cast<DType>(n.attrInt("to", 0)));
+        const DType to = static_cast<DType>(n.attrInt("to", 0));
+        if (to == DType::Bool) {
+          ints = std::min<uint32_t>(ints, 2);
+          continue;
+        }
+        const bool to_floating = dtypeIsFloat(to);
         if (n.output(0)) walk(*n.output(0), floating || to_floating, depth + 1);
       } else if ((op == "Reshape" || op == "Unsqueeze" || op == "Squeeze" || op == "Flatten" ||
                   op == "Expand" || op == "Identity" || op == "Transpose" || op == "Slice") &&
@@ -112,6 +142,8 @@ struct UseBound {
 uint32_t intBoundByUse(const Value& input, uint32_t ints) {
   UseBound bound{ints};
   bound.walk(input, false, 0);
+  // Token ids compared with the padding id (Equal(input_ids, 0) building the mask) stay ids.
+  if (bound.tested_as_flag && !bound.indexes) bound.ints = std::min<uint32_t>(bound.ints, 2);
   return std::max<uint32_t>(bound.ints, 1);
 }
 

@@ -27,8 +27,10 @@ std::vector<int64_t> concreteInputDims(const Value& input, const Shape* override
 // An integer input's uses narrow that range, whatever its name (looking through Reshape,
 // Unsqueeze, Cast and other ops that pass values on): Gather indices into a constant table stay
 // below its length on the gathered axis, and a value cast to a floating type and then used in
-// Sub/Mul/Add/Div (a mask on its way to additive logits) is 0/1. A mask that reaches its
-// arithmetic another way (through Where or Equal, or a fusectl op) counts by its name only.
+// Sub/Mul/Add/Div (a mask on its way to additive logits), or cast to bool, or compared by Equal
+// with a constant of 0s and 1s (a mask on its way to a Where; not a value that also indexes a
+// Gather: token ids compared with the padding id), is 0/1. A mask that reaches a
+// fusectl op directly counts by its name only.
 // `shapes` overrides input dims by name (an unknown name throws).
 std::vector<NamedTensor> makeRandomInputs(
     const Graph& graph, uint64_t seed,
