@@ -1121,9 +1121,10 @@ TEST_CASE("The implicit im2col convolution equals the im2col matrix's bit for bi
   // input: the same values in the same order as packing them from an im2col matrix, so the
   // result must be identical, not merely close. The cases cover the phase split (strides 2 and
   // 3, unequal strides, dilation with stride, kernels narrower than the stride), pads on every
-  // side, groups, 1-D, output rows of 1-9 pixels (a 16-lane group spans up to 16 rows; more than
-  // five go the scalar way), K over two GEMM slices, two images, and both products (channels by
-  // pixels, and pixels by channels on 7x7 and 9x9 planes with 64+ channels).
+  // side, groups, 1-D, 3-D (depth phases, (2+1)-D windows), output rows of 1-9 pixels (a 16-lane
+  // group spans up to 16 rows; more than five go the scalar way), K over two GEMM slices, two
+  // images, and both products (channels by pixels, and pixels by channels on 7x7 and 9x9 planes
+  // with 64+ channels).
   const std::vector<ConvSpec> cases = {
       {{1, 3, 23, 23}, 16, {7, 7}, {2, 2}, {1, 1}, {3, 3, 3, 3}},  // a ResNet stem
       {{2, 5, 19, 17}, 12, {3, 3}, {2, 2}, {1, 1}, {1, 0, 0, 1}},  // uneven pads, two images
@@ -1142,6 +1143,13 @@ TEST_CASE("The implicit im2col convolution equals the im2col matrix's bit for bi
       {{2, 24, 14, 14}, 96, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},    // pixels x channels, 7x7
       {{1, 20, 9, 9}, 64, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},      // pixels x channels, 9x9
       {{1, 70, 13, 13}, 64, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},    // the same, K in 2 slices
+      // 3-D (a video model's): phases along depth too.
+      {{1, 4, 6, 9, 10}, 8, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}},
+      {{2, 3, 7, 11, 12}, 6, {3, 5, 3}, {2, 2, 1}, {1, 1, 1}, {1, 2, 0, 1, 2, 1}},
+      {{1, 5, 9, 8, 9}, 7, {3, 3, 3}, {3, 2, 2}, {2, 1, 1}, {2, 1, 1, 2, 1, 1}},
+      {{1, 4, 4, 10, 10}, 6, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1, 0, 1, 1}},  // (2+1)-D
+      {{1, 6, 4, 6, 6}, 6, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, 2},  // groups
+      {{1, 40, 3, 7, 7}, 64, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}},  // pixel rows
   };
   EachKernel kernels;
   int id = 0;
@@ -1179,8 +1187,8 @@ TEST_CASE("The implicit im2col convolution equals the im2col matrix's bit for bi
       }
     }
   }
-  // Where it applies: 1-D and 2-D windows of more than one tap, not where the padded planes
-  // would outgrow the input by far.
+  // Where it applies: 1-D, 2-D and 3-D windows of more than one tap (a 3-D one with more than
+  // one in the plane), not where the padded planes would outgrow the input by far.
   const auto window = [](Dims in, Dims k, Dims s, Dims d, Dims out) {
     Window w;
     w.in = in;
@@ -1195,7 +1203,14 @@ TEST_CASE("The implicit im2col convolution equals the im2col matrix's bit for bi
   CHECK(ImplicitIm2col::applies(window({56, 56}, {3, 3}, {2, 2}, {1, 1}, {28, 28})));
   CHECK(ImplicitIm2col::applies(window({23}, {4}, {2}, {1}, {11})));
   CHECK_FALSE(ImplicitIm2col::applies(window({56, 56}, {1, 1}, {2, 2}, {1, 1}, {28, 28})));
-  CHECK_FALSE(ImplicitIm2col::applies(window({5, 6, 7}, {3, 2, 3}, {1, 1, 1}, {1, 1, 1},
-                                             {3, 5, 5})));
+  CHECK(ImplicitIm2col::applies(window({5, 6, 7}, {3, 2, 3}, {1, 1, 1}, {1, 1, 1}, {3, 5, 5})));
+  CHECK_FALSE(ImplicitIm2col::applies(window({4, 5, 6, 7}, {2, 3, 2, 3}, {1, 1, 1, 1},
+                                             {1, 1, 1, 1}, {3, 3, 5, 5})));
+  CHECK_FALSE(ImplicitIm2col::applies(window({5, 6, 7}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1},
+                                             {5, 6, 7})));
+  // A temporal window (k x 1 x 1) keeps the im2col matrix, which measured faster there.
+  CHECK_FALSE(ImplicitIm2col::applies(window({5, 6, 7}, {3, 1, 1}, {1, 1, 1}, {1, 1, 1},
+                                             {3, 6, 7})));
+  CHECK(ImplicitIm2col::applies(window({5, 6, 7}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {5, 4, 5})));
   CHECK_FALSE(ImplicitIm2col::applies(window({4, 4}, {3, 3}, {1, 1}, {200, 200}, {1, 1})));
 }

@@ -2,6 +2,7 @@
 #include "conv_implicit.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string_view>
 
@@ -22,14 +23,14 @@ struct PanelRuns {
   int64_t begin[64], end[64], delta[64];
 };
 
-void panelRuns(int64_t pixel, int64_t n, int64_t OW, int64_t Wp, PanelRuns& runs) {
+void panelRuns(int64_t pixel, int64_t n, const RowGeometry& g, PanelRuns& runs) {
   runs.count = 0;
   for (int64_t lane = 0; lane < n;) {
-    const int64_t p = pixel + lane, oh = p / OW, ow = p % OW;
-    const int64_t len = std::min(OW - ow, n - lane);
+    const int64_t p = pixel + lane, row = p / g.OW, ow = p % g.OW;
+    const int64_t len = std::min(g.OW - ow, n - lane);
     runs.begin[runs.count] = lane;
     runs.end[runs.count] = lane + len;
-    runs.delta[runs.count] = oh * Wp + ow - lane;
+    runs.delta[runs.count] = g.rowStart(row) + ow - lane;
     ++runs.count;
     lane += len;
   }
@@ -128,7 +129,12 @@ FUSECTL_AVX512 bool packPanelAvx512(const float* planes, const int64_t* k_offset
 
 bool ImplicitIm2col::applies(const Window& w) {
   const size_t r = w.rank();
-  if (r < 1 || r > 2 || product(w.kernel) <= 1) return false;
+  if (r < 1 || r > 3 || product(w.kernel) <= 1) return false;
+  // A 3-D window with one tap in the plane (R(2+1)D's temporal k x 1 x 1) reads whole input
+  // planes per tap, which the im2col matrix copies row by row as fast: R(2+1)D-18's four
+  // 144 -> 64 ones at 8x28x28 took 3.1-3.7 ms that way against 3.4-5.4 ms from phase planes
+  // (bench/README.md, "3-D convolutions from phase planes").
+  if (r == 3 && w.kernel[1] * w.kernel[2] == 1) return false;
   double in = 1, planes = 1;  // in double: no overflow for however large a window
   for (size_t i = 0; i < r; ++i) {
     if (w.out[i] <= 0) return false;
@@ -143,79 +149,85 @@ bool ImplicitIm2col::applies(const Window& w) {
 }
 
 ImplicitIm2col::ImplicitIm2col(const Window& w, int64_t channels) : channels_(channels) {
-  const size_t r = w.rank();
-  const size_t h = r == 2 ? 0 : SIZE_MAX, x = r - 1;  // 1-D as 2-D with height 1
-  const auto dim = [h](const std::vector<int64_t>& v, int64_t one) {
-    return h == SIZE_MAX ? one : v[h];
+  // Axis 0 is depth, 1 height, 2 width; a 1-D or 2-D window has the leading ones of size 1.
+  const size_t lead = 3 - w.rank();
+  const auto dim = [lead](const std::vector<int64_t>& v, size_t axis, int64_t one) {
+    return axis < lead ? one : v[axis - lead];
   };
-  H_ = dim(w.in, 1);
-  W_ = w.in[x];
-  OH_ = dim(w.out, 1);
-  OW_ = w.out[x];
-  SH_ = dim(w.strides, 1);
-  SW_ = w.strides[x];
-  PH_ = dim(w.pad_begin, 0);
-  PW_ = w.pad_begin[x];
-  const int64_t KH = dim(w.kernel, 1), KW = w.kernel[x];
-  const int64_t DH = dim(w.dilations, 1), DW = w.dilations[x];
-  Hp_ = OH_ + (KH - 1) * DH / SH_;
-  Wp_ = OW_ + (KW - 1) * DW / SW_;
-  plane_ = Hp_ * Wp_;
-  // The phases some tap reads, in order of first use.
-  std::vector<int64_t> phase_of_tap(static_cast<size_t>(KH * KW));
-  for (int64_t kh = 0; kh < KH; ++kh) {
-    for (int64_t kw = 0; kw < KW; ++kw) {
-      const int64_t a = kh * DH % SH_, b = kw * DW % SW_;
-      int64_t u = 0;
-      const int64_t known = static_cast<int64_t>(phase_row_.size());
-      while (u < known && !(phase_row_[u] == a && phase_col_[u] == b)) ++u;
-      if (u == known) {
-        phase_row_.push_back(a);
-        phase_col_.push_back(b);
-      }
-      phase_of_tap[kh * KW + kw] = u;
-    }
+  int64_t K[3], Dil[3];
+  for (size_t a = 0; a < 3; ++a) {
+    in_[a] = dim(w.in, a, 1);
+    out_[a] = dim(w.out, a, 1);
+    stride_[a] = dim(w.strides, a, 1);
+    pad_[a] = dim(w.pad_begin, a, 0);
+    K[a] = dim(w.kernel, a, 1);
+    Dil[a] = dim(w.dilations, a, 1);
+    padded_[a] = out_[a] + (K[a] - 1) * Dil[a] / stride_[a];
   }
-  phases_ = static_cast<int64_t>(phase_row_.size());
-  k_offset_.resize(static_cast<size_t>(channels_ * KH * KW));
+  rows_ = {out_[2], out_[1], padded_[2], padded_[1]};
+  plane_ = padded_[0] * padded_[1] * padded_[2];
+  // The phases some tap reads, in order of first use.
+  const int64_t taps = K[0] * K[1] * K[2];
+  std::vector<int64_t> phase_of_tap(static_cast<size_t>(taps));
+  for (int64_t t = 0; t < taps; ++t) {
+    const int64_t kk[3] = {t / (K[1] * K[2]), t / K[2] % K[1], t % K[2]};
+    std::array<int64_t, 3> phase;
+    for (size_t a = 0; a < 3; ++a) phase[a] = kk[a] * Dil[a] % stride_[a];
+    const auto known = std::find(phase_.begin(), phase_.end(), phase);
+    phase_of_tap[t] = known - phase_.begin();
+    if (known == phase_.end()) phase_.push_back(phase);
+  }
+  phases_ = static_cast<int64_t>(phase_.size());
+  k_offset_.resize(static_cast<size_t>(channels_ * taps));
   for (int64_t c = 0; c < channels_; ++c) {
-    for (int64_t kh = 0; kh < KH; ++kh) {
-      for (int64_t kw = 0; kw < KW; ++kw) {
-        const int64_t u = phase_of_tap[kh * KW + kw];
-        k_offset_[(c * KH + kh) * KW + kw] =
-            (c * phases_ + u) * plane_ + kh * DH / SH_ * Wp_ + kw * DW / SW_;
-      }
+    for (int64_t t = 0; t < taps; ++t) {
+      const int64_t kk[3] = {t / (K[1] * K[2]), t / K[2] % K[1], t % K[2]};
+      k_offset_[c * taps + t] =
+          (c * phases_ + phase_of_tap[t]) * plane_ +
+          (kk[0] * Dil[0] / stride_[0] * padded_[1] + kk[1] * Dil[1] / stride_[1]) * padded_[2] +
+          kk[2] * Dil[2] / stride_[2];
     }
   }
 }
 
 void ImplicitIm2col::buildPlanes(const float* x, float* planes, int64_t c0, int64_t c1) const {
+  const int64_t D = in_[0], H = in_[1], W = in_[2];
+  const int64_t Dp = padded_[0], Hp = padded_[1], Wp = padded_[2];
+  const int64_t SD = stride_[0], SH = stride_[1], SW = stride_[2];
   for (int64_t c = c0; c < c1; ++c) {
-    const float* in = x + c * H_ * W_;
+    const float* in = x + c * D * H * W;
     for (int64_t u = 0; u < phases_; ++u) {
       float* plane = planes + (c * phases_ + u) * plane_;
-      const int64_t a = phase_row_[u], b = phase_col_[u];
-      // Plane column j reads input column j*SW + b - PW: inside the input for j in [lo, hi).
-      const int64_t first = b - PW_;
-      int64_t lo = first >= 0 ? 0 : (-first + SW_ - 1) / SW_;
-      int64_t hi = W_ - first > 0 ? (W_ - first + SW_ - 1) / SW_ : 0;
-      lo = std::min(lo, Wp_);
-      hi = std::max(std::min(hi, Wp_), lo);
-      for (int64_t i = 0; i < Hp_; ++i) {
-        float* row = plane + i * Wp_;
-        const int64_t ih = i * SH_ + a - PH_;
-        if (ih < 0 || ih >= H_) {
-          std::fill(row, row + Wp_, 0.f);
+      const auto [a, b, e] = phase_[static_cast<size_t>(u)];
+      // Plane column j reads input column j*SW + e - PW: inside the input for j in [lo, hi).
+      const int64_t first = e - pad_[2];
+      int64_t lo = first >= 0 ? 0 : (-first + SW - 1) / SW;
+      int64_t hi = W - first > 0 ? (W - first + SW - 1) / SW : 0;
+      lo = std::min(lo, Wp);
+      hi = std::max(std::min(hi, Wp), lo);
+      for (int64_t s = 0; s < Dp; ++s) {
+        float* slab = plane + s * Hp * Wp;
+        const int64_t id = s * SD + a - pad_[0];
+        if (id < 0 || id >= D) {
+          std::fill(slab, slab + Hp * Wp, 0.f);
           continue;
         }
-        const float* src = in + ih * W_ + first;
-        std::fill(row, row + lo, 0.f);
-        if (SW_ == 1) {
-          std::memcpy(row + lo, src + lo, (hi - lo) * sizeof(float));
-        } else {
-          vec::gatherStrided(src + lo * SW_, SW_, row + lo, hi - lo);
+        for (int64_t i = 0; i < Hp; ++i) {
+          float* row = slab + i * Wp;
+          const int64_t ih = i * SH + b - pad_[1];
+          if (ih < 0 || ih >= H) {
+            std::fill(row, row + Wp, 0.f);
+            continue;
+          }
+          const float* src = in + (id * H + ih) * W + first;
+          std::fill(row, row + lo, 0.f);
+          if (SW == 1) {
+            std::memcpy(row + lo, src + lo, (hi - lo) * sizeof(float));
+          } else {
+            vec::gatherStrided(src + lo * SW, SW, row + lo, hi - lo);
+          }
+          std::fill(row + hi, row + Wp, 0.f);
         }
-        std::fill(row + hi, row + Wp_, 0.f);
       }
     }
   }
@@ -234,7 +246,7 @@ void ImplicitIm2col::Source::packPanels(int64_t pc, int64_t kc, int64_t j0, int6
   for (int64_t p0 = 0; p0 < n; p0 += width, out += width * kc) {
     const int64_t lanes = std::min(width, n - p0);
     if (width <= 64) {
-      panelRuns(first_pixel_ + j0 + p0, lanes, l.OW_, l.Wp_, runs);
+      panelRuns(first_pixel_ + j0 + p0, lanes, l.rows_, runs);
 #ifdef FUSECTL_AVX512
       if (vector && packPanelAvx512(planes_, k_offset, kc, runs, width, out)) continue;
 #endif
@@ -245,7 +257,7 @@ void ImplicitIm2col::Source::packPanels(int64_t pc, int64_t kc, int64_t j0, int6
       const float* src = planes_ + k_offset[k];
       for (int64_t j = 0; j < lanes; ++j) {
         const int64_t p = first_pixel_ + j0 + p0 + j;
-        out[k * width + j] = src[p / l.OW_ * l.Wp_ + p % l.OW_];
+        out[k * width + j] = src[l.rows_.rowStart(p / l.rows_.OW) + p % l.rows_.OW];
       }
       std::fill(out + k * width + lanes, out + (k + 1) * width, 0.f);
     }

@@ -11,11 +11,15 @@
 // - Each plane is zero-padded to Hp x Wp = (OH + (KH-1)*DH/SH) x (OW + (KW-1)*DW/SW), so a tap
 //   never needs a bounds check: B(k, pixel oh*OW + ow) = plane(k)[oh*Wp + ow + offset(k)], with
 //   one plane and offset per k (channel, tap) in a table.
+// - A 3-D window splits depth the same way: a phase plane is Dp slabs of Hp x Wp, and output
+//   pixel (od, oh, ow) reads plane(k)[(od*Hp + oh)*Wp + ow + offset(k)]. (A video model's 3x3x3
+//   convolutions otherwise built a 27x im2col matrix chunk by chunk.)
 // A panel's columns are a few runs of consecutive floats (one per output row it spans), copied
 // per k; with AVX-512 each 16-column (or 8-row) group is one to a few masked loads and one store.
 // The copy is about the size of the input, against im2col's k times the input.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -24,10 +28,17 @@
 
 namespace fusectl::kernels::cpu {
 
+// Where output row `row` (the pixels of one (depth, height) pair, OW of them) starts in a phase
+// plane of Hp x Wp slabs: consecutive pixels of one row read consecutive plane floats.
+struct RowGeometry {
+  int64_t OW = 1, OH = 1, Wp = 1, Hp = 1;
+  int64_t rowStart(int64_t row) const { return (row / OH * Hp + row % OH) * Wp; }
+};
+
 class ImplicitIm2col {
  public:
-  // Whether the layout computes this window: 1-D or 2-D, more than one tap, planes no bigger
-  // than a few times the input (a huge dilation over a tiny input would pad them out).
+  // Whether the layout computes this window: 1-D, 2-D or 3-D, more than one tap, planes no
+  // bigger than a few times the input (a huge dilation over a tiny input would pad them out).
   static bool applies(const Window& w);
 
   ImplicitIm2col(const Window& w, int64_t channels);
@@ -56,11 +67,13 @@ class ImplicitIm2col {
 
  private:
   int64_t channels_ = 0;
-  int64_t H_ = 1, W_ = 1, OH_ = 1, OW_ = 1;
-  int64_t SH_ = 1, SW_ = 1, PH_ = 0, PW_ = 0;
-  int64_t Hp_ = 1, Wp_ = 1, plane_ = 1;  // padded phase plane
-  int64_t phases_ = 1;                   // phases kept (only those some tap reads)
-  std::vector<int64_t> phase_row_, phase_col_;  // remainders of each kept phase
+  // Per axis (0 depth, 1 height, 2 width; a 1-D or 2-D window's leading axes have size 1):
+  int64_t in_[3] = {1, 1, 1}, out_[3] = {1, 1, 1}, stride_[3] = {1, 1, 1}, pad_[3] = {0, 0, 0};
+  int64_t padded_[3] = {1, 1, 1};  // a phase plane's dims
+  int64_t plane_ = 1;              // floats of one phase plane
+  RowGeometry rows_;
+  int64_t phases_ = 1;                             // phases kept (only those some tap reads)
+  std::vector<std::array<int64_t, 3>> phase_;      // remainders of each kept phase, per axis
   std::vector<int64_t> k_offset_;  // per GEMM row k: where plane(k)[0] + offset(k) is
 };
 
