@@ -160,75 +160,111 @@ void poolSeparable(const Pool3d& p, const float* x, float* y, int64_t planes, in
 }
 
 #ifdef FUSECTL_AVX512
-// The horizontal taps of maxPoolNarrowPlanes: per tap, the input column each output lane reads
+// The horizontal taps of maxPoolNarrowPlanes: per tap and output vector (lanes 0-15, 16-31),
+// the input column each output lane reads (0-31: a lane of the row's first or second vector)
 // and the lanes that read one.
 struct NarrowTaps {
-  std::vector<int32_t> index;   // kw x 16
-  std::vector<uint16_t> valid;  // kw
+  std::vector<int32_t> index;   // kw x 2 x 16
+  std::vector<uint16_t> valid;  // kw x 2
 };
 
+// `v` where it is greater than `best` (a NaN never is), else `best`: the separable path's rule.
+FUSECTL_AVX512 inline __m512 greater(__m512 best, __m512 v) {
+  return _mm512_mask_mov_ps(best, _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ), v);
+}
+
+// kWide: rows of up to 32 (two vectors); otherwise of up to 16, whose rows cost a few cycles
+// each, so that nothing of the second vector is paid for there (GoogLeNet's 3x3 to 12x12 pools).
+template <bool kWide>
 FUSECTL_AVX512 void maxPoolNarrowPlaneRange(const Pool3d& p, const NarrowTaps& taps,
                                             const float* x, float* y, int64_t pl0, int64_t pl1) {
-  const int64_t in_h = p.in[1], in_w = p.in[2], out_h = p.out[1], out_w = p.out[2];
+  const int64_t in_d = p.in[0], in_h = p.in[1], in_w = p.in[2];
+  const int64_t out_d = p.out[0], out_h = p.out[1], out_w = p.out[2];
   const int64_t kw = p.k[2];
+  const bool two_in = kWide && in_w > 16;
+  const int out_vectors = kWide && out_w > 16 ? 2 : 1;
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  const __mmask16 in_lanes = firstLanes(in_w), out_lanes = firstLanes(out_w);
+  const __mmask16 in_lanes[2] = {firstLanes(std::min<int64_t>(in_w, 16)),
+                                 firstLanes(std::max<int64_t>(in_w - 16, 0))};
+  const __mmask16 out_lanes[2] = {firstLanes(std::min<int64_t>(out_w, 16)),
+                                  firstLanes(std::max<int64_t>(out_w - 16, 0))};
   for (int64_t pl = pl0; pl < pl1; ++pl) {
-    const float* xs = x + pl * in_h * in_w;
-    float* yo = y + pl * out_h * out_w;
-    for (int64_t oh = 0; oh < out_h; ++oh) {
-      int64_t h0, h1;
-      tapRange(p, 1, oh, 0, in_h, &h0, &h1);
-      __m512 m = ninf;
-      for (int64_t jh = h0; jh < h1; ++jh) {
-        const float* row = xs + (oh * p.s[1] - p.pb[1] + jh * p.d[1]) * in_w;
-        const __m512 v = _mm512_mask_loadu_ps(ninf, in_lanes, row);
-        m = jh == h0 ? v : _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), v);
+    const float* xs = x + pl * in_d * in_h * in_w;
+    float* yo = y + pl * out_d * out_h * out_w;
+    for (int64_t od = 0; od < out_d; ++od) {
+      int64_t d0, d1;
+      tapRange(p, 0, od, 0, in_d, &d0, &d1);
+      for (int64_t oh = 0; oh < out_h; ++oh, yo += out_w) {
+        int64_t h0, h1;
+        tapRange(p, 1, oh, 0, in_h, &h0, &h1);
+        // The window's input rows combined, depth outer, as poolSeparable's rowTaps lists them.
+        __m512 lo = ninf, hi = ninf;
+        bool first = true;
+        for (int64_t jd = d0; jd < d1; ++jd) {
+          const float* slice = xs + (od * p.s[0] - p.pb[0] + jd * p.d[0]) * in_h * in_w;
+          for (int64_t jh = h0; jh < h1; ++jh, first = false) {
+            const float* row = slice + (oh * p.s[1] - p.pb[1] + jh * p.d[1]) * in_w;
+            const __m512 v = _mm512_mask_loadu_ps(ninf, in_lanes[0], row);
+            lo = first ? v : greater(lo, v);
+            if (!kWide || !two_in) continue;
+            const __m512 w = _mm512_mask_loadu_ps(ninf, in_lanes[1], row + 16);
+            hi = first ? w : greater(hi, w);
+          }
+        }
+        for (int o = 0; o < out_vectors; ++o) {
+          __m512 r = ninf;
+          for (int64_t j = 0; j < kw; ++j) {
+            const size_t t = static_cast<size_t>(j * 2 + o);
+            const __m512i index = _mm512_loadu_si512(taps.index.data() + t * 16);
+            const __mmask16 valid = static_cast<__mmask16>(taps.valid[t]);
+            const __m512 v =
+                kWide && two_in
+                    ? _mm512_mask_mov_ps(ninf, valid, _mm512_permutex2var_ps(lo, index, hi))
+                    : _mm512_mask_permutexvar_ps(ninf, valid, index, lo);
+            r = j == 0 ? v : greater(r, v);
+          }
+          _mm512_mask_storeu_ps(yo + o * 16, out_lanes[o], r);
+        }
       }
-      __m512 r = ninf;
-      for (int64_t j = 0; j < kw; ++j) {
-        const __m512i index = _mm512_loadu_si512(taps.index.data() + j * 16);
-        const __m512 v = _mm512_mask_permutexvar_ps(
-            ninf, static_cast<__mmask16>(taps.valid[static_cast<size_t>(j)]), index, m);
-        r = j == 0 ? v : _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(v, r, _CMP_GT_OQ), v);
-      }
-      _mm512_mask_storeu_ps(yo + oh * out_w, out_lanes, r);
     }
   }
 }
 
-// MaxPool on planes at most 16 wide (GoogLeNet's and Inception's 3x3 stride-1 branch pools on
-// 12x12, 6x6 and 3x3 maps): an output row is one vector. The window's input rows are combined
-// (masked loads, lanes past the row -inf), then each horizontal tap is a lane permutation of that
-// vector (lanes outside the row -inf). The separable path paid its per-row calls for rows of 3-12
-// values: GoogLeNet's 13 MaxPools took 2.6 ms at 96x96 where ONNX Runtime's take 0.28. Taps are
-// combined in the separable path's order with its comparison (a later value wins only when
-// greater), so NaNs and ties come out the same.
+// MaxPool on planes at most 32 wide (GoogLeNet's and Inception's 3x3 stride-1 branch pools on
+// 28x28 to 3x3 maps, S3D's 3x3x3 ones on 8x28x28 to 2x7x7): an output row is one or two vectors.
+// The window's input rows (kd x kh of them) are combined (masked loads, lanes past the row -inf),
+// then each horizontal tap is a lane permutation of that row (lanes outside it -inf). The
+// separable path paid its per-row calls for rows of 3-28 values: GoogLeNet's 13 MaxPools took
+// 2.6 ms at 96x96 where ONNX Runtime's take 0.28, and S3D's 3-D ones 34.4 ms against ONNX
+// Runtime's 25.5 (bench/README.md, "3-D max pools as whole rows"). Taps are combined in the
+// separable path's order with its comparison (a later value wins only when greater), so NaNs and
+// ties come out the same.
 void maxPoolNarrowPlanes(const Pool3d& p, const float* x, float* y, int64_t planes,
                          int threads) {
   const int64_t out_w = p.out[2], kw = p.k[2];
   NarrowTaps taps;
-  taps.index.assign(static_cast<size_t>(kw * 16), 0);
-  taps.valid.assign(static_cast<size_t>(kw), 0);
+  taps.index.assign(static_cast<size_t>(kw * 32), 0);
+  taps.valid.assign(static_cast<size_t>(kw * 2), 0);
   for (int64_t j = 0; j < kw; ++j) {
     for (int64_t ow = 0; ow < out_w; ++ow) {
       const int64_t iw = ow * p.s[2] - p.pb[2] + j * p.d[2];
-      if (iw >= 0 && iw < p.in[2]) {
-        taps.index[static_cast<size_t>(j * 16 + ow)] = static_cast<int32_t>(iw);
-        taps.valid[static_cast<size_t>(j)] |= static_cast<uint16_t>(1u << ow);
-      }
+      if (iw < 0 || iw >= p.in[2]) continue;
+      const size_t t = static_cast<size_t>(j * 2 + ow / 16);
+      taps.index[t * 16 + static_cast<size_t>(ow % 16)] = static_cast<int32_t>(iw);
+      taps.valid[t] |= static_cast<uint16_t>(1u << (ow % 16));
     }
   }
+  const bool wide = p.in[2] > 16 || p.out[2] > 16;
   parallelFor(planes, threads, 16, [&](int64_t b, int64_t e) {
-    maxPoolNarrowPlaneRange(p, taps, x, y, b, e);
+    if (wide) maxPoolNarrowPlaneRange<true>(p, taps, x, y, b, e);
+    else maxPoolNarrowPlaneRange<false>(p, taps, x, y, b, e);
   });
 }
 
-// Whether maxPoolNarrowPlanes takes the pool: AVX-512, 2-D, input and output rows of at most 16.
+// Whether maxPoolNarrowPlanes takes the pool: AVX-512, input and output rows of at most 32.
 bool narrowPlanes(const Pool3d& p) {
   static const bool has_avx512 = __builtin_cpu_supports("avx512f");
-  return has_avx512 && p.in[0] == 1 && p.k[0] == 1 && p.in[2] <= 16 && p.out[2] <= 16 &&
-         p.out[2] >= 1;
+  return has_avx512 && p.in[2] <= 32 && p.out[2] <= 32 && p.out[2] >= 1;
 }
 #endif
 
