@@ -653,6 +653,11 @@ TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][ge
       {{1, 6, 11, 11}, 12, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 6},    // depthwise x2
       {{1, 8, 23, 37}, 8, {3, 3}, {1, 1}, {2, 2}, {2, 2, 2, 2}, 8},     // depthwise dilated, 3 blocks
       {{2, 6, 9, 40}, 6, {7, 7}, {2, 2}, {1, 1}, {3, 3, 3, 3}, 6},      // depthwise 7x7 s2, batch 2
+      // ConvNeXt's 7x7 stride 1 (the row-reusing kernel): two column blocks, row counts that
+      // leave 3 after the groups of four, a plane narrower than the window, uneven pads.
+      {{1, 5, 24, 24}, 5, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}, 5},
+      {{2, 3, 7, 19}, 3, {7, 7}, {1, 1}, {1, 1}, {3, 2, 1, 3}, 3},
+      {{1, 4, 6, 6}, 4, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}, 4},
       // The row-reusing 3x3/5x5 kernels: several column blocks, row counts that leave 1, 0 and
       // 3 rows after the groups of four, uneven pads.
       {{1, 4, 37, 45}, 4, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 4},

@@ -726,6 +726,14 @@ bool squareWindow(const Window& win) {
          win.dilations[0] == 1 && win.dilations[1] == 1;
 }
 
+// ConvNeXt's 7x7 stride-1 window, undilated: the row-reusing kernel only (its 49 weights do not
+// stay in registers, but each input row is still loaded once per tap column instead of once per
+// output row under it; bench/README.md, "ConvNeXt's 7x7 depthwise rows").
+bool sevenBySevenWindow(const Window& win) {
+  return win.rank() == 2 && win.kernel[0] == 7 && win.kernel[1] == 7 && win.strides[0] == 1 &&
+         win.strides[1] == 1 && win.dilations[0] == 1 && win.dilations[1] == 1;
+}
+
 // Calls run(S, K), std::integral_constant stride and size, for a squareWindow: the one place
 // that turns its stride and size into the kernels' template arguments.
 template <typename Run>
@@ -766,6 +774,8 @@ bool depthwisePlaneAvx512(const float* x, const float* w, float* y, const Window
       depthwiseRowsDense<decltype(S)::value, decltype(K)::value>(x, w, y, win, ep, channel,
                                                                 residual, next);
     });
+  } else if (sevenBySevenWindow(win)) {
+    depthwiseRowsDense<1, 7>(x, w, y, win, ep, channel, residual, next);
   } else if (win.strides[1] == 1) {
     depthwiseRows<1>(x, w, y, win, ep, channel, residual, next);
   } else {
