@@ -1058,10 +1058,14 @@ TEST_CASE("Winograd and im2col convolutions agree on ResNet shapes", "[kernels][
     REQUIRE(by_algorithm[1] != by_algorithm[0]);
     REQUIRE(by_algorithm[2] != by_algorithm[1]);
   }
-  REQUIRE(pixelRowsPay(49, 64));
-  REQUIRE(pixelRowsPay(81, 64));
-  REQUIRE_FALSE(pixelRowsPay(196, 64));  // 6 whole tiles and a 16-wide one: 94% used
-  REQUIRE_FALSE(pixelRowsPay(49, 32));
+  REQUIRE(pixelRowsPay(49, 64, 576));
+  REQUIRE(pixelRowsPay(81, 64, 576));
+  REQUIRE_FALSE(pixelRowsPay(196, 64, 576));  // 6 whole tiles and a 16-wide one: 94% used
+  REQUIRE_FALSE(pixelRowsPay(49, 32, 576));
+  // Under 16 pixels, only while the weights stay in cache (at most 1 MiB).
+  REQUIRE(pixelRowsPay(9, 400, 400));
+  REQUIRE_FALSE(pixelRowsPay(9, 448, 2048));
+  REQUIRE(pixelRowsPay(49, 512, 2048));  // ResNet-50's 1x1 onto 7x7: the tile's waste decides
   REQUIRE(winogradTile(64, 64, 56, 56) == 4);
   REQUIRE(winogradTile(256, 256, 14, 14) == 2);
   // And keeps im2col where Winograd does not pay (16 channels on a small plane) or cannot run

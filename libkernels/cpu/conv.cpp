@@ -702,7 +702,7 @@ void runConv(KernelContext& ctx, bool fused) {
   const bool implicit_applies =
       gemm_path && !winograd && !direct && ImplicitIm2col::applies(d.win);
   const bool pixel_rows = gemm_path && !winograd && !direct && d.group == 1 &&
-                          (pixelRowsPay(d.outPixels(), d.M) ||
+                          (pixelRowsPay(d.outPixels(), d.M, K) ||
                            (pointwise && (layouts.y_nhwc || layouts.x_nhwc)));
   // The packed-weights variant: the group count for channels-by-pixels, minus the tile for
   // Winograd, kPixelRowsVariant for pixels-by-channels, kDirectVariant minus its channel block

@@ -48,11 +48,20 @@ FUSECTL_AVX512 void storeChannelRowsAvx512(const float* yt, int64_t rows, int64_
 
 }  // namespace
 
-bool pixelRowsPay(int64_t P, int64_t M) {
+bool pixelRowsPay(int64_t P, int64_t M, int64_t K) {
   // Columns the channels-by-pixels product computes: whole 32-wide tiles, and a last one of 16
   // when at most 16 pixels are left.
   const int64_t rest = P % 32;
   const int64_t computed = P / 32 * 32 + (rest == 0 ? 0 : rest <= 16 ? 16 : 32);
+  // Under 16 pixels both products compute one 16-wide tile's worth, and what decides is how the
+  // weights come in. Over 1 MiB they stream from memory in a model, and the channels-by-pixels
+  // product, whose weights are its A operand, asks each next block into L2 while one runs:
+  // Inception-v3's 1x1 convolutions onto 3x3 (96x96 input, 1.6-3.7 MB of weights) 0.21-0.48 ->
+  // 0.15-0.32 ms that way, ConvNeXt's 384 -> 768 downsampling 0.63-0.65 -> 0.44-0.48; RegNetX's
+  // 400 -> 400 onto 3x3 (0.64 MB, which stays in L2) is faster as pixels x channels (0.038
+  // against 0.042). bench/README.md, "Small planes whose weights stream from memory".
+  constexpr int64_t kStreamedWeightBytes = int64_t{1} << 20;
+  if (P < 16 && M * K * static_cast<int64_t>(sizeof(float)) > kStreamedWeightBytes) return false;
   return M >= 64 && P <= 256 && P < computed * 0.85;
 }
 

@@ -15,8 +15,9 @@
 
 namespace fusectl::kernels::cpu {
 
-// Whether P output pixels (of one image) and M output channels run faster as pixels x channels.
-bool pixelRowsPay(int64_t P, int64_t M);
+// Whether P output pixels (of one image) and M output channels, each the sum of K products
+// (input channels x taps), run faster as pixels x channels.
+bool pixelRowsPay(int64_t P, int64_t M, int64_t K);
 
 // y[j * ldy + i] = epilogue(yt[i * ldt + j]) for pixels i < rows and channels j < cols. The
 // epilogue's bias is per channel j; its residual is laid out like y (channel j at row j of
