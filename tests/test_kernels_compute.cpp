@@ -932,6 +932,11 @@ TEST_CASE("MaxPool and AveragePool match direct windows", "[kernels][pool]") {
       {{1, 2, 4, 9, 28}, {3, 3, 3}, {1, 1, 1}, {}, {1, 1, 1, 1, 1, 1}},    // S3D's, 28 wide
       {{1, 2, 4, 8, 28}, {3, 3, 3}, {2, 2, 2}, {}, {1, 1, 1, 1, 1, 1}},    // stride 2, 28 -> 14
       {{1, 2, 3, 6, 20}, {2, 2, 3}, {1, 1, 1}, {2, 1, 2}, {1, 0, 2, 0, 1, 1}, "NOTSET", 1},
+      // Windows over the whole input (AveragePool as GlobalAveragePool): S3D's closing pool,
+      // 2-D with ceil_mode and count_include_pad (no padding to count), 1-D.
+      {{1, 3, 2, 7, 7}, {2, 7, 7}, {1, 1, 1}},
+      {{2, 4, 5, 6}, {5, 6}, {2, 2}, {}, {}, "NOTSET", 1, 1},
+      {{1, 2, 9}, {9}, {1}},
       {{2, 2, 6, 7, 5}, {3, 2, 3}, {2, 2, 1}, {1, 1, 2}, {1, 0, 2, 1, 1, 1}, "NOTSET", 1, 1},
       {{1, 1, 5, 5}, {3, 3}, {1, 1}, {}, {2, 2, 2, 2}, "NOTSET", 0, 1},
   };

@@ -345,6 +345,16 @@ void runMaxPool(KernelContext& ctx) {
   ys.commit();
 }
 
+void runGlobalPool(KernelContext& ctx, bool is_max);
+
+// A window over the whole input, unpadded and undilated: one output per plane, its mean.
+bool wholePlaneWindow(const Pool3d& p) {
+  for (int i = 0; i < 3; ++i)
+    if (p.k[i] != p.in[i] || p.out[i] != 1 || p.pb[i] != 0 || p.pe[i] != 0 || p.d[i] != 1)
+      return false;
+  return true;
+}
+
 void runAveragePool(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
   if (!isFloatComputeType(x.dtype())) {
@@ -352,6 +362,12 @@ void runAveragePool(KernelContext& ctx) {
   }
   Window w = poolWindow(ctx, x);
   const Pool3d p = to3d(w);
+  // As GlobalAveragePool: S3D's closing (2, 7, 7) pool over a 2x7x7 input took 0.117 ms a run
+  // through the separable path (a call per output row of one value) against ONNX Runtime's 0.029.
+  if (wholePlaneWindow(p)) {
+    runGlobalPool(ctx, false);
+    return;
+  }
   const bool include_pad = ctx.attrInt("count_include_pad", 0) != 0;
   HostTensor& y = ctx.allocateOutput(0, x.dtype(), pooledDims(x, w));
   FloatView xf(x);
