@@ -349,7 +349,7 @@ bool unspell(Node& n) {
       std::vector<Value*> inputs = {n.input(0), n.input(1),
                                     slots.bias ? n.input(*slots.bias) : nullptr,
                                     slots.residual ? n.input(*slots.residual) : nullptr};
-      while (inputs.back() == nullptr) inputs.pop_back();
+      while (!inputs.empty() && inputs.back() == nullptr) inputs.pop_back();
       rebuild(n, std::string(s->op->name), std::move(inputs));
       return true;
     }
@@ -363,7 +363,8 @@ bool unspell(Node& n) {
   return true;
 }
 
-// The fusectl-domain functions no node of `g` or its subgraphs calls.
+// Adds to `called` the op type of every fusectl-domain node of `g` and its subgraphs: the
+// functions the model still needs.
 void collectCalledFusectlOps(const Graph& g, std::set<std::string>& called) {
   for (const Node* n : g.nodes()) {
     if (n->domain() == kFusectlDomain) called.insert(n->opType());
