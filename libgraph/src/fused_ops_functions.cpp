@@ -260,11 +260,18 @@ void makeParamsExplicit(Node& n, Activation act, int64_t opset,
   }
 }
 
-// The element type a fusectl node computes in: output 0's, else input 0's (both are T), else
-// the one its spelling's suffix names (a model without types); float32 when nothing says.
-DType elementType(const Node& n) {
+// The element type a fusectl node's values are typed with: output 0's, else input 0's (both are
+// T); nullopt when neither is typed.
+std::optional<DType> typedElementType(const Node& n) {
   for (const Value* v : {n.output(0), n.input(0)})
     if (v && v->dtype() != DType::Undefined) return v->dtype();
+  return std::nullopt;
+}
+
+// The element type a fusectl node computes in: typedElementType, else the one its spelling's
+// suffix names (a model without types); float32 when nothing says.
+DType elementType(const Node& n) {
+  if (const std::optional<DType> typed = typedElementType(n)) return *typed;
   return fusedSpellingDType(n.opType()).value_or(DType::Float);
 }
 
@@ -317,10 +324,7 @@ bool unspell(Node& n) {
   std::string_view float32_spelling = n.opType();
   if (const std::optional<DType> dtype = fusedSpellingDType(n.opType())) {
     // The suffix is the only record of the element type where no value is typed.
-    const Value* typed = n.output(0) && n.output(0)->dtype() != DType::Undefined ? n.output(0)
-                         : n.input(0) && n.input(0)->dtype() != DType::Undefined ? n.input(0)
-                                                                                : nullptr;
-    if (!typed || typed->dtype() != *dtype) return false;
+    if (typedElementType(n) != dtype) return false;
     float32_spelling.remove_suffix(dtypeName(*dtype).size() + 1);
   }
   auto activationIs = [&](const std::string& attribute, Activation a) {

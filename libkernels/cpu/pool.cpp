@@ -206,7 +206,7 @@ FUSECTL_AVX512 void maxPoolNarrowPlaneRange(const Pool3d& p, const NarrowTaps& t
             const float* row = slice + (oh * p.s[1] - p.pb[1] + jh * p.d[1]) * in_w;
             const __m512 v = _mm512_mask_loadu_ps(ninf, in_lanes[0], row);
             lo = first ? v : greater(lo, v);
-            if (!kWide || !two_in) continue;
+            if (!two_in) continue;
             const __m512 w = _mm512_mask_loadu_ps(ninf, in_lanes[1], row + 16);
             hi = first ? w : greater(hi, w);
           }
@@ -218,7 +218,7 @@ FUSECTL_AVX512 void maxPoolNarrowPlaneRange(const Pool3d& p, const NarrowTaps& t
             const __m512i index = _mm512_loadu_si512(taps.index.data() + t * 16);
             const __mmask16 valid = static_cast<__mmask16>(taps.valid[t]);
             const __m512 v =
-                kWide && two_in
+                two_in
                     ? _mm512_mask_mov_ps(ninf, valid, _mm512_permutex2var_ps(lo, index, hi))
                     : _mm512_mask_permutexvar_ps(ninf, valid, index, lo);
             r = j == 0 ? v : greater(r, v);
