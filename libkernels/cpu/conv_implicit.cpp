@@ -166,9 +166,10 @@ ImplicitIm2col::ImplicitIm2col(const Window& w, int64_t channels) : channels_(ch
   }
   rows_ = {out_[2], out_[1], padded_[2], padded_[1]};
   plane_ = padded_[0] * padded_[1] * padded_[2];
-  // The phases some tap reads, in order of first use.
+  // Per tap: its phase (the phases some tap reads, in order of first use) and where in that
+  // phase's plane it starts.
   const int64_t taps = K[0] * K[1] * K[2];
-  std::vector<int64_t> phase_of_tap(static_cast<size_t>(taps));
+  std::vector<int64_t> phase_of_tap(static_cast<size_t>(taps)), tap_offset(phase_of_tap.size());
   for (int64_t t = 0; t < taps; ++t) {
     const int64_t kk[3] = {t / (K[1] * K[2]), t / K[2] % K[1], t % K[2]};
     std::array<int64_t, 3> phase;
@@ -176,18 +177,15 @@ ImplicitIm2col::ImplicitIm2col(const Window& w, int64_t channels) : channels_(ch
     const auto known = std::find(phase_.begin(), phase_.end(), phase);
     phase_of_tap[t] = known - phase_.begin();
     if (known == phase_.end()) phase_.push_back(phase);
+    tap_offset[t] =
+        (kk[0] * Dil[0] / stride_[0] * padded_[1] + kk[1] * Dil[1] / stride_[1]) * padded_[2] +
+        kk[2] * Dil[2] / stride_[2];
   }
   phases_ = static_cast<int64_t>(phase_.size());
   k_offset_.resize(static_cast<size_t>(channels_ * taps));
-  for (int64_t c = 0; c < channels_; ++c) {
-    for (int64_t t = 0; t < taps; ++t) {
-      const int64_t kk[3] = {t / (K[1] * K[2]), t / K[2] % K[1], t % K[2]};
-      k_offset_[c * taps + t] =
-          (c * phases_ + phase_of_tap[t]) * plane_ +
-          (kk[0] * Dil[0] / stride_[0] * padded_[1] + kk[1] * Dil[1] / stride_[1]) * padded_[2] +
-          kk[2] * Dil[2] / stride_[2];
-    }
-  }
+  for (int64_t c = 0; c < channels_; ++c)
+    for (int64_t t = 0; t < taps; ++t)
+      k_offset_[c * taps + t] = (c * phases_ + phase_of_tap[t]) * plane_ + tap_offset[t];
 }
 
 void ImplicitIm2col::buildPlanes(const float* x, float* planes, int64_t c0, int64_t c1) const {
