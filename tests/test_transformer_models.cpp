@@ -317,6 +317,72 @@ TEST_CASE("transformer models: --emit ort on a model saved after -O3 lowers its 
   }
 }
 
+TEST_CASE("transformer models: --emit ort on a model saved after -O3 lowers its packed attention",
+          "[transformer][emit-ort][ort]") {
+  // -O3 leaves AttentionPacked (AttentionPackedRotary in llama_layer), which no contrib op takes;
+  // unpack-packed-attention writes it back as the attention it stands for, so the saved model
+  // gets the contrib attention the export gets, and ONNX Runtime computes the export's outputs.
+  const fusectl::test::OrtSetup ort = fusectl::test::findOrtSetup();
+  const fs::path work = fusectl::testing::processTempPath("fusectl_emit_ort_saved");
+  fs::remove_all(work);
+  fs::create_directories(work);
+  auto count = [](const std::map<std::string, size_t>& ops, const std::string& op) {
+    auto it = ops.find(op);
+    return it == ops.end() ? size_t{0} : it->second;
+  };
+  for (const TransformerModel& tm : transformerModels()) {
+    if (tm.name != "bert_op17" && tm.name != "gpt2_stack3" && tm.name != "llama_layer" &&
+        tm.name != "vit_mha_encoder")
+      continue;
+    SECTION(tm.name) {
+      passes::OptimizeRequest o3;
+      o3.level = 3;
+      auto model = load(tm.name);
+      passes::optimize(*model, o3);
+      const auto packed_ops = opHistogram(*model->graph);
+      const size_t packed = count(packed_ops, "fusectl::AttentionPacked") +
+                            count(packed_ops, "fusectl::AttentionPackedRotary");
+      REQUIRE(packed > 0);
+      auto saved = parseModelBinary(modelToBinary(*model), tm.name + " (saved after -O3)", ".");
+      passes::OptimizeRequest emit = o3;
+      emit.pass_manager.emit_ort = true;
+      passes::optimize(*saved, emit);
+      const auto ops = opHistogram(*saved->graph);
+      CHECK(count(ops, "fusectl::AttentionPacked") == 0);
+      CHECK(count(ops, "fusectl::AttentionPackedRotary") == 0);
+      CHECK(count(ops, "fusectl::Attention") == 0);
+      CHECK(count(ops, "com.microsoft::MultiHeadAttention") == packed);
+      if (!ort.found) {
+        WARN(ort.skip_reason);
+        continue;
+      }
+      const fs::path emitted = work / (tm.name + ".saved.ort.onnx");
+      saveModel(*saved, emitted.string());
+      auto original = load(tm.name);
+      const std::vector<NamedTensor> inputs =
+          makeRandomInputs(*original->graph, 9, concreteDims(tm));
+      std::vector<std::string> names;
+      for (const Value* out : original->graph->outputs()) names.push_back(out->name());
+      const fs::path dir = work / tm.name;
+      const std::vector<NamedTensor> want = fusectl::test::runOrt(
+          ort, std::string(FUSECTL_SOURCE_DIR) + "/testdata/models/" + tm.name + ".onnx",
+          inputs, names, dir / "original");
+      const std::vector<NamedTensor> got =
+          fusectl::test::runOrt(ort, emitted, inputs, names, dir / "emitted");
+      Tolerance tol;
+      tol.atol = 1e-5;
+      tol.rtol = 1e-4;
+      tol.min_cosine = 0.99999;
+      REQUIRE(got.size() == want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        const CompareResult r = compareTensors(got[i].tensor, want[i].tensor, tol);
+        INFO(tm.name << " output '" << names[i] << "': " << r.describe(want[i].tensor.dims()));
+        CHECK(r.passed);
+      }
+    }
+  }
+}
+
 TEST_CASE("transformer models: the --emit ort output runs in ONNX Runtime as the original does",
           "[transformer][emit-ort][ort]") {
   // The contrib ops each model gets (com.microsoft, and ONNX Runtime's ONNX-domain

@@ -97,6 +97,15 @@ Pipeline buildPipeline(const OptimizeRequest& request) {
   applyPassOptions(p, request.pass_options);
   if (request.pass_manager.emit_ort) {
     if (request.pass_manager.standard_only) usage("--emit is one of fusectl, standard or ort");
+    // A model saved after -O3 reaches this pipeline with AttentionPacked nodes, which no contrib
+    // op takes: written back as the head splits and the Attention they stand for, before the
+    // other passes, they are lowered as the export's attention is.
+    if (std::find(request.disable.begin(), request.disable.end(), "unpack-packed-attention") ==
+        request.disable.end()) {
+      PipelineElement unpack;
+      unpack.pass = "unpack-packed-attention";
+      p.elements.insert(p.elements.begin(), std::move(unpack));
+    }
     PipelineElement e;
     e.pass = "emit-ort";
     p.elements.push_back(std::move(e));
