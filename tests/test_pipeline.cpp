@@ -332,7 +332,8 @@ TEST_CASE("pipeline: registry from passes.def", "[pipeline]") {
     // 0: in no -O level, run by name or by its flag (both by --emit ort) only.
     CHECK((info.level >= 0 && info.level <= 3));
     if (info.level == 0)
-      CHECK((info.name == "emit-ort" || info.name == "unpack-packed-attention"));
+      CHECK((info.name == "emit-ort" || info.name == "unpack-packed-attention" ||
+             info.name == "unmerge-parallel-matmuls"));
   }
   registerTestPasses();
   CHECK_THAT(usageError([] {

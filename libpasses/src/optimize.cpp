@@ -100,12 +100,18 @@ Pipeline buildPipeline(const OptimizeRequest& request) {
     // A model saved after -O3 reaches this pipeline with AttentionPacked nodes, which no contrib
     // op takes: written back as the head splits and the Attention they stand for, before the
     // other passes, they are lowered as the export's attention is.
-    if (std::find(request.disable.begin(), request.disable.end(), "unpack-packed-attention") ==
-        request.disable.end()) {
-      PipelineElement unpack;
-      unpack.pass = "unpack-packed-attention";
-      p.elements.insert(p.elements.begin(), std::move(unpack));
+    // Its merged projections, read through Slices then, are split again for the same reason
+    // merge-parallel-matmuls is left out of the -O level above.
+    std::vector<PipelineElement> before;
+    for (const char* name : {"unpack-packed-attention", "unmerge-parallel-matmuls"}) {
+      if (std::find(request.disable.begin(), request.disable.end(), name) !=
+          request.disable.end())
+        continue;
+      PipelineElement e;
+      e.pass = name;
+      before.push_back(std::move(e));
     }
+    p.elements.insert(p.elements.begin(), before.begin(), before.end());
     PipelineElement e;
     e.pass = "emit-ort";
     p.elements.push_back(std::move(e));
