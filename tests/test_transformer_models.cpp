@@ -317,6 +317,37 @@ TEST_CASE("transformer models: --emit ort on a model saved after -O3 lowers its 
   }
 }
 
+// Saves `model` (an --emit ort output of tm) under `work`, runs it and tm's original in ONNX
+// Runtime on one set of seeded inputs, and checks every output within the float32 (or
+// float16) tolerance.
+static void checkOrtRunsLikeOriginal(const fusectl::test::OrtSetup& ort,
+                                     const TransformerModel& tm, const Model& model,
+                                     const fs::path& work, const std::string& suffix) {
+  const std::string stem = fs::path(tm.name).filename().string();
+  const fs::path emitted = work / (stem + suffix);
+  saveModel(model, emitted.string());
+  auto original = load(tm.name);
+  const std::vector<NamedTensor> inputs = makeRandomInputs(*original->graph, 9, concreteDims(tm));
+  std::vector<std::string> names;
+  for (const Value* out : original->graph->outputs()) names.push_back(out->name());
+  const fs::path dir = work / (stem + suffix + ".run");
+  const std::vector<NamedTensor> want = fusectl::test::runOrt(
+      ort, std::string(FUSECTL_SOURCE_DIR) + "/testdata/models/" + tm.name + ".onnx", inputs,
+      names, dir / "original");
+  const std::vector<NamedTensor> got =
+      fusectl::test::runOrt(ort, emitted, inputs, names, dir / "emitted");
+  REQUIRE(got.size() == want.size());
+  Tolerance tol;
+  tol.atol = tm.float16 ? 2e-3 : 1e-5;
+  tol.rtol = tm.float16 ? 2e-3 : 1e-4;
+  tol.min_cosine = 0.99999;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const CompareResult r = compareTensors(got[i].tensor, want[i].tensor, tol);
+    INFO(tm.name << " output '" << names[i] << "': " << r.describe(want[i].tensor.dims()));
+    CHECK(r.passed);
+  }
+}
+
 TEST_CASE("transformer models: --emit ort on a model saved after -O3 lowers its packed attention and unmerges its projections",
           "[transformer][emit-ort][ort]") {
   // -O3 leaves AttentionPacked (AttentionPackedRotary in llama_layer), which no contrib op takes;
@@ -365,29 +396,7 @@ TEST_CASE("transformer models: --emit ort on a model saved after -O3 lowers its 
         WARN(ort.skip_reason);
         continue;
       }
-      const fs::path emitted = work / (tm.name + ".saved.ort.onnx");
-      saveModel(*saved, emitted.string());
-      auto original = load(tm.name);
-      const std::vector<NamedTensor> inputs =
-          makeRandomInputs(*original->graph, 9, concreteDims(tm));
-      std::vector<std::string> names;
-      for (const Value* out : original->graph->outputs()) names.push_back(out->name());
-      const fs::path dir = work / tm.name;
-      const std::vector<NamedTensor> want = fusectl::test::runOrt(
-          ort, std::string(FUSECTL_SOURCE_DIR) + "/testdata/models/" + tm.name + ".onnx",
-          inputs, names, dir / "original");
-      const std::vector<NamedTensor> got =
-          fusectl::test::runOrt(ort, emitted, inputs, names, dir / "emitted");
-      Tolerance tol;
-      tol.atol = 1e-5;
-      tol.rtol = 1e-4;
-      tol.min_cosine = 0.99999;
-      REQUIRE(got.size() == want.size());
-      for (size_t i = 0; i < want.size(); ++i) {
-        const CompareResult r = compareTensors(got[i].tensor, want[i].tensor, tol);
-        INFO(tm.name << " output '" << names[i] << "': " << r.describe(want[i].tensor.dims()));
-        CHECK(r.passed);
-      }
+      checkOrtRunsLikeOriginal(ort, tm, *saved, work, ".saved.ort.onnx");
     }
   }
 }
@@ -471,28 +480,7 @@ TEST_CASE("transformer models: the --emit ort output runs in ONNX Runtime as the
         WARN(ort.skip_reason);  // not `return`: Catch would never see the later sections
         continue;
       }
-      const fs::path emitted = work / (fs::path(tm.name).filename().string() + ".ort.onnx");
-      saveModel(*model, emitted.string());
-      auto original = load(tm.name);
-      const std::vector<NamedTensor> inputs =
-          makeRandomInputs(*original->graph, 9, concreteDims(tm));
-      std::vector<std::string> names;
-      for (const Value* out : original->graph->outputs()) names.push_back(out->name());
-      const fs::path dir = work / fs::path(tm.name).filename();
-      const std::vector<NamedTensor> want = fusectl::test::runOrt(
-          ort, std::string(FUSECTL_SOURCE_DIR) + "/testdata/models/" + tm.name + ".onnx",
-          inputs, names, dir / "original");
-      const std::vector<NamedTensor> got = fusectl::test::runOrt(ort, emitted, inputs, names,
-                                                                dir / "emitted");
-      Tolerance tol;
-      tol.atol = tm.float16 ? 2e-3 : 1e-5;
-      tol.rtol = tm.float16 ? 2e-3 : 1e-4;
-      tol.min_cosine = 0.99999;
-      for (size_t i = 0; i < want.size(); ++i) {
-        const CompareResult r = compareTensors(got[i].tensor, want[i].tensor, tol);
-        INFO(tm.name << " output '" << names[i] << "': " << r.describe(want[i].tensor.dims()));
-        CHECK(r.passed);
-      }
+      checkOrtRunsLikeOriginal(ort, tm, *model, work, ".ort.onnx");
     }
   }
 }
