@@ -767,12 +767,14 @@ std::vector<HalfCase> halfCases() {
 )"},
       {"matmul and gemm epilogues", 13, R"(g ({T}[2, 3, 4] A, {T}[4, 6] W, {T}[6] C,
      {T}[2, 3, 6] Z, {T}[3, 4] GA, {T}[6, 4] GB, {T}[6] GC, {T}[3, 6] GZ)
-  => ({T}[2, 3, 6] BiasAddGelu, {T}[2, 3, 6] Bias, {T}[2, 3, 6] AddSilu, {T}[3, 6] GemmRelu,
-      {T}[3, 6] GemmAddClip)
+  => ({T}[2, 3, 6] BiasAddGelu, {T}[2, 3, 6] Bias, {T}[2, 3, 6] AddSilu, {T}[2, 3, 6] BiasClip,
+      {T}[2, 3, 6] AddLeaky, {T}[3, 6] GemmRelu, {T}[3, 6] GemmAddClip)
 {
   BiasAddGelu = fusectl.FusedMatMul <activation = "Gelu"> (A, W, C, Z)
   Bias = fusectl.FusedMatMul (A, W, C)
   AddSilu = fusectl.FusedMatMul <activation = "Silu"> (A, W, , Z)
+  BiasClip = fusectl.FusedMatMul <activation = "Clip", activation_params = [0.0, 0.3]> (A, W, C)
+  AddLeaky = fusectl.FusedMatMul <activation = "LeakyRelu", activation_params = [0.2]> (A, W, C, Z)
   GemmRelu = fusectl.FusedGemm <alpha = 0.5, transB = 1, activation = "Relu"> (GA, GB, GC)
   GemmAddClip = fusectl.FusedGemm <transB = 1, activation = "Clip",
                                    activation_params = [-0.5, 0.5]> (GA, GB, GC, GZ)

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 
@@ -338,6 +339,73 @@ std::optional<std::string> standardGeluActivation(const Node& gelu, Why& why) {
                        gelu.label(), approximate);
   });
   return std::nullopt;
+}
+
+namespace {
+
+// The float of a constant scalar input; nullopt (with `why`, about `n`) otherwise.
+std::optional<float> constantScalarInput(Node& n, size_t input, const char* what, Why& why) {
+  Value* v = n.input(input);
+  if (!v->isConstant()) {
+    why.fail(n, [&] {
+      return fmt::format("{} {} '{}' is not a constant", n.label(), what, v->name());
+    });
+    return std::nullopt;
+  }
+  const Tensor* t = v->initializer();
+  if (t->numel() != 1) {
+    why.fail(n, [&] {
+      return fmt::format("{} {} '{}' has {} elements, expected a scalar", n.label(), what,
+                         v->name(), t->numel());
+    });
+    return std::nullopt;
+  }
+  return static_cast<float>(t->valueAsDouble(0));
+}
+
+}  // namespace
+
+std::optional<EpilogueActivation> epilogueActivation(Node& act, int64_t opset, Why& why) {
+  EpilogueActivation out;
+  const std::string& op = act.opType();
+  out.name = op;
+  if (op == "Clip") {
+    float lo = -FLT_MAX, hi = FLT_MAX;  // ONNX's defaults: numeric_limits lowest() and max()
+    if (opset > 0 && opset < 11) {
+      lo = act.attrFloat("min", lo);
+      hi = act.attrFloat("max", hi);
+    } else {
+      if (act.numInputs() > 1 && act.input(1)) {
+        std::optional<float> v = constantScalarInput(act, 1, "min", why);
+        if (!v) return std::nullopt;
+        lo = *v;
+      }
+      if (act.numInputs() > 2 && act.input(2)) {
+        std::optional<float> v = constantScalarInput(act, 2, "max", why);
+        if (!v) return std::nullopt;
+        hi = *v;
+      }
+    }
+    out.params = {lo, hi};
+  } else if (op == "LeakyRelu") {
+    out.params = {act.attrFloat("alpha", 0.01f)};
+  } else if (op == "HardSigmoid") {
+    out.params = {act.attrFloat("alpha", 0.2f), act.attrFloat("beta", 0.5f)};
+  } else if (op == "Gelu" && act.domain().empty()) {
+    const std::optional<std::string> gelu = standardGeluActivation(act, why);
+    if (!gelu) return std::nullopt;
+    out.name = *gelu;
+  }
+  if (!out.params.empty() && opset > 0 && opset < 8) {
+    why.fail(act, [&] {
+      return fmt::format(
+          "{} has parameters, which need opset >= 8 to be exported portably "
+          "(broadcasting Max/Min/PRelu); the model imports opset {}",
+          act.label(), opset);
+    });
+    return std::nullopt;
+  }
+  return out;
 }
 
 std::optional<std::vector<int64_t>> transposePerm(const Node& n, std::string* why) {

@@ -113,6 +113,19 @@ std::optional<std::vector<int64_t>> unsqueezeAxes(const Node& n);
 // (fuse-epilogue, fuse-matmul-epilogue).
 std::optional<std::string> standardGeluActivation(const Node& gelu, Why& why);
 
+// What a fused epilogue computes for an activation node: the kernel's name for it ("Relu",
+// "Clip", "GeluTanh"...) and its activation_params (Clip's bounds, absent ones -FLT_MAX/FLT_MAX
+// as ONNX defines them; LeakyRelu's alpha; HardSigmoid's alpha and beta). nullopt, with `why`
+// set (about `act`), when a parameter is no constant scalar, the Gelu approximation is another
+// one, or the activation has parameters and the model imports an opset below 8 (the portable
+// function that carries them applies them with broadcasting ops). fuse-epilogue and
+// fuse-matmul-epilogue.
+struct EpilogueActivation {
+  std::string name;
+  std::vector<float> params;
+};
+std::optional<EpilogueActivation> epilogueActivation(Node& act, int64_t opset, Why& why);
+
 // A Transpose's permutation: its perm, or the reversal its input's rank gives when perm is
 // omitted; nullopt with `why` set (when given) when that is not a permutation, the rank is
 // unknown, or perm's length is not the input's known rank.

@@ -11,6 +11,8 @@
 //   hard-swish        Mul(x, HardSigmoid(x))    -> HardSwish(x)  (alpha 1/6, beta 0.5, opset >= 14)
 //   softmax-shift     Softmax(Sub(x, ReduceMax(x))) -> Softmax(x)  (torchaudio's attention) exact
 //   prelu-scalar      PRelu(x, c), c one element -> LeakyRelu(x, alpha=c)  (ConvTasNet)    exact
+//   relu-clip         Clip(Relu(x), lo, hi), lo >= 0 or absent -> Clip(x, max(lo, 0), hi)
+//                     (DeepSpeech's ReLU then hardtanh(0, 20))                         exact
 //   constant-second   Add/Mul(c, x)             -> Add/Mul(x, c)                   exact
 //   einsum-matmul     Einsum("..ij,..jk->..ik") -> MatMul, the operands Transposed where
 //                     the equation has them transposed ("..id,..jd->..ij": MaxViT's q k^T)  same sums
@@ -54,6 +56,10 @@
 //     and the arithmetic float32 or half: LeakyRelu's alpha is a float attribute, which would
 //     round a float64 slope.
 //
+//  7b. relu-clip: the Relu is read by the Clip only and is no graph output; the Clip's lower
+//     bound is absent or a constant scalar >= 0 (max(max(x, 0), lo) = max(x, lo) then; an
+//     absent one becomes 0), its upper bound absent or a constant scalar; float arithmetic.
+//
 //  8. einsum-matmul: two operands; the equation is explicit (`->`), no letter repeats within a
 //     term, every term has the same batch letters (or a leading `...` in all three) before its
 //     last two, and those are (i, j) or (j, i) for the first operand, (j, k) or (k, j) for the
@@ -79,6 +85,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "constant_math.h"
@@ -523,6 +530,80 @@ void rewritePreluScalar(Rewriter& rw, const Match& m) {
   rw.context().count("prelu_to_leaky_relu");
 }
 
+// ---- relu-clip ----
+// Clip(Relu(x), lo, hi) with lo >= 0 is Clip(x, lo, hi): one pass over memory instead of two,
+// and one activation an epilogue can take (fuse-epilogue takes one; a Relu then a Clip left the
+// Clip as a node of its own after every DeepSpeech projection).
+
+// The Clip's bound `which` (1: min, 2: max) as written: nullopt when absent, NaN when it is not
+// a constant scalar.
+std::optional<float> clipBound(const Node& c, int which, int64_t opset) {
+  if (opset > 0 && opset < 11) {
+    const char* name = which == 1 ? "min" : "max";
+    if (!c.attr(name)) return std::nullopt;
+    return c.attrFloat(name, 0.f);
+  }
+  if (static_cast<int>(c.numInputs()) <= which || !c.input(which)) return std::nullopt;
+  const Value* v = c.input(which);
+  if (!v->isConstant() || v->initializer()->numel() != 1) return std::numeric_limits<float>::quiet_NaN();
+  return static_cast<float>(v->initializer()->valueAsDouble(0));
+}
+
+Constraint clipKeepsRelu(int64_t opset) {
+  return {"clip-bounds:c", [opset](const Match& m, Why& why) {
+            Node* c = m.get("c");
+            const std::optional<float> lo = clipBound(*c, 1, opset);
+            const std::optional<float> hi = clipBound(*c, 2, opset);
+            const DType t = c->output(0)->dtype();
+            if (t != DType::Float && t != DType::Float16 && t != DType::BFloat16 &&
+                t != DType::Double)
+              return why.fail(*c, [&] {
+                return fmt::format("{} computes in {}, not a float type", c->label(),
+                                   dtypeName(t));
+              });
+            if (lo && !(*lo >= 0.f))
+              return why.fail(*c, [&] {
+                return fmt::format("{} has a lower bound that is not a constant >= 0: the Relu "
+                                   "before it still clips what lies between",
+                                   c->label());
+              });
+            if (hi && std::isnan(*hi))
+              return why.fail(*c, [&] {
+                return fmt::format("{} has an upper bound that is not a constant scalar",
+                                   c->label());
+              });
+            return true;
+          }};
+}
+
+Pattern reluClipPattern(int64_t opset) {
+  Pattern p = Pattern::parse("r:Relu -> ^c:Clip", "relu-clip");
+  p.require(constraints::uniqueConsumer("r")).require(clipKeepsRelu(opset));
+  p.produces = {"Clip"};
+  return p;
+}
+
+void rewriteReluClip(Rewriter& rw, const Match& m) {
+  Node* r = m.get("r");
+  Node* c = m.get("c");
+  const int64_t opset = rw.context().opset();
+  rw.rewireInput(c, 0, r->input(0));
+  if (!clipBound(*c, 1, opset)) {  // no lower bound: the Relu's 0 becomes it
+    if (opset > 0 && opset < 11) {
+      rw.setAttribute(c, Attribute::ofFloat("min", 0.f));
+    } else {
+      Tensor zero(c->output(0)->dtype(), {});
+      NewNode clip;
+      clip.op_type = "Clip";
+      clip.inputs = {r->input(0), rw.addConstant(c->output(0)->name() + "_min", std::move(zero))};
+      if (c->numInputs() > 2 && c->input(2)) clip.inputs.push_back(c->input(2));
+      rw.replaceNode(c, std::move(clip));
+    }
+  }
+  if (!rw.erased(r) && !r->output(0)->hasUses()) rw.eraseWithDeadProducers(r);
+  rw.context().count("relu_folded_into_clip");
+}
+
 // ---- einsum-matmul ----
 // An Einsum equation that is a batched matrix product: which operands to transpose (their last
 // two axes swapped) so that MatMul computes it.
@@ -780,6 +861,11 @@ bool shiftedByItsMax(const Node& n) {
   return r && r->is("ReduceMax") && r->input(0) == d->input(0);
 }
 bool preluByConstant(const Node& n) { return readsInitializer(n, 1); }
+// Clip(Relu(x)): a Clip of anything else is no candidate.
+bool clipOfRelu(const Node& n) {
+  const Node* r = n.numInputs() > 0 && n.input(0) ? n.input(0)->producer() : nullptr;
+  return r && r->is("Relu");
+}
 // MatMul(x, Transpose(Softmax(...))): a MatMul of anything else is no candidate.
 bool readsTransposedSoftmax(const Node& n) {
   const Node* t = n.numInputs() == 2 && n.input(1) ? n.input(1)->producer() : nullptr;
@@ -803,6 +889,7 @@ std::vector<Rule> rules(int64_t opset) {
           {hardSwishPattern(opset), timesItsHardSigmoid, rewriteHardSwish},
           {softmaxShiftPattern(opset), shiftedByItsMax, rewriteSoftmaxShift},
           {preluScalarPattern(), preluByConstant, rewritePreluScalar},
+          {reluClipPattern(opset), clipOfRelu, rewriteReluClip},
           {einsumMatMulPattern(), twoOperands, rewriteEinsumMatMul},
           {weightsFirstPattern(), readsTransposedSoftmax, rewriteWeightsFirst}};
 }

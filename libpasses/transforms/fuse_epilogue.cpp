@@ -50,7 +50,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cfloat>
 #include <optional>
 
 #include "constant_math.h"
@@ -113,67 +112,13 @@ Constraint residualLegal(std::string compute, std::string add) {
           }};
 }
 
-// The float of a constant scalar input; nullopt (with `why`, about `n`) otherwise.
-std::optional<float> constantScalar(Node* n, size_t input, const char* what, Why& why) {
-  Value* v = n->input(input);
-  if (!v->isConstant()) {
-    why.fail(*n, [&] {
-      return fmt::format("{} {} '{}' is not a constant", n->label(), what, v->name());
-    });
-    return std::nullopt;
-  }
-  const Tensor* t = v->initializer();
-  if (t->numel() != 1) {
-    why.fail(*n, [&] {
-      return fmt::format("{} {} '{}' has {} elements, expected a scalar", n->label(), what,
-                         v->name(), t->numel());
-    });
-    return std::nullopt;
-  }
-  return static_cast<float>(t->valueAsDouble(0));
-}
-
 // Fills spec.activation and spec.params from an activation node; false (with `why`, about
 // `act`) when it cannot fuse.
 bool readActivation(Node* act, int64_t opset, EpilogueSpec& spec, Why& why) {
-  const std::string& op = act->opType();
-  spec.activation = op;
-  spec.params.clear();
-  if (op == "Clip") {
-    float lo = -FLT_MAX, hi = FLT_MAX;  // ONNX's defaults: numeric_limits lowest() and max()
-    if (opset > 0 && opset < 11) {
-      lo = act->attrFloat("min", lo);
-      hi = act->attrFloat("max", hi);
-    } else {
-      if (act->input(1)) {
-        std::optional<float> v = constantScalar(act, 1, "min", why);
-        if (!v) return false;
-        lo = *v;
-      }
-      if (act->input(2)) {
-        std::optional<float> v = constantScalar(act, 2, "max", why);
-        if (!v) return false;
-        hi = *v;
-      }
-    }
-    spec.params = {lo, hi};
-  } else if (op == "LeakyRelu") {
-    spec.params = {act->attrFloat("alpha", 0.01f)};
-  } else if (op == "HardSigmoid") {
-    spec.params = {act->attrFloat("alpha", 0.2f), act->attrFloat("beta", 0.5f)};
-  } else if (op == "Gelu" && act->domain().empty()) {
-    const std::optional<std::string> gelu = standardGeluActivation(*act, why);
-    if (!gelu) return false;
-    spec.activation = *gelu;
-  }
-  if (!spec.params.empty() && opset > 0 && opset < 8) {
-    return why.fail(*act, [&] {
-      return fmt::format(
-          "{} has parameters, which need opset >= 8 to be exported portably "
-          "(broadcasting Max/Min/PRelu); the model imports opset {}",
-          act->label(), opset);
-    });
-  }
+  std::optional<EpilogueActivation> a = epilogueActivation(*act, opset, why);
+  if (!a) return false;
+  spec.activation = std::move(a->name);
+  spec.params = std::move(a->params);
   return true;
 }
 

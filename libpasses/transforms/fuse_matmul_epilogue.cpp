@@ -11,7 +11,8 @@
 // Forms matched, longest first, so that a MatMul takes the whole tail it can (each a pattern,
 // anchored on the MatMul):
 //   matmul-bias-residual-silu  mm -> bias:Add -> add:Add -> sig:Sigmoid -> mul:Mul ; add -> mul
-//   matmul-bias-residual-act   mm -> bias:Add -> add:Add -> act (Relu|Sigmoid|Tanh|HardSwish|Gelu)
+//   matmul-bias-residual-act   mm -> bias:Add -> add:Add -> act (Relu|Sigmoid|Tanh|HardSwish|Gelu|
+//                              Clip|LeakyRelu|HardSigmoid)
 //   matmul-bias-residual-gelu  mm -> bias:Add -> add:Add -> act:fusectl::Gelu
 //   matmul-bias-residual-gelu-tanh  the same with act:fusectl::GeluTanh (GPT-2's gelu_new)
 //   matmul-bias-silu           mm -> bias:Add -> sig:Sigmoid -> mul:Mul ; bias -> mul
@@ -24,8 +25,9 @@
 // This pass takes the activation and the residual itself (fuse-epilogue, which runs after it,
 // does not anchor on FusedMatMul): one rewrite per Linear layer, and no intermediate node that a
 // second pass would have to re-read. Activations with parameters (Clip, LeakyRelu, HardSigmoid)
-// are not taken: the shorter form fuses and they stay nodes of their own. A 2-D MatMul + bias
-// has already become a Gemm at -O2 (fuse-matmul-add), which fuse-epilogue takes.
+// go into activation_params, as fuse-epilogue writes them (epilogueActivation: DeepSpeech's
+// hardtanh(0, 20) after canonicalize's relu-clip). A 2-D MatMul + bias has already become a
+// Gemm at -O2 (fuse-matmul-add), which fuse-epilogue takes.
 //
 // Legality, checked in this order (each failure is a reported rejection):
 //  1. Every intermediate (the MatMul output, the biased sum before a residual or activation, the
@@ -40,7 +42,8 @@
 //  5. Residual: the Add's other input is not the biased sum itself, not a constant, and its
 //     shape is provably the sum's shape (the kernel reads Z without broadcasting).
 //  6. A standard Gelu is the exact one (approximate = "none") or the tanh one (activation
-//     GeluTanh).
+//     GeluTanh); an activation's parameters are constant scalars, and the model imports opset
+//     >= 8 when there are any (epilogueActivation).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -157,21 +160,12 @@ Constraint residualLegal(std::string base) {
           }};
 }
 
-// Condition 6.
-Constraint knownGelu() {
-  return {"gelu-approximate:act", [](const Match& m, Why& why) {
-            Node* act = m.get("act");
-            if (!act->is("Gelu")) return true;
-            return standardGeluActivation(*act, why).has_value();
+// Condition 6: what the epilogue computes for the activation node (epilogueActivation: a
+// standard Gelu's approximation, constant parameters).
+Constraint activationReads(int64_t opset) {
+  return {"activation:act", [opset](const Match& m, Why& why) {
+            return epilogueActivation(*m.get("act"), opset, why).has_value();
           }};
-}
-
-// The epilogue activation of a matched activation node: its op's name (every op matched is
-// named as its activation), but GeluTanh for a standard Gelu with approximate = "tanh".
-std::string activationOf(const Node& act) {
-  Why checked(false);  // knownGelu held
-  if (act.is("Gelu")) return standardGeluActivation(act, checked).value_or("Gelu");
-  return act.opType();
 }
 
 struct Form {
@@ -182,10 +176,11 @@ struct Form {
   bool activation = false;
 };
 
-// The activations without parameters that the epilogue computes and a standard op names.
-constexpr const char* kActivationOps = "Relu|Sigmoid|Tanh|HardSwish|Gelu";
+// The activations that the epilogue computes and a standard op names (the last three with
+// activation_params).
+constexpr const char* kActivationOps = "Relu|Sigmoid|Tanh|HardSwish|Gelu|Clip|LeakyRelu|HardSigmoid";
 
-std::vector<Form> buildForms() {
+std::vector<Form> buildForms(int64_t opset) {
   std::vector<Form> out;
   auto add = [&](const char* name, const std::string& tail, bool residual, bool silu,
                  bool activation) {
@@ -245,7 +240,7 @@ std::vector<Form> buildForms() {
     p.require(weightAndActivations());
     if (f.bias) p.require(biasOnLastAxis());
     if (f.residual) p.require(residualLegal(f.bias ? "bias" : "mm"));
-    if (f.activation && !f.silu) p.require(knownGelu());
+    if (f.activation && !f.silu) p.require(activationReads(opset));
   }
   return out;
 }
@@ -256,7 +251,7 @@ class FuseMatMulEpiloguePass : public Pass {
 
   std::vector<Pattern> patterns() const override {
     std::vector<Pattern> out;
-    for (Form& f : buildForms()) out.push_back(std::move(f.pattern));
+    for (Form& f : buildForms(0)) out.push_back(std::move(f.pattern));
     return out;
   }
 
@@ -267,7 +262,7 @@ class FuseMatMulEpiloguePass : public Pass {
     driver.report_structural = false;
     driver.match_all_first = true;
     size_t fused = 0;
-    for (const Form& form : buildForms()) {
+    for (const Form& form : buildForms(ctx.opset())) {
       fused += applyPattern(
           graph, ctx, form.pattern,
           [&](Rewriter& rw, const Match& m) {
@@ -299,7 +294,11 @@ class FuseMatMulEpiloguePass : public Pass {
       output = m.get("mul")->output(0);
     } else if (f.activation) {
       Node* act = m.get("act");
-      node.attributes.push_back(Attribute::ofString("activation", activationOf(*act)));
+      Why checked(false);  // activationReads held
+      const EpilogueActivation a = *epilogueActivation(*act, ctx.opset(), checked);
+      node.attributes.push_back(Attribute::ofString("activation", a.name));
+      if (!a.params.empty())
+        node.attributes.push_back(Attribute::ofFloats("activation_params", a.params));
       output = act->output(0);
     }
     // The fused node takes the MatMul's name, as its output takes the replaced value's.
