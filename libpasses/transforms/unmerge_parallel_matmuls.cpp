@@ -22,6 +22,8 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 #include "constant_math.h"
 #include "fusectl/passes/rewriter.h"

@@ -24,6 +24,9 @@
 //  2. The model imports opset >= 10 (Slice with starts/ends inputs).
 #include <fmt/format.h>
 
+#include <optional>
+#include <string_view>
+
 #include "constant_math.h"
 #include "fusectl/passes/rewriter.h"
 #include "pass_factories.h"
@@ -48,7 +51,7 @@ std::optional<PackedHeads> packedHeads(const Node& a, Why& why) {
     });
     return std::nullopt;
   }
-  if (!xs.hasRank() || xs.rank() != 3 || !xs[2].isStatic() ||
+  if (!xs.hasRank() || xs.rank() != 3 || !xs[2].isStatic() || xs[2].value() <= 0 ||
       xs[2].value() % (h.q + 2 * h.kv) != 0) {
     why.fail(a, [&] {
       return fmt::format("{} reads X {}, not [B, S, (Hq + 2 Hkv) D] with a static last dim "
