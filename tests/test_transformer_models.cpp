@@ -12,6 +12,7 @@
 // lists what issue 12 says must be left after -O3 and why what else is left stays.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -399,6 +400,46 @@ TEST_CASE("transformer models: --emit ort on a model saved after -O3 lowers its 
       checkOrtRunsLikeOriginal(ort, tm, *saved, work, ".saved.ort.onnx");
     }
   }
+}
+
+TEST_CASE("transformer models: --emit ort unmerges a grouped-query block's narrow projections",
+          "[transformer][emit-ort][ort]") {
+  // merge-parallel-matmuls{narrow=true} merges llama_gqa_block's q (8 heads) with its k and v (2
+  // heads each), and its gate with its up projection; its QK-norm rotations have no packed form,
+  // so the attention stays fusectl::Attention reading Slices of the merged projection. Saved and
+  // given to --emit ort, the projections split again and the model is written as the export is.
+  const fusectl::test::OrtSetup ort = fusectl::test::findOrtSetup();
+  const fs::path work = fusectl::testing::processTempPath("fusectl_emit_ort_narrow");
+  fs::remove_all(work);
+  fs::create_directories(work);
+  const auto models = transformerModels();
+  const auto tm = std::find_if(models.begin(), models.end(),
+                               [](const TransformerModel& m) { return m.name == "llama_gqa_block"; });
+  REQUIRE(tm != models.end());
+  passes::OptimizeRequest o3;
+  o3.level = 3;
+  o3.pass_options = {"merge-parallel-matmuls{narrow=true}"};
+  auto model = load(tm->name);
+  passes::optimize(*model, o3);
+  const auto merged = opHistogram(*model->graph);
+  REQUIRE(merged.count("fusectl::SwiGLUPacked") == 1);
+  REQUIRE(merged.count("Slice") == 1);
+  CHECK(merged.at("Slice") == 3);  // q, k and v of the merged projection
+  auto saved = parseModelBinary(modelToBinary(*model), tm->name + " (saved after -O3)", ".");
+  passes::OptimizeRequest emit;
+  emit.level = 3;
+  emit.pass_manager.emit_ort = true;
+  passes::optimize(*saved, emit);
+  auto direct = load(tm->name);
+  passes::optimize(*direct, emit);
+  const auto ops = opHistogram(*saved->graph);
+  CHECK(describe(ops) == describe(opHistogram(*direct->graph)));
+  CHECK(ops.count("com.microsoft::GroupQueryAttention") == 1);
+  if (!ort.found) {
+    WARN(ort.skip_reason);
+    return;
+  }
+  checkOrtRunsLikeOriginal(ort, *tm, *saved, work, ".narrow.ort.onnx");
 }
 
 TEST_CASE("transformer models: the --emit ort output runs in ONNX Runtime as the original does",
