@@ -57,8 +57,35 @@ std::string describe(const std::map<std::string, size_t>& hist) {
   return s;
 }
 
+// How many nodes of `op` ("domain::op" outside ai.onnx) the histogram counts.
+size_t opCount(const std::map<std::string, size_t>& hist, const std::string& op) {
+  auto it = hist.find(op);
+  return it == hist.end() ? size_t{0} : it->second;
+}
+
 std::unique_ptr<Model> load(const std::string& name) {
   return loadModel(std::string(FUSECTL_SOURCE_DIR) + "/testdata/models/" + name + ".onnx");
+}
+
+// `model` written to bytes and read back, as a model saved by `fusectl optimize` is.
+std::unique_ptr<Model> savedAndLoaded(const Model& model, const std::string& name) {
+  return parseModelBinary(modelToBinary(model), name + " (saved after -O3)", ".");
+}
+
+// `optimize -O3 --emit ort`.
+void emitOrt(Model& model) {
+  passes::OptimizeRequest emit;
+  emit.level = 3;
+  emit.pass_manager.emit_ort = true;
+  passes::optimize(model, emit);
+}
+
+// An empty folder for one test's files.
+fs::path freshWorkDir(const std::string& name) {
+  const fs::path work = fusectl::testing::processTempPath(name);
+  fs::remove_all(work);
+  fs::create_directories(work);
+  return work;
 }
 
 std::vector<std::pair<std::string, Shape>> concreteDims(const TransformerModel& tm) {
@@ -301,17 +328,11 @@ TEST_CASE("transformer models: --emit ort on a model saved after -O3 lowers its 
   o3.level = 3;
   auto model = load("bert_op17");
   passes::optimize(*model, o3);
-  auto count = [](const std::map<std::string, size_t>& ops, const std::string& op) {
-    auto it = ops.find(op);
-    return it == ops.end() ? size_t{0} : it->second;
-  };
-  REQUIRE(count(opHistogram(*model->graph), "fusectl::FusedMatMul_Gelu") == 2);
-  auto saved = parseModelBinary(modelToBinary(*model), "bert_op17 (saved after -O3)", ".");
-  passes::OptimizeRequest emit = o3;
-  emit.pass_manager.emit_ort = true;
-  passes::optimize(*saved, emit);
+  REQUIRE(opCount(opHistogram(*model->graph), "fusectl::FusedMatMul_Gelu") == 2);
+  auto saved = savedAndLoaded(*model, "bert_op17");
+  emitOrt(*saved);
   const auto ops = opHistogram(*saved->graph);
-  CHECK(count(ops, "com.microsoft::BiasGelu") == 2);
+  CHECK(opCount(ops, "com.microsoft::BiasGelu") == 2);
   for (const auto& [op, n] : ops) {
     INFO(op);
     CHECK(op.rfind("fusectl::FusedMatMul", 0) != 0);
@@ -356,13 +377,7 @@ TEST_CASE("transformer models: --emit ort on a model saved after -O3 lowers its 
   // gets the contrib attention the export gets, and ONNX Runtime computes the export's outputs.
   // unmerge-parallel-matmuls then splits the merged q/k/v (and gate/up) projections again.
   const fusectl::test::OrtSetup ort = fusectl::test::findOrtSetup();
-  const fs::path work = fusectl::testing::processTempPath("fusectl_emit_ort_saved");
-  fs::remove_all(work);
-  fs::create_directories(work);
-  auto count = [](const std::map<std::string, size_t>& ops, const std::string& op) {
-    auto it = ops.find(op);
-    return it == ops.end() ? size_t{0} : it->second;
-  };
+  const fs::path work = freshWorkDir("fusectl_emit_ort_saved");
   for (const TransformerModel& tm : transformerModels()) {
     if (tm.name != "bert_op17" && tm.name != "gpt2_stack3" && tm.name != "llama_layer" &&
         tm.name != "vit_mha_encoder")
@@ -373,24 +388,22 @@ TEST_CASE("transformer models: --emit ort on a model saved after -O3 lowers its 
       auto model = load(tm.name);
       passes::optimize(*model, o3);
       const auto packed_ops = opHistogram(*model->graph);
-      const size_t packed = count(packed_ops, "fusectl::AttentionPacked") +
-                            count(packed_ops, "fusectl::AttentionPackedRotary");
+      const size_t packed = opCount(packed_ops, "fusectl::AttentionPacked") +
+                            opCount(packed_ops, "fusectl::AttentionPackedRotary");
       REQUIRE(packed > 0);
-      auto saved = parseModelBinary(modelToBinary(*model), tm.name + " (saved after -O3)", ".");
-      passes::OptimizeRequest emit = o3;
-      emit.pass_manager.emit_ort = true;
-      passes::optimize(*saved, emit);
+      auto saved = savedAndLoaded(*model, tm.name);
+      emitOrt(*saved);
       const auto ops = opHistogram(*saved->graph);
-      CHECK(count(ops, "fusectl::AttentionPacked") == 0);
-      CHECK(count(ops, "fusectl::AttentionPackedRotary") == 0);
-      CHECK(count(ops, "fusectl::Attention") == 0);
-      CHECK(count(ops, "com.microsoft::MultiHeadAttention") == packed);
-      CHECK(count(ops, "fusectl::SwiGLUPacked") == 0);
+      CHECK(opCount(ops, "fusectl::AttentionPacked") == 0);
+      CHECK(opCount(ops, "fusectl::AttentionPackedRotary") == 0);
+      CHECK(opCount(ops, "fusectl::Attention") == 0);
+      CHECK(opCount(ops, "com.microsoft::MultiHeadAttention") == packed);
+      CHECK(opCount(ops, "fusectl::SwiGLUPacked") == 0);
       if (tm.name == "bert_op17" || tm.name == "llama_layer") {
         // Its merged projections split again (unmerge-parallel-matmuls), the saved model is
         // written as the export is: the same ops, one by one.
         auto direct = load(tm.name);
-        passes::optimize(*direct, emit);
+        emitOrt(*direct);
         CHECK(describe(ops) == describe(opHistogram(*direct->graph)));
       }
       if (!ort.found) {
@@ -409,9 +422,7 @@ TEST_CASE("transformer models: --emit ort unmerges a grouped-query block's narro
   // so the attention stays fusectl::Attention reading Slices of the merged projection. Saved and
   // given to --emit ort, the projections split again and the model is written as the export is.
   const fusectl::test::OrtSetup ort = fusectl::test::findOrtSetup();
-  const fs::path work = fusectl::testing::processTempPath("fusectl_emit_ort_narrow");
-  fs::remove_all(work);
-  fs::create_directories(work);
+  const fs::path work = freshWorkDir("fusectl_emit_ort_narrow");
   const auto models = transformerModels();
   const auto tm = std::find_if(models.begin(), models.end(),
                                [](const TransformerModel& m) { return m.name == "llama_gqa_block"; });
@@ -422,19 +433,15 @@ TEST_CASE("transformer models: --emit ort unmerges a grouped-query block's narro
   auto model = load(tm->name);
   passes::optimize(*model, o3);
   const auto merged = opHistogram(*model->graph);
-  REQUIRE(merged.count("fusectl::SwiGLUPacked") == 1);
-  REQUIRE(merged.count("Slice") == 1);
-  CHECK(merged.at("Slice") == 3);  // q, k and v of the merged projection
-  auto saved = parseModelBinary(modelToBinary(*model), tm->name + " (saved after -O3)", ".");
-  passes::OptimizeRequest emit;
-  emit.level = 3;
-  emit.pass_manager.emit_ort = true;
-  passes::optimize(*saved, emit);
+  REQUIRE(opCount(merged, "fusectl::SwiGLUPacked") == 1);
+  REQUIRE(opCount(merged, "Slice") == 3);  // q, k and v of the merged projection
+  auto saved = savedAndLoaded(*model, tm->name);
+  emitOrt(*saved);
   auto direct = load(tm->name);
-  passes::optimize(*direct, emit);
+  emitOrt(*direct);
   const auto ops = opHistogram(*saved->graph);
   CHECK(describe(ops) == describe(opHistogram(*direct->graph)));
-  CHECK(ops.count("com.microsoft::GroupQueryAttention") == 1);
+  CHECK(opCount(ops, "com.microsoft::GroupQueryAttention") == 1);
   if (!ort.found) {
     WARN(ort.skip_reason);
     return;
@@ -486,16 +493,11 @@ TEST_CASE("transformer models: the --emit ort output runs in ONNX Runtime as the
         {"fusectl::QKNormRotaryEmbedding", 2}, {"fusectl::SwiGLU", 1}}},
   };
   const fusectl::test::OrtSetup ort = fusectl::test::findOrtSetup();
-  const fs::path work = fusectl::testing::processTempPath("fusectl_emit_ort");
-  fs::remove_all(work);
-  fs::create_directories(work);
+  const fs::path work = freshWorkDir("fusectl_emit_ort");
   for (const TransformerModel& tm : transformerModels()) {
     SECTION(tm.name) {
       auto model = load(tm.name);
-      passes::OptimizeRequest request;
-      request.level = 3;
-      request.pass_manager.emit_ort = true;
-      passes::optimize(*model, request);
+      emitOrt(*model);
       std::map<std::string, size_t> contrib;
       for (const auto& [op, n] : opHistogram(*model->graph))
         if (op.find("::") != std::string::npos || op.find("LayerNormalization") != std::string::npos ||

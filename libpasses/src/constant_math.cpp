@@ -329,6 +329,26 @@ std::optional<std::vector<int64_t>> unsqueezeAxes(const Node& n) {
   return n.attrInts("axes");
 }
 
+Tensor int64Vector(std::vector<int64_t> values) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  return Tensor::fromValues(DType::Int64, {n}, std::move(values));
+}
+
+Value* addLastAxisSlice(Rewriter& rw, Value* x, int64_t from, int64_t to, Value* axes,
+                        const std::string& hint, Node* position) {
+  NewNode slice;
+  slice.op_type = "Slice";
+  slice.name = hint;
+  slice.naming = NodeNaming::Unique;
+  slice.inputs = {x, rw.addConstant(hint + "_start", int64Vector({from})),
+                  rw.addConstant(hint + "_end", int64Vector({to})), axes};
+  std::vector<Dim> dims = x->shape().dims();
+  dims.back() = Dim::known(to - from);
+  return rw.addNode(std::move(slice), hint, ValueType{x->dtype(), Shape(std::move(dims)), {}},
+                    position)
+      ->output(0);
+}
+
 std::optional<std::string> standardGeluActivation(const Node& gelu, Why& why) {
   const std::string approximate = gelu.attrString("approximate", "none");
   if (approximate == "none") return std::string("Gelu");

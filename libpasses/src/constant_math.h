@@ -16,6 +16,7 @@
 
 #include "fusectl/graph/graph.h"
 #include "fusectl/passes/pattern.h"
+#include "fusectl/passes/rewriter.h"
 
 namespace fusectl::passes {
 
@@ -104,6 +105,15 @@ std::optional<SliceRange> sliceRange(const Node& slice, size_t rank);
 // common); nullopt for any other Slice.
 std::optional<std::pair<int64_t, int64_t>> lastAxisSpan(const Node& slice, size_t rank,
                                                         int64_t dim);
+
+// A 1-D int64 constant (Reshape targets, Slice bounds and axes).
+Tensor int64Vector(std::vector<int64_t> values);
+
+// A new Slice [from, to) of x's last axis (rank known, step 1) before `position`, which
+// lastAxisSpan reads back: node and output named after `hint` (unique), typed as x with the last
+// dim to - from. `axes` is the constant [-1] that the caller's Slices of x share.
+Value* addLastAxisSlice(Rewriter& rw, Value* x, int64_t from, int64_t to, Value* axes,
+                        const std::string& hint, Node* position);
 
 // Unsqueeze's axes (attribute before opset 13, constant input from 13), as written.
 std::optional<std::vector<int64_t>> unsqueezeAxes(const Node& n);

@@ -236,15 +236,14 @@ class MergeParallelMatMulsPass : public Pass {
       merged_add = rw.addNode(std::move(add), base + "_merged_biased", merged_type, first);
       merged = merged_add->output(0);
     }
-    auto int64s = [](int64_t v) { return Tensor::fromValues(DType::Int64, {1}, std::vector<int64_t>{v}); };
-    Value* axes = rw.addConstant(base + "_merged_axes", int64s(-1));
+    Value* axes = rw.addConstant(base + "_merged_axes", int64Vector({-1}));
     int64_t offset = 0;
     for (const Member& m : group) {
       NewNode slice;
       slice.op_type = "Slice";
       const std::string out = m.output()->name();
-      slice.inputs = {merged, rw.addConstant(out + "_start", int64s(offset)),
-                      rw.addConstant(out + "_end", int64s(offset + m.width)), axes};
+      slice.inputs = {merged, rw.addConstant(out + "_start", int64Vector({offset})),
+                      rw.addConstant(out + "_end", int64Vector({offset + m.width})), axes};
       slice.name = m.mm->name();
       Match site(m.bias_add ? 2 : 1);
       site[0] = m.mm;

@@ -127,12 +127,14 @@ std::vector<Pattern> build() {
   return forms;
 }
 
-Tensor int64s(int64_t v) { return Tensor::fromValues(DType::Int64, {1}, std::vector<int64_t>{v}); }
-
-// Columns [a, b) of a [K, N] (or, with rows = 1, an [N]) constant.
-Tensor columns(const Tensor& t, int64_t rows, int64_t n, int64_t a, int64_t b, bool matrix) {
+// Columns [a, b) of a [K, N] or [N] constant.
+Tensor columns(const Tensor& t, int64_t a, int64_t b) {
+  const std::vector<int64_t>& dims = t.dims();
+  const int64_t n = dims.back(), rows = dims.size() == 2 ? dims[0] : 1;
+  std::vector<int64_t> out_dims = dims;
+  out_dims.back() = b - a;
   const size_t elem = dtypeSize(t.dtype());
-  Tensor out = matrix ? Tensor(t.dtype(), {rows, b - a}) : Tensor(t.dtype(), {b - a});
+  Tensor out(t.dtype(), out_dims);
   uint8_t* dst = out.mutableBytes();
   const uint8_t* src = t.bytes();
   for (int64_t r = 0; r < rows; ++r)
@@ -155,23 +157,9 @@ class UnmergeParallelMatMulsPass : public Pass {
       Value* x = s->input(0);
       const Shape& xs = x->shape();
       const int64_t width = xs[xs.rank() - 1].value(), half = width / 2;
-      Value* axes = rw.addConstant(x->name() + "_halves_axes", int64s(-1));
-      auto half_of = [&](const char* part, int64_t from, int64_t to) {
-        NewNode slice;
-        slice.op_type = "Slice";
-        slice.name = s->name() + "_" + part;
-        slice.naming = NodeNaming::Unique;
-        slice.inputs = {x, rw.addConstant(slice.name + "_start", int64s(from)),
-                        rw.addConstant(slice.name + "_end", int64s(to)), axes};
-        std::vector<Dim> dims = xs.dims();
-        dims.back() = Dim::known(to - from);
-        ValueType type;
-        type.dtype = x->dtype();
-        type.shape = Shape(std::move(dims));
-        return rw.addNode(std::move(slice), s->name() + "_" + part, type, s)->output(0);
-      };
-      Value* gate = half_of("gate", 0, half);
-      Value* up = half_of("up", half, width);
+      Value* axes = rw.addConstant(x->name() + "_halves_axes", int64Vector({-1}));
+      Value* gate = addLastAxisSlice(rw, x, 0, half, axes, s->name() + "_gate", s);
+      Value* up = addLastAxisSlice(rw, x, half, width, axes, s->name() + "_up", s);
       NewNode swiglu;
       swiglu.op_type = "SwiGLU";
       swiglu.domain = "fusectl";
@@ -195,22 +183,18 @@ class UnmergeParallelMatMulsPass : public Pass {
         Why checked(false);  // the constraints held
         const auto readers = *columnReaders(*p, checked);
         const Tensor& w = *p->input(1)->initializer();
-        const std::vector<int64_t> wd = w.dims();
         const Tensor* bias = p->numInputs() > 2 && p->input(2) ? p->input(2)->initializer() : nullptr;
         for (const auto& [slice, span] : readers) {
           const auto [a, b] = span;
+          // replaceNode gives the part the Slice's node name; its constants are named after it.
+          const std::string hint = slice->name().empty() ? slice->output(0)->name() : slice->name();
           NewNode part;
           part.op_type = p->opType();
           part.domain = p->domain();
           part.attributes = p->attributes();
-          part.name = slice->name().empty() ? slice->output(0)->name() : slice->name();
           part.doc_string = p->doc_string;
-          const std::string hint = part.name;
-          part.inputs = {p->input(0),
-                         rw.addConstant(hint + "_weight", columns(w, wd[0], wd[1], a, b, true))};
-          if (bias)
-            part.inputs.push_back(
-                rw.addConstant(hint + "_bias", columns(*bias, 1, wd[1], a, b, false)));
+          part.inputs = {p->input(0), rw.addConstant(hint + "_weight", columns(w, a, b))};
+          if (bias) part.inputs.push_back(rw.addConstant(hint + "_bias", columns(*bias, a, b)));
           rw.replaceNode(slice, std::move(part));
         }
         // The last replaceNode erased p with the weights only it read.

@@ -70,51 +70,31 @@ Constraint splitsIntoHeads() {
           }};
 }
 
-std::vector<Pattern> build() {
-  std::vector<Pattern> forms;
-  for (const char* op : {"AttentionPacked", "AttentionPackedRotary"}) {
-    const bool rotary = std::string_view(op) == "AttentionPackedRotary";
-    Pattern p = Pattern::parse(fmt::format("^a:fusectl::{}", op),
-                               rotary ? "unpack-packed-rotary-attention" : "unpack-packed-attention");
-    p.producing(rotary ? std::vector<std::string>{"fusectl::Attention", "fusectl::RotaryEmbedding"}
-                       : std::vector<std::string>{"fusectl::Attention"});
-    p.require(splitsIntoHeads());
-    forms.push_back(std::move(p));
-  }
-  return forms;
-}
-
-ValueType typed(DType dtype, std::vector<Dim> dims) {
-  ValueType t;
-  t.dtype = dtype;
-  t.shape = Shape(std::move(dims));
-  return t;
-}
-
-Tensor int64s(std::vector<int64_t> values) {
-  const int64_t n = static_cast<int64_t>(values.size());
-  return Tensor::fromValues(DType::Int64, {n}, std::move(values));
+// One pattern for both ops: the rotary one has the same head layout and two more inputs.
+Pattern build() {
+  Pattern p = Pattern::parse("^a:fusectl::AttentionPacked|AttentionPackedRotary",
+                             "unpack-packed-attention");
+  p.producing({"fusectl::Attention", "fusectl::RotaryEmbedding"});
+  p.require(splitsIntoHeads());
+  return p;
 }
 
 class UnpackPackedAttentionPass : public Pass {
  public:
   const PassInfo& info() const override { return UnpackPackedAttentionPassInfo; }
 
-  std::vector<Pattern> patterns() const override { return build(); }
+  std::vector<Pattern> patterns() const override { return {build()}; }
 
   bool run(const Graph& graph, PassContext& ctx) override {
-    const std::vector<Pattern> forms = build();
-    size_t rewrites = 0;
-    // One call per form: alternatives of one call share the first form's anchors (the op).
-    for (size_t form = 0; form < forms.size(); ++form) {
-      rewrites += applyPattern(graph, ctx, forms[form], [&](Rewriter& rw, const Match& m) {
+    const Pattern pattern = build();
+    return applyPattern(graph, ctx, pattern, [&](Rewriter& rw, const Match& m) {
              Why checked(false);  // the constraints held
              Node* a = m.get("a");
              const PackedHeads h = *packedHeads(*a, checked);
              const int64_t opset = rw.context().opset();
              if (opset > 0 && opset < 10) {  // condition 2
                NearMiss miss;
-               miss.pattern = forms[form].name;
+               miss.pattern = pattern.name;
                miss.anchor = miss.node = a->label();
                miss.constraint = "opset>=10";
                miss.reason = fmt::format(
@@ -124,7 +104,7 @@ class UnpackPackedAttentionPass : public Pass {
                rw.reject(miss);
                return false;
              }
-             const bool rotary = a->numInputs() >= 4;
+             const bool rotary = a->is("AttentionPackedRotary", "fusectl");
              Value* x = a->input(0);
              const Shape& xs = x->shape();
              const DType dtype = x->dtype();
@@ -140,21 +120,19 @@ class UnpackPackedAttentionPass : public Pass {
                n.attributes = std::move(attrs);
                n.naming = NodeNaming::Unique;
                n.name = hint;
-               return rw.addNode(std::move(n), hint, typed(dtype, std::move(dims)), a)->output(0);
+               return rw.addNode(std::move(n), hint, ValueType{dtype, Shape(std::move(dims)), {}}, a)
+                   ->output(0);
              };
              const Attribute perm = Attribute::ofInts("perm", {0, 2, 1, 3});
-             Value* axes = rw.addConstant(base + "_qkv_axes", int64s({-1}));
+             Value* axes = rw.addConstant(base + "_qkv_axes", int64Vector({-1}));
              // One head split per part: Slice, Reshape [0, 0, H, D], Transpose(0,2,1,3).
              auto heads = [&](const char* part, int64_t from, int64_t count) {
                const std::string hint = base + "_" + part;
-               Value* slice = add("Slice", "",
-                                  {x, rw.addConstant(hint + "_start", int64s({from * h.size})),
-                                   rw.addConstant(hint + "_end", int64s({(from + count) * h.size})),
-                                   axes},
-                                  {}, hint, {b, s, Dim::known(count * h.size)});
+               Value* slice = addLastAxisSlice(rw, x, from * h.size, (from + count) * h.size,
+                                               axes, hint, a);
                Value* split = add("Reshape", "",
                                   {slice, rw.addConstant(hint + "_heads_shape",
-                                                         int64s({0, 0, count, h.size}))},
+                                                         int64Vector({0, 0, count, h.size}))},
                                   {}, hint + "_bshd", {b, s, Dim::known(count), d});
                return add("Transpose", "", {split}, {perm}, hint + "_heads",
                           {b, Dim::known(count), s, d});
@@ -179,22 +157,20 @@ class UnpackPackedAttentionPass : public Pass {
              attention.name = a->name();
              attention.doc_string = a->doc_string;  // keeps the history of earlier rewrites
              Value* y4 = rw.addNode(std::move(attention), base + "_attention",
-                                    typed(dtype, {b, Dim::known(h.q), s, d}), a)
+                                    ValueType{dtype, Shape({b, Dim::known(h.q), s, d}), {}}, a)
                              ->output(0);
              Value* merged = add("Transpose", "", {y4}, {perm}, base + "_merge",
                                  {b, s, Dim::known(h.q), d});
              NewNode reshape;
              reshape.op_type = "Reshape";
              reshape.inputs = {merged, rw.addConstant(base + "_merge_shape",
-                                                      int64s({0, 0, h.q * h.size}))};
+                                                      int64Vector({0, 0, h.q * h.size}))};
              reshape.name = base + "_merge_reshape";
              reshape.naming = NodeNaming::Unique;
-             rw.replaceMatch(forms[form].name, m, a->output(0), std::move(reshape));
+             rw.replaceMatch(pattern.name, m, a->output(0), std::move(reshape));
              ctx.count(rotary ? "unpacked_rotary_attention" : "unpacked_attention");
              return true;
-           });
-    }
-    return rewrites > 0;
+           }) > 0;
   }
 };
 
