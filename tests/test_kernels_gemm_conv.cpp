@@ -8,6 +8,7 @@
 #include <iterator>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "../libkernels/cpu/conv_pixel_rows.h"
 #include "../libkernels/cpu/conv_winograd.h"
 #include "../libkernels/cpu/gemm_micro.h"
+#include "../libkernels/cpu/vec_kernels.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/kernels/epilogue.h"
 #include "fusectl/kernels/kernel.h"
@@ -1097,14 +1099,22 @@ TEST_CASE("On small maps with 32 channels on one side the direct product takes F
     return;
   }
   // SqueezeNet's 32 -> 128 at 11x11 and DenseNet's 128 -> 32 at 12x12 go direct (bit for bit the
-  // forced direct result, which Winograd's differs from), and so does any channel count onto 64
-  // pixels or fewer (ResNet's 7x7 layers); 64 -> 64 at 12x12 stays Winograd.
+  // forced direct result, which Winograd's differs from) on either kind of machine; any channel
+  // count onto 64 pixels or fewer (ResNet's 7x7 layers) goes direct where 512-bit FMAs run at
+  // full width and stays Winograd where they run as two halves (vec::fma512HalfWidth); 64 -> 64
+  // at 12x12 stays Winograd on both.
+  const bool half_width = GENERATE(false, true);
+  struct RestoreHalfWidth {
+    ~RestoreHalfWidth() { vec::forceFma512HalfWidth(std::nullopt); }
+  } restore;
+  vec::forceFma512HalfWidth(half_width);
+  INFO("512-bit FMAs at half width: " << half_width);
   struct Shape {
     int64_t C, H, M;
     bool direct;
   };
   for (const Shape& s : {Shape{32, 11, 128, true}, Shape{128, 12, 32, true},
-                         Shape{256, 7, 256, true}, Shape{64, 12, 64, false}}) {
+                         Shape{256, 7, 256, !half_width}, Shape{64, 12, 64, false}}) {
     const ConvSpec c = {{1, s.C, s.H, s.H}, s.M, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}};
     const std::vector<float> xv = randomFloats(s.C * s.H * s.H, 96),
                              wv = randomFloats(s.M * s.C * 9, 97), bv = randomFloats(s.M, 98);

@@ -618,9 +618,15 @@ int winogradTileFor(const KernelContext& ctx, const ConvDims& d) {
   // sides (GoogLeNet's 64 -> 192 at 24x24: 0.52 -> 0.68; ResNet-50's 256 -> 256 at 14x14, five
   // nodes, 6.1-6.7 -> 7.5-7.8 ms) Winograd stays ahead, but onto 64 pixels or fewer, whose
   // filters come from memory, its transformed ones are 16/9 of the direct product's: ResNet-50's
-  // two 512 -> 512 at 7x7 3.48-3.68 -> 2.82-3.08 ms.
+  // two 512 -> 512 at 7x7 3.48-3.68 -> 2.82-3.08 ms. That is a machine whose FMAs outrun its
+  // memory (148 GFLOP/s on one core against a 15 GB/s triad: 9.9 FLOP a byte, where Winograd's
+  // products there do 8). Where a 512-bit FMA runs as two halves (vec::fma512HalfWidth: Zen 4,
+  // 117 GFLOP/s against 21 GB/s, 5.6 FLOP a byte) the FMAs bound both, and Winograd's 42% fewer
+  // multiplications win: the same two nodes 2.38-2.43 (direct) -> 1.59-1.64 ms, Wide
+  // ResNet-50-2's 256 -> 256 at 8x8 0.68-0.69 -> 0.48-0.50 (bench/README.md, "A Zen 4 host").
   const int64_t pixels = d.win.out[0] * d.win.out[1];
-  if (tile == 2 && (std::min(d.C, d.M) <= 32 || pixels <= 64) && directApplies(d) &&
+  const bool small_map_direct = pixels <= 64 && !vec::fma512HalfWidth();
+  if (tile == 2 && (std::min(d.C, d.M) <= 32 || small_map_direct) && directApplies(d) &&
       directConvPays(directShape(d))) {
     return 0;
   }

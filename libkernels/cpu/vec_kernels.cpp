@@ -11,6 +11,7 @@
 #include <string>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -154,6 +155,45 @@ Isa activeIsa() {
 void forceIsa(std::optional<Isa> isa) {
   g_forced.store(isa ? static_cast<int>(std::min(*isa, bestSupportedIsa())) : -1,
                  std::memory_order_relaxed);
+}
+
+namespace {
+bool detectFma512HalfWidth() {
+#ifdef FUSECTL_VEC_X86
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  char vendor[13] = {};
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  if (std::strcmp(vendor, "AuthenticAMD") != 0) return false;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  unsigned family = (eax >> 8) & 0xF;
+  if (family == 0xF) family += (eax >> 20) & 0xFF;
+  __builtin_cpu_init();
+  // Zen 3 is family 0x19 too but has no AVX-512; Zen 5 (0x1A) has full-width units.
+  return family == 0x19 && __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
+std::atomic<int> g_forced_half_width{-1};
+}  // namespace
+
+bool fma512HalfWidth() {
+  const int forced = g_forced_half_width.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced == 1;
+  static const bool half = [] {
+    const char* env = std::getenv("FUSECTL_FMA_HALF_WIDTH");
+    if (env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0)) return env[0] == '1';
+    return detectFma512HalfWidth();
+  }();
+  return half;
+}
+
+void forceFma512HalfWidth(std::optional<bool> half) {
+  g_forced_half_width.store(half ? (*half ? 1 : 0) : -1, std::memory_order_relaxed);
 }
 
 const char* isaName(Isa isa) {

@@ -23,6 +23,17 @@ Isa activeIsa();
 void forceIsa(std::optional<Isa> isa);
 const char* isaName(Isa isa);
 
+// Whether this CPU executes a 512-bit FMA as two halves on 256-bit units: AMD's Zen 4 (family
+// 0x19 with AVX-512F). Its FMA peak per cycle is then that of an AVX2 core, half a full-width
+// AVX-512 core's, so against the same memory it is the FMAs that bound a product sooner, and a
+// choice that trades multiplications for bytes read (winogradTileFor) goes the other way. Read
+// from CPUID, so it is the same on every run of one machine. FUSECTL_FMA_HALF_WIDTH=0|1 in the
+// environment overrides it (to measure one machine as the other).
+bool fma512HalfWidth();
+// Tests: answer `half` from now on (either machine's choices run on any CPU: they are choices
+// between correct algorithms); nullopt restores the CPU's answer.
+void forceFma512HalfWidth(std::optional<bool> half);
+
 enum class Unary {
   Relu,
   LeakyRelu,    // alpha
