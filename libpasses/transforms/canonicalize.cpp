@@ -567,6 +567,13 @@ Constraint clipKeepsRelu(int64_t opset) {
                                    "before it still clips what lies between",
                                    c->label());
               });
+            // max(x, -0) keeps a negative x's -0 where the Relu gave +0: equal, not the same bits.
+            if (lo && std::signbit(*lo))
+              return why.fail(*c, [&] {
+                return fmt::format("{} has a lower bound of -0, which would give -0 where the "
+                                   "Relu gives +0",
+                                   c->label());
+              });
             if (hi && std::isnan(*hi))
               return why.fail(*c, [&] {
                 return fmt::format("{} has an upper bound that is not a constant scalar",
