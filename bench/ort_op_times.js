@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // ONNX Runtime's own profiler on two models with the same inputs (issue 12's `--emit ort`
 // goals): the original and fusectl's `-O3 --emit ort` output, each in a session at graph
-// optimization level `all`, sequential, 1 intra-op thread by default. Runs A/B/A/B, then sums
-// the kernel time its profiler records (`enableProfiling`, events of category "Node" whose
-// name ends in "_kernel_time") per op type over the timed runs, divided by the run count.
+// optimization level `all`, sequential, 1 intra-op thread by default. Runs A/B/A/B (above one
+// thread, A's runs then B's), then sums the kernel time its profiler records (`enableProfiling`,
+// events of category "Node" whose name ends in "_kernel_time") per op type over the timed runs,
+// divided by the run count.
 //
 //   node bench/ort_op_times.js ORIGINAL EMITTED INPUTS [--threads N] [--runs R] [--warmup W]
 //                              [--per-node FILE]
@@ -67,14 +68,23 @@ async function main() {
     }
     sides.push({ label, session, feeds, optimized, times: [] });
   }
-  for (let i = 0; i < warmup; ++i)
-    for (const s of sides) await s.session.run(s.feeds);
-  for (let i = 0; i < runs; ++i) {
+  const timed = async (s) => {
+    const t0 = process.hrtime.bigint();
+    await s.session.run(s.feeds);
+    s.times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  };
+  if (threads > 1) {
+    // One model after the other: an idle session's spinning intra-op workers take the cores from
+    // the running one (bench/ort_profile.js).
     for (const s of sides) {
-      const t0 = process.hrtime.bigint();
-      await s.session.run(s.feeds);
-      s.times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+      for (let i = 0; i < warmup; ++i) await s.session.run(s.feeds);
+      for (let i = 0; i < runs; ++i) await timed(s);
     }
+  } else {
+    for (let i = 0; i < warmup; ++i)
+      for (const s of sides) await s.session.run(s.feeds);
+    for (let i = 0; i < runs; ++i)
+      for (const s of sides) await timed(s);
   }
   const summary = {};
   for (const s of sides) {
