@@ -24,6 +24,7 @@
 #include "cast_narrow.h"
 #include "channels_last.h"
 #include "dtype_dispatch.h"
+#include "fusectl/graph/clip_bounds.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/kernels/kernel.h"
 #include "scalar_ops.h"
@@ -351,11 +352,14 @@ void clipKernel(KernelContext& ctx) {
     using T = typename decltype(tag)::type;
     T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
     if constexpr (std::is_floating_point_v<T>) {
-      lo = -std::numeric_limits<T>::infinity();
-      hi = std::numeric_limits<T>::infinity();
+      // The element type's limits (x0's: a float16 input computes as float here), or Clip-6's
+      // attribute defaults: fusectl/graph/clip_bounds.h.
+      const auto [default_lo, default_hi] = clipDefaultBounds(x0.dtype(), ctx.opset() < 11);
+      lo = static_cast<T>(default_lo);
+      hi = static_cast<T>(default_hi);
       if (ctx.opset() < 11) {
-        lo = static_cast<T>(ctx.attrFloat("min", -std::numeric_limits<float>::infinity()));
-        hi = static_cast<T>(ctx.attrFloat("max", std::numeric_limits<float>::infinity()));
+        lo = static_cast<T>(ctx.attrFloat("min", static_cast<float>(default_lo)));
+        hi = static_cast<T>(ctx.attrFloat("max", static_cast<float>(default_hi)));
       }
     }
     if (lo_t) lo = lo_t->data<T>()[0];

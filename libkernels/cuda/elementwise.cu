@@ -14,6 +14,7 @@
 #include "../cpu/compute_common.h"
 #include "cuda_common.h"
 #include "cuda_device_util.cuh"
+#include "fusectl/graph/clip_bounds.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/kernels/half.h"
 
@@ -302,7 +303,9 @@ void runCast(KernelContext& ctx) {
 
 // Clip's bounds: attributes before opset 11, optional scalar inputs (on the host) after.
 void runClip(KernelContext& ctx) {
-  float lo = -INFINITY, hi = INFINITY;
+  const std::pair<double, double> defaults =
+      clipDefaultBounds(ctx.requireInput(0).dtype(), ctx.opset() < 11);
+  float lo = static_cast<float>(defaults.first), hi = static_cast<float>(defaults.second);
   if (ctx.opset() < 11) {
     lo = ctx.attrFloat("min", lo);
     hi = ctx.attrFloat("max", hi);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "fusectl/graph/clip_bounds.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/kernels/half.h"
 
@@ -390,7 +391,10 @@ std::optional<EpilogueActivation> epilogueActivation(Node& act, int64_t opset, W
   const std::string& op = act.opType();
   out.name = op;
   if (op == "Clip") {
-    float lo = -FLT_MAX, hi = FLT_MAX;  // ONNX's defaults: numeric_limits lowest() and max()
+    // The Clip kernel's defaults (fusectl/graph/clip_bounds.h): the element type's limits.
+    const auto [default_lo, default_hi] =
+        clipDefaultBounds(act.output(0)->dtype(), opset > 0 && opset < 11);
+    float lo = static_cast<float>(default_lo), hi = static_cast<float>(default_hi);
     if (opset > 0 && opset < 11) {
       lo = act.attrFloat("min", lo);
       hi = act.attrFloat("max", hi);

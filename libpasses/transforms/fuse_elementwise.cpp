@@ -36,6 +36,7 @@
 #include <unordered_map>
 
 #include "constant_math.h"
+#include "fusectl/graph/clip_bounds.h"
 #include "fusectl/graph/elementwise_program.h"
 #include "fusectl/graph/op_classes.h"
 #include "fusectl/passes/rewriter.h"
@@ -104,8 +105,11 @@ std::optional<Translation> translate(const Node& n, int64_t opset, std::string& 
       t.params[1] = n.attrFloat("beta", 0.5f);
       break;
     case EwOp::Clip: {
-      t.params[0] = -std::numeric_limits<float>::infinity();
-      t.params[1] = std::numeric_limits<float>::infinity();
+      // The Clip kernel's defaults (fusectl/graph/clip_bounds.h), in the program's float.
+      const auto [default_lo, default_hi] =
+          clipDefaultBounds(n.output(0)->dtype(), opset < 11);
+      t.params[0] = static_cast<float>(default_lo);
+      t.params[1] = static_cast<float>(default_hi);
       if (opset < 11) {
         t.params[0] = n.attrFloat("min", t.params[0]);
         t.params[1] = n.attrFloat("max", t.params[1]);

@@ -43,8 +43,8 @@
 //     the exact one (approximate="none") or the tanh one (activation GeluTanh).
 //  5. Activations with parameters need opset >= 8: the portable ONNX function that
 //     fused_ops.h attaches on export applies them with broadcasting ops.
-// The fused node always carries explicit activation_params for Clip (absent bounds become
-// -FLT_MAX/FLT_MAX, as ONNX defines them), LeakyRelu and HardSigmoid.
+// The fused node always carries explicit activation_params for Clip (absent bounds become the
+// element type's limits, fusectl/graph/clip_bounds.h), LeakyRelu and HardSigmoid.
 // On the first fusion the model imports domain "fusectl" version 1. With --emit standard the
 // PassManager skips this pass (its portability is Fusectl).
 #include <fmt/format.h>
