@@ -220,6 +220,23 @@ std::vector<TransformerModel> transformerModels() {
   };
 }
 
+// `got` against `want` (ONNX Runtime's), output by output, within what two runtimes' roundings of
+// one model differ by. float16 outputs: both sides round the same float32 value, one ulp apart
+// at most (2^-10 relative).
+void checkOutputsAgree(const TransformerModel& tm, const std::vector<NamedTensor>& got,
+                       const std::vector<NamedTensor>& want) {
+  REQUIRE(got.size() == want.size());
+  Tolerance tol;
+  tol.atol = tm.float16 ? 2e-3 : 1e-5;
+  tol.rtol = tm.float16 ? 2e-3 : 1e-4;
+  tol.min_cosine = 0.99999;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const CompareResult r = compareTensors(got[i].tensor, want[i].tensor, tol);
+    INFO(tm.name << " output '" << want[i].name << "': " << r.describe(want[i].tensor.dims()));
+    CHECK(r.passed);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("transformer models: the executor agrees with ONNX Runtime", "[transformer][ort]") {
@@ -244,17 +261,7 @@ TEST_CASE("transformer models: the executor agrees with ONNX Runtime", "[transfo
           fusectl::test::runOrt(ort, std::string(FUSECTL_SOURCE_DIR) + "/testdata/models/" +
                                          tm.name + ".onnx",
                                 inputs, names, work / tm.name);
-      Tolerance tol;
-      // float16 outputs: both sides round the same float32 value, one ulp apart at most
-      // (2^-10 relative).
-      tol.atol = tm.float16 ? 2e-3 : 1e-5;
-      tol.rtol = tm.float16 ? 2e-3 : 1e-4;
-      tol.min_cosine = 0.99999;
-      for (size_t i = 0; i < ours.size(); ++i) {
-        const CompareResult r = compareTensors(ours[i].tensor, theirs[i].tensor, tol);
-        INFO(tm.name << " output '" << ours[i].name << "': " << r.describe(theirs[i].tensor.dims()));
-        CHECK(r.passed);
-      }
+      checkOutputsAgree(tm, ours, theirs);
     }
   }
 }
@@ -358,19 +365,11 @@ static void checkOrtRunsLikeOriginal(const fusectl::test::OrtSetup& ort,
       names, dir / "original");
   const std::vector<NamedTensor> got =
       fusectl::test::runOrt(ort, emitted, inputs, names, dir / "emitted");
-  REQUIRE(got.size() == want.size());
-  Tolerance tol;
-  tol.atol = tm.float16 ? 2e-3 : 1e-5;
-  tol.rtol = tm.float16 ? 2e-3 : 1e-4;
-  tol.min_cosine = 0.99999;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const CompareResult r = compareTensors(got[i].tensor, want[i].tensor, tol);
-    INFO(tm.name << " output '" << names[i] << "': " << r.describe(want[i].tensor.dims()));
-    CHECK(r.passed);
-  }
+  checkOutputsAgree(tm, got, want);
 }
 
-TEST_CASE("transformer models: --emit ort on a model saved after -O3 lowers its packed attention and unmerges its projections",
+TEST_CASE("transformer models: --emit ort on a model saved after -O3 lowers its packed attention "
+          "and unmerges its projections",
           "[transformer][emit-ort][ort]") {
   // -O3 leaves AttentionPacked (AttentionPackedRotary in llama_layer), which no contrib op takes;
   // unpack-packed-attention writes it back as the attention it stands for, so the saved model

@@ -303,10 +303,11 @@ void runCast(KernelContext& ctx) {
 
 // Clip's bounds: attributes before opset 11, optional scalar inputs (on the host) after.
 void runClip(KernelContext& ctx) {
+  const bool attribute_form = ctx.opset() < 11;
   const std::pair<double, double> defaults =
-      clipDefaultBounds(ctx.requireInput(0).dtype(), ctx.opset() < 11);
+      clipDefaultBounds(ctx.requireInput(0).dtype(), attribute_form);
   float lo = static_cast<float>(defaults.first), hi = static_cast<float>(defaults.second);
-  if (ctx.opset() < 11) {
+  if (attribute_form) {
     lo = ctx.attrFloat("min", lo);
     hi = ctx.attrFloat("max", hi);
   } else {

@@ -392,10 +392,10 @@ std::optional<EpilogueActivation> epilogueActivation(Node& act, int64_t opset, W
   out.name = op;
   if (op == "Clip") {
     // The Clip kernel's defaults (fusectl/graph/clip_bounds.h): the element type's limits.
-    const auto [default_lo, default_hi] =
-        clipDefaultBounds(act.output(0)->dtype(), opset > 0 && opset < 11);
+    const bool attribute_form = opset > 0 && opset < 11;
+    const auto [default_lo, default_hi] = clipDefaultBounds(act.output(0)->dtype(), attribute_form);
     float lo = static_cast<float>(default_lo), hi = static_cast<float>(default_hi);
-    if (opset > 0 && opset < 11) {
+    if (attribute_form) {
       lo = act.attrFloat("min", lo);
       hi = act.attrFloat("max", hi);
     } else {

@@ -125,8 +125,8 @@ std::optional<std::string> standardGeluActivation(const Node& gelu, Why& why);
 
 // What a fused epilogue computes for an activation node: the kernel's name for it ("Relu",
 // "Clip", "GeluTanh"...) and its activation_params (Clip's bounds, absent ones the element
-// type's limits, fusectl/graph/clip_bounds.h; LeakyRelu's alpha; HardSigmoid's alpha and beta). nullopt, with `why`
-// set (about `act`), when a parameter is no constant scalar, the Gelu approximation is another
+// type's limits, fusectl/graph/clip_bounds.h; LeakyRelu's alpha; HardSigmoid's alpha and
+// beta). nullopt, with `why` set (about `act`), when a parameter is no constant scalar, the Gelu approximation is another
 // one, or the activation has parameters and the model imports an opset below 8 (the portable
 // function that carries them applies them with broadcasting ops). fuse-epilogue and
 // fuse-matmul-epilogue.

@@ -545,7 +545,8 @@ std::optional<float> clipBound(const Node& c, int which, int64_t opset) {
   }
   if (static_cast<int>(c.numInputs()) <= which || !c.input(which)) return std::nullopt;
   const Value* v = c.input(which);
-  if (!v->isConstant() || v->initializer()->numel() != 1) return std::numeric_limits<float>::quiet_NaN();
+  if (!v->isConstant() || v->initializer()->numel() != 1)
+    return std::numeric_limits<float>::quiet_NaN();
   return static_cast<float>(v->initializer()->valueAsDouble(0));
 }
 
@@ -555,8 +556,7 @@ Constraint clipKeepsRelu(int64_t opset) {
             const std::optional<float> lo = clipBound(*c, 1, opset);
             const std::optional<float> hi = clipBound(*c, 2, opset);
             const DType t = c->output(0)->dtype();
-            if (t != DType::Float && t != DType::Float16 && t != DType::BFloat16 &&
-                t != DType::Double)
+            if (!isFoldableFloat(t))
               return why.fail(*c, [&] {
                 return fmt::format("{} computes in {}, not a float type", c->label(),
                                    dtypeName(t));

@@ -106,11 +106,11 @@ std::optional<Translation> translate(const Node& n, int64_t opset, std::string& 
       break;
     case EwOp::Clip: {
       // The Clip kernel's defaults (fusectl/graph/clip_bounds.h), in the program's float.
-      const auto [default_lo, default_hi] =
-          clipDefaultBounds(n.output(0)->dtype(), opset < 11);
+      const bool attribute_form = opset < 11;
+      const auto [default_lo, default_hi] = clipDefaultBounds(n.output(0)->dtype(), attribute_form);
       t.params[0] = static_cast<float>(default_lo);
       t.params[1] = static_cast<float>(default_hi);
-      if (opset < 11) {
+      if (attribute_form) {
         t.params[0] = n.attrFloat("min", t.params[0]);
         t.params[1] = n.attrFloat("max", t.params[1]);
         break;

@@ -178,7 +178,8 @@ struct Form {
 
 // The activations that the epilogue computes and a standard op names (the last three with
 // activation_params).
-constexpr const char* kActivationOps = "Relu|Sigmoid|Tanh|HardSwish|Gelu|Clip|LeakyRelu|HardSigmoid";
+constexpr const char* kActivationOps =
+    "Relu|Sigmoid|Tanh|HardSwish|Gelu|Clip|LeakyRelu|HardSigmoid";
 
 std::vector<Form> buildForms(int64_t opset) {
   std::vector<Form> out;

@@ -183,7 +183,8 @@ class UnmergeParallelMatMulsPass : public Pass {
         Why checked(false);  // the constraints held
         const auto readers = *columnReaders(*p, checked);
         const Tensor& w = *p->input(1)->initializer();
-        const Tensor* bias = p->numInputs() > 2 && p->input(2) ? p->input(2)->initializer() : nullptr;
+        const Tensor* bias =
+            p->numInputs() > 2 && p->input(2) ? p->input(2)->initializer() : nullptr;
         for (const auto& [slice, span] : readers) {
           const auto [a, b] = span;
           // replaceNode gives the part the Slice's node name; its constants are named after it.
