@@ -1069,7 +1069,20 @@ TEST_CASE("Winograd and im2col convolutions agree on ResNet shapes", "[kernels][
   REQUIRE_FALSE(pixelRowsPay(9, 448, 2048));
   REQUIRE(pixelRowsPay(49, 512, 2048));  // ResNet-50's 1x1 onto 7x7: the tile's waste decides
   REQUIRE(winogradTile(64, 64, 56, 56) == 4);
-  REQUIRE(winogradTile(256, 256, 14, 14) == 2);
+  {
+    // 256 -> 256 onto 14x14 takes F(4x4, 3x3) only where 512-bit FMAs run at half width; 192
+    // channels and 7x7 maps keep F(2x2, 3x3) there too.
+    struct RestoreHalfWidth {
+      ~RestoreHalfWidth() { vec::forceFma512HalfWidth(std::nullopt); }
+    } restore;
+    vec::forceFma512HalfWidth(false);
+    REQUIRE(winogradTile(256, 256, 14, 14) == 2);
+    vec::forceFma512HalfWidth(true);
+    REQUIRE(winogradTile(256, 256, 14, 14) == 4);
+    REQUIRE(winogradTile(192, 192, 14, 14) == 2);
+    REQUIRE(winogradTile(256, 256, 7, 7) == 2);
+    REQUIRE(winogradTile(512, 512, 14, 14) == 2);
+  }
   // And keeps im2col where Winograd does not pay (16 channels on a small plane) or cannot run
   // (stride 2 onto few pixels: the direct product takes stride 2 from 49 output pixels on).
   REQUIRE_FALSE(winogradPays(16, 64, 8, 8));

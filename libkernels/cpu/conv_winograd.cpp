@@ -9,6 +9,7 @@
 #include "compute_common.h"
 #include "gemm_kernels.h"
 #include "gemm_vector_epilogue.h"
+#include "vec_kernels.h"
 
 namespace fusectl::kernels::cpu {
 namespace {
@@ -473,8 +474,18 @@ ConvAlgorithm convForcedAlgorithm() { return g_algorithm.load(); }
 // at 112x112, but lost below (14x14: 0.64-1.11x, 7x7: 0.46-0.58x), where a 4-wide tile row
 // fills few vector lanes. Its filters take 4x the weights' memory (F(2x2, 3x3): 16/9x), so it
 // is kept to layers of at most 256 x 256 channels.
+// Where 512-bit FMAs run as two halves (vec::fma512HalfWidth: Zen 4) the products bound the
+// 14x14 maps too, and F(4x4, 3x3)'s 25% fewer of them (16 padded tiles of 36 against 49 of 16)
+// outweigh its costlier transforms from 256 channels on both sides: 256 -> 256 at 14x14 (ResNet's
+// layer3) 1.17-1.19 against 1.38-1.39 ms warm, 1.26 against 1.43 from memory; 512 -> 512 4.05-
+// 4.16 against 5.20-5.46 (over the memory cap); level at 192 and 128 (0.87 against 0.86, 0.41
+// against 0.40), slower at 96 and 64 (bench_gemm --only conv3x3 / conv-cold, one thread).
 int winogradTile(int64_t C, int64_t M, int64_t OH, int64_t OW) {
   if (C >= 16 && M >= 16 && OH >= 28 && OW >= 28 && C * M <= 256 * 256) return 4;
+  if (C >= 256 && M >= 256 && OH >= 14 && OW >= 14 && C * M <= 256 * 256 &&
+      vec::fma512HalfWidth()) {
+    return 4;
+  }
   if (C >= 32 && M >= 32 && OH >= 7 && OW >= 7) return 2;
   return 0;
 }

@@ -42,7 +42,8 @@ void convForceAlgorithm(ConvAlgorithm algorithm);
 ConvAlgorithm convForcedAlgorithm();
 
 // The Winograd output tile that beats the im2col GEMM on this shape: 2 (F(2x2, 3x3)), 4
-// (F(4x4, 3x3)), or 0 where im2col is faster (see the measurements in the .cpp).
+// (F(4x4, 3x3)), or 0 where im2col is faster (see the measurements in the .cpp). Depends on the
+// CPU as vec::fma512HalfWidth() reports it (F(4x4, 3x3) onto 14x14 where it is true).
 int winogradTile(int64_t C, int64_t M, int64_t OH, int64_t OW);
 bool winogradPays(int64_t C, int64_t M, int64_t OH, int64_t OW);  // winogradTile(...) != 0
 
