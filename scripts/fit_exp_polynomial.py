@@ -1,16 +1,18 @@
 #!/usr/bin/python3
-# Derives the degree-6 polynomial for e^r, |r| <= ln2/2, used by expReduced512
-# (libkernels/cpu/gemm_vector_epilogue.h): a least-squares fit of the relative error on 4001
-# Chebyshev points, reweighted toward the worst points (Lawson's iteration) so that it approaches
-# the minimax fit. Prints the coefficients as float literals (c0 and c1 round to exactly 1) and
-# the maximum relative error in exact arithmetic and evaluated in float32 by Horner's rule with
-# one rounding per step, as an FMA gives.
+# Derives the polynomial for e^r, |r| <= ln2/2, of expReduced512 (degree 6, the default) or
+# silu512 (degree 5) in libkernels/cpu/gemm_vector_epilogue.h: a least-squares fit of the
+# relative error on 4001 Chebyshev points, reweighted toward the worst points (Lawson's
+# iteration) so that it approaches the minimax fit. Prints the coefficients as float literals
+# (degree 6: c0 and c1 round to exactly 1) and the maximum relative error in exact arithmetic
+# and evaluated in float32 by Horner's rule with one rounding per step, as an FMA gives.
 #
-#   /usr/bin/python3 scripts/fit_exp_polynomial.py      (needs Debian's python3-numpy)
+#   /usr/bin/python3 scripts/fit_exp_polynomial.py [DEGREE]    (needs Debian's python3-numpy)
+import sys
+
 import numpy as np
 
 HALF_LN2 = np.log(2.0) / 2
-DEGREE = 6
+DEGREE = int(sys.argv[1]) if len(sys.argv) > 1 else 6
 
 x = np.cos(np.linspace(0.0, np.pi, 4001)) * HALF_LN2
 f = np.exp(x)
