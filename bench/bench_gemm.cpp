@@ -217,6 +217,59 @@ void benchSkinny(int repeat) {
   }
 }
 
+// The epilogue's share of a shallow product: MobileNetV2's and EfficientNet-B0's 16 -> 96 1x1
+// expansion onto 112x112 as the GEMM runs it (A: 96 x 16 weights, B: 16 x 12544 pixels), with a
+// bias per row and each activation. At K = 16 a tile spends as many vector operations on Silu's
+// exponential as on its FMAs, so this is where the activation's cost shows (bench/README.md,
+// "F(4x4, 3x3) onto 14x14 and a cheaper Silu"). One thread; ms per product, and the activation's
+// ns per output over the bias-only product.
+void benchEpilogue(int repeat) {
+  const int64_t M = 96, K = 16, N = 112 * 112;
+  const std::vector<float> a = randomFloats(M * K, 8), b = randomFloats(K * N, 9),
+                           bias = randomFloats(M, 10);
+  std::vector<float> c(static_cast<size_t>(M * N));
+  const PackedMatrix pa = packGemmA(M, K, a.data(), K, 1);
+  const float clip[2] = {0.f, 6.f};
+  const std::vector<Activation> activations = {
+      Activation::None,    Activation::Relu, Activation::Clip, Activation::Sigmoid,
+      Activation::Silu,    Activation::Tanh, Activation::Gelu, Activation::GeluTanh};
+  std::vector<Epilogue> epilogues(activations.size());
+  for (size_t i = 0; i < activations.size(); ++i) {
+    epilogues[i].bias = bias.data();
+    epilogues[i].bias_per_row = true;
+    if (activations[i] == Activation::Clip) epilogues[i].setActivation(activations[i], clip, 2);
+    else if (activations[i] != Activation::None) epilogues[i].setActivation(activations[i], nullptr, 0);
+  }
+  // Seven rounds over the activations in turn, each a median of `repeat` products; the median
+  // of the rounds: a drifting host moves every activation alike.
+  constexpr int kRounds = 7;
+  std::vector<std::vector<double>> seconds(activations.size());
+  for (int round = 0; round < kRounds; ++round) {
+    for (size_t i = 0; i < activations.size(); ++i) {
+      GemmParams p = gemmParams(M, N, K, a.data(), K, false, b.data(), N, false, c.data(), N);
+      p.packed_a = &pa;
+      p.epilogue = &epilogues[i];
+      seconds[i].push_back(medianSeconds(repeat, [&] { gemm(p, 1); }));
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double plain = median(seconds[0]);
+  for (size_t i = 0; i < activations.size(); ++i) {
+    const double sec = median(seconds[i]);
+    std::printf("{\"bench\":\"epilogue\",\"M\":%lld,\"N\":%lld,\"K\":%lld,\"kernel\":\"%s\","
+                "\"activation\":\"%s\",\"ms\":%.4f,\"activation_ns_per_output\":%.3f}\n",
+                (long long)M, (long long)N, (long long)K, gemmKernelName(),
+                activations[i] == Activation::None
+                    ? "none"
+                    : std::string(activationName(activations[i])).c_str(),
+                sec * 1e3, (sec - plain) / static_cast<double>(M * N) * 1e9);
+  }
+  std::fflush(stdout);
+}
+
 class ReusingAllocator : public OutputAllocator {
  public:
   HostTensor allocate(DType dtype, const std::vector<int64_t>& dims) override {
@@ -410,7 +463,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_gemm [--repeat R] "
-                   "[--only peak|gemm|skinny|cold|conv|conv-cold|conv3x3|depthwise] "
+                   "[--only peak|gemm|skinny|cold|conv|conv-cold|conv3x3|depthwise|epilogue] "
                    "[--clock wall|cpu] [--conv-algorithm auto|im2col|implicit|winograd|winograd4|direct]\n");
       return 2;
     }
@@ -423,5 +476,6 @@ int main(int argc, char** argv) {
   if (only == "conv-cold") benchConv(repeat, kResNet50Convs, true);
   if (only == "conv3x3") benchConv(repeat, kConv3x3);
   if (only == "depthwise") benchDepthwise(repeat);
+  if (only == "epilogue") benchEpilogue(repeat);
   return 0;
 }
