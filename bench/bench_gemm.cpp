@@ -237,8 +237,11 @@ void benchEpilogue(int repeat) {
   for (size_t i = 0; i < activations.size(); ++i) {
     epilogues[i].bias = bias.data();
     epilogues[i].bias_per_row = true;
-    if (activations[i] == Activation::Clip) epilogues[i].setActivation(activations[i], clip, 2);
-    else if (activations[i] != Activation::None) epilogues[i].setActivation(activations[i], nullptr, 0);
+    if (activations[i] == Activation::Clip) {
+      epilogues[i].setActivation(activations[i], clip, 2);
+    } else if (activations[i] != Activation::None) {
+      epilogues[i].setActivation(activations[i], nullptr, 0);
+    }
   }
   // Seven rounds over the activations in turn, each a median of `repeat` products; the median
   // of the rounds: a drifting host moves every activation alike.
