@@ -73,57 +73,52 @@ FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 exp512(__m512 x) {
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), expClamped512(x));
 }
 
-// e^-|x|, the one exponential Sigmoid and Silu need: it never overflows, and the clamp at -104
-// is enough for the underflow, since e^-104 computed as 0.97 * 2^-150 already rounds to 0.
-// (The clamp's operand order keeps NaN.)
-FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 expMinusAbs512(__m512 x) {
-  const __m512 minus_abs = _mm512_or_ps(x, _mm512_set1_ps(-0.f));
-  return expClamped512(_mm512_max_ps(_mm512_set1_ps(-104.f), minus_abs));
-}
-
-// Epilogue::sigmoid's split by sign (exp never overflows): 1/(1+e^-x) for x >= 0, else
-// e^x/(1+e^x). The sign is x's sign bit, so -0 takes the first form as the scalar x >= 0 does.
-FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 sigmoid512(__m512 x) {
-  const __m512 e = expMinusAbs512(x);
-  const __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(x));
-  return _mm512_div_ps(_mm512_mask_blend_ps(neg, _mm512_set1_ps(1.f), e),
-                       _mm512_add_ps(_mm512_set1_ps(1.f), e));
-}
-
-// y * sigmoid(z) with the product folded into the numerator, split by z's sign as sigmoid512
-// splits it: y/(1+e^-z), or y e^z/(1+e^z) (e = e^-|z| never overflows).
-FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 mulSigmoid512(__m512 y, __m512 z) {
-  const __m512 e = expMinusAbs512(z);
-  const __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(z));
-  return _mm512_div_ps(_mm512_mask_mul_ps(y, neg, y, e), _mm512_add_ps(_mm512_set1_ps(1.f), e));
-}
-
-// x * sigmoid(x) = x / (1 + e^-x) in this one form for every x. Silu is most of an
-// EfficientNet's epilogue work, which is bound by the vector operations (one 512-bit operation a
-// cycle on Zen 4), so this takes 11 and a division where mulSigmoid512 takes 16: no split by
-// sign and no clamp below; ln2 in one part (r is off by at most n * 1.9e-9, 2.9e-7 at the
-// clamp); e^r by a degree-5 polynomial (scripts/fit_exp_polynomial.py 5: 1.9e-7 relative in
-// float, against the degree-6 one's 7e-8). The quotient damps e's relative error by e / (1 + e),
-// so the result is within a few ulp: 3.3e-7 relative at most against x / (1 + e^-x) in double
-// from x = -88 to 104 in steps of 1.3e-5 (mulSigmoid512: 2.3e-7).
-// On a 16 -> 96 1x1 convolution onto 112x112 with Silu (fusectl profile, minima of 400 runs,
-// three alternations): 0.749-0.753 ms with mulSigmoid512, 0.702-0.711 with the one form and
-// exp512's reduction and polynomial, 0.662-0.683 as here. Where e^-x overflows (x below -88.72)
-// the quotient is -0, against values under 4e-37 in magnitude; the clamp above (x at most 104,
-// where e^-x rounds to 0) keeps +inf's 1 + e^-x from inf - inf; -inf gives -inf / inf = NaN as
-// -inf * 0 does, and a NaN x stays NaN (it is the numerator; the clamp's operand order gives
-// 104 to the exponential).
-FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 silu512(__m512 x) {
-  const __m512 clamped = _mm512_min_ps(x, _mm512_set1_ps(104.f));
-  const __m512 t = _mm512_mul_ps(clamped, _mm512_set1_ps(-1.44269504088896341f));
+// e^-x for x at most 104 (the caller's clamp; e^-104 rounds to 0), +inf where it overflows (x
+// below -88.72), NaN for NaN. The exponential of the one-form Sigmoid, Silu and GeluTanh below,
+// which divide by 1 + e^-x: their epilogues are bound by vector operations (one 512-bit
+// operation a cycle on Zen 4), and Silu is most of an EfficientNet's. So it is cheaper than
+// exp512: ln2 in one part (r is off by at most n * 1.9e-9, 2.9e-7 at the clamp) and e^r by a
+// degree-5 polynomial (scripts/fit_exp_polynomial.py 5: 1.9e-7 relative in float, against the
+// degree-6 one's 7e-8). A quotient by 1 + e damps e's relative error by e / (1 + e).
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 expOfNegated512(__m512 x) {
+  const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(-1.44269504088896341f));
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 r = _mm512_fnmsub_ps(n, _mm512_set1_ps(0.693147182464599609f), clamped);
+  const __m512 r = _mm512_fnmsub_ps(n, _mm512_set1_ps(0.693147182464599609f), x);
   static constexpr float kCoefficients[] = {0.008297653868794441f, 0.04191538318991661f,
                                             0.16667574644088745f,  0.49998894333839417f,
                                             0.9999997019767761f,   1.0000001192092896f};
-  const __m512 e = _mm512_scalef_ps(horner512(r, kCoefficients), n);
-  return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.f), e));
+  return _mm512_scalef_ps(horner512(r, kCoefficients), n);
 }
+
+// 1 / (1 + e^-x) in one form for every x, x clamped to [-104, 104] first (the operand order
+// keeps NaN): below x = -88.72, where e^-x overflows, 0 against values under 3e-39; +-inf give
+// 0 and 1. Within a few ulp elsewhere (the form split by sign, e^x / (1 + e^x) below 0, took 5
+// more operations).
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 sigmoid512(__m512 x) {
+  const __m512 clamped =
+      _mm512_min_ps(_mm512_set1_ps(104.f), _mm512_max_ps(_mm512_set1_ps(-104.f), x));
+  return _mm512_div_ps(_mm512_set1_ps(1.f),
+                       _mm512_add_ps(_mm512_set1_ps(1.f), expOfNegated512(clamped)));
+}
+
+// y * sigmoid(z) = y / (1 + e^-z) in one form for every z, z clamped above at 104 (e^-z rounds
+// to 0 there, and +inf would give inf - inf); a NaN z gives the clamp's 104 (the operand order)
+// and y's value, NaN where z is. Below z = -88.72, where e^-z overflows, the quotient is +-0,
+// against values under 4e-37 in magnitude for |y| up to 100; a z of -inf gives NaN, as y * 0
+// with y infinite does.
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 mulSigmoid512(__m512 y, __m512 z) {
+  const __m512 clamped = _mm512_min_ps(z, _mm512_set1_ps(104.f));
+  return _mm512_div_ps(y, _mm512_add_ps(_mm512_set1_ps(1.f), expOfNegated512(clamped)));
+}
+
+// x * sigmoid(x) = x / (1 + e^-x) (mulSigmoid512(x, x)): 11 vector operations and a division,
+// where the form split by sign with exp512's reduction and polynomial took 16. 3.3e-7 relative
+// at most against x / (1 + e^-x) in double from x = -88 to 104 in steps of 1.3e-5 (the split
+// form: 2.3e-7); -0 below x = -88.72 against values under 4e-37 in magnitude; -inf gives
+// -inf / inf = NaN as -inf * 0 does. On a 16 -> 96 1x1 convolution onto 112x112 with Silu
+// (fusectl profile, minima of 400 runs, three alternations): 0.749-0.753 ms split, 0.702-0.711 in
+// one form with exp512's exponential, 0.662-0.683 with this one.
+FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 silu512(__m512 x) { return mulSigmoid512(x, x); }
 
 // tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|); below |x| = 0.25, where 1 - e would
 // cancel, its odd Taylor series to x^9 (relative error under 4e-7 everywhere).
