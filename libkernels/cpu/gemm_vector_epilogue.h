@@ -47,8 +47,8 @@ FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 horner512(__m512 r, const float (&c)[
 // least-squares fit to the relative error on Chebyshev points of that interval, 1.9e-9 in exact
 // arithmetic and 7e-8 (about 1 ulp) evaluated in float (scripts/fit_exp_polynomial.py derives
 // and checks them). Seven FMAs where the Cephes form 1 + r + r^2 P(r) took eight operations:
-// the activations are op-bound on this machine (two vector operations a cycle), and Silu's exp
-// is most of an EfficientNet's epilogue work.
+// the activations are op-bound (Tanh's and Gelu's exponentials; Sigmoid, Silu and GeluTanh take
+// the cheaper expOfNegated512).
 FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 expReduced512(__m512 r) {
   static constexpr float kCoefficients[] = {0.001383684459142387f, 0.008374815806746483f,
                                             0.04166822507977486f,  0.16666419804096222f,
@@ -73,14 +73,16 @@ FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 exp512(__m512 x) {
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), expClamped512(x));
 }
 
-// e^-x for x at most 104 (the caller's clamp; e^-104 rounds to 0), +inf where it overflows (x
-// below -88.72), NaN for NaN. The exponential of the one-form Sigmoid, Silu and GeluTanh below,
+// e^-x, x clamped above at 104 first (e^-104 rounds to 0; +inf would give inf - inf in r), +inf
+// where it overflows (x below -88.72), NaN for NaN (the clamp's operand order keeps it) and for
+// -inf. The exponential of the one-form Sigmoid, Silu and GeluTanh below,
 // which divide by 1 + e^-x: their epilogues are bound by vector operations (one 512-bit
 // operation a cycle on Zen 4), and Silu is most of an EfficientNet's. So it is cheaper than
 // exp512: ln2 in one part (r is off by at most n * 1.9e-9, 2.9e-7 at the clamp) and e^r by a
 // degree-5 polynomial (scripts/fit_exp_polynomial.py 5: 1.9e-7 relative in float, against the
 // degree-6 one's 7e-8). A quotient by 1 + e damps e's relative error by e / (1 + e).
 FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 expOfNegated512(__m512 x) {
+  x = _mm512_min_ps(_mm512_set1_ps(104.f), x);
   const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(-1.44269504088896341f));
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 r = _mm512_fnmsub_ps(n, _mm512_set1_ps(0.693147182464599609f), x);
@@ -90,25 +92,20 @@ FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 expOfNegated512(__m512 x) {
   return _mm512_scalef_ps(horner512(r, kCoefficients), n);
 }
 
-// 1 / (1 + e^-x) in one form for every x, x clamped to [-104, 104] first (the operand order
-// keeps NaN): below x = -88.72, where e^-x overflows, 0 against values under 3e-39; +-inf give
-// 0 and 1. Within a few ulp elsewhere (the form split by sign, e^x / (1 + e^x) below 0, took 5
-// more operations).
+// 1 / (1 + e^-x) in one form for every x, x clamped below at -104 first (so that -inf gives 0,
+// not NaN; the operand order keeps NaN): below x = -88.72, where e^-x overflows, 0 against
+// values under 3e-39; +-inf give 0 and 1. Within a few ulp elsewhere (the form split by sign,
+// e^x / (1 + e^x) below 0, took 5 more operations).
 FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 sigmoid512(__m512 x) {
-  const __m512 clamped =
-      _mm512_min_ps(_mm512_set1_ps(104.f), _mm512_max_ps(_mm512_set1_ps(-104.f), x));
-  return _mm512_div_ps(_mm512_set1_ps(1.f),
-                       _mm512_add_ps(_mm512_set1_ps(1.f), expOfNegated512(clamped)));
+  const __m512 e = expOfNegated512(_mm512_max_ps(_mm512_set1_ps(-104.f), x));
+  return _mm512_div_ps(_mm512_set1_ps(1.f), _mm512_add_ps(_mm512_set1_ps(1.f), e));
 }
 
-// y * sigmoid(z) = y / (1 + e^-z) in one form for every z, z clamped above at 104 (e^-z rounds
-// to 0 there, and +inf would give inf - inf); a NaN z gives the clamp's 104 (the operand order)
-// and y's value, NaN where z is. Below z = -88.72, where e^-z overflows, the quotient is +-0,
-// against values under 4e-37 in magnitude for |y| up to 100; a z of -inf gives NaN, as y * 0
-// with y infinite does.
+// y * sigmoid(z) = y / (1 + e^-z) in one form for every z. Below z = -88.72, where e^-z
+// overflows, the quotient is +-0, against values under 4e-37 in magnitude for |y| up to 100; a
+// z of -inf or NaN gives NaN, as y * 0 with y infinite does (z is -inf or NaN only where y is).
 FUSECTL_AVX512 FUSECTL_FORCE_INLINE __m512 mulSigmoid512(__m512 y, __m512 z) {
-  const __m512 clamped = _mm512_min_ps(z, _mm512_set1_ps(104.f));
-  return _mm512_div_ps(y, _mm512_add_ps(_mm512_set1_ps(1.f), expOfNegated512(clamped)));
+  return _mm512_div_ps(y, _mm512_add_ps(_mm512_set1_ps(1.f), expOfNegated512(z)));
 }
 
 // x * sigmoid(x) = x / (1 + e^-x) (mulSigmoid512(x, x)): 11 vector operations and a division,
