@@ -160,7 +160,7 @@ if [ -n "$memory_model" ]; then
 fi
 
 MODE=$mode MODELS_LIST=$models THREADS_LIST=$threads ROUNDS_N=$rounds python3 - "$out" <<'EOF'
-import glob, json, os, statistics, sys
+import functools, glob, json, os, statistics, sys
 
 out = sys.argv[1]
 mode = os.environ["MODE"]
@@ -172,17 +172,18 @@ for line in open(os.path.join(out, "ort.jsonl")):
     ort[(label, r["threads"], r["level"], int(rnd or 1))] = r["median_ms"]
     ort_min[(label, r["threads"], r["level"], int(rnd or 1))] = r["min_ms"]
 
+@functools.lru_cache(maxsize=None)
+def profile_report(m, t, rnd):
+    return json.load(open(os.path.join(out, f"fusectl-{m}-t{t}-r{rnd}.json")))
+
 def fused_min(m, t, rnd):
     """The fused side's fastest run (profile mode), or None."""
-    if mode != "profile":
-        return None
-    j = json.load(open(os.path.join(out, f"fusectl-{m}-t{t}-r{rnd}.json")))
-    return j["sides"]["fused"]["min_ms"]
+    return profile_report(m, t, rnd)["sides"]["fused"]["min_ms"] if mode == "profile" else None
 
 def fusectl_side(m, t, rnd):
     """(unfused ms, fused ms, fused/unfused gain, unfused calls, fused calls, outputs agree)."""
     if mode == "profile":
-        j = json.load(open(os.path.join(out, f"fusectl-{m}-t{t}-r{rnd}.json")))
+        j = profile_report(m, t, rnd)
         u, f = j["sides"]["unfused"], j["sides"]["fused"]
         agree = {True: "yes", False: "NO"}.get(j.get("outputs_agree"), "-")
         return (u["median_ms"], f["median_ms"], j["speedup"]["median"],
