@@ -2,7 +2,7 @@
 // ONNX Runtime's own profiler on two models with the same inputs (issue 12's `--emit ort`
 // goals): the original and fusectl's `-O3 --emit ort` output, each in a session at graph
 // optimization level `all`, sequential, 1 intra-op thread by default. Runs A/B/A/B (above one
-// thread, A's runs then B's), then sums the kernel time its profiler records (`enableProfiling`,
+// thread, A's runs then B's: bench/ort_runs.js), then sums the kernel time its profiler records (`enableProfiling`,
 // events of category "Node" whose name ends in "_kernel_time") per op type over the timed runs,
 // divided by the run count.
 //
@@ -24,6 +24,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { loadOrt, readNpy } = require('../tests/ort_reference.js');
+const { timeSessions } = require('./ort_runs.js');
 
 function usage() {
   console.error('usage: node ort_op_times.js ORIGINAL EMITTED INPUTS_DIR [--threads N] ' +
@@ -66,26 +67,11 @@ async function main() {
       const t = readNpy(path.join(inputsDir, name + '.npy'));
       feeds[name] = new ort.Tensor(t.type, t.data, t.dims);
     }
-    sides.push({ label, session, feeds, optimized, times: [] });
+    sides.push({ label, session, feeds, optimized });
   }
-  const timed = async (s) => {
-    const t0 = process.hrtime.bigint();
-    await s.session.run(s.feeds);
-    s.times.push(Number(process.hrtime.bigint() - t0) / 1e6);
-  };
-  if (threads > 1) {
-    // One model after the other: an idle session's spinning intra-op workers take the cores from
-    // the running one (bench/ort_profile.js).
-    for (const s of sides) {
-      for (let i = 0; i < warmup; ++i) await s.session.run(s.feeds);
-      for (let i = 0; i < runs; ++i) await timed(s);
-    }
-  } else {
-    for (let i = 0; i < warmup; ++i)
-      for (const s of sides) await s.session.run(s.feeds);
-    for (let i = 0; i < runs; ++i)
-      for (const s of sides) await timed(s);
-  }
+  const times = await timeSessions(sides.length, (k) => sides[k].session.run(sides[k].feeds),
+                                   { threads, warmup, runs });
+  sides.forEach((s, k) => { s.times = times[k]; });
   const summary = {};
   for (const s of sides) {
     s.session.endProfiling();  // writes <profileFilePrefix>_<timestamp>.json; returns nothing

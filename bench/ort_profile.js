@@ -10,7 +10,7 @@
 // by the model's static input dims (the single-op models of bench/make_kernel_models.py). One session per level, each warmed up W times (default 3), then R
 // rounds (default 20) that run every session once in turn, so that the levels see the same
 // machine noise, as `fusectl profile` does for its two sides (above one thread the levels run
-// one after another instead: see main). Sequential execution, intra-op threads N (fusectl's
+// one after another instead: bench/ort_runs.js). Sequential execution, intra-op threads N (fusectl's
 // --threads), inter-op 1. One JSON line per level on stdout: median, min,
 // max, p90 in ms, and the process's peak RSS (which, with several sessions alive, is theirs
 // together: measure memory with one level and --runs 1).
@@ -18,6 +18,7 @@
 
 const path = require('path');
 const { loadOrt, readNpy } = require('../tests/ort_reference.js');
+const { timeSessions } = require('./ort_runs.js');
 
 function usage() {
   console.error('usage: node ort_profile.js MODEL INPUTS_DIR [--threads N] [--runs R] ' +
@@ -91,29 +92,7 @@ async function main() {
     }
   });
   const run = (k) => sessions[k].run(feeds);
-  const ms = levels.map(() => []);
-  const timed = async (k) => {
-    const t0 = process.hrtime.bigint();
-    await run(k);
-    ms[k].push(Number(process.hrtime.bigint() - t0) / 1e6);
-  };
-  if (threads > 1) {
-    // Each session's intra-op workers spin for a while after its run (allow_spinning, on by
-    // default, which is what makes ONNX Runtime fast on back-to-back runs): alternating two
-    // sessions, the idle one's spinning workers took the cores from the running one (MobileNetV2
-    // at 2 threads: 9.6 ms with both sessions A/B against 4.1 ms alone). So above one thread the
-    // levels run one after another, each warmed up just before its runs; run_profile_bench.sh's
-    // rounds still alternate the processes.
-    for (let k = 0; k < sessions.length; ++k) {
-      for (let i = 0; i < warmup; ++i) await run(k);
-      for (let r = 0; r < runs; ++r) await timed(k);
-    }
-  } else {
-    for (let k = 0; k < sessions.length; ++k) for (let i = 0; i < warmup; ++i) await run(k);
-    for (let r = 0; r < runs; ++r) {
-      for (let k = 0; k < sessions.length; ++k) await timed(k);
-    }
-  }
+  const ms = await timeSessions(sessions.length, run, { threads, warmup, runs });
   const rssMiB = process.resourceUsage().maxRSS / 1024;
   levels.forEach((level, k) => {
     const s = ms[k].slice().sort((a, b) => a - b);
