@@ -353,15 +353,11 @@ void clipKernel(KernelContext& ctx) {
     T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
     if constexpr (std::is_floating_point_v<T>) {
       // The element type's limits (x0's: a float16 input computes as float here), or Clip-6's
-      // attribute defaults: fusectl/graph/clip_bounds.h.
-      const bool attribute_form = ctx.opset() < 11;
-      const auto [default_lo, default_hi] = clipDefaultBounds(x0.dtype(), attribute_form);
-      lo = static_cast<T>(default_lo);
-      hi = static_cast<T>(default_hi);
-      if (attribute_form) {
-        lo = static_cast<T>(ctx.attrFloat("min", static_cast<float>(default_lo)));
-        hi = static_cast<T>(ctx.attrFloat("max", static_cast<float>(default_hi)));
-      }
+      // attributes: fusectl/graph/clip_bounds.h.
+      const auto [start_lo, start_hi] =
+          clipBoundsBeforeInputs(ctx.node(), x0.dtype(), ctx.opset() < 11);
+      lo = static_cast<T>(start_lo);
+      hi = static_cast<T>(start_hi);
     }
     if (lo_t) lo = lo_t->data<T>()[0];
     if (hi_t) hi = hi_t->data<T>()[0];

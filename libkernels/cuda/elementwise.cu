@@ -304,13 +304,10 @@ void runCast(KernelContext& ctx) {
 // Clip's bounds: attributes before opset 11, optional scalar inputs (on the host) after.
 void runClip(KernelContext& ctx) {
   const bool attribute_form = ctx.opset() < 11;
-  const std::pair<double, double> defaults =
-      clipDefaultBounds(ctx.requireInput(0).dtype(), attribute_form);
-  float lo = static_cast<float>(defaults.first), hi = static_cast<float>(defaults.second);
-  if (attribute_form) {
-    lo = ctx.attrFloat("min", lo);
-    hi = ctx.attrFloat("max", hi);
-  } else {
+  const std::pair<double, double> start =
+      clipBoundsBeforeInputs(ctx.node(), ctx.requireInput(0).dtype(), attribute_form);
+  float lo = static_cast<float>(start.first), hi = static_cast<float>(start.second);
+  if (!attribute_form) {
     for (size_t i = 1; i <= 2; ++i) {
       const HostTensor* t = ctx.input(i);
       if (!t || t->numel() == 0) continue;

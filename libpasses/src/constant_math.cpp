@@ -393,12 +393,10 @@ std::optional<EpilogueActivation> epilogueActivation(Node& act, int64_t opset, W
   if (op == "Clip") {
     // The Clip kernel's defaults (fusectl/graph/clip_bounds.h): the element type's limits.
     const bool attribute_form = opset > 0 && opset < 11;
-    const auto [default_lo, default_hi] = clipDefaultBounds(act.output(0)->dtype(), attribute_form);
-    float lo = static_cast<float>(default_lo), hi = static_cast<float>(default_hi);
-    if (attribute_form) {
-      lo = act.attrFloat("min", lo);
-      hi = act.attrFloat("max", hi);
-    } else {
+    const auto [start_lo, start_hi] =
+        clipBoundsBeforeInputs(act, act.output(0)->dtype(), attribute_form);
+    float lo = static_cast<float>(start_lo), hi = static_cast<float>(start_hi);
+    if (!attribute_form) {
       if (act.numInputs() > 1 && act.input(1)) {
         std::optional<float> v = constantScalarInput(act, 1, "min", why);
         if (!v) return std::nullopt;

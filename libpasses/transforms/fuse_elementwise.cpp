@@ -107,14 +107,11 @@ std::optional<Translation> translate(const Node& n, int64_t opset, std::string& 
     case EwOp::Clip: {
       // The Clip kernel's defaults (fusectl/graph/clip_bounds.h), in the program's float.
       const bool attribute_form = opset < 11;
-      const auto [default_lo, default_hi] = clipDefaultBounds(n.output(0)->dtype(), attribute_form);
-      t.params[0] = static_cast<float>(default_lo);
-      t.params[1] = static_cast<float>(default_hi);
-      if (attribute_form) {
-        t.params[0] = n.attrFloat("min", t.params[0]);
-        t.params[1] = n.attrFloat("max", t.params[1]);
-        break;
-      }
+      const auto [start_lo, start_hi] =
+          clipBoundsBeforeInputs(n, n.output(0)->dtype(), attribute_form);
+      t.params[0] = static_cast<float>(start_lo);
+      t.params[1] = static_cast<float>(start_hi);
+      if (attribute_form) break;
       for (size_t i = 1; i <= 2 && i < n.numInputs(); ++i) {
         if (!n.input(i)) continue;
         std::optional<float> bound = constantScalar(n.input(i));

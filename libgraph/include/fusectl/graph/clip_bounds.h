@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "fusectl/graph/dtype.h"
+#include "fusectl/graph/graph.h"
 
 namespace fusectl {
 
@@ -27,6 +28,17 @@ inline std::pair<double, double> clipDefaultBounds(DType type, bool attribute_fo
       return {std::numeric_limits<double>::lowest(), std::numeric_limits<double>::max()};
     default: return {-FLT_MAX, FLT_MAX};
   }
+}
+
+// Clip's {lower, upper} before its bound inputs are read: in the attribute form its `min` and
+// `max` attributes (clipDefaultBounds where absent), else the element type's limits, which a
+// bound input then replaces. What every Clip reader starts from.
+inline std::pair<double, double> clipBoundsBeforeInputs(const Node& clip, DType type,
+                                                        bool attribute_form) {
+  const auto [lo, hi] = clipDefaultBounds(type, attribute_form);
+  if (!attribute_form) return {lo, hi};
+  return {clip.attrFloat("min", static_cast<float>(lo)),
+          clip.attrFloat("max", static_cast<float>(hi))};
 }
 
 }  // namespace fusectl
