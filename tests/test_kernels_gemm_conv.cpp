@@ -697,6 +697,13 @@ TEST_CASE("Conv and FusedConv on every path match the definition", "[kernels][ge
       {{1, 40, 7, 7}, 64, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
       {{2, 24, 14, 14}, 96, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
       {{1, 16, 9, 9}, 64, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      // A squeeze-and-excitation block's 1x1 convolutions on a 1x1 plane: 64+ output channels
+      // as one pixel row (its channels stored 16 a vector, the last 3 masked), two images of
+      // it, and fewer channels as a matrix-vector product (one-column tiles, the last of 5
+      // rows, K over two slices).
+      {{1, 40, 1, 1}, 67, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      {{2, 12, 1, 1}, 80, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      {{1, 300, 1, 1}, 21, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
       // One input channel per group and many outputs: a GEMM over the taps (perChannelProduct),
       // wav2vec 2.0's waveform layer (k=10, stride 5) and a grayscale 7x7 stem; with two
       // groups; and a 1-D depthwise one, dilated, which stays plane by plane.
