@@ -407,8 +407,10 @@ TEST_CASE("GEMM with a transposed B, and with A read in place, matches a double 
     int64_t M, N, K;
   };
   // N over whole 32-wide panels and ragged; K a multiple of 16, not one, and over KC (512).
+  // N = 1, under and over 16 row tiles: matrix-vector products, B one column of exactly K
+  // floats, so that a read past it shows under AddressSanitizer.
   const Shape3 shapes[] = {{13, 24, 40}, {49, 96, 144}, {8, 16, 5}, {30, 128, 600},
-                           {17, 200, 33}, {64, 64, 16}};
+                           {17, 200, 33}, {64, 64, 16}, {40, 1, 37}, {300, 1, 70}};
   int id = 0;
   for (const Shape3& s : shapes) {
     ++id;

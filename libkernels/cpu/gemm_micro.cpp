@@ -282,9 +282,12 @@ void gemmRegion(const GemmParams& p, const GemmKernelSpec& s, int64_t i0, int64_
                          : s.nc;
   // A row-major A is read in place where the caller allows it (GemmParams::a_in_place), the
   // kernel can (a_rows_in_place) and the region has at most 4 column panels, each A panel
-  // reused too few times for a packing pass to pay.
+  // reused too few times for a packing pass to pay. Not for one column read in place: the
+  // one-column tile reads A from packed panels, and the tile that reads A in place loads B 16
+  // columns at a time, past the end of a lone column (found by AddressSanitizer).
   const bool direct_a = p.a_in_place && !pa && !p.a_source && s.a_rows_in_place &&
-                        p.a_cs == 1 && p.a_rs > 0 && p.alpha == 1.f && j1 - j0 <= 4 * NR;
+                        p.a_cs == 1 && p.a_rs > 0 && p.alpha == 1.f && j1 - j0 <= 4 * NR &&
+                        !column_b;
   thread_local ScratchBuffer abuf, bbuf, edgebuf;
   float* apack =
       pa || direct_a ? nullptr : abuf.get(std::min(MC, roundUp(i1 - i0, MR)) * std::min(K, KC));
