@@ -165,12 +165,11 @@ import functools, glob, json, os, statistics, sys
 out = sys.argv[1]
 mode = os.environ["MODE"]
 rounds = int(os.environ["ROUNDS_N"]) if mode == "profile" else 1
-ort, ort_min = {}, {}
+ort = {}  # (model, threads, level, round) -> the ONNX Runtime record (median_ms, min_ms)
 for line in open(os.path.join(out, "ort.jsonl")):
     r = json.loads(line)
     label, _, rnd = r["label"].partition("#")
-    ort[(label, r["threads"], r["level"], int(rnd or 1))] = r["median_ms"]
-    ort_min[(label, r["threads"], r["level"], int(rnd or 1))] = r["min_ms"]
+    ort[(label, r["threads"], r["level"], int(rnd or 1))] = r
 
 @functools.lru_cache(maxsize=None)
 def profile_report(m, t, rnd):
@@ -225,7 +224,8 @@ print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
 for m in os.environ["MODELS_LIST"].split():
     for t in map(int, os.environ["THREADS_LIST"].split()):
-        per_round = [fusectl_side(m, t, k) + (ort[(m, t, "disabled", k)], ort[(m, t, "all", k)])
+        per_round = [fusectl_side(m, t, k) + (ort[(m, t, "disabled", k)]["median_ms"],
+                                              ort[(m, t, "all", k)]["median_ms"])
                      for k in range(1, rounds + 1)]
         med = lambda i: statistics.median(r[i] for r in per_round)
         u, f, gain, od, oa = med(0), med(1), med(2), med(6), med(7)
@@ -239,7 +239,7 @@ for m in os.environ["MODELS_LIST"].split():
         minima = [fused_min(m, t, k) for k in range(1, rounds + 1)]
         min_text = "-"
         if None not in minima:
-            min_ratios = [fm / ort_min[(m, t, "all", k)] for k, fm in enumerate(minima, 1)]
+            min_ratios = [fm / ort[(m, t, "all", k)]["min_ms"] for k, fm in enumerate(minima, 1)]
             min_text = f"{statistics.median(min_ratios):.2f}x"
         print(f"| {m} | {t} | {ms(u)} | {ms(f)} | {gain:.2f}x | {ms(od)} | {ms(oa)} | "
               f"{ort_gain:.2f}x | {ratio_text} | {min_text} | {goal} | {uc} -> {fc} | {agree} |")
