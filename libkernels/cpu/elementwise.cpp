@@ -233,6 +233,33 @@ inline T sigmoid(T x) {
   return e / (T(1) + e);
 }
 
+// Integer Add, Sub, Mul, Neg and Abs wrap around (two's complement), as numpy's and ONNX
+// Runtime's do. Signed overflow is undefined in C++, so signed integers compute in an unsigned
+// type at least as wide as unsigned int (uint16 * uint16 would promote to a signed int).
+template <typename T>
+using WrapType = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+
+template <typename T>
+inline T wrapAdd(T a, T b) {
+  if constexpr (std::is_integral_v<T>) return static_cast<T>(WrapType<T>(a) + WrapType<T>(b));
+  else return a + b;
+}
+template <typename T>
+inline T wrapSub(T a, T b) {
+  if constexpr (std::is_integral_v<T>) return static_cast<T>(WrapType<T>(a) - WrapType<T>(b));
+  else return a - b;
+}
+template <typename T>
+inline T wrapMul(T a, T b) {
+  if constexpr (std::is_integral_v<T>) return static_cast<T>(WrapType<T>(a) * WrapType<T>(b));
+  else return a * b;
+}
+template <typename T>
+inline T wrapNeg(T x) {
+  if constexpr (std::is_integral_v<T>) return static_cast<T>(WrapType<T>(0) - WrapType<T>(x));
+  else return -x;
+}
+
 template <typename T>
 inline T intDiv(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
@@ -566,12 +593,12 @@ void registerElementwiseKernels(KernelRegistry& r) {
 
   // Unary ops over signed / all numeric types.
   add(r, "Neg", [](KernelContext& ctx) {
-    unaryOp<kFloats | kSigned>(ctx, [](auto x) { return -x; });
+    unaryOp<kFloats | kSigned>(ctx, [](auto x) { return wrapNeg(x); });
   });
   add(r, "Abs", [](KernelContext& ctx) {
     unaryOp<kNumeric>(ctx, [](auto x) {
       if constexpr (std::is_unsigned_v<decltype(x)>) return x;
-      else return x < 0 ? static_cast<decltype(x)>(-x) : x;
+      else return x < 0 ? wrapNeg(x) : x;
     });
   });
   add(r, "Relu", [](KernelContext& ctx) {
@@ -680,16 +707,16 @@ void registerElementwiseKernels(KernelRegistry& r) {
   // Binary arithmetic.
   add(r, "Add", [](KernelContext& ctx) {
     binaryOp<kNumeric, false>(
-        ctx, [](auto a, auto b) { return static_cast<decltype(a)>(a + b); }, vec::Binary::Add);
+        ctx, [](auto a, auto b) { return wrapAdd(a, b); }, vec::Binary::Add);
   });
   add(r, "Sub", [](KernelContext& ctx) {
     binaryOp<kNumeric, false>(
-        ctx, [](auto a, auto b) { return static_cast<decltype(a)>(a - b); }, vec::Binary::Sub);
+        ctx, [](auto a, auto b) { return wrapSub(a, b); }, vec::Binary::Sub);
   });
   KernelInfo mul{"", "Mul", 1, 1000, [](KernelContext& ctx) {
     if (scaleChannelsLast(ctx)) return;
     binaryOp<kNumeric, false>(
-        ctx, [](auto a, auto b) { return static_cast<decltype(a)>(a * b); }, vec::Binary::Mul);
+        ctx, [](auto a, auto b) { return wrapMul(a, b); }, vec::Binary::Mul);
   }};
   mul.reads_channels_last = cpu::mulReadsChannelsLast;
   mul.writes_channels_last = cpu::mulWritesChannelsLast;
@@ -772,8 +799,8 @@ void registerElementwiseKernels(KernelRegistry& r) {
                          vec::Binary::Min);
   });
   add(r, "Sum", [](KernelContext& ctx) {
-    variadicOp<kNumeric>(ctx, [](auto a, auto b) { return static_cast<decltype(a)>(a + b); },
-                         false, vec::Binary::Add);
+    variadicOp<kNumeric>(ctx, [](auto a, auto b) { return wrapAdd(a, b); }, false,
+                         vec::Binary::Add);
   });
   add(r, "Mean", [](KernelContext& ctx) {
     variadicOp<kFloats>(ctx, [](auto a, auto b) { return a + b; }, true, vec::Binary::Add);

@@ -376,6 +376,8 @@ void runQLinearMatMul(KernelContext& ctx) {
   const HostTensor* azp = ctx.input(2);
   const HostTensor* bzp = ctx.input(5);
   const HostTensor* yzp = ctx.input(7);
+  if (as.size() == 0 || bs.size() == 0 || ys.size() == 0)
+    ctx.fail("a_scale, b_scale and y_scale must not be empty");
   MatMulPlan p = planMatMul(ctx, a.dims(), b.dims());
   std::vector<int32_t> ai = shiftOperand(ctx, a, azp, p.M, p.K, false, "a");
   std::vector<int32_t> bi = shiftOperand(ctx, b, bzp, p.K, p.N, true, "b");
@@ -399,7 +401,8 @@ void runQLinearMatMul(KernelContext& ctx) {
         const float sb = bs[paramIndex(bs.size(), bbatch, j, p.N)];
         const double scale = sa * sb / sy;  // float32 multiplier, double product (as ONNX's ref)
         const int64_t o = (static_cast<int64_t>(t) * p.M + i) * p.N + j;
-        const double v = std::min(std::max(std::nearbyint(acc[o] * scale) + zy, lo), hi);
+        double v = std::nearbyint(acc[o] * scale) + zy;
+        v = std::isnan(v) ? 0.0 : std::min(std::max(v, lo), hi);  // NaN as QuantizeLinear maps it
         if (ytype == DType::UInt8) {
           y.mutableData<uint8_t>()[o] = static_cast<uint8_t>(v);
         } else {

@@ -296,7 +296,10 @@ void tileKernel(KernelContext& ctx) {
     if (reps[i] < 0) ctx.fail(fmt::format("repeats {} has a negative value", formatDims(reps)));
     view_dims.insert(view_dims.end(), {reps[i], x.dim(i)});
     view_strides.insert(view_strides.end(), {0, xs[i]});
-    out_dims.push_back(reps[i] * x.dim(i));
+    int64_t extent = 0;
+    if (__builtin_mul_overflow(reps[i], x.dim(i), &extent))
+      ctx.fail(fmt::format("repeats {} overflow int64 on dim {}", formatDims(reps), i));
+    out_dims.push_back(extent);
   }
   copyView(ctx, 0, x, view_dims, view_strides, 0, out_dims);
 }

@@ -77,6 +77,13 @@ void runBatchNorm(KernelContext& ctx) {
     for (size_t i = 1; i < ctx.numOutputs(); ++i) training = training || ctx.outputWanted(i);
     if (opset < 7 && ctx.attrInt("is_test", 0) != 0) training = false;
   }
+  // The statistics outputs exist only in training mode (the spec leaves them unset otherwise).
+  for (size_t i = 1; i < ctx.numOutputs() && !training; ++i) {
+    if (ctx.outputWanted(i)) {
+      ctx.fail(opset >= 14 ? "outputs after Y need training_mode=1"
+                           : "outputs after Y need is_test=0");
+    }
+  }
   const int64_t N = x.dim(0), C = x.dim(1);
   const int64_t inner = product(x.dims(), 2);
   // Parameters per channel (spatial) or per element of a sample (spatial=0).

@@ -207,9 +207,11 @@ void concatFromSequence(KernelContext& ctx) {
   out_dims[axis] = 0;
   std::vector<int64_t> rows;
   for (const HostTensor& t : items) {
+    // Rank first: a new axis is inserted at a position valid only for items of the first's rank.
+    if (t.dtype() != dtype || t.dims().size() != first.size())
+      ctx.fail("sequence items differ in dtype or rank");
     std::vector<int64_t> d = t.dims();
     if (new_axis) d.insert(d.begin() + axis, 1);
-    if (t.dtype() != dtype || d.size() != out_dims.size()) ctx.fail("sequence items differ in dtype or rank");
     for (size_t k = 0; k < d.size(); ++k) {
       if (static_cast<int64_t>(k) != axis && d[k] != out_dims[k]) {
         ctx.fail("sequence items " + formatDims(first) + " and " + formatDims(t.dims()) +

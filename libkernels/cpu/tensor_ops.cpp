@@ -46,7 +46,8 @@ void reshapeKernel(KernelContext& ctx) {
     }
     if (d < 0) ctx.fail(fmt::format("shape {} has a negative dim", formatDims(shape)));
     dims[i] = d;
-    known *= d;
+    if (__builtin_mul_overflow(known, d, &known))
+      ctx.fail(fmt::format("shape {} has more elements than int64 can count", formatDims(shape)));
   }
   if (infer >= 0) {
     if (known == 0 || x.numel() % known != 0)

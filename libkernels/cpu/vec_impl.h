@@ -770,6 +770,7 @@ void rmsNormRow(const float* x, const float* skip, float* s, float* y, int64_t n
 
 // Three rows (a 3-tap window, the common case) in one pass instead of a copy and two updates.
 void maxRows(const float* const* rows, int k, float* out, int64_t n) {
+  if (n <= 0) return;  // an empty output row may have no buffer at all
   if (k == 3) {
     const float* __restrict a = rows[0];
     const float* __restrict b = rows[1];
@@ -790,6 +791,7 @@ void maxRows(const float* const* rows, int k, float* out, int64_t n) {
 }
 
 void sumRows(const float* const* rows, int k, float* out, int64_t n) {
+  if (n <= 0) return;  // an empty output row may have no buffer at all
   if (k == 3) {
     const float* __restrict a = rows[0];
     const float* __restrict b = rows[1];
@@ -808,6 +810,7 @@ void sumRows(const float* const* rows, int k, float* out, int64_t n) {
 
 void windowMax(const float* in, int64_t stride, int64_t k, int64_t dilation, float* out,
                int64_t n) {
+  if (n <= 0) return;
   float* __restrict o = out;
   if (stride == 1 && k == 3) {
     const float* __restrict b = in + dilation;
@@ -861,6 +864,7 @@ void gatherStrided(const float* in, int64_t stride, float* out, int64_t n) {
 
 void windowMean(const float* in, int64_t stride, int64_t k, int64_t dilation,
                 const float* col_scale, float row_scale, float* out, int64_t n) {
+  if (n <= 0) return;
   float* __restrict o = out;
   const float* __restrict cs = col_scale;
   if (stride == 1 && k == 3) {  // one pass: the sum and its scale while the sum is in a register

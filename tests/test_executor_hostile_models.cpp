@@ -1,0 +1,188 @@
+// Models that load but ask a kernel for something it cannot do, or for arithmetic C++ leaves
+// undefined. Each one was found by the executor's fuzz target (tests/fuzz/fuzz_executor.cpp):
+// the kernel must refuse with a one-line fusectl::Error naming the node, or compute what numpy
+// and ONNX Runtime compute, and never read out of bounds or run into undefined behaviour (the
+// sanitizer suite runs these too).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "fusectl/graph/error.h"
+#include "fusectl/graph/onnx_io.h"
+#include "fusectl/kernels/executor.h"
+
+using namespace fusectl;
+using namespace fusectl::kernels;
+
+namespace {
+
+template <typename T>
+HostTensor tensorOf(DType dtype, std::vector<int64_t> dims, const std::vector<T>& values) {
+  HostTensor t(dtype, std::move(dims));
+  REQUIRE(static_cast<size_t>(t.numel()) == values.size());
+  for (size_t i = 0; i < values.size(); ++i) t.mutableData<T>()[i] = values[i];
+  return t;
+}
+
+HostTensor floats(std::vector<int64_t> dims, float fill) {
+  HostTensor t(DType::Float, std::move(dims));
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutableData<float>()[i] = fill;
+  return t;
+}
+
+std::vector<NamedTensor> run(const char* text, std::vector<NamedTensor> inputs) {
+  auto model = parseModelText(text, "hostile.onnxtxt");
+  return runModel(*model, inputs);
+}
+
+// The refusal: one line, naming the node's op, containing `reason`.
+void requireRefused(const char* text, std::vector<NamedTensor> inputs, const std::string& op,
+                    const std::string& reason) {
+  try {
+    run(text, std::move(inputs));
+    FAIL("the model ran");
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    INFO(message);
+    CHECK(e.kind() != ErrorKind::Internal);
+    CHECK(message.find('\n') == std::string::npos);
+    CHECK(message.find("(" + op + ")") != std::string::npos);
+    CHECK(message.find(reason) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("hostile models: ConcatFromSequence with a new axis over items of another rank",
+          "[executor][bad_input]") {
+  // The new axis goes at position 3, valid for rank-3 items only: y's rank 2 was inserted into
+  // out of bounds before the ranks were compared.
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 12]>
+g (float[2,3,4] x, float[2,4] y) => (float[2,3,4,2] out) {
+  seq = SequenceConstruct (x, y)
+  out = ConcatFromSequence <axis = -1, new_axis = 1> (seq)
+}
+)";
+  requireRefused(model, {{"x", floats({2, 3, 4}, 1)}, {"y", floats({2, 4}, 2)}},
+                 "ConcatFromSequence", "differ in dtype or rank");
+}
+
+TEST_CASE("hostile models: Reshape and Tile whose dims overflow int64", "[executor][bad_input]") {
+  const char* reshape = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[1,9,4,4] x) => (float[1,1,12,12] y) {
+  shape = Constant <value = int64[6] {1, 432345564227567617, 0, 2312, 4, 4}> ()
+  y = Reshape (x, shape)
+}
+)";
+  requireRefused(reshape, {{"x", floats({1, 9, 4, 4}, 1)}}, "Reshape",
+                 "more elements than int64 can count");
+  const char* tile = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[2,3] x) => (float[4,3] y) {
+  repeats = Constant <value = int64[2] {5260205124977950722, 1}> ()
+  y = Tile (x, repeats)
+}
+)";
+  requireRefused(tile, {{"x", floats({2, 3}, 1)}}, "Tile", "overflow int64 on dim 0");
+}
+
+TEST_CASE("hostile models: BatchNormalization's statistics outside training mode",
+          "[executor][bad_input]") {
+  // running_mean and running_var exist only with training_mode=1 (opset 14+); the kernel used to
+  // leave them unset, which the executor reported as its own internal error.
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 15]>
+g (float[2,3,4,5] x, float[3] s, float[3] b, float[3] m, float[3] v) => (float[2,3,4,5] y, float[3] rm, float[3] rv) {
+  y, rm, rv = BatchNormalization (x, s, b, m, v)
+}
+)";
+  std::vector<NamedTensor> inputs = {{"x", floats({2, 3, 4, 5}, 1)}, {"s", floats({3}, 1)},
+                                     {"b", floats({3}, 0)},          {"m", floats({3}, 0)},
+                                     {"v", floats({3}, 1)}};
+  requireRefused(model, inputs, "BatchNormalization", "outputs after Y need training_mode=1");
+}
+
+TEST_CASE("hostile models: QLinearMatMul with an empty or zero y_scale", "[executor][bad_input]") {
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 10]>
+g (uint8[2,4] a, float[1] as, uint8[1] az, uint8[4,3] b, float[1] bs, uint8[1] bz, float[N] ys, uint8[1] yz) => (uint8[2,3] y) {
+  y = QLinearMatMul (a, as, az, b, bs, bz, ys, yz)
+}
+)";
+  auto inputs = [](std::vector<int64_t> ys_dims, float ys) {
+    return std::vector<NamedTensor>{
+        {"a", tensorOf<uint8_t>(DType::UInt8, {2, 4}, {1, 2, 3, 4, 0, 0, 0, 0})},
+        {"as", floats({1}, 1)},
+        {"az", tensorOf<uint8_t>(DType::UInt8, {1}, {0})},
+        {"b", tensorOf<uint8_t>(DType::UInt8, {4, 3}, std::vector<uint8_t>(12, 1))},
+        {"bs", floats({1}, 1)},
+        {"bz", tensorOf<uint8_t>(DType::UInt8, {1}, {0})},
+        {"ys", floats(std::move(ys_dims), ys)},
+        {"yz", tensorOf<uint8_t>(DType::UInt8, {1}, {0})}};
+  };
+  requireRefused(model, inputs({0}, 1), "QLinearMatMul", "must not be empty");
+  // A zero scale: row 0's sums (10) scale to +inf and saturate, row 1's (0) to 0 * inf = NaN,
+  // which becomes 0 as QuantizeLinear maps NaN (converting NaN to uint8 is undefined).
+  auto out = run(model, inputs({1}, 0));
+  const uint8_t* y = out[0].tensor.data<uint8_t>();
+  CHECK(std::vector<uint8_t>(y, y + 6) == std::vector<uint8_t>{255, 255, 255, 0, 0, 0});
+}
+
+TEST_CASE("hostile models: DynamicQuantizeLinear of an infinite value", "[executor][bad_input]") {
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 11]>
+g (float[3] x) => (uint8[3] y, float s, uint8 z) {
+  y, s, z = DynamicQuantizeLinear (x)
+}
+)";
+  const float inf = std::numeric_limits<float>::infinity();
+  auto out = run(model, {{"x", tensorOf<float>(DType::Float, {3}, {-inf, 0.f, 1.f})}});
+  CHECK(std::isinf(out[1].tensor.data<float>()[0]));
+  CHECK(out[2].tensor.data<uint8_t>()[0] == 0);  // -(-inf) / inf is NaN: zero point 0
+}
+
+TEST_CASE("hostile models: integer Add, Sub, Mul, Neg, Abs and Sum wrap as numpy's do",
+          "[executor][bad_input]") {
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (int64[3] a, int64[3] b, int16[2] c, int16[2] d) => (int64[3] add, int64[3] sub, int64[3] mul, int64[3] neg, int64[3] abs, int64[3] sum, int16[2] mul16) {
+  add = Add (a, b)
+  sub = Sub (b, a)
+  mul = Mul (a, b)
+  neg = Neg (a)
+  abs = Abs (a)
+  sum = Sum (a, b, a)
+  mul16 = Mul (c, d)
+}
+)";
+  const int64_t max = std::numeric_limits<int64_t>::max(), min = std::numeric_limits<int64_t>::min();
+  auto out = run(model, {{"a", tensorOf<int64_t>(DType::Int64, {3}, {max, min, 7})},
+                         {"b", tensorOf<int64_t>(DType::Int64, {3}, {2, -1, 7885630324200177673})},
+                         {"c", tensorOf<int16_t>(DType::Int16, {2}, {300, -32768})},
+                         {"d", tensorOf<int16_t>(DType::Int16, {2}, {300, -1})}});
+  auto values = [&](size_t k) {
+    const int64_t* p = out[k].tensor.data<int64_t>();
+    return std::vector<int64_t>(p, p + 3);
+  };
+  // The expected values are numpy's (int64 arithmetic modulo 2^64).
+  CHECK(values(0) == std::vector<int64_t>{min + 1, max, 7885630324200177680});
+  CHECK(values(1) == std::vector<int64_t>{min + 3, max, 7885630324200177666});
+  CHECK(values(2) == std::vector<int64_t>{-2, min, -140819951727411137});
+  CHECK(values(3) == std::vector<int64_t>{min + 1, min, -7});
+  CHECK(values(4) == std::vector<int64_t>{max, min, 7});
+  CHECK(values(5) == std::vector<int64_t>{0, -1, 7885630324200177687});
+  const int16_t* m16 = out[6].tensor.data<int16_t>();
+  CHECK(m16[0] == 24464);   // 90000 - 65536
+  CHECK(m16[1] == -32768);  // 32768 wraps
+}
+
+TEST_CASE("hostile models: pools whose window is wider than the input", "[executor][bad_input]") {
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 12]>
+g (float[1,1,5,1] x) => (float[1,1,4,0] y, float[1,1,4,0] z) {
+  y = MaxPool <kernel_shape = [2, 2]> (x)
+  z = AveragePool <kernel_shape = [2, 2]> (x)
+}
+)";
+  auto out = run(model, {{"x", floats({1, 1, 5, 1}, 1)}});
+  CHECK(out[0].tensor.dims() == std::vector<int64_t>{1, 1, 4, 0});
+  CHECK(out[1].tensor.dims() == std::vector<int64_t>{1, 1, 4, 0});
+}
