@@ -186,3 +186,106 @@ g (float[1,1,5,1] x) => (float[1,1,4,0] y, float[1,1,4,0] z) {
   CHECK(out[0].tensor.dims() == std::vector<int64_t>{1, 1, 4, 0});
   CHECK(out[1].tensor.dims() == std::vector<int64_t>{1, 1, 4, 0});
 }
+
+TEST_CASE("hostile models: GatherElements with indices longer than data off the axis",
+          "[executor][bad_input]") {
+  // Indices [2, 3] over data [2, 2] on axis 0: position (0, 2) would read data column 2.
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[2,2] x, int64[2,3] i) => (float[2,3] y) {
+  y = GatherElements <axis = 0> (x, i)
+}
+)";
+  requireRefused(model,
+                 {{"x", floats({2, 2}, 1)},
+                  {"i", tensorOf<int64_t>(DType::Int64, {2, 3}, {0, 1, 0, 1, 0, 1})}},
+                 "GatherElements", "indices [2,3] are longer than data [2,2] on axis 1");
+}
+
+TEST_CASE("hostile models: Pad to a size past the tensor limit, or past int64",
+          "[executor][bad_input]") {
+  // The pad's index maps (one entry per output position) were built before the output's size
+  // was checked: 9.6 GB of them for a pad of 1.2e9.
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[2] x, int64[2] pads) => (float[N] y) {
+  y = Pad (x, pads)
+}
+)";
+  auto pads = [](int64_t before, int64_t after) {
+    return std::vector<NamedTensor>{{"x", floats({2}, 1)},
+                                    {"pads", tensorOf<int64_t>(DType::Int64, {2}, {before, after})}};
+  };
+  ExecutorOptions small;
+  small.max_tensor_bytes = 1 << 20;
+  auto parsed = parseModelText(model, "pad.onnxtxt");
+  try {
+    runModel(*parsed, pads(0, 1200000000), small);
+    FAIL("the pad ran");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("more than the limit") != std::string::npos);
+  }
+  requireRefused(model, pads(std::numeric_limits<int64_t>::max(), 1), "Pad", "overflow int64");
+}
+
+TEST_CASE("hostile models: integer convolutions and products with no output channels",
+          "[executor][bad_input]") {
+  // W with 0 output channels and 2 per-channel zero points: the block size divided by W's
+  // first dim (SIGFPE in `fusectl run`); an empty zero point was read at [0].
+  const char* conv = R"(<ir_version: 8, opset_import: ["" : 10]>
+g (uint8[1,1,3,3] x, uint8[0,1,2,2] w, uint8 xz, uint8[N] wz) => (int32[1,0,2,2] y) {
+  y = ConvInteger (x, w, xz, wz)
+}
+)";
+  auto inputs = [](int64_t zero_points) {
+    return std::vector<NamedTensor>{
+        {"x", tensorOf<uint8_t>(DType::UInt8, {1, 1, 3, 3}, std::vector<uint8_t>(9, 1))},
+        {"w", HostTensor(DType::UInt8, {0, 1, 2, 2})},
+        {"xz", tensorOf<uint8_t>(DType::UInt8, {}, {0})},
+        {"wz", tensorOf<uint8_t>(DType::UInt8, {zero_points},
+                                 std::vector<uint8_t>(static_cast<size_t>(zero_points), 0))}};
+  };
+  requireRefused(conv, inputs(2), "ConvInteger", "one value per channel");
+  requireRefused(conv, inputs(0), "ConvInteger", "one value per channel");
+  const char* matmul = R"(<ir_version: 8, opset_import: ["" : 10]>
+g (uint8[2,3] a, uint8[3,0] b, uint8 az, uint8[2] bz) => (int32[2,0] y) {
+  y = MatMulInteger (a, b, az, bz)
+}
+)";
+  requireRefused(matmul,
+                 {{"a", tensorOf<uint8_t>(DType::UInt8, {2, 3}, std::vector<uint8_t>(6, 1))},
+                  {"b", HostTensor(DType::UInt8, {3, 0})},
+                  {"az", tensorOf<uint8_t>(DType::UInt8, {}, {0})},
+                  {"bz", tensorOf<uint8_t>(DType::UInt8, {2}, {0, 0})}},
+                 "MatMulInteger", "zero point must be a scalar or per-column");
+}
+
+TEST_CASE("hostile models: Shape's start and end before opset 15", "[executor][bad_input]") {
+  // Shape-1 has no start or end: the kernel honoured them, fold-shape-subgraphs did not, so -O3
+  // changed the output from [3, 4] to [3, 4, 5].
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[3,4,5] x) => (int64[3] y) {
+  y = Shape <end = -1> (x)
+}
+)";
+  auto out = run(model, {{"x", floats({3, 4, 5}, 0)}});
+  REQUIRE(out[0].tensor.dims() == std::vector<int64_t>{3});
+  CHECK(out[0].tensor.data<int64_t>()[2] == 5);
+}
+
+TEST_CASE("hostile models: element-type attributes that name no type", "[executor][bad_input]") {
+  // EyeLike's dtype (and a window's output_datatype, SequenceEmpty's dtype) went to the
+  // allocator unchecked: dtype 0 became the executor's "undefined dtype" internal error.
+  const char* eye = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (int32[4,5] x) => (float[4,5] y) {
+  y = EyeLike <dtype = 0, k = 1> (x)
+}
+)";
+  requireRefused(eye, {{"x", tensorOf<int32_t>(DType::Int32, {4, 5}, std::vector<int32_t>(20))}},
+                 "EyeLike", "attribute 'dtype' = 0 is not an ONNX element type");
+  const char* window = R"(<ir_version: 8, opset_import: ["" : 17]>
+g (int64 n) => (float[N] y) {
+  y = HannWindow <output_datatype = 99> (n)
+}
+)";
+  requireRefused(window, {{"n", tensorOf<int64_t>(DType::Int64, {}, {8})}}, "HannWindow",
+                 "attribute 'output_datatype' = 99 is not an ONNX element type");
+}

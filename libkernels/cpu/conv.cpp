@@ -949,10 +949,10 @@ std::vector<int32_t> shiftedInt32(const KernelContext& ctx, const HostTensor& t,
     if (!zp) return 0;
     return zp->dtype() == DType::UInt8 ? zp->data<uint8_t>()[i] : zp->data<int8_t>()[i];
   };
-  const int64_t block = zcount > 1 ? n / t.dim(0) : n;
-  if (zcount > 1 && zcount != t.dim(0)) {
+  if (zp && (zcount == 0 || (zcount > 1 && (t.rank() == 0 || zcount != t.dim(0))))) {
     ctx.fail(std::string(what) + " zero point must be a scalar or have one value per channel");
   }
+  const int64_t block = zcount > 1 ? n / t.dim(0) : n;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t z = zcount > 1 ? zpAt(i / block) : zpAt(0);
     const int32_t v = t.dtype() == DType::UInt8 ? t.data<uint8_t>()[i] : t.data<int8_t>()[i];

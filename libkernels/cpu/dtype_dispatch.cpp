@@ -117,6 +117,14 @@ int64_t readIntScalar(const KernelContext& ctx, const HostTensor& t) {
   return v[0];
 }
 
+DType dtypeAttr(const KernelContext& ctx, const char* name, DType fallback) {
+  if (!ctx.node().hasAttr(name)) return fallback;
+  const int64_t v = ctx.attrInt(name, 0);
+  if (v < 0 || v > INT32_MAX || !dtypeIsKnown(static_cast<int32_t>(v)))
+    ctx.fail(fmt::format("attribute '{}' = {} is not an ONNX element type", name, v));
+  return static_cast<DType>(v);
+}
+
 double readScalar(const KernelContext& ctx, const HostTensor& t) {
   if (t.numel() < 1) ctx.fail("expected a scalar, got an empty tensor");
   if (t.dtype() == DType::Float16) return halfToFloat(t.data<uint16_t>()[0]);

@@ -142,6 +142,9 @@ double readScalar(const KernelContext& ctx, const HostTensor& t);
 // double, which holds 53 bits: torchvision's sys.maxsize (2^63 - 1) read through one became
 // 2^63 and overflowed to a negative count. Fails naming the node unless it has one element.
 int64_t readIntScalar(const KernelContext& ctx, const HostTensor& t);
+// An element-type attribute (EyeLike's dtype, a window's output_datatype...): `fallback` when
+// the node lacks it; fails naming the node when its value is no ONNX element type.
+DType dtypeAttr(const KernelContext& ctx, const char* name, DType fallback);
 // `axis` in [-rank, rank) mapped to [0, rank); fails naming the node otherwise.
 int64_t normalizeAxis(const KernelContext& ctx, int64_t axis, int64_t rank,
                       const char* what = "axis");

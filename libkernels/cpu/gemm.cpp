@@ -320,7 +320,7 @@ std::vector<int32_t> shiftOperand(const KernelContext& ctx, const HostTensor& t,
   const int64_t zn = zp ? zp->numel() : 0;
   if (zp && zp->dtype() != t.dtype()) ctx.fail(std::string(what) + " zero point type mismatch");
   const int64_t per_matrix = per_column ? cols : rows;
-  if (zn > 1 && zn % per_matrix != 0) {
+  if (zn > 1 && (per_matrix == 0 || zn % per_matrix != 0)) {
     ctx.fail(std::string(what) + " zero point must be a scalar or per-" +
              (per_column ? "column" : "row"));
   }

@@ -80,8 +80,7 @@ void reverseSequenceKernel(KernelContext& ctx) {
 void eyeLikeKernel(KernelContext& ctx) {
   const HostTensor& x = ctx.requireInput(0);
   if (x.rank() != 2) ctx.fail("input must be 2-D");
-  const DType t =
-      ctx.node().hasAttr("dtype") ? static_cast<DType>(ctx.attrInt("dtype", 1)) : x.dtype();
+  const DType t = kutil::dtypeAttr(ctx, "dtype", x.dtype());
   const int64_t k = ctx.attrInt("k", 0), rows = x.dim(0), cols = x.dim(1);
   HostTensor& out = ctx.allocateOutput(0, t, x.dims());
   std::memset(out.mutableRaw(), 0, out.byteSize());

@@ -241,6 +241,14 @@ void gatherElementsKernel(KernelContext& ctx) {
   if (rank == 0 || ind.rank() != x.rank())
     ctx.fail("data and indices must have the same rank >= 1");
   const size_t axis = static_cast<size_t>(normalizeAxis(ctx, ctx.attrInt("axis", 0), rank));
+  // Off the axis, each index position reads data at the same position (as ONNX Runtime
+  // requires, and take_along_axis without broadcasting): indices may not be longer there.
+  for (size_t k = 0; k < x.rank(); ++k) {
+    if (k != axis && ind.dim(k) > x.dim(k)) {
+      ctx.fail(fmt::format("indices {} are longer than data {} on axis {}", formatDims(ind.dims()),
+                           formatDims(x.dims()), k));
+    }
+  }
   const std::vector<int64_t> idx = readIndices(ctx, ind, x.dim(axis));
   HostTensor& out = ctx.allocateOutput(0, x.dtype(), ind.dims());
   if (out.numel() == 0) return;
@@ -371,14 +379,19 @@ void padKernel(KernelContext& ctx) {
   std::vector<int64_t> dims(rank);
   std::vector<std::vector<int64_t>> maps(rank);
   for (size_t i = 0; i < rank; ++i) {
-    dims[i] = x.dim(i) + before[i] + after[i];
+    if (__builtin_add_overflow(x.dim(i), before[i], &dims[i]) ||
+        __builtin_add_overflow(dims[i], after[i], &dims[i])) {
+      ctx.fail(fmt::format("pads {} overflow int64", formatDims(pads)));
+    }
     if (dims[i] < 0) ctx.fail(fmt::format("pads {} remove more than the input has", formatDims(pads)));
     if (mode != "constant" && x.dim(i) == 0 && dims[i] > 0)
       ctx.fail(fmt::format("mode '{}' cannot pad an empty axis", mode));
-    maps[i] = padMap(x.dim(i), before[i], dims[i], mode);
   }
+  // The output first: its size limit (ExecutorOptions::max_tensor_bytes) is checked there,
+  // before the index maps, one entry per output position along each dim, are built.
   HostTensor& out = ctx.allocateOutput(0, x.dtype(), dims);
   if (out.numel() == 0) return;
+  for (size_t i = 0; i < rank; ++i) maps[i] = padMap(x.dim(i), before[i], dims[i], mode);
   if (rank == 0) {
     std::memcpy(out.mutableRaw(), x.raw(), dtypeSize(x.dtype()));
     return;

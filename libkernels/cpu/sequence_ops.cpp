@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "dtype_dispatch.h"
 #include "fusectl/kernels/kernel.h"
 #include "proto_wire.h"
 
@@ -38,7 +39,7 @@ int64_t positionOf(const KernelContext& ctx, const HostTensor& p, int64_t n, boo
 }
 
 DType elementDType(const KernelContext& ctx, DType fallback) {
-  return static_cast<DType>(ctx.attrInt("dtype", static_cast<int64_t>(fallback)));
+  return kutil::dtypeAttr(ctx, "dtype", fallback);
 }
 
 void sequenceEmpty(KernelContext& ctx) {

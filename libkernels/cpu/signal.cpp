@@ -145,7 +145,7 @@ void stftKernel(KernelContext& ctx) {
 
 // Writes a window or matrix computed in float into an output of the node's output_datatype.
 HostTensor& allocateTyped(KernelContext& ctx, const std::vector<int64_t>& dims) {
-  const DType t = static_cast<DType>(ctx.attrInt("output_datatype", 1));
+  const DType t = kutil::dtypeAttr(ctx, "output_datatype", DType::Float);
   return ctx.allocateOutput(0, t, dims);
 }
 

@@ -124,8 +124,11 @@ void shapeKernel(KernelContext& ctx) {
     if (v < 0) v += rank;
     return std::clamp<int64_t>(v, 0, rank);
   };
-  const int64_t start = clampIndex(ctx.attrInt("start", 0));
-  const int64_t end = ctx.node().hasAttr("end") ? clampIndex(ctx.attrInt("end", rank)) : rank;
+  // start and end exist from opset 15 on; Shape-1 ignores them, as fold-shape-subgraphs does.
+  const bool ranged = ctx.opset() >= 15;
+  const int64_t start = ranged ? clampIndex(ctx.attrInt("start", 0)) : 0;
+  const int64_t end =
+      ranged && ctx.node().hasAttr("end") ? clampIndex(ctx.attrInt("end", rank)) : rank;
   const int64_t n = std::max<int64_t>(0, end - start);
   HostTensor& out = ctx.allocateOutput(0, DType::Int64, {n});
   for (int64_t i = 0; i < n; ++i)
