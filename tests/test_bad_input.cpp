@@ -415,3 +415,15 @@ TEST_CASE("bad input: errors escape every control character of a quoted name", "
   const fusectl::Error plain(fusectl::ErrorKind::Io, "m.onnx: caf\xc3\xa9 'x' [1,2]");
   CHECK(std::string(plain.what()) == "m.onnx: caf\xc3\xa9 'x' [1,2]");
 }
+
+// Found by tests/fuzz (fuzz_optimized_outputs): a graph input without a type reaching an op that
+// only libonnx infers (LabelEncoder). libonnx's inference functions read input types without a
+// null check, since its checker guarantees them; `fusectl dump` of this 281-byte file crashed.
+// The libonnx fallback now leaves such a node's outputs as they are declared.
+TEST_CASE("bad input: an untyped input reaching libonnx's shape inference",
+          "[onnx_io][bad_input]") {
+  auto model = fusectl::loadModel(badPath("fuzz_label_encoder_untyped_input.onnx"));
+  REQUIRE(model->graph->inputs().size() == 1);
+  CHECK(model->graph->inputs()[0]->dtype() == fusectl::DType::Undefined);
+  CHECK(model->graph->verify().empty());
+}

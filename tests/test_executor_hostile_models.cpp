@@ -289,3 +289,16 @@ g (int64 n) => (float[N] y) {
   requireRefused(window, {{"n", tensorOf<int64_t>(DType::Int64, {}, {8})}}, "HannWindow",
                  "attribute 'output_datatype' = 99 is not an ONNX element type");
 }
+
+TEST_CASE("hostile models: RoiAlign with an output of width 0", "[executor][bad_input]") {
+  // Bins of infinite width: the sampling grid's size, inf, was converted to int64.
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 16]>
+g (float[1,1,4,4] x, float[1,4] rois, int64[1] b) => (float[1,1,2,0] y) {
+  y = RoiAlign <output_height = 2, output_width = 0> (x, rois, b)
+}
+)";
+  auto out = run(model, {{"x", floats({1, 1, 4, 4}, 1)},
+                         {"rois", tensorOf<float>(DType::Float, {1, 4}, {0, 0, 3, 3})},
+                         {"b", tensorOf<int64_t>(DType::Int64, {1}, {0})}});
+  CHECK(out[0].tensor.dims() == std::vector<int64_t>{1, 1, 2, 0});
+}

@@ -42,6 +42,7 @@ void roiAlignKernel(KernelContext& ctx) {
   const int64_t channels = x.dim(1), height = x.dim(2), width = x.dim(3);
   FloatView xv(x), rv(rois);
   HostTensor& out = ctx.allocateOutput(0, x.dtype(), {num_rois, channels, out_h, out_w});
+  if (out.numel() == 0) return;  // an output_height or output_width of 0: bins of no size
   FloatSink sink(out);
   for (int64_t r = 0; r < num_rois; ++r) {
     const int64_t b = batch_index[static_cast<size_t>(r)];
@@ -66,7 +67,8 @@ void roiAlignKernel(KernelContext& ctx) {
                                         : std::ceil(roi_h / static_cast<double>(out_h));
     const double grid_wd = sampling > 0 ? static_cast<double>(sampling)
                                         : std::ceil(roi_w / static_cast<double>(out_w));
-    if (std::max(grid_hd, 0.0) * std::max(grid_wd, 0.0) > 1048576.0)
+    if (!std::isfinite(grid_hd) || !std::isfinite(grid_wd) ||
+        std::max(grid_hd, 0.0) * std::max(grid_wd, 0.0) > 1048576.0)
       ctx.fail(fmt::format("roi {} needs a {}x{} sampling grid per bin", r, grid_hd, grid_wd));
     const int64_t grid_h = static_cast<int64_t>(grid_hd), grid_w = static_cast<int64_t>(grid_wd);
     const double count = static_cast<double>(std::max<int64_t>(grid_h * grid_w, 1));
