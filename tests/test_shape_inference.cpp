@@ -1,5 +1,6 @@
 // fusectl's own type and shape inference: per-op rules at different opsets, symbolic dims,
 // known-value propagation, subgraphs, the libonnx fallback, merge policy and speed.
+#include <limits>
 #include <cstdint>
 #include <cstdlib>
 #include <ctime>
@@ -925,4 +926,26 @@ TEST_CASE("shape inference: ONNX conformance tests' output shapes") {
                         << as_inputs[suite][Verdict::Compatible] << " partial, "
                         << as_inputs[suite][Verdict::Wrong] << " wrong");
   }
+}
+
+// Found by tests/fuzz (fuzz_optimized_outputs): known values divided by -1 (INT64_MIN / -1 and
+// INT64_MIN % -1 trap on x86) and an empty value broadcast against a scalar (read element 0 of
+// an empty list).
+TEST_CASE("shape inference: known values through Div and Mod by -1, and empty ones") {
+  ModelBuilder b(13);
+  Value* x = b.input("x", DType::Float, "[6]");
+  const int64_t min = std::numeric_limits<int64_t>::min();
+  Value* minus6 = b.op("Div", {b.ints({6}), b.scalarInt(-1)});
+  Value* six = b.op("Mul", {minus6, b.scalarInt(-1)});
+  Value* by_min = b.op("Reshape", {x, b.op("Div", {b.ints({min}), b.scalarInt(-1)})});
+  Value* zero = b.op("Mod", {b.ints({min}), b.scalarInt(-1)});
+  Value* from_mod = b.op("Reshape", {x, b.op("Add", {zero, b.ints({6})})});
+  Value* empty = b.op("Div", {b.ints({}), b.scalarInt(2)});
+  Value* from_empty = b.op("Reshape", {x, b.op("Concat", {empty, b.ints({6})}, {i("axis", 0)})});
+  Value* from_six = b.op("Reshape", {x, six});
+  b.infer();
+  CHECK(shapeOf(from_six) == "[6]");
+  CHECK(shapeOf(by_min) == "[?]");
+  CHECK(shapeOf(from_mod) == "[6]");
+  CHECK(shapeOf(from_empty) == "[6]");
 }

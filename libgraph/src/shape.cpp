@@ -9,6 +9,7 @@
 // which keeps "equal for every value of the symbols" a string comparison.
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
@@ -330,7 +331,11 @@ Dim operator-(const Dim& a, const Dim& b) {
 
 Dim operator/(const Dim& a, const Dim& b) {
   if (a.isStatic() && b.isStatic()) {
-    if (b.value() == 0 || a.value() % b.value() != 0) return Dim::unknown();
+    if (b.value() == 0 || b.value() == -1 || a.value() % b.value() != 0) {
+      // -1: INT64_MIN / -1 overflows (and traps on x86); any other value is -a.
+      if (b.value() == -1 && a.value() != INT64_MIN) return Dim::known(-a.value());
+      return Dim::unknown();
+    }
     return Dim::known(a.value() / b.value());
   }
   if (b.isStatic() && b.value() == 1) return a;

@@ -5,6 +5,7 @@
 // on small tensors also carries known values (Shape -> Mul/Add/Div -> Reshape patterns).
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 
 #include <fmt/format.h>
 
@@ -44,7 +45,7 @@ void propagateBinary(RuleContext& ctx, DimOp op) {
   if (na != nb && na != 1 && nb != 1) return;
   KnownValues out;
   out.scalar = a->scalar && b->scalar;
-  size_t n = std::max(na, nb);
+  const size_t n = na == 0 || nb == 0 ? 0 : std::max(na, nb);  // [0] with [1] broadcasts to [0]
   for (size_t i = 0; i < n; ++i)
     out.elems.push_back(op(a->elems[na == 1 ? 0 : i], b->elems[nb == 1 ? 0 : i]));
   ctx.setValues(0, std::move(out));
@@ -55,12 +56,15 @@ Dim subDims(const Dim& a, const Dim& b) { return a - b; }
 Dim mulDims(const Dim& a, const Dim& b) { return a * b; }
 // Integer Div truncates toward zero, like C; symbolic values divide only when exact.
 Dim divDims(const Dim& a, const Dim& b) {
-  if (a.isStatic() && b.isStatic())
-    return b.value() == 0 ? Dim::unknown() : Dim::known(a.value() / b.value());
+  if (a.isStatic() && b.isStatic()) {
+    if (b.value() == 0 || (b.value() == -1 && a.value() == INT64_MIN)) return Dim::unknown();
+    return Dim::known(a.value() / b.value());
+  }
   return a / b;
 }
 Dim modDims(const Dim& a, const Dim& b) {
   if (!a.isStatic() || !b.isStatic() || b.value() == 0) return Dim::unknown();
+  if (b.value() == -1) return Dim::known(0);  // INT64_MIN % -1 traps on x86
   int64_t r = a.value() % b.value();  // fmod=0: the sign follows the divisor
   if (r != 0 && ((r < 0) != (b.value() < 0))) r += b.value();
   return Dim::known(r);
