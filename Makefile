@@ -107,11 +107,11 @@ test-tsan: deps
 	done; done
 
 # libFuzzer targets (tests/fuzz/), from the sanitizer build; each runs FUZZ_SECONDS on a corpus
-# seeded from the testdata and ../shared/onnx-node-tests (when present). Any crash, leak, UB
+# seeded from the testdata and ../shared/onnx-node-tests{,-full} (when present). Any crash, leak, UB
 # report or timeout fails the run; the input that caused it is left in $(SAN_DIR)/findings/.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := fuzz_onnx_loader fuzz_onnx_text fuzz_pattern fuzz_pipeline fuzz_npy fuzz_tensor_pb \
-    fuzz_optimizer
+    fuzz_optimizer fuzz_executor fuzz_optimized_outputs
 fuzz: sanitize-build
 	bash tests/fuzz/run_fuzzers.sh $(SAN_DIR) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 

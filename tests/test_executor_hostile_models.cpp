@@ -302,3 +302,19 @@ g (float[1,1,4,4] x, float[1,4] rois, int64[1] b) => (float[1,1,2,0] y) {
                          {"b", tensorOf<int64_t>(DType::Int64, {1}, {0})}});
   CHECK(out[0].tensor.dims() == std::vector<int64_t>{1, 1, 2, 0});
 }
+
+TEST_CASE("hostile models: RoiAlign whose spatial_scale makes a huge sampling grid",
+          "[executor][bad_input]") {
+  // One side of the grid 6e28, the other negative (no samples): their product passed the
+  // 2^20 bound and 6e28 was converted to int64.
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 16]>
+g (float[1,1,4,4] x, float[1,4] rois, int64[1] b) => (float[1,1,2,2] y) {
+  y = RoiAlign <output_height = 2, output_width = 2, spatial_scale = -5.9e29> (x, rois, b)
+}
+)";
+  requireRefused(model,
+                 {{"x", floats({1, 1, 4, 4}, 1)},
+                  {"rois", tensorOf<float>(DType::Float, {1, 4}, {0, 1e-10f, 1e-9f, 0})},
+                  {"b", tensorOf<int64_t>(DType::Int64, {1}, {0})}},
+                 "RoiAlign", "sampling grid per bin");
+}

@@ -67,10 +67,12 @@ void roiAlignKernel(KernelContext& ctx) {
                                         : std::ceil(roi_h / static_cast<double>(out_h));
     const double grid_wd = sampling > 0 ? static_cast<double>(sampling)
                                         : std::ceil(roi_w / static_cast<double>(out_w));
-    if (!std::isfinite(grid_hd) || !std::isfinite(grid_wd) ||
+    // Each side on its own too: a huge side times an empty one passes the product.
+    if (!(grid_hd <= 1048576.0) || !(grid_wd <= 1048576.0) ||
         std::max(grid_hd, 0.0) * std::max(grid_wd, 0.0) > 1048576.0)
       ctx.fail(fmt::format("roi {} needs a {}x{} sampling grid per bin", r, grid_hd, grid_wd));
-    const int64_t grid_h = static_cast<int64_t>(grid_hd), grid_w = static_cast<int64_t>(grid_wd);
+    const int64_t grid_h = grid_hd > 0 ? static_cast<int64_t>(grid_hd) : 0,
+                  grid_w = grid_wd > 0 ? static_cast<int64_t>(grid_wd) : 0;
     const double count = static_cast<double>(std::max<int64_t>(grid_h * grid_w, 1));
     for (int64_t c = 0; c < channels; ++c) {
       const float* plane = xv.data() + (b * channels + c) * height * width;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs each libFuzzer target for SECONDS on a corpus seeded afresh from the testdata and, when
-# present, ../shared/onnx-node-tests (seeds are copied at run time, never committed). Prints
-# executions and findings per target; exits non-zero when any target found a crash, a leak, an
-# UB report, an out-of-memory or a timeout (the input is kept in BUILD/findings/).
+# present, ../shared/onnx-node-tests and onnx-node-tests-full (seeds are copied at run time,
+# never committed). Prints executions and findings per target; exits non-zero when any target
+# found a crash, a leak, an UB report, an out-of-memory or a timeout (the input is kept in
+# BUILD/findings/).
 #   run_fuzzers.sh BUILD SECONDS TARGET...
 set -uo pipefail
 build=$(cd "$1" && pwd)
@@ -10,6 +11,7 @@ seconds=$2
 shift 2
 root=$(cd "$(dirname "$0")/../.." && pwd)
 shared="$root/../shared/onnx-node-tests"
+shared_full="$root/../shared/onnx-node-tests-full/node"
 work="$build/fuzz-work"
 findings="$build/findings"
 rm -rf "$work"
@@ -25,8 +27,14 @@ seed() {
 }
 models=("$root/testdata/models" "$root/testdata/bad")
 [ -d "$shared" ] && models+=("$shared")
+# The model targets also start from the whole node-test suite (one model per op and variant,
+# 1802 in all): the curated subset left out the LabelEncoder model whose mutation crashed
+# libonnx's shape inference at load.
+[ -d "$shared_full" ] && models+=("$shared_full")
 seed fuzz_onnx_loader "${models[@]}" -name '*.onnx'
 seed fuzz_optimizer "${models[@]}" -name '*.onnx'
+seed fuzz_executor "${models[@]}" -name '*.onnx'
+seed fuzz_optimized_outputs "${models[@]}" -name '*.onnx'
 seed fuzz_onnx_text "$root/testdata/fixtures" "$root/testdata/bad" "$root/testdata/passes" \
   -name '*.onnxtxt'
 mkdir -p "$work/corpus/fuzz_tensor_pb"
@@ -69,7 +77,7 @@ run_target() {
   if [ $rc -ne 0 ]; then
     result="FINDING (rc $rc): $(grep -m1 -E 'ERROR|runtime error|fuzz finding|deadly signal' "$log")"
   fi
-  printf '%-18s %12s %8s %s\n' "$target" "${runs:-?}" "$seconds" "$result" >"$work/$target.result"
+  printf '%-22s %12s %8s %s\n' "$target" "${runs:-?}" "$seconds" "$result" >"$work/$target.result"
 }
 running=0
 for target in "$@"; do
@@ -83,13 +91,13 @@ done
 wait
 
 status=0
-printf '%-18s %12s %8s %s\n' target executions seconds result
+printf '%-22s %12s %8s %s\n' target executions seconds result
 for target in "$@"; do
   if [ -f "$work/$target.result" ]; then
     cat "$work/$target.result"
     grep -q ' FINDING ' "$work/$target.result" && status=1
   else
-    printf '%-18s %12s %8s %s\n' "$target" '?' "$seconds" 'FINDING: no result (the runner died)'
+    printf '%-22s %12s %8s %s\n' "$target" '?' "$seconds" 'FINDING: no result (the runner died)'
     status=1
   fi
 done

@@ -159,6 +159,13 @@ bool inferWithOnnx(RuleContext& ctx) {
     const onnx::OpSchema* schema =
         onnx::OpSchemaRegistry::Schema(ctx.node.opType(), version, domain);
     if (!schema || !schema->has_type_and_shape_inference_function()) return false;
+    // Subgraphs are not converted (getGraphAttributeInferencer throws), and Scan's inference
+    // reads its body attribute without a null check: a Scan whose body attribute a mutation
+    // renamed crashed there. No op whose schema takes a graph goes to libonnx.
+    for (const auto& [name, attr] : schema->attributes()) {
+      if (attr.type == onnx::AttributeProto::GRAPH || attr.type == onnx::AttributeProto::GRAPHS)
+        return false;
+    }
     FallbackContext fc(ctx);
     // LabelEncoder's reads input 0's type unchecked: a 281-byte file crashed `fusectl dump`.
     if (fc.inputTypeMissing(ctx)) return false;
