@@ -421,7 +421,7 @@ TEST_CASE("bad input: errors escape every control character of a quoted name", "
 // null check, since its checker guarantees them; `fusectl dump` of this 281-byte file crashed.
 // The libonnx fallback now leaves such a node's outputs as they are declared. Likewise a Scan
 // whose body attribute a mutation renamed: libonnx's Scan inference read the missing body (no
-// op whose schema takes a graph goes to libonnx now).
+// op whose schema takes a graph goes to libonnx now), and a STFT whose signal has rank 1.
 TEST_CASE("bad input: nodes libonnx's shape inference would crash on",
           "[onnx_io][bad_input]") {
   auto model = fusectl::loadModel(badPath("fuzz_label_encoder_untyped_input.onnx"));
@@ -430,4 +430,7 @@ TEST_CASE("bad input: nodes libonnx's shape inference would crash on",
   CHECK(model->graph->verify().empty());
   auto scan = fusectl::loadModel(badPath("fuzz_scan_inference.onnx"));
   CHECK(scan->graph->verify().empty());
+  // STFT's inference reads dims 1 and 2 of its signal: here a rank-1 one.
+  auto stft = fusectl::loadModel(badPath("fuzz_stft_signal_rank.onnx"));
+  CHECK(stft->graph->verify().empty());
 }

@@ -318,3 +318,25 @@ g (float[1,1,4,4] x, float[1,4] rois, int64[1] b) => (float[1,1,2,2] y) {
                   {"b", tensorOf<int64_t>(DType::Int64, {1}, {0})}},
                  "RoiAlign", "sampling grid per bin");
 }
+
+TEST_CASE("hostile models: integer reductions wrap as numpy's do", "[executor][bad_input]") {
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (int64[3] x, int16[2] s) => (int64[1] prod, int64[1] sum, int64[1] l1, int64[1] sq, int16[1] prod16) {
+  prod = ReduceProd (x)
+  sum = ReduceSum (x)
+  l1 = ReduceL1 (x)
+  sq = ReduceSumSquare (x)
+  prod16 = ReduceProd (s)
+}
+)";
+  const int64_t max = std::numeric_limits<int64_t>::max(), min = std::numeric_limits<int64_t>::min();
+  auto out = run(model, {{"x", tensorOf<int64_t>(DType::Int64, {3}, {max, min, 7})},
+                         {"s", tensorOf<int16_t>(DType::Int16, {2}, {300, 300})}});
+  // numpy: np.prod, np.sum, np.sum(np.abs), np.sum(x * x) of int64 [max, min, 7]; int16 prod
+  // accumulates in int64 (90000) and the cast back to int16 wraps to 24464.
+  CHECK(out[0].tensor.data<int64_t>()[0] == min);
+  CHECK(out[1].tensor.data<int64_t>()[0] == 6);
+  CHECK(out[2].tensor.data<int64_t>()[0] == 6);
+  CHECK(out[3].tensor.data<int64_t>()[0] == 50);
+  CHECK(out[4].tensor.data<int16_t>()[0] == 24464);
+}

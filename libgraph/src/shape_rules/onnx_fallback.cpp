@@ -166,6 +166,19 @@ bool inferWithOnnx(RuleContext& ctx) {
       if (attr.type == onnx::AttributeProto::GRAPH || attr.type == onnx::AttributeProto::GRAPHS)
         return false;
     }
+    // Inference functions that index an input's dims before checking its rank (found by
+    // fuzzing; STFT reads signal dims 1 and 2): they run only on inputs of the rank they assume.
+    static const struct {
+      const char* op;
+      size_t input;
+      size_t rank;
+    } kAssumedRanks[] = {{"STFT", 0, 3}};
+    for (const auto& need : kAssumedRanks) {
+      if (ctx.node.opType() == need.op && ctx.hasInput(need.input) &&
+          !(ctx.inShape(need.input).hasRank() && ctx.inShape(need.input).rank() == need.rank)) {
+        return false;
+      }
+    }
     FallbackContext fc(ctx);
     // LabelEncoder's reads input 0's type unchecked: a 281-byte file crashed `fusectl dump`.
     if (fc.inputTypeMissing(ctx)) return false;
