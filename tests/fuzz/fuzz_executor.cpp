@@ -5,6 +5,7 @@
 // 1 MiB (loader and executor), inputs of at most 2^18 elements, and no Loop or Scan (a trip
 // count from the file is a slow model, not a fault; If bodies still run).
 #include "fuzz_common.h"
+#include "fuzz_models.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/executor.h"
@@ -12,39 +13,9 @@
 
 namespace {
 
-constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 20;
 constexpr int64_t kMaxInputElements = int64_t{1} << 18;
 
-bool hasLoops(const fusectl::Graph& graph) {
-  for (const fusectl::Node* n : graph.nodes())
-    if (n->opType() == "Loop" || n->opType() == "Scan") return true;
-  for (const fusectl::Node* owner : graph.subgraphOwners()) {
-    bool found = false;
-    owner->forEachSubgraph([&](const fusectl::Graph& body) { found = found || hasLoops(body); });
-    if (found) return true;
-  }
-  return false;
-}
-
-// Inputs run would seed, unless one is too large to be quick (or its dims cannot be made).
-bool inputsSmall(const fusectl::Graph& graph) {
-  for (const fusectl::Value* input : graph.inputs()) {
-    if (input->isInitializer()) continue;
-    std::vector<int64_t> dims;
-    try {
-      dims = fusectl::kernels::concreteInputDims(*input);
-    } catch (const fusectl::Error&) {
-      return false;
-    }
-    int64_t elements = 1;
-    for (int64_t d : dims) {
-      if (d < 0 || (d > 0 && elements > kMaxInputElements / d)) return false;
-      elements *= d;
-    }
-    if (elements > kMaxInputElements) return false;
-  }
-  return true;
-}
+bool isLoop(const fusectl::Node& n) { return n.opType() == "Loop" || n.opType() == "Scan"; }
 
 }  // namespace
 
@@ -52,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fusectl::LoadOptions load;
   load.infer_shapes = false;  // as `fusectl run` loads
   load.prefault_weights = false;
-  load.max_tensor_bytes = kMaxTensorBytes;
+  load.max_tensor_bytes = fusectl::fuzz::kRunMaxTensorBytes;
   std::unique_ptr<fusectl::Model> model;
   try {
     model = fusectl::parseModelBinary(fusectl::fuzz::bytesOf(data, size), "fuzz.onnx",
@@ -60,12 +31,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const fusectl::Error&) {
     return 0;
   }
-  if (hasLoops(*model->graph) || !inputsSmall(*model->graph)) return 0;
+  if (fusectl::fuzz::anyNode(*model->graph, isLoop) ||
+      !fusectl::fuzz::inputsAtMost(*model->graph, kMaxInputElements)) {
+    return 0;
+  }
   fusectl::fuzz::expectCleanOutcome([&] {
     const std::vector<fusectl::kernels::NamedTensor> inputs =
         fusectl::kernels::makeRandomInputs(*model->graph, 1);
     fusectl::kernels::ExecutorOptions options;
-    options.max_tensor_bytes = kMaxTensorBytes;
+    options.max_tensor_bytes = fusectl::fuzz::kRunMaxTensorBytes;
     fusectl::kernels::Executor executor(*model, options);
     executor.run(inputs);
   });

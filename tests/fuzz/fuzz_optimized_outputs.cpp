@@ -1,6 +1,6 @@
 // The optimizer's promise on whatever loads: the -O3 model computes what the model as given
-// computes. Both run on the same seeded inputs (the limits of fuzz_executor.cpp keep each input
-// quick); when the original runs, the optimized model must run too and agree within a loose
+// computes. Both run on the same seeded inputs (tensors of at most 1 MiB, inputs of at most
+// 2^16 elements: each input stays quick); when the original runs, the optimized model must run too and agree within a loose
 // tolerance (rtol 1e-3 of each output's scale: fused kernels round differently, they do not
 // compute something else). Models whose outputs are not a function of their inputs (random
 // ops) or whose integer outputs rounding can flip (ArgMax, TopK ties) are skipped.
@@ -9,6 +9,7 @@
 #include <set>
 
 #include "fuzz_common.h"
+#include "fuzz_models.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/compare.h"
@@ -16,7 +17,6 @@
 
 namespace {
 
-constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 20;
 constexpr int64_t kMaxInputElements = int64_t{1} << 16;
 
 bool skippedOp(const std::string& op) {
@@ -27,17 +27,6 @@ bool skippedOp(const std::string& op) {
       "GreaterOrEqual", "Less", "LessOrEqual", "Mod", "QuantizeLinear", "DynamicQuantizeLinear",
       "IsNaN", "IsInf"};
   return ops.count(op) != 0;
-}
-
-bool hasSkippedOps(const fusectl::Graph& graph) {
-  for (const fusectl::Node* n : graph.nodes())
-    if (skippedOp(n->opType())) return true;
-  for (const fusectl::Node* owner : graph.subgraphOwners()) {
-    bool found = false;
-    owner->forEachSubgraph([&](const fusectl::Graph& body) { found = found || hasSkippedOps(body); });
-    if (found) return true;
-  }
-  return false;
 }
 
 // Weights a mutation made huge or non-finite overflow differently once folded (a
@@ -76,30 +65,12 @@ bool allFinite(const std::vector<fusectl::kernels::NamedTensor>& outputs) {
   return true;
 }
 
-bool inputsSmall(const fusectl::Graph& graph) {
-  for (const fusectl::Value* input : graph.inputs()) {
-    if (input->isInitializer()) continue;
-    std::vector<int64_t> dims;
-    try {
-      dims = fusectl::kernels::concreteInputDims(*input);
-    } catch (const fusectl::Error&) {
-      return false;
-    }
-    int64_t elements = 1;
-    for (int64_t d : dims) {
-      if (d < 0 || (d > 0 && elements > kMaxInputElements / d)) return false;
-      elements *= d;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fusectl::LoadOptions load;
   load.prefault_weights = false;
-  load.max_tensor_bytes = kMaxTensorBytes;
+  load.max_tensor_bytes = fusectl::fuzz::kRunMaxTensorBytes;
   std::unique_ptr<fusectl::Model> original;
   try {
     original = fusectl::parseModelBinary(fusectl::fuzz::bytesOf(data, size), "fuzz.onnx",
@@ -107,13 +78,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const fusectl::Error&) {
     return 0;
   }
-  if (hasSkippedOps(*original->graph) || !inputsSmall(*original->graph) ||
+  if (fusectl::fuzz::anyNode(*original->graph,
+                             [](const fusectl::Node& n) { return skippedOp(n.opType()); }) ||
+      !fusectl::fuzz::inputsAtMost(*original->graph, kMaxInputElements) ||
       !tameConstants(*original->graph)) {
     return 0;
   }
   fusectl::kernels::ComparisonInputs inputs;
   inputs.seed = 1;
-  inputs.execution.max_tensor_bytes = kMaxTensorBytes;
+  inputs.execution.max_tensor_bytes = fusectl::fuzz::kRunMaxTensorBytes;
   // The original first: a model the executor refuses as given is not this target's finding.
   std::vector<fusectl::kernels::NamedTensor> expected;
   try {
