@@ -37,6 +37,10 @@ using namespace kutil;
 using scalar::maxOp;
 using scalar::minOp;
 using scalar::softplus;
+using scalar::wrapAdd;
+using scalar::wrapMul;
+using scalar::wrapNeg;
+using scalar::wrapSub;
 
 // ---------------------------------------------------------------------------------------------
 // Loop templates
@@ -233,33 +237,6 @@ inline T sigmoid(T x) {
   return e / (T(1) + e);
 }
 
-// Integer Add, Sub, Mul, Neg and Abs wrap around (two's complement), as numpy's and ONNX
-// Runtime's do. Signed overflow is undefined in C++, so signed integers compute in an unsigned
-// type at least as wide as unsigned int (uint16 * uint16 would promote to a signed int).
-template <typename T>
-using WrapType = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
-
-template <typename T>
-inline T wrapAdd(T a, T b) {
-  if constexpr (std::is_integral_v<T>) return static_cast<T>(WrapType<T>(a) + WrapType<T>(b));
-  else return a + b;
-}
-template <typename T>
-inline T wrapSub(T a, T b) {
-  if constexpr (std::is_integral_v<T>) return static_cast<T>(WrapType<T>(a) - WrapType<T>(b));
-  else return a - b;
-}
-template <typename T>
-inline T wrapMul(T a, T b) {
-  if constexpr (std::is_integral_v<T>) return static_cast<T>(WrapType<T>(a) * WrapType<T>(b));
-  else return a * b;
-}
-template <typename T>
-inline T wrapNeg(T x) {
-  if constexpr (std::is_integral_v<T>) return static_cast<T>(WrapType<T>(0) - WrapType<T>(x));
-  else return -x;
-}
-
 template <typename T>
 inline T intDiv(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
@@ -301,14 +278,13 @@ inline T intPow(T base, int64_t e) {
     }
     return T(0);
   }
-  using U = std::make_unsigned_t<T>;  // wraps on overflow like numpy
-  U r = 1, b = static_cast<U>(base);
+  T r = 1, b = base;  // wraps on overflow like numpy
   while (e) {
-    if (e & 1) r = static_cast<U>(r * b);
-    b = static_cast<U>(b * b);
+    if (e & 1) r = wrapMul(r, b);
+    b = wrapMul(b, b);
     e >>= 1;
   }
-  return static_cast<T>(r);
+  return r;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@
 #include "compute_common.h"
 #include "dtype_dispatch.h"
 #include "fusectl/kernels/kernel.h"
+#include "scalar_ops.h"
 #include "vec_kernels.h"
 
 namespace fusectl::kernels {
@@ -157,26 +158,14 @@ template <typename T>
 using AccOf = std::conditional_t<std::is_floating_point_v<T>, T,
                                  std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>;
 
-// The type integer accumulators compute in: unsigned, so that overflow wraps.
-template <typename A, bool = std::is_integral_v<A>>
-struct WrapOf {
-  using type = A;
-};
-template <typename A>
-struct WrapOf<A, true> {
-  using type = std::make_unsigned_t<A>;
-};
-
 template <typename T>
 void reduceTyped(ReduceKind kind, const ReduceLayout& L, int threads, int64_t count, const T* in,
                  T* out) {
   using A = AccOf<T>;
-  // Integer sums and products wrap (modulo 2^64, then the cast to T), as numpy's do; signed
-  // overflow is undefined in C++, so int64 accumulators compute in uint64.
-  using W = typename WrapOf<A>::type;
+  // Integer sums and products wrap (modulo 2^64, then the cast to T), as numpy's do.
   auto id = [](T x) { return static_cast<A>(x); };
-  auto sq = [](T x) { return static_cast<A>(static_cast<W>(x) * static_cast<W>(x)); };
-  auto plus = [](A a, A b) { return static_cast<A>(static_cast<W>(a) + static_cast<W>(b)); };
+  auto sq = [](T x) { return scalar::wrapMul(static_cast<A>(x), static_cast<A>(x)); };
+  auto plus = [](A a, A b) { return scalar::wrapAdd(a, b); };
   auto cast = [](A a) { return static_cast<T>(a); };
   switch (kind) {
     case ReduceKind::Sum:
@@ -213,12 +202,11 @@ void reduceTyped(ReduceKind kind, const ReduceLayout& L, int threads, int64_t co
     }
     case ReduceKind::Prod:
       return runReduce(
-          L, threads, in, out, A(1), id,
-          [](A a, A b) { return static_cast<A>(static_cast<W>(a) * static_cast<W>(b)); }, cast);
+          L, threads, in, out, A(1), id, [](A a, A b) { return scalar::wrapMul(a, b); }, cast);
     case ReduceKind::L1:
       return runReduce(L, threads, in, out, A(0), [](T x) {
         if constexpr (std::is_unsigned_v<T>) return static_cast<A>(x);
-        else return static_cast<A>(x < 0 ? W(0) - static_cast<W>(x) : static_cast<W>(x));
+        else return x < 0 ? scalar::wrapNeg(static_cast<A>(x)) : static_cast<A>(x);
       }, plus, cast);
     case ReduceKind::L2:
       return runReduce(L, threads, in, out, A(0), sq, plus, [](A a) {
@@ -470,9 +458,8 @@ void cumulativeKernel(KernelContext& ctx, bool product) {
           T next;
           if constexpr (std::is_integral_v<T>) {
             // Wraps like the reference's fixed-width integers, without signed overflow.
-            const uint64_t a = static_cast<uint64_t>(acc[i]);
-            const uint64_t v = static_cast<uint64_t>(in[base + i]);
-            next = static_cast<T>(product ? a * v : a + v);
+            next = product ? scalar::wrapMul(acc[i], in[base + i])
+                           : scalar::wrapAdd(acc[i], in[base + i]);
           } else {
             next = product ? static_cast<T>(acc[i] * in[base + i])
                            : static_cast<T>(acc[i] + in[base + i]);
