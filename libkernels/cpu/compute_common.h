@@ -220,6 +220,13 @@ std::vector<int64_t> rotaryTableStrides(const KernelContext& ctx,
 // is odd. Shared by the CPU and CUDA kernels (swiglu.cpp, cuda/elementwise.cu).
 std::vector<int64_t> swigluPackedOutputDims(const KernelContext& ctx, const HostTensor& x);
 
+// A quantized value before its integer store, saturated to [lo, hi]. NaN (a zero or NaN scale,
+// a NaN input) becomes 0, as QuantizeLinear's reference maps it; converting NaN to an integer is
+// undefined.
+inline double saturateQuantized(double v, double lo, double hi) {
+  return std::isnan(v) ? 0.0 : std::min(std::max(v, lo), hi);
+}
+
 // The 8-bit types of the quantized ops.
 inline void checkInt8(const KernelContext& ctx, const HostTensor& t, const char* what) {
   if (t.dtype() != DType::UInt8 && t.dtype() != DType::Int8) {

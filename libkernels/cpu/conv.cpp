@@ -1044,8 +1044,7 @@ void runQLinearConv(KernelContext& ctx) {
       const int64_t base = (n * d.M + m) * P;
       for (int64_t p = 0; p < P; ++p) {
         const double v = std::nearbyint(static_cast<double>(acc[base + p] + bv) * scale) + zy;
-        // NaN (a zero or NaN scale) as QuantizeLinear maps it.
-        const int32_t q = std::isnan(v) ? 0 : static_cast<int32_t>(std::min(std::max(v, double(lo)), double(hi)));
+        const auto q = static_cast<int32_t>(saturateQuantized(v, lo, hi));
         if (ytype == DType::UInt8) {
           y.mutableData<uint8_t>()[base + p] = static_cast<uint8_t>(q);
         } else {

@@ -22,13 +22,13 @@ void dynamicQuantizeLinearKernel(KernelContext& ctx) {
     hi = std::max(hi, xv[i]);
   }
   const float scale = (hi - lo) / 255.0f;
-  float zp = scale == 0 ? 0.0f : std::clamp(std::nearbyint(-lo / scale), 0.0f, 255.0f);
-  if (std::isnan(zp)) zp = 0.0f;  // an infinite range: inf / inf
+  // An infinite range makes -lo / scale inf / inf: NaN, zero point 0.
+  const float zp =
+      scale == 0 ? 0.0f : static_cast<float>(saturateQuantized(std::nearbyint(-lo / scale), 0, 255));
   HostTensor& y = ctx.allocateOutput(0, DType::UInt8, x.dims());
   for (int64_t i = 0; i < xv.size(); ++i) {
     const float q = scale == 0 ? zp : std::nearbyint(xv[i] / scale) + zp;
-    // NaN (in x, or from an infinite range) as QuantizeLinear maps it.
-    y.mutableData<uint8_t>()[i] = std::isnan(q) ? 0 : static_cast<uint8_t>(std::clamp(q, 0.0f, 255.0f));
+    y.mutableData<uint8_t>()[i] = static_cast<uint8_t>(saturateQuantized(q, 0, 255));
   }
   ctx.allocateOutput(1, DType::Float, {}).mutableData<float>()[0] = scale;
   ctx.allocateOutput(2, DType::UInt8, {}).mutableData<uint8_t>()[0] = static_cast<uint8_t>(zp);

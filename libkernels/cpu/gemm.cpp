@@ -401,8 +401,7 @@ void runQLinearMatMul(KernelContext& ctx) {
         const float sb = bs[paramIndex(bs.size(), bbatch, j, p.N)];
         const double scale = sa * sb / sy;  // float32 multiplier, double product (as ONNX's ref)
         const int64_t o = (static_cast<int64_t>(t) * p.M + i) * p.N + j;
-        double v = std::nearbyint(acc[o] * scale) + zy;
-        v = std::isnan(v) ? 0.0 : std::min(std::max(v, lo), hi);  // NaN as QuantizeLinear maps it
+        const double v = saturateQuantized(std::nearbyint(acc[o] * scale) + zy, lo, hi);
         if (ytype == DType::UInt8) {
           y.mutableData<uint8_t>()[o] = static_cast<uint8_t>(v);
         } else {

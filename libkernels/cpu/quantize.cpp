@@ -74,9 +74,8 @@ void quantizeTo(const float* x, const FloatView& scale, const HostTensor* zp,
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = idx(i);
     // nearbyint rounds half to even in the default rounding mode.
-    float v = std::nearbyint(x[i] / scale[k]) + (z ? static_cast<float>(z[k]) : 0.f);
-    v = std::isnan(v) ? 0.f : std::min(std::max(v, lo), hi);
-    y[i] = static_cast<T>(v);
+    const float v = std::nearbyint(x[i] / scale[k]) + (z ? static_cast<float>(z[k]) : 0.f);
+    y[i] = static_cast<T>(saturateQuantized(v, lo, hi));
   }
 }
 
@@ -97,8 +96,7 @@ void quantizeNarrow(const KernelContext& ctx, const float* x, const FloatView& s
       if (t == DType::Float4E2M1) storePacked(bytes, i, t, code);
       else bytes[i] = code;
     } else {
-      double v = static_cast<double>(std::nearbyint(q)) + z;
-      v = std::isnan(v) ? 0.0 : std::min(std::max(v, lo), hi);
+      const double v = saturateQuantized(static_cast<double>(std::nearbyint(q)) + z, lo, hi);
       storePacked(bytes, i, t, static_cast<uint32_t>(static_cast<int64_t>(v)));
     }
   }
