@@ -331,11 +331,10 @@ Dim operator-(const Dim& a, const Dim& b) {
 
 Dim operator/(const Dim& a, const Dim& b) {
   if (a.isStatic() && b.isStatic()) {
-    if (b.value() == 0 || b.value() == -1 || a.value() % b.value() != 0) {
-      // -1: INT64_MIN / -1 overflows (and traps on x86); any other value is -a.
-      if (b.value() == -1 && a.value() != INT64_MIN) return Dim::known(-a.value());
-      return Dim::unknown();
-    }
+    if (b.value() == 0) return Dim::unknown();
+    // INT64_MIN / -1 (and INT64_MIN % -1) overflows, and traps on x86.
+    if (b.value() == -1) return a.value() == INT64_MIN ? Dim::unknown() : Dim::known(-a.value());
+    if (a.value() % b.value() != 0) return Dim::unknown();
     return Dim::known(a.value() / b.value());
   }
   if (b.isStatic() && b.value() == 1) return a;
