@@ -340,3 +340,122 @@ g (int64[3] x, int16[2] s) => (int64[1] prod, int64[1] sum, int64[1] l1, int64[1
   CHECK(out[3].tensor.data<int64_t>()[0] == 50);
   CHECK(out[4].tensor.data<int16_t>()[0] == 24464);
 }
+
+// The cases below were found by the sweeps (tests/test_node_mutation_sweep.cpp), not the fuzzer.
+
+TEST_CASE("hostile models: a Loop whose trip count is negative runs no iteration",
+          "[executor][bad_input]") {
+  // As ONNX's reference implementation and ONNX Runtime read `it < M`; -1 was read as "no
+  // bound", and with cond true the run never ended.
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[1] y) => (float[1] res) {
+  m = Constant <value = int64 {-1}> ()
+  cond = Constant <value = bool {1}> ()
+  res = Loop (m, cond, y) <body = body (int64 i, bool c, float[1] acc) => (bool c_out, float[1] acc_out) {
+    c_out = Identity (c)
+    one = Constant <value = float[1] {1.0}> ()
+    acc_out = Add (acc, one)
+  }>
+}
+)";
+  for (int64_t trip_count : {int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
+    std::string text = model;
+    if (trip_count != -1) text.replace(text.find("{-1}"), 4, "{" + std::to_string(trip_count) + "}");
+    const auto out = run(text.c_str(), {{"y", floats({1}, 5)}});
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].tensor.data<float>()[0] == 5.0f);
+  }
+  // Three iterations when M says 3: the fix did not stop the loop from running.
+  std::string three = model;
+  three.replace(three.find("{-1}"), 4, "{3}");
+  CHECK(run(three.c_str(), {{"y", floats({1}, 5)}})[0].tensor.data<float>()[0] == 8.0f);
+}
+
+TEST_CASE("hostile models: bool bytes other than 0 and 1 in a file read as true",
+          "[executor][bad_input]") {
+  // ONNX stores bools in int32_data; a file may hold 2 or 255 there (or in raw_data). Kernels
+  // read bools as C++ bool, for which those bytes are undefined behaviour: the loader now stores
+  // them as 1.
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (bool[4] x) => (bool[4] y, int32[4] z) {
+  c = Constant <value = bool[4] {0, 2, 255, 1}> ()
+  y = And (x, c)
+  z = Cast <to = 6> (c)
+}
+)";
+  HostTensor x(DType::Bool, {4});
+  for (int i = 0; i < 4; ++i) x.mutableData<bool>()[i] = true;
+  const auto out = run(model, {{"x", x}});
+  REQUIRE(out.size() == 2);
+  const bool expected[] = {false, true, true, true};
+  for (int i = 0; i < 4; ++i) {
+    CHECK(reinterpret_cast<const uint8_t*>(out[0].tensor.raw())[i] == (expected[i] ? 1 : 0));
+    CHECK(out[1].tensor.data<int32_t>()[i] == (expected[i] ? 1 : 0));
+  }
+}
+
+TEST_CASE("hostile models: Range at the ends of int64 counts and steps without overflow",
+          "[executor][bad_input]") {
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (int64 start, int64 limit, int64 delta) => (int64[N] y) {
+  y = Range (start, limit, delta)
+}
+)";
+  auto scalar = [](int64_t v) { return tensorOf<int64_t>(DType::Int64, {}, {v}); };
+  const int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  // limit - start overflows int64 here; the elements themselves do not.
+  auto out = run(model, {{"start", scalar(lo)}, {"limit", scalar(hi)}, {"delta", scalar(hi)}});
+  REQUIRE(out[0].tensor.numel() == 3);
+  CHECK(out[0].tensor.data<int64_t>()[0] == lo);
+  CHECK(out[0].tensor.data<int64_t>()[1] == -1);
+  CHECK(out[0].tensor.data<int64_t>()[2] == hi - 1);
+  // Counting down from the top.
+  out = run(model, {{"start", scalar(hi)}, {"limit", scalar(hi - 3)}, {"delta", scalar(-1)}});
+  REQUIRE(out[0].tensor.numel() == 3);
+  CHECK(out[0].tensor.data<int64_t>()[2] == hi - 2);
+  // A count no tensor can hold is refused before anything is allocated.
+  requireRefused(model, {{"start", scalar(lo)}, {"limit", scalar(hi)}, {"delta", scalar(1)}},
+                 "Range", "than a tensor can hold");
+}
+
+TEST_CASE("hostile models: window geometry that overflows or crops is refused",
+          "[executor][bad_input]") {
+  const char* negative_pads = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[1,1,8,8] x) => (float[1,1,N,M] y) {
+  y = AveragePool <kernel_shape = [3, 3], pads = [-2, -2, -2, -2]> (x)
+}
+)";
+  // Negative pads made the pool index before its row buffer (a heap corruption).
+  requireRefused(negative_pads, {{"x", floats({1, 1, 8, 8}, 1)}}, "AveragePool",
+                 "pads must not be negative");
+  const char* huge_kernel = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[1,1,4,4,4] x) => (float[1,1,N,M,K] y) {
+  y = MaxPool <kernel_shape = [9223372036854775807, 2, 2], dilations = [2, 1, 1]> (x)
+}
+)";
+  requireRefused(huge_kernel, {{"x", floats({1, 1, 4, 4, 4}, 1)}}, "MaxPool", "overflow");
+  const char* col2im = R"(<ir_version: 8, opset_import: ["" : 18]>
+g (float[1,5,5] x) => (float[1,1,N,M] y) {
+  image = Constant <value = int64[2] {5, 5}> ()
+  block = Constant <value = int64[2] {4611686018427387904, 4611686018427387904}> ()
+  y = Col2Im (x, image, block)
+}
+)";
+  // A block of 2^62 made the block count overflow to 0, then divided by it (SIGFPE).
+  requireRefused(col2im, {{"x", floats({1, 5, 5}, 1)}}, "Col2Im", "block_shape");
+}
+
+TEST_CASE("hostile models: an LpPool kernel far larger than its input costs what the input holds",
+          "[executor][bad_input]") {
+  // 1000 x 1000 over 4 x 4 with SAME padding visited 10^6 taps per output; only the taps inside
+  // the input are visited now, and the result is the p-norm of the input's window.
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 18]>
+g (float[1,1,4,4] x) => (float[1,1,4,4] y) {
+  y = LpPool <kernel_shape = [1000, 1000], auto_pad = "SAME_UPPER", p = 2> (x)
+}
+)";
+  const auto out = run(model, {{"x", floats({1, 1, 4, 4}, 1)}});
+  REQUIRE(out[0].tensor.numel() == 16);
+  // Every window covers the whole 4 x 4 input: sqrt(16 * 1^2) = 4.
+  for (int i = 0; i < 16; ++i) CHECK(out[0].tensor.data<float>()[i] == Approx(4.0f));
+}

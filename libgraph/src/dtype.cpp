@@ -2,6 +2,7 @@
 #include "fusectl/graph/dtype.h"
 
 #include <array>
+#include <limits>
 
 namespace fusectl {
 namespace {
@@ -57,7 +58,12 @@ size_t dtypeStorageBytes(DType t, int64_t count) {
     const size_t per_byte = 8 / static_cast<size_t>(dtypeBits(t));
     return (n + per_byte - 1) / per_byte;
   }
-  return n * dtypeSize(t);
+  // Saturates instead of wrapping: callers compare the result with a limit, and a count from a
+  // file (2^62 four-byte elements) once wrapped to 0 bytes and passed one.
+  const size_t size = dtypeSize(t);
+  if (size != 0 && n > std::numeric_limits<size_t>::max() / size)
+    return std::numeric_limits<size_t>::max();
+  return n * size;
 }
 
 int64_t dtypeMinIrVersion(DType t) {

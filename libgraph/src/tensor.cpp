@@ -191,6 +191,18 @@ Tensor::Tensor(DType dtype, std::vector<int64_t> dims, Buffer bytes)
   if (byteSize() != expected)
     throwInternal(fmt::format("{} tensor of {} elements needs {} bytes, got {}", dtypeName(dtype_),
                               checkedNumel(dims_), expected, byteSize()));
+  // Kernels read a bool element as C++ bool, for which a byte other than 0 or 1 is undefined
+  // behaviour; a file may hold others (an int32_data entry of 255, raw bytes), which mean true.
+  // Bool tensors are masks and flags, small enough to scan on every construction.
+  if (dtype_ == DType::Bool) {
+    const uint8_t* b = bytes_.data();
+    size_t n = bytes_.size();
+    if (std::any_of(b, b + n, [](uint8_t v) { return v > 1; })) {
+      std::vector<uint8_t> normalized(n);
+      for (size_t i = 0; i < n; ++i) normalized[i] = b[i] != 0;
+      bytes_ = Buffer::fromVector(std::move(normalized));
+    }
+  }
 }
 
 Tensor Tensor::ofStrings(std::vector<int64_t> dims, std::vector<std::string> values) {

@@ -27,13 +27,26 @@ void col2ImKernel(KernelContext& ctx) {
   if (strides.size() != r || dilations.size() != r || pads.size() != 2 * r)
     ctx.fail("strides, dilations and pads must match the image rank");
   std::vector<int64_t> cols(r);
+  int64_t block_size = 1, col_count = 1;
   for (size_t i = 0; i < r; ++i) {
     if (strides[i] < 1 || dilations[i] < 1 || block[i] < 1)
       ctx.fail("strides, dilations and block_shape must be positive");
-    const int64_t span = dilations[i] * (block[i] - 1) + 1;
-    cols[i] = (image[i] + pads[i] + pads[i + r] - span) / strides[i] + 1;
+    if (image[i] < 0 || pads[i] < 0 || pads[i + r] < 0)
+      ctx.fail("image_shape and pads must not be negative");
+    // The values come from the file: a block of 2^62 overflowed the span and the block count,
+    // and a zero block count then divided.
+    int64_t span = 0, extent = 0;
+    if (__builtin_mul_overflow(dilations[i], block[i] - 1, &span) ||
+        __builtin_add_overflow(image[i], pads[i], &extent) ||
+        __builtin_add_overflow(extent, pads[i + r], &extent) ||
+        __builtin_mul_overflow(block_size, block[i], &block_size)) {
+      ctx.fail("block_shape, dilations, image_shape and pads overflow");
+    }
+    if (extent - 1 < span) ctx.fail("block_shape does not fit the padded image");
+    cols[i] = (extent - 1 - span) / strides[i] + 1;
+    if (__builtin_mul_overflow(col_count, cols[i], &col_count))
+      ctx.fail("block_shape, dilations, image_shape and pads overflow");
   }
-  const int64_t block_size = product(block), col_count = product(cols);
   if (x.dim(1) % block_size != 0 || x.dim(2) != col_count)
     ctx.fail(fmt::format("input dims {} do not fit blocks {} over image {}", formatDims(x.dims()),
                          formatDims(block), formatDims(image)));

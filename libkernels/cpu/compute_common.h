@@ -295,6 +295,19 @@ inline Window resolveWindow(const KernelContext& ctx, std::vector<int64_t> in,
     if (w.strides[i] <= 0 || w.dilations[i] <= 0 || w.kernel[i] <= 0) {
       ctx.fail("strides, dilations and kernel dims must be positive");
     }
+    // Negative pads would crop, which ONNX does not define for these ops (and which made the
+    // pools index before their row buffers).
+    if (pads[i] < 0 || pads[i + r] < 0) ctx.fail("pads must not be negative");
+    // The window's span and the padded extent below must not overflow: a file can ask for a
+    // kernel or dilation of 2^62.
+    int64_t span = 0, extent = 0;
+    if (__builtin_mul_overflow(w.kernel[i] - 1, w.dilations[i], &span) ||
+        __builtin_add_overflow(span, int64_t{1}, &span) ||
+        __builtin_add_overflow(w.in[i], pads[i], &extent) ||
+        __builtin_add_overflow(extent, pads[i + r], &extent) ||
+        __builtin_add_overflow(extent, w.strides[i], &extent)) {
+      ctx.fail("kernel_shape, dilations, strides and pads overflow a window's extent");
+    }
   }
   const std::string auto_pad = ctx.attrString("auto_pad", "NOTSET");
   w.pad_begin.assign(r, 0);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <limits>
 #include <vector>
 
 #include "fusectl/kernels/kernel.h"
@@ -179,7 +180,9 @@ void runLoop(KernelContext& ctx) {
     ctx.fail("the node has " + std::to_string(ctx.numOutputs()) + " outputs but the body makes " +
              std::to_string(carried + scans));
   }
-  int64_t trip_count = -1;  // -1: no bound
+  // No M is no bound. A negative M runs no iteration, as ONNX's reference implementation and
+  // ONNX Runtime read `it < M` (this once read -1 as unbounded: a file's M of -1 hung the run).
+  int64_t trip_count = std::numeric_limits<int64_t>::max();
   if (const HostTensor* m = ctx.input(0)) {
     if (m->numel() != 1 || m->dtype() != DType::Int64) {
       ctx.fail("M must be one int64, not " + std::string(dtypeName(m->dtype())) +
@@ -194,7 +197,7 @@ void runLoop(KernelContext& ctx) {
   for (size_t i = 0; i < carried; ++i) state[i] = ctx.requireInput(i + 2);
   std::vector<std::vector<HostTensor>> scan_elements(scans);
   std::vector<HostTensor> args(carried + 2);
-  for (int64_t it = 0; cond && (trip_count < 0 || it < trip_count); ++it) {
+  for (int64_t it = 0; cond && it < trip_count; ++it) {
     args[0] = scalarOf(DType::Int64, it);
     args[1] = scalarOf(DType::Bool, cond);
     for (size_t i = 0; i < carried; ++i) args[i + 2] = std::move(state[i]);

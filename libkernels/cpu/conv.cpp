@@ -34,6 +34,8 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "compute_common.h"
 #include "fusectl/kernels/epilogue.h"
 #include "channels_last.h"
@@ -832,6 +834,22 @@ void runConvTranspose(KernelContext& ctx) {
   std::vector<int64_t> pads;
   if (!ctx.node().hasAttr("pads") && !same) pads.assign(2 * r, 0);
   if (ctx.node().hasAttr("pads")) pads = ctx.attrInts("pads");
+  // Every geometry value within [lo, 2^30], so that the sums of products below (and the
+  // positions in the scatter loop) cannot overflow: a file may ask for strides of 2^63 - 1,
+  // and no tensor fusectl can hold has an axis near 2^30 anyway.
+  constexpr int64_t kMaxGeometry = int64_t{1} << 30;
+  auto bounded = [&](const std::vector<int64_t>& values, int64_t lo, const char* what) {
+    for (int64_t v : values)
+      if (v < lo || v > kMaxGeometry)
+        ctx.fail(fmt::format("{} {} is outside [{}, 2^30]", what, v, lo));
+  };
+  bounded(strides, 1, "stride");
+  bounded(dil, 1, "dilation");
+  bounded(out_pad, 0, "output_padding");
+  bounded(out_shape, 0, "output_shape");
+  bounded(pads, -kMaxGeometry, "pad");
+  bounded(in, 0, "input dim");
+  bounded(kernel, 1, "kernel dim");
   std::vector<int64_t> out(r);
   if (pads.empty()) {  // SAME_*: pads from the requested (or stride-multiplied) output size
     pads.assign(2 * r, 0);

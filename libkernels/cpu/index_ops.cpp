@@ -89,6 +89,8 @@ void eyeLikeKernel(KernelContext& ctx) {
   HostTensor one(t, {1});
   convertTensor(ctx, one_f, one);
   const size_t size = dtypeSize(t);
+  // A diagonal outside the matrix leaves it all zeros; inside, r + k cannot overflow.
+  if (k >= cols || k <= -rows) return;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t c = r + k;
     if (c >= 0 && c < cols)
@@ -111,8 +113,21 @@ void maxUnpoolKernel(KernelContext& ctx) {
   // Indices address the default unpooled shape; a larger output_shape places each value at
   // the same coordinates there (the spec example: index 5 of a 4x4 plane lands at [1, 1]).
   std::vector<int64_t> natural = {x.dim(0), x.dim(1)};
-  for (size_t i = 0; i < r; ++i)
-    natural.push_back((x.dim(i + 2) - 1) * strides[i] + ks[i] - pads[i] - pads[i + r]);
+  for (size_t i = 0; i < r; ++i) {
+    // Checked: strides, kernel_shape and pads come from the file.
+    int64_t len = 0;
+    if (__builtin_mul_overflow(x.dim(i + 2) - 1, strides[i], &len) ||
+        __builtin_add_overflow(len, ks[i], &len) || __builtin_sub_overflow(len, pads[i], &len) ||
+        __builtin_sub_overflow(len, pads[i + r], &len) || len < 0) {
+      ctx.fail("kernel_shape, strides and pads do not give an unpooled size");
+    }
+    natural.push_back(len);
+  }
+  // The indices address the natural shape: its element count must exist too.
+  int64_t natural_count = 1;
+  for (int64_t d : natural)
+    if (__builtin_mul_overflow(natural_count, d, &natural_count))
+      ctx.fail("the unpooled shape is too large");
   std::vector<int64_t> dims = natural;
   if (const HostTensor* shape = ctx.input(2); shape && shape->numel() > 0) {
     dims = readInts(ctx, *shape);

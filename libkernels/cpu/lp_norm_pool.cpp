@@ -30,31 +30,41 @@ void lpPoolKernel(KernelContext& ctx) {
   out_dims.insert(out_dims.end(), w.out.begin(), w.out.end());
   const int64_t planes = x.dim(0) * x.dim(1);
   const int64_t in_plane = product(x.dims(), 2), out_plane = product(out_dims, 2);
-  const int64_t taps = product(w.kernel);
   FloatView xv(x);
   HostTensor& out = ctx.allocateOutput(0, x.dtype(), out_dims);
   FloatSink sink(out);
-  std::vector<int64_t> opos(r), tpos(r);
+  // Only the taps inside the input are visited, axis by axis [j0, j1): padding contributes
+  // nothing, and a kernel far larger than the input (a file may ask for 1000 x 1000 over 32 x 32
+  // with SAME padding) costs what the input holds, not what the kernel spans.
+  std::vector<int64_t> opos(r), start(r), j0(r), j1(r), j(r), in_stride(r);
+  for (size_t i = 0; i < r; ++i) in_stride[i] = product(w.in, i + 1);
   for (int64_t o = 0; o < out_plane; ++o) {
     int64_t rest = o;
+    bool empty = false;
     for (size_t i = r; i-- > 0;) {
       opos[i] = rest % w.out[i];
       rest /= w.out[i];
+      start[i] = opos[i] * w.strides[i] - w.pad_begin[i];
+      const int64_t d = w.dilations[i];
+      const int64_t first = start[i] >= 0 ? 0 : (-start[i] + d - 1) / d;
+      const int64_t end = w.in[i] - start[i] > 0 ? (w.in[i] - start[i] + d - 1) / d : 0;
+      j0[i] = std::min(first, w.kernel[i]);
+      j1[i] = std::max(std::min(end, w.kernel[i]), j0[i]);
+      empty = empty || j0[i] == j1[i];
     }
     for (int64_t pl = 0; pl < planes; ++pl) {
       const float* src = xv.data() + pl * in_plane;
       double acc = 0;
-      for (int64_t t = 0; t < taps; ++t) {
-        int64_t trest = t, off = 0;
-        bool inside = true;
-        for (size_t i = r; i-- > 0;) {
-          const int64_t k = trest % w.kernel[i];
-          trest /= w.kernel[i];
-          const int64_t pos = opos[i] * w.strides[i] - w.pad_begin[i] + k * w.dilations[i];
-          if (pos < 0 || pos >= w.in[i]) inside = false;
-          off = off + pos * product(w.in, i + 1);
+      if (!empty) {
+        j = j0;
+        while (true) {
+          int64_t off = 0;
+          for (size_t i = 0; i < r; ++i) off += (start[i] + j[i] * w.dilations[i]) * in_stride[i];
+          acc += std::pow(std::fabs(static_cast<double>(src[off])), p);
+          size_t i = r;
+          while (i-- > 0 && ++j[i] == j1[i]) j[i] = j0[i];
+          if (i == static_cast<size_t>(-1)) break;
         }
-        if (inside) acc += std::pow(std::fabs(static_cast<double>(src[off])), p);
       }
       sink.data()[pl * out_plane + o] = static_cast<float>(std::pow(acc, 1.0 / p));
     }

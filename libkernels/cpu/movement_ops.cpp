@@ -129,7 +129,8 @@ void splitKernel(KernelContext& ctx) {
   int64_t total = 0;
   for (int64_t s : split) {
     if (s < 0) ctx.fail(fmt::format("split {} has a negative size", formatDims(split)));
-    total += s;
+    if (__builtin_add_overflow(total, s, &total))
+      ctx.fail(fmt::format("split {} does not sum to the axis size {}", formatDims(split), dim));
   }
   if (total != dim)
     ctx.fail(fmt::format("split {} does not sum to the axis size {}", formatDims(split), dim));
@@ -177,18 +178,22 @@ void sliceKernel(KernelContext& ctx) {
     int64_t s = starts[k], e = ends[k];
     if (s < 0) s += d;
     if (e < 0) e += d;
+    // Counted without forming e - s + step or -step, which overflow for a file's steps of
+    // INT64_MAX or INT64_MIN; a stride is only formed when two elements are taken, and then
+    // |step| is below the axis size.
     int64_t count;
     if (step > 0) {
       s = std::clamp<int64_t>(s, 0, d);
       e = std::clamp<int64_t>(e, 0, d);
-      count = e > s ? (e - s + step - 1) / step : 0;
+      count = e > s ? (e - s - 1) / step + 1 : 0;
     } else {
       s = std::clamp<int64_t>(s, 0, d - 1);
       e = std::clamp<int64_t>(e, -1, d - 1);
-      count = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+      count = s > e ? (step == std::numeric_limits<int64_t>::min() ? 1 : (s - e - 1) / -step + 1)
+                    : 0;
     }
     dims[a] = count;
-    strides[a] = in_strides[a] * step;
+    strides[a] = count > 1 ? in_strides[a] * step : in_strides[a];
     if (count > 0) offset += s * in_strides[a];
   }
   copyView(ctx, 0, x, dims, strides, offset, dims);
@@ -436,7 +441,8 @@ void depthToSpaceKernel(KernelContext& ctx) {
   if (x.rank() != 4) ctx.fail("input must be 4-D");
   const int64_t b = ctx.attrInt("blocksize", 0);
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
-  if (b <= 0 || C % (b * b) != 0)
+  int64_t bb = 0;
+  if (b <= 0 || __builtin_mul_overflow(b, b, &bb) || C % bb != 0)
     ctx.fail(fmt::format("blocksize {} does not divide {} channels", b, C));
   const int64_t c = C / (b * b);
   const bool crd = ctx.attrString("mode", "DCR") == "CRD";
@@ -457,6 +463,11 @@ void spaceToDepthKernel(KernelContext& ctx) {
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   if (b <= 0 || H % b != 0 || W % b != 0)
     ctx.fail(fmt::format("blocksize {} does not divide the spatial dims {}x{}", b, H, W));
+  // b divides H and W, so the product below is bounded by the input, except over empty planes.
+  int64_t out_channels = 0;
+  if (__builtin_mul_overflow(b, b, &out_channels) ||
+      __builtin_mul_overflow(C, out_channels, &out_channels))
+    ctx.fail(fmt::format("blocksize {} is too large", b));
   // Output viewed as [N, b1, b2, C, H/b, W/b]; channel (b1*b + b2)*C + c.
   const std::vector<int64_t> dims = {N, b, b, C, H / b, W / b};
   const std::vector<int64_t> strides = {C * H * W, W, 1, H * W, b * W, b};

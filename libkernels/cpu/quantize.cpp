@@ -50,7 +50,7 @@ ParamIndexer makeIndexer(const KernelContext& ctx, const HostTensor& x, const Ho
     if (scale.rank() != x.rank()) ctx.fail("blocked scale must have x's rank");
     p.mode = 2;
     p.block = block;
-    p.blocks = (p.axis_len + block - 1) / block;
+    p.blocks = p.axis_len / block + (p.axis_len % block != 0);  // no overflow for any block
     for (int64_t d = 0; d < rank; ++d) {
       const int64_t want = d == axis ? p.blocks : x.dim(d);
       if (scale.dim(d) != want) ctx.fail("blocked scale has the wrong shape");

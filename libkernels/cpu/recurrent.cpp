@@ -181,6 +181,9 @@ void recurrentKernel(KernelContext& ctx, Cell cell) {
   const int64_t batch = layout ? x_t.dim(0) : x_t.dim(1);
   const int64_t input = x_t.dim(2);
   const int64_t hidden = ctx.attrInt("hidden_size", r_t.dim(2));
+  // hidden_size comes from the file: gates * hidden must not overflow before the comparisons.
+  if (hidden <= 0 || hidden > r_t.dim(1))
+    ctx.fail(fmt::format("hidden_size {} does not fit R dims {}", hidden, formatDims(r_t.dims())));
   if (w_t.dim(0) != dirs || w_t.dim(1) != gates * hidden || w_t.dim(2) != input)
     ctx.fail(fmt::format("W dims {} do not fit {} directions, hidden size {}, input size {}",
                          formatDims(w_t.dims()), dirs, hidden, input));

@@ -158,6 +158,14 @@ template <typename T>
 using AccOf = std::conditional_t<std::is_floating_point_v<T>, T,
                                  std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>;
 
+// The float results of L2, LogSum and LogSumExp stored as T: into an integer type with Cast's
+// conversion (log(0) = -inf and a NaN are not undefined behaviour there).
+template <typename T>
+T fromDouble(double v) {
+  if constexpr (std::is_integral_v<T>) return floatToIntegral<T>(v);
+  else return static_cast<T>(v);
+}
+
 template <typename T>
 void reduceTyped(ReduceKind kind, const ReduceLayout& L, int threads, int64_t count, const T* in,
                  T* out) {
@@ -210,20 +218,20 @@ void reduceTyped(ReduceKind kind, const ReduceLayout& L, int threads, int64_t co
       }, plus, cast);
     case ReduceKind::L2:
       return runReduce(L, threads, in, out, A(0), sq, plus, [](A a) {
-        return static_cast<T>(std::sqrt(static_cast<double>(a)));
+        return fromDouble<T>(std::sqrt(static_cast<double>(a)));
       });
     case ReduceKind::SumSquare:
       return runReduce(L, threads, in, out, A(0), sq, plus, cast);
     case ReduceKind::LogSum:
       return runReduce(L, threads, in, out, A(0), id, plus, [](A a) {
-        return static_cast<T>(std::log(static_cast<double>(a)));
+        return fromDouble<T>(std::log(static_cast<double>(a)));
       });
     case ReduceKind::LogSumExp:
       // Summed in double: exp overflows there only past 709, far beyond float's range.
       return runReduce(
           L, threads, in, out, 0.0, [](T x) { return std::exp(static_cast<double>(x)); },
           [](double a, double b) { return a + b; },
-          [](double a) { return static_cast<T>(std::log(a)); });
+          [](double a) { return fromDouble<T>(std::log(a)); });
   }
 }
 

@@ -55,6 +55,10 @@ double cubicWeight(double x, double A) {
 AxisTaps buildTaps(const ResizeAttrs& at, int64_t in_len, int64_t out_len, double scale,
                    double roi_start, double roi_end) {
   AxisTaps t;
+  // No output, no taps. Otherwise out_len >= 1 bounds the antialiasing scale below by about
+  // 1 / in_len, and with it the tap count; a file's tiny scale with an empty output would
+  // have made -1 / scale overflow the conversion below.
+  if (out_len <= 0) return t;
   const bool nearest = at.mode == "nearest";
   const bool cubic = at.mode == "cubic";
   const double aa_scale = at.antialias && !nearest ? std::min(scale, 1.0) : 1.0;

@@ -161,7 +161,7 @@ void splitToSequence(KernelContext& ctx) {
       const int64_t v = splitValue(i);
       if (v < 0) ctx.fail("split lengths must not be negative");
       lengths.push_back(v);
-      total += v;
+      if (__builtin_add_overflow(total, v, &total)) ctx.fail("split lengths overflow");
     }
     if (total != len) {
       ctx.fail("split lengths sum to " + std::to_string(total) + " but the axis has " +

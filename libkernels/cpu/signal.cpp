@@ -185,6 +185,10 @@ void melWeightMatrixKernel(KernelContext& ctx) {
   if (mel_bins < 1 || dft_length < 1 || sample_rate < 1)
     ctx.fail("num_mel_bins, dft_length and sample_rate must be positive");
   const int64_t spec_bins = dft_length / 2 + 1;
+  // The output first: its allocation checks [spec_bins, mel_bins] against the tensor limit
+  // before the filter edges and the float matrix (a file's 2^31 - 1 mel bins once asked for
+  // 16 GB here and ran on).
+  HostTensor& out = allocateTyped(ctx, {spec_bins, mel_bins});
   const int64_t points = mel_bins + 2;
   const double low_mel = 2595 * std::log10(1 + lower_hz / 700);
   const double high_mel = 2595 * std::log10(1 + upper_hz / 700);
@@ -192,7 +196,9 @@ void melWeightMatrixKernel(KernelContext& ctx) {
   std::vector<int64_t> bin(static_cast<size_t>(points));
   for (int64_t i = 0; i < points; ++i) {
     const double hz = 700 * (std::pow(10.0, (static_cast<double>(i) * step + low_mel) / 2595) - 1);
-    bin[static_cast<size_t>(i)] = static_cast<int64_t>(
+    // NaN or out-of-range edges (from the file's frequencies) become INT64_MIN, which the
+    // range check below refuses.
+    bin[static_cast<size_t>(i)] = kutil::floatToIntegral<int64_t>(
         std::floor(static_cast<double>(dft_length + 1) * hz / static_cast<double>(sample_rate)));
   }
   std::vector<float> m(static_cast<size_t>(spec_bins * mel_bins), 0.0f);
@@ -212,7 +218,6 @@ void melWeightMatrixKernel(KernelContext& ctx) {
     for (int64_t j = mid; j < hi; ++j)
       at(j, i) = static_cast<float>(hi - j) / static_cast<float>(hi - mid);
   }
-  HostTensor& out = allocateTyped(ctx, {spec_bins, mel_bins});
   fromFloat(m.data(), out.dtype(), out.mutableRaw(), out.numel());
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -198,6 +199,15 @@ void constantOfShapeKernel(KernelContext& ctx) {
   });
 }
 
+// Range's element count from ceil((limit - start) / delta): none when negative; an infinite,
+// NaN or unrepresentable count (start or delta from a file) is refused rather than converted.
+int64_t rangeCount(const KernelContext& ctx, double count) {
+  if (std::isnan(count)) ctx.fail("start, limit and delta must be finite");
+  if (count <= 0) return 0;
+  if (!(count < 9.2e18)) ctx.fail("start, limit and delta give more elements than a tensor can hold");
+  return static_cast<int64_t>(count);
+}
+
 void rangeKernel(KernelContext& ctx) {
   const HostTensor& s = ctx.requireInput(0);
   const HostTensor& l = ctx.requireInput(1);
@@ -215,9 +225,7 @@ void rangeKernel(KernelContext& ctx) {
     };
     const float start = read(s), limit = read(l), delta = read(d);
     if (delta == 0) ctx.fail("delta must not be zero");
-    const double count = std::ceil((static_cast<double>(limit) - start) / delta);
-    if (!std::isfinite(count)) ctx.fail("start, limit and delta must be finite");
-    const int64_t n = static_cast<int64_t>(std::max(0.0, count));
+    const int64_t n = rangeCount(ctx, std::ceil((static_cast<double>(limit) - start) / delta));
     HostTensor& out = ctx.allocateOutput(0, s.dtype(), {n});
     uint16_t* p = out.mutableData<uint16_t>();
     for (int64_t i = 0; i < n; ++i) {
@@ -230,19 +238,26 @@ void rangeKernel(KernelContext& ctx) {
     using T = typename decltype(tag)::type;
     const T start = s.data<T>()[0], limit = l.data<T>()[0], delta = d.data<T>()[0];
     if (delta == 0) ctx.fail("delta must not be zero");
-    int64_t n = 0;
     if constexpr (std::is_floating_point_v<T>) {
-      n = static_cast<int64_t>(
-          std::max(0.0, std::ceil((static_cast<double>(limit) - start) / delta)));
+      const int64_t n =
+          rangeCount(ctx, std::ceil((static_cast<double>(limit) - start) / delta));
+      HostTensor& out = ctx.allocateOutput(0, s.dtype(), {n});
+      T* p = out.mutableData<T>();
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(start + static_cast<T>(i) * delta);
     } else {
-      const int64_t span = static_cast<int64_t>(limit) - static_cast<int64_t>(start);
-      const int64_t step = delta;
-      n = span / step + ((span % step != 0) && ((span < 0) == (step < 0)) ? 1 : 0);
-      n = std::max<int64_t>(0, n);
+      // In 128 bits: limit - start and start + i * delta overflow int64 for a file's extremes
+      // (start INT64_MIN, limit 6); every element itself lies between start and limit.
+      const __int128 span = static_cast<__int128>(limit) - start, step = delta;
+      __int128 count = span / step + ((span % step != 0) && ((span < 0) == (step < 0)) ? 1 : 0);
+      if (count < 0) count = 0;
+      if (count > std::numeric_limits<int64_t>::max())
+        ctx.fail("start, limit and delta give more elements than a tensor can hold");
+      const int64_t n = static_cast<int64_t>(count);
+      HostTensor& out = ctx.allocateOutput(0, s.dtype(), {n});
+      T* p = out.mutableData<T>();
+      for (int64_t i = 0; i < n; ++i)
+        p[i] = static_cast<T>(static_cast<__int128>(start) + static_cast<__int128>(i) * delta);
     }
-    HostTensor& out = ctx.allocateOutput(0, s.dtype(), {n});
-    T* p = out.mutableData<T>();
-    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(start + static_cast<T>(i) * delta);
   });
 }
 

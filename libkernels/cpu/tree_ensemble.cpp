@@ -182,6 +182,9 @@ void treeEnsembleKernel(KernelContext& ctx) {
     FloatView fv(x);
     std::copy(fv.data(), fv.data() + fv.size(), xv.begin());
   }
+  // The output first: its allocation checks [rows, n_targets] against the tensor limit before
+  // the accumulators below (an n_targets of 2^63 - 1 overflowed their count).
+  HostTensor& out = ctx.allocateOutput(0, x.dtype(), {rows, targets});
   const double init = aggregate == 2   ? std::numeric_limits<double>::max()
                       : aggregate == 3 ? std::numeric_limits<double>::lowest()
                                        : 0.0;
@@ -206,25 +209,24 @@ void treeEnsembleKernel(KernelContext& ctx) {
             node = next;
         }
       }
-      double& out = y[static_cast<size_t>(r * targets + f.target[static_cast<size_t>(leaf)])];
+      double& acc = y[static_cast<size_t>(r * targets + f.target[static_cast<size_t>(leaf)])];
       const double w = f.weight[static_cast<size_t>(leaf)];
       switch (aggregate) {
         case 0:
-          out += w / trees;
+          acc += w / trees;
           break;
         case 1:
-          out += w;
+          acc += w;
           break;
         case 2:
-          out = std::min(out, w);
+          acc = std::min(acc, w);
           break;
         default:
-          out = std::max(out, w);
+          acc = std::max(acc, w);
           break;
       }
     }
   }
-  HostTensor& out = ctx.allocateOutput(0, x.dtype(), {rows, targets});
   if (x.dtype() == DType::Double) {
     std::copy(y.begin(), y.end(), out.mutableData<double>());
   } else {

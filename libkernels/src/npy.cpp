@@ -199,6 +199,12 @@ HostTensor parseNpy(std::string_view bytes, const std::string& where) {
   }
   HostTensor t(dtype, dims);
   if (need) std::memcpy(t.mutableRaw(), bytes.data() + data_start, need);
+  // numpy writes bools as 0 and 1; any other byte means true, and kernels read bools as C++
+  // bool, for which it would be undefined behaviour.
+  if (dtype == DType::Bool) {
+    auto* b = static_cast<uint8_t*>(t.mutableRaw());
+    for (size_t i = 0; i < need; ++i) b[i] = b[i] != 0;
+  }
   return t;
 }
 

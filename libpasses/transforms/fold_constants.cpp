@@ -62,6 +62,9 @@ class CappedAllocator : public kernels::OutputAllocator {
       if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) throw OverCap{UINT64_MAX};
       n *= d;
     }
+    // Past 2^59 elements the byte count could wrap (2^62 four-byte elements came to 0 bytes
+    // and passed the cap); such a tensor is over any cap.
+    if (n > (std::numeric_limits<int64_t>::max() >> 4)) throw OverCap{UINT64_MAX};
     uint64_t bytes = dtypeStorageBytes(dtype, n);
     if (dtype == DType::String) bytes = static_cast<uint64_t>(n) * sizeof(std::string);
     if (bytes > cap_ - std::min(cap_, allocated_)) throw OverCap{allocated_ + bytes};
@@ -188,7 +191,8 @@ class FoldConstantsPass : public Pass {
       if (!wanted(v)) continue;
       if (std::optional<int64_t> numel = v->shape().staticNumel();
           numel && v->dtype() != DType::Undefined && v->dtype() != DType::String) {
-        inferred += dtypeStorageBytes(v->dtype(), *numel);
+        const uint64_t bytes = dtypeStorageBytes(v->dtype(), *numel);  // saturated
+        inferred = bytes > UINT64_MAX - inferred ? UINT64_MAX : inferred + bytes;
       }
     }
     if (inferred > cap) return overCap(inferred);

@@ -76,11 +76,19 @@ Dim windowOutput(RuleContext& ctx, const Dim& in, const WindowParams& p, size_t 
   }
   Dim k = p.kernel(i);
   if (!k.isStatic()) return Dim::unknown();
-  int64_t ek = (k.value() - 1) * d + 1;
   int64_t pb = p.valid() ? 0 : p.padBegin(i);
   int64_t pe = p.valid() ? 0 : p.padEnd(i);
+  // Kernel, dilation and pads come from the file: the arithmetic below must not overflow.
+  int64_t ek = 0, padded = 0, span = 0;
+  const int64_t in_value = in.isStatic() ? in.value() : 0;
+  if (__builtin_mul_overflow(k.value() - 1, d, &ek) || __builtin_add_overflow(ek, 1, &ek) ||
+      __builtin_add_overflow(in_value, pb, &padded) ||
+      __builtin_add_overflow(padded, pe, &padded) ||
+      __builtin_sub_overflow(padded, ek, &span) || __builtin_add_overflow(span, s, &padded)) {
+    ctx.warn("kernel_shape, dilations, strides and pads overflow the window's extent");
+    return Dim::unknown();
+  }
   if (!in.isStatic()) return s == 1 ? in + Dim::known(pb + pe - ek + 1) : Dim::unknown();
-  int64_t span = in.value() + pb + pe - ek;
   if (span < 0) {
     ctx.warn(fmt::format("window of {} does not fit the padded input {}", ek, in.value() + pb + pe));
     return Dim::unknown();
@@ -157,10 +165,12 @@ bool convTranspose(RuleContext& ctx) {
     }
     Dim k = p.kernel(i);
     if (!k.isStatic()) continue;
-    int64_t ek = (k.value() - 1) * p.dilation(i) + 1;
-    int64_t pads = p.valid() ? 0 : p.padBegin(i) + p.padEnd(i);
-    int64_t op = output_padding && output_padding->size() == n ? (*output_padding)[i] : 0;
-    out[2 + i] = s * (in - Dim::known(1)) + Dim::known(op + ek - pads);
+    // In Dim arithmetic, which gives an unknown dim where the file's values overflow.
+    const Dim one = Dim::known(1);
+    Dim ek = (k - one) * Dim::known(p.dilation(i)) + one;
+    Dim pads = p.valid() ? Dim::known(0) : Dim::known(p.padBegin(i)) + Dim::known(p.padEnd(i));
+    Dim op = Dim::known(output_padding && output_padding->size() == n ? (*output_padding)[i] : 0);
+    out[2 + i] = s * (in - one) + op + ek - pads;
   }
   ctx.setOutput(0, ctx.inDType(0), Shape(std::move(out)));
   return true;

@@ -381,11 +381,15 @@ Dim sliceLength(const Dim& d, const Dim& start_d, const Dim& end_d, int64_t step
     if (step > 0) {
       start = std::clamp<int64_t>(start, 0, n);
       end = std::clamp<int64_t>(end, 0, n);
-      return Dim::known(end > start ? (end - start + step - 1) / step : 0);
+      // As the kernel counts: without end - start + step or -step, which overflow for steps
+      // of INT64_MAX or INT64_MIN from a file.
+      return Dim::known(end > start ? (end - start - 1) / step + 1 : 0);
     }
     start = std::clamp<int64_t>(start, 0, n - 1);
     end = std::clamp<int64_t>(end, -1, n - 1);
-    return Dim::known(start > end ? (start - end - step - 1) / -step : 0);
+    if (start <= end) return Dim::known(0);
+    return Dim::known(step == std::numeric_limits<int64_t>::min() ? 1
+                                                                   : (start - end - 1) / -step + 1);
   }
   if (d.isUnknown()) return Dim::unknown();
   if (step == 1 && start >= 0 && end >= kToEnd) return d - Dim::known(start);
@@ -520,7 +524,11 @@ bool gatherND(RuleContext& ctx) {
   Shape out;
   if (data.hasRank() && indices.hasRank() && indices.rank() >= 1 && indices.dims().back().isStatic()) {
     int64_t last = indices.dims().back().value();
-    if (b + last <= static_cast<int64_t>(data.rank())) {
+    // batch_dims counts leading dims of both inputs; the spec has it below both ranks.
+    if (b < 0 || b >= static_cast<int64_t>(std::min(data.rank(), indices.rank()))) {
+      ctx.warn(fmt::format("batch_dims {} is out of range for ranks {} and {}", b, data.rank(),
+                           indices.rank()));
+    } else if (last <= static_cast<int64_t>(data.rank()) - b) {
       std::vector<Dim> dims(indices.dims().begin(), indices.dims().end() - 1);
       dims.insert(dims.end(), data.dims().begin() + b + last, data.dims().end());
       out = Shape(std::move(dims));
@@ -709,9 +717,10 @@ bool resize(RuleContext& ctx) {
       }
       for (size_t i = 0; i < axes.size(); ++i) {
         const Dim& in = x[axes[i]];
-        out[axes[i]] = scale ? Dim::known(static_cast<int64_t>(
-                                   std::floor(*scale * static_cast<double>(in.value()) + 0.5)))
-                             : Dim::unknown();
+        const double size = scale ? std::floor(*scale * static_cast<double>(in.value()) + 0.5) : -1;
+        // sizes from a file can make a ratio no dim can hold; such a dim stays unknown.
+        out[axes[i]] = size >= 0 && size < 9.2e18 ? Dim::known(static_cast<int64_t>(size))
+                                                  : Dim::unknown();
       }
     }
   } else if (scales && !scales->empty()) {

@@ -47,7 +47,8 @@ size_t dtypeSize(DType t);
 int dtypeBits(DType t);
 // True for the types packed several to a byte (dtypeBits < 8).
 bool dtypeIsSubByte(DType t);
-// Bytes needed to store `count` elements of `t` (handles sub-byte packing); 0 for String.
+// Bytes needed to store `count` elements of `t` (handles sub-byte packing); 0 for String;
+// SIZE_MAX where the count would overflow size_t (over any limit, never wrapped).
 size_t dtypeStorageBytes(DType t, int64_t count);
 // Lower-case ONNX textual-syntax name: "float", "int64", "float16", "bool"...
 std::string_view dtypeName(DType t);

@@ -1,0 +1,205 @@
+// Runs many small models as `fusectl dump` and `fusectl run` would, in forked children, and
+// reports each crash, hang or unexpected exception with the label of the model that caused it.
+// The sweep tests (test_onnx_inference_sweep.cpp, test_node_mutation_sweep.cpp) build the
+// models; this runs them. Under the sanitizer build a sanitizer report ends the child, and so
+// counts as a failure of the model it was running.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "fusectl/graph/error.h"
+#include "fusectl/graph/graph.h"
+#include "fusectl/graph/onnx_io.h"
+#include "fusectl/kernels/executor.h"
+#include "fusectl/kernels/seeded_inputs.h"
+#include "fusectl/passes/optimize.h"
+
+namespace fusectl::sweep {
+
+// What `fusectl run` may make of one tensor here, as in the fuzz targets that run models.
+inline constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 20;
+
+// FUSECTL_SWEEP_ONLY=REGEX keeps the cases whose label it matches (std::regex_search, ECMAScript):
+// to rerun what failed, e.g. FUSECTL_SWEEP_ONLY='test_col2im|test_range'.
+inline bool selected(const std::string& label) {
+  static const char* only = getenv("FUSECTL_SWEEP_ONLY");
+  if (!only) return true;
+  static const std::regex pattern(only);
+  return std::regex_search(label, pattern);
+}
+
+// FUSECTL_SWEEP_STRIDE=N runs every Nth case only (the first, the N+1st, ...): what the
+// sanitizer stage of CI does, where every case costs ten times as much.
+inline size_t stride() {
+  static const size_t n = [] {
+    const char* s = getenv("FUSECTL_SWEEP_STRIDE");
+    long v = s ? std::strtol(s, nullptr, 10) : 1;
+    return static_cast<size_t>(v > 1 ? v : 1);
+  }();
+  return n;
+}
+
+// FUSECTL_SWEEP_VERBOSE=1 prints what became of each model (loaded, refused and why, ran).
+inline bool verbose() {
+  static const bool on = getenv("FUSECTL_SWEEP_VERBOSE") != nullptr;
+  return on;
+}
+
+// FUSECTL_SWEEP_SAVE=DIR writes each failing model to DIR/<n>.onnx, to run it with the CLI.
+inline void saveFailing(const std::string& bytes, size_t index) {
+  const char* dir = getenv("FUSECTL_SWEEP_SAVE");
+  if (!dir) return;
+  if (FILE* f = fopen(fmt::format("{}/{}.onnx", dir, index).c_str(), "wb")) {
+    fwrite(bytes.data(), 1, bytes.size(), f);
+    fclose(f);
+  }
+}
+
+// One model of a sweep, and how a failure names it.
+struct SweepCase {
+  std::string label;
+  std::string bytes;
+};
+
+// What a child does with one model, as the commands would: load it as `fusectl dump` does
+// (shape inference on) and optimize that at -O3 as `fusectl optimize` does (verify, save); load
+// the file again as `fusectl run` does and run it on seeded inputs (tensors of at most 1 MiB),
+// then run the optimized model on the same inputs. An Error at any step is a clean refusal and
+// ends that line of work; any other exception, or an optimized graph that fails verify(), is
+// returned as a finding.
+inline std::string loadAndRun(const std::string& bytes) {
+  std::unique_ptr<Model> optimized;
+  try {
+    optimized = parseModelBinary(bytes, "sweep.onnx", "/nonexistent-sweep-dir", {});
+  } catch (const Error& e) {
+    if (verbose()) fprintf(stderr, "load refused: %s\n", e.what());
+    return {};
+  } catch (const std::exception& e) {
+    return std::string("loading threw ") + e.what();
+  }
+  try {
+    passes::OptimizeRequest request;
+    request.level = 3;
+    passes::optimize(*optimized, request);
+    if (std::string problem = optimized->graph->verify(); !problem.empty())
+      return "the optimized graph fails verify(): " + problem;
+    modelToBinary(*optimized);
+  } catch (const Error& e) {
+    if (verbose()) fprintf(stderr, "optimize refused: %s\n", e.what());
+    optimized.reset();
+  } catch (const std::exception& e) {
+    return std::string("optimizing threw ") + e.what();
+  }
+  std::vector<kernels::NamedTensor> inputs;
+  kernels::ExecutorOptions options;
+  options.max_tensor_bytes = kMaxTensorBytes;
+  try {
+    LoadOptions load;
+    load.infer_shapes = false;
+    load.max_tensor_bytes = kMaxTensorBytes;
+    auto model = parseModelBinary(bytes, "sweep.onnx", "/nonexistent-sweep-dir", load);
+    inputs = kernels::makeRandomInputs(*model->graph, 1);
+    kernels::Executor executor(*model, options);
+    executor.run(inputs);
+    if (verbose()) fprintf(stderr, "ran\n");
+  } catch (const Error& e) {
+    if (verbose()) fprintf(stderr, "run refused: %s\n", e.what());
+    return {};
+  } catch (const std::exception& e) {
+    return std::string("running threw ") + e.what();
+  }
+  if (!optimized) return {};
+  try {
+    kernels::Executor executor(*optimized, options);
+    executor.run(inputs);
+  } catch (const Error& e) {
+    if (verbose()) fprintf(stderr, "optimized run refused: %s\n", e.what());
+  } catch (const std::exception& e) {
+    return std::string("running the optimized model threw ") + e.what();
+  }
+  return {};
+}
+
+// The records a child writes to its parent: a case it starts (an empty message) or a finding.
+inline void writeRecord(int fd, uint32_t index, const std::string& message) {
+  uint32_t header[2] = {index, static_cast<uint32_t>(message.size())};
+  std::string record(reinterpret_cast<const char*>(header), sizeof header);
+  record += message;
+  for (size_t done = 0; done < record.size();) {
+    ssize_t n = write(fd, record.data() + done, record.size() - done);
+    if (n <= 0) _exit(4);
+    done += static_cast<size_t>(n);
+  }
+}
+
+inline bool readFully(int fd, char* out, size_t size) {
+  for (size_t done = 0; done < size;) {
+    ssize_t n = read(fd, out + done, size - done);
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Runs every case, in forked children so that a crash is a finding rather than the end of the
+// test: one child takes the cases in order until one crashes (or hangs for 20 s), and the next
+// child starts after it. Returns the failures, one line each.
+inline std::vector<std::string> runCases(const std::vector<SweepCase>& cases) {
+  std::vector<std::string> failures;
+  size_t next = 0;
+  while (next < cases.size()) {
+    int pipe_fds[2];
+    if (pipe(pipe_fds) != 0) return {"pipe() failed"};
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(pipe_fds[0]);
+      // Catch's handlers would report the child's crash as this test's own failure.
+      for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) signal(sig, SIG_DFL);
+      for (size_t i = next; i < cases.size(); ++i) {
+        if (i % stride() != 0 || !selected(cases[i].label)) continue;
+        writeRecord(pipe_fds[1], static_cast<uint32_t>(i), {});
+        alarm(20);
+        std::string finding = loadAndRun(cases[i].bytes);
+        if (!finding.empty()) writeRecord(pipe_fds[1], static_cast<uint32_t>(i), finding);
+      }
+      _exit(0);
+    }
+    close(pipe_fds[1]);
+    size_t started = next;
+    uint32_t header[2];
+    while (readFully(pipe_fds[0], reinterpret_cast<char*>(header), sizeof header)) {
+      std::string message(header[1], '\0');
+      if (!readFully(pipe_fds[0], message.data(), message.size())) break;
+      if (message.empty()) started = header[0];
+      else failures.push_back(fmt::format("{}: {}", cases[header[0]].label, message));
+      if (!message.empty()) saveFailing(cases[header[0]].bytes, header[0]);
+    }
+    close(pipe_fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (verbose())
+      fprintf(stderr, "child from %zu: last started %zu, status %d\n", next, started, status);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) break;
+    saveFailing(cases[started].bytes, started);
+    failures.push_back(fmt::format(
+        "{}: {}", cases[started].label,
+        WIFSIGNALED(status) ? fmt::format("signal {}", WTERMSIG(status))
+                            : fmt::format("exit {}", WEXITSTATUS(status))));
+    next = started + 1;
+  }
+  return failures;
+}
+
+}  // namespace fusectl::sweep
