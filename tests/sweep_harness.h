@@ -73,13 +73,20 @@ struct SweepCase {
   std::string bytes;
 };
 
+// What became of one model: whether it ran to the end (original and, where the optimizer
+// kept it, optimized), and the finding, "" for none.
+struct Outcome {
+  bool ran = false;
+  std::string finding;
+};
+
 // What a child does with one model, as the commands would: load it as `fusectl dump` does
 // (shape inference on) and optimize that at -O3 as `fusectl optimize` does (verify, save); load
 // the file again as `fusectl run` does and run it on seeded inputs (tensors of at most 1 MiB),
 // then run the optimized model on the same inputs. An Error at any step is a clean refusal and
 // ends that line of work; any other exception, or an optimized graph that fails verify(), is
 // returned as a finding.
-inline std::string loadAndRun(const std::string& bytes) {
+inline Outcome loadAndRun(const std::string& bytes) {
   std::unique_ptr<Model> optimized;
   try {
     optimized = parseModelBinary(bytes, "sweep.onnx", "/nonexistent-sweep-dir", {});
@@ -87,20 +94,20 @@ inline std::string loadAndRun(const std::string& bytes) {
     if (verbose()) fprintf(stderr, "load refused: %s\n", e.what());
     return {};
   } catch (const std::exception& e) {
-    return std::string("loading threw ") + e.what();
+    return {false, std::string("loading threw ") + e.what()};
   }
   try {
     passes::OptimizeRequest request;
     request.level = 3;
     passes::optimize(*optimized, request);
     if (std::string problem = optimized->graph->verify(); !problem.empty())
-      return "the optimized graph fails verify(): " + problem;
+      return {false, "the optimized graph fails verify(): " + problem};
     modelToBinary(*optimized);
   } catch (const Error& e) {
     if (verbose()) fprintf(stderr, "optimize refused: %s\n", e.what());
     optimized.reset();
   } catch (const std::exception& e) {
-    return std::string("optimizing threw ") + e.what();
+    return {false, std::string("optimizing threw ") + e.what()};
   }
   std::vector<kernels::NamedTensor> inputs;
   kernels::ExecutorOptions options;
@@ -118,21 +125,25 @@ inline std::string loadAndRun(const std::string& bytes) {
     if (verbose()) fprintf(stderr, "run refused: %s\n", e.what());
     return {};
   } catch (const std::exception& e) {
-    return std::string("running threw ") + e.what();
+    return {false, std::string("running threw ") + e.what()};
   }
-  if (!optimized) return {};
+  if (!optimized) return {true, {}};
   try {
     kernels::Executor executor(*optimized, options);
     executor.run(inputs);
   } catch (const Error& e) {
     if (verbose()) fprintf(stderr, "optimized run refused: %s\n", e.what());
+    return {};
   } catch (const std::exception& e) {
-    return std::string("running the optimized model threw ") + e.what();
+    return {false, std::string("running the optimized model threw ") + e.what()};
   }
-  return {};
+  return {true, {}};
 }
 
-// The records a child writes to its parent: a case it starts (an empty message) or a finding.
+// The records a child writes to its parent: a case it starts (an empty message), a case that ran
+// to the end (kRanRecord) or a finding (its text).
+inline const std::string kRanRecord = "\x01";
+
 inline void writeRecord(int fd, uint32_t index, const std::string& message) {
   uint32_t header[2] = {index, static_cast<uint32_t>(message.size())};
   std::string record(reinterpret_cast<const char*>(header), sizeof header);
@@ -153,15 +164,25 @@ inline bool readFully(int fd, char* out, size_t size) {
   return true;
 }
 
+struct SweepResult {
+  std::vector<std::string> failures;  // one line each: the case's label and what went wrong
+  size_t executed = 0;                // cases the stride and FUSECTL_SWEEP_ONLY kept
+  size_t ran = 0;                     // of those, the ones that ran to the end
+};
+
 // Runs every case, in forked children so that a crash is a finding rather than the end of the
 // test: one child takes the cases in order until one crashes (or hangs for 20 s), and the next
-// child starts after it. Returns the failures, one line each.
-inline std::vector<std::string> runCases(const std::vector<SweepCase>& cases) {
-  std::vector<std::string> failures;
+// child starts after it.
+inline SweepResult runCases(const std::vector<SweepCase>& cases) {
+  SweepResult result;
+  std::vector<std::string>& failures = result.failures;
   size_t next = 0;
   while (next < cases.size()) {
     int pipe_fds[2];
-    if (pipe(pipe_fds) != 0) return {"pipe() failed"};
+    if (pipe(pipe_fds) != 0) {
+      failures.push_back("pipe() failed");
+      return result;
+    }
     pid_t pid = fork();
     if (pid == 0) {
       close(pipe_fds[0]);
@@ -171,8 +192,11 @@ inline std::vector<std::string> runCases(const std::vector<SweepCase>& cases) {
         if (i % stride() != 0 || !selected(cases[i].label)) continue;
         writeRecord(pipe_fds[1], static_cast<uint32_t>(i), {});
         alarm(20);
-        std::string finding = loadAndRun(cases[i].bytes);
-        if (!finding.empty()) writeRecord(pipe_fds[1], static_cast<uint32_t>(i), finding);
+        const Outcome outcome = loadAndRun(cases[i].bytes);
+        if (!outcome.finding.empty())
+          writeRecord(pipe_fds[1], static_cast<uint32_t>(i), outcome.finding);
+        else if (outcome.ran)
+          writeRecord(pipe_fds[1], static_cast<uint32_t>(i), kRanRecord);
       }
       _exit(0);
     }
@@ -182,9 +206,15 @@ inline std::vector<std::string> runCases(const std::vector<SweepCase>& cases) {
     while (readFully(pipe_fds[0], reinterpret_cast<char*>(header), sizeof header)) {
       std::string message(header[1], '\0');
       if (!readFully(pipe_fds[0], message.data(), message.size())) break;
-      if (message.empty()) started = header[0];
-      else failures.push_back(fmt::format("{}: {}", cases[header[0]].label, message));
-      if (!message.empty()) saveFailing(cases[header[0]].bytes, header[0]);
+      if (message.empty()) {
+        started = header[0];
+        ++result.executed;
+      } else if (message == kRanRecord) {
+        ++result.ran;
+      } else {
+        failures.push_back(fmt::format("{}: {}", cases[header[0]].label, message));
+        saveFailing(cases[header[0]].bytes, header[0]);
+      }
     }
     close(pipe_fds[0]);
     int status = 0;
@@ -199,7 +229,15 @@ inline std::vector<std::string> runCases(const std::vector<SweepCase>& cases) {
                             : fmt::format("exit {}", WEXITSTATUS(status))));
     next = started + 1;
   }
-  return failures;
+  return result;
+}
+
+// One line for the test's log: how many models there were, how many the stride kept, how many
+// ran to the end. A sweep whose models stopped reaching the kernels would pass vacuously, so
+// each test also holds a floor on the share that ran.
+inline void printCounts(const std::string& sweep, size_t models, const SweepResult& result) {
+  printf("%s: %zu models, %zu tried (stride %zu), %zu ran to the end, %zu failed\n",
+         sweep.c_str(), models, result.executed, stride(), result.ran, result.failures.size());
 }
 
 }  // namespace fusectl::sweep

@@ -1,5 +1,5 @@
-// Every op libonnx knows, loaded as a one-node model with inputs of every rank: loading must
-// end in a model or an Error, never in a crash.
+// Every op libonnx knows, and every fusectl op, as a one-node model with inputs of every rank:
+// loading, optimizing and running it must end in a result or an Error, never in a crash.
 //
 // Shape inference hands ops that fusectl has no rule for (and ops whose rule gives up) to
 // libonnx's own inference functions. Those assume a model the ONNX checker has passed: they
@@ -295,10 +295,12 @@ TEST_CASE("every op libonnx knows, with inputs of every rank, loads and runs or 
     if (schema.Deprecated()) continue;
     if (std::optional<SweepOp> op = fromSchema(schema)) addCases(*op, cases);
   }
-  std::vector<std::string> failures = fusectl::sweep::runCases(cases);
+  const fusectl::sweep::SweepResult result = fusectl::sweep::runCases(cases);
+  fusectl::sweep::printCounts("libonnx schemas", cases.size(), result);
   INFO(cases.size() << " models");
-  for (const std::string& f : failures) UNSCOPED_INFO(f);
-  CHECK(failures.empty());
+  CHECK(result.ran * 100 >= result.executed * 25);  // 44% ran when written
+  for (const std::string& f : result.failures) UNSCOPED_INFO(f);
+  CHECK(result.failures.empty());
 }
 
 TEST_CASE("every fusectl op, with inputs of every rank, loads and runs or is refused",
@@ -311,8 +313,10 @@ TEST_CASE("every fusectl op, with inputs of every rank, loads and runs or is ref
         addCases(fromFusedOp(info, spelling), cases);
       });
   }
-  std::vector<std::string> failures = fusectl::sweep::runCases(cases);
+  const fusectl::sweep::SweepResult result = fusectl::sweep::runCases(cases);
+  fusectl::sweep::printCounts("fusectl ops", cases.size(), result);
   INFO(cases.size() << " models");
-  for (const std::string& f : failures) UNSCOPED_INFO(f);
-  CHECK(failures.empty());
+  CHECK(result.ran * 100 >= result.executed * 1);  // 2.2% ran when written: most ranks are wrong
+  for (const std::string& f : result.failures) UNSCOPED_INFO(f);
+  CHECK(result.failures.empty());
 }

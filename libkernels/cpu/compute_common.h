@@ -305,7 +305,10 @@ inline Window resolveWindow(const KernelContext& ctx, std::vector<int64_t> in,
         __builtin_add_overflow(span, int64_t{1}, &span) ||
         __builtin_add_overflow(w.in[i], pads[i], &extent) ||
         __builtin_add_overflow(extent, pads[i + r], &extent) ||
-        __builtin_add_overflow(extent, w.strides[i], &extent)) {
+        __builtin_add_overflow(extent, w.strides[i], &extent) ||
+        // Headroom for SAME padding's (out - 1) * stride + span below.
+        span > (std::numeric_limits<int64_t>::max() >> 2) ||
+        extent > (std::numeric_limits<int64_t>::max() >> 2)) {
       ctx.fail("kernel_shape, dilations, strides and pads overflow a window's extent");
     }
   }
