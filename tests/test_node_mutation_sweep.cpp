@@ -305,6 +305,25 @@ void attributeMutations(const onnx::ModelProto& base, std::vector<LabelledMutati
   }
 }
 
+// `base` as it is, labelled `name`, and then changed in one field at a time.
+void addMutatedCases(const onnx::ModelProto& base, const std::string& name,
+                     std::vector<fusectl::sweep::SweepCase>& cases) {
+  cases.push_back({name, base.SerializeAsString()});
+  std::vector<LabelledMutation> mutations;
+  inputMutations(base, mutations);
+  // A Loop's trip count is data: made 2^62 it is a slow model, not a fault (as in the fuzz
+  // targets, which leave Loop out).
+  const bool has_loop = std::any_of(base.graph().node().begin(), base.graph().node().end(),
+                                    [](const onnx::NodeProto& n) { return n.op_type() == "Loop"; });
+  if (!has_loop) initializerMutations(base, mutations);
+  attributeMutations(base, mutations);
+  for (const LabelledMutation& mutation : mutations) {
+    onnx::ModelProto m = base;
+    mutation.apply(m);
+    cases.push_back({fmt::format("{} ({})", name, mutation.label), m.SerializeAsString()});
+  }
+}
+
 // The node tests whose index is `part` modulo `parts`, each as its own models and then changed
 // one field at a time; the sweep runs in parts so that CTest spreads it over the cores.
 void sweepNodeTests(size_t part, size_t parts) {
@@ -322,21 +341,7 @@ void sweepNodeTests(size_t part, size_t parts) {
     onnx::ModelProto base;
     if (!baseModel(dirs[i], base)) continue;
     ++tests;
-    const std::string test = dirs[i].filename().string();
-    cases.push_back({test, base.SerializeAsString()});
-    std::vector<LabelledMutation> mutations;
-    inputMutations(base, mutations);
-    // A Loop's trip count is data: made 2^62 it is a slow model, not a fault (as in the fuzz
-    // targets, which leave Loop out).
-    const bool has_loop = std::any_of(base.graph().node().begin(), base.graph().node().end(),
-                                      [](const onnx::NodeProto& n) { return n.op_type() == "Loop"; });
-    if (!has_loop) initializerMutations(base, mutations);
-    attributeMutations(base, mutations);
-    for (const LabelledMutation& mutation : mutations) {
-      onnx::ModelProto m = base;
-      mutation.apply(m);
-      cases.push_back({fmt::format("{} ({})", test, mutation.label), m.SerializeAsString()});
-    }
+    addMutatedCases(base, dirs[i].filename().string(), cases);
   }
   const fusectl::sweep::SweepResult result = fusectl::sweep::runCases(cases);
   fusectl::sweep::printCounts(fmt::format("node tests, part {} of {}", part + 1, parts),
@@ -392,18 +397,10 @@ TEST_CASE("every fused node of the testdata models, changed in one field at a ti
       onnx::ModelProto base;
       REQUIRE(base.ParseFromString(
           fusectl::modelToBinary(*fusectl::singleNodeModel(*model, *node))));
-      const std::string where =
-          fmt::format("{} node '{}' ({})", path.filename().string(), node->name(), node->opType());
-      cases.push_back({where, base.SerializeAsString()});
-      std::vector<LabelledMutation> mutations;
-      inputMutations(base, mutations);
-      initializerMutations(base, mutations);
-      attributeMutations(base, mutations);
-      for (const LabelledMutation& mutation : mutations) {
-        onnx::ModelProto m = base;
-        mutation.apply(m);
-        cases.push_back({fmt::format("{} ({})", where, mutation.label), m.SerializeAsString()});
-      }
+      addMutatedCases(base,
+                      fmt::format("{} node '{}' ({})", path.filename().string(), node->name(),
+                                  node->opType()),
+                      cases);
     }
   }
   const fusectl::sweep::SweepResult result = fusectl::sweep::runCases(cases);
