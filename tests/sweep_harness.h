@@ -40,6 +40,9 @@ inline bool selected(const std::string& label) {
   return std::regex_search(label, pattern);
 }
 
+// Whether FUSECTL_SWEEP_ONLY picks the cases: then the share that ran says nothing.
+inline bool filtered() { return getenv("FUSECTL_SWEEP_ONLY") != nullptr; }
+
 // FUSECTL_SWEEP_STRIDE=N runs every Nth case only (the first, the N+1st, ...): what the
 // sanitizer stage of CI does, where every case costs ten times as much.
 inline size_t stride() {

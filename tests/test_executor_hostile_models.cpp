@@ -351,7 +351,8 @@ TEST_CASE("hostile models: a Loop whose trip count is negative runs no iteration
 g (float[1] y) => (float[1] res) {
   m = Constant <value = int64 {-1}> ()
   cond = Constant <value = bool {1}> ()
-  res = Loop (m, cond, y) <body = body (int64 i, bool c, float[1] acc) => (bool c_out, float[1] acc_out) {
+  res = Loop (m, cond, y) <body = body (int64 i, bool c, float[1] acc)
+                                  => (bool c_out, float[1] acc_out) {
     c_out = Identity (c)
     one = Constant <value = float[1] {1.0}> ()
     acc_out = Add (acc, one)
@@ -360,7 +361,8 @@ g (float[1] y) => (float[1] res) {
 )";
   for (int64_t trip_count : {int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
     std::string text = model;
-    if (trip_count != -1) text.replace(text.find("{-1}"), 4, "{" + std::to_string(trip_count) + "}");
+    if (trip_count != -1)
+      text.replace(text.find("{-1}"), 4, "{" + std::to_string(trip_count) + "}");
     const auto out = run(text.c_str(), {{"y", floats({1}, 5)}});
     REQUIRE(out.size() == 1);
     CHECK(out[0].tensor.data<float>()[0] == 5.0f);

@@ -179,23 +179,27 @@ void initializerMutations(const onnx::ModelProto& base, std::vector<LabelledMuta
     const std::string who = fmt::format("initializer '{}'", name);
     if (init.data_type() == onnx::TensorProto::FLOAT) {
       if (!isShapeLike(init)) continue;  // weights: their values are data, not parameters
-      for (float v : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-                      -std::numeric_limits<float>::infinity(), 0.0f, -1.0f, 1e30f}) {
+      constexpr float kInf = std::numeric_limits<float>::infinity();
+      for (float v : {std::numeric_limits<float>::quiet_NaN(), kInf, -kInf, 0.0f, -1.0f, 1e30f}) {
         out.push_back({fmt::format("{}: every value {}", who, v), [name, v](onnx::ModelProto& m) {
                          fillFloats(initializerNamed(m, name), v);
                        }});
       }
       continue;
     }
-    if (init.data_type() != onnx::TensorProto::INT64 && init.data_type() != onnx::TensorProto::INT32)
+    if (init.data_type() != onnx::TensorProto::INT64 &&
+        init.data_type() != onnx::TensorProto::INT32) {
       continue;
+    }
+    constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+    constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
     const std::pair<const char*, std::function<int64_t(int64_t)>> values[] = {
         {"every value -1", [](int64_t) { return int64_t{-1}; }},
         {"every value 0", [](int64_t) { return int64_t{0}; }},
-        {"every value negated", [](int64_t x) { return x == std::numeric_limits<int64_t>::min() ? x : -x; }},
-        {"every value 2^31 - 1", [](int64_t) { return int64_t{std::numeric_limits<int32_t>::max()}; }},
+        {"every value negated", [](int64_t x) { return x == kMin ? x : -x; }},
+        {"every value 2^31 - 1", [](int64_t) { return kInt32Max; }},
         {"every value 2^62", [](int64_t) { return int64_t{1} << 62; }},
-        {"every value INT64_MIN", [](int64_t) { return std::numeric_limits<int64_t>::min(); }},
+        {"every value INT64_MIN", [](int64_t) { return kMin; }},
     };
     for (const auto& [label, fn] : values) {
       out.push_back({who + ": " + label, [name, fn = fn](onnx::ModelProto& m) {
@@ -347,7 +351,8 @@ void sweepNodeTests(size_t part, size_t parts) {
   fusectl::sweep::printCounts(fmt::format("node tests, part {} of {}", part + 1, parts),
                               cases.size(), result);
   INFO(tests << " node tests, " << cases.size() << " models");
-  CHECK(result.ran * 100 >= result.executed * 25);
+  // 36% ran when written.
+  CHECK((fusectl::sweep::filtered() || result.ran * 100 >= result.executed * 25));
   CHECK(tests >= 400);
   for (const std::string& f : result.failures) UNSCOPED_INFO(f);
   CHECK(result.failures.empty());
@@ -406,7 +411,8 @@ TEST_CASE("every fused node of the testdata models, changed in one field at a ti
   const fusectl::sweep::SweepResult result = fusectl::sweep::runCases(cases);
   fusectl::sweep::printCounts("fused nodes", cases.size(), result);
   INFO(fused_nodes << " fused nodes, " << cases.size() << " models");
-  CHECK(result.ran * 100 >= result.executed * 20);  // 30% ran when written
+  // 33% ran when written.
+  CHECK((fusectl::sweep::filtered() || result.ran * 100 >= result.executed * 20));
   CHECK(fused_nodes >= 50);
   for (const std::string& f : result.failures) UNSCOPED_INFO(f);
   CHECK(result.failures.empty());

@@ -298,7 +298,8 @@ TEST_CASE("every op libonnx knows, with inputs of every rank, loads and runs or 
   const fusectl::sweep::SweepResult result = fusectl::sweep::runCases(cases);
   fusectl::sweep::printCounts("libonnx schemas", cases.size(), result);
   INFO(cases.size() << " models");
-  CHECK(result.ran * 100 >= result.executed * 25);  // 44% ran when written
+  // 44% ran when written.
+  CHECK((fusectl::sweep::filtered() || result.ran * 100 >= result.executed * 25));
   for (const std::string& f : result.failures) UNSCOPED_INFO(f);
   CHECK(result.failures.empty());
 }
@@ -316,7 +317,8 @@ TEST_CASE("every fusectl op, with inputs of every rank, loads and runs or is ref
   const fusectl::sweep::SweepResult result = fusectl::sweep::runCases(cases);
   fusectl::sweep::printCounts("fusectl ops", cases.size(), result);
   INFO(cases.size() << " models");
-  CHECK(result.ran * 100 >= result.executed * 1);  // 2.2% ran when written: most ranks are wrong
+  // 2.2% ran when written: the inputs of most variants do not fit each other.
+  CHECK((fusectl::sweep::filtered() || result.ran * 100 >= result.executed * 1));
   for (const std::string& f : result.failures) UNSCOPED_INFO(f);
   CHECK(result.failures.empty());
 }

@@ -197,8 +197,10 @@ void oneHotKernel(KernelContext& ctx) {
   const HostTensor& values = ctx.requireInput(2);
   if (values.numel() != 2) ctx.fail("values must hold [off_value, on_value]");
   const double depth_v = readScalar(ctx, depth_t);
+  // Checked before the conversion: a NaN or infinite depth from a file has no int64 value.
+  if (!(depth_v >= 1 && depth_v < 9.2e18))
+    ctx.fail(fmt::format("depth {} must be positive", depth_v));
   const int64_t depth = static_cast<int64_t>(depth_v);
-  if (depth < 1) ctx.fail(fmt::format("depth {} must be positive", depth_v));
   const int64_t out_rank = static_cast<int64_t>(indices.rank()) + 1;
   const size_t axis = static_cast<size_t>(normalizeAxis(ctx, ctx.attrInt("axis", -1), out_rank));
   std::vector<int64_t> dims = indices.dims();

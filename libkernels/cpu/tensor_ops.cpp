@@ -204,7 +204,8 @@ void constantOfShapeKernel(KernelContext& ctx) {
 int64_t rangeCount(const KernelContext& ctx, double count) {
   if (std::isnan(count)) ctx.fail("start, limit and delta must be finite");
   if (count <= 0) return 0;
-  if (!(count < 9.2e18)) ctx.fail("start, limit and delta give more elements than a tensor can hold");
+  if (!(count < 9.2e18))
+    ctx.fail("start, limit and delta give more elements than a tensor can hold");
   return static_cast<int64_t>(count);
 }
 

@@ -105,8 +105,10 @@ bool range(RuleContext& ctx) {
   const KnownValues* delta = ctx.inValues(2);
   auto s = ctx.inDoubles(0), l = ctx.inDoubles(1), d = ctx.inDoubles(2);
   if (s && l && d && s->size() == 1 && l->size() == 1 && d->size() == 1 && (*d)[0] != 0) {
+    // The file's values may make the count NaN, infinite or beyond int64: the dim is unknown.
     double count = std::ceil(((*l)[0] - (*s)[0]) / (*d)[0]);
-    n = Dim::known(count > 0 ? static_cast<int64_t>(count) : 0);
+    if (!(count > 0)) n = std::isnan(count) ? Dim::unknown() : Dim::known(0);
+    else if (count < 9.2e18) n = Dim::known(static_cast<int64_t>(count));
   } else if (start && limit && delta && start->elems.size() == 1 && limit->elems.size() == 1 &&
              delta->elems.size() == 1 && delta->elems[0] == Dim::known(1)) {
     n = limit->elems[0] - start->elems[0];
@@ -116,7 +118,7 @@ bool range(RuleContext& ctx) {
       static_cast<size_t>(n.value()) <= kMaxKnownValues) {
     std::vector<Dim> elems;
     for (int64_t i = 0; i < n.value(); ++i)
-      elems.push_back(Dim::known(start->elems[0].value() + i * delta->elems[0].value()));
+      elems.push_back(start->elems[0] + Dim::known(i) * delta->elems[0]);  // overflow: unknown
     ctx.setValues(0, KnownValues{false, std::move(elems)});
   }
   ctx.setOutput(0, t, Shape({n}));
@@ -142,7 +144,10 @@ bool oneHot(RuleContext& ctx) {
     int64_t out_rank = static_cast<int64_t>(indices.rank()) + 1;
     auto axis = normalizeAxis(ctx.node.attrInt("axis", -1), out_rank);
     Dim depth;
-    if (auto d = ctx.inDoubles(1); d && d->size() == 1) depth = Dim::known(static_cast<int64_t>((*d)[0]));
+    // depth is converted as the kernel converts it; a NaN, infinite, negative or huge one
+    // leaves the dim unknown (the kernel refuses it).
+    if (auto d = ctx.inDoubles(1); d && d->size() == 1 && (*d)[0] >= 0 && (*d)[0] < 9.2e18)
+      depth = Dim::known(static_cast<int64_t>((*d)[0]));
     std::vector<Dim> dims = indices.dims();
     if (axis) dims.insert(dims.begin() + static_cast<std::ptrdiff_t>(*axis), depth);
     out = axis ? Shape(std::move(dims)) : unknownDims(out_rank);
