@@ -35,11 +35,15 @@ bool attentionPackedShape(RuleContext& ctx) {
     return true;
   }
   const int64_t hq = ctx.node.attrInt("num_heads", 0);
-  const int64_t heads = hq + 2 * ctx.node.attrInt("kv_num_heads", hq);
+  const int64_t hkv = ctx.node.attrInt("kv_num_heads", hq);
   const Dim& width = x[2];
   Dim out = Dim::unknown();
-  if (hq > 0 && heads > 0 && width.isStatic() && width.value() % heads == 0)
-    out = Dim::known(width.value() / heads * hq);
+  // Head counts from the file, bounded before hq + 2 * hkv is formed.
+  constexpr int64_t kMaxHeads = int64_t{1} << 30;
+  if (hq > 0 && hq <= kMaxHeads && hkv > 0 && hkv <= kMaxHeads && width.isStatic()) {
+    const int64_t heads = hq + 2 * hkv;
+    if (width.value() % heads == 0) out = Dim::known(width.value() / heads * hq);
+  }
   ctx.setOutput(0, ctx.inDType(0), Shape({x[0], x[1], out}));
   return true;
 }
