@@ -461,3 +461,42 @@ g (float[1,1,4,4] x) => (float[1,1,4,4] y) {
   // Every window covers the whole 4 x 4 input: sqrt(16 * 1^2) = 4.
   for (int i = 0; i < 16; ++i) CHECK(out[0].tensor.data<float>()[i] == Approx(4.0f));
 }
+
+TEST_CASE("hostile models: a Loop's scan output fails at the tensor limit, not at its last "
+          "iteration",
+          "[executor][bad_input]") {
+  // The expanded Range of a node test with start 2^31 - 1 asks for 7e8 iterations, each adding
+  // a scalar to a scan output: the elements were gathered until the end (or until memory ran
+  // out) before the stacked output met the limit.
+  const char* model = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[1] y) => (float[1] res, float[N, 1] scan) {
+  m = Constant <value = int64 {1000000000}> ()
+  cond = Constant <value = bool {1}> ()
+  res, scan = Loop (m, cond, y) <body = body (int64 i, bool c, float[1] acc)
+                                       => (bool c_out, float[1] acc_out, float[1] scan_out) {
+    c_out = Identity (c)
+    acc_out = Identity (acc)
+    scan_out = Identity (acc)
+  }>
+}
+)";
+  auto parsed = parseModelText(model, "hostile.onnxtxt");
+  ExecutorOptions options;
+  options.max_tensor_bytes = 1 << 16;  // 16,384 four-byte elements
+  try {
+    runModel(*parsed, {{"y", floats({1}, 1)}}, options);
+    FAIL("the model ran");
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    INFO(message);
+    CHECK(message.find("(Loop)") != std::string::npos);
+    CHECK(message.find("after 16385 iterations") != std::string::npos);
+  }
+  // Under the limit the scan output is stacked as before.
+  std::string short_loop = model;
+  short_loop.replace(short_loop.find("1000000000"), 10, "3");
+  const auto out = runModel(*parseModelText(short_loop, "ok.onnxtxt"), {{"y", floats({1}, 2)}},
+                            options);
+  REQUIRE(out.size() == 2);
+  CHECK(out[1].tensor.dims() == std::vector<int64_t>{3, 1});
+}

@@ -11,6 +11,8 @@
 #include <limits>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "fusectl/kernels/kernel.h"
 
 namespace fusectl::kernels {
@@ -196,6 +198,10 @@ void runLoop(KernelContext& ctx) {
   std::vector<HostTensor> state(carried);
   for (size_t i = 0; i < carried; ++i) state[i] = ctx.requireInput(i + 2);
   std::vector<std::vector<HostTensor>> scan_elements(scans);
+  // Each scan output is stacked from its iterations at the end; its bytes are counted as they
+  // come, so that a trip count from the file (7e8 in a hostile Range expansion) fails at the
+  // tensor limit instead of gathering elements until memory runs out.
+  std::vector<uint64_t> scan_bytes(scans, 0);
   std::vector<HostTensor> args(carried + 2);
   for (int64_t it = 0; cond && it < trip_count; ++it) {
     args[0] = scalarOf(DType::Int64, it);
@@ -206,7 +212,14 @@ void runLoop(KernelContext& ctx) {
     if (cond_input) cond = truthOf(ctx, results[0], "the body's condition output");
     for (size_t i = 0; i < carried; ++i) state[i] = std::move(results[i + 1]);
     for (size_t k = 0; k < scans; ++k) {
-      scan_elements[k].push_back(std::move(results[1 + carried + k]));
+      HostTensor& element = results[1 + carried + k];
+      scan_bytes[k] += element.isTensor() ? element.byteSize() : 0;
+      if (scan_bytes[k] > ctx.maxTensorBytes()) {
+        ctx.fail(fmt::format("scan output {} passes the tensor limit of {} bytes after {} "
+                             "iterations (--max-tensor-bytes)",
+                             k, ctx.maxTensorBytes(), it + 1));
+      }
+      scan_elements[k].push_back(std::move(element));
     }
   }
   for (size_t i = 0; i < carried && i < ctx.numOutputs(); ++i) {

@@ -60,6 +60,7 @@ class Executor::Allocator : public OutputAllocator {
   HostTensor allocate(DType dtype, const std::vector<int64_t>& dims) override {
     return make(dtype, dims, false, nullptr);
   }
+  uint64_t maxTensorBytes() const override { return max_bytes_; }
   HostTensor allocateFor(const Node& node, size_t index, DType dtype,
                          const std::vector<int64_t>& dims) override {
     const Value* v = node.output(index);

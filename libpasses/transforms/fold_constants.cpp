@@ -71,6 +71,7 @@ class CappedAllocator : public kernels::OutputAllocator {
     allocated_ += bytes;
     return HostTensor(dtype, dims);
   }
+  uint64_t maxTensorBytes() const override { return cap_; }
 
  private:
   uint64_t cap_;

@@ -125,6 +125,9 @@ class OutputAllocator {
                                  const std::vector<int64_t>& dims) {
     return allocate(dtype, dims);
   }
+  // The most bytes one tensor may take (--max-tensor-bytes): what a kernel that gathers its
+  // output piece by piece (Loop's scan outputs) checks as it goes, not only at the end.
+  virtual uint64_t maxTensorBytes() const { return UINT64_MAX; }
 
  protected:
   static HostTensor wrap(DType dtype, std::vector<int64_t> dims, void* data,
@@ -167,6 +170,7 @@ class KernelContext {
   const Node& node() const { return node_; }
   int64_t opset() const { return opset_; }
   int numThreads() const { return num_threads_; }
+  uint64_t maxTensorBytes() const { return allocator_.maxTensorBytes(); }
 
   size_t numInputs() const { return inputs_.size(); }
   // nullptr for an omitted optional input or an index past the end.
