@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include <catch2/catch.hpp>
 #include <fmt/format.h>
 
 #include "fusectl/graph/error.h"
@@ -241,6 +242,18 @@ inline SweepResult runCases(const std::vector<SweepCase>& cases) {
 inline void printCounts(const std::string& sweep, size_t models, const SweepResult& result) {
   printf("%s: %zu models, %zu tried (stride %zu), %zu ran to the end, %zu failed\n",
          sweep.c_str(), models, result.executed, stride(), result.ran, result.failures.size());
+}
+
+// Runs `cases` and checks them: none failed, and at least `min_ran_percent` of those tried ran to
+// the end (not under FUSECTL_SWEEP_ONLY), with the counts printed under `sweep`.
+inline void runAndCheck(const std::string& sweep, const std::vector<SweepCase>& cases,
+                        size_t min_ran_percent) {
+  const SweepResult result = runCases(cases);
+  printCounts(sweep, cases.size(), result);
+  INFO(cases.size() << " models, " << result.ran << " of " << result.executed << " ran");
+  CHECK((filtered() || result.ran * 100 >= result.executed * min_ran_percent));
+  for (const std::string& f : result.failures) UNSCOPED_INFO(f);
+  CHECK(result.failures.empty());
 }
 
 }  // namespace fusectl::sweep

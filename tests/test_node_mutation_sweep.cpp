@@ -347,15 +347,10 @@ void sweepNodeTests(size_t part, size_t parts) {
     ++tests;
     addMutatedCases(base, dirs[i].filename().string(), cases);
   }
-  const fusectl::sweep::SweepResult result = fusectl::sweep::runCases(cases);
-  fusectl::sweep::printCounts(fmt::format("node tests, part {} of {}", part + 1, parts),
-                              cases.size(), result);
-  INFO(tests << " node tests, " << cases.size() << " models");
-  // 36% ran when written.
-  CHECK((fusectl::sweep::filtered() || result.ran * 100 >= result.executed * 25));
   CHECK(tests >= 400);
-  for (const std::string& f : result.failures) UNSCOPED_INFO(f);
-  CHECK(result.failures.empty());
+  // 36% ran when written.
+  fusectl::sweep::runAndCheck(fmt::format("node tests, part {} of {}", part + 1, parts), cases,
+                              25);
 }
 
 }  // namespace
@@ -408,12 +403,6 @@ TEST_CASE("every fused node of the testdata models, changed in one field at a ti
                       cases);
     }
   }
-  const fusectl::sweep::SweepResult result = fusectl::sweep::runCases(cases);
-  fusectl::sweep::printCounts("fused nodes", cases.size(), result);
-  INFO(fused_nodes << " fused nodes, " << cases.size() << " models");
-  // 33% ran when written.
-  CHECK((fusectl::sweep::filtered() || result.ran * 100 >= result.executed * 20));
   CHECK(fused_nodes >= 50);
-  for (const std::string& f : result.failures) UNSCOPED_INFO(f);
-  CHECK(result.failures.empty());
+  fusectl::sweep::runAndCheck("fused nodes", cases, 20);  // 33% ran when written
 }
