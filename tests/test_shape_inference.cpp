@@ -19,6 +19,7 @@
 #include "fusectl/graph/graph.h"
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/graph/shape_inference.h"
+#include "fusectl/graph/slice_range.h"
 
 using namespace fusectl;
 
@@ -948,4 +949,40 @@ TEST_CASE("shape inference: known values through Div and Mod by -1, and empty on
   CHECK(shapeOf(by_min) == "[?]");
   CHECK(shapeOf(from_mod) == "[6]");
   CHECK(shapeOf(from_empty) == "[6]");
+}
+
+TEST_CASE("sliceRange takes what ONNX's Slice takes, at every start, end and step",
+          "[shape_inference][executor]") {
+  // The reference walks the indices one by one, in 128 bits so that no step overflows, after
+  // the clamps the operator text gives: starts into [0, dim] for positive steps and
+  // [0, dim - 1] for negative ones, ends into [0, dim] and [-1, dim - 1].
+  const int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  const std::vector<int64_t> bounds = {lo, lo + 1, -7, -4, -3, -2, -1, 0, 1, 2, 3, 4, 7, hi};
+  const std::vector<int64_t> steps = {lo, -5, -2, -1, 1, 2, 3, 5, hi};
+  for (int64_t dim = 0; dim <= 5; ++dim) {
+    for (int64_t start : bounds) {
+      for (int64_t end : bounds) {
+        for (int64_t step : steps) {
+          __int128 s = start < 0 ? static_cast<__int128>(start) + dim : start;
+          __int128 e = end < 0 ? static_cast<__int128>(end) + dim : end;
+          int64_t count = 0;
+          __int128 first = 0;
+          if (step > 0) {
+            s = std::min<__int128>(std::max<__int128>(s, 0), dim);
+            e = std::min<__int128>(std::max<__int128>(e, 0), dim);
+            for (__int128 i = s; i < e; i += step) count += 1;
+          } else if (dim > 0) {
+            s = std::min<__int128>(std::max<__int128>(s, 0), dim - 1);
+            e = std::min<__int128>(std::max<__int128>(e, -1), dim - 1);
+            for (__int128 i = s; i > e; i += step) count += 1;
+          }
+          first = s;
+          const fusectl::SliceRange got = fusectl::sliceRange(dim, start, end, step);
+          INFO("dim " << dim << ", start " << start << ", end " << end << ", step " << step);
+          REQUIRE(got.count == count);
+          if (count > 0) REQUIRE(got.first == static_cast<int64_t>(first));
+        }
+      }
+    }
+  }
 }

@@ -15,6 +15,7 @@
 
 #include "broadcast.h"
 #include "dtype_dispatch.h"
+#include "fusectl/graph/slice_range.h"
 #include "fusectl/kernels/kernel.h"
 
 namespace fusectl::kernels {
@@ -175,26 +176,12 @@ void sliceKernel(KernelContext& ctx) {
     const int64_t d = x.dim(a);
     const int64_t step = steps[k];
     if (step == 0) ctx.fail("steps must not be zero");
-    int64_t s = starts[k], e = ends[k];
-    if (s < 0) s += d;
-    if (e < 0) e += d;
-    // Counted without forming e - s + step or -step, which overflow for a file's steps of
-    // INT64_MAX or INT64_MIN; a stride is only formed when two elements are taken, and then
-    // |step| is below the axis size.
-    int64_t count;
-    if (step > 0) {
-      s = std::clamp<int64_t>(s, 0, d);
-      e = std::clamp<int64_t>(e, 0, d);
-      count = e > s ? (e - s - 1) / step + 1 : 0;
-    } else {
-      s = std::clamp<int64_t>(s, 0, d - 1);
-      e = std::clamp<int64_t>(e, -1, d - 1);
-      count = s > e ? (step == std::numeric_limits<int64_t>::min() ? 1 : (s - e - 1) / -step + 1)
-                    : 0;
-    }
-    dims[a] = count;
-    strides[a] = count > 1 ? in_strides[a] * step : in_strides[a];
-    if (count > 0) offset += s * in_strides[a];
+    const SliceRange range = sliceRange(d, starts[k], ends[k], step);
+    dims[a] = range.count;
+    // A stride is formed only when two elements are taken, and then |step| is below the axis
+    // size: a file's step of INT64_MAX would overflow it.
+    strides[a] = range.count > 1 ? in_strides[a] * step : in_strides[a];
+    if (range.count > 0) offset += range.first * in_strides[a];
   }
   copyView(ctx, 0, x, dims, strides, offset, dims);
 }

@@ -11,6 +11,7 @@
 #include "cuda_common.h"
 #include "cuda_device_util.cuh"
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/slice_range.h"
 
 namespace fusectl::kernels::cuda {
 namespace {
@@ -240,25 +241,11 @@ void runSlice(KernelContext& ctx) {
     const size_t a = static_cast<size_t>(normalizeAxis(ctx, axes[i], rank));
     const int64_t d = x.dim(a), st = steps[i];
     if (st == 0) ctx.fail("a step is 0");
-    int64_t s = starts[i], e = ends[i];
-    if (s < 0) s += d;
-    if (e < 0) e += d;
-    int64_t size;
-    if (st > 0) {
-      s = std::clamp<int64_t>(s, 0, d);
-      e = std::clamp<int64_t>(e, 0, d);
-      size = e > s ? (e - s + st - 1) / st : 0;
-    } else if (d == 0) {
-      s = 0;
-      size = 0;
-    } else {
-      s = std::clamp<int64_t>(s, 0, d - 1);
-      e = std::clamp<int64_t>(e, -1, d - 1);
-      size = s > e ? (s - e + (-st) - 1) / (-st) : 0;
-    }
-    first[a] = s;
-    step[a] = st;
-    out_dims[a] = size;
+    const SliceRange range = sliceRange(d, starts[i], ends[i], st);
+    first[a] = range.first;
+    // The step matters only when two elements are taken; then it cannot overflow the stride.
+    step[a] = range.count > 1 ? st : 1;
+    out_dims[a] = range.count;
   }
   const std::vector<int64_t> strides = rowMajorStrides(x.dims());
   std::vector<int64_t> in_strides(x.rank());

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "fusectl/graph/slice_range.h"
 #include "shape_rules/rules.h"
 
 namespace fusectl::shape_rules {
@@ -373,24 +374,7 @@ Dim sliceLength(const Dim& d, const Dim& start_d, const Dim& end_d, int64_t step
   if (end_d.isStatic()) end = end_d.value();
   else if (end_d.provablyEqual(d)) end = std::numeric_limits<int64_t>::max();
   else return Dim::unknown();
-  if (d.isStatic()) {
-    int64_t n = d.value();
-    if (start < 0) start += n;
-    if (end < 0 && end > std::numeric_limits<int64_t>::min() + n) end += n;
-    else if (end < 0) end = -1;
-    if (step > 0) {
-      start = std::clamp<int64_t>(start, 0, n);
-      end = std::clamp<int64_t>(end, 0, n);
-      // As the kernel counts: without end - start + step or -step, which overflow for steps
-      // of INT64_MAX or INT64_MIN from a file.
-      return Dim::known(end > start ? (end - start - 1) / step + 1 : 0);
-    }
-    start = std::clamp<int64_t>(start, 0, n - 1);
-    end = std::clamp<int64_t>(end, -1, n - 1);
-    if (start <= end) return Dim::known(0);
-    return Dim::known(step == std::numeric_limits<int64_t>::min() ? 1
-                                                                   : (start - end - 1) / -step + 1);
-  }
+  if (d.isStatic()) return Dim::known(sliceRange(d.value(), start, end, step).count);
   if (d.isUnknown()) return Dim::unknown();
   if (step == 1 && start >= 0 && end >= kToEnd) return d - Dim::known(start);
   if (step == 1 && start >= 0 && end < 0 && end > -kToEnd) return d + Dim::known(end - start);
