@@ -275,6 +275,17 @@ struct Window {
   int64_t span(size_t i) const { return (kernel[i] - 1) * dilations[i] + 1; }
 };
 
+// The taps j in [0, kernel) of a window starting at `start`, dilation d, whose positions
+// start + j * d lie inside [lo, hi): [*j0, *j1), empty when none do. The pools visit only
+// these, so padding costs nothing and a kernel far wider than the input costs what it covers.
+inline void windowTapRange(int64_t start, int64_t d, int64_t kernel, int64_t lo, int64_t hi,
+                           int64_t* j0, int64_t* j1) {
+  const int64_t a = start >= lo ? 0 : (lo - start + d - 1) / d;
+  const int64_t b = hi - start > 0 ? (hi - start + d - 1) / d : 0;
+  *j0 = std::min(a, kernel);
+  *j1 = std::max(std::min(b, kernel), *j0);
+}
+
 // Reads strides, dilations, pads and auto_pad (Conv and pool attributes) and computes the output
 // size. ceil_mode follows the pools: a window that would start in the end padding is dropped.
 inline Window resolveWindow(const KernelContext& ctx, std::vector<int64_t> in,

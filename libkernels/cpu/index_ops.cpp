@@ -135,11 +135,10 @@ void maxUnpoolKernel(KernelContext& ctx) {
   }
   HostTensor& out = ctx.allocateOutput(0, x.dtype(), dims);
   std::memset(out.mutableRaw(), 0, out.byteSize());
-  const int64_t total = product(natural);
   dispatchBySize(ctx, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     for (size_t i = 0; i < idx.size(); ++i) {
-      if (idx[i] < 0 || idx[i] >= total)
+      if (idx[i] < 0 || idx[i] >= natural_count)
         ctx.fail(
             fmt::format("index {} is outside the unpooled shape {}", idx[i], formatDims(natural)));
       int64_t rest = idx[i], off = 0, scale = 1;

@@ -33,9 +33,8 @@ void lpPoolKernel(KernelContext& ctx) {
   FloatView xv(x);
   HostTensor& out = ctx.allocateOutput(0, x.dtype(), out_dims);
   FloatSink sink(out);
-  // Only the taps inside the input are visited, axis by axis [j0, j1): padding contributes
-  // nothing, and a kernel far larger than the input (a file may ask for 1000 x 1000 over 32 x 32
-  // with SAME padding) costs what the input holds, not what the kernel spans.
+  // Only the taps inside the input are visited, axis by axis (windowTapRange): a file may ask
+  // for 1000 x 1000 over 32 x 32 with SAME padding.
   std::vector<int64_t> opos(r), start(r), j0(r), j1(r), j(r), in_stride(r);
   for (size_t i = 0; i < r; ++i) in_stride[i] = product(w.in, i + 1);
   for (int64_t o = 0; o < out_plane; ++o) {
@@ -45,11 +44,7 @@ void lpPoolKernel(KernelContext& ctx) {
       opos[i] = rest % w.out[i];
       rest /= w.out[i];
       start[i] = opos[i] * w.strides[i] - w.pad_begin[i];
-      const int64_t d = w.dilations[i];
-      const int64_t first = start[i] >= 0 ? 0 : (-start[i] + d - 1) / d;
-      const int64_t end = w.in[i] - start[i] > 0 ? (w.in[i] - start[i] + d - 1) / d : 0;
-      j0[i] = std::min(first, w.kernel[i]);
-      j1[i] = std::max(std::min(end, w.kernel[i]), j0[i]);
+      windowTapRange(start[i], w.dilations[i], w.kernel[i], 0, w.in[i], &j0[i], &j1[i]);
       empty = empty || j0[i] == j1[i];
     }
     for (int64_t pl = 0; pl < planes; ++pl) {

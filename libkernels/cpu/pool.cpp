@@ -52,11 +52,7 @@ Pool3d to3d(const Window& w) {
 // Taps of axis i for output o: positions start + j*d inside [lo, hi) -> [j0, j1).
 inline void tapRange(const Pool3d& p, int i, int64_t o, int64_t lo, int64_t hi, int64_t* j0,
                      int64_t* j1) {
-  const int64_t start = o * p.s[i] - p.pb[i], d = p.d[i];
-  int64_t a = start >= lo ? 0 : (lo - start + d - 1) / d;
-  int64_t b = hi - start > 0 ? (hi - start + d - 1) / d : 0;
-  *j0 = std::min(a, p.k[i]);
-  *j1 = std::max(std::min(b, p.k[i]), *j0);
+  windowTapRange(o * p.s[i] - p.pb[i], p.d[i], p.k[i], lo, hi, j0, j1);
 }
 
 Window poolWindow(const KernelContext& ctx, const HostTensor& x) {
