@@ -10,7 +10,6 @@
 // with meaningful values before the mutations make them hostile.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -21,6 +20,7 @@
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <onnx/defs/tensor_proto_util.h>
 #include <onnx/onnx_pb.h>
 
 #include "fusectl/graph/fused_ops.h"
@@ -134,37 +134,29 @@ void inputMutations(const onnx::ModelProto& base, std::vector<LabelledMutation>&
   }
 }
 
-// Sets every element of an int32/int64 initializer from `value(old)`.
-void mapInts(onnx::TensorProto& t, const std::function<int64_t(int64_t)>& value) {
-  onnx::TensorProto copy = t;
-  std::vector<int64_t> v;
-  if (t.has_raw_data()) {
-    size_t width = t.data_type() == onnx::TensorProto::INT64 ? 8 : 4;
-    const std::string& raw = t.raw_data();
-    for (size_t k = 0; k + width <= raw.size(); k += width) {
-      if (width == 8) {
-        int64_t x;
-        std::memcpy(&x, raw.data() + k, 8);
-        v.push_back(x);
-      } else {
-        int32_t x;
-        std::memcpy(&x, raw.data() + k, 4);
-        v.push_back(x);
-      }
-    }
-  } else if (t.data_type() == onnx::TensorProto::INT64) {
-    v.assign(t.int64_data().begin(), t.int64_data().end());
-  } else {
-    v.assign(t.int32_data().begin(), t.int32_data().end());
-  }
+// The values of an int32/int64 initializer, raw_data or typed field alike (libonnx's ParseData).
+std::vector<int64_t> intsOf(const onnx::TensorProto& t) {
+  if (t.data_type() == onnx::TensorProto::INT64) return onnx::ParseData<int64_t>(&t);
+  const std::vector<int32_t> v = onnx::ParseData<int32_t>(&t);
+  return {v.begin(), v.end()};
+}
+
+// Replaces the values of an int32/int64 initializer (its dims unchanged).
+void setInts(onnx::TensorProto& t, const std::vector<int64_t>& values) {
   t.clear_raw_data();
   t.clear_int64_data();
   t.clear_int32_data();
-  for (int64_t x : v) {
-    int64_t y = value(x);
-    if (t.data_type() == onnx::TensorProto::INT64) t.add_int64_data(y);
-    else t.add_int32_data(static_cast<int32_t>(y));
+  for (int64_t x : values) {
+    if (t.data_type() == onnx::TensorProto::INT64) t.add_int64_data(x);
+    else t.add_int32_data(static_cast<int32_t>(x));
   }
+}
+
+// Sets every element of an int32/int64 initializer from `value(old)`.
+void mapInts(onnx::TensorProto& t, const std::function<int64_t(int64_t)>& value) {
+  std::vector<int64_t> v = intsOf(t);
+  for (int64_t& x : v) x = value(x);
+  setInts(t, v);
 }
 
 onnx::TensorProto& initializerNamed(onnx::ModelProto& m, const std::string& name) {
@@ -209,21 +201,10 @@ void initializerMutations(const onnx::ModelProto& base, std::vector<LabelledMuta
     if (init.dims_size() == 1 && init.dims(0) > 0) {
       out.push_back({who + ": last element dropped", [name](onnx::ModelProto& m) {
                        onnx::TensorProto& t = initializerNamed(m, name);
-                       std::vector<int64_t> kept;
-                       mapInts(t, [&](int64_t x) {
-                         kept.push_back(x);
-                         return x;
-                       });
+                       std::vector<int64_t> kept = intsOf(t);
                        kept.pop_back();
-                       size_t at = 0;
-                       t.clear_int64_data();
-                       t.clear_int32_data();
                        t.set_dims(0, static_cast<int64_t>(kept.size()));
-                       for (int64_t x : kept) {
-                         if (t.data_type() == onnx::TensorProto::INT64) t.add_int64_data(x);
-                         else t.add_int32_data(static_cast<int32_t>(x));
-                         ++at;
-                       }
+                       setInts(t, kept);
                      }});
     }
     if (init.dims_size() == 1 && init.dims(0) == 1) {
