@@ -3,6 +3,7 @@
 #include "cast_narrow.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -54,6 +55,9 @@ void castNarrow(const KernelContext& ctx, const HostTensor& x, HostTensor& out, 
   const double* v = values.data<double>();
   auto* bytes = static_cast<uint8_t*>(out.mutableRaw());
   const int64_t n = x.numel();
+  // storePacked keeps the bits around the element it writes: the arena's old bytes would stay
+  // in the padding of an odd count, and the output's bytes would differ from run to run.
+  if (dtypeIsSubByte(to)) std::memset(bytes, 0, out.byteSize());
   if (to == DType::Float4E2M1) {
     for (int64_t i = 0; i < n; ++i)
       storePacked(bytes, i, to, doubleToNarrowFloat(v[i], to, saturate));

@@ -8,6 +8,7 @@
 // `saturate` attribute (opset 19+) is 0. Scales may be float16 or bfloat16 from opset 19, and
 // DequantizeLinear then returns the scale's type.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -85,6 +86,8 @@ void quantizeNarrow(const KernelContext& ctx, const float* x, const FloatView& s
   const DType t = y.dtype();
   const bool saturate = ctx.attrInt("saturate", 1) != 0;
   auto* bytes = static_cast<uint8_t*>(y.mutableRaw());
+  // storePacked keeps its neighbours' bits: clear the padding an odd count leaves.
+  if (dtypeIsSubByte(t)) std::memset(bytes, 0, y.byteSize());
   const auto lo = static_cast<double>(packedIntMin(t));
   const auto hi = static_cast<double>(packedIntMax(t));
   for (int64_t i = 0; i < n; ++i) {

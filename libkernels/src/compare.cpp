@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "fusectl/graph/error.h"
+#include "fusectl/graph/narrow_types.h"
 #include "fusectl/kernels/half.h"
 
 namespace fusectl::kernels {
@@ -74,6 +75,22 @@ double elementAsDouble(const HostTensor& t, int64_t i) {
     case DType::Int64: return static_cast<double>(load<int64_t>(t, i));
     case DType::UInt64: return static_cast<double>(load<uint64_t>(t, i));
     case DType::Bool: return load<uint8_t>(t, i) != 0 ? 1.0 : 0.0;
+    case DType::Float8E4M3FN:
+    case DType::Float8E4M3FNUZ:
+    case DType::Float8E5M2:
+    case DType::Float8E5M2FNUZ:
+    case DType::Float8E8M0:
+      return narrowFloatToDouble(load<uint8_t>(t, i), t.dtype());
+    case DType::Float4E2M1:
+      return narrowFloatToDouble(
+          static_cast<uint8_t>(loadPacked(static_cast<const uint8_t*>(t.raw()), i, t.dtype())),
+          t.dtype());
+    case DType::Int4:
+    case DType::UInt4:
+    case DType::Int2:
+    case DType::UInt2:
+      return static_cast<double>(
+          loadPacked(static_cast<const uint8_t*>(t.raw()), i, t.dtype()));
     default:
       throwUnsupported("cannot read " + std::string(dtypeName(t.dtype())) +
                        " elements as numbers");

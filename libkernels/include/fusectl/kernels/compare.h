@@ -91,7 +91,8 @@ struct CompareResult {
 CompareResult compareTensors(const HostTensor& actual, const HostTensor& expected,
                              const Tolerance& tolerance = {});
 
-// Element i of a numeric tensor as double (float16/bfloat16 decoded, bool as 0/1). Throws
+// Element i of a numeric tensor as double (float16/bfloat16 and the narrow types of
+// narrow_types.h decoded, bool as 0/1). Throws
 // Unsupported for string and other non-numeric dtypes.
 double elementAsDouble(const HostTensor& t, int64_t i);
 
