@@ -612,6 +612,41 @@ TEST_CASE("shape inference: Scan slices its inputs and stacks its outputs") {
   CHECK(typeOf(scan->output(1)) == "float[4,seq]");
 }
 
+TEST_CASE("shape inference: a Scan state that the body broadcasts is typed for every step") {
+  // The initial state is a scalar; the first step broadcasts it against [2,3], so from the
+  // second step on the state is [2,3]. Typing the body's state as the scalar would be true of
+  // the first step only, and a pass would rewrite the body for a shape it does not run at.
+  ModelBuilder b(13);
+  Value* init = b.input("init", DType::Float, "");
+  Value* xs = b.input("xs", DType::Float, "seq,2,3");
+  auto body = std::make_unique<Graph>("body");
+  Value* state = body->addInput("state", ValueType{});
+  Value* x = body->addInput("x", ValueType{});
+  Value* next = body->createNode({"Add", "", {state, x}, {"next"}, "", {}})->output(0);
+  Value* t = body->createNode({"Transpose", "", {state}, {"t"}, "", {ints("perm", {})}})->output(0);
+  body->addOutput(next);
+  body->addOutput(t);
+  Graph* body_ptr = body.get();
+  std::vector<Attribute> attrs;
+  attrs.push_back(Attribute::ofGraph("body", std::move(body)));
+  attrs.push_back(i("num_scan_inputs", 1));
+  Node* scan = b.node("Scan", {init, xs}, std::move(attrs), 2);
+  b.infer();
+  CHECK(body_ptr->inputs()[0]->dtype() == DType::Float);
+  CHECK(!body_ptr->inputs()[0]->shape().hasRank());
+  CHECK(!scan->output(0)->shape().hasRank());  // a scalar when seq is 0, else [2,3]
+  // An empty perm reverses the axes, as the kernel reads it: not a rank-0 result.
+  CHECK(!t->shape().hasRank());
+}
+
+TEST_CASE("shape inference: a Transpose with an empty perm reverses the axes") {
+  ModelBuilder b(13);
+  Value* x = b.input("x", DType::Float, "2x3x4");
+  Value* t = b.op("Transpose", {x}, {ints("perm", {})});
+  b.infer();
+  CHECK(shapeOf(t) == "[4,3,2]");
+}
+
 TEST_CASE("shape inference: old opset spellings (Cast-1 string type, Concat-1 default axis)") {
   ModelBuilder b(1);
   Value* x = b.input("x", DType::Float, "2x3");

@@ -433,7 +433,8 @@ std::optional<EpilogueActivation> epilogueActivation(Node& act, int64_t opset, W
 std::optional<std::vector<int64_t>> transposePerm(const Node& n, std::string* why) {
   std::vector<int64_t> perm;
   Value* x = n.input(0);
-  if (n.hasAttr("perm")) {
+  // An empty perm reverses the axes like an omitted one (the kernel and the shape rule agree).
+  if (n.hasAttr("perm") && !n.attrInts("perm").empty()) {
     perm = n.attrInts("perm");
   } else {
     if (!x || !x->shape().hasRank()) {

@@ -378,7 +378,8 @@ Constraint hardSwishGate(int64_t opset) {
             Node* h = m.get("h");
             const float alpha = h->attrFloat("alpha", 0.2f);
             const float beta = h->attrFloat("beta", 0.5f);
-            if (std::fabs(alpha - kSixth) > 1e-6 * kSixth || beta != 0.5f) {
+            // Written as "not within" so that a NaN alpha fails it too.
+            if (!(std::fabs(alpha - kSixth) <= 1e-6 * kSixth) || beta != 0.5f) {
               return why.fail(*h, [&] {
                 return fmt::format("{} has alpha={} beta={}; HardSwish is alpha=1/6, beta=0.5",
                                    h->label(), alpha, beta);

@@ -16,7 +16,8 @@
 //
 // Conditions, checked in this order (each failure worth telling is a reported rejection):
 //  1. 2-D or higher, explicit pads (auto_pad NOTSET), the weights a constant initializer;
-//  2. the input's spatial dims and the kernel's are static;
+//  2. the input's spatial dims and the kernel's are static, strides and dilations positive,
+//     pads not negative, and the window's arithmetic within int64;
 //  3. some axis has a dead tap, every axis keeps at least one (an axis where no tap reaches the
 //     input would make the output the bias alone: left as it is), and the shrunk pads are not
 //     negative.
@@ -63,9 +64,18 @@ std::optional<Shrink> shrink(const Node& conv, Why& why, bool* dead_out = nullpt
     const Dim& in_dim = xs[i + 2];
     if (!in_dim.isStatic()) return std::nullopt;
     const int64_t in = in_dim.value(), K = wt->dims()[i + 2];
-    const int64_t extent = (K - 1) * dil[i] + 1;
-    const int64_t out = (in + pads[i] + pads[r + i] - extent) / strides[i] + 1;
-    if (out < 1) return std::nullopt;
+    // The attributes come from the file: a model the Conv kernel refuses (a stride of 0, a
+    // negative pad) or whose window arithmetic overflows is left to it.
+    if (strides[i] < 1 || dil[i] < 1 || pads[i] < 0 || pads[r + i] < 0 || K < 1)
+      return std::nullopt;
+    int64_t extent = 0, padded = 0;
+    if (__builtin_mul_overflow(K - 1, dil[i], &extent) ||
+        __builtin_add_overflow(extent, 1, &extent) ||
+        __builtin_add_overflow(in, pads[i], &padded) ||
+        __builtin_add_overflow(padded, pads[r + i], &padded))
+      return std::nullopt;
+    const int64_t out = (padded - extent) / strides[i] + 1;
+    if (padded < extent || out < 1) return std::nullopt;
     // Tap k reads [k*d - pb, k*d - pb + (out-1)*s]: live when that meets [0, in).
     int64_t first = -1, last = -1;
     for (int64_t k = 0; k < K; ++k) {

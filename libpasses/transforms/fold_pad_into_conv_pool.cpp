@@ -17,7 +17,8 @@
 //  2. The Pad's mode is "constant" and its value is absent or a constant 0.
 //  3. Its pads are constants (the attribute before opset 11, the input from it; no `axes`
 //     input), none negative (a negative pad crops), and those of the batch and channel axes 0.
-//  4. The consumer's auto_pad is NOTSET (explicit pads to add to).
+//  4. The consumer's auto_pad is NOTSET (explicit pads to add to), and its pads, when given,
+//     are two per spatial axis of the Pad's input.
 //  5. AveragePool: its own pads are all 0, or count_include_pad is 1 (otherwise its padding
 //     would be left out of the average where the Pad's zeros were counted).
 // MaxPool is not taken: its padding is -inf, not the 0 the Pad writes.
@@ -77,6 +78,15 @@ Constraint foldablePad(int64_t opset) {
                 return fmt::format("{} pads are not constants of a rank >= 3 tensor that pad only "
                                    "its spatial axes, none negative (an axes input is not taken)",
                                    pad->label());
+              });
+            }
+            // The consumer's own pads are added to element by element: a list of another length
+            // is a model the consumer's kernel refuses, and the sum would write past it.
+            const std::vector<int64_t> own = op->attrInts("pads");
+            if (!own.empty() && own.size() != 2 * (rank - 2)) {
+              return why.fail(*op, [&] {
+                return fmt::format("{} has {} pads for {} spatial axes", op->label(), own.size(),
+                                   rank - 2);
               });
             }
             const std::string auto_pad = op->attrString("auto_pad", "NOTSET");

@@ -435,7 +435,17 @@ Constraint mergeInputReadOnce() {
   return {"read-once-besides-dims:ta", [](const Match& m, Why& why) {
             Why checked(false);  // packedQkv held
             const Packed p = *packedLayout(m, checked);
-            return readOnceBesidesDims(m.get("ta")->output(0), p.x->shape(), why);
+            const Value* merged = m.get("ta")->output(0);
+            if (!readOnceBesidesDims(merged, p.x->shape(), why)) return false;
+            // The reader in the chain must be the merge the pattern matched: a merge Reshape
+            // that only Shapes read is a dims-only reader, which the rewrite removes.
+            Node* merge = m.get("merge");
+            Node* reader = chainReader(merged, p.x->shape());
+            if (!merge || reader == merge) return true;
+            return why.fail(*merge, [&] {
+              return fmt::format("{} is read only for its dims; '{}' goes on to {}", merge->label(),
+                                 merged->name(), reader->label());
+            });
           }};
 }
 

@@ -27,7 +27,8 @@
 //     the last axis, the Neg of Slice(x, [D/2, >= D)) and Slice(x, [0, D/2)), both on the last
 //     axis with step 1 (constant starts/ends/axes, opset >= 10, or attributes before).
 //  2. cos and sin broadcast to x without growing it: no more dims than x, last dim D, every
-//     other dim 1 or provably x's; the two Muls and the Add give x's shape.
+//     other dim 1 or provably x's, and the two of one shape; the two Muls and the Add give
+//     x's shape.
 //  3. The intermediates are read only inside the match and are no graph outputs.
 //  4. QK-norm forms: the RMSNorm normalises the last axis only, its scale has D elements or
 //     one, and the Transpose keeps the last axis last.
@@ -252,6 +253,16 @@ Constraint tablesBroadcast(Form f) {
                                      x->name(), xs.str());
                 });
               }
+            }
+            // RotaryEmbedding reads both tables with one index: they must have one shape.
+            const Value* cos = m.value("cos");
+            const Value* sin = m.value("sin");
+            if (!dimsProvablyEqual(cos->shape(), sin->shape())) {
+              return why.fail(*m.get("y"), [&] {
+                return fmt::format("{} cos table '{}' {} and sin table '{}' {} differ in shape",
+                                   m.get("y")->label(), cos->name(), cos->shape().str(),
+                                   sin->name(), sin->shape().str());
+              });
             }
             for (const char* n : {"xc", "xs", "y"}) {
               Node* node = m.get(n);

@@ -21,7 +21,9 @@
 //     broadcast on the last axis only ([H] or [1, ..., H]) of a norm over that one axis.
 //  3. A standard LayerNormalization has stash_type 1 and no Mean/InvStdDev output in use, and
 //     a bias or a scale of static shape (its zeros take the missing bias's place).
-//  4. Everything is float32, float16 or bfloat16 (fusibleFloatTypes; one dtype, as the ops
+//  4. The norm's scale and bias hold one value per normalised element (static shapes whose
+//     counts equal the normalised dims' product): the fused kernels do not broadcast them.
+//  5. Everything is float32, float16 or bfloat16 (fusibleFloatTypes; one dtype, as the ops
 //     require). A half node computes the sum in float32 and normalises it before rounding.
 #include <fmt/format.h>
 
@@ -120,6 +122,39 @@ Constraint sumBetterInEpilogue() {
           }};
 }
 
+// The fused kernels read scale and bias as one value per normalised element, where the
+// standard LayerNormalization broadcasts them: a [H] scale of a norm over the last two axes
+// [S, H] is a model it runs and the fused node refuses.
+Constraint normParametersWhole() {
+  return {"norm-parameters", [](const Match& m, Why& why) {
+            Node* n = m.get("n");
+            const Shape& sum = m.get("a")->output(0)->shape();
+            const int64_t rank = sum.hasRank() ? static_cast<int64_t>(sum.rank()) : -1;
+            int64_t axis = n->attrInt("axis", -1);
+            if (axis < 0 && rank >= 0) axis += rank;
+            std::optional<int64_t> normalised = 1;
+            for (int64_t i = axis; normalised && rank >= 0 && axis >= 0 && i < rank; ++i) {
+              const Dim& d = sum[static_cast<size_t>(i)];
+              if (!d.isStatic() || __builtin_mul_overflow(*normalised, d.value(), &*normalised))
+                normalised.reset();
+            }
+            if (rank < 0 || axis < 0 || axis >= rank) normalised.reset();
+            for (size_t i = 1; i < n->numInputs() && i <= 2; ++i) {
+              const Value* p = n->input(i);
+              if (!p) continue;
+              const std::optional<int64_t> count = p->shape().staticNumel();
+              if (normalised && count && *count == *normalised) continue;
+              return why.fail(*n, [&] {
+                return fmt::format("{} reads '{}' {} over normalised dims of {} elements: the "
+                                   "fused norm takes one parameter per normalised element",
+                                   n->label(), p->name(), p->shape().str(),
+                                   normalised ? std::to_string(*normalised) : "unknown");
+              });
+            }
+            return true;
+          }};
+}
+
 Constraint residualShapes() {
   return {"residual-shapes",
           [](const Match& m, Why& why) { return operands(m, why).has_value(); }};
@@ -150,6 +185,7 @@ Pattern buildPattern(NormOp op) {
   Pattern p = Pattern::parse(fmt::format("n:{}(^a:Add)", norm), formName(op));
   p.producing({op == NormOp::RMSNorm ? "fusectl::SkipRMSNorm" : "fusectl::SkipLayerNorm"});
   p.require(notGraphOutput("a")).require(sumBetterInEpilogue()).require(residualShapes());
+  p.require(normParametersWhole());
   if (op == NormOp::StandardLayerNorm) p.require(standardLayerNormQualifies());
   p.require(dtypeIn({"a", "n"}, fusibleFloatTypes()));
   return p;

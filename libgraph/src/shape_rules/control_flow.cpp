@@ -2,9 +2,10 @@
 // subgraphs, and type the node's outputs from the subgraphs' outputs.
 //
 // A subgraph input the model declares keeps its declaration; only missing parts are filled.
-// Loop-carried values whose shape changes between iterations (a growing Concat) are detected
-// after a first pass over the body: their input shape is relaxed to what both agree on and the
-// body is inferred again.
+// Loop-carried values (Loop's and Scan's states) whose shape changes between iterations (a
+// growing Concat, a scalar initial state that the first step broadcasts) are detected after a
+// pass over the body: their input shape is relaxed to what both agree on and the body is
+// inferred again.
 #include <fmt/format.h>
 
 #include "shape_rules/rules.h"
@@ -81,6 +82,30 @@ bool ifRule(RuleContext& ctx) {
   return true;
 }
 
+// Infers `body` and relaxes its loop-carried inputs (body inputs from `first_in`, outputs from
+// `first_out`, `count` of them) whose shape the body changes: such an input is given what its
+// initial shape and the body's output agree on, and the body is inferred again, until the
+// shapes hold for every iteration (each relaxation only drops dims or the rank, so this ends).
+// Inputs whose shape the model declared (`declared`) keep it.
+void inferCarriedBody(RuleContext& ctx, Graph& body, size_t first_in, size_t first_out,
+                      const std::vector<bool>& declared) {
+  const auto& ins = body.inputs();
+  ctx.inferSubgraph(body);
+  for (int round = 0; round < 8; ++round) {
+    bool again = false;
+    for (size_t i = 0; i < declared.size(); ++i) {
+      Value* in = ins[first_in + i];
+      const Shape& out = body.outputs()[first_out + i]->type.shape;
+      if (declared[i] || !in->type.shape.hasRank() || in->type.shape == out) continue;
+      in->type.shape = mergeShapes(in->type.shape, out);
+      again = true;
+    }
+    if (!again) return;
+    clearNodeOutputShapes(body);
+    ctx.inferSubgraph(body);
+  }
+}
+
 // Loop inputs: M, cond, v_initial...; body inputs: iteration, cond, v...; body outputs: cond,
 // v..., scan outputs...; node outputs: v_final..., scan outputs stacked on a new first axis.
 bool loop(RuleContext& ctx) {
@@ -100,19 +125,7 @@ bool loop(RuleContext& ctx) {
     declared[i] = ins[2 + i]->type.shape.hasRank();
     fillInput(ins[2 + i], ctx.inType(2 + i));
   }
-  ctx.inferSubgraph(*body);
-  bool again = false;
-  for (size_t i = 0; i < carried; ++i) {
-    Value* in = ins[2 + i];
-    const Shape& out = body->outputs()[1 + i]->type.shape;
-    if (declared[i] || !in->type.shape.hasRank() || in->type.shape == out) continue;
-    in->type.shape = mergeShapes(in->type.shape, out);
-    again = true;
-  }
-  if (again) {
-    clearNodeOutputShapes(*body);
-    ctx.inferSubgraph(*body);
-  }
+  inferCarriedBody(ctx, *body, 2, 1, declared);
   Dim trips;
   if (const KnownValues* m = ctx.hasInput(0) && !ctx.hasInput(1) ? ctx.inValues(0) : nullptr;
       m && m->elems.size() == 1)
@@ -152,8 +165,10 @@ bool scan(RuleContext& ctx) {
   };
   std::vector<int64_t> in_axes = axesOf("scan_input_axes", m);
   Dim batch, seq;
+  std::vector<bool> declared(n);
   for (size_t i = 0; i < total; ++i) {
     ValueType t = ctx.inType(first + i);
+    if (i < n) declared[i] = body->inputs()[i]->type.shape.hasRank();
     if (v8) {
       if (t.shape.hasRank() && t.shape.rank() >= 1) batch = t.shape[0];
       t.shape = withoutAxis(t.shape, 0);
@@ -169,11 +184,18 @@ bool scan(RuleContext& ctx) {
     }
     fillInput(body->inputs()[i], t);
   }
-  ctx.inferSubgraph(*body);
+  if (body->outputs().size() < n) {
+    ctx.warn("body outputs do not match the Scan's");
+    ctx.inferSubgraph(*body);
+    return true;
+  }
+  inferCarriedBody(ctx, *body, 0, 0, declared);
   size_t k_outs = body->outputs().size() >= n ? body->outputs().size() - n : 0;
   std::vector<int64_t> out_axes = axesOf("scan_output_axes", k_outs);
   for (size_t i = 0; i < ctx.numOutputs() && i < body->outputs().size(); ++i) {
     ValueType t = body->outputs()[i]->type;
+    // A final state is the initial one when the sequence is empty.
+    if (i < n) t = mergeTypes(t, body->inputs()[i]->type);
     if (i >= n) t.shape = withAxis(t.shape, v8 ? 0 : out_axes[i - n], seq);
     if (v8) t.shape = withAxis(t.shape, 0, batch);
     ctx.setOutputType(i, std::move(t));

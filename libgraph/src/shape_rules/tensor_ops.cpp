@@ -125,14 +125,17 @@ bool reshape(RuleContext& ctx) {
 
 bool transpose(RuleContext& ctx) {
   const Shape& x = ctx.inShape(0);
+  // An empty perm reverses the axes, as an omitted one does (ONNX's reference implementation
+  // and fusectl's kernel both read it so).
+  const std::vector<int64_t>* given = intsAttr(ctx.node, "perm");
+  if (given && given->empty()) given = nullptr;
   if (!x.hasRank()) {
-    const auto* perm = intsAttr(ctx.node, "perm");
-    ctx.setOutput(0, ctx.inDType(0), perm ? unknownDims(perm->size()) : Shape());
+    ctx.setOutput(0, ctx.inDType(0), given ? unknownDims(given->size()) : Shape());
     return true;
   }
   std::vector<int64_t> perm(x.rank());
   for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(perm.size() - 1 - i);
-  if (const auto* p = intsAttr(ctx.node, "perm")) perm = *p;
+  if (given) perm = *given;
   std::vector<Dim> out;
   std::vector<bool> seen(x.rank(), false);
   for (int64_t p : perm) {
