@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <algorithm>
 #include <memory>
 #include <regex>
 #include <string>
@@ -23,6 +26,8 @@
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/graph.h"
 #include "fusectl/graph/onnx_io.h"
+#include "fusectl/graph/op_classes.h"
+#include "fusectl/kernels/compare.h"
 #include "fusectl/kernels/executor.h"
 #include "fusectl/kernels/seeded_inputs.h"
 #include "fusectl/passes/optimize.h"
@@ -61,21 +66,110 @@ inline bool verbose() {
   return on;
 }
 
-// FUSECTL_SWEEP_SAVE=DIR writes each failing model to DIR/<n>.onnx, to run it with the CLI.
-inline void saveFailing(const std::string& bytes, size_t index) {
-  const char* dir = getenv("FUSECTL_SWEEP_SAVE");
-  if (!dir) return;
-  if (FILE* f = fopen(fmt::format("{}/{}.onnx", dir, index).c_str(), "wb")) {
-    fwrite(bytes.data(), 1, bytes.size(), f);
-    fclose(f);
+// Whether some node of `g` or of its subgraphs may give different outputs on the same inputs
+// (RandomNormal, Bernoulli, Dropout...): then the optimized model's outputs cannot be held to the
+// original's.
+inline bool hasNondeterministicNode(const Graph& g) {
+  for (const Node* n : g.nodes()) {
+    if (isNondeterministic(*n)) return true;
+    bool inside = false;
+    n->forEachSubgraph([&](const Graph& sub) { inside = inside || hasNondeterministicNode(sub); });
+    if (inside) return true;
   }
+  return false;
+}
+
+// The tolerance the optimized model's outputs are held to: `fusectl optimize --verify`'s
+// default (atol 1e-5, rtol 1e-4 of each output's largest magnitude).
+inline kernels::Tolerance optimizedTolerance() {
+  kernels::Tolerance t;
+  t.atol = 1e-5;
+  t.rtol = 1e-4;
+  t.rtol_scale = kernels::RtolScale::Tensor;
+  return t;
+}
+
+// "" when the optimized model's outputs agree with the original's, else what differs first.
+// Dtypes that compareTensors cannot read as numbers (float8, int4, strings...) are held to the
+// same bytes or strings.
+inline std::string outputsDiffer(const std::vector<kernels::NamedTensor>& expected,
+                                 const std::vector<kernels::NamedTensor>& actual, bool loose) {
+  for (const kernels::NamedTensor& e : expected) {
+    auto a = std::find_if(actual.begin(), actual.end(),
+                          [&](const kernels::NamedTensor& t) { return t.name == e.name; });
+    if (a == actual.end()) return fmt::format("the optimized model has no output '{}'", e.name);
+    std::string problem;
+    kernels::Tolerance tolerance = optimizedTolerance();
+    if (e.tensor.dtype() == DType::Float16 || e.tensor.dtype() == DType::BFloat16) {
+      // A fused half node computes its chain in float32 and rounds once: where the unfused
+      // chain's intermediates fall into float16's subnormals (an epsilon of 1e-6 times a
+      // variance), the two differ by percents, the fused one the closer to the exact value.
+      // A rewrite that computes something else differs by the output's own scale.
+      tolerance.half_min_epsilons = 0;
+      tolerance.rtol = 0.1;
+    }
+    try {
+      kernels::CompareResult r = kernels::compareTensors(a->tensor, e.tensor, tolerance);
+      const bool amplified_rounding = loose && r.dtype_match && r.shape_match &&
+                                      r.nonfinite_mismatches == 0 && r.cosine >= 0.99999 &&
+                                      r.max_error_of_scale <= 1e-2;
+      if (!r.passed && !amplified_rounding) problem = r.describe(e.tensor.dims());
+    } catch (const Error&) {
+      const kernels::HostTensor &x = a->tensor, &y = e.tensor;
+      if (x.dtype() != y.dtype() || x.dims() != y.dims() || x.strings() != y.strings() ||
+          x.byteSize() != y.byteSize() ||
+          (x.byteSize() > 0 && x.raw() && y.raw() && memcmp(x.raw(), y.raw(), x.byteSize()) != 0))
+        problem = "dtype, dims or bytes differ";
+    }
+    if (!problem.empty())
+      return fmt::format("the optimized model's output '{}' differs: {}", e.name, problem);
+  }
+  return {};
 }
 
 // One model of a sweep, and how a failure names it.
 struct SweepCase {
   std::string label;
-  std::string bytes;
+  std::string bytes;  // the model, or "" when `build` makes it
+  // The pipeline the model is optimized by, as `optimize --passes` takes it, or a level written
+  // "-O0".."-O3"; "" for -O3.
+  std::string passes;
+  // Whether an output may also pass with a cosine of at least 0.99999 and errors within 1e-2 of
+  // its largest magnitude: in whole models a change can make a computation ill-conditioned (a
+  // variance of zero plus epsilon, divided by), which amplifies the rounding any reordering
+  // makes into errors far above optimize --verify's, with the direction of the output kept. A
+  // rewrite that computes something else moves the direction too.
+  bool loose = false;
+  // Makes the model's bytes when called, for sweeps of large models: thousands of variants of a
+  // 600 KB model held at once would take gigabytes.
+  std::function<std::string()> build;
+
+  std::string modelBytes() const { return build ? build() : bytes; }
+
+  // A model given as bytes, optimized at -O3 and judged strictly.
+  static SweepCase of(std::string label, std::string bytes) {
+    SweepCase c;
+    c.label = std::move(label);
+    c.bytes = std::move(bytes);
+    return c;
+  }
 };
+
+// FUSECTL_SWEEP_SAVE=DIR writes each failing model to DIR/<n>.onnx, to run it with the CLI, and
+// its label and pipeline to DIR/<n>.txt.
+inline void saveFailing(const SweepCase& c, size_t index) {
+  const char* dir = getenv("FUSECTL_SWEEP_SAVE");
+  if (!dir) return;
+  if (FILE* f = fopen(fmt::format("{}/{}.onnx", dir, index).c_str(), "wb")) {
+    const std::string bytes = c.modelBytes();
+    fwrite(bytes.data(), 1, bytes.size(), f);
+    fclose(f);
+  }
+  if (FILE* f = fopen(fmt::format("{}/{}.txt", dir, index).c_str(), "w")) {
+    fprintf(f, "%s\n%s\n", c.label.c_str(), c.passes.empty() ? "-O3" : c.passes.c_str());
+    fclose(f);
+  }
+}
 
 // What became of one model: whether it ran to the end (original and, where the optimizer
 // kept it, optimized), and the finding, "" for none.
@@ -85,12 +179,16 @@ struct Outcome {
 };
 
 // What a child does with one model, as the commands would: load it as `fusectl dump` does
-// (shape inference on) and optimize that at -O3 as `fusectl optimize` does (verify, save); load
+// (shape inference on) and optimize that (at -O3, or by `passes`) as `fusectl optimize` does
+// (verify, save); load
 // the file again as `fusectl run` does and run it on seeded inputs (tensors of at most 1 MiB),
 // then run the optimized model on the same inputs. An Error at any step is a clean refusal and
-// ends that line of work; any other exception, or an optimized graph that fails verify(), is
-// returned as a finding.
-inline Outcome loadAndRun(const std::string& bytes) {
+// ends that line of work; any other exception, an optimized graph that fails verify(), or an
+// optimized model whose outputs differ from the original's (beyond optimizedTolerance(), in a
+// graph without random ops) is returned as a finding: a rewrite that changed what the model
+// computes.
+inline Outcome loadAndRun(const std::string& bytes, const std::string& passes = {},
+                          bool loose = false) {
   std::unique_ptr<Model> optimized;
   try {
     optimized = parseModelBinary(bytes, "sweep.onnx", "/nonexistent-sweep-dir", {});
@@ -102,7 +200,12 @@ inline Outcome loadAndRun(const std::string& bytes) {
   }
   try {
     passes::OptimizeRequest request;
-    request.level = 3;
+    if (passes.empty())
+      request.level = 3;
+    else if (passes.size() == 3 && passes.rfind("-O", 0) == 0)
+      request.level = passes[2] - '0';
+    else
+      request.passes = passes;
     passes::optimize(*optimized, request);
     if (std::string problem = optimized->graph->verify(); !problem.empty())
       return {false, "the optimized graph fails verify(): " + problem};
@@ -113,7 +216,8 @@ inline Outcome loadAndRun(const std::string& bytes) {
   } catch (const std::exception& e) {
     return {false, std::string("optimizing threw ") + e.what()};
   }
-  std::vector<kernels::NamedTensor> inputs;
+  std::vector<kernels::NamedTensor> inputs, expected;
+  bool deterministic = true;
   kernels::ExecutorOptions options;
   options.max_tensor_bytes = kMaxTensorBytes;
   try {
@@ -122,8 +226,9 @@ inline Outcome loadAndRun(const std::string& bytes) {
     load.max_tensor_bytes = kMaxTensorBytes;
     auto model = parseModelBinary(bytes, "sweep.onnx", "/nonexistent-sweep-dir", load);
     inputs = kernels::makeRandomInputs(*model->graph, 1);
+    deterministic = !hasNondeterministicNode(*model->graph);
     kernels::Executor executor(*model, options);
-    executor.run(inputs);
+    expected = executor.run(inputs);
     if (verbose()) fprintf(stderr, "ran\n");
   } catch (const Error& e) {
     if (verbose()) fprintf(stderr, "run refused: %s\n", e.what());
@@ -134,10 +239,14 @@ inline Outcome loadAndRun(const std::string& bytes) {
   if (!optimized) return {true, {}};
   try {
     kernels::Executor executor(*optimized, options);
-    executor.run(inputs);
+    const std::vector<kernels::NamedTensor> actual = executor.run(inputs);
+    if (deterministic)
+      if (std::string differs = outputsDiffer(expected, actual, loose); !differs.empty())
+        return {false, differs};
   } catch (const Error& e) {
-    if (verbose()) fprintf(stderr, "optimized run refused: %s\n", e.what());
-    return {};
+    // The original ran on these inputs: the optimizer made a model that does not.
+    return {false, std::string("the optimized model is refused where the original ran: ") +
+                       e.what()};
   } catch (const std::exception& e) {
     return {false, std::string("running the optimized model threw ") + e.what()};
   }
@@ -196,7 +305,7 @@ inline SweepResult runCases(const std::vector<SweepCase>& cases) {
         if (i % stride() != 0 || !selected(cases[i].label)) continue;
         writeRecord(pipe_fds[1], static_cast<uint32_t>(i), {});
         alarm(20);
-        const Outcome outcome = loadAndRun(cases[i].bytes);
+        const Outcome outcome = loadAndRun(cases[i].modelBytes(), cases[i].passes, cases[i].loose);
         if (!outcome.finding.empty())
           writeRecord(pipe_fds[1], static_cast<uint32_t>(i), outcome.finding);
         else if (outcome.ran)
@@ -217,7 +326,7 @@ inline SweepResult runCases(const std::vector<SweepCase>& cases) {
         ++result.ran;
       } else {
         failures.push_back(fmt::format("{}: {}", cases[header[0]].label, message));
-        saveFailing(cases[header[0]].bytes, header[0]);
+        saveFailing(cases[header[0]], header[0]);
       }
     }
     close(pipe_fds[0]);
@@ -226,7 +335,7 @@ inline SweepResult runCases(const std::vector<SweepCase>& cases) {
     if (verbose())
       fprintf(stderr, "child from %zu: last started %zu, status %d\n", next, started, status);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) break;
-    saveFailing(cases[started].bytes, started);
+    saveFailing(cases[started], started);
     failures.push_back(fmt::format(
         "{}: {}", cases[started].label,
         WIFSIGNALED(status) ? fmt::format("signal {}", WTERMSIG(status))
@@ -253,6 +362,12 @@ inline void runAndCheck(const std::string& sweep, const std::vector<SweepCase>& 
   INFO(cases.size() << " models, " << result.ran << " of " << result.executed << " ran");
   CHECK((filtered() || result.ran * 100 >= result.executed * min_ran_percent));
   for (const std::string& f : result.failures) UNSCOPED_INFO(f);
+  // FUSECTL_SWEEP_REPORT=FILE appends the failures there, one line each, unwrapped.
+  if (const char* report = getenv("FUSECTL_SWEEP_REPORT"))
+    if (FILE* f = fopen(report, "a")) {
+      for (const std::string& line : result.failures) fprintf(f, "%s\n", line.c_str());
+      fclose(f);
+    }
   CHECK(result.failures.empty());
 }
 

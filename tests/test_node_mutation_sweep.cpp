@@ -293,7 +293,7 @@ void attributeMutations(const onnx::ModelProto& base, std::vector<LabelledMutati
 // `base` as it is, labelled `name`, and then changed in one field at a time.
 void addMutatedCases(const onnx::ModelProto& base, const std::string& name,
                      std::vector<fusectl::sweep::SweepCase>& cases) {
-  cases.push_back({name, base.SerializeAsString()});
+  cases.push_back(fusectl::sweep::SweepCase::of(name, base.SerializeAsString()));
   std::vector<LabelledMutation> mutations;
   inputMutations(base, mutations);
   // A Loop's trip count is data: made 2^62 it is a slow model, not a fault (as in the fuzz
@@ -305,7 +305,8 @@ void addMutatedCases(const onnx::ModelProto& base, const std::string& name,
   for (const LabelledMutation& mutation : mutations) {
     onnx::ModelProto m = base;
     mutation.apply(m);
-    cases.push_back({fmt::format("{} ({})", name, mutation.label), m.SerializeAsString()});
+    cases.push_back(fusectl::sweep::SweepCase::of(fmt::format("{} ({})", name, mutation.label),
+                                                  m.SerializeAsString()));
   }
 }
 

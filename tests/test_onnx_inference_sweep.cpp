@@ -249,7 +249,8 @@ std::string modelBytes(const SweepOp& op, const Variant& v) {
 // Every variant of `op`, appended to `cases`.
 void addCases(const SweepOp& op, std::vector<fusectl::sweep::SweepCase>& cases) {
   for (const Variant& v : variantsFor(op.inputs.size()))
-    cases.push_back({fmt::format("{} ({})", op.label(), v.label), modelBytes(op, v)});
+    cases.push_back(fusectl::sweep::SweepCase::of(fmt::format("{} ({})", op.label(), v.label),
+                                                  modelBytes(op, v)));
 }
 
 // The schema as the sweep spells it; nullopt when an input has no type the sweep can make.
