@@ -281,6 +281,12 @@ const SchemaCase kSchemaCases[] = {
      "node 'cast_without_to' (Cast): attribute 'to' is required by Cast-13 but missing"},
     {"empty_variadic_input.onnx",
      "node 'concat_with_hole' (Concat): input 1 (variadic 'inputs') of Concat-13 is empty"},
+    {"reduce_mean_axes_attribute_opset18.onnx",
+     "node 'mean_with_axes_attribute' (ReduceMean): attribute 'axes' is an input of "
+     "ReduceMean-18: the op ignores it as an attribute"},
+    {"reduce_sum_axes_attribute_opset13.onnx",
+     "node 'sum_with_axes_attribute' (ReduceSum): attribute 'axes' is an input of ReduceSum-13: "
+     "the op ignores it as an attribute"},
     {"fused_conv_one_input.onnx",
      "node 'fused_without_weight' (FusedConv): 1 input, but fusectl.FusedConv takes 2 to 4"},
 };

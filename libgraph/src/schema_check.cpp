@@ -7,8 +7,10 @@
 //     empty; nor is an entry of a homogeneous variadic input (Concat, Sum: ONNX leaves that
 //     open, but no kernel can read a missing operand);
 //  2. the output count lies within [min, max]; a required output is not empty;
-//  3. an attribute the schema knows has the schema's type; a required attribute is present.
-// Attributes the schema does not know stay preserved, as unknown ops do.
+//  3. an attribute the schema knows has the schema's type; a required attribute is present;
+//     an attribute named as one of the op's inputs (an attribute an older version had, which
+//     this one takes as an input and ignores as an attribute) is refused.
+// Other attributes the schema does not know stay preserved, as unknown ops do.
 //
 // Which schema: libonnx's for the standard domains, the newest at or below the model's opset
 // for the node's domain. libonnx 1.12 knows ai.onnx up to opset 17; for a newer opset its
@@ -39,6 +41,13 @@ namespace {
 // Ops whose inputs a later opset than libonnx knows made optional: OptionalHasElement-18 takes
 // none. Checked only at the opsets libonnx knows.
 constexpr std::string_view kRelaxedAfterLibonnx[] = {"OptionalHasElement"};
+
+// Ops whose `axes` attribute became an input at opset 18, after libonnx's newest schema: an
+// `axes` attribute there is ignored by the op (and by fusectl's kernels), so a pass reading it
+// would rewrite a node for axes it does not reduce.
+constexpr std::string_view kAxesInputFrom18[] = {
+    "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+    "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"};
 
 // ONNX spells an unchecked implementation detail with two leading underscores.
 bool isInternalAttribute(std::string_view name) { return name.rfind("__", 0) == 0; }
@@ -91,6 +100,13 @@ class SchemaChecker {
     if (!exact && domain.empty()) {
       for (std::string_view op : kRelaxedAfterLibonnx)
         if (n.opType() == op) return std::nullopt;
+      if (opset >= 18 && n.hasAttr("axes")) {
+        for (std::string_view op : kAxesInputFrom18)
+          if (n.opType() == op)
+            return fmt::format("attribute 'axes' is an input of {}-18: the op ignores it as an "
+                               "attribute",
+                               n.opType());
+      }
     }
     const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(
         n.opType(), exact ? static_cast<int>(opset) : range->second.second, domain);
@@ -133,7 +149,16 @@ class SchemaChecker {
     for (const Attribute& a : n.attributes()) {
       if (isInternalAttribute(a.name) || !a.ref_attr_name.empty()) continue;
       auto it = known.find(a.name);
-      if (it == known.end()) continue;
+      if (it == known.end()) {
+        // A value this version takes as an input (ReduceSum-13's axes, Clip-11's min): given as
+        // an attribute it is ignored by the op, but not by a reader of the attribute.
+        for (const auto& param : formal_in)
+          if (exact && param.GetName() == a.name)
+            return fmt::format("attribute '{}' is an input of {}: the op ignores it as an "
+                               "attribute",
+                               a.name, op);
+        continue;
+      }
       const AttrKind expected = static_cast<AttrKind>(it->second.type);
       if (a.kind != expected)
         return fmt::format("attribute '{}' is {}, but {} wants {}", a.name, attrKindName(a.kind),

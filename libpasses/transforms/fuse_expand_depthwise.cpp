@@ -22,7 +22,7 @@
 //  4. d is a depthwise 2-D convolution of E: group = E, DW is [E, 1, kh, kw], undilated,
 //     explicit pads (auto_pad NOTSET); no residual.
 //  5. Both filters and both biases (where present) are constants: the kernel packs the
-//     expansion's filters once per session.
+//     expansion's filters once per session; each bias is a vector of E.
 //  6. The window is 3x3 and the expanded tensor of one image is at least min-expanded-bytes
 //     (2 MiB, the L2 of one of this machine's cores, unless the pipeline says otherwise): where
 //     the band schedule was measured to pay. bench_expand_depthwise (bench/README.md, "The
@@ -159,10 +159,19 @@ Constraint expandDepthwisePair(uint64_t min_bytes, uint64_t below_bytes) {
             // 5.
             for (const Node* n : {e, d}) {
               const Value* bias = n->numInputs() > 2 ? n->input(2) : nullptr;
-              if (isConst(n->input(1)) && (!bias || isConst(bias))) continue;
-              return why.fail(*n, [&] {
-                return fmt::format("{} filters or bias are not constants", n->label());
-              });
+              if (!isConst(n->input(1)) || (bias && !isConst(bias))) {
+                return why.fail(*n, [&] {
+                  return fmt::format("{} filters or bias are not constants", n->label());
+                });
+              }
+              // The fused kernel reads a [E] bias; the Conv kernel also takes [E, 1].
+              const std::optional<std::vector<int64_t>> b = bias ? staticDims(bias) : std::nullopt;
+              if (bias && !(b && b->size() == 1 && b->at(0) == channels)) {
+                return why.fail(*n, [&] {
+                  return fmt::format("{} bias '{}' is {}, not [{}]", n->label(), bias->name(),
+                                     bias->shape().str(), channels);
+                });
+              }
             }
             // 6.
             const std::vector<int64_t> window = {staticDims(d->input(1))->at(2),

@@ -90,7 +90,7 @@ def main():
     good_bytes = good.SerializeToString()
     write("truncated.onnx", good_bytes[: len(good_bytes) // 2])
 
-    for v in (0, 11):
+    for v in (0, 14):
         m = model([relu("X", "Y")], ir_version=v)
         save("ir_version_%d.onnx" % v, m)
 
@@ -167,6 +167,16 @@ def main():
         helper.make_node("Cast", ["X"], ["Y"], name="cast_without_to")]))
     save("empty_variadic_input.onnx", model([
         helper.make_node("Concat", ["X", ""], ["Y"], name="concat_with_hole", axis=0)]))
+    # An attribute that this version of the op takes as an input: ignored by the op, but a
+    # pass that read it rewrote the node for axes it does not reduce.
+    rows = helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])
+    rows_out = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 1])
+    save("reduce_mean_axes_attribute_opset18.onnx", model([
+        helper.make_node("ReduceMean", ["X"], ["Y"], name="mean_with_axes_attribute", axes=[-1])],
+        [rows], [rows_out], opset=18))
+    save("reduce_sum_axes_attribute_opset13.onnx", model([
+        helper.make_node("ReduceSum", ["X"], ["Y"], name="sum_with_axes_attribute", axes=[-1])],
+        [rows], [rows_out]))
     m = model([helper.make_node("FusedConv", ["X"], ["Y"], name="fused_without_weight",
                                 domain="fusectl")], image, image_out)
     m.opset_import.append(helper.make_opsetid("fusectl", 1))
