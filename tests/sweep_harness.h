@@ -140,6 +140,9 @@ struct SweepCase {
   // makes into errors far above optimize --verify's, with the direction of the output kept. A
   // rewrite that computes something else moves the direction too.
   bool loose = false;
+  // Dims of the seeded inputs by input name (`fusectl run --shape`), for inputs whose dims are
+  // symbolic; the others' symbolic dims run at 1.
+  std::vector<std::pair<std::string, Shape>> shapes;
   // Makes the model's bytes when called, for sweeps of large models: thousands of variants of a
   // 600 KB model held at once would take gigabytes.
   std::function<std::string()> build;
@@ -188,7 +191,8 @@ struct Outcome {
 // graph without random ops) is returned as a finding: a rewrite that changed what the model
 // computes.
 inline Outcome loadAndRun(const std::string& bytes, const std::string& passes = {},
-                          bool loose = false) {
+                          bool loose = false,
+                          const std::vector<std::pair<std::string, Shape>>& shapes = {}) {
   std::unique_ptr<Model> optimized;
   try {
     optimized = parseModelBinary(bytes, "sweep.onnx", "/nonexistent-sweep-dir", {});
@@ -225,7 +229,7 @@ inline Outcome loadAndRun(const std::string& bytes, const std::string& passes = 
     load.infer_shapes = false;
     load.max_tensor_bytes = kMaxTensorBytes;
     auto model = parseModelBinary(bytes, "sweep.onnx", "/nonexistent-sweep-dir", load);
-    inputs = kernels::makeRandomInputs(*model->graph, 1);
+    inputs = kernels::makeRandomInputs(*model->graph, 1, shapes);
     deterministic = !hasNondeterministicNode(*model->graph);
     kernels::Executor executor(*model, options);
     expected = executor.run(inputs);
@@ -305,7 +309,8 @@ inline SweepResult runCases(const std::vector<SweepCase>& cases) {
         if (i % stride() != 0 || !selected(cases[i].label)) continue;
         writeRecord(pipe_fds[1], static_cast<uint32_t>(i), {});
         alarm(20);
-        const Outcome outcome = loadAndRun(cases[i].modelBytes(), cases[i].passes, cases[i].loose);
+        const Outcome outcome = loadAndRun(cases[i].modelBytes(), cases[i].passes, cases[i].loose,
+                                           cases[i].shapes);
         if (!outcome.finding.empty())
           writeRecord(pipe_fds[1], static_cast<uint32_t>(i), outcome.finding);
         else if (outcome.ran)

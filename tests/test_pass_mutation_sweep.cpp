@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -52,6 +53,7 @@ struct GoldenCase {
   std::string text;
   std::string pipeline;
   bool numeric = true;  // false: "NUMERIC: off" (the executor cannot run it, or it is random)
+  std::vector<std::pair<std::string, fusectl::Shape>> shapes;  // "SHAPE: X=3x5x24" lines
 };
 
 // The cases of one golden file, as test_passes_golden.cpp splits them: at "# -----" lines, a
@@ -83,6 +85,12 @@ std::vector<GoldenCase> goldenCases(const fs::path& path, const std::string& lab
       cur.label = fmt::format("{}: {}", label, trimmed(t.substr(7)));
     } else if (t.rfind("# NUMERIC:", 0) == 0) {
       cur.numeric = false;
+    } else if (t.rfind("# SHAPE:", 0) == 0) {
+      const std::string spec = trimmed(t.substr(8));
+      const size_t eq = spec.rfind('=');
+      if (eq != std::string::npos)
+        if (std::optional<fusectl::Shape> shape = fusectl::Shape::parse(spec.substr(eq + 1)))
+          cur.shapes.push_back({trimmed(spec.substr(0, eq)), *shape});
     }
   }
   finish();
@@ -94,6 +102,8 @@ using Mutation = std::function<void(onnx::ModelProto&)>;
 struct LabelledMutation {
   std::string label;
   Mutation apply;
+  // Dims the changed model's inputs run at, by name (over the case's own SHAPE lines).
+  std::vector<std::pair<std::string, fusectl::Shape>> run_shapes = {};
 };
 
 // A tensor of the main graph the mutations change: an initializer, or a Constant node's value.
@@ -177,6 +187,9 @@ void tensorMutations(const onnx::ModelProto& base, int64_t max_float_elements,
       add("scaled by 1.001", map([](float x) { return x * 1.001f; }));
       add("negated", map([](float x) { return -x; }));
       add("plus 1", map([](float x) { return x + 1.0f; }));
+      // Another broadcast of the same values: [8] as [8, 1] broadcasts down the other axis.
+      if (t.dims_size() >= 1)
+        add("a 1 appended to its dims", [](onnx::TensorProto& p) { p.add_dims(1); });
       if (n > 1) {
         add("first element plus 1", [](onnx::TensorProto& p) {
           std::vector<float> v = onnx::ParseData<float>(&p);
@@ -233,6 +246,11 @@ void attributeMutations(const onnx::ModelProto& base, std::vector<LabelledMutati
                          fn(*m.mutable_graph()->mutable_node(n)->mutable_attribute(a));
                        }});
       };
+      // Its default instead (Softmax's axis, Gemm's alpha, a Transpose's perm).
+      out.push_back({who + ": removed", [n, a](onnx::ModelProto& m) {
+                       auto* attrs = m.mutable_graph()->mutable_node(n)->mutable_attribute();
+                       attrs->erase(attrs->begin() + a);
+                     }});
       switch (attr.type()) {
         case onnx::AttributeProto::INT:
           add("plus 1", [](onnx::AttributeProto& p) { p.set_i(p.i() + 1); });
@@ -296,6 +314,17 @@ const std::map<std::string, std::vector<std::string>>& siblings() {
 
 void structureMutations(const onnx::ModelProto& base, std::vector<LabelledMutation>& out) {
   const auto& g = base.graph();
+  // The same nodes under another opset: Softmax before 13 flattens from its axis, ReduceMean
+  // takes its axes as an input from 18, LayerNormalization exists from 17.
+  for (int i = 0; i < base.opset_import_size(); ++i) {
+    if (!base.opset_import(i).domain().empty()) continue;
+    for (int64_t version : {11, 12, 13, 17, 18}) {
+      if (version == base.opset_import(i).version()) continue;
+      out.push_back({fmt::format("opset {}", version), [i, version](onnx::ModelProto& m) {
+                       m.mutable_opset_import(i)->set_version(version);
+                     }});
+    }
+  }
   std::vector<std::string> outputs;
   for (const auto& o : g.output()) outputs.push_back(o.name());
   for (int n = 0; n < g.node_size(); ++n) {
@@ -343,6 +372,20 @@ void structureMutations(const onnx::ModelProto& base, std::vector<LabelledMutati
                        auto* d = dims(m)->Mutable(0);
                        d->set_dim_value(d->dim_value() + 1);
                      }});
+    // The same sizes at run time, but none known to the optimizer: a pass must then prove
+    // what it assumed from the static dims, or not fire.
+    std::vector<int64_t> static_dims;
+    for (const auto& d : type.tensor_type().shape().dim())
+      if (d.has_dim_value()) static_dims.push_back(d.dim_value());
+    if (static_cast<int>(static_dims.size()) == rank) {
+      const std::string name = g.input(i).name();
+      out.push_back({who + ": every dim symbolic, run at its static dims",
+                     [dims, name](onnx::ModelProto& m) {
+                       int k = 0;
+                       for (auto& d : *dims(m)) d.set_dim_param(fmt::format("{}_d{}", name, k++));
+                     },
+                     {{name, fusectl::Shape::ofStatic(static_dims)}}});
+    }
   }
 }
 
@@ -363,6 +406,7 @@ std::vector<std::pair<std::string, std::string>> pipelinesFor(const GoldenCase& 
 void addCases(const onnx::ModelProto& base, const std::string& label,
               const std::vector<std::pair<std::string, std::string>>& pipelines,
               int64_t max_float_elements, size_t keep_every, bool loose,
+              const std::vector<std::pair<std::string, fusectl::Shape>>& shapes,
               std::vector<fusectl::sweep::SweepCase>& cases) {
   std::vector<LabelledMutation> mutations = {{"as written", [](onnx::ModelProto&) {}}};
   tensorMutations(base, max_float_elements, mutations);
@@ -370,11 +414,18 @@ void addCases(const onnx::ModelProto& base, const std::string& label,
   structureMutations(base, mutations);
   auto shared = std::make_shared<const onnx::ModelProto>(base);
   for (size_t i = 0; i < mutations.size(); i += keep_every) {
-    for (const auto& [name, pipeline] : pipelines) {
+    for (const std::pair<std::string, std::string>& pipeline : pipelines) {
       fusectl::sweep::SweepCase c;
-      c.label = fmt::format("{} ({}) [{}]", label, mutations[i].label, name);
-      c.passes = pipeline;
+      c.label = fmt::format("{} ({}) [{}]", label, mutations[i].label, pipeline.first);
+      c.passes = pipeline.second;
       c.loose = loose;
+      c.shapes = shapes;
+      for (const std::pair<std::string, fusectl::Shape>& run : mutations[i].run_shapes) {
+        auto same = std::find_if(c.shapes.begin(), c.shapes.end(),
+                                 [&](const auto& s) { return s.first == run.first; });
+        if (same != c.shapes.end()) same->second = run.second;
+        else c.shapes.push_back(run);
+      }
       c.build = [shared, apply = mutations[i].apply] {
         onnx::ModelProto m = *shared;
         apply(m);
@@ -391,7 +442,7 @@ void addGoldenCases(const GoldenCase& c, std::vector<fusectl::sweep::SweepCase>&
   onnx::ModelProto base;
   REQUIRE(base.ParseFromString(
       fusectl::modelToBinary(*fusectl::parseModelText(c.text, c.label, load))));
-  addCases(base, c.label, pipelinesFor(c), 65536, 1, false, cases);
+  addCases(base, c.label, pipelinesFor(c), 65536, 1, false, c.shapes, cases);
 }
 
 // The golden files whose index is `part` modulo `parts`; CTest spreads the parts over the cores.
@@ -457,7 +508,7 @@ TEST_CASE("every testdata model, changed in one field at a time, optimizes to a 
   for (const fs::path& file : files) {
     onnx::ModelProto base;
     REQUIRE(base.ParseFromString(readFile(file)));
-    addCases(base, fs::relative(file, root).string(), {{"-O3", ""}}, 64, 1, true, cases);
+    addCases(base, fs::relative(file, root).string(), {{"-O3", ""}}, 64, 1, true, {}, cases);
   }
   fusectl::sweep::runAndCheck("testdata models", cases, 25);
 }
