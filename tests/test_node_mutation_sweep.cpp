@@ -302,6 +302,17 @@ void addMutatedCases(const onnx::ModelProto& base, const std::string& name,
                                     [](const onnx::NodeProto& n) { return n.op_type() == "Loop"; });
   if (!has_loop) initializerMutations(base, mutations);
   attributeMutations(base, mutations);
+  // The same node under other opsets: kernels and shape rules that read a version's spelling
+  // (Softmax's axis before 13, Reduce axes as an attribute before 18, Split's split input).
+  for (int i = 0; i < base.opset_import_size(); ++i) {
+    if (!base.opset_import(i).domain().empty()) continue;
+    for (int64_t version : {7, 11, 13, 17, 18, 21}) {
+      if (version == base.opset_import(i).version()) continue;
+      mutations.push_back({fmt::format("opset {}", version), [i, version](onnx::ModelProto& m) {
+                             m.mutable_opset_import(i)->set_version(version);
+                           }});
+    }
+  }
   for (const LabelledMutation& mutation : mutations) {
     onnx::ModelProto m = base;
     mutation.apply(m);

@@ -16,7 +16,8 @@
 //  1. At least two MatMuls read X as their A with a constant 2-D weight of X's dtype; X is
 //     float32, float16 or bfloat16 with a known rank >= 2 (the merge copies weights and biases
 //     bytewise, so no value changes in any dtype). (Gemm is not taken: its transB and 2-D A need other rules.)
-//  2. The model imports opset >= 10 (Slice with starts/ends inputs).
+//  2. The model imports opset >= 10 (Slice with starts/ends inputs), and every weight has the
+//     same rows, X's last dim where that is known.
 //  3. Worth it: every member's width N_i is at least half the widest one's. Grouped-query K/V
 //     a quarter of Q's width are left separate, as the FlashRT notes observed a Q+KV merge
 //     being slower on a GPU; on this CPU bench/bench_merge_matmuls.cpp measured every merge
@@ -45,6 +46,7 @@ struct Member {
   Node* mm = nullptr;
   Node* bias_add = nullptr;   // nullptr when no constant bias Add follows
   Value* bias = nullptr;      // its constant operand
+  int64_t depth = 0;          // K_i, the weight's rows
   int64_t width = 0;          // N_i
   Value* output() const { return bias_add ? bias_add->output(0) : mm->output(0); }
 };
@@ -76,6 +78,7 @@ std::vector<Member> candidates(const Value* x) {
     if (std::any_of(out.begin(), out.end(), [c](const Member& m) { return m.mm == c; })) continue;
     Member m;
     m.mm = c;
+    m.depth = w->initializer()->dims()[0];
     m.width = w->initializer()->dims()[1];
     m.bias = constantBias(c, &m.bias_add, m.width);
     out.push_back(m);
@@ -176,6 +179,17 @@ class MergeParallelMatMulsPass : public Pass {
              fmt::format("{} MatMuls share input '{}', but the model imports opset {}: the Slices "
                          "that hand out the merged columns take inputs from opset 10 on",
                          group.size(), x->name(), opset));
+      return false;
+    }
+    // The weights are laid side by side row by row: they must all have X's K rows (a model
+    // where they do not fails at run time; merged, it read past the shorter weight).
+    const Dim& x_depth = x->shape()[x->shape().rank() - 1];
+    for (const Member& m : group) {
+      if (m.depth == group[0].depth && (!x_depth.isStatic() || x_depth.value() == m.depth))
+        continue;
+      reject(rw, m,
+             fmt::format("{} MatMuls share input '{}' {}, but {} weight has {} rows", group.size(),
+                         x->name(), x->shape().str(), m.mm->label(), m.depth));
       return false;
     }
     int64_t widest = 0, narrowest = group[0].width;
