@@ -22,6 +22,8 @@
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <onnx/defs/tensor_proto_util.h>
+#include <onnx/onnx_pb.h>
 
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/graph.h"
@@ -33,6 +35,24 @@
 #include "fusectl/passes/optimize.h"
 
 namespace fusectl::sweep {
+
+// The values of an int32/int64 TensorProto, raw_data or typed field alike (libonnx's ParseData).
+inline std::vector<int64_t> intsOf(const onnx::TensorProto& t) {
+  if (t.data_type() == onnx::TensorProto::INT64) return onnx::ParseData<int64_t>(&t);
+  const std::vector<int32_t> v = onnx::ParseData<int32_t>(&t);
+  return {v.begin(), v.end()};
+}
+
+// Replaces the values of an int32/int64 TensorProto (its dims unchanged).
+inline void setInts(onnx::TensorProto& t, const std::vector<int64_t>& values) {
+  t.clear_raw_data();
+  t.clear_int64_data();
+  t.clear_int32_data();
+  for (int64_t x : values) {
+    if (t.data_type() == onnx::TensorProto::INT64) t.add_int64_data(x);
+    else t.add_int32_data(static_cast<int32_t>(x));
+  }
+}
 
 // What `fusectl run` may make of one tensor here, as in the fuzz targets that run models.
 inline constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 20;

@@ -31,6 +31,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using fusectl::sweep::intsOf;
+using fusectl::sweep::setInts;
+
 const std::string kFullSuiteDir =
     std::string(FUSECTL_SOURCE_DIR) + "/../shared/onnx-node-tests-full/node";
 
@@ -131,24 +134,6 @@ void inputMutations(const onnx::ModelProto& base, std::vector<LabelledMutation>&
     out.push_back({who + ": a dim of 3 appended", [i](onnx::ModelProto& m) {
                      shapeOf(m, i)->add_dim()->set_dim_value(3);
                    }});
-  }
-}
-
-// The values of an int32/int64 initializer, raw_data or typed field alike (libonnx's ParseData).
-std::vector<int64_t> intsOf(const onnx::TensorProto& t) {
-  if (t.data_type() == onnx::TensorProto::INT64) return onnx::ParseData<int64_t>(&t);
-  const std::vector<int32_t> v = onnx::ParseData<int32_t>(&t);
-  return {v.begin(), v.end()};
-}
-
-// Replaces the values of an int32/int64 initializer (its dims unchanged).
-void setInts(onnx::TensorProto& t, const std::vector<int64_t>& values) {
-  t.clear_raw_data();
-  t.clear_int64_data();
-  t.clear_int32_data();
-  for (int64_t x : values) {
-    if (t.data_type() == onnx::TensorProto::INT64) t.add_int64_data(x);
-    else t.add_int32_data(static_cast<int32_t>(x));
   }
 }
 

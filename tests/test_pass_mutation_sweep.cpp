@@ -34,6 +34,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using fusectl::sweep::intsOf;
+using fusectl::sweep::setInts;
+
 std::string readFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream out;
@@ -151,22 +154,6 @@ void setFloats(onnx::TensorProto& t, const std::vector<float>& v) {
   t.clear_raw_data();
   t.clear_float_data();
   for (float x : v) t.add_float_data(x);
-}
-
-std::vector<int64_t> intsOf(const onnx::TensorProto& t) {
-  if (t.data_type() == onnx::TensorProto::INT64) return onnx::ParseData<int64_t>(&t);
-  const std::vector<int32_t> v = onnx::ParseData<int32_t>(&t);
-  return {v.begin(), v.end()};
-}
-
-void setInts(onnx::TensorProto& t, const std::vector<int64_t>& values) {
-  t.clear_raw_data();
-  t.clear_int64_data();
-  t.clear_int32_data();
-  for (int64_t x : values) {
-    if (t.data_type() == onnx::TensorProto::INT64) t.add_int64_data(x);
-    else t.add_int32_data(static_cast<int32_t>(x));
-  }
 }
 
 // Float constants: scaled by 1.001 (a near-miss of an exact constant: GELU's 0.5 and sqrt(2),
