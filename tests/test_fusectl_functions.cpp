@@ -723,8 +723,24 @@ std::vector<HalfCase> halfCases() {
   HardSwish = fusectl.FusedConv <activation = "HardSwish"> (X, W, , Z)
 }
 )";
+  // Below opset 12 (Constant without value_float) the norm bodies read the call's epsilon
+  // from its tensor twin, epsilon_tensor; fuse-group-norm does not fire there.
+  const std::string norms_opset11 = R"(g ({T}[2, 3, 8] X, {T}[2, 3, 8] Skip, {T}[8] Bias,
+     {T}[8] S, {T}[8] B, {T}[3] GS, {T}[3] GB, {T}[1, 2, 3, 8] RX, {T}[1, 1, 3, 8] Cos,
+     {T}[1, 1, 3, 8] Sin) => ({T}[2, 3, 8] LN, {T}[2, 3, 8] RMS, {T}[2, 3, 8] SLN,
+                  {T}[2, 3, 8] SLNSum, {T}[2, 3, 8] SRMS, {T}[2, 3, 8] CLN, {T}[1, 2, 3, 8] QKNorm)
+{
+  LN = fusectl.LayerNorm <axis = -1, epsilon = 1e-5> (X, S, B)
+  RMS = fusectl.RMSNorm <axis = 2, epsilon = 1e-6> (X, S)
+  SLN, SLNSum = fusectl.SkipLayerNorm <axis = -1, epsilon = 1e-5> (X, Skip, S, B)
+  SRMS = fusectl.SkipRMSNorm <axis = -1, epsilon = 1e-6> (X, Bias, S)
+  CLN = fusectl.ChannelLayerNorm <epsilon = 1e-5> (X, GS, GB)
+  QKNorm = fusectl.QKNormRotaryEmbedding <epsilon = 1e-6> (RX, S, Cos, Sin)
+}
+)";
   return {
       {"norms, opset 13", 13, norms},
+      {"norms and a QK-norm rotary, opset 11", 11, norms_opset11, /*bfloat16=*/false},
       // From opset 18 the means are ReduceSum / Cast(count): a float32 Cast inside the body.
       {"norms, opset 18", 18, norms},
       {"activations and SwiGLU", 13, R"(g ({T}[2, 6] X, {T}[2, 6] U, {T}[2, 12] P)

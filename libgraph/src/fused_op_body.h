@@ -113,6 +113,15 @@ class Body {
     Value* index = scalarConstant(DType::Int64, static_cast<int64_t>(i));
     return node("Gather", {params, index});
   }
+  // The call's float attribute `name` as a scalar tensor: Constant(value_float = @name) from
+  // opset 12, before (where Constant has only `value`) Constant(value = @<name>_tensor), the
+  // twin attachFusectlFunctions writes on the call (kTensorTwinAttributes).
+  Value* floatAttrConstant(const std::string& name) {
+    Value* out = node("Constant", {});
+    if (opset_ >= 12) refAttr("value_float", name, AttrKind::Float);
+    else refAttr("value", name + "_tensor", AttrKind::Tensor);
+    return out;
+  }
   // min(max(x, lo), hi), as Clip where Clip takes tensor bounds (opset 11+).
   Value* clamp(Value* x, Value* lo, Value* hi, const std::string& out) {
     if (opset_ >= 11) return node("Clip", {x, lo, hi}, out);

@@ -260,6 +260,20 @@ void makeParamsExplicit(Node& n, Activation act, int64_t opset,
   }
 }
 
+// Below opset 12 a body's Constant has only `value`, so the norm bodies read the call's epsilon
+// from its tensor twin epsilon_tensor (Body::floatAttrConstant); the kernels' default where the
+// call has none.
+void writeEpsilonTensor(Node& n, const FusedOpInfo& op) {
+  const bool has_epsilon =
+      std::any_of(op.attributes.begin(), op.attributes.end(),
+                  [](const FusedOpAttribute& a) { return a.name == "epsilon"; });
+  if (!has_epsilon) return;
+  const float epsilon = n.attrFloat("epsilon", 1e-5f);
+  n.setAttr(Attribute::ofFloat("epsilon", epsilon));
+  n.setAttr(Attribute::ofTensor("epsilon_tensor",
+                                Tensor::fromValues(DType::Float, {}, std::vector<float>{epsilon})));
+}
+
 // The element type a fusectl node's values are typed with: output 0's, else input 0's (both are
 // T); nullopt when neither is typed.
 std::optional<DType> typedElementType(const Node& n) {
@@ -476,6 +490,7 @@ void attachFusectlFunctions(Model& model) {
     if (op && !op->takesEpilogue()) {
       requireOpset();
       requireCastOpset(n, dtype, opset);
+      if (opset < 12) writeEpsilonTensor(n, *op);
       const std::string name = fusedDTypeSpelling(op->name, dtype);
       needed.emplace(name, Needed{op, std::nullopt, std::string(op->name), dtype});
       if (n.opType() != name) n.graph()->setOpType(&n, name, std::string(kFusectlDomain));

@@ -64,8 +64,9 @@
 //     term, every term has the same batch letters (or a leading `...` in all three) before its
 //     last two, and those are (i, j) or (j, i) for the first operand, (j, k) or (k, j) for the
 //     second and (i, k) for the output, with i, j, k distinct and not batch letters; the
-//     operands' ranks are known when an operand must be transposed. The sum over j is the
-//     product MatMul computes; its order of summation is the kernel's choice for both ops.
+//     operands' ranks are known, and the sizes of j in the two provably equal (Einsum
+//     broadcasts a j of size 1, MatMul does not). The sum over j is the product MatMul
+//     computes; its order of summation is the kernel's choice for both ops.
 //
 //  9. weights-first: the Transpose swaps the last two axes only, of a rank >= 3 value of known
 //     rank, and is read by the product only; the Softmax normalises the last axis; v has the
@@ -691,6 +692,21 @@ Constraint einsumIsMatMul() {
               return why.fail(*e, [&] {
                 return fmt::format("{} operand '{}' must be transposed but its rank is unknown",
                                    e->label(), e->input(input)->name());
+              });
+            }
+            // Einsum broadcasts a summed letter of size 1 against the other operand's size (ONNX
+            // Runtime runs it); MatMul does not. The two sizes must be the same.
+            const Shape& sa = e->input(0)->shape();
+            const Shape& sb = e->input(1)->shape();
+            const bool known = sa.hasRank() && sb.hasRank() && sa.rank() >= 2 && sb.rank() >= 2;
+            const Dim* ja = known ? &sa[sa.rank() - (eq->transpose_a ? 2 : 1)] : nullptr;
+            const Dim* jb = known ? &sb[sb.rank() - (eq->transpose_b ? 1 : 2)] : nullptr;
+            if (!known || !ja->provablyEqual(*jb)) {
+              return why.fail(*e, [&] {
+                return fmt::format("{} sums over dims {} of '{}' and {} of '{}', not provably "
+                                   "the same size (Einsum broadcasts a 1, MatMul does not)",
+                                   e->label(), known ? ja->str() : "?", e->input(0)->name(),
+                                   known ? jb->str() : "?", e->input(1)->name());
               });
             }
             return true;

@@ -8,7 +8,7 @@
 //   R    = Flatten(Sum or X, axis = @axis)
 //   LN:  D = Sub(R, ReduceMean(R)); V = ReduceMean(Mul(D, D))
 //   RMS: D = R;                     V = ReduceMean(Mul(R, R))
-//   N    = Div(D, Sqrt(Add(V, Constant(value_float = @epsilon))))
+//   N    = Div(D, Sqrt(Add(V, Constant(value_float = @epsilon))))   (@epsilon_tensor before 12)
 //   Y    = Reshape(Add(Mul(N, Reshape(Scale, [-1])), Reshape(B, [-1])), Shape(Sum or X))
 // Means are ReduceMean with an axes attribute before opset 18, ReduceSum / count from 18 on.
 // The Skip bodies output Y and Sum. libonnx 1.12's checker rejects a call that leaves a
@@ -53,6 +53,7 @@ Value* meanOverColumns(Body& b, Value* rows) {
 std::string buildNorm(const FusedOpInfo& op, int64_t opset, bool skip, bool rms) {
   FunctionDef f = startFunction(std::string(op.name), opset);
   for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  if (opset < 12) f.attributes.emplace_back("epsilon_tensor");
   Body b(opset);
   Value* x = b.input("X");
   Value* skip_in = skip ? b.input("Skip") : nullptr;
@@ -65,8 +66,7 @@ std::string buildNorm(const FusedOpInfo& op, int64_t opset, bool skip, bool rms)
   Value* centred = rows;
   if (!rms) centred = b.node("Sub", {rows, meanOverColumns(b, rows)});
   Value* var = meanOverColumns(b, b.node("Mul", {centred, centred}));
-  Value* eps = b.node("Constant", {});
-  b.refAttr("value_float", "epsilon", AttrKind::Float);
+  Value* eps = b.floatAttrConstant("epsilon");
   Value* normed = b.node("Div", {centred, b.node("Sqrt", {b.node("Add", {var, eps})})});
   Value* flat = b.intsConstant({-1});
   Value* y = b.node("Mul", {normed, b.node("Reshape", {scale, flat})});
@@ -108,14 +108,14 @@ Value* meanOverChannels(Body& b, Value* x) {
 std::string buildChannelLayerNormFunction(const FusedOpInfo& op, int64_t opset) {
   FunctionDef f = startFunction(std::string(op.name), opset);
   for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  if (opset < 12) f.attributes.emplace_back("epsilon_tensor");
   Body b(opset);
   Value* x = b.input("X");
   Value* scale = b.input("Scale");
   Value* bias = b.input("B");
   Value* centred = b.node("Sub", {x, meanOverChannels(b, x)});
   Value* var = meanOverChannels(b, b.node("Mul", {centred, centred}));
-  Value* eps = b.node("Constant", {});
-  b.refAttr("value_float", "epsilon", AttrKind::Float);
+  Value* eps = b.floatAttrConstant("epsilon");
   Value* normed = b.node("Div", {centred, b.node("Sqrt", {b.node("Add", {var, eps})})});
   Value* per_channel = perChannelShape(b, b.node("Shape", {x}), scale);
   Value* y = b.node("Mul", {normed, b.node("Reshape", {scale, per_channel})});

@@ -61,8 +61,7 @@ Value* rotateEveryTwo(Body& b, Value* x, Value* cos, Value* sin, const std::stri
 
 // N = Mul(Div(X, Sqrt(Add(mean(Mul(X, X)), epsilon))), Scale) over the last axis.
 Value* qkNorm(Body& b, Value* x, Value* scale) {
-  Value* eps = b.node("Constant", {});
-  b.refAttr("value_float", "epsilon", AttrKind::Float);
+  Value* eps = b.floatAttrConstant("epsilon");
   Value* ms = lastAxisMean(b, b.node("Mul", {x, x}));
   Value* normed = b.node("Div", {x, b.node("Sqrt", {b.node("Add", {ms, eps})})});
   return b.node("Mul", {normed, scale});
@@ -75,6 +74,7 @@ std::string rotaryFunction(const FusedOpInfo& op, int64_t opset, bool qk_norm, R
   FunctionDef f = startFunction(std::string(op.name), opset);
   if (qk_norm)
     for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  if (qk_norm && opset < 12) f.attributes.emplace_back("epsilon_tensor");
   Body b(opset);
   Value* x = b.input("X");
   Value* scale = qk_norm ? b.input("Scale") : nullptr;
