@@ -160,21 +160,13 @@ function sanitize(name, used) {
   return candidate;
 }
 
-async function main() {
-  const args = process.argv.slice(2);
-  if (args.length < 2) {
-    console.error('usage: node ort_reference.js MODEL OUT_DIR [NAME=FILE]...');
-    process.exit(2);
-  }
-  const [model, outDir, ...specs] = args;
-  const ort = loadOrt();
+// Runs `model` on the inputs NAME=FILE of `specs` and writes its outputs to outDir; returns
+// the files written. Throws on a bad spec or an ORT failure.
+async function runModel(ort, model, outDir, specs) {
   const feeds = {};
   for (const spec of specs) {
     const eq = spec.lastIndexOf('=');
-    if (eq <= 0) {
-      console.error(`ort_reference: input '${spec}' is not NAME=FILE`);
-      process.exit(2);
-    }
+    if (eq <= 0) throw new Error(`input '${spec}' is not NAME=FILE`);
     const file = spec.slice(eq + 1);
     const t = file.endsWith('.npy') ? readNpy(file) : readTensorProto(file);
     feeds[spec.slice(0, eq)] = new ort.Tensor(t.type, t.data, t.dims);
@@ -184,15 +176,32 @@ async function main() {
   const results = await session.run(feeds);
   fs.mkdirSync(outDir, { recursive: true });
   const used = new Set();
+  const written = [];
   for (const name of session.outputNames) {
     const t = results[name];
     const file = path.join(outDir, sanitize(name, used) + '.npy');
     writeNpy(file, t.type, t.dims, t.data);
-    console.log(`wrote ${file} (${t.type}[${t.dims.join(',')}])`);
+    written.push(`${file} (${t.type}[${t.dims.join(',')}])`);
   }
+  return written;
 }
 
-module.exports = { loadOrt, readNpy, writeNpy, readTensorProto };
+async function main() {
+  const args = process.argv.slice(2);
+  if (args.length < 2) {
+    console.error('usage: node ort_reference.js MODEL OUT_DIR [NAME=FILE]...');
+    process.exit(2);
+  }
+  const [model, outDir, ...specs] = args;
+  if (specs.some((spec) => spec.lastIndexOf('=') <= 0)) {
+    console.error(`ort_reference: an input is not NAME=FILE: ${specs.join(' ')}`);
+    process.exit(2);
+  }
+  const ort = loadOrt();
+  for (const file of await runModel(ort, model, outDir, specs)) console.log(`wrote ${file}`);
+}
+
+module.exports = { loadOrt, readNpy, writeNpy, readTensorProto, runModel };
 
 if (require.main === module) {
   main().catch((e) => {

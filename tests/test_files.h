@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -66,6 +67,13 @@ struct TempDir {
   }
   size_t numFiles() const { return files().size(); }
 };
+
+// Writes `bytes` to `p` (replacing it); the test fails when the file cannot be written.
+inline void writeFile(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw std::runtime_error("cannot write " + p.string());
+}
 
 // The file's bytes; "" when it cannot be read.
 inline std::string slurp(const std::filesystem::path& p) {

@@ -28,7 +28,10 @@
 #include <onnx/onnx_pb.h>
 
 #include "fusectl/graph/onnx_io.h"
+#include "fusectl/kernels/npy.h"
+#include "shell_util.h"
 #include "sweep_harness.h"
+#include "test_files.h"
 
 namespace fs = std::filesystem;
 
@@ -521,4 +524,134 @@ TEST_CASE("every testdata model, changed in one field at a time, optimizes to a 
           "computes the same (2/2)",
           "[passes][executor][sweep]") {
   sweepTestdataModels(1, 2);
+}
+
+namespace {
+
+// The golden cases of the passes whose output `--emit ort` writes as ONNX Runtime's contrib ops
+// (MultiHeadAttention, GroupQueryAttention, SkipLayerNormalization, RotaryEmbedding, FastGelu,
+// BiasGelu, FusedMatMul, QuickGelu...): fusectl's executor cannot run those, so the emitted
+// models of the sweeps above are not checked; ONNX Runtime runs them here.
+const char* const kEmitOrtDirs[] = {
+    "emit-ort",         "fuse-attention",        "fuse-gelu",
+    "fuse-layer-norm",  "fuse-matmul-epilogue",  "fuse-rms-norm",
+    "fuse-rotary",      "fuse-skip-norm",        "fuse-swiglu",
+    "unpack-packed-attention", "merge-parallel-matmuls", "canonicalize"};
+
+// Every `keep_every`-th change of those cases, as an original and its -O3 --emit ort model in
+// `dir`/<n>/ with seeded inputs: the jobs of tests/ort_batch.js (one per model).
+struct EmitOrtCase {
+  std::string label;
+  std::filesystem::path dir;
+};
+
+}  // namespace
+
+TEST_CASE("every golden case of the transformer passes, changed in one field at a time, runs "
+          "in ONNX Runtime after -O3 --emit ort as it did before",
+          "[.][ort][sweep]") {
+  const fusectl::test::OrtSetup ort = fusectl::test::findOrtSetup();
+  if (!ort.found) {
+    WARN(ort.skip_reason);
+    return;
+  }
+  const fs::path root = fs::path(FUSECTL_SOURCE_DIR) / "testdata" / "passes";
+  const fs::path work = fusectl::testing::processTempPath("fusectl_emit_ort_sweep");
+  fs::remove_all(work);
+  fs::create_directories(work);
+  std::vector<fusectl::sweep::SweepCase> cases;
+  for (const char* dir : kEmitOrtDirs) {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(root / dir))
+      if (entry.path().extension() == ".onnxtxt") files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    for (const fs::path& file : files) {
+      for (const GoldenCase& c : goldenCases(file, fs::relative(file, root).string())) {
+        fusectl::LoadOptions load;
+        load.infer_shapes = false;
+        onnx::ModelProto base;
+        REQUIRE(base.ParseFromString(
+            fusectl::modelToBinary(*fusectl::parseModelText(c.text, c.label, load))));
+        addCases(base, c.label, {{"-O3 --emit ort", ""}}, 65536, 7, true, c.shapes, cases);
+      }
+    }
+  }
+  // Each case: both models and the inputs written, one ORT job each.
+  std::vector<EmitOrtCase> written;
+  std::string jobs;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string bytes = cases[i].modelBytes();
+    std::unique_ptr<fusectl::Model> emitted;
+    std::vector<fusectl::kernels::NamedTensor> inputs;
+    try {
+      emitted = fusectl::parseModelBinary(bytes, "sweep.onnx", "/nonexistent-sweep-dir", {});
+      fusectl::passes::OptimizeRequest request;
+      request.level = 3;
+      request.pass_manager.emit_ort = true;
+      fusectl::passes::optimize(*emitted, request);
+      fusectl::LoadOptions load;
+      load.infer_shapes = false;
+      auto original = fusectl::parseModelBinary(bytes, "sweep.onnx", "/nonexistent-sweep-dir", load);
+      inputs = fusectl::kernels::makeRandomInputs(*original->graph, 1, cases[i].shapes);
+    } catch (const fusectl::Error&) {
+      continue;  // refused by fusectl: the other sweeps hold what that may be
+    }
+    const fs::path dir = work / std::to_string(i);
+    fs::create_directories(dir / "in");
+    fusectl::testing::writeFile(dir / "original.onnx", bytes);
+    fusectl::testing::writeFile(dir / "emitted.onnx", fusectl::modelToBinary(*emitted));
+    std::string specs;
+    try {
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        const fs::path npy = dir / "in" / fmt::format("{}.npy", k);
+        fusectl::kernels::writeNpy(inputs[k].tensor, npy.string());
+        specs += fmt::format("\t{}={}", inputs[k].name, npy.string());
+      }
+    } catch (const fusectl::Error&) {
+      continue;  // bfloat16 and the narrow types have no .npy dtype
+    }
+    jobs += fmt::format("{}\t{}{}\n", (dir / "original.onnx").string(), (dir / "a").string(), specs);
+    jobs += fmt::format("{}\t{}{}\n", (dir / "emitted.onnx").string(), (dir / "b").string(), specs);
+    written.push_back({cases[i].label, dir});
+  }
+  fusectl::testing::writeFile(work / "jobs.tsv", jobs);
+  const std::string cmd =
+      "FUSECTL_ORT_DIR=" + fusectl::test::shellQuote(ort.dir) + " " +
+      fusectl::test::shellQuote(ort.node) + " " +
+      fusectl::test::shellQuote(std::string(FUSECTL_SOURCE_DIR) + "/tests/ort_batch.js") + " " +
+      fusectl::test::shellQuote((work / "jobs.tsv").string()) + " > " +
+      fusectl::test::shellQuote((work / "ort.log").string()) + " 2>&1";
+  INFO(cmd);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  // Outputs of one side, by file stem (the name as ort_batch.js sanitized it).
+  auto outputsIn = [](const fs::path& dir) {
+    std::vector<fusectl::kernels::NamedTensor> out;
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(dir))
+      if (entry.path().extension() == ".npy") files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    for (const fs::path& f : files)
+      out.push_back({f.stem().string(), fusectl::kernels::readNpy(f.string())});
+    return out;
+  };
+  std::vector<std::string> failures;
+  size_t ran = 0;
+  for (const EmitOrtCase& c : written) {
+    if (fs::exists(c.dir / "a" / "error.txt")) continue;  // ORT does not run the original
+    if (fs::exists(c.dir / "b" / "error.txt")) {
+      failures.push_back(fmt::format("{}: ONNX Runtime refuses the emitted model: {}", c.label,
+                                     fusectl::testing::slurp(c.dir / "b" / "error.txt")));
+      continue;
+    }
+    ++ran;
+    const std::string differs =
+        fusectl::sweep::outputsDiffer(outputsIn(c.dir / "a"), outputsIn(c.dir / "b"), true);
+    if (!differs.empty()) failures.push_back(fmt::format("{}: {}", c.label, differs));
+  }
+  printf("emit-ort sweep: %zu models, %zu written, %zu ran in ONNX Runtime, %zu failed\n",
+         cases.size(), written.size(), ran, failures.size());
+  for (const std::string& f : failures) UNSCOPED_INFO(f);
+  CHECK(failures.empty());
+  CHECK(ran * 4 >= written.size());
+  if (failures.empty()) fs::remove_all(work);
 }
