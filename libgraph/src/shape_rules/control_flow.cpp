@@ -83,21 +83,22 @@ bool ifRule(RuleContext& ctx) {
 }
 
 // Infers `body` and relaxes its loop-carried inputs (body inputs from `first_in`, outputs from
-// `first_out`, `count` of them) whose shape the body changes: such an input is given what its
-// initial shape and the body's output agree on, and the body is inferred again, until the
-// shapes hold for every iteration (each relaxation only drops dims or the rank, so this ends).
-// Inputs whose shape the model declared (`declared`) keep it.
+// `first_out`, one per entry of `declared`) whose shape the body changes: such an input is
+// given what its initial shape and the body's output agree on, and the body is inferred again,
+// until the shapes hold for every iteration. Each round only drops dims or a rank; after 8
+// rounds without a fixed point the changing inputs lose their rank outright. Inputs whose shape
+// the model declared (`declared`) keep it.
 void inferCarriedBody(RuleContext& ctx, Graph& body, size_t first_in, size_t first_out,
                       const std::vector<bool>& declared) {
   const auto& ins = body.inputs();
   ctx.inferSubgraph(body);
-  for (int round = 0; round < 8; ++round) {
+  for (int round = 0; round <= 8; ++round) {
     bool again = false;
     for (size_t i = 0; i < declared.size(); ++i) {
       Value* in = ins[first_in + i];
       const Shape& out = body.outputs()[first_out + i]->type.shape;
       if (declared[i] || !in->type.shape.hasRank() || in->type.shape == out) continue;
-      in->type.shape = mergeShapes(in->type.shape, out);
+      in->type.shape = round < 8 ? mergeShapes(in->type.shape, out) : Shape();
       again = true;
     }
     if (!again) return;
