@@ -455,6 +455,31 @@ TEST_CASE("Einsum: matmul, transpose, trace, diagonal, batch ellipsis, implicit 
         }
   CHECK_THROWS_AS(
       KernelCase("Einsum", 12).attrString("equation", "ij,jk->ik").input(a).input(a).run(), Error);
+  // A summed letter of size 1 in one operand broadcasts against the other's (numpy.einsum,
+  // ONNX's reference, and ONNX Runtime): S[i, j] = q[i] * sum_d k[j, d]. Through the GEMM path
+  // (float32) and the direct one (double).
+  for (DType t : {DType::Float, DType::Double}) {
+    INFO(dtypeName(t));
+    const HostTensor q = iota({1, 1, 2, 1}, 1), k = iota({1, 1, 3, 4}, 2);
+    auto qt = KernelCase("Cast", 13).attrInt("to", static_cast<int64_t>(t)).input(q).run();
+    auto kt = KernelCase("Cast", 13).attrInt("to", static_cast<int64_t>(t)).input(k).run();
+    auto s = KernelCase("Einsum", 12)
+                 .attrString("equation", "bhid,bhjd->bhij")
+                 .input(qt[0])
+                 .input(kt[0])
+                 .run();
+    REQUIRE(s[0].dims() == std::vector<int64_t>{1, 1, 2, 3});
+    auto back = KernelCase("Cast", 13).attrInt("to", 1).input(s[0]).run();
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j) {
+        float sum = 0;
+        for (int64_t d = 0; d < 4; ++d) sum += k.data<float>()[j * 4 + d];
+        CHECK(back[0].data<float>()[i * 3 + j] == q.data<float>()[i] * sum);
+      }
+  }
+  // Within one operand (a diagonal) the two sizes must still agree.
+  CHECK_THROWS_AS(
+      KernelCase("Einsum", 12).attrString("equation", "ii->i").input(iota({1, 3})).run(), Error);
 }
 
 // The GEMM path of Einsum (two float32 operands, one contracted label, the output's last two

@@ -4,7 +4,8 @@
 //
 // The equation (parseEinsumEquation: einsum_equation.h) becomes labels; "..." stands for
 // broadcast dims shared by all operands
-// (right-aligned, size 1 broadcasts). Without "->" the output is the ellipsis dims followed by
+// (right-aligned, size 1 broadcasts); a letter of size 1 in one operand broadcasts against
+// another operand's size too, as numpy.einsum does. Without "->" the output is the ellipsis dims followed by
 // the labels used exactly once, in alphabetical order, as numpy does. Each operand gets a stride
 // per label (a label repeated within one operand, "ii", sums its strides: a diagonal), then every
 // output element sums the product of the operands over all contracted labels. The cost is the
@@ -101,13 +102,19 @@ void einsumKernel(KernelContext& ctx) {
     const int letters =
         static_cast<int>(parsed[k].labels.size()) - (parsed[k].has_ellipsis ? 1 : 0);
     labels[k] = expand(parsed[k], static_cast<int>(ins[k]->rank()) - letters, ell);
+    std::map<int, int64_t> own;  // this operand's sizes: a diagonal's two dims must agree
     for (size_t d = 0; d < labels[k].size(); ++d) {
       const int l = labels[k][d];
       const int64_t n = ins[k]->dim(d);
       ++count[l];
+      if (auto [mine, first] = own.emplace(l, n); !first && mine->second != n)
+        ctx.fail(fmt::format("label '{}' has sizes {} and {} in input {}",
+                             static_cast<char>(l), mine->second, n, k));
+      // A label of size 1 in one operand broadcasts against another operand's size, as
+      // numpy.einsum (ONNX's reference) and ONNX Runtime do; the strides below are 0 there.
       auto [it, fresh] = size.emplace(l, n);
       if (!fresh && it->second != n) {
-        if (l >= kEllipsisBase && (it->second == 1 || n == 1)) it->second = std::max(it->second, n);
+        if (it->second == 1 || n == 1) it->second = std::max(it->second, n);
         else
           ctx.fail(
               fmt::format("label '{}' has sizes {} and {}", static_cast<char>(l), it->second, n));
