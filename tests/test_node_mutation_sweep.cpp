@@ -11,10 +11,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +24,7 @@
 #include "fusectl/graph/fused_ops.h"
 #include "fusectl/graph/single_node.h"
 #include "sweep_harness.h"
+#include "test_files.h"
 
 namespace fs = std::filesystem;
 
@@ -40,13 +39,6 @@ const std::string kFullSuiteDir =
 // Integer inputs up to this many elements become initializers: they are shapes, axes, indices
 // and pads, which a seeded random input would only make an error.
 constexpr int kMaxConstantElements = 4096;
-
-std::string readFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 // Integer inputs up to kMaxConstantElements, and float vectors of at most 8 (Resize's scales,
 // Clip's bounds, Pad's value, a LayerNorm's epsilon-like scalars): values a kernel reads as
@@ -72,7 +64,7 @@ void fillFloats(onnx::TensorProto& t, float value) {
 
 // The test's model with its shape-like inputs as initializers; false when it cannot be read.
 bool baseModel(const fs::path& dir, onnx::ModelProto& model) {
-  if (!model.ParseFromString(readFile(dir / "model.onnx"))) return false;
+  if (!model.ParseFromString(fusectl::testing::slurp(dir / "model.onnx"))) return false;
   auto* graph = model.mutable_graph();
   std::vector<std::string> initialized;
   for (const auto& init : graph->initializer()) initialized.push_back(init.name());
@@ -85,7 +77,7 @@ bool baseModel(const fs::path& dir, onnx::ModelProto& model) {
     }
     fs::path pb = dir / "test_data_set_0" / fmt::format("input_{}.pb", data_index++);
     onnx::TensorProto t;
-    if (fs::exists(pb) && t.ParseFromString(readFile(pb)) && isShapeLike(t)) {
+    if (fs::exists(pb) && t.ParseFromString(fusectl::testing::slurp(pb)) && isShapeLike(t)) {
       t.set_name(name);
       *graph->add_initializer() = t;
       graph->mutable_input()->erase(graph->mutable_input()->begin() + i);

@@ -13,12 +13,10 @@
 // and the outputs differ: a finding, named by the case and the change.
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,6 +27,7 @@
 
 #include "fusectl/graph/onnx_io.h"
 #include "fusectl/kernels/npy.h"
+#include "golden_cases.h"
 #include "shell_util.h"
 #include "sweep_harness.h"
 #include "test_files.h"
@@ -40,67 +39,22 @@ namespace {
 using fusectl::sweep::intsOf;
 using fusectl::sweep::setInts;
 
-std::string readFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+// The cases of one golden file, named "<pass dir>/<file>" (relative to testdata/passes).
+std::vector<golden::Case> casesOf(const fs::path& file) {
+  return golden::parseFile(fs::relative(file, golden::goldenRoot()).string(),
+                           fusectl::testing::slurp(file));
 }
 
-std::string trimmed(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r");
-  size_t e = s.find_last_not_of(" \t\r");
-  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-}
+std::string labelOf(const golden::Case& c) { return fmt::format("{}: {}", c.file, c.name); }
 
-// One case of a golden file: its model text and the pipeline its RUN line names.
-struct GoldenCase {
-  std::string label;  // "<pass dir>/<file>: <CASE name>"
-  std::string text;
-  std::string pipeline;
-  bool numeric = true;  // false: "NUMERIC: off" (the executor cannot run it, or it is random)
-  std::vector<std::pair<std::string, fusectl::Shape>> shapes;  // "SHAPE: X=3x5x24" lines
-};
-
-// The cases of one golden file, as test_passes_golden.cpp splits them: at "# -----" lines, a
-// RUN line holding for the cases after it.
-std::vector<GoldenCase> goldenCases(const fs::path& path, const std::string& label) {
-  std::vector<GoldenCase> out;
-  std::istringstream in(readFile(path));
-  std::string pipeline;
-  GoldenCase cur;
-  auto finish = [&] {
-    if (!trimmed(cur.text).empty() && cur.text.find('{') != std::string::npos) {
-      if (cur.pipeline.empty()) cur.pipeline = pipeline;
-      if (cur.label.empty()) cur.label = fmt::format("{}: case {}", label, out.size() + 1);
-      out.push_back(cur);
-    }
-    cur = GoldenCase();
-  };
-  for (std::string line; std::getline(in, line);) {
-    const std::string t = trimmed(line);
-    if (t.rfind("# -----", 0) == 0) {
-      finish();
-      continue;
-    }
-    cur.text += line + "\n";
-    if (t.rfind("# RUN:", 0) == 0) {
-      pipeline = trimmed(t.substr(6));
-      cur.pipeline = pipeline;
-    } else if (t.rfind("# CASE:", 0) == 0) {
-      cur.label = fmt::format("{}: {}", label, trimmed(t.substr(7)));
-    } else if (t.rfind("# NUMERIC:", 0) == 0) {
-      cur.numeric = false;
-    } else if (t.rfind("# SHAPE:", 0) == 0) {
-      const std::string spec = trimmed(t.substr(8));
-      const size_t eq = spec.rfind('=');
-      if (eq != std::string::npos)
-        if (std::optional<fusectl::Shape> shape = fusectl::Shape::parse(spec.substr(eq + 1)))
-          cur.shapes.push_back({trimmed(spec.substr(0, eq)), *shape});
-    }
-  }
-  finish();
-  return out;
+// The case's model as a ModelProto for the mutations (shapes as written, none inferred).
+onnx::ModelProto protoOf(const golden::Case& c) {
+  fusectl::LoadOptions load;
+  load.infer_shapes = false;
+  onnx::ModelProto base;
+  REQUIRE(base.ParseFromString(
+      fusectl::modelToBinary(*fusectl::parseModelText(c.text, labelOf(c), load))));
+  return base;
 }
 
 // x + delta and -x as two's complement wraps them: a Slice's open end (INT64_MAX) plus one is
@@ -253,7 +207,8 @@ void attributeMutations(const onnx::ModelProto& base, std::vector<LabelledMutati
         case onnx::AttributeProto::INT:
           add("plus 1", [](onnx::AttributeProto& p) { p.set_i(wrapped(p.i(), 1)); });
           add("minus 1", [](onnx::AttributeProto& p) { p.set_i(wrapped(p.i(), -1)); });
-          if (attr.i() != 0) add("negated", [](onnx::AttributeProto& p) { p.set_i(negated(p.i())); });
+          if (attr.i() != 0)
+            add("negated", [](onnx::AttributeProto& p) { p.set_i(negated(p.i())); });
           break;
         case onnx::AttributeProto::INTS:
           for (int i = 0; i < std::min(attr.ints_size(), 6); ++i) {
@@ -390,7 +345,7 @@ void structureMutations(const onnx::ModelProto& base, std::vector<LabelledMutati
 // The pipelines a case is optimized by: -O3, and the case's own RUN line when it is another
 // (a level written "-ON" runs as that level) that fusectl's executor can run the output of:
 // emit-ort writes com.microsoft ops, which only ONNX Runtime runs (test_ort_optimize.cpp).
-std::vector<std::pair<std::string, std::string>> pipelinesFor(const GoldenCase& c) {
+std::vector<std::pair<std::string, std::string>> pipelinesFor(const golden::Case& c) {
   std::vector<std::pair<std::string, std::string>> out = {{"-O3", ""}};
   if (!c.pipeline.empty() && c.pipeline != "-O3" &&
       c.pipeline.find("emit-ort") == std::string::npos)
@@ -434,31 +389,17 @@ void addCases(const onnx::ModelProto& base, const std::string& label,
   }
 }
 
-void addGoldenCases(const GoldenCase& c, std::vector<fusectl::sweep::SweepCase>& cases) {
-  fusectl::LoadOptions load;
-  load.infer_shapes = false;
-  onnx::ModelProto base;
-  REQUIRE(base.ParseFromString(
-      fusectl::modelToBinary(*fusectl::parseModelText(c.text, c.label, load))));
-  addCases(base, c.label, pipelinesFor(c), 65536, 1, false, c.shapes, cases);
-}
-
 // The golden files whose index is `part` modulo `parts`; CTest spreads the parts over the cores.
 void sweepGoldenCases(size_t part, size_t parts) {
-  const fs::path root = fs::path(FUSECTL_SOURCE_DIR) / "testdata" / "passes";
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::recursive_directory_iterator(root))
-    if (entry.path().extension() == ".onnxtxt") files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
+  const std::vector<fs::path> files = golden::goldenFiles();
   REQUIRE(files.size() >= 100);
   std::vector<fusectl::sweep::SweepCase> cases;
   size_t golden = 0;
   for (size_t i = part; i < files.size(); i += parts) {
-    const std::string label = fs::relative(files[i], root).string();
-    for (const GoldenCase& c : goldenCases(files[i], label)) {
+    for (const golden::Case& c : casesOf(files[i])) {
       if (!c.numeric) continue;
       ++golden;
-      addGoldenCases(c, cases);
+      addCases(protoOf(c), labelOf(c), pipelinesFor(c), 65536, 1, false, c.shapes, cases);
     }
   }
   CHECK(golden >= 100);
@@ -506,7 +447,7 @@ void sweepTestdataModels(size_t part, size_t parts) {
   std::vector<fusectl::sweep::SweepCase> cases;
   for (size_t i = part; i < files.size(); i += parts) {
     onnx::ModelProto base;
-    REQUIRE(base.ParseFromString(readFile(files[i])));
+    REQUIRE(base.ParseFromString(fusectl::testing::slurp(files[i])));
     addCases(base, fs::relative(files[i], root).string(), {{"-O3", ""}}, 64, 1, true, {}, cases);
   }
   fusectl::sweep::runAndCheck(fmt::format("testdata models, part {} of {}", part + 1, parts),
@@ -555,26 +496,16 @@ TEST_CASE("every golden case of the transformer passes, changed in one field at 
     WARN(ort.skip_reason);
     return;
   }
-  const fs::path root = fs::path(FUSECTL_SOURCE_DIR) / "testdata" / "passes";
   const fs::path work = fusectl::testing::processTempPath("fusectl_emit_ort_sweep");
   fs::remove_all(work);
   fs::create_directories(work);
   std::vector<fusectl::sweep::SweepCase> cases;
-  for (const char* dir : kEmitOrtDirs) {
-    std::vector<fs::path> files;
-    for (const auto& entry : fs::directory_iterator(root / dir))
-      if (entry.path().extension() == ".onnxtxt") files.push_back(entry.path());
-    std::sort(files.begin(), files.end());
-    for (const fs::path& file : files) {
-      for (const GoldenCase& c : goldenCases(file, fs::relative(file, root).string())) {
-        fusectl::LoadOptions load;
-        load.infer_shapes = false;
-        onnx::ModelProto base;
-        REQUIRE(base.ParseFromString(
-            fusectl::modelToBinary(*fusectl::parseModelText(c.text, c.label, load))));
-        addCases(base, c.label, {{"-O3 --emit ort", ""}}, 65536, 7, true, c.shapes, cases);
-      }
-    }
+  for (const fs::path& file : golden::goldenFiles()) {
+    const std::string dir = file.parent_path().filename().string();
+    if (std::find(std::begin(kEmitOrtDirs), std::end(kEmitOrtDirs), dir) == std::end(kEmitOrtDirs))
+      continue;
+    for (const golden::Case& c : casesOf(file))
+      addCases(protoOf(c), labelOf(c), {{"-O3 --emit ort", ""}}, 65536, 7, true, c.shapes, cases);
   }
   // Each case: both models and the inputs written, one ORT job each.
   std::vector<EmitOrtCase> written;
@@ -591,7 +522,8 @@ TEST_CASE("every golden case of the transformer passes, changed in one field at 
       fusectl::passes::optimize(*emitted, request);
       fusectl::LoadOptions load;
       load.infer_shapes = false;
-      auto original = fusectl::parseModelBinary(bytes, "sweep.onnx", "/nonexistent-sweep-dir", load);
+      auto original =
+          fusectl::parseModelBinary(bytes, "sweep.onnx", "/nonexistent-sweep-dir", load);
       inputs = fusectl::kernels::makeRandomInputs(*original->graph, 1, cases[i].shapes);
     } catch (const fusectl::Error&) {
       continue;  // refused by fusectl: the other sweeps hold what that may be
@@ -610,7 +542,8 @@ TEST_CASE("every golden case of the transformer passes, changed in one field at 
     } catch (const fusectl::Error&) {
       continue;  // bfloat16 and the narrow types have no .npy dtype
     }
-    jobs += fmt::format("{}\t{}{}\n", (dir / "original.onnx").string(), (dir / "a").string(), specs);
+    jobs += fmt::format("{}\t{}{}\n", (dir / "original.onnx").string(), (dir / "a").string(),
+                        specs);
     jobs += fmt::format("{}\t{}{}\n", (dir / "emitted.onnx").string(), (dir / "b").string(), specs);
     written.push_back({cases[i].label, dir});
   }
