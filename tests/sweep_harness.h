@@ -110,8 +110,8 @@ inline kernels::Tolerance optimizedTolerance() {
 }
 
 // "" when the optimized model's outputs agree with the original's, else what differs first.
-// Dtypes that compareTensors cannot read as numbers (float8, int4, strings...) are held to the
-// same bytes or strings.
+// Dtypes that compareTensors cannot read as numbers (complex, and the values of sequences and
+// optionals) are held to the same bytes.
 inline std::string outputsDiffer(const std::vector<kernels::NamedTensor>& expected,
                                  const std::vector<kernels::NamedTensor>& actual, bool loose) {
   for (const kernels::NamedTensor& e : expected) {

@@ -102,25 +102,13 @@ class Body {
   // params[i] as a scalar tensor, params the attribute readParamsFrom named.
   Value* param(size_t i) {
     Value*& params = params_[params_attribute_];
-    if (!params) {
-      params = node("Constant", {});
-      if (opset_ >= 12) {
-        refAttr("value_floats", params_attribute_, AttrKind::Floats);
-      } else {
-        refAttr("value", params_attribute_ + "_tensor", AttrKind::Tensor);
-      }
-    }
+    if (!params) params = attrConstant(params_attribute_, "value_floats", AttrKind::Floats);
     Value* index = scalarConstant(DType::Int64, static_cast<int64_t>(i));
     return node("Gather", {params, index});
   }
-  // The call's float attribute `name` as a scalar tensor: Constant(value_float = @name) from
-  // opset 12, before (where Constant has only `value`) Constant(value = @<name>_tensor), the
-  // twin attachFusectlFunctions writes on the call (kTensorTwinAttributes).
+  // The call's float attribute `name` (the norms' epsilon) as a scalar tensor.
   Value* floatAttrConstant(const std::string& name) {
-    Value* out = node("Constant", {});
-    if (opset_ >= 12) refAttr("value_float", name, AttrKind::Float);
-    else refAttr("value", name + "_tensor", AttrKind::Tensor);
-    return out;
+    return attrConstant(name, "value_float", AttrKind::Float);
   }
   // min(max(x, lo), hi), as Clip where Clip takes tensor bounds (opset 11+).
   Value* clamp(Value* x, Value* lo, Value* hi, const std::string& out) {
@@ -129,6 +117,16 @@ class Body {
   }
 
  private:
+  // A Constant holding the call's attribute `name`: Constant(<value_attr> = @name) from opset
+  // 12; before, where Constant has only `value`, Constant(value = @<name>_tensor), the tensor
+  // twin attachFusectlFunctions writes on the call (makeParamsExplicit, writeEpsilonTensor).
+  Value* attrConstant(const std::string& name, const char* value_attr, AttrKind kind) {
+    Value* out = node("Constant", {});
+    if (opset_ >= 12) refAttr(value_attr, name, kind);
+    else refAttr("value", name + "_tensor", AttrKind::Tensor);
+    return out;
+  }
+
   std::unique_ptr<Graph> graph_;
   int64_t opset_;
   Node* last_ = nullptr;

@@ -26,6 +26,7 @@
 
 #include <onnx/defs/schema.h>
 
+#include <algorithm>
 #include <climits>
 #include <string_view>
 
@@ -152,11 +153,13 @@ class SchemaChecker {
       if (it == known.end()) {
         // A value this version takes as an input (ReduceSum-13's axes, Clip-11's min): given as
         // an attribute it is ignored by the op, but not by a reader of the attribute.
-        for (const auto& param : formal_in)
-          if (exact && param.GetName() == a.name)
-            return fmt::format("attribute '{}' is an input of {}: the op ignores it as an "
-                               "attribute",
-                               a.name, op);
+        const bool is_input =
+            exact && std::any_of(formal_in.begin(), formal_in.end(),
+                                 [&](const auto& param) { return param.GetName() == a.name; });
+        if (is_input)
+          return fmt::format("attribute '{}' is an input of {}: the op ignores it as an "
+                             "attribute",
+                             a.name, op);
         continue;
       }
       const AttrKind expected = static_cast<AttrKind>(it->second.type);

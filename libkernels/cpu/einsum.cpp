@@ -3,10 +3,10 @@
 // the packed GEMM once per batch index (below).
 //
 // The equation (parseEinsumEquation: einsum_equation.h) becomes labels; "..." stands for
-// broadcast dims shared by all operands
-// (right-aligned, size 1 broadcasts); a letter of size 1 in one operand broadcasts against
-// another operand's size too, as numpy.einsum does. Without "->" the output is the ellipsis dims followed by
-// the labels used exactly once, in alphabetical order, as numpy does. Each operand gets a stride
+// broadcast dims shared by all operands (right-aligned, size 1 broadcasts); a letter of size 1
+// in one operand broadcasts against another operand's size too, as numpy.einsum does. Without
+// "->" the output is the ellipsis dims followed by the labels used exactly once, in
+// alphabetical order, as numpy does. Each operand gets a stride
 // per label (a label repeated within one operand, "ii", sums its strides: a diagonal), then every
 // output element sums the product of the operands over all contracted labels. The cost is the
 // product of all label sizes: a matmul costs M*N*K, as a naive loop would.

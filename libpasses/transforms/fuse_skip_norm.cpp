@@ -129,16 +129,16 @@ Constraint normParametersWhole() {
   return {"norm-parameters", [](const Match& m, Why& why) {
             Node* n = m.get("n");
             const Shape& sum = m.get("a")->output(0)->shape();
-            const int64_t rank = sum.hasRank() ? static_cast<int64_t>(sum.rank()) : -1;
-            int64_t axis = n->attrInt("axis", -1);
-            if (axis < 0 && rank >= 0) axis += rank;
-            std::optional<int64_t> normalised = 1;
-            for (int64_t i = axis; normalised && rank >= 0 && axis >= 0 && i < rank; ++i) {
-              const Dim& d = sum[static_cast<size_t>(i)];
-              if (!d.isStatic() || __builtin_mul_overflow(*normalised, d.value(), &*normalised))
-                normalised.reset();
+            // The normalised dims' product: nullopt where the rank, the axis or a dim is unknown.
+            std::optional<int64_t> normalised;
+            if (sum.hasRank()) {
+              const int64_t rank = static_cast<int64_t>(sum.rank());
+              int64_t axis = n->attrInt("axis", -1);
+              if (axis < 0) axis += rank;
+              if (axis >= 0 && axis < rank)
+                normalised = Shape(std::vector<Dim>(sum.dims().begin() + axis, sum.dims().end()))
+                                 .staticNumel();
             }
-            if (rank < 0 || axis < 0 || axis >= rank) normalised.reset();
             for (size_t i = 1; i < n->numInputs() && i <= 2; ++i) {
               const Value* p = n->input(i);
               if (!p) continue;
