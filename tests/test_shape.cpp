@@ -69,6 +69,39 @@ TEST_CASE("dim: arithmetic keeps symbols and is exact") {
   CHECK((sym("batch") * Dim::known(big) * Dim::known(2)).isUnknown());
 }
 
+TEST_CASE("dim: floor and ceil division keep symbols in one canonical form") {
+  Dim h = sym("h");
+  // Static operands: floor and ceil, negative numerators included.
+  CHECK(floorDiv(Dim::known(7), 2).value() == 3);
+  CHECK(floorDiv(Dim::known(-7), 2).value() == -4);
+  CHECK(ceilDiv(Dim::known(7), 2).value() == 4);
+  CHECK(ceilDiv(Dim::known(-7), 2).value() == -3);
+  // Terms the divisor divides leave the floor exactly; a remainder below it floors to 0.
+  CHECK(floorDiv(sym("2*h+3"), 2) == h + Dim::known(1));
+  CHECK(floorDiv(sym("4*h*w"), 2).str() == "2*h*w");
+  CHECK(floorDiv(h, 1) == h);
+  CHECK(floorDiv(h, 2).str() == "floor(h/2)");
+  CHECK(floorDiv(sym("3*h"), 2).str() == "floor(h/2)+h");
+  // A stride-2 window of 3 with one pad each side, (h + 2 - 3) / 2 + 1, and SAME's ceil(h / 2)
+  // are one dim, as are the same windows on equal planes.
+  Dim padded = floorDiv(h + Dim::known(2 - 3), 2) + Dim::known(1);
+  CHECK(padded.str() == "floor((h+1)/2)");
+  CHECK(padded.provablyEqual(ceilDiv(h, 2)));
+  CHECK(floorDiv(h - Dim::known(3), 2).str() == "floor((h+1)/2)-2");
+  // Nested windows stay comparable; the result multiplies like a name.
+  Dim quarter = ceilDiv(ceilDiv(h, 2), 2);
+  CHECK(quarter.str() == "floor((floor((h+1)/2)+1)/2)");
+  CHECK(quarter.provablyEqual(ceilDiv(padded, 2)));
+  CHECK((quarter * Dim::known(2)).str() == "2*floor((floor((h+1)/2)+1)/2)");
+  CHECK(!floorDiv(h, 2).provablyEqual(floorDiv(h + Dim::known(1), 2)));
+  // Unknown in, unknown out; a divisor that is not positive is unknown too.
+  CHECK(floorDiv(Dim(), 2).isUnknown());
+  CHECK(floorDiv(h, 0).isUnknown());
+  CHECK(ceilDiv(h, -2).isUnknown());
+  // floor(c / d) * d below INT64_MIN: unknown, not a wrapped coefficient.
+  CHECK(floorDiv(Dim::symbolic("-9223372036854775807*h"), 3).isUnknown());
+}
+
 TEST_CASE("dim: provable equality and structural identity") {
   CHECK(sym("batch").provablyEqual(sym("batch")));
   CHECK(sym("a*b").provablyEqual(sym("b*a")));

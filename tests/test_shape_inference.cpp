@@ -97,17 +97,52 @@ TEST_CASE("shape inference: Conv, BatchNormalization, pools and Gemm on a CNN") 
   CHECK(typeOf(fc) == "float[batch,10]");
 }
 
-TEST_CASE("shape inference: symbolic spatial dims survive stride-1 convolutions") {
+TEST_CASE("shape inference: symbolic spatial dims survive convolutions and pools") {
   ModelBuilder b(13);
   Value* x = b.input("x", DType::Float, "1x4xhxw");
   Value* w = b.floats(std::vector<float>(4 * 4 * 3 * 3), {4, 4, 3, 3});
   Value* same = b.op("Conv", {x, w}, {ints("pads", {1, 1, 1, 1})});
   Value* valid = b.op("Conv", {x, w});
   Value* strided = b.op("Conv", {x, w}, {ints("strides", {2, 2})});
+  Value* padded = b.op("Conv", {x, w}, {ints("strides", {2, 2}), ints("pads", {1, 1, 1, 1})});
+  Value* same_upper = b.op("Conv", {x, w}, {ints("strides", {2, 2}), str("auto_pad", "SAME_UPPER")});
+  Value* twice = b.op("Conv", {padded, w}, {ints("strides", {2, 2}), ints("pads", {1, 1, 1, 1})});
+  // ceil_mode: no window can start in the right padding when stride + pad_end <= kernel, so the
+  // ceiling is exact; otherwise the count depends on h and stays unknown.
+  Value* ceil = b.op("MaxPool", {x}, {ints("kernel_shape", {3, 3}), ints("strides", {2, 2}),
+                                      i("ceil_mode", 1)});
+  Value* ceil_padded = b.op("MaxPool", {x}, {ints("kernel_shape", {1, 1}), ints("strides", {2, 2}),
+                                             i("ceil_mode", 1), ints("pads", {1, 1, 1, 1})});
+  Value* ceil_unit = b.op("MaxPool", {x}, {ints("kernel_shape", {1, 1}), i("ceil_mode", 1),
+                                           ints("pads", {0, 0, 1, 1})});
   b.infer();
   CHECK(shapeOf(same) == "[1,4,h,w]");
   CHECK(shapeOf(valid) == "[1,4,h-2,w-2]");
-  CHECK(shapeOf(strided) == "[1,4,?,?]");
+  CHECK(shapeOf(strided) == "[1,4,floor((h+1)/2)-1,floor((w+1)/2)-1]");
+  CHECK(shapeOf(padded) == "[1,4,floor((h+1)/2),floor((w+1)/2)]");
+  CHECK(shapeOf(same_upper) == shapeOf(padded));
+  CHECK(shapeOf(twice) == "[1,4,floor((floor((h+1)/2)+1)/2),floor((floor((w+1)/2)+1)/2)]");
+  CHECK(shapeOf(ceil) == "[1,4,floor(h/2),floor(w/2)]");
+  CHECK(shapeOf(ceil_padded) == "[1,4,?,?]");
+  // Stride 1 with the end pad as wide as the window: the last window always lies in the padding.
+  CHECK(shapeOf(ceil_unit) == "[1,4,h,w]");
+  // The symbolic forms agree with the static rule wherever h is known.
+  for (int64_t h = 3; h <= 40; ++h) {
+    ModelBuilder s(13);
+    const std::string dims = "1x4x" + std::to_string(h) + "x" + std::to_string(h + 1);
+    Value* xs = s.input("x", DType::Float, dims.c_str());
+    Value* ws = s.floats(std::vector<float>(4 * 4 * 3 * 3), {4, 4, 3, 3});
+    Value* st = s.op("Conv", {xs, ws}, {ints("strides", {2, 2})});
+    Value* pd = s.op("Conv", {xs, ws}, {ints("strides", {2, 2}), ints("pads", {1, 1, 1, 1})});
+    Value* ce = s.op("MaxPool", {xs}, {ints("kernel_shape", {3, 3}), ints("strides", {2, 2}),
+                                       i("ceil_mode", 1)});
+    s.infer();
+    INFO("h = " << h);
+    CHECK(st->shape()[2].value() == (h + 1) / 2 - 1);
+    CHECK(pd->shape()[2].value() == (h + 1) / 2);
+    CHECK(ce->shape()[2].value() == h / 2);
+    CHECK(pd->shape()[3].value() == (h + 2) / 2);
+  }
 }
 
 TEST_CASE("shape inference: MaxPool ceil_mode, dilations and Indices") {

@@ -342,6 +342,32 @@ Dim operator/(const Dim& a, const Dim& b) {
   return combine(a, b, [](const Poly& x, const Poly& y) { return divide(x, y); });
 }
 
+Dim floorDiv(const Dim& a, int64_t d) {
+  if (d <= 0) return Dim::unknown();
+  if (a.isStatic()) return Dim::known(a.value() / d - (a.value() % d < 0));
+  if (d == 1) return a;
+  auto p = toPoly(a);
+  if (!p) return Dim::unknown();
+  Poly quotient, remainder;
+  for (const auto& [m, c] : *p) {
+    int64_t q = c / d - (c % d < 0), qd = 0;
+    if (__builtin_mul_overflow(q, d, &qd)) return Dim::unknown();
+    if (q != 0) quotient[m] = q;
+    if (c - qd != 0) remainder[m] = c - qd;  // in [0, d)
+  }
+  // A remainder that is a constant in [0, d) floors to 0.
+  if (remainder.empty() || (remainder.size() == 1 && remainder.begin()->first.empty()))
+    return fromPoly(quotient);
+  std::string r = render(remainder);
+  std::string atom = "floor(" + (needsParens(r) ? "(" + r + ")" : r) + "/" + std::to_string(d) + ")";
+  return fromPoly(add(quotient, Poly{{{std::move(atom)}, 1}}, 1));
+}
+
+Dim ceilDiv(const Dim& a, int64_t d) {
+  if (d <= 0) return Dim::unknown();
+  return floorDiv(a + Dim::known(d - 1), d);
+}
+
 bool Dim::provablyEqual(const Dim& o) const {
   if (isUnknown() || o.isUnknown()) return false;
   return value_ == o.value_ && symbol_ == o.symbol_;  // symbols are interned

@@ -20,7 +20,9 @@
 //  3. its output is no graph output and is read by group members only (one output leaves the
 //     group), and has the group output's shape: a smaller value would be computed again for
 //     every output element it broadcasts to (a [1, 1, 1, S] mask chain 12 x S times over), so
-//     it stays out and the program broadcasts it as an input;
+//     it stays out and the program broadcasts it as an input. Equal dims prove it, or, where
+//     dims are unknown, the broadcasting of the elementwise ops between the two
+//     (SameShapeClasses);
 //  4. the group stays within 64 instructions and 8 tensor inputs (the kernel's registers and
 //     fusectl::Elementwise's inputs);
 //  and the model imports opset 7 or later (before it the binary ops broadcast one way, along an
@@ -157,6 +159,64 @@ std::optional<Translation> translate(const Node& n, int64_t opset, std::string& 
   return t;
 }
 
+// Values whose shapes are provably one another's even where their dims are not known (a
+// convolution's output over a dynamic plane, [N, C, ?, ?]): an elementwise node's output has the
+// shape of an operand that every other operand broadcasts into (each of their dims is 1 or
+// provably that operand's, or the two are in one class already). So x * gate[N, C, 1, 1] and
+// x + that product are in x's class, and both may join a group whose output is x + x * gate.
+class SameShapeClasses {
+ public:
+  // `order` topological; call only for opset 7 and later (trailing-axis broadcasting).
+  explicit SameShapeClasses(const std::vector<Node*>& order) {
+    for (const Node* n : order) {
+      const bool elementwise = n->domain().empty() && isElementwise(opClassOf(*n));
+      if (!elementwise || n->numOutputs() != 1 || !n->output(0) || n->numInputs() == 0) continue;
+      for (size_t i = 0; i < n->numInputs(); ++i) {
+        const Value* u = n->input(i);
+        if (!u || !u->shape().hasRank()) continue;
+        bool dominates = true;
+        for (size_t j = 0; j < n->numInputs() && dominates; ++j)
+          if (j != i && n->input(j)) dominates = broadcastsInto(n->input(j), u);
+        const Shape& out = n->output(0)->shape();
+        if (dominates && (!out.hasRank() || out.rank() == u->shape().rank())) {
+          parent_[n->output(0)] = find(u);
+          break;
+        }
+      }
+    }
+  }
+
+  bool same(const Value* a, const Value* b) {
+    return dimsProvablyEqual(a->shape(), b->shape()) || find(a) == find(b);
+  }
+
+ private:
+  std::unordered_map<const Value*, const Value*> parent_;
+
+  const Value* find(const Value* v) {
+    auto it = parent_.find(v);
+    if (it == parent_.end()) return v;
+    const Value* root = find(it->second);
+    it->second = root;
+    return root;
+  }
+
+  // Every dim of w is 1 or u's (aligned from the last), or w has u's shape by class.
+  bool broadcastsInto(const Value* w, const Value* u) {
+    if (find(w) == find(u)) return true;
+    const Shape& ws = w->shape();
+    const Shape& us = u->shape();
+    if (!ws.hasRank() || ws.rank() > us.rank()) return false;
+    const size_t offset = us.rank() - ws.rank();
+    for (size_t d = 0; d < ws.rank(); ++d) {
+      const Dim& wd = ws[d];
+      if (wd.isStatic() && wd.value() == 1) continue;
+      if (!wd.provablyEqual(us[offset + d])) return false;
+    }
+    return true;
+  }
+};
+
 struct Candidate {
   Translation t;
   size_t position = 0;  // index in node order
@@ -201,6 +261,8 @@ class FuseElementwisePass : public Pass {
       return false;
     }
 
+    SameShapeClasses shapes(order);
+    shapes_ = &shapes;
     bool changed = false;
     int next_group = 0;
     for (size_t i = order.size(); i-- > 0;) {
@@ -219,10 +281,12 @@ class FuseElementwisePass : public Pass {
       if (fuse(rw, candidates, members)) changed = true;
     }
     flushRejections(rw);
+    shapes_ = nullptr;
     return changed;
   }
 
  private:
+  SameShapeClasses* shapes_ = nullptr;  // of the running sweep
   // A node kept out of the group of `root`, reported when the sweep is over (flushRejections).
   struct Deferred {
     std::string root, node, constraint, reason;
@@ -314,7 +378,7 @@ class FuseElementwisePass : public Pass {
           // A producer of a smaller value (a [1, 1, 1, S] mask before it meets [B, H, S, S]
           // scores) would run once per output element instead of once per its own: it stays
           // out, and its output is an input the program broadcasts.
-          if (!dimsProvablyEqual(v->shape(), root->output(0)->shape())) {
+          if (!shapes_->same(v, root->output(0))) {
             if (reported.insert(p).second)
               reject(rw, *root, *p, "same-shape",
                      fmt::format("{} output '{}' {} is not provably the shape {} of the group's "

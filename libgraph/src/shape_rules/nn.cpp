@@ -7,7 +7,8 @@
 //   VALID:                       floor((in - ek) / s) + 1
 //   ConvTranspose:               s*(in-1) + output_padding + ek - pb - pe, or in*s for SAME,
 //                                or the output_shape attribute when given.
-// A symbolic `in` stays symbolic when s == 1 (or for ConvTranspose, always): "h+2", "2*h".
+// A symbolic `in` stays symbolic: "h+2", "2*h", "floor((h+1)/2)" (fusectl::floorDiv); only a
+// ceil_mode window that may start in the right padding gives an unknown dim.
 // With ceil_mode, a last window that would start inside the right padding is dropped, as in
 // PyTorch and current ONNX (onnx 1.12's own inference gets that case wrong).
 #include <algorithm>
@@ -72,7 +73,7 @@ Dim windowOutput(RuleContext& ctx, const Dim& in, const WindowParams& p, size_t 
   }
   if (p.same()) {
     if (in.isStatic()) return Dim::known(ceilDiv(in.value(), s));
-    return s == 1 ? in : Dim::unknown();
+    return fusectl::ceilDiv(in, s);
   }
   Dim k = p.kernel(i);
   if (!k.isStatic()) return Dim::unknown();
@@ -88,7 +89,15 @@ Dim windowOutput(RuleContext& ctx, const Dim& in, const WindowParams& p, size_t 
     ctx.warn("kernel_shape, dilations, strides and pads overflow the window's extent");
     return Dim::unknown();
   }
-  if (!in.isStatic()) return s == 1 ? in + Dim::known(pb + pe - ek + 1) : Dim::unknown();
+  if (!in.isStatic()) {
+    Dim span_dim = in + Dim::known(pb + pe - ek);
+    if (!ceil_mode) return fusectl::floorDiv(span_dim, s) + Dim::known(1);
+    // The last window starts inside the right padding only when s + pe > ek; what that drops
+    // depends on the value of `in`.
+    if (s + pe <= ek) return fusectl::ceilDiv(span_dim, s) + Dim::known(1);
+    // At stride 1 that window is the last one whatever `in` is (pe >= ek).
+    return s == 1 ? span_dim : Dim::unknown();
+  }
   if (span < 0) {
     ctx.warn(fmt::format("window of {} does not fit the padded input {}", ek, in.value() + pb + pe));
     return Dim::unknown();

@@ -101,6 +101,13 @@ class Shape {
   bool has_rank_ = false;
 };
 
+// floor(a / d) and ceil(a / d) for a divisor d > 0 (unknown otherwise), exact on symbols: the
+// windows of a strided Conv or pool over a dynamic plane. Terms whose coefficients d divides
+// leave the floor (symbols are integers), so the rest is the canonical remainder:
+// floorDiv("2*h+3", 2) is "h+1", floorDiv("h-1", 2)+1 and ceilDiv("h", 2) are both "floor((h+1)/2)".
+Dim floorDiv(const Dim& a, int64_t d);
+Dim ceilDiv(const Dim& a, int64_t d);
+
 // ONNX multidirectional (NumPy) broadcasting; nullopt when the shapes provably cannot broadcast.
 std::optional<Shape> broadcastShapes(const Shape& a, const Shape& b);
 
