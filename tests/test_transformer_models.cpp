@@ -217,6 +217,24 @@ std::vector<TransformerModel> transformerModels() {
        false,
        {{"fusectl::AttentionPacked", 2}, {"fusectl::FusedMatMul", 6},
         {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::SkipLayerNorm", 4}}},
+      // The same encoder exported at opset 12, as older exporters default to: its LayerNorms
+      // written out, and Softmax(axis = 3) on the rank-4 scores (before opset 13 only an axis
+      // of rank - 1 normalises the last axis alone). The same nodes as bert_op17.
+      {"bert_op12",
+       {{"hidden", {2, 8, 64}}, {"attention_mask", {2, 1, 1, 8}}},
+       false,
+       {{"fusectl::AttentionPacked", 2}, {"fusectl::FusedMatMul", 6},
+        {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::SkipLayerNorm", 4}}},
+      // vit_mha_encoder's blocks at opset 11: the heads folded into the batch are viewed with
+      // Unsqueeze/Squeeze of attribute axes while fuse-attention runs, and the bodies (opset 11,
+      // no value_float/value_int) read their scalars from the `*_tensor` twins. The same nodes.
+      {"vit_mha_encoder_op11",
+       {{"tokens", {1, 17, 64}}},
+       false,
+       {{"Reshape", 4}, {"fusectl::AttentionPacked", 2},
+        {"fusectl::FusedMatMul", 5}, {"fusectl::FusedMatMul_Add", 1},
+        {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::LayerNorm", 2},
+        {"fusectl::SkipLayerNorm", 3}}},
   };
 }
 
@@ -459,6 +477,12 @@ TEST_CASE("transformer models: the --emit ort output runs in ONNX Runtime as the
       {"bert_op17",
        {{"com.microsoft::BiasGelu", 2}, {"com.microsoft::MultiHeadAttention", 2},
         {"LayerNormalization", 4}, {"Sum", 4}}},
+      {"bert_op12",
+       {{"com.microsoft::BiasGelu", 2}, {"com.microsoft::MultiHeadAttention", 2},
+        {"LayerNormalization", 4}, {"Sum", 4}}},
+      {"vit_mha_encoder_op11",
+       {{"LayerNormalization", 5}, {"com.microsoft::BiasGelu", 2},
+        {"com.microsoft::MultiHeadAttention", 2}, {"Sum", 3}}},
       {"vit_encoder_op13",
        {{"LayerNormalization", 5}, {"com.microsoft::BiasGelu", 2},
         {"com.microsoft::MultiHeadAttention", 2}, {"Sum", 1}}},

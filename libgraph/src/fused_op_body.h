@@ -110,6 +110,10 @@ class Body {
   Value* floatAttrConstant(const std::string& name) {
     return attrConstant(name, "value_float", AttrKind::Float);
   }
+  // The call's int attribute `name` (Attention's causal, the packed heads) as a scalar tensor.
+  Value* intAttrConstant(const std::string& name) {
+    return attrConstant(name, "value_int", AttrKind::Int);
+  }
   // min(max(x, lo), hi), as Clip where Clip takes tensor bounds (opset 11+).
   Value* clamp(Value* x, Value* lo, Value* hi, const std::string& out) {
     if (opset_ >= 11) return node("Clip", {x, lo, hi}, out);
@@ -119,7 +123,7 @@ class Body {
  private:
   // A Constant holding the call's attribute `name`: Constant(<value_attr> = @name) from opset
   // 12; before, where Constant has only `value`, Constant(value = @<name>_tensor), the tensor
-  // twin attachFusectlFunctions writes on the call (makeParamsExplicit, writeEpsilonTensor).
+  // twin attachFusectlFunctions writes on the call (makeParamsExplicit, writeTensorTwins).
   Value* attrConstant(const std::string& name, const char* value_attr, AttrKind kind) {
     Value* out = node("Constant", {});
     if (opset_ >= 12) refAttr(value_attr, name, kind);
@@ -134,6 +138,14 @@ class Body {
   std::map<std::string, Value*> params_;  // the Constant each params attribute is read into
   int next_ = 0;
 };
+
+// The scalar attributes bodies read through a Constant (Body::floatAttrConstant,
+// intAttrConstant): below opset 12, where Constant has only `value`, the call carries each one's
+// tensor twin, the name + "_tensor" (attachFusectlFunctions), and the function declares it.
+inline bool readsTensorTwin(std::string_view attribute) {
+  return attribute == "epsilon" || attribute == "scale" || attribute == "causal" ||
+         attribute == "num_heads" || attribute == "kv_num_heads";
+}
 
 // A fusectl-domain function `name` whose body uses the default domain at `opset`.
 inline FunctionDef startFunction(const std::string& name, int64_t opset) {

@@ -260,18 +260,25 @@ void makeParamsExplicit(Node& n, Activation act, int64_t opset,
   }
 }
 
-// Below opset 12 a body's Constant has only `value`, so the norm bodies read the call's epsilon
-// from its tensor twin epsilon_tensor (Body::floatAttrConstant); the kernels' default where the
-// call has none.
-void writeEpsilonTensor(Node& n, const FusedOpInfo& op) {
-  const bool has_epsilon =
-      std::any_of(op.attributes.begin(), op.attributes.end(),
-                  [](const FusedOpAttribute& a) { return a.name == "epsilon"; });
-  if (!has_epsilon) return;
-  const float epsilon = n.attrFloat("epsilon", 1e-5f);
-  n.setAttr(Attribute::ofFloat("epsilon", epsilon));
-  n.setAttr(Attribute::ofTensor("epsilon_tensor",
-                                Tensor::fromValues(DType::Float, {}, std::vector<float>{epsilon})));
+// Below opset 12 a body's Constant has only `value`, so bodies read the call's scalar
+// attributes (readsTensorTwin: the norms' epsilon, Attention's scale and causal, the packed
+// attention's head counts) from tensor twins written here; epsilon gets the kernels' default
+// where the call has none.
+void writeTensorTwins(Node& n, const FusedOpInfo& op) {
+  for (const FusedOpAttribute& a : op.attributes) {
+    if (!readsTensorTwin(a.name)) continue;
+    const std::string name(a.name);
+    const std::string twin = name + "_tensor";
+    if (a.kind == AttrKind::Float && (name == "epsilon" || n.attr(name))) {
+      const float value = n.attrFloat(name, 1e-5f);
+      n.setAttr(Attribute::ofFloat(name, value));
+      n.setAttr(Attribute::ofTensor(twin, Tensor::fromValues(DType::Float, {},
+                                                             std::vector<float>{value})));
+    } else if (a.kind == AttrKind::Int && n.attr(name)) {
+      n.setAttr(Attribute::ofTensor(
+          twin, Tensor::fromValues(DType::Int64, {}, std::vector<int64_t>{n.attrInt(name, 0)})));
+    }
+  }
 }
 
 // The element type a fusectl node's values are typed with: output 0's, else input 0's (both are
@@ -490,7 +497,7 @@ void attachFusectlFunctions(Model& model) {
     if (op && !op->takesEpilogue()) {
       requireOpset();
       requireCastOpset(n, dtype, opset);
-      if (opset < 12) writeEpsilonTensor(n, *op);
+      if (opset < 12) writeTensorTwins(n, *op);
       const std::string name = fusedDTypeSpelling(op->name, dtype);
       needed.emplace(name, Needed{op, std::nullopt, std::string(op->name), dtype});
       if (n.opType() != name) n.graph()->setOpType(&n, name, std::string(kFusectlDomain));

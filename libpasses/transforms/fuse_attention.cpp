@@ -44,7 +44,7 @@
 // Conditions, checked in this order, each a reported rejection:
 //  1. the scores chain between the two MatMuls is one of the forms above, each intermediate
 //     read only by the next node and no graph output (they disappear);
-//  2. Softmax is over the last axis;
+//  2. Softmax is over the last axis alone;
 //  3. the scale is a one-element constant;
 //  4. the additive mask broadcasts to the scores without enlarging them (the Add's output has
 //     the scores' shape) and has rank <= 4; with a windowed mask, the additive mask (if any) is a
@@ -60,7 +60,9 @@
 //     folded batches and heads; or all of one rank >= 5 with static dims, the same batch axes,
 //     and a mask as above;
 //  8. float32, float16 or bfloat16 (fusibleFloatTypes; the mask of the scores' dtype), and the
-//     model's opset is at least 13 (the function body needs it).
+//     model's opset is at least 11 (the function body's Range). Before opset 13 Softmax's
+//     default axis is 1 (condition 2 reads it so), and the views of the rank-3 form are
+//     Unsqueeze/Squeeze with an `axes` attribute.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -391,7 +393,7 @@ bool maskFitsBatchView(const Value& mask, size_t scores_rank) {
 enum Check { kChain = 1, kSoftmax, kScale, kMask, kCausal, kTranspose, kHeads, kAll };
 
 // The site, or nullopt with `why`; checks conditions 1..upto (the header's numbering).
-std::optional<Site> analyze(const Match& m, Why& why, int upto) {
+std::optional<Site> analyze(const Match& m, Why& why, int upto, int64_t opset) {
   Node* softmax = m.get("sm");
   Node* pv = m.get("pv");
   Site site;
@@ -458,7 +460,9 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
 
   // 2. Softmax over the last axis.
   const Shape& scores_shape = site.qk->output(0)->shape();
-  int64_t axis = softmax->attrInt("axis", -1);
+  // Before opset 13 the default axis is 1 and Softmax normalises axes axis..rank-1 together
+  // (the input seen as 2-D): the last axis alone only for axis = rank - 1 (or -1).
+  int64_t axis = softmax->attrInt("axis", opset > 0 && opset < 13 ? 1 : -1);
   const int64_t rank = scores_shape.hasRank() ? static_cast<int64_t>(scores_shape.rank()) : -1;
   if (!(axis == -1 || (rank > 0 && axis == rank - 1))) {
     why.fail(*softmax, [&] { return fmt::format("{} normalizes axis {}, not the last (key) axis", softmax->label(), axis); });
@@ -676,21 +680,34 @@ std::optional<Site> analyze(const Match& m, Why& why, int upto) {
   return site;
 }
 
-Constraint check(const char* name, int upto) {
-  return {name, [upto](const Match& m, Why& why) { return analyze(m, why, upto).has_value(); }};
+Constraint check(const char* name, int upto, int64_t opset) {
+  return {name, [upto, opset](const Match& m, Why& why) {
+            return analyze(m, why, upto, opset).has_value();
+          }};
 }
 
-Pattern buildPattern() {
+// Condition 8's opset: the function body's Range is opset 11's.
+Constraint functionBodyOpset(int64_t opset) {
+  return {"opset-11", [opset](const Match& m, Why& why) {
+            if (opset >= 11) return true;
+            return why.fail(*m.get("sm"), fmt::format("the model's opset is {}: Attention's "
+                                                      "function body needs 11 (Range)",
+                                                      opset));
+          }};
+}
+
+Pattern buildPattern(int64_t opset) {
   using namespace constraints;
   Pattern p = Pattern::parse("^sm:Softmax -> pv:MatMul", "attention");
-  p.require(check("attention-chain", kChain))
-      .require(check("softmax-last-axis", kSoftmax))
-      .require(check("scale-constant", kScale))
-      .require(check("mask-broadcastable", kMask))
-      .require(check("causal-mask", kCausal))
-      .require(check("k-transposed", kTranspose))
-      .require(check("heads-derivable", kHeads))
-      .require(dtypeIn({"sm", "pv"}, fusibleFloatTypes()));
+  p.require(check("attention-chain", kChain, opset))
+      .require(check("softmax-last-axis", kSoftmax, opset))
+      .require(check("scale-constant", kScale, opset))
+      .require(check("mask-broadcastable", kMask, opset))
+      .require(check("causal-mask", kCausal, opset))
+      .require(check("k-transposed", kTranspose, opset))
+      .require(check("heads-derivable", kHeads, opset))
+      .require(dtypeIn({"sm", "pv"}, fusibleFloatTypes()))
+      .require(functionBodyOpset(opset));
   p.producing({"fusectl::Attention"});
   return p;
 }
@@ -699,14 +716,10 @@ class FuseAttentionPass : public Pass {
  public:
   const PassInfo& info() const override { return FuseAttentionPassInfo; }
 
-  std::vector<Pattern> patterns() const override { return {buildPattern()}; }
+  std::vector<Pattern> patterns() const override { return {buildPattern(13)}; }
 
   bool run(const Graph& graph, PassContext& ctx) override {
-    if (ctx.opset() < 13) {
-      ctx.count("skipped_opset_below_13");
-      return false;
-    }
-    const Pattern pattern = buildPattern();
+    const Pattern pattern = buildPattern(ctx.opset());
     // The attention's output dims are exact where the unfused chain (mask, Where, head merge)
     // left some unknown; the residual Add after the block is then provably one shape, which
     // fuse-skip-norm needs, and so is the next layer's input. GPT-2's causal mask, a Slice of a
@@ -719,7 +732,7 @@ class FuseAttentionPass : public Pass {
     bool fused = false;
     for (int round = 0; round < kMaxRounds; ++round) {
       const size_t rewrites = applyPattern(graph, ctx, pattern, [&](Rewriter& rw, const Match& m) {
-        fuse(rw, pattern, m);
+        fuse(rw, pattern, m, ctx.opset());
         return true;
       });
       if (rewrites == 0) break;
@@ -730,9 +743,11 @@ class FuseAttentionPass : public Pass {
   }
 
  private:
-  static void fuse(Rewriter& rw, const Pattern& pattern, const Match& m) {
+  static void fuse(Rewriter& rw, const Pattern& pattern, const Match& m, int64_t opset) {
     Why checked(false);  // every constraint held
-    Site site = *analyze(m, checked, kAll);
+    Site site = *analyze(m, checked, kAll, opset);
+    // Squeeze and Unsqueeze take their axes as an input from opset 13, an attribute before.
+    const bool axes_input = opset >= 13;
     Node* pv = m.get("pv");
     Value* k = site.k;
     Node* untransposed = nullptr;
@@ -776,6 +791,10 @@ class FuseAttentionPass : public Pass {
       NewNode n;
       n.op_type = op;
       n.inputs = {x, arg};
+      if (!arg) {  // Unsqueeze before opset 13
+        n.inputs = {x};
+        n.attributes.push_back(Attribute::ofInts("axes", {0}));
+      }
       n.name = x->name() + suffix;
       n.naming = NodeNaming::Unique;
       Node* node = rw.addNode(std::move(n), x->name() + suffix,
@@ -784,7 +803,7 @@ class FuseAttentionPass : public Pass {
       return node->output(0);
     };
     auto batchOfOne = [&](Value* x) {
-      if (!axis0) {
+      if (!axis0 && axes_input) {
         axis0 = rw.addConstant("attention_batch_axis",
                                Tensor::fromValues(DType::Int64, {1}, std::vector<int64_t>{0}));
       }
@@ -841,6 +860,10 @@ class FuseAttentionPass : public Pass {
       NewNode n;
       n.op_type = op;
       n.inputs = {y, arg};
+      if (!arg) {  // Squeeze before opset 13
+        n.inputs = {y};
+        n.attributes.push_back(Attribute::ofInts("axes", {0}));
+      }
       n.name = fused->name() + suffix;
       n.naming = NodeNaming::Unique;
       Node* back = rw.insertAfterValue(y, std::move(n), y->name() + suffix, replaced_type);

@@ -366,6 +366,24 @@ def make_models():
     models.append(("gpt2_stack3", model, (torch.randn(2, seq, 64, generator=gen),), dict(
         input_names=["hidden"], output_names=["output"],
         dynamic_axes=seq_axes("hidden", "output"))))
+    # Exporters that still default to opsets 11 and 12 (older transformers.onnx and
+    # torch.onnx settings): before opset 13 Softmax normalises axis..rank-1 as one 2-D row and
+    # Squeeze/Unsqueeze take attribute axes, so fuse-attention's Softmax check and its views of
+    # folded heads differ there, and the function bodies read their scalars from tensor twins
+    # below opset 12 (Constant has no value_float/value_int).
+    torch.manual_seed(17)
+    model = BertEncoder()
+    randomize_norms(model, gen)
+    hidden = torch.randn(2, seq, 64, generator=gen)
+    models.append(("bert_op12", model, (hidden, mask), dict(
+        input_names=["hidden", "attention_mask"], output_names=["output"],
+        dynamic_axes={"hidden": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 3: "seq"},
+                      "output": {0: "batch", 1: "seq"}}, opset=12)))
+    torch.manual_seed(18)
+    model = TorchvisionViTEncoder()
+    randomize_norms(model, gen)
+    models.append(("vit_mha_encoder_op11", model, (torch.randn(1, 17, 64, generator=gen),), dict(
+        input_names=["tokens"], output_names=["output"], dynamic_axes={}, opset=11)))
     for _, m, _, _ in models:
         m.eval()
     return models

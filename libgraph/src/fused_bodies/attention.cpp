@@ -5,9 +5,11 @@
 // [B, Hkv, G, S, D] and K, V as [B, Hkv, 1, T, D], so one broadcasting MatMul serves every
 // query head of a group. The causal mask is computed from the shapes (key t is hidden from
 // query s when t > s + T - S) and ANDed with the `causal` attribute, since a function body
-// cannot branch on an attribute. Needs opset 13 or later (Constant value_float, Range,
-// Softmax on the last axis alone); fuse-attention fires only there, and fuse-packed-attention
-// only on its output.
+// cannot branch on an attribute. Needs opset 11 or later (Range; Softmax(axis = -1), which
+// normalises the last axis alone at every opset); below 12, where Constant has no value_float
+// or value_int, the attributes are read from their tensor twins (`scale_tensor`, ...: Body::
+// attrConstant, written on the call by attachFusectlFunctions). fuse-attention fires only from
+// opset 11, and fuse-packed-attention only on its output.
 #include <cmath>
 
 #include "fused_op_body.h"
@@ -15,6 +17,14 @@
 namespace fusectl {
 
 namespace {
+
+// The op's attributes, and below opset 12 the tensor twins of those read through a Constant.
+void declareAttributes(FunctionDef& f, const FusedOpInfo& op, int64_t opset) {
+  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  if (opset >= 12) return;
+  for (const FusedOpAttribute& a : op.attributes)
+    if (readsTensorTwin(a.name)) f.attributes.emplace_back(std::string(a.name) + "_tensor");
+}
 
 // Y [B, Hq, S, Dv] of q [B, Hq, S, D], k [B, Hkv, T, D], v [B, Hkv, T, Dv] and the additive
 // mask, named `y_name`; the `scale` and `causal` attributes by reference.
@@ -45,8 +55,7 @@ Value* attentionHeads(Body& b, Value* q, Value* k, Value* v, Value* mask,
   Value* scores5 = b.node("MatMul", {q5, k5t});
   Value* scores = b.node("Reshape", {scores5, concat({dims(q_shape, 0, 3), k_len})});
 
-  Value* scale = b.node("Constant", {});
-  b.refAttr("value_float", "scale", AttrKind::Float);
+  Value* scale = b.floatAttrConstant("scale");
   Value* masked = b.node("Add", {b.node("Mul", {scores, scale}), mask});
 
   // Causal: key t is hidden from query s when t > s + (T - S).
@@ -60,8 +69,7 @@ Value* attentionHeads(Body& b, Value* q, Value* k, Value* v, Value* mask,
   Value* last_visible = b.node("Add", {rows, b.node("Sub", {t_scalar, s_scalar})});
   Value* column = b.intsConstant({-1, 1});
   Value* future = b.node("Greater", {cols, b.node("Reshape", {last_visible, column})});
-  Value* causal_flag = b.node("Constant", {});
-  b.refAttr("value_int", "causal", AttrKind::Int);
+  Value* causal_flag = b.intAttrConstant("causal");
   Value* causal_bool = b.node("Cast", {causal_flag});
   b.intAttr("to", static_cast<int64_t>(9));  // BOOL
   Value* hidden = b.node("And", {future, causal_bool});
@@ -81,7 +89,7 @@ Value* attentionHeads(Body& b, Value* q, Value* k, Value* v, Value* mask,
 
 std::string buildAttentionFunction(const FusedOpInfo& op, int64_t opset) {
   FunctionDef f = startFunction(std::string(op.name), opset);
-  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  declareAttributes(f, op, opset);
   Body b(opset);
   Value* q = b.input("Q");
   Value* k = b.input("K");
@@ -98,7 +106,7 @@ namespace {
 // AttentionPackedRotary (`rotary`): Q and K rotated by RotaryEmbedding's body first.
 std::string packedAttentionFunction(const FusedOpInfo& op, int64_t opset, bool rotary) {
   FunctionDef f = startFunction(std::string(op.name), opset);
-  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  declareAttributes(f, op, opset);
   Body b(opset);
   Value* x = b.input("X");
   Value* mask = b.input("M");
@@ -106,9 +114,7 @@ std::string packedAttentionFunction(const FusedOpInfo& op, int64_t opset, bool r
   Value* sin = rotary ? b.input("Sin") : nullptr;
   Value* one = b.intsConstant({1});
   auto heads = [&](const char* attr) {
-    Value* h = b.node("Constant", {});
-    b.refAttr("value_int", attr, AttrKind::Int);
-    return b.node("Reshape", {h, one});  // [1]
+    return b.node("Reshape", {b.intAttrConstant(attr), one});  // [1]
   };
   Value* hq = heads("num_heads");
   Value* hkv = heads("kv_num_heads");
