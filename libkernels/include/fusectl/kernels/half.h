@@ -96,18 +96,17 @@ inline float halfBitsToFloat(DType t, uint16_t bits) {
 }
 inline float roundToHalf(DType t, float f) { return halfBitsToFloat(t, floatToHalfBits(t, f)); }
 
-// Bulk helpers for kernels that convert whole buffers.
-inline void halfToFloat(const uint16_t* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = halfToFloat(src[i]);
-}
-inline void floatToHalf(const float* src, uint16_t* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = floatToHalf(src[i]);
-}
-inline void bfloat16ToFloat(const uint16_t* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16ToFloat(src[i]);
-}
-inline void floatToBFloat16(const float* src, uint16_t* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = floatToBFloat16(src[i]);
-}
+// Bulk helpers for kernels that convert whole buffers (libkernels/src/half.cpp): bit for bit
+// the scalar conversions above, 8 values an instruction with F16C where the CPU has it (the
+// scalar float16 ones cost 2-5 ns a value: a float16 model's staging and Casts were bound by
+// them, not by memory).
+void halfToFloat(const uint16_t* src, float* dst, int64_t n);
+void floatToHalf(const float* src, uint16_t* dst, int64_t n);
+void bfloat16ToFloat(const uint16_t* src, float* dst, int64_t n);
+void floatToBFloat16(const float* src, uint16_t* dst, int64_t n);
+// Tests: whether the bulk float16 conversions run on F16C, and turning that off (true) or back
+// to the CPU's answer (false), to hold both paths to the scalar ones.
+bool bulkHalfUsesF16c();
+void forcePortableHalfConversion(bool portable);
 
 }  // namespace fusectl::kernels
