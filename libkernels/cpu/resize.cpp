@@ -12,6 +12,7 @@
 // Opset 10 and Upsample use asymmetric coordinates; their nearest picks floor when upsampling and
 // ceil when downsampling (ONNX Runtime's behaviour; the spec leaves it open).
 #include <algorithm>
+#include <memory>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -158,8 +159,32 @@ AxisTaps buildTaps(const ResizeAttrs& at, int64_t in_len, int64_t out_len, doubl
 }
 
 // One interpolation pass along an axis: src is [outer, in_len, inner], dst [outer, out_len, inner].
+// The last axis (inner 1) runs a row at a time, with the taps' index and weight tables walked
+// alongside the output: a division per output element to find its row and tap (the generic
+// loop's) took most of a UNet decoder's 2x bilinear upsampling (about 16 ns an element).
 void resampleFloat(const float* src, float* dst, int64_t outer, int64_t in_len, int64_t out_len,
                    int64_t inner, const AxisTaps& t, float extrapolation, int threads) {
+  if (inner == 1) {
+    const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(out_len, 1));
+    parallelFor(outer, threads, grain, [&](int64_t b, int64_t e) {
+      for (int64_t ou = b; ou < e; ++ou) {
+        const float* s = src + ou * in_len;
+        float* __restrict d = dst + ou * out_len;
+        const int64_t* idx = t.index.data();
+        const float* wt = t.weight.data();
+        for (int64_t o = 0; o < out_len; ++o, idx += t.n, wt += t.n) {
+          if (t.extrapolate[o]) {
+            d[o] = extrapolation;
+            continue;
+          }
+          float acc = 0;
+          for (int64_t j = 0; j < t.n; ++j) acc += wt[j] * s[idx[j]];
+          d[o] = acc;
+        }
+      }
+    });
+    return;
+  }
   parallelFor(outer * out_len, threads, 64, [&](int64_t b, int64_t e) {
     for (int64_t q = b; q < e; ++q) {
       const int64_t ou = q / out_len, o = q % out_len;
@@ -171,12 +196,6 @@ void resampleFloat(const float* src, float* dst, int64_t outer, int64_t in_len, 
       const float* s = src + ou * in_len * inner;
       const int64_t* idx = t.index.data() + o * t.n;
       const float* wt = t.weight.data() + o * t.n;
-      if (inner == 1) {
-        float acc = 0;
-        for (int64_t j = 0; j < t.n; ++j) acc += wt[j] * s[idx[j]];
-        d[0] = acc;
-        continue;
-      }
       std::fill(d, d + inner, 0.f);
       for (int64_t j = 0; j < t.n; ++j) {
         const float wj = wt[j];
@@ -332,18 +351,39 @@ void resample(KernelContext& ctx, const ResizeAttrs& at, const std::vector<doubl
     std::memcpy(y.mutableRaw(), a.data(), y.byteSize());
     return;
   }
+  // Each pass reads the one before: the first reads x (as float), the last writes y where y is
+  // float; the others go through two buffers left uninitialised (every element is written).
   FloatView xf(x);
-  std::vector<float> a(xf.data(), xf.data() + xf.size()), b;
-  for (size_t ax : axes) {
+  const bool float_out = y.dtype() == DType::Float;
+  std::unique_ptr<float[]> buffers[2];
+  size_t capacity[2] = {0, 0};
+  const float* from = xf.data();
+  float* to = nullptr;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    const size_t ax = axes[k];
     const AxisTaps t = buildTaps(at, cur[ax], out_dims[ax], scales[ax], roi[ax], roi[ax + r]);
     const int64_t outer = product(cur, 0, ax), inner = product(cur, ax + 1);
-    b.resize(static_cast<size_t>(outer * out_dims[ax] * inner));
-    resampleFloat(a.data(), b.data(), outer, cur[ax], out_dims[ax], inner, t, at.extrapolation,
+    const size_t n = static_cast<size_t>(outer * out_dims[ax] * inner);
+    if (k + 1 == axes.size() && float_out) {
+      to = y.mutableData<float>();
+    } else {
+      const size_t which = k % 2;
+      if (capacity[which] < n) {
+        buffers[which].reset(new float[n]);
+        capacity[which] = n;
+      }
+      to = buffers[which].get();
+    }
+    resampleFloat(from, to, outer, cur[ax], out_dims[ax], inner, t, at.extrapolation,
                   ctx.numThreads());
     cur[ax] = out_dims[ax];
-    a.swap(b);
+    from = to;
   }
-  fromFloat(a.data(), y.dtype(), y.mutableRaw(), y.numel());
+  if (axes.empty()) {
+    fromFloat(xf.data(), y.dtype(), y.mutableRaw(), y.numel());
+  } else if (!float_out) {
+    fromFloat(from, y.dtype(), y.mutableRaw(), y.numel());
+  }
 }
 
 std::vector<double> floatValues(const HostTensor* t) {
