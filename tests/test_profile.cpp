@@ -635,6 +635,18 @@ TEST_CASE("profileModels: two passes over both sides, counts, agreement, sites",
   CHECK(r.fused->kernel_invocations == 1);
   CHECK(r.unfused->nodes.size() == 3);
   CHECK(r.unfused->trace_run_nodes.size() == 3);
+  // The trace's nodes are the median run's, node by node: its times are each node's sample of
+  // that run, and its records name the nodes as the per-node table does.
+  for (const kernels::SideProfile* side : {&*r.unfused, &*r.fused}) {
+    REQUIRE(side->trace_run_nodes.size() == side->nodes.size());
+    for (size_t i = 0; i < side->nodes.size(); ++i) {
+      const kernels::NodeProfile& n = side->nodes[i];
+      REQUIRE(n.run_seconds.size() == 5);
+      CHECK(side->trace_run_nodes[i].node == n.node);
+      CHECK(side->trace_run_nodes[i].output_dims == n.output_dims);
+      CHECK(side->trace_run_nodes[i].seconds == n.run_seconds[side->trace_run]);
+    }
+  }
   CHECK(r.fused->per_op.size() == 1);
   // Bytes written: Conv, BN and Relu each write 1x2x4x4 floats; the fused node once.
   CHECK(r.unfused->activation_bytes_written == 3 * 32 * 4);

@@ -19,7 +19,14 @@ struct SideRun {
   const Model* model;
   std::unique_ptr<Executor> executor;
   std::vector<ExecutionStats> timed;     // pass 1
-  std::vector<ExecutionStats> profiled;  // pass 2
+  // Pass 2: each run's stats, with node_times kept only for the first (every run calls the same
+  // kernels on the same dims) and each run's node times in profiled_seconds. Holding every
+  // run's records (strings and dims allocated in the middle of the run) fragmented the heap
+  // under the next run's outputs: PP-OCRv4 rec's RSS grew 1 MB a run, and the page faults of
+  // the fresh memory landed in the nodes that allocated it (its last Softmax read 2.4 ms, 0.1
+  // in isolation).
+  std::vector<ExecutionStats> profiled;
+  std::vector<std::vector<double>> profiled_seconds;
   int threads = 1;                       // as the executor resolved it (0 = all cores)
   Device device = Device::Cpu;           // the executor's backend's
   std::vector<NamedTensor> outputs;      // of the last timed run, for the agreement check
@@ -50,10 +57,22 @@ void runPass(std::vector<SideRun>& sides, const std::vector<NamedTensor>& inputs
                                          warmup ? options.warmup : options.runs});
       }
       ExecutionStats stats;
+      // The last run's outputs go before this run allocates its own, so that each run's
+      // outputs can take the place the last one's left (only the last timed run's are kept).
+      side.outputs.clear();
       std::vector<NamedTensor> outputs = side.executor->run(inputs, &stats);
       if (warmup) continue;
-      (node_times ? side.profiled : side.timed).push_back(std::move(stats));
-      if (!node_times) side.outputs = std::move(outputs);
+      if (!node_times) {
+        side.timed.push_back(std::move(stats));
+        side.outputs = std::move(outputs);
+        continue;
+      }
+      outputs.clear();
+      std::vector<double> seconds(stats.node_times.size());
+      for (size_t i = 0; i < seconds.size(); ++i) seconds[i] = stats.node_times[i].seconds;
+      side.profiled_seconds.push_back(std::move(seconds));
+      if (!side.profiled.empty()) std::vector<NodeTime>().swap(stats.node_times);
+      side.profiled.push_back(std::move(stats));
     }
     // A side replaying a recorded run against one queued node by node would be credited with
     // the launches the recording saves, not with fusion: both replay, or neither does.
@@ -103,16 +122,20 @@ SideProfile summarize(SideRun& run) {
 
   for (const ExecutionStats& s : run.profiled) side.node_run_seconds.push_back(s.seconds);
   side.trace_run = medianRunIndex(side.node_run_seconds);
-  ExecutionStats& traced = run.profiled[side.trace_run];
-  // Every run calls the same kernels in the same order; a node's figure is its median.
-  const size_t steps = traced.node_times.size();
+  // Every run calls the same kernels in the same order on the same dims: the first run's
+  // records with the traced run's times. A node's figure is its median.
+  std::vector<NodeTime> traced_nodes = std::move(run.profiled.front().node_times);
+  const std::vector<double>& traced_seconds = run.profiled_seconds[side.trace_run];
+  for (size_t i = 0; i < traced_nodes.size() && i < traced_seconds.size(); ++i)
+    traced_nodes[i].seconds = traced_seconds[i];
+  const size_t steps = traced_nodes.size();
   double total = 0;
   for (size_t i = 0; i < steps; ++i) {
-    const NodeTime& t = traced.node_times[i];
+    const NodeTime& t = traced_nodes[i];
     std::vector<double> samples;
-    samples.reserve(run.profiled.size());
-    for (const ExecutionStats& s : run.profiled) {
-      if (i < s.node_times.size()) samples.push_back(s.node_times[i].seconds);
+    samples.reserve(run.profiled_seconds.size());
+    for (const std::vector<double>& s : run.profiled_seconds) {
+      if (i < s.size()) samples.push_back(s[i]);
     }
     NodeProfile n;
     n.node = t.node;
@@ -142,7 +165,7 @@ SideProfile summarize(SideRun& run) {
                    [](const OpTypeProfile& a, const OpTypeProfile& b) {
                      return a.seconds > b.seconds;
                    });
-  side.trace_run_nodes = std::move(traced.node_times);
+  side.trace_run_nodes = std::move(traced_nodes);
   return side;
 }
 
@@ -178,8 +201,8 @@ ProfileResult profileModels(const Model* unfused, const Model* fused,
   }
 
   std::vector<SideRun> sides;  // unfused first: A/B order
-  if (run_unfused) sides.push_back({"unfused", unfused, nullptr, {}, {}, 1, {}, {}});
-  if (run_fused) sides.push_back({"fused", fused, nullptr, {}, {}, 1, {}, {}});
+  if (run_unfused) sides.push_back({"unfused", unfused, nullptr, {}, {}, {}, 1, {}, {}});
+  if (run_fused) sides.push_back({"fused", fused, nullptr, {}, {}, {}, 1, {}, {}});
   buildExecutors(sides, options);
   runPass(sides, inputs, false, options);
   runPass(sides, inputs, true, options);
