@@ -90,6 +90,46 @@ TEST_CASE("binary arithmetic broadcasts multidirectionally", "[kernels][elementw
   }
 }
 
+TEST_CASE("float16 and bfloat16 binary arithmetic broadcasts, rounding each result once",
+          "[kernels][elementwise]") {
+  // The half rows run a block of 1024 at a time (applyHalfBinary): rows shorter and longer than
+  // a block, broadcast rows and scalars, against the float32 operation on the widened operands
+  // rounded once.
+  const std::vector<std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>>
+      shapes = {{{2, 3}, {2, 3}, {2, 3}},           {{1, 3, 20, 21}, {1, 3, 1, 1}, {1, 3, 20, 21}},
+                {{1, 1}, {3, 53}, {3, 53}},          {{2, 2500}, {2500}, {2, 2500}},
+                {{3, 2049}, {3, 1}, {3, 2049}},      {{}, {1, 5000}, {1, 5000}},
+                {{0, 3}, {3}, {0, 3}}};
+  const std::vector<std::pair<std::string, std::function<float(float, float)>>> ops = {
+      {"Add", [](float x, float y) { return x + y; }},
+      {"Sub", [](float x, float y) { return x - y; }},
+      {"Mul", [](float x, float y) { return x * y; }},
+      {"Div", [](float x, float y) { return x / y; }}};
+  for (DType t : {DType::Float16, DType::BFloat16}) {
+    auto narrow = [&](const HostTensor& f) {
+      HostTensor h(t, f.dims());
+      for (int64_t i = 0; i < f.numel(); ++i)
+        h.mutableData<uint16_t>()[i] = kernels::floatToHalfBits(t, f.data<float>()[i] * 37);
+      return h;
+    };
+    for (const auto& [da, db, dout] : shapes) {
+      const HostTensor a = narrow(noise(da, 3)), b = narrow(noise(db, 4));
+      for (const auto& [op, ref] : ops) {
+        INFO(dtypeName(t) << " " << op << " " << kernels::formatDims(da) << " x " << kernels::formatDims(db));
+        auto out = KernelCase(op, 14).input(a).input(b).run();
+        REQUIRE(out[0].dtype() == t);
+        REQUIRE(out[0].dims() == dout);
+        for (int64_t i = 0; i < out[0].numel(); ++i) {
+          const auto idx = unravel(i, dout);
+          const float x = kernels::halfBitsToFloat(t, a.data<uint16_t>()[sourceIndex(da, idx)]);
+          const float y = kernels::halfBitsToFloat(t, b.data<uint16_t>()[sourceIndex(db, idx)]);
+          REQUIRE(out[0].data<uint16_t>()[i] == kernels::floatToHalfBits(t, ref(x, y)));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("opset-6 broadcast=1 aligns B at axis", "[kernels][elementwise]") {
   const HostTensor a = iota({2, 3, 2});
   auto out = KernelCase("Add", 6)
