@@ -130,9 +130,15 @@ Verification verifyAgainstOriginal(const OptimizeOptions& opts, const Model& opt
   kernels::ComparisonInputs inputs;
   inputs.seed = opts.seed;
   inputs.shapes = shapes;
-  if (!opts.inputs.empty())
-    inputs.given.push_back(bindInputs(*original->graph, opts.inputs, opts.seed, shapes).tensors);
-  return verifyOptimized(*original, optimized, inputs, opts.tolerance);
+  // The inputs as bound (from --input files, the rest seeded): to say which were seeded when a
+  // run on them fails.
+  BoundInputs bound = bindInputs(*original->graph, opts.inputs, opts.seed, shapes);
+  if (!opts.inputs.empty()) inputs.given.push_back(bound.tensors);
+  try {
+    return verifyOptimized(*original, optimized, inputs, opts.tolerance);
+  } catch (const Error& e) {
+    throw Error(e.kind(), opts.model + ": --verify: " + e.what() + seededInputsNote(bound));
+  }
 }
 
 // --gate: optimize() on a copy of `model`, undoing the rewrites whose replacement node, run on

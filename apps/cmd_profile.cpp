@@ -200,8 +200,13 @@ int runProfile(const ProfileCliOptions& opts, bool level_given, bool cuda_graph_
   options.tolerance = opts.tolerance;
   ProgressLine progress(isatty(STDERR_FILENO) != 0);
   options.progress = [&progress](const ProfileProgress& p) { progress.show(p); };
-  const ProfileResult result =
-      profileModels(unfused.get(), fused.get(), inputs, sites, options);
+  ProfileResult result;
+  try {
+    result = profileModels(unfused.get(), fused.get(), inputs, sites, options);
+  } catch (const Error& e) {
+    progress.clear();
+    throw Error(e.kind(), opts.model + ": " + e.what() + seededInputsNote(bound));
+  }
   progress.clear();
 
   ProfileRequestInfo info;

@@ -122,7 +122,7 @@ int runRun(const RunOptions& opts) {
     Executor executor(*model, exec);
     outputs = executor.run(inputs, &stats);
   } catch (const Error& e) {
-    throw Error(e.kind(), opts.model + ": " + e.what());
+    throw Error(e.kind(), opts.model + ": " + e.what() + seededInputsNote(bound));
   }
 
   for (size_t i = 0; i < inputs.size(); ++i) {

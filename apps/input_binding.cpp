@@ -146,4 +146,19 @@ std::vector<BoundInputs> bindInputRuns(const Graph& graph, const std::vector<std
   return bound;
 }
 
+std::string seededInputsNote(const BoundInputs& bound) {
+  std::string names;
+  for (size_t i = 0; i < bound.tensors.size() && i < bound.sources.size(); ++i) {
+    if (bound.sources[i].rfind("random", 0) != 0) continue;
+    // Seeded floats are what a model is traced with; seeded integers (a sample rate, a shape,
+    // lengths, indices) are where it refuses values.
+    const DType t = bound.tensors[i].tensor.dtype();
+    if (!dtypeIsInteger(t) && t != DType::Bool) continue;
+    names += (names.empty() ? "" : ", ") + bound.tensors[i].name;
+  }
+  if (names.empty()) return "";
+  return fmt::format("; on seeded inputs ({}): give ones the model accepts with --input NAME=FILE",
+                     names);
+}
+
 }  // namespace fusectl::cli

@@ -23,6 +23,11 @@ struct BoundInputs {
 // (makeRandomInput, with the --shape override for symbolic dims). Usage errors name the spec.
 BoundInputs bindInputs(const Graph& graph, const std::vector<std::string>& specs, uint64_t seed,
                        const std::vector<std::pair<std::string, Shape>>& shapes);
+// What to append to an error of a run on these inputs when some integer or bool input was
+// seeded, since such values can be ones the model refuses (a sample rate an If does not branch
+// on, a shape, a length): "; on seeded inputs (sr): give ones the model accepts with --input
+// NAME=FILE"; "" otherwise (seeded floats are what models are traced with).
+std::string seededInputsNote(const BoundInputs& bound);
 // The same for `runs` input sets (`verify --runs`): each file is read once and every set holds
 // it; the inputs no spec names are seeded with seed + run.
 std::vector<BoundInputs> bindInputRuns(const Graph& graph, const std::vector<std::string>& specs,

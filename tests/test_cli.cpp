@@ -408,7 +408,48 @@ std::string nonNegativeNpy() {
   return npy;
 }
 
+// A .npy of an int64 vector.
+std::string int64Npy(const std::vector<int64_t>& values) {
+  std::string dict = "{'descr': '<i8', 'fortran_order': False, 'shape': (" +
+                     std::to_string(values.size()) + ",), }";
+  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+  dict += '\n';
+  std::string npy = std::string("\x93NUMPY\x01\x00", 8);
+  npy += static_cast<char>(dict.size() & 0xff);
+  npy += static_cast<char>(dict.size() >> 8);
+  npy += dict;
+  npy.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
+  return npy;
+}
+
 }  // namespace
+
+TEST_CASE("a run that fails on seeded inputs says which inputs were seeded", "[cli][run]") {
+  // A Reshape whose target is an input: seeded int64 values are no shape of six elements.
+  TempDir tmp;
+  std::ofstream(tmp / "reshape.onnxtxt")
+      << "<ir_version: 8, opset_import: [\"\" : 13]>\n"
+      << "g (float[6] X, int64[2] S) => (float[?, ?] Y) {\n  Y = Reshape (X, S)\n}\n";
+  std::ofstream(tmp / "s.npy", std::ios::binary) << int64Npy({2, 3});
+  const std::string model = q(tmp / "reshape.onnxtxt");
+  const std::string hint = "; on seeded inputs (S): give ones the model accepts with --input";
+  for (const std::string& command :
+       {"run " + model, "profile " + model + " --runs 1 --warmup 0",
+        "optimize " + model + " -o " + q(tmp / "out.onnx") + " --verify"}) {
+    const Result r = runCli(command);
+    INFO(command << "\n" << r.out << r.err);
+    CHECK(r.code == 3);
+    CHECK(lineCount(r.err) == 1);
+    CHECK(contains(r.err, "reshape.onnxtxt: "));
+    CHECK(contains(r.err, hint));
+  }
+  CHECK(!fs::exists(tmp / "out.onnx"));
+  // Given a shape it accepts, it runs (X, a float, still seeded).
+  const Result given = runCli("run " + model + " --input S=" + q(tmp / "s.npy"));
+  INFO(given.out << given.err);
+  CHECK(given.code == 0);
+  CHECK(contains(given.out, "output Y: float[2,3]"));
+}
 
 TEST_CASE("verify --input: both models read the given file; inputs not given are seeded",
           "[cli][verify]") {
