@@ -31,7 +31,8 @@
 // A third form takes ViT's stacked split: X -> Reshape [B, S, 3, H, D] -> Transpose(2, 0, 3, 1, 4)
 // -> Split(axis 0) -> Squeeze(0) for each of q, k and v (timm and torch export it so), or
 // -> Gather(axis 0, index 0 / 1 / 2) for each (torchvision's Swin-T, `q, k, v = qkv[0], qkv[1],
-// qkv[2]`; the Transpose is then read by the three Gathers only).
+// qkv[2]`; the Transpose is then read by the three Gathers only), or -> Slice(axis 0, [i, i + 1))
+// -> Squeeze(0) for each (Paddle2ONNX's, PP-OCR's SVTR; read by the three Slices only).
 // The Transposes' perm [0, 2, 1, 3] is a condition of the pattern. A second form takes the three
 // outputs of one Split of X's last axis instead of the Slices (GPT-2's c_attn, torch's packed
 // in_proj): condition 2 is then that the Split is on the last axis and its parts are the q, k
@@ -194,6 +195,36 @@ std::optional<Packed> stackedLayout(const Match& m, Why& why) {
                          r5->label(), p.x->name(), xs.str(), out.str());
     });
     return std::nullopt;
+  }
+  if (m.get("lq")) {  // the Slice form
+    Node* t5 = m.get("t5");
+    const Value* stacked_heads = t5->output(0);
+    if (stacked_heads->isGraphOutput() || stacked_heads->uses().size() != 3) {
+      why.fail(*t5, [&] {
+        return fmt::format("{} output '{}' is read by more than the q, k and v Slices",
+                           t5->label(), stacked_heads->name());
+      });
+      return std::nullopt;
+    }
+    for (int i = 0; i < 3; ++i) {
+      Node* l = m.get(fmt::format("l{}", kRoles[i]));
+      const std::optional<SliceRange> r = sliceRange(*l, 5);
+      const bool picks = r && r->axis == 0 && r->step == 1 && (r->start == i || r->start == i - 3) &&
+                         (r->end == i + 1 || (i < 2 && r->end == i - 2) ||
+                          (i == 2 && r->end >= 3));
+      if (!picks) {
+        why.fail(*l, [&] {
+          return fmt::format("{} does not take part {} alone of axis 0 (constant [{}, {}), step 1), "
+                             "as the {} of the stacked q, k, v",
+                             l->label(), i, i, i + 1, kRoles[i]);
+        });
+        return std::nullopt;
+      }
+      if (!onAxisZero(*m.get(fmt::format("z{}", kRoles[i])), 5, why)) return std::nullopt;
+    }
+    p.heads[0] = p.heads[1] = p.heads[2] = out[3].value();
+    p.head_size = out[4].value();
+    return p;
   }
   if (!split) {  // the Gather form
     Node* t5 = m.get("t5");
@@ -531,6 +562,11 @@ constexpr const char* kStacked =
     "r5:Reshape -> t5:Transpose[perm=[2, 0, 3, 1, 4]] -> split:Split.0 -> zq:Squeeze"
     " -> 0:a:fusectl::Attention -> ^ta:Transpose[perm=[0, 2, 1, 3]] ;"
     " split.1 -> zk:Squeeze -> 1:a ; split.2 -> zv:Squeeze -> 2:a";
+// Paddle2ONNX's: each part a Slice of axis 0 then a Squeeze (PP-OCR's SVTR blocks).
+constexpr const char* kStackedSlices =
+    "r5:Reshape -> t5:Transpose[perm=[2, 0, 3, 1, 4]] -> lq:Slice -> zq:Squeeze"
+    " -> 0:a:fusectl::Attention -> ^ta:Transpose[perm=[0, 2, 1, 3]] ;"
+    " t5 -> lk:Slice -> zk:Squeeze -> 1:a ; t5 -> lv:Slice -> zv:Squeeze -> 2:a";
 constexpr const char* kStackedGather =
     "r5:Reshape -> t5:Transpose[perm=[2, 0, 3, 1, 4]] -> gq:Gather"
     " -> 0:a:fusectl::Attention -> ^ta:Transpose[perm=[0, 2, 1, 3]] ;"
@@ -605,7 +641,7 @@ std::vector<Pattern> build() {
     }
     std::vector<Pattern*> these = {&slices, &split};
     // ViT's stacked split has no rotary form: its exporters rotate nothing.
-    std::optional<Pattern> stacked, gathered;
+    std::optional<Pattern> stacked, gathered, sliced;
     if (!rotary) {
       const std::string merge = to_2d ? "" : " ; ta -> merge:Reshape";
       stacked = Pattern::parse(std::string(kStacked) + merge, "packed-attention-stacked" + suffix);
@@ -616,13 +652,19 @@ std::vector<Pattern> build() {
                                 "packed-attention-gathered" + suffix);
       for (const char* c : {"r5", "gq", "gk", "gv", "ta"}) gathered->require(uniqueConsumer(c));
       these.push_back(&*gathered);
+      sliced = Pattern::parse(std::string(kStackedSlices) + merge,
+                              "packed-attention-sliced" + suffix);
+      for (const char* c : {"r5", "lq", "lk", "lv", "zq", "zk", "zv", "ta"})
+        sliced->require(uniqueConsumer(c));
+      these.push_back(&*sliced);
     }
     for (Pattern* p : these) {
       p->producing({rotary ? "fusectl::AttentionPackedRotary" : "fusectl::AttentionPacked"});
       p->require(uniqueConsumer("a"));
       p->require(packedQkv());
       if (rotary) p->require(sharedRotaryTables());
-      if (p != (stacked ? &*stacked : nullptr) && p != (gathered ? &*gathered : nullptr))
+      if (p != (stacked ? &*stacked : nullptr) && p != (gathered ? &*gathered : nullptr) &&
+          p != (sliced ? &*sliced : nullptr))
         p->require(mergeInputReadOnce());
       p->require(to_2d ? mergedHeadsTo2d() : mergedHeads());
       forms.push_back(std::move(*p));
