@@ -395,14 +395,19 @@ namespace {
 
 // A .npy of float32 [2, 3] holding 0, 0.5, 1, 2, 3.5, 7: a version 1.0 header padded to a
 // multiple of 64 bytes.
-std::string nonNegativeNpy() {
-  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+// A .npy file's bytes up to its data: magic, version 1.0, the header padded to 64 bytes.
+std::string npyHeader(const std::string& descr, const std::string& shape) {
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
   while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
   dict += '\n';
   std::string npy = std::string("\x93NUMPY\x01\x00", 8);
   npy += static_cast<char>(dict.size() & 0xff);
   npy += static_cast<char>(dict.size() >> 8);
-  npy += dict;
+  return npy + dict;
+}
+
+std::string nonNegativeNpy() {
+  std::string npy = npyHeader("<f4", "(2, 3)");
   const float values[6] = {0.f, 0.5f, 1.f, 2.f, 3.5f, 7.f};
   npy.append(reinterpret_cast<const char*>(values), sizeof(values));
   return npy;
@@ -410,14 +415,7 @@ std::string nonNegativeNpy() {
 
 // A .npy of an int64 vector.
 std::string int64Npy(const std::vector<int64_t>& values) {
-  std::string dict = "{'descr': '<i8', 'fortran_order': False, 'shape': (" +
-                     std::to_string(values.size()) + ",), }";
-  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
-  dict += '\n';
-  std::string npy = std::string("\x93NUMPY\x01\x00", 8);
-  npy += static_cast<char>(dict.size() & 0xff);
-  npy += static_cast<char>(dict.size() >> 8);
-  npy += dict;
+  std::string npy = npyHeader("<i8", "(" + std::to_string(values.size()) + ",)");
   npy.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
   return npy;
 }

@@ -95,6 +95,14 @@ std::vector<std::pair<std::string, Shape>> concreteDims(const TransformerModel& 
 }
 
 std::vector<TransformerModel> transformerModels() {
+  // Nodes after -O3 that two exports of one module share (described at their first entry).
+  const std::map<std::string, size_t> bert_ops = {
+      {"fusectl::AttentionPacked", 2}, {"fusectl::FusedMatMul", 6},
+      {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::SkipLayerNorm", 4}};
+  const std::map<std::string, size_t> vit_mha_ops = {
+      {"Reshape", 4}, {"fusectl::AttentionPacked", 2}, {"fusectl::FusedMatMul", 5},
+      {"fusectl::FusedMatMul_Add", 1}, {"fusectl::FusedMatMul_Gelu", 2},
+      {"fusectl::LayerNorm", 2}, {"fusectl::SkipLayerNorm", 3}};
   return {
       // After -O3 (issue 12): 2 LayerNorm (fusectl LayerNorm: opset 13), 1 Attention (causal),
       // 1 Gelu (tanh), MatMuls 4 (qkv, c_proj, c_fc, mlp c_proj) with the bias epilogues
@@ -149,13 +157,7 @@ std::vector<TransformerModel> transformerModels() {
       // the transposes of the batch of 1 to sequence first and back are Reshapes (views). The
       // out_proj, exported as a Gemm on the [S, E] rows, runs on [1, S, E] (unflatten-gemm), and
       // the Reshape to [S, 1, E] after it cancels with the Transpose back: two Reshapes a block.
-      {"vit_mha_encoder",
-       {{"tokens", {1, 17, 64}}},
-       false,
-       {{"Reshape", 4}, {"fusectl::AttentionPacked", 2},
-        {"fusectl::FusedMatMul", 5}, {"fusectl::FusedMatMul_Add", 1},
-        {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::LayerNorm", 2},
-        {"fusectl::SkipLayerNorm", 3}}},
+      {"vit_mha_encoder", {{"tokens", {1, 17, 64}}}, false, vit_mha_ops},
       // The same blocks exported with dynamic batch and sequence: the head split's target
       // [S, B*H, D] and the merge's [S*B, E] are computed from Shapes (S read from k). Each
       // attention is still one AttentionPacked: the head count comes from the static widths,
@@ -212,29 +214,15 @@ std::vector<TransformerModel> transformerModels() {
       // nodes (q/k/v merged, o, fc1, fc2 per layer), no bias Add left. Each attention reads the
       // merged q/k/v projection in place and writes its heads merged (AttentionPacked), so no
       // Slice, head split or head merge is left, nor the Shape arithmetic of their Reshapes.
-      {"bert_op17",
-       {{"hidden", {2, 8, 64}}, {"attention_mask", {2, 1, 1, 8}}},
-       false,
-       {{"fusectl::AttentionPacked", 2}, {"fusectl::FusedMatMul", 6},
-        {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::SkipLayerNorm", 4}}},
+      {"bert_op17", {{"hidden", {2, 8, 64}}, {"attention_mask", {2, 1, 1, 8}}}, false, bert_ops},
       // The same encoder exported at opset 12, as older exporters default to: its LayerNorms
       // written out, and Softmax(axis = 3) on the rank-4 scores (before opset 13 only an axis
       // of rank - 1 normalises the last axis alone). The same nodes as bert_op17.
-      {"bert_op12",
-       {{"hidden", {2, 8, 64}}, {"attention_mask", {2, 1, 1, 8}}},
-       false,
-       {{"fusectl::AttentionPacked", 2}, {"fusectl::FusedMatMul", 6},
-        {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::SkipLayerNorm", 4}}},
+      {"bert_op12", {{"hidden", {2, 8, 64}}, {"attention_mask", {2, 1, 1, 8}}}, false, bert_ops},
       // vit_mha_encoder's blocks at opset 11: the heads folded into the batch are viewed with
       // Unsqueeze/Squeeze of attribute axes while fuse-attention runs, and the bodies (opset 11,
       // no value_float/value_int) read their scalars from the `*_tensor` twins. The same nodes.
-      {"vit_mha_encoder_op11",
-       {{"tokens", {1, 17, 64}}},
-       false,
-       {{"Reshape", 4}, {"fusectl::AttentionPacked", 2},
-        {"fusectl::FusedMatMul", 5}, {"fusectl::FusedMatMul_Add", 1},
-        {"fusectl::FusedMatMul_Gelu", 2}, {"fusectl::LayerNorm", 2},
-        {"fusectl::SkipLayerNorm", 3}}},
+      {"vit_mha_encoder_op11", {{"tokens", {1, 17, 64}}}, false, vit_mha_ops},
   };
 }
 
