@@ -12,6 +12,7 @@
 #include "fusectl/kernels/half.h"
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define FUSECTL_HALF_X86 1
 #endif
@@ -25,7 +26,11 @@ std::atomic<bool> g_force_portable{false};
 bool cpuHasF16c() {
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports has no "f16c". AVX2's
+    // check also says the OS saves the YMM state the conversions use.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+    return f16c && __builtin_cpu_supports("avx2");
   }();
   return has;
 }
