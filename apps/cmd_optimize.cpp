@@ -149,9 +149,9 @@ Report optimizeGated(const OptimizeOptions& opts, std::unique_ptr<Model>& model,
                      const std::vector<std::pair<std::string, Shape>>& shapes) {
   const GateThresholds thresholds = parseGateSpec(opts.gate);
   std::unique_ptr<Model> original = std::move(model);
-  const std::vector<kernels::NamedTensor> inputs =
-      opts.inputs.empty() ? kernels::makeRandomInputs(*original->graph, opts.seed, shapes)
-                          : bindInputs(*original->graph, opts.inputs, opts.seed, shapes).tensors;
+  // As --verify binds them (files, the rest seeded), to say which were seeded on a failure.
+  const BoundInputs bound = bindInputs(*original->graph, opts.inputs, opts.seed, shapes);
+  const std::vector<kernels::NamedTensor>& inputs = bound.tensors;
   SiteMeasure measure = [&](const Model& optimized, const std::vector<std::string>& nodes,
                            const std::set<std::string>& redefined) {
     std::vector<SiteMeasurement> out;
@@ -169,7 +169,12 @@ Report optimizeGated(const OptimizeOptions& opts, std::unique_ptr<Model>& model,
     }
     return out;
   };
-  GatedOptimization gated = optimizeWithGate(*original, request, thresholds, measure);
+  GatedOptimization gated;
+  try {
+    gated = optimizeWithGate(*original, request, thresholds, measure);
+  } catch (const Error& e) {
+    throw Error(e.kind(), opts.model + ": --gate: " + e.what() + seededInputsNote(bound));
+  }
   gated.report.gate.seed = opts.seed;
   model = std::move(gated.model);
   return std::move(gated.report);

@@ -128,6 +128,7 @@ std::vector<BoundInputs> bindInputRuns(const Graph& graph, const std::vector<std
       if (it != given.end()) {
         bound[r].tensors.push_back({v->name(), it->second.first});
         bound[r].sources.push_back(it->second.second);
+        bound[r].dims_defaulted.push_back(false);
         continue;
       }
       auto ov = overrides.find(v->name());
@@ -135,11 +136,13 @@ std::vector<BoundInputs> bindInputRuns(const Graph& graph, const std::vector<std
       checkSeededSize(*v, override);
       bound[r].tensors.push_back({v->name(), kernels::makeRandomInput(*v, run_seed, override)});
       bound[r].sources.push_back(fmt::format("random, seed {}", run_seed));
+      bound[r].dims_defaulted.push_back(!override && !v->shape().isStatic());
     }
     for (const auto& [name, t] : given) {  // overridden initializers
       if (graph.findValue(name)->isInitializer()) {
         bound[r].tensors.push_back({name, t.first});
         bound[r].sources.push_back(t.second);
+        bound[r].dims_defaulted.push_back(false);
       }
     }
   }
@@ -148,17 +151,21 @@ std::vector<BoundInputs> bindInputRuns(const Graph& graph, const std::vector<std
 
 std::string seededInputsNote(const BoundInputs& bound) {
   std::string names;
+  bool defaulted_dims = false;
   for (size_t i = 0; i < bound.tensors.size() && i < bound.sources.size(); ++i) {
     if (bound.sources[i].rfind("random", 0) != 0) continue;
-    // Seeded floats are what a model is traced with; seeded integers (a sample rate, a shape,
-    // lengths, indices) are where it refuses values.
+    // Seeded floats of the declared dims are what a model is traced with; seeded integers (a
+    // sample rate, a shape, lengths, indices) and dims set to 1 are where it refuses inputs.
     const DType t = bound.tensors[i].tensor.dtype();
-    if (!dtypeIsInteger(t) && t != DType::Bool) continue;
-    names += (names.empty() ? "" : ", ") + bound.tensors[i].name;
+    const bool defaulted = i < bound.dims_defaulted.size() && bound.dims_defaulted[i];
+    if (!dtypeIsInteger(t) && t != DType::Bool && !defaulted) continue;
+    names += (names.empty() ? "" : ", ") + bound.tensors[i].name +
+             (defaulted ? " with unknown dims at 1" : "");
+    defaulted_dims = defaulted_dims || defaulted;
   }
   if (names.empty()) return "";
-  return fmt::format("; on seeded inputs ({}): give ones the model accepts with --input NAME=FILE",
-                     names);
+  return fmt::format("; on seeded inputs ({}): give ones the model accepts with --input NAME=FILE{}",
+                     names, defaulted_dims ? " or dims with --shape NAME=DIMS" : "");
 }
 
 }  // namespace fusectl::cli

@@ -447,6 +447,27 @@ TEST_CASE("a run that fails on seeded inputs says which inputs were seeded", "[c
   INFO(given.out << given.err);
   CHECK(given.code == 0);
   CHECK(contains(given.out, "output Y: float[2,3]"));
+
+  // A float input whose unknown dim was set to 1 is named too, with --shape as the remedy; the
+  // numeric gate runs the original to measure its Relu -> Neg site and says the same.
+  std::ofstream(tmp / "fixed.onnxtxt")
+      << "<ir_version: 8, opset_import: [\"\" : 13]>\n"
+      << "g (float[N] X) => (float[2, 3] Y) <int64[2] S = {2, 3}> {\n"
+      << "  R = Reshape (X, S)\n  A = Relu (R)\n  Y = Neg (A)\n}\n";
+  const std::string fixed = q(tmp / "fixed.onnxtxt");
+  for (const std::string& command :
+       {"run " + fixed, "optimize " + fixed + " -O3 -o " + q(tmp / "out.onnx") + " --gate default"}) {
+    const Result one = runCli(command);
+    INFO(command << "\n" << one.out << one.err);
+    CHECK(one.code == 3);
+    CHECK(lineCount(one.err) == 1);
+    CHECK(contains(one.err, "; on seeded inputs (X with unknown dims at 1): give ones the model "
+                            "accepts with --input NAME=FILE or dims with --shape NAME=DIMS"));
+  }
+  CHECK(!fs::exists(tmp / "out.onnx"));
+  const Result six = runCli("run " + fixed + " --shape X=6");
+  INFO(six.out << six.err);
+  CHECK(six.code == 0);
 }
 
 TEST_CASE("verify --input: both models read the given file; inputs not given are seeded",
