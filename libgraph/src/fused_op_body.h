@@ -147,6 +147,15 @@ inline bool readsTensorTwin(std::string_view attribute) {
          attribute == "num_heads" || attribute == "kv_num_heads";
 }
 
+// The op's attributes as the function's, and below opset 12 the tensor twins of those its body
+// reads through a Constant (readsTensorTwin).
+inline void declareAttributes(FunctionDef& f, const FusedOpInfo& op, int64_t opset) {
+  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
+  if (opset >= 12) return;
+  for (const FusedOpAttribute& a : op.attributes)
+    if (readsTensorTwin(a.name)) f.attributes.emplace_back(std::string(a.name) + "_tensor");
+}
+
 // A fusectl-domain function `name` whose body uses the default domain at `opset`.
 inline FunctionDef startFunction(const std::string& name, int64_t opset) {
   FunctionDef f;

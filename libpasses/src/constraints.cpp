@@ -67,6 +67,16 @@ Constraint notGraphOutput(std::string capture, int output) {
           }};
 }
 
+Constraint opsetAtLeast(std::string capture, int64_t opset, int64_t minimum, std::string needs) {
+  return {fmt::format("opset-{}", minimum),
+          [capture, opset, minimum, needs](const Match& m, Why& why) {
+            if (opset >= minimum) return true;
+            Node* n = captured(m, capture, why);
+            if (!n) return false;
+            return why.fail(*n, fmt::format("the model's opset is {}: {}", opset, needs));
+          }};
+}
+
 Constraint constantInput(std::string capture, int input) {
   return {fmt::format("constant-input:{}.{}", capture, input),
           [capture, input](const Match& m, Why& why) {

@@ -686,16 +686,6 @@ Constraint check(const char* name, int upto, int64_t opset) {
           }};
 }
 
-// Condition 8's opset: the function body's Range is opset 11's.
-Constraint functionBodyOpset(int64_t opset) {
-  return {"opset-11", [opset](const Match& m, Why& why) {
-            if (opset >= 11) return true;
-            return why.fail(*m.get("sm"), fmt::format("the model's opset is {}: Attention's "
-                                                      "function body needs 11 (Range)",
-                                                      opset));
-          }};
-}
-
 Pattern buildPattern(int64_t opset) {
   using namespace constraints;
   Pattern p = Pattern::parse("^sm:Softmax -> pv:MatMul", "attention");
@@ -707,9 +697,21 @@ Pattern buildPattern(int64_t opset) {
       .require(check("k-transposed", kTranspose, opset))
       .require(check("heads-derivable", kHeads, opset))
       .require(dtypeIn({"sm", "pv"}, fusibleFloatTypes()))
-      .require(functionBodyOpset(opset));
+      .require(opsetAtLeast("sm", opset, 11, "Attention's function body needs 11 (Range)"));
   p.producing({"fusectl::Attention"});
   return p;
+}
+
+// `n` reads `x` and `arg`: a Reshape's shape, or the axes input of an Unsqueeze or Squeeze of
+// axis 0; a null `arg` (before opset 13, where Squeeze and Unsqueeze take no axes input) is an
+// `axes` attribute of [0] instead.
+void readsWithAxisZero(NewNode& n, Value* x, Value* arg) {
+  if (arg) {
+    n.inputs = {x, arg};
+    return;
+  }
+  n.inputs = {x};
+  n.attributes.push_back(Attribute::ofInts("axes", {0}));
 }
 
 class FuseAttentionPass : public Pass {
@@ -790,11 +792,7 @@ class FuseAttentionPass : public Pass {
     auto view = [&](const char* op, Value* x, Value* arg, const char* suffix, std::vector<Dim> d) {
       NewNode n;
       n.op_type = op;
-      n.inputs = {x, arg};
-      if (!arg) {  // Unsqueeze before opset 13
-        n.inputs = {x};
-        n.attributes.push_back(Attribute::ofInts("axes", {0}));
-      }
+      readsWithAxisZero(n, x, arg);
       n.name = x->name() + suffix;
       n.naming = NodeNaming::Unique;
       Node* node = rw.addNode(std::move(n), x->name() + suffix,
@@ -859,11 +857,7 @@ class FuseAttentionPass : public Pass {
       y->type.shape = std::move(fused_shape);
       NewNode n;
       n.op_type = op;
-      n.inputs = {y, arg};
-      if (!arg) {  // Squeeze before opset 13
-        n.inputs = {y};
-        n.attributes.push_back(Attribute::ofInts("axes", {0}));
-      }
+      readsWithAxisZero(n, y, arg);
       n.name = fused->name() + suffix;
       n.naming = NodeNaming::Unique;
       Node* back = rw.insertAfterValue(y, std::move(n), y->name() + suffix, replaced_type);

@@ -156,15 +156,6 @@ Constraint channelParameter(std::string leaf, std::string reader, std::string ro
           }};
 }
 
-Constraint functionBodyOpset(int64_t opset) {
-  return {"opset-12", [opset](const Match& m, Why& why) {
-            if (opset >= 12) return true;
-            return why.fail(*m.get("n"), fmt::format("the model's opset is {}: GroupNorm's "
-                                                     "function body needs 12 (Constant value_int)",
-                                                     opset));
-          }};
-}
-
 Pattern buildPattern(const Form& f, int64_t opset) {
   using namespace constraints;
   std::string text = "u:Reshape(^n:InstanceNormalization(r:Reshape($x, $rs), $gs, $gb), $us)";
@@ -178,7 +169,7 @@ Pattern buildPattern(const Form& f, int64_t opset) {
   p.require(floatChain(nodes)).require(regroupsChannels()).require(groupParameters());
   if (f.affine != Affine::None) p.require(channelParameter("scale", "g", "scale"));
   if (f.affine == Affine::ScaleAndBias) p.require(channelParameter("bias", "b", "bias"));
-  p.require(functionBodyOpset(opset));
+  p.require(opsetAtLeast("n", opset, 12, "GroupNorm's function body needs 12 (Constant value_int)"));
   for (const std::string& c : nodes)
     if (c != lastCapture(f.affine)) p.require(uniqueConsumer(c));
   return p;

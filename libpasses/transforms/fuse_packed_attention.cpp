@@ -174,13 +174,71 @@ bool onAxisZero(const Node& n, int64_t rank, Why& why) {
   });
 }
 
+// Whether q, k and v are cut from the stacked heads as the form's nodes say: a Split of axis 0
+// into three then Squeeze(0) each, or one Slice of axis 0 then Squeeze(0) each, or one Gather
+// of axis 0 each, the Transpose then read by those three only; a reported rejection when not.
+bool stackedPartsCut(const Match& m, Why& why) {
+  if (Node* split = m.get("split")) {
+    const int64_t axis = split->attrInt("axis", 0);
+    if (split->numOutputs() != 3 || (axis != 0 && axis != -5)) {
+      return why.fail(*split, [&] {
+        return fmt::format("{} splits axis {} into {} parts, not the stacked q, k, v of axis 0",
+                           split->label(), axis, split->numOutputs());
+      });
+    }
+    for (int i = 0; i < 3; ++i)
+      if (!onAxisZero(*m.get(fmt::format("z{}", kRoles[i])), 5, why)) return false;
+    return true;
+  }
+  const bool slices = m.get("lq") != nullptr;
+  Node* t5 = m.get("t5");
+  const Value* stacked_heads = t5->output(0);
+  if (stacked_heads->isGraphOutput() || stacked_heads->uses().size() != 3) {
+    return why.fail(*t5, [&] {
+      return fmt::format("{} output '{}' is read by more than the q, k and v {}", t5->label(),
+                         stacked_heads->name(), slices ? "Slices" : "Gathers");
+    });
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (slices) {
+      Node* l = m.get(fmt::format("l{}", kRoles[i]));
+      const std::optional<SliceRange> r = sliceRange(*l, 5);
+      const bool picks = r && r->axis == 0 && r->step == 1 && (r->start == i || r->start == i - 3) &&
+                         (r->end == i + 1 || (i < 2 && r->end == i - 2) ||
+                          (i == 2 && r->end >= 3));
+      if (!picks) {
+        return why.fail(*l, [&] {
+          return fmt::format("{} does not take part {} alone of axis 0 (constant [{}, {}), step 1), "
+                             "as the {} of the stacked q, k, v",
+                             l->label(), i, i, i + 1, kRoles[i]);
+        });
+      }
+      if (!onAxisZero(*m.get(fmt::format("z{}", kRoles[i])), 5, why)) return false;
+      continue;
+    }
+    Node* g = m.get(fmt::format("g{}", kRoles[i]));
+    const int64_t axis = g->attrInt("axis", 0);
+    const Value* index = g->input(1);
+    const Tensor* t = index && index->isConstant() ? index->initializer() : nullptr;
+    const bool picks = t && t->dims().empty() &&
+                       (t->valueAsInt64(0) == i || t->valueAsInt64(0) == i - 3);
+    if ((axis != 0 && axis != -5) || !picks) {
+      return why.fail(*g, [&] {
+        return fmt::format("{} does not pick part {} of axis 0 by a scalar constant index, as "
+                           "the {} of the stacked q, k, v",
+                           g->label(), i, kRoles[i]);
+      });
+    }
+  }
+  return true;
+}
+
 // The third form (timm's and torch's ViT): X -> Reshape [B, S, 3, H, D] -> Transpose(2, 0, 3, 1, 4)
 // -> Split on axis 0 into three -> Squeeze(0) each: q, k and v as [B, H, S, D]. X's rows hold the
 // q heads, then the k heads, then the v heads, as AttentionPacked reads them.
 std::optional<Packed> stackedLayout(const Match& m, Why& why) {
   Packed p;
   Node* r5 = m.get("r5");
-  Node* split = m.get("split");
   p.x = r5->input(0);
   const Shape& xs = p.x->shape();
   const Shape& out = r5->output(0)->shape();
@@ -196,76 +254,7 @@ std::optional<Packed> stackedLayout(const Match& m, Why& why) {
     });
     return std::nullopt;
   }
-  if (m.get("lq")) {  // the Slice form
-    Node* t5 = m.get("t5");
-    const Value* stacked_heads = t5->output(0);
-    if (stacked_heads->isGraphOutput() || stacked_heads->uses().size() != 3) {
-      why.fail(*t5, [&] {
-        return fmt::format("{} output '{}' is read by more than the q, k and v Slices",
-                           t5->label(), stacked_heads->name());
-      });
-      return std::nullopt;
-    }
-    for (int i = 0; i < 3; ++i) {
-      Node* l = m.get(fmt::format("l{}", kRoles[i]));
-      const std::optional<SliceRange> r = sliceRange(*l, 5);
-      const bool picks = r && r->axis == 0 && r->step == 1 && (r->start == i || r->start == i - 3) &&
-                         (r->end == i + 1 || (i < 2 && r->end == i - 2) ||
-                          (i == 2 && r->end >= 3));
-      if (!picks) {
-        why.fail(*l, [&] {
-          return fmt::format("{} does not take part {} alone of axis 0 (constant [{}, {}), step 1), "
-                             "as the {} of the stacked q, k, v",
-                             l->label(), i, i, i + 1, kRoles[i]);
-        });
-        return std::nullopt;
-      }
-      if (!onAxisZero(*m.get(fmt::format("z{}", kRoles[i])), 5, why)) return std::nullopt;
-    }
-    p.heads[0] = p.heads[1] = p.heads[2] = out[3].value();
-    p.head_size = out[4].value();
-    return p;
-  }
-  if (!split) {  // the Gather form
-    Node* t5 = m.get("t5");
-    const Value* stacked_heads = t5->output(0);
-    if (stacked_heads->isGraphOutput() || stacked_heads->uses().size() != 3) {
-      why.fail(*t5, [&] {
-        return fmt::format("{} output '{}' is read by more than the q, k and v Gathers",
-                           t5->label(), stacked_heads->name());
-      });
-      return std::nullopt;
-    }
-    for (int i = 0; i < 3; ++i) {
-      Node* g = m.get(fmt::format("g{}", kRoles[i]));
-      const int64_t axis = g->attrInt("axis", 0);
-      const Value* index = g->input(1);
-      const Tensor* t = index && index->isConstant() ? index->initializer() : nullptr;
-      const bool picks = t && t->dims().empty() &&
-                         (t->valueAsInt64(0) == i || t->valueAsInt64(0) == i - 3);
-      if ((axis != 0 && axis != -5) || !picks) {
-        why.fail(*g, [&] {
-          return fmt::format("{} does not pick part {} of axis 0 by a scalar constant index, as "
-                             "the {} of the stacked q, k, v",
-                             g->label(), i, kRoles[i]);
-        });
-        return std::nullopt;
-      }
-    }
-    p.heads[0] = p.heads[1] = p.heads[2] = out[3].value();
-    p.head_size = out[4].value();
-    return p;
-  }
-  const int64_t axis = split->attrInt("axis", 0);
-  if (split->numOutputs() != 3 || (axis != 0 && axis != -5)) {
-    why.fail(*split, [&] {
-      return fmt::format("{} splits axis {} into {} parts, not the stacked q, k, v of axis 0",
-                         split->label(), axis, split->numOutputs());
-    });
-    return std::nullopt;
-  }
-  for (int i = 0; i < 3; ++i)
-    if (!onAxisZero(*m.get(fmt::format("z{}", kRoles[i])), 5, why)) return std::nullopt;
+  if (!stackedPartsCut(m, why)) return std::nullopt;
   p.heads[0] = p.heads[1] = p.heads[2] = out[3].value();
   p.head_size = out[4].value();
   return p;
@@ -663,9 +652,7 @@ std::vector<Pattern> build() {
       p->require(uniqueConsumer("a"));
       p->require(packedQkv());
       if (rotary) p->require(sharedRotaryTables());
-      if (p != (stacked ? &*stacked : nullptr) && p != (gathered ? &*gathered : nullptr) &&
-          p != (sliced ? &*sliced : nullptr))
-        p->require(mergeInputReadOnce());
+      if (p == &slices || p == &split) p->require(mergeInputReadOnce());  // not the stacked forms
       p->require(to_2d ? mergedHeadsTo2d() : mergedHeads());
       forms.push_back(std::move(*p));
     }

@@ -18,14 +18,6 @@ namespace fusectl {
 
 namespace {
 
-// The op's attributes, and below opset 12 the tensor twins of those read through a Constant.
-void declareAttributes(FunctionDef& f, const FusedOpInfo& op, int64_t opset) {
-  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
-  if (opset >= 12) return;
-  for (const FusedOpAttribute& a : op.attributes)
-    if (readsTensorTwin(a.name)) f.attributes.emplace_back(std::string(a.name) + "_tensor");
-}
-
 // Y [B, Hq, S, Dv] of q [B, Hq, S, D], k [B, Hkv, T, D], v [B, Hkv, T, Dv] and the additive
 // mask, named `y_name`; the `scale` and `causal` attributes by reference.
 Value* attentionHeads(Body& b, Value* q, Value* k, Value* v, Value* mask,

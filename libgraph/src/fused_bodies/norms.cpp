@@ -52,8 +52,7 @@ Value* meanOverColumns(Body& b, Value* rows) {
 
 std::string buildNorm(const FusedOpInfo& op, int64_t opset, bool skip, bool rms) {
   FunctionDef f = startFunction(std::string(op.name), opset);
-  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
-  if (opset < 12) f.attributes.emplace_back("epsilon_tensor");
+  declareAttributes(f, op, opset);
   Body b(opset);
   Value* x = b.input("X");
   Value* skip_in = skip ? b.input("Skip") : nullptr;
@@ -107,8 +106,7 @@ Value* meanOverChannels(Body& b, Value* x) {
 
 std::string buildChannelLayerNormFunction(const FusedOpInfo& op, int64_t opset) {
   FunctionDef f = startFunction(std::string(op.name), opset);
-  for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
-  if (opset < 12) f.attributes.emplace_back("epsilon_tensor");
+  declareAttributes(f, op, opset);
   Body b(opset);
   Value* x = b.input("X");
   Value* scale = b.input("Scale");

@@ -72,9 +72,7 @@ using Rotation = Value* (*)(Body&, Value*, Value*, Value*, const std::string&);
 // The function of one rotary op: inputs X[, Scale], Cos, Sin; Y = rotate(X or its QK-norm).
 std::string rotaryFunction(const FusedOpInfo& op, int64_t opset, bool qk_norm, Rotation rotate) {
   FunctionDef f = startFunction(std::string(op.name), opset);
-  if (qk_norm)
-    for (const FusedOpAttribute& a : op.attributes) f.attributes.emplace_back(a.name);
-  if (qk_norm && opset < 12) f.attributes.emplace_back("epsilon_tensor");
+  if (qk_norm) declareAttributes(f, op, opset);
   Body b(opset);
   Value* x = b.input("X");
   Value* scale = qk_norm ? b.input("Scale") : nullptr;

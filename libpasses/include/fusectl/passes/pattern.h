@@ -285,6 +285,10 @@ Constraint uniqueConsumer(std::string capture, int output = 0);
 Constraint notGraphOutput(std::string capture, int output = 0);
 // Input `input` of the capture is a constant (initializer that is not a graph input).
 Constraint constantInput(std::string capture, int input);
+// The model imports at least opset `minimum` (a function body the fused op is written as needs
+// it): constraint "opset-<minimum>", failing at the capture with "the model's opset is
+// <opset>: <needs>".
+Constraint opsetAtLeast(std::string capture, int64_t opset, int64_t minimum, std::string needs);
 // BatchNormalization in inference form: one output (no running stats outputs), training_mode 0.
 Constraint batchNormInference(std::string capture);
 // Every input and output dtype of the captures is one of `dtypes`.
