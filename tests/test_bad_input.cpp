@@ -427,7 +427,8 @@ TEST_CASE("bad input: errors escape every control character of a quoted name", "
 // null check, since its checker guarantees them; `fusectl dump` of this 281-byte file crashed.
 // The libonnx fallback now leaves such a node's outputs as they are declared. Likewise a Scan
 // whose body attribute a mutation renamed: libonnx's Scan inference read the missing body (no
-// op whose schema takes a graph goes to libonnx now), and a STFT whose signal has rank 1.
+// op whose schema takes a graph goes to libonnx now), a STFT whose signal has rank 1, and a
+// MaxUnpool whose indices have no rank.
 TEST_CASE("bad input: nodes libonnx's shape inference would crash on",
           "[onnx_io][bad_input]") {
   auto model = fusectl::loadModel(badPath("fuzz_label_encoder_untyped_input.onnx"));
@@ -439,4 +440,10 @@ TEST_CASE("bad input: nodes libonnx's shape inference would crash on",
   // STFT's inference reads dims 1 and 2 of its signal: here a rank-1 one.
   auto stft = fusectl::loadModel(badPath("fuzz_stft_signal_rank.onnx"));
   CHECK(stft->graph->verify().empty());
+  // MaxUnpool without output_shape reads dim 1 of its indices: here unranked (CI's fuzz smoke,
+  // 7 December 2026). The model still loads; `fusectl run` asks for the indices' shape.
+  auto unpool = fusectl::loadModel(badPath("fuzz_maxunpool_unranked_indices.onnx"));
+  CHECK(unpool->graph->verify().empty());
+  REQUIRE(unpool->graph->outputs().size() == 1);
+  CHECK(unpool->graph->outputs()[0]->dtype() == fusectl::DType::Float);
 }

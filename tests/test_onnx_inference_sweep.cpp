@@ -140,9 +140,11 @@ struct Variant {
   bool unusual_types = false;     // chooseType's `unusual`
   bool optional_absent = false;   // optional inputs named "" (not given)
   size_t max_inputs = SIZE_MAX;   // fewer inputs than the schema asks for
+  int absent_input = -1;          // this input named "" (not given), required or not
 };
 
-std::vector<Variant> variantsFor(size_t inputs) {
+// `required`: how many inputs precede the first optional one.
+std::vector<Variant> variantsFor(size_t inputs, size_t required) {
   std::vector<Variant> out;
   for (int r = -1; r <= 5; ++r)
     out.push_back({fmt::format("all inputs rank {}", r), std::vector<int>(inputs, r)});
@@ -165,10 +167,26 @@ std::vector<Variant> variantsFor(size_t inputs) {
     out.push_back(fewer);
   }
   for (size_t j = 0; j < inputs; ++j) {
-    for (int r : {0, 1, 5}) {
+    for (int r : {-1, 0, 1, 5}) {
       std::vector<int> ranks(inputs, 3);
       ranks[j] = r;
       out.push_back({fmt::format("input {} rank {}, others rank 3", j, r), ranks});
+    }
+    Variant absent_j{fmt::format("input {} not given, others rank 3", j),
+                     std::vector<int>(inputs, 3)};
+    absent_j.absent_input = static_cast<int>(j);
+    out.push_back(absent_j);
+    // Without the trailing optional inputs, which send some inference functions down another
+    // path: MaxUnpool reads dim 1 of its indices only when output_shape is not given.
+    for (int r : {-1, 0, 1}) {
+      if (j >= required || required == inputs) break;
+      std::vector<int> ranks(inputs, 3);
+      ranks[j] = r;
+      Variant v{fmt::format("only the {} required inputs, input {} rank {}, others rank 3",
+                            required, j, r),
+                ranks};
+      v.max_inputs = required;
+      out.push_back(v);
     }
     for (int r : {0, 1, 2}) {
       std::vector<int> ranks(inputs, 3);
@@ -226,7 +244,7 @@ std::string modelBytes(const SweepOp& op, const Variant& v) {
   setAttributes(op.attributes, v.all_attributes, node);
   for (size_t i = 0; i < op.inputs.size() && i < v.max_inputs; ++i) {
     const SweepInput& in = op.inputs[i];
-    if (v.optional_absent && in.optional) {
+    if ((v.optional_absent && in.optional) || static_cast<int>(i) == v.absent_input) {
       node->add_input("");
       continue;
     }
@@ -248,7 +266,9 @@ std::string modelBytes(const SweepOp& op, const Variant& v) {
 
 // Every variant of `op`, appended to `cases`.
 void addCases(const SweepOp& op, std::vector<fusectl::sweep::SweepCase>& cases) {
-  for (const Variant& v : variantsFor(op.inputs.size()))
+  size_t required = 0;
+  while (required < op.inputs.size() && !op.inputs[required].optional) ++required;
+  for (const Variant& v : variantsFor(op.inputs.size(), required))
     cases.push_back(fusectl::sweep::SweepCase::of(fmt::format("{} ({})", op.label(), v.label),
                                                   modelBytes(op, v)));
 }

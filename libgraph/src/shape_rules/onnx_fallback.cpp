@@ -5,6 +5,7 @@
 // "symbolic inputs". Everything libonnx throws is caught: a failed fallback only leaves the
 // outputs untyped. Subgraph attributes are not converted, so ops with subgraphs need a rule.
 #include <climits>
+#include <cstdint>
 #include <memory>
 #include <unordered_map>
 
@@ -178,20 +179,32 @@ bool inferWithOnnx(RuleContext& ctx) {
       if (attr.type == onnx::AttributeProto::GRAPH || attr.type == onnx::AttributeProto::GRAPHS)
         return false;
     }
-    // Inference functions that index an input's dims before checking its rank: they run only on
-    // inputs of the rank they assume. STFT reads signal dims 1 and 2 (found by fuzzing); the
-    // first RNN, GRU and LSTM schemas (opsets 1 and 3) read X's three dims (found by
-    // tests/test_onnx_inference_sweep.cpp, which asks every schema libonnx has).
+    // Inference functions that index an input's dims before checking its rank (or that it is
+    // there at all): they run only on inputs of the ranks they assume. STFT reads signal dims 1
+    // and 2 (found by fuzzing); the first RNN, GRU and LSTM schemas (opsets 1 and 3) read X's
+    // three dims (found by tests/test_onnx_inference_sweep.cpp, which asks every schema libonnx
+    // has); MaxUnpool without output_shape reads dim 1 of its indices I (fuzzing: an unranked
+    // I crashed the loader).
     static const struct {
       const char* op;
       size_t input;
-      size_t rank;
-    } kAssumedRanks[] = {{"STFT", 0, 3}, {"RNN", 0, 3}, {"GRU", 0, 3}, {"LSTM", 0, 3}};
+      size_t min_rank;
+      size_t max_rank;
+      bool even_when_absent;  // libonnx reads the input's type whether or not it was given
+    } kAssumedRanks[] = {{"STFT", 0, 3, 3, false},
+                         {"RNN", 0, 3, 3, false},
+                         {"GRU", 0, 3, 3, false},
+                         {"LSTM", 0, 3, 3, false},
+                         {"MaxUnpool", 1, 2, SIZE_MAX, true}};
     for (const auto& need : kAssumedRanks) {
-      if (ctx.node.opType() == need.op && ctx.hasInput(need.input) &&
-          !(ctx.inShape(need.input).hasRank() && ctx.inShape(need.input).rank() == need.rank)) {
-        return false;
+      if (ctx.node.opType() != need.op) continue;
+      if (!ctx.hasInput(need.input)) {
+        if (need.even_when_absent) return false;
+        continue;
       }
+      const Shape& shape = ctx.inShape(need.input);
+      if (!shape.hasRank() || shape.rank() < need.min_rank || shape.rank() > need.max_rank)
+        return false;
     }
     FallbackContext fc(ctx);
     // LabelEncoder's reads input 0's type unchecked: a 281-byte file crashed `fusectl dump`.
