@@ -163,6 +163,13 @@ int runRun(const RunOptions& opts) {
     for (const NodeTime& nt : stats.node_times) {
       fmt::print("  {:10.3f} ms  {} ({})\n", nt.seconds * 1e3, nt.node, nt.op_type);
     }
+    if (!stats.body_node_times.empty())
+      fmt::print("inside control flow (part of the times above; summed over calls):\n");
+    for (const BodyNodeTime& b : stats.body_node_times) {
+      fmt::print("  {:10.3f} ms  {} ({}) in {}{}\n", b.time.seconds * 1e3, b.time.node,
+                 b.time.op_type, b.parent,
+                 b.calls > 1 ? fmt::format(", {} calls", b.calls) : std::string());
+    }
   }
 
   if (!opts.output_dir.empty()) {

@@ -43,6 +43,18 @@ Json nodeJson(const NodeProfile& n) {
               {"output_bytes", n.output_bytes}};
 }
 
+Json bodyNodeJson(const BodyNodeProfile& n) {
+  return Json{{"parent", n.parent},
+              {"node", n.node},
+              {"op", n.op_type},
+              {"calls", n.calls},
+              {"ms", ms(n.median_seconds)},
+              {"share", n.share},
+              {"input_shapes", n.input_dims},
+              {"output_shapes", n.output_dims},
+              {"output_bytes", n.output_bytes}};
+}
+
 Json sideJson(const SideProfile& s, int top) {
   Json j;
   j["median_ms"] = ms(s.latency.median);
@@ -79,6 +91,12 @@ Json sideJson(const SideProfile& s, int top) {
   for (const NodeProfile* n : s.slowest(static_cast<size_t>(top)))
     top_nodes.push_back(nodeJson(*n));
   j["top_nodes"] = top_nodes;
+  if (!s.body_nodes.empty()) {
+    Json body_nodes = Json::array();
+    for (const BodyNodeProfile* n : s.slowestInBodies(static_cast<size_t>(top)))
+      body_nodes.push_back(bodyNodeJson(*n));
+    j["top_body_nodes"] = body_nodes;
+  }
   return j;
 }
 
@@ -279,6 +297,17 @@ void printProfile(const ProfileRequestInfo& info, const ProfileResult& r) {
       fmt::print("  {:>10.4f} ms {:>6.1f}%  {} ({}) {} -> {}\n", ms(n->median_seconds),
                  n->share * 100, n->node, n->op_type, shapesText(n->input_dims),
                  shapesText(n->output_dims));
+    }
+    const auto in_bodies = s->slowestInBodies(static_cast<size_t>(info.top));
+    if (in_bodies.empty()) continue;
+    fmt::print("\nslowest {} node{} inside control flow, {} (median per run, summed over its "
+               "calls; part of its parent's time above)\n",
+               in_bodies.size(), in_bodies.size() == 1 ? "" : "s", s->name);
+    for (const BodyNodeProfile* n : in_bodies) {
+      fmt::print("  {:>10.4f} ms {:>6.1f}%  {} ({}) in {}{} {} -> {}\n", ms(n->median_seconds),
+                 n->share * 100, n->node, n->op_type, n->parent,
+                 n->calls > 1 ? fmt::format(", {} calls", n->calls) : std::string(),
+                 shapesText(n->input_dims), shapesText(n->output_dims));
     }
   }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "fusectl/graph/error.h"
@@ -127,6 +128,67 @@ std::vector<float> ramp(size_t count, float start, float step) {
 }
 
 }  // namespace
+
+// The profiled run names each node inside a body by the control-flow nodes around it and counts
+// its calls: with n = 5 the outer body runs 5 times, the then branch for i = 1 and 3 (its Loop
+// running 1 + 3 times), the else branch for i = 0, 2 and 4.
+TEST_CASE("control flow: a profiled run times the nodes inside bodies, per parent and calls",
+          "[control_flow][profile]") {
+  auto model = parseModelText(kNestedLoop, "nested.onnxtxt");
+  const std::vector<NamedTensor> inputs = {{"n", int64Scalar(5)},
+                                           {"x", floats({3}, {1.f, -2.f, 0.5f})},
+                                           {"w", floats({3}, {2.f, 0.5f, -1.f})}};
+  Executor executor(*model);
+  ExecutionStats plain;
+  executor.run(inputs, &plain);
+  CHECK(plain.node_times.empty());
+  CHECK(plain.body_node_times.empty());
+
+  // Switched on after construction, as `fusectl profile` does between its passes: the bodies'
+  // executors follow.
+  executor.setProfiling(true);
+  ExecutionStats stats;
+  auto out = executor.run(inputs, &stats);
+  std::vector<float> acc, trace;
+  nestedReference(5, {1.f, -2.f, 0.5f}, {2.f, 0.5f, -1.f}, acc, trace);
+  requireClose(valuesOf(out[0].tensor), acc);
+
+  const std::string body = "Loop(acc)/body";
+  const std::string then_branch = body + " > If(a2)/then_branch";
+  const std::string inner = then_branch + " > Loop(r)/body";
+  const std::string else_branch = body + " > If(a2)/else_branch";
+  std::vector<std::tuple<std::string, std::string, size_t>> got;
+  for (const BodyNodeTime& b : stats.body_node_times) {
+    got.emplace_back(b.parent, b.time.node, b.calls);
+    CHECK(b.time.seconds >= 0);
+  }
+  std::sort(got.begin(), got.end());
+  std::vector<std::tuple<std::string, std::string, size_t>> want = {
+      {body, "Identity(c2)", 5},     {body, "Mod(parity)", 5},      {body, "Cast(odd)", 5},
+      {body, "If(a2)", 5},           {body, "Identity(snap)", 5},   {then_branch, "Loop(r)", 2},
+      {inner, "Identity(cc2)", 4},   {inner, "Add(b2)", 4},         {else_branch, "Mul(r2)", 3}};
+  std::sort(want.begin(), want.end());
+  CHECK(got == want);
+
+  // A body's nodes ran inside their parent's time.
+  double loop_seconds = -1, in_body = 0;
+  for (const NodeTime& t : stats.node_times)
+    if (t.node == "Loop(acc)") loop_seconds = t.seconds;
+  for (const BodyNodeTime& b : stats.body_node_times)
+    if (b.parent == body) in_body += b.time.seconds;
+  CHECK(in_body <= loop_seconds);
+  // Dims of a first call; bytes of every call: Add(b2) wrote four float[3]s.
+  for (const BodyNodeTime& b : stats.body_node_times) {
+    if (b.time.node != "Add(b2)") continue;
+    CHECK(b.time.output_dims == std::vector<std::vector<int64_t>>{{3}});
+    CHECK(b.time.output_bytes == 4 * 3 * sizeof(float));
+  }
+
+  executor.setProfiling(false);
+  ExecutionStats off;
+  executor.run(inputs, &off);
+  CHECK(off.body_node_times.empty());
+}
 
 TEST_CASE("control flow: a Loop holding an If holding a Loop, with captures two scopes up",
           "[control_flow]") {

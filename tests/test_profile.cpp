@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -79,6 +80,9 @@ std::vector<TestModel> testModels() {
        {{"hidden", shape("1x8x64")}, {"attention_mask", shape("1x1x1x8")}}},
       {"llama_layer", "--shape hidden=1x8x64 --shape cos=8x16 --shape sin=8x16",
        {{"hidden", shape("1x8x64")}, {"cos", shape("8x16")}, {"sin", shape("8x16")}}},
+      // A Loop whose body -O3 fuses (MatMul + Add + Tanh): its nodes and its fusion site are
+      // timed inside the body.
+      {"control_flow/greedy_decode", "", {}},
   };
 }
 
@@ -129,7 +133,6 @@ TEST_CASE("profile: each testdata model, JSON by the schema, trace, annotated mo
       CHECK(r.out.find("outputs agree: yes") != std::string::npos);
       CHECK(r.out.find("\nfusion sites: ") != std::string::npos);
       CHECK(r.out.find("per op type, unfused") != std::string::npos);
-      CHECK(r.out.find("slowest 4 nodes, fused") != std::string::npos);
 
       const json report = json::parse(slurp(json_path));
       CHECK(schemaProblem(report) == "");
@@ -139,6 +142,8 @@ TEST_CASE("profile: each testdata model, JSON by the schema, trace, annotated mo
       CHECK(report["threads"] == 1);
 
       const auto [unfused_nodes, fused_nodes] = nodeCounts(m);
+      CHECK(r.out.find(fmt::format("slowest {} node{}, fused", std::min<size_t>(4, fused_nodes),
+                                   fused_nodes == 1 ? "" : "s")) != std::string::npos);
       const json& unfused = report["sides"]["unfused"];
       const json& fused = report["sides"]["fused"];
       CHECK(unfused["kernel_invocations"] == unfused_nodes);
@@ -198,6 +203,20 @@ TEST_CASE("profile: each testdata model, JSON by the schema, trace, annotated mo
         CHECK(kernels_of[pid] == report["sides"][name]["kernel_invocations"]);
       }
 
+      const bool control_flow = m.file.rfind("control_flow/", 0) == 0;
+      for (const char* side : {"unfused", "fused"}) {
+        INFO(side);
+        const json& s = report["sides"][side];
+        CHECK(s.contains("top_body_nodes") == control_flow);
+        if (!control_flow) continue;
+        CHECK(r.out.find(std::string("inside control flow, ") + side) != std::string::npos);
+        REQUIRE(s["top_body_nodes"].size() == 4);
+        for (const json& n : s["top_body_nodes"]) {
+          CHECK(n["parent"] == "/Loop/body");
+          CHECK(n["calls"].get<size_t>() >= 1);
+        }
+      }
+
       CHECK(fusectl::test::onnxFullCheckProblem(annotated) == "");
       auto back = fusectl::loadModel(annotated);
       CHECK(back->graph->numNodes() == fused_nodes);
@@ -208,6 +227,13 @@ TEST_CASE("profile: each testdata model, JSON by the schema, trace, annotated mo
       for (const fusectl::Node* n : back->graph->nodes()) {
         INFO(n->label());
         CHECK(n->doc_string.str().find("fusectl profile: ") != std::string::npos);
+        // Nodes inside a body carry their figures per run, with their calls.
+        n->forEachSubgraph([&](const fusectl::Graph& body) {
+          for (const fusectl::Node* inner : body.nodes()) {
+            INFO(inner->label());
+            CHECK(inner->doc_string.str().find(" ms median per run (") != std::string::npos);
+          }
+        });
       }
     }
   }

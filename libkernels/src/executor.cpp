@@ -106,18 +106,55 @@ struct Executor::Scope {
   const Scope* parent = nullptr;
 };
 
+// A profiled run's body node times (ExecutionStats::body_node_times), one record per node and
+// parent: a Loop of a thousand iterations adds to its body's records, not a thousand more.
+struct Executor::BodyTimes {
+  std::vector<BodyNodeTime>* records = nullptr;
+  std::unordered_map<std::string, size_t> index;  // parent + '\n' + node label -> record
+
+  void add(const std::string& parent, NodeTime&& t) {
+    auto [it, fresh] = index.emplace(parent + '\n' + t.node, records->size());
+    if (fresh) {
+      records->push_back({parent, std::move(t), 1});
+      return;
+    }
+    BodyNodeTime& r = (*records)[it->second];
+    r.time.seconds += t.seconds;
+    r.time.output_bytes += t.output_bytes;
+    ++r.calls;
+  }
+};
+
 class Executor::BodyRunner : public SubgraphRunner {
  public:
-  BodyRunner(Executor& owner, const Scope& scope) : owner_(owner), scope_(scope) {}
+  BodyRunner(Executor& owner, const Scope& scope, const Node& node, BodyTimes* times,
+             const std::string& parent)
+      : owner_(owner), scope_(scope), node_(node), times_(times), parent_(parent) {}
   std::vector<HostTensor> run(const Graph& body, const std::vector<HostTensor>& inputs) override {
     auto it = owner_.bodies_.find(&body);
     if (it == owner_.bodies_.end()) throwInternal("a subgraph the executor did not prepare");
-    return it->second->runBody(inputs, scope_);
+    if (!times_) return it->second->runBody(inputs, scope_, nullptr, {});
+    std::string path = parent_.empty() ? std::string() : parent_ + " > ";
+    path += node_.label() + "/" + attributeHolding(body);
+    return it->second->runBody(inputs, scope_, times_, path);
   }
 
  private:
+  // The name of the node's attribute that holds `body` (a Loop's "body", an If's branches).
+  std::string attributeHolding(const Graph& body) const {
+    for (const Attribute& a : node_.attributes()) {
+      if (a.g.get() == &body) return a.name;
+      for (const auto& g : a.graphs)
+        if (g.get() == &body) return a.name;
+    }
+    return body.name;
+  }
+
   Executor& owner_;
   const Scope& scope_;
+  const Node& node_;
+  BodyTimes* times_;
+  const std::string& parent_;
 };
 
 namespace {
@@ -243,6 +280,11 @@ void Executor::restoreConstant(size_t s, std::vector<HostTensor>& slots) {
   slots[s] = initializers_[s];
 }
 
+void Executor::setProfiling(bool on) {
+  options_.profile = on;
+  for (auto& [graph, body] : bodies_) body->setProfiling(on);
+}
+
 uint64_t Executor::releasedConstantBytes() const {
   uint64_t bytes = 0;
   for (size_t s = 0; s < constant_uses_.size(); ++s) {
@@ -271,7 +313,8 @@ void Executor::prepareBodies(int depth) {
 }
 
 std::vector<HostTensor> Executor::runBody(const std::vector<HostTensor>& inputs,
-                                          const Scope& outer) {
+                                          const Scope& outer, BodyTimes* times,
+                                          const std::string& parent) {
   std::vector<HostTensor> slots(plan_.values.size());
   for (size_t s = 0; s < initializers_.size(); ++s) {
     if (initializers_[s].dtype() != DType::Undefined) slots[s] = initializers_[s];
@@ -311,7 +354,13 @@ std::vector<HostTensor> Executor::runBody(const std::vector<HostTensor>& inputs,
   std::vector<HostTensor> host;
   ExecutionStats copies;
   uint64_t written = 0;
-  runSteps(slots, host, &outer, nullptr, copies, written);
+  if (times && options_.profile) {
+    ExecutionStats body_stats;
+    runSteps(slots, host, &outer, &body_stats, copies, written, times, parent);
+    for (NodeTime& t : body_stats.node_times) times->add(parent, std::move(t));
+  } else {
+    runSteps(slots, host, &outer, nullptr, copies, written);
+  }
   std::vector<HostTensor> outputs;
   outputs.reserve(graph_.outputs().size());
   for (const Value* v : graph_.outputs()) {
@@ -654,6 +703,7 @@ void Executor::tryRecording(const std::vector<NamedTensor>& inputs,
   }
   recording->figures = queued;
   recording->figures.node_times.clear();
+  recording->figures.body_node_times.clear();
   std::vector<NamedTensor> replayed;
   try {
     replayed = replay(*recording, inputs, nullptr);
@@ -784,6 +834,7 @@ std::vector<NamedTensor> Executor::replay(const Recording& recording,
   if (stats) {
     const ExecutionStats& f = recording.figures;
     stats->node_times.clear();
+    stats->body_node_times.clear();
     stats->peak_activation_bytes = f.peak_activation_bytes;
     stats->pool_reserved_bytes = pool_.stats().reserved_bytes;
     stats->buffer_reuses = f.buffer_reuses;
@@ -820,13 +871,17 @@ std::vector<NamedTensor> Executor::runQueued(const std::vector<NamedTensor>& inp
   device_marks_.clear();
   if (options_.profile && stats) backend_->clearMarks();
   ExecutionStats copies;
+  BodyTimes body_times;
   if (stats) {
     stats->node_times.clear();
+    stats->body_node_times.clear();
     if (options_.profile) stats->node_times.reserve(plan_.order.size());
+    body_times.records = &stats->body_node_times;
   }
 
   uint64_t activation_bytes_written = 0;
-  runSteps(slots, host, nullptr, stats, copies, activation_bytes_written);
+  runSteps(slots, host, nullptr, stats, copies, activation_bytes_written,
+           options_.profile && stats && !bodies_.empty() ? &body_times : nullptr);
 
   std::vector<NamedTensor> outputs;
   outputs.reserve(graph_.outputs().size());
@@ -866,7 +921,8 @@ std::vector<NamedTensor> Executor::runQueued(const std::vector<NamedTensor>& inp
 
 void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>& host,
                         const Scope* outer, ExecutionStats* stats, ExecutionStats& copies,
-                        uint64_t& activation_bytes_written) {
+                        uint64_t& activation_bytes_written, BodyTimes* body_times,
+                        const std::string& parent) {
   const bool transfers = !backend_->sharesHostMemory();
   Allocator allocator(pool_, options_.max_tensor_bytes);
   Allocator host_allocator(host_pool_, options_.max_tensor_bytes);
@@ -938,7 +994,7 @@ void Executor::runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>&
     }
     if (!transfers) ctx.bindChannelsLastOutputs(channels_last_outputs_[step]);
     ctx.bindConstantRestorer(&restorer);
-    BodyRunner bodies(*this, scope);
+    BodyRunner bodies(*this, scope, node, body_times, parent);
     if (!node.implicitInputs().empty() || !bodies_.empty()) {
       // Bodies run on the host: their captures need a host copy there too.
       if (transfers) {

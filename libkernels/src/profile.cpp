@@ -27,6 +27,9 @@ struct SideRun {
   // in isolation).
   std::vector<ExecutionStats> profiled;
   std::vector<std::vector<double>> profiled_seconds;
+  // Per run, the seconds of the first run's body_node_times records, in their order (0 for one
+  // a run did not call: an If that took the other branch).
+  std::vector<std::vector<double>> profiled_body_seconds;
   int threads = 1;                       // as the executor resolved it (0 = all cores)
   Device device = Device::Cpu;           // the executor's backend's
   std::vector<NamedTensor> outputs;      // of the last timed run, for the agreement check
@@ -40,6 +43,30 @@ void buildExecutors(std::vector<SideRun>& sides, const ProfileOptions& options) 
     side.threads = side.executor->numThreads();
     side.device = side.executor->backend().device();
   }
+}
+
+// The seconds of `run`'s body records in the order of `first`'s (the first profiled run's).
+// Runs on the same inputs call the same bodies in the same order, so records are matched by
+// position, and by parent and node only where that fails.
+std::vector<double> bodySeconds(const std::vector<BodyNodeTime>& first,
+                                const std::vector<BodyNodeTime>& run) {
+  std::vector<double> seconds(first.size(), 0.0);
+  auto same = [](const BodyNodeTime& a, const BodyNodeTime& b) {
+    return a.parent == b.parent && a.time.node == b.time.node;
+  };
+  for (size_t i = 0; i < run.size(); ++i) {
+    if (i < first.size() && same(first[i], run[i])) {
+      seconds[i] = run[i].time.seconds;
+      continue;
+    }
+    for (size_t k = 0; k < first.size(); ++k) {
+      if (same(first[k], run[i])) {
+        seconds[k] = run[i].time.seconds;
+        break;
+      }
+    }
+  }
+  return seconds;
 }
 
 // One pass over both sides (profile.h): warmup, then measured runs alternating.
@@ -71,7 +98,14 @@ void runPass(std::vector<SideRun>& sides, const std::vector<NamedTensor>& inputs
       std::vector<double> seconds(stats.node_times.size());
       for (size_t i = 0; i < seconds.size(); ++i) seconds[i] = stats.node_times[i].seconds;
       side.profiled_seconds.push_back(std::move(seconds));
-      if (!side.profiled.empty()) std::vector<NodeTime>().swap(stats.node_times);
+      side.profiled_body_seconds.push_back(
+          side.profiled.empty() ? bodySeconds(stats.body_node_times, stats.body_node_times)
+                                : bodySeconds(side.profiled.front().body_node_times,
+                                              stats.body_node_times));
+      if (!side.profiled.empty()) {
+        std::vector<NodeTime>().swap(stats.node_times);
+        std::vector<BodyNodeTime>().swap(stats.body_node_times);
+      }
       side.profiled.push_back(std::move(stats));
     }
     // A side replaying a recorded run against one queued node by node would be credited with
@@ -166,6 +200,28 @@ SideProfile summarize(SideRun& run) {
                      return a.seconds > b.seconds;
                    });
   side.trace_run_nodes = std::move(traced_nodes);
+
+  const std::vector<BodyNodeTime>& bodies = run.profiled.front().body_node_times;
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    const BodyNodeTime& b = bodies[i];
+    std::vector<double> samples;
+    samples.reserve(run.profiled_body_seconds.size());
+    for (const std::vector<double>& s : run.profiled_body_seconds) {
+      if (i < s.size()) samples.push_back(s[i]);
+    }
+    BodyNodeProfile p;
+    p.parent = b.parent;
+    p.node = b.time.node;
+    p.op_type = b.time.op_type;
+    p.calls = b.calls;
+    p.run_seconds = samples;
+    p.median_seconds = medianOf(std::move(samples));
+    p.share = total > 0 ? p.median_seconds / total : 0;
+    p.input_dims = b.time.input_dims;
+    p.output_dims = b.time.output_dims;
+    p.output_bytes = b.time.output_bytes;
+    side.body_nodes.push_back(std::move(p));
+  }
   return side;
 }
 
@@ -181,8 +237,22 @@ std::vector<const NodeProfile*> SideProfile::slowest(size_t n) const {
   return all;
 }
 
+std::vector<const BodyNodeProfile*> SideProfile::slowestInBodies(size_t n) const {
+  std::vector<const BodyNodeProfile*> all;
+  for (const BodyNodeProfile& p : body_nodes) all.push_back(&p);
+  std::stable_sort(all.begin(), all.end(),
+                   [](const BodyNodeProfile* a, const BodyNodeProfile* b) {
+                     return a->median_seconds > b->median_seconds;
+                   });
+  if (all.size() > n) all.resize(n);
+  return all;
+}
+
 const NodeProfile* SideProfile::find(const std::string& label) const {
   for (const NodeProfile& p : nodes) {
+    if (p.node == label) return &p;
+  }
+  for (const BodyNodeProfile& p : body_nodes) {
     if (p.node == label) return &p;
   }
   return nullptr;
@@ -201,8 +271,8 @@ ProfileResult profileModels(const Model* unfused, const Model* fused,
   }
 
   std::vector<SideRun> sides;  // unfused first: A/B order
-  if (run_unfused) sides.push_back({"unfused", unfused, nullptr, {}, {}, {}, 1, {}, {}});
-  if (run_fused) sides.push_back({"fused", fused, nullptr, {}, {}, {}, 1, {}, {}});
+  if (run_unfused) sides.push_back({"unfused", unfused, nullptr, {}, {}, {}, {}, 1, {}, {}});
+  if (run_fused) sides.push_back({"fused", fused, nullptr, {}, {}, {}, {}, 1, {}, {}});
   buildExecutors(sides, options);
   runPass(sides, inputs, false, options);
   runPass(sides, inputs, true, options);

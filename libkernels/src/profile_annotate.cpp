@@ -2,6 +2,7 @@
 // (a node's doc_string as its description, the model's metadata_props as its properties).
 #include <cstdio>
 #include <map>
+#include <utility>
 
 #include "fusectl/kernels/profile.h"
 
@@ -30,6 +31,43 @@ std::string withoutEarlierLine(const std::string& doc) {
   return kept;
 }
 
+std::string bodyNodeLine(const BodyNodeProfile& p) {
+  char text[160];
+  std::snprintf(text, sizeof text, "%s%.4f ms median per run (%zu call%s), %.1f%% of the run",
+                kNodeLinePrefix, p.median_seconds * 1e3, p.calls, p.calls == 1 ? "" : "s",
+                p.share * 100);
+  return text;
+}
+
+void appendLine(Node& node, const std::string& line) {
+  std::string doc = withoutEarlierLine(node.doc_string);
+  if (!doc.empty()) doc += "\n";
+  node.doc_string = doc + line;
+}
+
+using BodyIndex = std::map<std::pair<std::string, std::string>, const BodyNodeProfile*>;
+
+// The nodes of `graph`'s subgraphs, by the parent path ExecutionStats::body_node_times gives
+// them (`parent`: the path of `graph` itself, "" for the main graph).
+void annotateBodies(const Graph& graph, const std::string& parent, const BodyIndex& index) {
+  for (Node* node : graph.nodes()) {
+    for (const Attribute& a : node->attributes()) {
+      auto visit = [&](Graph& body) {
+        const std::string path =
+            (parent.empty() ? std::string() : parent + " > ") + node->label() + "/" + a.name;
+        for (Node* inner : body.nodes()) {
+          auto it = index.find({path, inner->label()});
+          if (it != index.end()) appendLine(*inner, bodyNodeLine(*it->second));
+        }
+        annotateBodies(body, path, index);
+      };
+      if (a.g) visit(*a.g);
+      for (const auto& g : a.graphs)
+        if (g) visit(*g);
+    }
+  }
+}
+
 }  // namespace
 
 void annotateModel(Model& model, const SideProfile& side, const std::string& summary) {
@@ -43,9 +81,12 @@ void annotateModel(Model& model, const SideProfile& side, const std::string& sum
     if (it == by_label.end()) continue;
     const size_t k = seen[label]++;
     if (k >= it->second.size()) continue;
-    std::string doc = withoutEarlierLine(node->doc_string);
-    if (!doc.empty()) doc += "\n";
-    node->doc_string = doc + nodeLine(*it->second[k]);
+    appendLine(*node, nodeLine(*it->second[k]));
+  }
+  if (!side.body_nodes.empty()) {
+    BodyIndex index;
+    for (const BodyNodeProfile& p : side.body_nodes) index.emplace(std::make_pair(p.parent, p.node), &p);
+    annotateBodies(*model.graph, "", index);
   }
   for (auto& [key, value] : model.metadata_props) {
     if (key == kMetadataKey) {

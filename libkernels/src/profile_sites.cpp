@@ -39,11 +39,16 @@ const NodeProfile* findReplaced(const SideProfile& unfused, const std::string& l
   const std::string_view name = nameOfLabel(label);
   if (name.empty()) return nullptr;
   const NodeProfile* found = nullptr;
-  for (const NodeProfile& p : unfused.nodes) {
-    if (nameOfLabel(p.node) != name) continue;
-    if (found) return nullptr;
+  auto consider = [&](const NodeProfile& p) {
+    if (nameOfLabel(p.node) != name) return true;
+    if (found) return false;
     found = &p;
-  }
+    return true;
+  };
+  for (const NodeProfile& p : unfused.nodes)
+    if (!consider(p)) return nullptr;
+  for (const NodeProfile& p : unfused.body_nodes)
+    if (!consider(p)) return nullptr;
   return found;
 }
 

@@ -89,6 +89,19 @@ struct NodeTime {
   uint64_t output_bytes = 0;
 };
 
+// A node of a subgraph (an If branch, a Loop or Scan body) in a profiled run: its time is part
+// of the control-flow node that ran it, which is all a main graph's node_times can show (Silero
+// VAD's If took 99.8% of its run, and said nothing of what inside it).
+struct BodyNodeTime {
+  // The control-flow nodes it runs inside, outermost first, each as "<label>/<attribute>":
+  // "If_0/then_branch", or "Loop_3/body > If_1/else_branch" for a body inside a body.
+  std::string parent;
+  // seconds and output_bytes summed over its calls in the run (a Loop body's nodes run once per
+  // iteration); dims of its first call.
+  NodeTime time;
+  size_t calls = 0;
+};
+
 struct ExecutionStats {
   // Peak bytes of live activations (node outputs, graph outputs included) during the run;
   // inputs and initializers are not counted. An output that aliases its input counts nothing.
@@ -103,6 +116,9 @@ struct ExecutionStats {
   uint64_t activation_bytes_written = 0;
   double seconds = 0;                // wall time of run()
   std::vector<NodeTime> node_times;  // in execution order, when ExecutorOptions::profile
+  // ExecutorOptions::profile: every node run inside a subgraph, once per node and parent, in
+  // the order of their first calls. Their times are already in their parents' node_times.
+  std::vector<BodyNodeTime> body_node_times;
 
   // Only on a backend whose device is not the CPU (all zero on the CPU backend): nodes run on
   // the CPU because the device has no kernel for them, and tensors copied between host and
@@ -145,7 +161,8 @@ class Executor {
   uint64_t releasedConstantBytes() const;
   // Whether later runs time each node (ExecutorOptions::profile), for one executor to serve
   // timed and profiled runs without packing its weights twice.
-  void setProfiling(bool on) { options_.profile = on; }
+  // Subgraphs' executors follow, so their nodes are timed too (ExecutionStats::body_node_times).
+  void setProfiling(bool on);
   // The nodes that run on the CPU because the backend's device has no kernel for them (or its
   // kernel declines them), in execution order; empty on the CPU backend.
   std::vector<const Node*> cpuFallbacks() const;
@@ -163,6 +180,7 @@ class Executor {
   class Allocator;
   class BodyRunner;
   struct Scope;
+  struct BodyTimes;
   struct Recording;
   // One run as the nodes' kernels queue it (what run() does without a recording).
   std::vector<NamedTensor> runQueued(const std::vector<NamedTensor>& inputs, ExecutionStats* stats);
@@ -181,10 +199,15 @@ class Executor {
   // Builds an executor for every subgraph of this graph's nodes.
   void prepareBodies(int depth);
   // Runs this body with its inputs bound in order and outer references read from `outer`.
-  std::vector<HostTensor> runBody(const std::vector<HostTensor>& inputs, const Scope& outer);
+  // `times` (profiled runs only) collects the body's node times under `parent`.
+  std::vector<HostTensor> runBody(const std::vector<HostTensor>& inputs, const Scope& outer,
+                                  BodyTimes* times, const std::string& parent);
   // The step loop over bound `slots` (and `host`, on a device); `outer` is null for the main graph.
+  // `body_times` and `parent`: where this graph's bodies' node times go, and the parent path
+  // of this graph (empty for the main graph), in a profiled run.
   void runSteps(std::vector<HostTensor>& slots, std::vector<HostTensor>& host, const Scope* outer,
-                ExecutionStats* stats, ExecutionStats& copies, uint64_t& bytes_written);
+                ExecutionStats* stats, ExecutionStats& copies, uint64_t& bytes_written,
+                BodyTimes* body_times = nullptr, const std::string& parent = {});
   // Finds every step's kernel, on the backend's device or as a CPU fallback.
   void resolveKernels();
   // Checks the inputs against the graph and stores them (and the initializers) in their slots.

@@ -103,6 +103,15 @@ struct NodeProfile {
   uint64_t output_bytes = 0;
 };
 
+// One node inside a subgraph of a side (ExecutionStats::body_node_times), as a NodeProfile
+// whose figures are per run, summed over its calls in the run (dims: of its first call); its
+// share is of the side's main-graph nodes, one of which (its control-flow parent) already
+// counts its time.
+struct BodyNodeProfile : NodeProfile {
+  std::string parent;  // "If_0/then_branch", "Loop_3/body > If_1/else_branch"
+  size_t calls = 0;    // per run
+};
+
 // One op type of a side: its nodes' medians summed, their share of the side's sum, and how many
 // nodes of it one run calls.
 struct OpTypeProfile {
@@ -137,6 +146,8 @@ struct SideProfile {
   std::vector<double> node_run_seconds;
   std::vector<NodeProfile> nodes;      // execution order
   std::vector<OpTypeProfile> per_op;   // slowest first (ties: op type name)
+  // Nodes inside subgraphs, in the order of their first calls (empty without control flow).
+  std::vector<BodyNodeProfile> body_nodes;
   // The per-node run whose wall time is the median (the lower of the two middle ones for an
   // even count), and its per-node times as recorded: what a trace shows.
   size_t trace_run = 0;
@@ -144,7 +155,10 @@ struct SideProfile {
 
   // The `n` slowest nodes (ties: earlier first).
   std::vector<const NodeProfile*> slowest(size_t n) const;
-  // The first node with this label, or nullptr.
+  // The `n` slowest nodes inside subgraphs (ties: earlier first).
+  std::vector<const BodyNodeProfile*> slowestInBodies(size_t n) const;
+  // The first node with this label, or nullptr; a main-graph node before one inside a subgraph
+  // (a fusion the optimizer made inside a Loop body is timed there).
   const NodeProfile* find(const std::string& label) const;
 };
 
@@ -228,7 +242,9 @@ SpeedupEstimate estimateSpeedup(const std::vector<double>& unfused,
 // "fusectl profile: 0.123 ms median, 12.3% of the run") and `summary` into the model's
 // metadata_props under "fusectl.profile" (replacing an earlier one). Nodes are matched to
 // `side` by label, the k-th node of a label in the graph's order to the k-th of the side's; a
-// node the side lacks keeps its doc_string. Only doc strings and metadata change.
+// node the side lacks keeps its doc_string. Nodes inside subgraphs are matched to
+// `side.body_nodes` by parent path and label ("... ms median per run (4 calls), ...").
+// Only doc strings and metadata change.
 void annotateModel(Model& model, const SideProfile& side, const std::string& summary);
 
 // Chrome trace-event JSON (Perfetto, chrome://tracing) of `r`, with a final newline: each side
