@@ -145,6 +145,39 @@ TEST_CASE("shape inference: symbolic spatial dims survive convolutions and pools
   }
 }
 
+// A graph output's declared dim names are its interface. Inference spells what it can of them
+// as expressions of the input's dims (PP-OCR det's output H became "32*floor(...)" in `fusectl
+// convert`'s output), and passes rely on that; the file written keeps the declared names for the
+// dims still symbolic. A dim known exactly, or declared without a name, is written as inferred.
+TEST_CASE("shape inference: graph outputs are written with their declared dim names") {
+  const char* text = R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[N,4,H,W] x) => (float[B,4,OH,?] y, float[N,4,H,W] z) {
+  w = Constant <value = float[4,4,1,1] {1,0,0,0, 0,1,0,0, 0,0,1,0, 0,0,0,1}> ()
+  t = Conv <strides = [2, 2]> (x, w)
+  y = Relu (t)
+  z = Identity (x)
+}
+)";
+  auto model = parseModelText(text, "outputs.onnxtxt");
+  const auto& outs = model->graph->outputs();
+  REQUIRE(outs.size() == 2);
+  CHECK(outs[0]->shape().str() == "[N,4,floor((H+1)/2),floor((W+1)/2)]");
+  auto written = [](const Model& m) {
+    onnx::ModelProto proto;
+    REQUIRE(proto.ParseFromString(modelToBinary(m)));
+    std::vector<std::string> dims;
+    for (const auto& d : proto.graph().output(0).type().tensor_type().shape().dim())
+      dims.push_back(d.has_dim_value() ? std::to_string(d.dim_value()) : d.dim_param());
+    return dims;
+  };
+  CHECK(written(*model) == std::vector<std::string>{"B", "4", "OH", "floor((W+1)/2)"});
+  CHECK(written(*parseModelText(modelToText(*model), "again.onnxtxt")) ==
+        std::vector<std::string>{"B", "4", "OH", "floor((W+1)/2)"});
+  CHECK(written(*model->clone()) == std::vector<std::string>{"B", "4", "OH", "floor((W+1)/2)"});
+  setInputShapesAndInfer(*model, {{"x", *Shape::parse("2x4x9x8")}});
+  CHECK(written(*model) == std::vector<std::string>{"2", "4", "5", "4"});
+}
+
 TEST_CASE("shape inference: MaxPool ceil_mode, dilations and Indices") {
   ModelBuilder b(12);
   Value* x = b.input("x", DType::Float, "1x1x4x4");

@@ -15,6 +15,7 @@ std::unique_ptr<Graph> Graph::clone(Graph* parent) const {
   out->parent_ = parent;
   out->sparse_initializers = sparse_initializers;
   out->quantization_annotations = quantization_annotations;
+  out->declared_output_shapes = declared_output_shapes;
   std::unordered_map<const Value*, Value*> map;
   map.reserve(values_.size());
   auto copyMeta = [](const Value* from, Value* to) {

@@ -324,7 +324,21 @@ void exportNode(const Node& n, onnx::NodeProto* out, const ExportOptions& option
 void exportGraphSignature(const Graph& g, onnx::GraphProto* out) {
   if (!g.doc_string.empty()) out->set_doc_string(g.doc_string);
   for (const Value* v : g.inputs()) exportValueInfo(*v, out->add_input());
-  for (const Value* v : g.outputs()) exportValueInfo(*v, out->add_output());
+  for (const Value* v : g.outputs()) {
+    onnx::ValueInfoProto* info = out->add_output();
+    exportValueInfo(*v, info);
+    // Graph::declared_output_shapes: a dim still symbolic gets the name the file declared.
+    auto declared = g.declared_output_shapes.find(v->name());
+    if (declared == g.declared_output_shapes.end() || !v->type.isTensor()) continue;
+    const Shape& now = v->type.shape;
+    if (!now.hasRank() || now.rank() != declared->second.rank()) continue;
+    auto* dims = info->mutable_type()->mutable_tensor_type()->mutable_shape();
+    for (size_t i = 0; i < now.rank(); ++i) {
+      const Dim& d = declared->second[i];
+      if (now[i].isSymbolic() && d.isSymbolic())
+        dims->mutable_dim(static_cast<int>(i))->set_dim_param(d.symbol());
+    }
+  }
 }
 
 // A node output worth a value_info entry: an intermediate value with a known type or a doc

@@ -694,8 +694,11 @@ void GraphImporter::importOutputs(const onnx::GraphProto& gp, Graph& g, const st
                       where, vo.name()));
     g.addOutput(v);
     auto what = [&] { return fmt::format("{}graph output '{}'", where, vo.name()); };
-    if (v->kind() == Value::Kind::NodeOutput && vo.has_type())
+    if (v->kind() == Value::Kind::NodeOutput && vo.has_type()) {
       v->type = importType(ctx_, vo.type(), what);
+      if (v->type.isTensor() && v->type.shape.hasRank())
+        g.declared_output_shapes[vo.name()] = v->type.shape;
+    }
     if (!vo.doc_string().empty()) v->doc_string = vo.doc_string();
   }
   g.sparse_initializers.reserve(static_cast<size_t>(gp.sparse_initializer_size()));

@@ -133,6 +133,16 @@ size_t medianRunIndex(const std::vector<double>& seconds) {
 
 double medianOf(std::vector<double> v) { return SampleSummary::of(std::move(v)).median; }
 
+// Record i's time in each per-node run that has one.
+std::vector<double> samplesAt(const std::vector<std::vector<double>>& runs, size_t i) {
+  std::vector<double> samples;
+  samples.reserve(runs.size());
+  for (const std::vector<double>& run : runs) {
+    if (i < run.size()) samples.push_back(run[i]);
+  }
+  return samples;
+}
+
 SideProfile summarize(SideRun& run) {
   SideProfile side;
   side.name = run.name;
@@ -166,11 +176,7 @@ SideProfile summarize(SideRun& run) {
   double total = 0;
   for (size_t i = 0; i < steps; ++i) {
     const NodeTime& t = traced_nodes[i];
-    std::vector<double> samples;
-    samples.reserve(run.profiled_seconds.size());
-    for (const std::vector<double>& s : run.profiled_seconds) {
-      if (i < s.size()) samples.push_back(s[i]);
-    }
+    std::vector<double> samples = samplesAt(run.profiled_seconds, i);
     NodeProfile n;
     n.node = t.node;
     n.op_type = t.op_type;
@@ -204,11 +210,7 @@ SideProfile summarize(SideRun& run) {
   const std::vector<BodyNodeTime>& bodies = run.profiled.front().body_node_times;
   for (size_t i = 0; i < bodies.size(); ++i) {
     const BodyNodeTime& b = bodies[i];
-    std::vector<double> samples;
-    samples.reserve(run.profiled_body_seconds.size());
-    for (const std::vector<double>& s : run.profiled_body_seconds) {
-      if (i < s.size()) samples.push_back(s[i]);
-    }
+    std::vector<double> samples = samplesAt(run.profiled_body_seconds, i);
     BodyNodeProfile p;
     p.parent = b.parent;
     p.node = b.time.node;

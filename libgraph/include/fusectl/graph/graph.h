@@ -383,6 +383,11 @@ class Graph {
   // Kept as serialized protobuf for round trips; no pass reads them.
   std::vector<std::string> sparse_initializers;
   std::vector<std::string> quantization_annotations;
+  // The dims each graph output was declared with in the file, by output name. Inference replaces
+  // a declared name it can express itself (PP-OCR det's output H becomes
+  // "32*floor((...(H+1)/2...)/2)"), which passes rely on; the export writes the declared name
+  // back for a dim that is still symbolic, so that the output's interface is the file's.
+  std::unordered_map<std::string, Shape> declared_output_shapes;
 
  private:
   struct OpBucket {
