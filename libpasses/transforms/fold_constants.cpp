@@ -13,12 +13,16 @@
 //
 // Conditions (each failure is a reported rejection):
 //  1. Every input is a constant: an initializer that is not also a graph input (a caller may
-//     override those). Constant nodes qualify; they become initializers without a size check.
+//     override those), or, inside a subgraph, an outer value that is one (PyTorch's LSTM export
+//     reorders its gate weights with Slice + Concat in an If branch: Silero VAD computed its
+//     weights again on every run). Constant nodes qualify; they become initializers without a
+//     size check.
 //  2. The op is deterministic (isNondeterministic: RandomNormal, Bernoulli, Dropout...), has no
 //     subgraph, is in the ai.onnx or fusectl domain (other domains' semantics are unknown), has
 //     a CPU kernel at the model's opset, and its outputs are tensors.
 //  3. Size cap: the outputs' total bytes are at most max(max-bytes, 2 x the inputs' total
-//     bytes). max-bytes defaults to 1 MiB (`fold-constants{max-bytes=N}`). So a fold never
+//     bytes), or max-bytes when an input is an outer value (it stays for its other readers).
+//     max-bytes defaults to 1 MiB (`fold-constants{max-bytes=N}`). So a fold never
 //     adds more than max-bytes, or than twice what it reads (a Transpose of a large weight
 //     still folds; an Expand or ConstantOfShape that multiplies small data does not). Outputs
 //     whose inferred shape is static are checked before evaluating; the kernel's allocations
@@ -102,6 +106,14 @@ bool hasSubgraph(const Node& n) {
 
 bool wanted(const Value* v) { return v && (v->hasUses() || v->isGraphOutput()); }
 
+// The tensor a constant input holds: its initializer, or for a subgraph's capture of an outer
+// value, that value's when it is a constant (captures may pass through the graphs in between);
+// else nullptr.
+const Tensor* constantTensor(const Value* v) {
+  while (v && v->kind() == Value::Kind::OuterRef) v = v->outerValue();
+  return v && v->isConstant() ? v->initializer() : nullptr;
+}
+
 class FoldConstantsPass : public Pass {
  public:
   const PassInfo& info() const override { return FoldConstantsPassInfo; }
@@ -124,7 +136,7 @@ class FoldConstantsPass : public Pass {
  private:
   static bool allInputsConstant(const Node& n) {
     for (const Value* v : n.inputs())
-      if (v && !v->isConstant()) return false;
+      if (v && !constantTensor(v)) return false;
     return true;
   }
 
@@ -176,15 +188,27 @@ class FoldConstantsPass : public Pass {
 
     // The cap, and a check of the inferred output sizes before running anything.
     uint64_t input_bytes = 0;
-    for (const Value* v : n->inputs())
-      if (v) input_bytes += tensorBytes(*v->initializer());
-    const uint64_t cap =
-        is_constant ? UINT64_MAX : std::max(max_bytes, 2 * input_bytes);
+    bool reads_outer = false;
+    for (const Value* v : n->inputs()) {
+      if (!v) continue;
+      input_bytes += tensorBytes(*constantTensor(v));
+      reads_outer = reads_outer || v->kind() == Value::Kind::OuterRef;
+    }
+    // An outer value stays where it is for its other readers (the other branch of an If reads
+    // the same weights, and folds its own copy), so what a fold from one adds is its whole
+    // output: only max-bytes, not twice the inputs. Silero VAD's four LSTMs' reordered gate
+    // weights, 256 KiB each, fold; a Transpose of a 100 MB outer weight in each branch would
+    // not.
+    const uint64_t cap = is_constant    ? UINT64_MAX
+                         : reads_outer ? max_bytes
+                                       : std::max(max_bytes, 2 * input_bytes);
     auto overCap = [&](uint64_t bytes) {
       reject(rw, *n, "size-cap",
              fmt::format("{} output of {} bytes exceeds the folding cap of {} bytes (max-bytes="
-                         "{}, 2x inputs = {})",
-                         n->label(), bytes, cap, max_bytes, 2 * input_bytes));
+                         "{}, {})",
+                         n->label(), bytes, cap, max_bytes,
+                         reads_outer ? std::string("it reads an outer value, which stays")
+                                     : fmt::format("2x inputs = {}", 2 * input_bytes)));
       return false;
     };
     uint64_t inferred = 0;
@@ -207,7 +231,7 @@ class FoldConstantsPass : public Pass {
     try {
       for (size_t i = 0; i < n->numInputs(); ++i) {
         if (!n->input(i)) continue;
-        held.push_back(HostTensor::fromTensor(*n->input(i)->initializer()));
+        held.push_back(HostTensor::fromTensor(*constantTensor(n->input(i))));
         args[i] = &held.back();
       }
       kctx.emplace(*n, opset, args, allocator, 1);
