@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <onnx/onnx_pb.h>
 
 #include "fusectl/graph/error.h"
@@ -176,6 +177,41 @@ g (float[N,4,H,W] x) => (float[B,4,OH,?] y, float[N,4,H,W] z) {
   CHECK(written(*model->clone()) == std::vector<std::string>{"B", "4", "OH", "floor((W+1)/2)"});
   setInputShapesAndInfer(*model, {{"x", *Shape::parse("2x4x9x8")}});
   CHECK(written(*model) == std::vector<std::string>{"2", "4", "5", "4"});
+}
+
+// A Loop body input declared with dims the Loop's initial value contradicts is a false
+// declaration, and passes act on body types: the golden mutation sweep made X [2,1] under a body
+// declaring x [2,8], and fuse-layer-norm fused a norm whose gamma broadcast [2,1] to [2,8]. Such
+// a declaration is relaxed to what both agree on; one the initial value only leaves less known
+// about stands.
+TEST_CASE("shape inference: a Loop body input's declaration gives way where the Loop contradicts it") {
+  auto loopModel = [](const char* initial) {
+    return fmt::format(R"(<ir_version: 8, opset_import: ["" : 17]>
+g (int64 M, bool C0, float[{}] X) => (float[2,?] Y) {{
+  Y = Loop (M, C0, X) <body = loop_body (int64 i, bool c, float[2,8] x) => (bool c_out, float[2,8] y) {{
+    c_out = Identity (c)
+    y = Relu (x)
+  }}>
+}}
+)", initial);
+  };
+  auto bodyInput = [](const Model& m) {
+    const Graph* body = m.graph->firstNode()->attr("body")->g.get();
+    return body->inputs()[2]->shape().str();
+  };
+  auto contradicted = parseModelText(loopModel("2,1"), "loop.onnxtxt");
+  CHECK(bodyInput(*contradicted) == "[2,?]");
+  // Declared again, inferred again: the warning names both shapes.
+  contradicted->graph->firstNode()->attr("body")->g->inputs()[2]->type.shape =
+      *Shape::parse("2x8");
+  const ShapeInferenceStats stats = inferShapes(*contradicted);
+  CHECK(bodyInput(*contradicted) == "[2,?]");
+  bool warned = false;
+  for (const std::string& w : stats.warnings)
+    warned = warned || w.find("body input 'x' is declared [2,8] but is given [2,1]") != std::string::npos;
+  CHECK(warned);
+  CHECK(bodyInput(*parseModelText(loopModel("2,8"), "loop.onnxtxt")) == "[2,8]");
+  CHECK(bodyInput(*parseModelText(loopModel("2,N"), "loop.onnxtxt")) == "[2,8]");
 }
 
 TEST_CASE("shape inference: MaxPool ceil_mode, dilations and Indices") {

@@ -85,7 +85,8 @@ void annotateModel(Model& model, const SideProfile& side, const std::string& sum
   }
   if (!side.body_nodes.empty()) {
     BodyIndex index;
-    for (const BodyNodeProfile& p : side.body_nodes) index.emplace(std::make_pair(p.parent, p.node), &p);
+    for (const BodyNodeProfile& p : side.body_nodes)
+      index.emplace(std::make_pair(p.parent, p.node), &p);
     annotateBodies(*model.graph, "", index);
   }
   for (auto& [key, value] : model.metadata_props) {

@@ -1,7 +1,11 @@
 // Shape rules for If, Loop and Scan: type the subgraphs' inputs from the node, infer the
 // subgraphs, and type the node's outputs from the subgraphs' outputs.
 //
-// A subgraph input the model declares keeps its declaration; only missing parts are filled.
+// A subgraph input the model declares keeps its declaration; only missing parts are filled. A
+// declaration that the node's input or the body's own output provably contradicts (another rank,
+// a static dim of another size) is false, and passes would act on it (fuse-layer-norm fused a
+// Loop body's norm against a declared [2,8] while the Loop carried [2,1]): it is relaxed like an
+// undeclared shape.
 // Loop-carried values (Loop's and Scan's states) whose shape changes between iterations (a
 // growing Concat, a scalar initial state that the first step broadcasts) are detected after a
 // pass over the body: their input shape is relaxed to what both agree on and the body is
@@ -45,6 +49,30 @@ void fillInput(Value* v, const ValueType& t) {
 
 ValueType typeOf(const Value* v) { return v ? v->type : ValueType{}; }
 
+// Whether two shapes cannot both be true: another rank, or a dim static in both with two values.
+bool provablyDiffer(const Shape& a, const Shape& b) {
+  if (!a.hasRank() || !b.hasRank()) return false;
+  if (a.rank() != b.rank()) return true;
+  for (size_t i = 0; i < a.rank(); ++i)
+    if (a[i].isStatic() && b[i].isStatic() && a[i].value() != b[i].value()) return true;
+  return false;
+}
+
+// Types a body input from what the node hands it (fillInput). Returns whether the model's
+// declaration of it stands: a declared shape that `given` provably contradicts is relaxed to
+// what both agree on, with a warning, and counts as undeclared.
+bool bindBodyInput(RuleContext& ctx, Value* v, const ValueType& given) {
+  bool declared = v->type.shape.hasRank();
+  if (declared && provablyDiffer(v->type.shape, given.shape)) {
+    ctx.warn(fmt::format("body input '{}' is declared {} but is given {}", v->name(),
+                         v->type.shape.str(), given.shape.str()));
+    v->type.shape = mergeShapes(v->type.shape, given.shape);
+    declared = false;
+  }
+  fillInput(v, given);
+  return declared;
+}
+
 Shape withoutAxis(const Shape& s, int64_t axis) {
   if (!s.hasRank()) return s;
   auto n = normalizeAxis(axis, static_cast<int64_t>(s.rank()));
@@ -87,7 +115,7 @@ bool ifRule(RuleContext& ctx) {
 // given what its initial shape and the body's output agree on, and the body is inferred again,
 // until the shapes hold for every iteration. Each round only drops dims or a rank; after 8
 // rounds without a fixed point the changing inputs lose their rank outright. Inputs whose shape
-// the model declared (`declared`) keep it.
+// the model declared (`declared`) keep it unless the body's output provably contradicts it.
 void inferCarriedBody(RuleContext& ctx, Graph& body, size_t first_in, size_t first_out,
                       const std::vector<bool>& declared) {
   const auto& ins = body.inputs();
@@ -97,7 +125,8 @@ void inferCarriedBody(RuleContext& ctx, Graph& body, size_t first_in, size_t fir
     for (size_t i = 0; i < declared.size(); ++i) {
       Value* in = ins[first_in + i];
       const Shape& out = body.outputs()[first_out + i]->type.shape;
-      if (declared[i] || !in->type.shape.hasRank() || in->type.shape == out) continue;
+      if (!in->type.shape.hasRank() || in->type.shape == out) continue;
+      if (declared[i] && !provablyDiffer(in->type.shape, out)) continue;
       in->type.shape = round < 8 ? mergeShapes(in->type.shape, out) : Shape();
       again = true;
     }
@@ -122,10 +151,8 @@ bool loop(RuleContext& ctx) {
   fillInput(ins[0], ValueType{DType::Int64, Shape::scalar(), {}});
   fillInput(ins[1], ValueType{DType::Bool, Shape::scalar(), {}});
   std::vector<bool> declared(carried);
-  for (size_t i = 0; i < carried; ++i) {
-    declared[i] = ins[2 + i]->type.shape.hasRank();
-    fillInput(ins[2 + i], ctx.inType(2 + i));
-  }
+  for (size_t i = 0; i < carried; ++i)
+    declared[i] = bindBodyInput(ctx, ins[2 + i], ctx.inType(2 + i));
   inferCarriedBody(ctx, *body, 2, 1, declared);
   Dim trips;
   if (const KnownValues* m = ctx.hasInput(0) && !ctx.hasInput(1) ? ctx.inValues(0) : nullptr;
@@ -169,7 +196,6 @@ bool scan(RuleContext& ctx) {
   std::vector<bool> declared(n);
   for (size_t i = 0; i < total; ++i) {
     ValueType t = ctx.inType(first + i);
-    if (i < n) declared[i] = body->inputs()[i]->type.shape.hasRank();
     if (v8) {
       if (t.shape.hasRank() && t.shape.rank() >= 1) batch = t.shape[0];
       t.shape = withoutAxis(t.shape, 0);
@@ -183,7 +209,8 @@ bool scan(RuleContext& ctx) {
       }
       t.shape = withoutAxis(t.shape, axis);
     }
-    fillInput(body->inputs()[i], t);
+    const bool stands = bindBodyInput(ctx, body->inputs()[i], t);
+    if (i < n) declared[i] = stands;
   }
   if (body->outputs().size() < n) {
     ctx.warn("body outputs do not match the Scan's");
