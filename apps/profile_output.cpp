@@ -43,16 +43,12 @@ Json nodeJson(const NodeProfile& n) {
               {"output_bytes", n.output_bytes}};
 }
 
+// A node's object with where it runs and how often (schema: body_node).
 Json bodyNodeJson(const BodyNodeProfile& n) {
-  return Json{{"parent", n.parent},
-              {"node", n.node},
-              {"op", n.op_type},
-              {"calls", n.calls},
-              {"ms", ms(n.median_seconds)},
-              {"share", n.share},
-              {"input_shapes", n.input_dims},
-              {"output_shapes", n.output_dims},
-              {"output_bytes", n.output_bytes}};
+  Json j = nodeJson(n);
+  j["parent"] = n.parent;
+  j["calls"] = n.calls;
+  return j;
 }
 
 Json sideJson(const SideProfile& s, int top) {

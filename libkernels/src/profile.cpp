@@ -143,6 +143,29 @@ std::vector<double> samplesAt(const std::vector<std::vector<double>>& runs, size
   return samples;
 }
 
+// A node's figures from its record (name, op, dims, bytes) and its time in each per-node run.
+void fillNodeProfile(NodeProfile& n, const NodeTime& t, std::vector<double> samples) {
+  n.node = t.node;
+  n.op_type = t.op_type;
+  n.run_seconds = samples;
+  n.median_seconds = medianOf(std::move(samples));
+  n.input_dims = t.input_dims;
+  n.output_dims = t.output_dims;
+  n.output_bytes = t.output_bytes;
+}
+
+// The `n` slowest of `profiles` by median (ties: earlier first).
+template <typename Profile>
+std::vector<const Profile*> slowestOf(const std::vector<Profile>& profiles, size_t n) {
+  std::vector<const Profile*> all;
+  for (const Profile& p : profiles) all.push_back(&p);
+  std::stable_sort(all.begin(), all.end(), [](const Profile* a, const Profile* b) {
+    return a->median_seconds > b->median_seconds;
+  });
+  if (all.size() > n) all.resize(n);
+  return all;
+}
+
 SideProfile summarize(SideRun& run) {
   SideProfile side;
   side.name = run.name;
@@ -175,16 +198,8 @@ SideProfile summarize(SideRun& run) {
   const size_t steps = traced_nodes.size();
   double total = 0;
   for (size_t i = 0; i < steps; ++i) {
-    const NodeTime& t = traced_nodes[i];
-    std::vector<double> samples = samplesAt(run.profiled_seconds, i);
     NodeProfile n;
-    n.node = t.node;
-    n.op_type = t.op_type;
-    n.run_seconds = samples;
-    n.median_seconds = medianOf(std::move(samples));
-    n.input_dims = t.input_dims;
-    n.output_dims = t.output_dims;
-    n.output_bytes = t.output_bytes;
+    fillNodeProfile(n, traced_nodes[i], samplesAt(run.profiled_seconds, i));
     total += n.median_seconds;
     side.nodes.push_back(std::move(n));
   }
@@ -209,19 +224,11 @@ SideProfile summarize(SideRun& run) {
 
   const std::vector<BodyNodeTime>& bodies = run.profiled.front().body_node_times;
   for (size_t i = 0; i < bodies.size(); ++i) {
-    const BodyNodeTime& b = bodies[i];
-    std::vector<double> samples = samplesAt(run.profiled_body_seconds, i);
     BodyNodeProfile p;
-    p.parent = b.parent;
-    p.node = b.time.node;
-    p.op_type = b.time.op_type;
-    p.calls = b.calls;
-    p.run_seconds = samples;
-    p.median_seconds = medianOf(std::move(samples));
+    fillNodeProfile(p, bodies[i].time, samplesAt(run.profiled_body_seconds, i));
+    p.parent = bodies[i].parent;
+    p.calls = bodies[i].calls;
     p.share = total > 0 ? p.median_seconds / total : 0;
-    p.input_dims = b.time.input_dims;
-    p.output_dims = b.time.output_dims;
-    p.output_bytes = b.time.output_bytes;
     side.body_nodes.push_back(std::move(p));
   }
   return side;
@@ -230,24 +237,11 @@ SideProfile summarize(SideRun& run) {
 }  // namespace
 
 std::vector<const NodeProfile*> SideProfile::slowest(size_t n) const {
-  std::vector<const NodeProfile*> all;
-  for (const NodeProfile& p : nodes) all.push_back(&p);
-  std::stable_sort(all.begin(), all.end(), [](const NodeProfile* a, const NodeProfile* b) {
-    return a->median_seconds > b->median_seconds;
-  });
-  if (all.size() > n) all.resize(n);
-  return all;
+  return slowestOf(nodes, n);
 }
 
 std::vector<const BodyNodeProfile*> SideProfile::slowestInBodies(size_t n) const {
-  std::vector<const BodyNodeProfile*> all;
-  for (const BodyNodeProfile& p : body_nodes) all.push_back(&p);
-  std::stable_sort(all.begin(), all.end(),
-                   [](const BodyNodeProfile* a, const BodyNodeProfile* b) {
-                     return a->median_seconds > b->median_seconds;
-                   });
-  if (all.size() > n) all.resize(n);
-  return all;
+  return slowestOf(body_nodes, n);
 }
 
 const NodeProfile* SideProfile::find(const std::string& label) const {
