@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "fusectl/graph/captured_value.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/graph/fused_ops.h"
 #include "shape_rules/rules.h"
@@ -120,7 +121,7 @@ void InferenceState::warn(const Node* n, const std::string& message) {
 }
 
 const Tensor* InferenceState::constantOf(const Value* v) {
-  while (v->kind() == Value::Kind::OuterRef && v->outerValue()) v = v->outerValue();
+  v = capturedValue(v);
   // Initializers that are also graph inputs (IR < 4) are used too, as libonnx does: their
   // data is the model's own default.
   if (const Tensor* t = v->initializer()) return t;
@@ -135,7 +136,7 @@ const Tensor* InferenceState::constantOf(const Value* v) {
 }
 
 const KnownValues* InferenceState::knownValuesOf(const Value* v) {
-  while (v->kind() == Value::Kind::OuterRef && v->outerValue()) v = v->outerValue();
+  v = capturedValue(v);
   auto it = known_.find(v);
   if (it != known_.end()) return &it->second;
   const Tensor* t = constantOf(v);

@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusectl/graph/captured_value.h"
 #include "fusectl/graph/error.h"
 #include "fusectl/kernels/kernel.h"
 #include "fusectl/graph/op_classes.h"
@@ -107,11 +108,10 @@ bool hasSubgraph(const Node& n) {
 bool wanted(const Value* v) { return v && (v->hasUses() || v->isGraphOutput()); }
 
 // The tensor a constant input holds: its initializer, or for a subgraph's capture of an outer
-// value, that value's when it is a constant (captures may pass through the graphs in between);
-// else nullptr.
+// value, that value's when it is a constant; else nullptr.
 const Tensor* constantTensor(const Value* v) {
-  while (v && v->kind() == Value::Kind::OuterRef) v = v->outerValue();
-  return v && v->isConstant() ? v->initializer() : nullptr;
+  v = capturedValue(v);
+  return v->isConstant() ? v->initializer() : nullptr;
 }
 
 class FoldConstantsPass : public Pass {
