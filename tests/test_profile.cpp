@@ -185,15 +185,24 @@ TEST_CASE("profile: each testdata model, JSON by the schema, trace, annotated mo
         CHECK(site["missing_nodes"].empty());
       }
 
-      // One complete event per kernel invocation of each side's median run.
+      // One complete event per kernel invocation of each side's median run, and one per node
+      // inside a control-flow node's subgraphs (its calls summed), within its parent's event.
       const json events = json::parse(slurp(trace))["traceEvents"];
-      std::map<int, size_t> kernels_of;
+      const bool control_flow = m.file.rfind("control_flow/", 0) == 0;
+      std::map<int, size_t> kernels_of, body_nodes_of;
       std::map<int, std::string> name_of;
+      std::map<std::pair<int, std::string>, const json*> main_event;  // (pid, node)
       for (const json& e : events) {
         if (e["ph"] == "X") {
-          ++kernels_of[e["pid"].get<int>()];
           CHECK(e["dur"].get<double>() >= 0);
           CHECK(e["args"].contains("input_shapes"));
+          if (e["args"].contains("parent")) {
+            ++body_nodes_of[e["pid"].get<int>()];
+            CHECK(e["args"]["calls"].get<int>() >= 1);
+          } else {
+            ++kernels_of[e["pid"].get<int>()];
+            main_event[{e["pid"].get<int>(), e["name"].get<std::string>()}] = &e;
+          }
         } else if (e["ph"] == "M" && e["name"] == "process_name") {
           name_of[e["pid"].get<int>()] = e["args"]["name"];
         }
@@ -201,9 +210,21 @@ TEST_CASE("profile: each testdata model, JSON by the schema, trace, annotated mo
       REQUIRE(name_of.size() == 2);
       for (const auto& [pid, name] : name_of) {
         CHECK(kernels_of[pid] == report["sides"][name]["kernel_invocations"]);
+        CHECK((body_nodes_of[pid] > 0) == control_flow);
+      }
+      for (const json& e : events) {
+        if (e["ph"] != "X" || !e["args"].contains("parent")) continue;
+        // A body directly inside a main-graph node ("/Loop/body"): within that node's event.
+        const std::string parent = e["args"]["parent"];
+        if (parent.find(" > ") != std::string::npos) continue;
+        const auto owner = main_event.find({e["pid"].get<int>(), parent.substr(0, parent.rfind('/'))});
+        REQUIRE(owner != main_event.end());
+        const json& o = *owner->second;
+        CHECK(e["ts"].get<double>() >= o["ts"].get<double>());
+        CHECK(e["ts"].get<double>() + e["dur"].get<double>() <=
+              o["ts"].get<double>() + o["dur"].get<double>() + 1e-6);
       }
 
-      const bool control_flow = m.file.rfind("control_flow/", 0) == 0;
       for (const char* side : {"unfused", "fused"}) {
         INFO(side);
         const json& s = report["sides"][side];
@@ -721,6 +742,56 @@ TEST_CASE("annotateModel: one line per node, a summary, annotating twice changes
 }
 
 }  // namespace
+
+TEST_CASE("profile trace: nodes inside subgraphs sit inside their control-flow node's event",
+          "[profile]") {
+  auto node = [](std::string name, double seconds) {
+    kernels::NodeTime t;
+    t.node = std::move(name);
+    t.op_type = "Op";
+    t.seconds = seconds;
+    return t;
+  };
+  auto body = [&](std::string parent, std::string name, double seconds, size_t calls) {
+    kernels::BodyNodeTime b;
+    b.parent = std::move(parent);
+    b.time = node(std::move(name), seconds);
+    b.calls = calls;
+    return b;
+  };
+  kernels::ProfileResult r;
+  r.unfused.emplace();
+  r.unfused->name = "unfused";
+  r.unfused->trace_run_nodes = {node("a", 1e-3), node("/Loop", 10e-3)};
+  // In the order of first calls: the inner If's nodes finish before the If itself is recorded.
+  r.unfused->trace_run_body_nodes = {
+      body("/Loop/body", "x", 3e-3, 5), body("/Loop/body > /If/then_branch", "y", 2e-3, 3),
+      body("/Loop/body", "/If", 4e-3, 5), body("/Loop/body > /If/else_branch", "z", 3e-3, 2),
+      body("gone/body", "w", 1e-3, 1)};
+  const json events = json::parse(kernels::profileTraceJson(r))["traceEvents"];
+  std::map<std::string, const json*> by_name;
+  for (const json& e : events)
+    if (e["ph"] == "X") by_name[e["name"]] = &e;
+  REQUIRE(by_name.size() == 6);  // a, /Loop, x, /If, y, z; w's parent did not run
+  auto ts = [&](const char* n) { return (*by_name.at(n))["ts"].get<double>(); };
+  auto dur = [&](const char* n) { return (*by_name.at(n))["dur"].get<double>(); };
+  CHECK(ts("/Loop") == Approx(1000));
+  CHECK(ts("x") == Approx(1000));
+  CHECK(dur("x") == Approx(3000));
+  CHECK(ts("/If") == Approx(4000));
+  CHECK(dur("/If") == Approx(4000));
+  // y and z summed 5 ms inside an If of 4 ms: squeezed by 0.8, their own times in args.
+  CHECK(ts("y") == Approx(4000));
+  CHECK(dur("y") == Approx(1600));
+  CHECK(ts("z") == Approx(5600));
+  CHECK(dur("z") == Approx(2400));
+  const json& z = *by_name.at("z");
+  CHECK(z["args"]["parent"] == "/Loop/body > /If/else_branch");
+  CHECK(z["args"]["calls"] == 2);
+  CHECK(z["args"]["summed_seconds"].get<double>() == Approx(3e-3));
+  CHECK(z["tid"] == 0);
+  CHECK_FALSE((*by_name.at("a"))["args"].contains("parent"));
+}
 
 TEST_CASE("profile trace: a device side's kernels get their own track, its CPU nodes the cpu track",
           "[profile]") {

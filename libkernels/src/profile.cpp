@@ -231,6 +231,10 @@ SideProfile summarize(SideRun& run) {
     p.share = total > 0 ? p.median_seconds / total : 0;
     side.body_nodes.push_back(std::move(p));
   }
+  side.trace_run_body_nodes = bodies;
+  const std::vector<double>& traced_body_seconds = run.profiled_body_seconds[side.trace_run];
+  for (size_t i = 0; i < bodies.size() && i < traced_body_seconds.size(); ++i)
+    side.trace_run_body_nodes[i].time.seconds = traced_body_seconds[i];
   return side;
 }
 

@@ -152,6 +152,9 @@ struct SideProfile {
   // even count), and its per-node times as recorded: what a trace shows.
   size_t trace_run = 0;
   std::vector<NodeTime> trace_run_nodes;
+  // That run's nodes inside subgraphs, as body_nodes lists them, each with its seconds summed
+  // over its calls in that run.
+  std::vector<BodyNodeTime> trace_run_body_nodes;
 
   // The `n` slowest nodes (ties: earlier first).
   std::vector<const NodeProfile*> slowest(size_t n) const;
