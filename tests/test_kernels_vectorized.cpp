@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -170,6 +172,47 @@ TEST_CASE("vectorised exp, sigmoid, tanh and erf stay within a few ulp of double
       float y = 0;
       vec::unary(op, &nan, &y, 1);
       CHECK(std::isnan(y));
+    }
+  }
+}
+
+TEST_CASE("vectorised sqrt, reciprocal, neg and abs give the scalar kernels' bits, every ISA",
+          "[kernels][vectorized]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Odd length: every ISA's tail (partial vector) runs too.
+  std::vector<float> x = randomFloats(1003, 41, -1e3f, 1e3f);
+  const float specials[] = {0.0f, -0.0f, inf, -inf, nan, -nan, 1e-40f, -1e-40f, 4.0f, 2.0f,
+                            -1.0f, 3.4e38f, 1.2e-38f};
+  for (size_t i = 0; i < std::size(specials); ++i) x[i * 7] = specials[i];
+  struct Exact {
+    vec::Unary op;
+    float (*scalar)(float);
+  };
+  const Exact cases[] = {
+      {vec::Unary::Sqrt, [](float v) { return std::sqrt(v); }},
+      {vec::Unary::Reciprocal, [](float v) { return 1.0f / v; }},
+      {vec::Unary::Neg, [](float v) { return -v; }},
+      {vec::Unary::Abs, [](float v) { return v < 0 ? -v : v; }},
+  };
+  const auto bits = [](float v) {
+    uint32_t u;
+    std::memcpy(&u, &v, sizeof u);
+    return u;
+  };
+  for (vec::Isa isa : isasHere()) {
+    ForcedIsa forced(isa);
+    for (const Exact& c : cases) {
+      std::vector<float> y(x.size());
+      vec::unary(c.op, x.data(), y.data(), static_cast<int64_t>(x.size()));
+      size_t differ = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float want = c.scalar(x[i]);
+        // NaNs compare by being NaN: their payload is not part of any kernel's contract.
+        if (std::isnan(want) ? !std::isnan(y[i]) : bits(y[i]) != bits(want)) ++differ;
+      }
+      INFO(vec::isaName(isa) << " op " << static_cast<int>(c.op));
+      CHECK(differ == 0);
     }
   }
 }

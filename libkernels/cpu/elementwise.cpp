@@ -575,8 +575,9 @@ void addFloatUnary(KernelRegistry& r, const char* op, F f,
 
 void registerElementwiseKernels(KernelRegistry& r) {
   // Unary math, float types only.
-  addFloatUnary(r, "Sqrt", [](auto x) { return std::sqrt(x); });
-  addFloatUnary(r, "Reciprocal", [](auto x) { return decltype(x)(1) / x; });
+  addFloatUnary(r, "Sqrt", [](auto x) { return std::sqrt(x); }, VecUnary{vec::Unary::Sqrt});
+  addFloatUnary(r, "Reciprocal", [](auto x) { return decltype(x)(1) / x; },
+                VecUnary{vec::Unary::Reciprocal});
   addFloatUnary(r, "Exp", [](auto x) { return std::exp(x); }, VecUnary{vec::Unary::Exp});
   addFloatUnary(r, "Log", [](auto x) { return std::log(x); });
   addFloatUnary(r, "Erf", [](auto x) { return std::erf(x); }, VecUnary{vec::Unary::Erf});

@@ -172,6 +172,10 @@ bool vectorUnary(const EwInstruction& ins, const float* x, float* y, int64_t n) 
     case EwOp::Softsign: vec::unary(vec::Unary::Softsign, x, y, n); return true;
     case EwOp::HardSwish: vec::unary(vec::Unary::HardSwish, x, y, n); return true;
     case EwOp::Gelu: vec::unary(vec::Unary::Gelu, x, y, n); return true;
+    case EwOp::Sqrt: vec::unary(vec::Unary::Sqrt, x, y, n); return true;
+    case EwOp::Reciprocal: vec::unary(vec::Unary::Reciprocal, x, y, n); return true;
+    case EwOp::Neg: vec::unary(vec::Unary::Neg, x, y, n); return true;
+    case EwOp::Abs: vec::unary(vec::Unary::Abs, x, y, n); return true;
     case EwOp::LeakyRelu:
       vec::unary(vec::Unary::LeakyRelu, x, y, n, ins.params[0]);
       return true;
@@ -348,9 +352,13 @@ void runElementwise(KernelContext& ctx) {
     shapes.push_back(&t.dims());
   }
   auto* state = dynamic_cast<ProgramState*>(ctx.state());
-  std::string text = ctx.attrString("program", "");
+  // The program text is compared where it lies, not copied: on a tensor of a few hundred
+  // elements the kernel's fixed costs are most of its time.
+  const Attribute* program = ctx.node().attr("program");
+  const std::string_view text =
+      program && program->kind == AttrKind::String ? std::string_view(program->s.str()) : "";
   if (!state || state->text != text || state->num_inputs != num_inputs) {
-    ctx.setState(prepare(ctx, std::move(text)));
+    ctx.setState(prepare(ctx, ctx.attrString("program", "")));
     state = static_cast<ProgramState*>(ctx.state());
   }
   const std::vector<int64_t> dims = broadcastDims(ctx, shapes);
@@ -377,8 +385,13 @@ void runElementwise(KernelContext& ctx) {
   const int64_t inner = plan.dims.back();
   const int64_t rows = plan.numel / inner;
   auto piece = [&](auto&& walk) {
-    std::vector<float> regs(static_cast<size_t>(std::max(1, s.num_slots)) * kBlock);
-    std::vector<Operand> temps(s.program.instructions.size());
+    // Per thread and reused: no allocation (nor zeroing) per call. A piece runs to its end
+    // before its thread starts another.
+    thread_local std::vector<float> regs;
+    thread_local std::vector<Operand> temps;
+    const size_t num_regs = static_cast<size_t>(std::max(1, s.num_slots)) * kBlock;
+    if (regs.size() < num_regs) regs.resize(num_regs);
+    temps.assign(s.program.instructions.size(), Operand{});
     std::array<Operand, N> in{};
     walk([&](int64_t out_off, const std::array<int64_t, N>& off, int64_t len,
              const std::array<int64_t, N>& stride) {

@@ -79,6 +79,20 @@ inline vf keepFirstLanes(vf v, int64_t n, float fill) {
 inline vf vmax(vf a, vf b) { return a > b ? a : b; }
 inline vf vmin(vf a, vf b) { return a < b ? a : b; }
 inline vf vabs(vf x) { return (vf)((vu)x & 0x7fffffffu); }
+// Square root per lane, correctly rounded: the same bits as std::sqrt.
+#if defined(FUSECTL_VEC_X86) && !defined(__clang__) && FUSECTL_VEC_BYTES == 64
+// The zero-masked form: GCC 12's _mm512_sqrt_ps warns of its own undefined operand.
+inline vf vsqrt(vf x) {
+  return (vf)_mm512_maskz_sqrt_ps(static_cast<__mmask16>(0xFFFF), (__m512)x);
+}
+#elif defined(FUSECTL_VEC_X86) && !defined(__clang__) && FUSECTL_VEC_BYTES == 32
+inline vf vsqrt(vf x) { return (vf)_mm256_sqrt_ps((__m256)x); }
+#else
+inline vf vsqrt(vf x) {
+  for (int j = 0; j < W; ++j) x[j] = std::sqrt(x[j]);
+  return x;
+}
+#endif
 inline vf copySign(vf magnitude, vf sign) {
   return (vf)(((vu)magnitude & 0x7fffffffu) | ((vu)sign & 0x80000000u));
 }
@@ -281,6 +295,11 @@ struct HardSwishF {
   vf operator()(vf x) const { return x * clamp01(x / 6.0f + 0.5f); }
 };
 struct SoftsignF { vf operator()(vf x) const { return x / (1.0f + vabs(x)); } };
+struct SqrtF { vf operator()(vf x) const { return vsqrt(x); } };
+struct ReciprocalF { vf operator()(vf x) const { return 1.0f / x; } };
+struct NegF { vf operator()(vf x) const { return -x; } };
+// As the scalar Abs kernel: -0 stays -0, a NaN keeps its sign.
+struct AbsF { vf operator()(vf x) const { return x < 0.0f ? -x : x; } };
 
 void unary(Unary op, const float* x, float* y, int64_t n, float alpha, float beta) {
   switch (op) {
@@ -297,6 +316,10 @@ void unary(Unary op, const float* x, float* y, int64_t n, float alpha, float bet
     case Unary::HardSigmoid: return mapLoop(x, y, n, HardSigmoidF{alpha, beta});
     case Unary::HardSwish: return mapLoop(x, y, n, HardSwishF{});
     case Unary::Softsign: return mapLoop(x, y, n, SoftsignF{});
+    case Unary::Sqrt: return mapLoop(x, y, n, SqrtF{});
+    case Unary::Reciprocal: return mapLoop(x, y, n, ReciprocalF{});
+    case Unary::Neg: return mapLoop(x, y, n, NegF{});
+    case Unary::Abs: return mapLoop(x, y, n, AbsF{});
   }
 }
 

@@ -48,6 +48,11 @@ enum class Unary {
   HardSigmoid,  // alpha, beta
   HardSwish,
   Softsign,
+  // Exactly rounded (or exact) in IEEE arithmetic: the same bits as the scalar loops.
+  Sqrt,
+  Reciprocal,
+  Neg,
+  Abs,
 };
 
 // y[i] = op(x[i]) for i < n; y may equal x.
