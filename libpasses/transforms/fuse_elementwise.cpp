@@ -217,6 +217,31 @@ class SameShapeClasses {
   }
 };
 
+// One arithmetic instruction per element, no more than reading an operand costs: computed once
+// per output element inside a group, such an op costs what reading its output broadcast would.
+bool cheapPerElement(EwOp op) {
+  switch (op) {
+    case EwOp::Add:
+    case EwOp::Sub:
+    case EwOp::Mul:
+    case EwOp::Neg:
+    case EwOp::Abs:
+    case EwOp::Relu:
+    case EwOp::Max:
+    case EwOp::Min: return true;
+    default: return false;
+  }
+}
+
+// Whether the shapes may be equal: not known to differ in rank or in a static dim.
+bool mayHaveSameShape(const Shape& a, const Shape& b) {
+  if (!a.hasRank() || !b.hasRank()) return true;
+  if (a.rank() != b.rank()) return false;
+  for (size_t d = 0; d < a.rank(); ++d)
+    if (a[d].isStatic() && b[d].isStatic() && a[d].value() != b[d].value()) return false;
+  return true;
+}
+
 struct Candidate {
   Translation t;
   size_t position = 0;  // index in node order
@@ -377,8 +402,13 @@ class FuseElementwisePass : public Pass {
           if (!outside.empty()) continue;  // may qualify once those readers join
           // A producer of a smaller value (a [1, 1, 1, S] mask before it meets [B, H, S, S]
           // scores) would run once per output element instead of once per its own: it stays
-          // out, and its output is an input the program broadcasts.
-          if (!shapes_->same(v, root->output(0))) {
+          // out, and its output is an input the program broadcasts. A cheap one whose shape is
+          // unknown where the output's is (Silero's |STFT|: Sqrt(Mul(re, re) + Mul(im, im)) over
+          // [?, 129, ?]) joins: at worst it costs what reading its output broadcast would.
+          const bool cheap_and_maybe_same =
+              cheapPerElement(pc->second.t.op) &&
+              mayHaveSameShape(v->shape(), root->output(0)->shape());
+          if (!cheap_and_maybe_same && !shapes_->same(v, root->output(0))) {
             if (reported.insert(p).second)
               reject(rw, *root, *p, "same-shape",
                      fmt::format("{} output '{}' {} is not provably the shape {} of the group's "
