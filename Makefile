@@ -87,9 +87,15 @@ SAN_DIR ?= build-san
 # and the instrumented compile, the longest stage of CI, costs less than at -O2 -g.
 SAN_OPT_FLAGS ?= -O1 -gline-tables-only -DNDEBUG
 TSAN_DIR ?= build-tsan
-# Which CTest tests the ASan+UBSan build runs (ctest arguments; empty: the whole suite, which
-# is what `make test-sanitize` runs). Timings are in docs/hardening.md.
-SANITIZE_CTEST_ARGS ?=
+# Tests the ASan+UBSan run leaves out: an extended regular expression over their names (grep -E
+# and CTest read it alike; empty: the whole suite, which is what `make test-sanitize` runs).
+# Timings are in docs/hardening.md.
+SANITIZE_EXCLUDE ?=
+# 1: the Catch2 tests run in a few processes, 2*JOBS plus one per long test
+# (tests/run_test_shards.sh), the other CTest tests under CTest; 0: every test in a process of its
+# own under CTest, which takes longer (each instrumented process spends about 0.25 s starting and
+# checking for leaks) but names each failing test alone.
+SANITIZE_SHARDS ?= 1
 
 sanitize-build: deps ort
 	CC=clang CXX=clang++ cmake -S . -B $(SAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -106,9 +112,17 @@ fuzz-build: sanitize-build
 SANITIZE_SWEEP_STRIDE ?= 64
 
 # The CTest suite under AddressSanitizer (leaks included) and UndefinedBehaviorSanitizer.
+SANITIZE_RUN_ENV := $(SANITIZER_ENV) FUSECTL_SWEEP_STRIDE=$(SANITIZE_SWEEP_STRIDE)
 test-sanitize: sanitize-build
-	cd $(SAN_DIR) && $(SANITIZER_ENV) FUSECTL_SWEEP_STRIDE=$(SANITIZE_SWEEP_STRIDE) \
-	    ctest --output-on-failure -j $(JOBS) $(SANITIZE_CTEST_ARGS)
+ifeq ($(SANITIZE_SHARDS),1)
+	cd $(SAN_DIR) && $(SANITIZE_RUN_ENV) ctest --output-on-failure -j $(JOBS) -LE '^catch$$' \
+	    $(if $(SANITIZE_EXCLUDE),-E '$(SANITIZE_EXCLUDE)')
+	$(SANITIZE_RUN_ENV) bash tests/run_test_shards.sh $(SAN_DIR)/tests/fusectl_tests $(JOBS) \
+	    '$(SANITIZE_EXCLUDE)'
+else
+	cd $(SAN_DIR) && $(SANITIZE_RUN_ENV) ctest --output-on-failure -j $(JOBS) \
+	    $(if $(SANITIZE_EXCLUDE),-E '$(SANITIZE_EXCLUDE)')
+endif
 
 # ThreadSanitizer on what runs threads: the worker pool and executor tests, and the CLI
 # executing every testdata model with 2 and with 8 threads per kernel. A gcc build of its own
