@@ -152,6 +152,26 @@ TEST_CASE("pattern: syntax errors name the column", "[pattern]") {
   CHECK_THAT(parseError("Conv -> $"), Catch::Contains("found '$'"));
 }
 
+TEST_CASE("pattern: a pattern parsed again is a fresh copy, errors are raised every time",
+          "[pattern]") {
+  // Pattern::parse keeps what it parsed by text and name: each caller still owns its copy.
+  const std::string text = "c:Conv -> ^r:Relu";
+  Pattern first = Pattern::parse(text, "first-name");
+  first.require(Constraint("always", [](const Match&, Why&) { return true; })).withBenefit(7);
+  first.nodes[0].capture = "changed";
+  const Pattern again = Pattern::parse(text, "first-name");
+  CHECK(again.constraints.empty());
+  CHECK(again.benefit == 1);
+  CHECK(again.nodes[0].capture == "c");
+  CHECK(again.str() == Pattern::parse(again.str()).str());
+  // The name is part of what was parsed.
+  CHECK(Pattern::parse(text, "other-name").name == "other-name");
+  CHECK(Pattern::parse(text).name.empty());
+  // A text that failed fails again with the same message.
+  CHECK_THAT(parseError("Conv -> -> Relu"), Catch::Contains("column 9"));
+  CHECK_THAT(parseError("Conv -> -> Relu"), Catch::Contains("column 9"));
+}
+
 TEST_CASE("pattern: Conv -> BN -> Relu chain", "[pattern]") {
   auto m = model(kConvChains);
   Pattern p = Pattern::parse("conv:Conv -> bn:BatchNormalization -> act:Relu", "conv-bn-relu");

@@ -8,7 +8,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
+#include <string>
+#include <unordered_map>
 
 #include "fusectl/graph/error.h"
 #include "fusectl/passes/pattern.h"
@@ -500,7 +503,26 @@ class PatternParser {
 }  // namespace
 
 Pattern Pattern::parse(std::string_view text, std::string name) {
-  return PatternParser(text, std::move(name)).parse();
+  // The passes parse their pattern texts each time they run, some built from the op they look
+  // for, so an optimize of a small model spent a tenth of its time here and the sweeps that
+  // optimize thousands of models more. Parsed patterns are kept by text and name; a copy costs
+  // a fraction of a parse. Bounded, for the programs that parse arbitrary texts (`match`, the
+  // pattern fuzzer): past kMaxCached distinct patterns the rest are parsed every time.
+  constexpr size_t kMaxCached = 1024;
+  static std::mutex mutex;
+  static std::unordered_map<std::string, Pattern> cache;
+  std::string key;
+  key.reserve(text.size() + 1 + name.size());
+  key.append(text).push_back('\0');
+  key.append(name);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  Pattern parsed = PatternParser(text, std::move(name)).parse();  // throws on a syntax error
+  std::lock_guard<std::mutex> lock(mutex);
+  if (cache.size() < kMaxCached) cache.emplace(std::move(key), parsed);
+  return parsed;
 }
 
 }  // namespace fusectl::passes
