@@ -497,4 +497,12 @@ std::optional<Shape> broadcastShapes(const Shape& a, const Shape& b) {
   return Shape(std::move(out));
 }
 
+bool provablyDiffer(const Shape& a, const Shape& b) {
+  if (!a.hasRank() || !b.hasRank()) return false;
+  if (a.rank() != b.rank()) return true;
+  for (size_t i = 0; i < a.rank(); ++i)
+    if (a[i].isStatic() && b[i].isStatic() && a[i].value() != b[i].value()) return true;
+  return false;
+}
+
 }  // namespace fusectl

@@ -233,15 +233,6 @@ bool cheapPerElement(EwOp op) {
   }
 }
 
-// Whether the shapes may be equal: not known to differ in rank or in a static dim.
-bool mayHaveSameShape(const Shape& a, const Shape& b) {
-  if (!a.hasRank() || !b.hasRank()) return true;
-  if (a.rank() != b.rank()) return false;
-  for (size_t d = 0; d < a.rank(); ++d)
-    if (a[d].isStatic() && b[d].isStatic() && a[d].value() != b[d].value()) return false;
-  return true;
-}
-
 struct Candidate {
   Translation t;
   size_t position = 0;  // index in node order
@@ -407,7 +398,7 @@ class FuseElementwisePass : public Pass {
           // [?, 129, ?]) joins: at worst it costs what reading its output broadcast would.
           const bool cheap_and_maybe_same =
               cheapPerElement(pc->second.t.op) &&
-              mayHaveSameShape(v->shape(), root->output(0)->shape());
+              !provablyDiffer(v->shape(), root->output(0)->shape());
           if (!cheap_and_maybe_same && !shapes_->same(v, root->output(0))) {
             if (reported.insert(p).second)
               reject(rw, *root, *p, "same-shape",

@@ -49,15 +49,6 @@ void fillInput(Value* v, const ValueType& t) {
 
 ValueType typeOf(const Value* v) { return v ? v->type : ValueType{}; }
 
-// Whether two shapes cannot both be true: another rank, or a dim static in both with two values.
-bool provablyDiffer(const Shape& a, const Shape& b) {
-  if (!a.hasRank() || !b.hasRank()) return false;
-  if (a.rank() != b.rank()) return true;
-  for (size_t i = 0; i < a.rank(); ++i)
-    if (a[i].isStatic() && b[i].isStatic() && a[i].value() != b[i].value()) return true;
-  return false;
-}
-
 // Types a body input from what the node hands it (fillInput). Returns whether the model's
 // declaration of it stands: a declared shape that `given` provably contradicts is relaxed to
 // what both agree on, with a warning, and counts as undeclared.

@@ -111,4 +111,8 @@ Dim ceilDiv(const Dim& a, int64_t d);
 // ONNX multidirectional (NumPy) broadcasting; nullopt when the shapes provably cannot broadcast.
 std::optional<Shape> broadcastShapes(const Shape& a, const Shape& b);
 
+// Whether two shapes cannot both be true of one value: another rank, or a dim static in both
+// with two values. An unknown rank or a symbolic dim differs from nothing.
+bool provablyDiffer(const Shape& a, const Shape& b);
+
 }  // namespace fusectl
