@@ -9,6 +9,9 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev catch2
   libssl-dev   # OpenSSL's libcrypto: SHA-256 of the report's input and output files
   graphviz   # `dot`, to check that `fusectl dump --format dot` renders
+  # ONNX's Python package, for bench/mutate_models.py: CTest's black-box mutation run (200
+  # hostile models through the CLI, 2 s) was skipped without it, in CI too.
+  python3-onnx
   # The sanitizer and fuzz build (`make test-sanitize`, `make fuzz`): clang, and its runtimes
   # (ASan, UBSan, libFuzzer), which apt only recommends and --no-install-recommends leaves out.
   clang libclang-rt-dev
