@@ -113,15 +113,15 @@ SANITIZE_SWEEP_STRIDE ?= 64
 
 # The CTest suite under AddressSanitizer (leaks included) and UndefinedBehaviorSanitizer.
 SANITIZE_RUN_ENV := $(SANITIZER_ENV) FUSECTL_SWEEP_STRIDE=$(SANITIZE_SWEEP_STRIDE)
+SANITIZE_CTEST_EXCLUDE := $(if $(SANITIZE_EXCLUDE),-E '$(SANITIZE_EXCLUDE)')
 test-sanitize: sanitize-build
 ifeq ($(SANITIZE_SHARDS),1)
 	cd $(SAN_DIR) && $(SANITIZE_RUN_ENV) ctest --output-on-failure -j $(JOBS) -LE '^catch$$' \
-	    $(if $(SANITIZE_EXCLUDE),-E '$(SANITIZE_EXCLUDE)')
+	    $(SANITIZE_CTEST_EXCLUDE)
 	$(SANITIZE_RUN_ENV) bash tests/run_test_shards.sh $(SAN_DIR)/tests/fusectl_tests $(JOBS) \
 	    '$(SANITIZE_EXCLUDE)'
 else
-	cd $(SAN_DIR) && $(SANITIZE_RUN_ENV) ctest --output-on-failure -j $(JOBS) \
-	    $(if $(SANITIZE_EXCLUDE),-E '$(SANITIZE_EXCLUDE)')
+	cd $(SAN_DIR) && $(SANITIZE_RUN_ENV) ctest --output-on-failure -j $(JOBS) $(SANITIZE_CTEST_EXCLUDE)
 endif
 
 # ThreadSanitizer on what runs threads: the worker pool and executor tests, and the CLI

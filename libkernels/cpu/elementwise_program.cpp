@@ -194,11 +194,7 @@ void unaryBlock(const EwInstruction& ins, const float* x, float* y, int64_t n) {
   if (vectorUnary(ins, x, y, n)) return;
   const Operand a{x};
   switch (ins.op) {
-    case EwOp::Neg: mapUnary(a, y, n, [](float v) { return -v; }); return;
-    case EwOp::Abs: mapUnary(a, y, n, [](float v) { return v < 0 ? -v : v; }); return;
     case EwOp::Log: mapUnary(a, y, n, [](float v) { return std::log(v); }); return;
-    case EwOp::Sqrt: mapUnary(a, y, n, [](float v) { return std::sqrt(v); }); return;
-    case EwOp::Reciprocal: mapUnary(a, y, n, [](float v) { return 1.f / v; }); return;
     case EwOp::Floor: mapUnary(a, y, n, [](float v) { return std::floor(v); }); return;
     case EwOp::Ceil: mapUnary(a, y, n, [](float v) { return std::ceil(v); }); return;
     case EwOp::Sin: mapUnary(a, y, n, [](float v) { return std::sin(v); }); return;
